@@ -1,0 +1,401 @@
+"""Loading and saving models: the only module that opens model files.
+
+Loading keeps external data on disk (onnx_ir memory-maps it on demand) and validates
+what can be validated without reading weights: the file is an ONNX model, every
+tensor's data fits its dims, and external data stays inside the model's folder and
+fits its file. Saving is atomic: everything is written into a temporary folder next
+to the destination, flushed to disk, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import google.protobuf.message
+import onnx
+import onnx_ir as ir
+
+from qlrewrite.errors import InputError
+
+__all__ = [
+    "EXTERNAL_DATA_THRESHOLD",
+    "DataProblem",
+    "data_problems",
+    "external_data_name",
+    "initializer_bytes",
+    "load",
+    "same_file",
+    "save",
+    "uses_external_data",
+]
+
+#: Above this many initializer bytes, outputs get external data (protobuf caps at 2 GB).
+EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
+#: Tensors at least this large go to the external data file when one is written.
+EXTERNAL_TENSOR_MIN_BYTES = 1024
+
+_TYPED_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataProblem:
+    """A tensor whose data cannot be trusted: the model is unreadable as it stands."""
+
+    kind: str  # external-missing | external-escapes | external-range | data-length | negative-dims
+    tensor: str
+    graph: str
+    message: str
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
+    """Load a model lazily (external data stays on disk).
+
+    Raises InputError for anything that is not a readable ONNX model. With
+    ``check_data`` (the default) a tensor whose data is missing, escapes the model's
+    folder or does not match its dims is an InputError too; ``check_data=False``
+    leaves those to :func:`data_problems` (the checker reports them as findings).
+    """
+    path = Path(path)
+    proto = _read_proto(path)
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:  # onnx_ir raises many kinds on malformed protos
+        raise InputError(f"{path}: not a valid ONNX model ({_one_line(exc)})") from exc
+    ir.external_data.set_base_dir(model.graph, str(path.resolve().parent))
+    if check_data:
+        problems = data_problems(model, proto=proto, base_dir=path.resolve().parent)
+        if problems:
+            first = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise InputError(f"{path}: {first.message}{more}")
+    model.meta["qlrewrite.source"] = str(path)
+    model.meta["qlrewrite.proto"] = proto
+    return model
+
+
+def _read_proto(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, not a model file")
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
+    if size == 0:
+        raise InputError(f"{path}: empty file")
+    try:
+        proto = onnx.load_model(str(path), load_external_data=False)
+    except (google.protobuf.message.DecodeError, ValueError, RuntimeError, EOFError) as exc:
+        raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    if not proto.HasField("graph") or proto.ir_version <= 0:
+        raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
+    return proto
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def data_problems(
+    model: ir.Model,
+    *,
+    proto: onnx.ModelProto | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> list[DataProblem]:
+    """Every tensor (initializers and tensor attributes, in all graphs and functions)
+    whose data is missing, out of bounds, escaping the model folder or of the wrong size.
+
+    Reads no tensor data: only sizes of files and of in-proto fields.
+    """
+    if proto is None:
+        proto = model.meta.get("qlrewrite.proto")
+    if base_dir is None:
+        source = model.meta.get("qlrewrite.source")
+        base_dir = Path(source).resolve().parent if source else Path.cwd()
+    if proto is None:
+        return []
+    base = Path(base_dir)
+    return [
+        problem
+        for graph_label, tensor in _iter_tensor_protos(proto)
+        if (problem := _tensor_problem(tensor, graph_label, base)) is not None
+    ]
+
+
+def _iter_tensor_protos(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
+    yield from _graph_tensors(proto.graph, "main")
+    for function in proto.functions:
+        label = f"function:{function.domain}.{function.name}"
+        for node in function.node:
+            yield from _node_tensors(node, label)
+
+
+def _graph_tensors(graph: onnx.GraphProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
+    for tensor in graph.initializer:
+        yield label, tensor
+    for node in graph.node:
+        yield from _node_tensors(node, label)
+
+
+def _node_tensors(node: onnx.NodeProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield label, attr.t
+        for tensor in attr.tensors:
+            yield label, tensor
+        sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
+        if attr.HasField("g"):
+            yield from _graph_tensors(attr.g, sub_label)
+        for index, sub in enumerate(attr.graphs):
+            yield from _graph_tensors(sub, f"{sub_label}[{index}]")
+
+
+def _expected_nbytes(tensor: onnx.TensorProto, count: int) -> int | None:
+    dtype = ir.DataType(tensor.data_type)
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+        return None
+    return (count * dtype.bitwidth + 7) // 8
+
+
+def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataProblem | None:
+    name = tensor.name or "<unnamed>"
+
+    def problem(kind: str, message: str) -> DataProblem:
+        return DataProblem(kind, name, graph, f"tensor '{name}' ({graph}): {message}")
+
+    dims = list(tensor.dims)
+    if any(d < 0 for d in dims):
+        return problem("negative-dims", f"negative dimension in dims {dims}")
+    count = 1
+    for d in dims:
+        count *= d
+    expected = _expected_nbytes(tensor, count)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return _external_problem(tensor, expected, base, problem)
+    if tensor.HasField("raw_data"):
+        if expected is not None and len(tensor.raw_data) != expected:
+            return problem(
+                "data-length",
+                f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
+                f"of {ir.DataType(tensor.data_type).name} need {expected}",
+            )
+        return None
+    present = [getattr(tensor, f) for f in _TYPED_FIELDS if len(getattr(tensor, f))]
+    if not present:
+        if count == 0:
+            return None
+        return problem("data-length", f"has no data but dims {dims} need {count} elements")
+    n_values = len(present[0])
+    dtype = ir.DataType(tensor.data_type)
+    if dtype.bitwidth < 8:
+        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
+        wanted = (count + per_value - 1) // per_value
+    elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
+        wanted = 2 * count
+    else:
+        wanted = count
+    if n_values != wanted:
+        return problem(
+            "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
+        )
+    return None
+
+
+def _external_problem(
+    tensor: onnx.TensorProto,
+    expected: int | None,
+    base: Path,
+    problem: Callable[[str, str], DataProblem],
+) -> DataProblem | None:
+    info = {entry.key: entry.value for entry in tensor.external_data}
+    location = info.get("location", "")
+    if not location:
+        return problem("external-missing", "external data without a location")
+    if os.path.isabs(location) or Path(location).drive:
+        return problem(
+            "external-escapes", f"external data location '{location}' is an absolute path"
+        )
+    target = base / location
+    base_real = os.path.realpath(base)
+    if not _inside(os.path.normpath(os.path.abspath(target)), os.path.abspath(base)):
+        return problem(
+            "external-escapes", f"external data location '{location}' escapes the model folder"
+        )
+    if not _inside(os.path.realpath(target), base_real):
+        return problem(
+            "external-escapes",
+            f"external data location '{location}' is a link that leads out of the model folder",
+        )
+    if not target.is_file():
+        return problem("external-missing", f"external data file '{location}' not found")
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        return problem("external-range", "external data offset/length are not integers")
+    file_size = target.stat().st_size
+    if offset < 0 or (length is not None and length < 0):
+        return problem("external-range", f"negative external data offset/length in '{location}'")
+    available = file_size - offset
+    if length is not None and length > available:
+        return problem(
+            "external-range",
+            f"external data '{location}' has {max(available, 0)} bytes at offset {offset}, "
+            f"the tensor claims {length}",
+        )
+    size = length if length is not None else available
+    if expected is not None and size != expected and (length is not None or size < expected):
+        return problem(
+            "data-length",
+            f"external data holds {size} bytes but dims {list(tensor.dims)} need {expected}",
+        )
+    return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    folder = folder.rstrip(os.sep) + os.sep
+    return path.startswith(folder)
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if value.const_value is not None:
+                yield value.const_value
+
+
+def uses_external_data(model: ir.Model) -> bool:
+    """True if any initializer of the model lives in an external data file."""
+    return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    """Total bytes of the model's initializers (from shapes: reads no data)."""
+    return sum(t.nbytes for t in _initializer_tensors(model))
+
+
+def external_data_name(output: str | os.PathLike) -> str:
+    """The external data file written beside ``output``: ``<output file name>.data``."""
+    return Path(output).name + ".data"
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True if both paths name the same file (resolving links)."""
+    a, b = Path(a), Path(b)
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def save(
+    model: ir.Model,
+    path: str | os.PathLike,
+    *,
+    external_data: bool | None = None,
+    threshold: int = EXTERNAL_DATA_THRESHOLD,
+    max_workers: int | None = None,
+    callback: Callable[[ir.TensorProtocol, ir.external_data.CallbackInfo], None] | None = None,
+) -> Path | None:
+    """Write ``model`` to ``path`` atomically; return the external data file, if any.
+
+    ``external_data=None`` decides: external data if the model already uses it or its
+    initializers exceed ``threshold`` bytes. The data file is ``<file name>.data``
+    beside the output with a relative location. On any failure nothing is left behind:
+    neither a partial output nor a temporary file.
+    """
+    path = Path(path).absolute()
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"{path}: output folder does not exist")
+    if external_data is None:
+        external_data = uses_external_data(model) or initializer_bytes(model) > threshold
+    if not external_data and initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        raise InputError(
+            f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
+            "drop --no-external-data"
+        )
+    data_name = external_data_name(path)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
+    try:
+        staged_model = staging / path.name
+        if external_data:
+            ir.save(
+                model,
+                staged_model,
+                external_data=data_name,
+                size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES,
+                max_workers=max_workers,
+                callback=callback,
+            )
+        else:
+            with _inline_external_tensors(model):
+                ir.save(model, staged_model)
+        staged_data = staging / data_name
+        written = [p for p in (staged_data, staged_model) if p.exists()]
+        for staged in written:
+            _fsync(staged)
+        for staged in written:  # data first: the model never points at missing data
+            os.replace(staged, folder / staged.name)
+        _fsync_dir(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder / data_name if external_data else None
+
+
+@contextlib.contextmanager
+def _inline_external_tensors(model: ir.Model) -> Iterator[None]:
+    """Temporarily replace external initializers by in-memory copies."""
+    swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
+    try:
+        for graph in model.graphs():
+            for value in graph.initializers.values():
+                tensor = value.const_value
+                if isinstance(tensor, ir.ExternalTensor):
+                    swapped.append((value, tensor))
+                    value.const_value = ir.Tensor(
+                        tensor.numpy(), dtype=tensor.dtype, name=tensor.name
+                    )
+        yield
+    finally:
+        for value, tensor in swapped:
+            value.const_value = tensor
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb+") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
