@@ -1,0 +1,35 @@
+"""The `qlrewrite` command line: a click group; each command lives in its own module."""
+
+from __future__ import annotations
+
+import click
+
+from qlrewrite import __version__
+from qlrewrite.cli._common import debug_option
+from qlrewrite.cli.info import info_command
+
+__all__ = ["main"]
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="""\b
+Examples:
+  qlrewrite info model.onnx
+  qlrewrite check models/ --format sarif -o qlrewrite.sarif
+  qlrewrite fold model.onnx -o model.folded.onnx
+  qlrewrite convert model.onnx --to onnx
+  qlrewrite upgrade model.onnx --opset 23
+
+Exit codes: 0 ok, 1 findings or refusal, 2 usage error or unreadable input.
+""",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="qlrewrite")
+@debug_option
+def main() -> None:
+    """Validate, constant-fold, convert and upgrade quantized (QDQ) ONNX models."""
+
+
+# --- command registration (one line per command) ---
+main.add_command(info_command)
+# --- end of command registration ---

@@ -1,0 +1,138 @@
+"""What every command shares: consoles, error handling, progress, rewrite options."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from qlrewrite.errors import EXIT_INPUT, QlrewriteError
+
+__all__ = [
+    "debug_option",
+    "err_console",
+    "out_console",
+    "progress",
+    "rewrite_options",
+    "run_command",
+    "show_progress",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+out_console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_state = {"debug": bool(os.environ.get("QLREWRITE_DEBUG"))}
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        _state["debug"] = True
+
+
+def debug_option(func: F) -> F:
+    """``--debug``: show tracebacks instead of one-line errors."""
+    return click.option(
+        "--debug",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_debug,
+        help="Show the full traceback on errors.",
+    )(func)
+
+
+def fail(message: str, exit_code: int) -> None:
+    """Print one error line on stderr and exit."""
+    click.echo(f"qlrewrite: error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def run_command(func: F) -> F:
+    """Turn QlrewriteError into one line on stderr and its exit code; never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+            raise
+        except QlrewriteError as exc:
+            if _state["debug"]:
+                traceback.print_exc()
+            fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except Exception as exc:  # a bug or an input nothing anticipated
+            if _state["debug"]:
+                traceback.print_exc()
+            detail = str(exc).strip().splitlines()
+            text = detail[0] if detail else type(exc).__name__
+            fail(f"{type(exc).__name__}: {text} (run with --debug for details)", EXIT_INPUT)
+        return None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def show_progress(quiet: bool = False) -> bool:
+    """Progress bars only for people: stderr is a terminal, not CI, not quiet."""
+    return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+
+
+@contextlib.contextmanager
+def progress(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr when ``enabled``; yields a function that advances it."""
+    if not enabled:
+        yield lambda: None
+        return
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
+    with bar:
+        task = bar.add_task(description, total=total)
+        yield lambda: bar.advance(task)
+
+
+def rewrite_options(func: F) -> F:
+    """The options every rewriting command shares."""
+    options = [
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Output model (default: <stem>.<command>.onnx beside the input).",
+        ),
+        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
+        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
+        click.option(
+            "--report",
+            "report_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write a JSON summary of what changed to this file.",
+        ),
+        click.option(
+            "--external-data/--no-external-data",
+            default=None,
+            help="Force external data on or off (default: as the input, or above 1.8 GB).",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+        debug_option,
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

@@ -1,0 +1,82 @@
+"""`qlrewrite info`: what Q/DQ a model holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from qlrewrite import model_io
+from qlrewrite.cli._common import debug_option, out_console, run_command
+from qlrewrite.summary import model_summary
+
+__all__ = ["info_command"]
+
+
+def _human_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+@click.command(
+    "info",
+    epilog="""\b
+Examples:
+  qlrewrite info model.onnx
+  qlrewrite info model.onnx --format json | jq '.qdq'
+""",
+)
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Output format.",
+)
+@debug_option
+@run_command
+def info_command(model: Path, fmt: str) -> None:
+    """Summarise a model's Q/DQ nodes, opsets and initializers (reads no weights)."""
+    loaded = model_io.load(model)
+    summary = {"path": str(model), **model_summary(loaded)}
+    if fmt == "json":
+        click.echo(json.dumps(summary, indent=2))
+        return
+    opsets = ", ".join(f"{d} {v}" for d, v in summary["opset_imports"].items())
+    init = summary["initializers"]
+    out_console.print(f"[bold]{model}[/bold]")
+    out_console.print(f"IR version {summary['ir_version']}; opsets: {opsets}")
+    out_console.print(
+        f"{summary['graphs']} graph(s), {summary['functions']} function(s); "
+        f"{init['count']} initializer(s), {_human_bytes(init['bytes'])}"
+        + (" (external data)" if init["external_data"] else "")
+    )
+    if not summary["qdq"]:
+        out_console.print("No QuantizeLinear / DequantizeLinear nodes.")
+        return
+    table = Table(title=f"{summary['qdq_nodes']} Q/DQ node(s)")
+    for column in ("domain", "op", "version", "x type", "scale type", "granularity", "constant"):
+        table.add_column(column)
+    table.add_column("nodes", justify="right")
+    table.add_column("const bytes", justify="right")
+    for row in summary["qdq"]:
+        table.add_row(
+            row["domain"],
+            row["op_type"],
+            str(row["version"]) if row["version"] is not None else "none",
+            row["x_type"],
+            row["scale_type"],
+            row["granularity"],
+            "yes" if row["constant"] else "no",
+            str(row["nodes"]),
+            _human_bytes(row["input_bytes"]),
+        )
+    out_console.print(table)

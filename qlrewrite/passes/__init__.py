@@ -1,0 +1,1 @@
+"""Model rewrites as onnx_ir passes, one concern per module."""

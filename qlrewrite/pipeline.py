@@ -1,0 +1,167 @@
+"""The path every rewriting command takes: load, check, rewrite, check again, save.
+
+A command builds a list of onnx_ir passes and hands it to :func:`rewrite`. Nothing is
+written when the input has error findings, when the rewritten model would fail ONNX's
+checker or our check, when it would exceed ``max_size``, or on ``dry_run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite import model_io
+from qlrewrite.errors import InputError, Refusal
+from qlrewrite.weightless import weightless_proto
+
+__all__ = ["FindingsRefusal", "RewriteResult", "default_output", "resolve_output", "rewrite"]
+
+
+class FindingsRefusal(Refusal):
+    """Refused because a model (input or rewritten) has error findings."""
+
+    def __init__(self, message: str, report: Any) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclasses.dataclass
+class RewriteResult:
+    """What a rewrite did; ``to_json`` is the ``--report`` document."""
+
+    command: str
+    input: Path
+    output: Path | None
+    written: bool
+    dry_run: bool
+    changes: dict[str, Any]
+    bytes_before: int
+    bytes_after: int
+    seconds: float
+    model: ir.Model = dataclasses.field(repr=False)
+    warnings: list[Any] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        return {
+            "version": 1,
+            "command": self.command,
+            "input": str(self.input),
+            "output": str(self.output) if self.output else None,
+            "written": self.written,
+            "dry_run": self.dry_run,
+            "changes": self.changes,
+            "initializer_bytes": {"before": self.bytes_before, "after": self.bytes_after},
+            "seconds": round(self.seconds, 3),
+            "warnings": [w.to_json() if hasattr(w, "to_json") else str(w) for w in self.warnings],
+        }
+
+
+def default_output(input_path: Path, command: str) -> Path:
+    """``<stem>.<command>.onnx`` beside the input."""
+    return input_path.with_name(f"{input_path.stem}.{command}.onnx")
+
+
+def resolve_output(input_path: Path, output: Path | None, in_place: bool, command: str) -> Path:
+    """Where to write: refuses to touch the input unless ``in_place``."""
+    if in_place:
+        if output is not None and not model_io.same_file(output, input_path):
+            raise InputError("--in-place and -o name different files; give one of them")
+        return input_path
+    target = output if output is not None else default_output(input_path, command)
+    if target.exists() and model_io.same_file(target, input_path):
+        raise InputError(
+            f"{target}: the output is the input; use --in-place to overwrite the input"
+        )
+    return target
+
+
+def _check(model: ir.Model, path: Path | None) -> Any:
+    from qlrewrite.passes.check import check_model
+
+    return check_model(model, path=str(path) if path else None)
+
+
+def rewrite(
+    input_path: str | Path,
+    passes: Sequence[ir.passes.PassBase],
+    *,
+    command: str,
+    output: str | Path | None = None,
+    in_place: bool = False,
+    dry_run: bool = False,
+    external_data: bool | None = None,
+    max_size: int | None = None,
+) -> RewriteResult:
+    """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``)."""
+    started = time.perf_counter()
+    input_path = Path(input_path)
+    target = resolve_output(input_path, Path(output) if output else None, in_place, command)
+    model = model_io.load(input_path)
+    report = _check(model, input_path)
+    if report.errors:
+        raise FindingsRefusal(
+            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
+            "(run `qlrewrite check` for details)",
+            report,
+        )
+    bytes_before = model_io.initializer_bytes(model)
+    model = run_passes(model, passes)
+    validate_output(model, input_path)
+    bytes_after = model_io.initializer_bytes(model)
+    if max_size is not None and bytes_after > max_size:
+        raise Refusal(
+            f"the output's initializers would take {bytes_after} bytes, above --max-size "
+            f"{max_size}; nothing written"
+        )
+    changes = {_pass_name(p): getattr(p, "summary", {}) for p in passes}
+    written = False
+    if not dry_run:
+        model_io.save(model, target, external_data=external_data)
+        written = True
+    return RewriteResult(
+        command=command,
+        input=input_path,
+        output=None if dry_run else target,
+        written=written,
+        dry_run=dry_run,
+        changes=changes,
+        bytes_before=bytes_before,
+        bytes_after=bytes_after,
+        seconds=time.perf_counter() - started,
+        model=model,
+        warnings=[w for p in passes for w in getattr(p, "warnings", [])],
+    )
+
+
+def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
+    """Run ``passes`` in order on ``model`` and return the resulting model."""
+    if not passes:
+        return model
+    return ir.passes.PassManager(list(passes))(model).model
+
+
+def validate_output(model: ir.Model, source: Path | None = None) -> None:
+    """Refuse a rewritten model that ONNX's checker or our check rejects."""
+    try:
+        onnx.checker.check_model(weightless_proto(model), full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Refusal(f"the rewritten model would be invalid (onnx.checker: {first})") from exc
+    report = _check(model, source)
+    if report.errors:
+        raise FindingsRefusal(
+            f"the rewritten model would have {len(report.errors)} error finding(s); "
+            "nothing written",
+            report,
+        )
+
+
+def _pass_name(p: ir.passes.PassBase) -> str:
+    return getattr(p, "name", type(p).__name__)

@@ -1,0 +1,119 @@
+"""Finding QuantizeLinear / DequantizeLinear nodes and describing them without reading data."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import onnx
+import onnx_ir as ir
+
+__all__ = [
+    "MS_DOMAIN",
+    "QDQ_OPS",
+    "QDQSite",
+    "granularity",
+    "is_constant",
+    "iter_graphs",
+    "iter_qdq_nodes",
+    "version_in_force",
+]
+
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+MS_DOMAIN = "com.microsoft"
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+@dataclasses.dataclass(frozen=True)
+class QDQSite:
+    """One Q/DQ node with where it sits and the opset version in force for it."""
+
+    node: ir.Node
+    graph: ir.Graph | ir.Function
+    label: str  # "main", "main/<node>.<attr>" or "function:<domain>.<name>"
+    domain: str  # "" for ai.onnx
+    imported: int | None  # the version of the node's domain the model imports
+    version: int | None  # the op's version in force (None: no such op at that opset)
+
+
+def version_in_force(op_type: str, domain: str, imported: int | None) -> int | None:
+    """The since_version of ``op_type`` in force at opset ``imported`` of ``domain``."""
+    if imported is None:
+        return None
+    if domain == MS_DOMAIN:
+        return 1 if imported >= 1 else None
+    try:
+        return onnx.defs.get_schema(op_type, imported, "").since_version
+    except onnx.defs.SchemaError:
+        return None
+
+
+def iter_graphs(model: ir.Model) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+    """The main graph, every subgraph (nested) and every model-local function, labelled."""
+    yield from _walk_graph(model.graph, "main")
+    for function in model.functions.values():
+        label = f"function:{function.domain}.{function.name}"
+        yield label, function
+        for node in function:
+            yield from _subgraphs(node, label)
+
+
+def _walk_graph(graph: ir.Graph, label: str) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+    yield label, graph
+    for node in graph:
+        yield from _subgraphs(node, label)
+
+
+def _subgraphs(node: ir.Node, label: str) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+    for attr in node.attributes.values():
+        base = f"{label}/{node.name or node.op_type}.{attr.name}"
+        if attr.type == ir.AttributeType.GRAPH:
+            yield from _walk_graph(attr.value, base)
+        elif attr.type == ir.AttributeType.GRAPHS:
+            for index, sub in enumerate(attr.value):
+                yield from _walk_graph(sub, f"{base}[{index}]")
+
+
+def iter_qdq_nodes(model: ir.Model) -> Iterator[QDQSite]:
+    """Every Q/DQ node of the ai.onnx and com.microsoft domains, in all graphs and functions."""
+    for label, graph in iter_graphs(model):
+        opsets = model.opset_imports if isinstance(graph, ir.Graph) else graph.opset_imports
+        for node in graph:
+            if node.op_type not in QDQ_OPS:
+                continue
+            domain = "" if node.domain in _ONNX_DOMAINS else node.domain
+            if domain not in ("", MS_DOMAIN):
+                continue
+            imported = opsets.get(domain, opsets.get("ai.onnx") if domain == "" else None)
+            if imported is None and domain == "" and isinstance(graph, ir.Function):
+                imported = model.opset_imports.get("")
+            version = version_in_force(node.op_type, domain, imported)
+            yield QDQSite(node, graph, label, domain, imported, version)
+
+
+def is_constant(value: ir.Value | None) -> bool:
+    """True if ``value`` is an initializer that is not a graph input, or a Constant output."""
+    if value is None:
+        return True  # an omitted optional input
+    producer = value.producer()
+    if producer is not None:
+        return producer.op_type == "Constant" and producer.domain in _ONNX_DOMAINS
+    return value.is_initializer() and value.const_value is not None and not value.is_graph_input()
+
+
+def granularity(node: ir.Node) -> str:
+    """'per-tensor', 'per-axis(axis=A)', 'blocked(axis=A, block=B)' or '?' (unknown shape)."""
+    attrs = node.attributes
+    axis = attrs["axis"].as_int() if "axis" in attrs else 1
+    block = attrs["block_size"].as_int() if "block_size" in attrs else 0
+    if block > 0:
+        return f"blocked(axis={axis}, block={block})"
+    scale = node.inputs[1] if len(node.inputs) > 1 else None
+    shape = scale.shape if scale is not None else None
+    if shape is None:
+        return "?"
+    if shape.rank() == 0 or (shape.rank() == 1 and shape[0] == 1):
+        return "per-tensor"
+    if shape.rank() == 1:
+        return f"per-axis(axis={axis})"
+    return f"rank-{shape.rank()} scale"
