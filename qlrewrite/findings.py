@@ -1,0 +1,93 @@
+"""Findings of `check`: the Rule catalogue entry, one Finding, and a file's Report.
+
+Rules live in :mod:`qlrewrite.rules`; each one is described by a :class:`Rule` and
+produces :class:`Finding` objects. A :class:`Report` holds the findings of one model
+file (or the one-line reason it could not be read). Renderers (text, json, sarif,
+github) turn a list of reports into output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+__all__ = ["ERROR", "WARNING", "Finding", "Report", "Rule", "Severity"]
+
+Severity = Literal["error", "warning"]
+ERROR: Severity = "error"
+WARNING: Severity = "warning"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """A catalogue entry: what `qlrewrite rules CODE` prints."""
+
+    code: str  # "QL101": stable, never reused
+    name: str  # "axis-out-of-range": kebab-case summary
+    severity: Severity
+    summary: str  # one line
+    explanation: str  # why this matters (a paragraph)
+    example: str  # a short example of a node that breaks the rule and its fix
+    versions: str = ""  # where it applies, e.g. "ai.onnx 13+, com.microsoft"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One rule violation at one node (or at a tensor, for model hygiene rules)."""
+
+    rule: str
+    severity: Severity
+    message: str
+    hint: str = ""
+    node: str = ""  # node name, or "" when unnamed / not about a node
+    op_type: str = ""
+    domain: str = ""  # "" for ai.onnx
+    opset: int | None = None  # the imported opset version of the node's domain
+    graph: str = "main"  # "main", "main/<node>.<attr>" or "function:<domain>.<name>"
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``check --format json``."""
+        return {
+            "rule": self.rule,
+            "severity": self.severity,
+            "node": self.node,
+            "op_type": self.op_type,
+            "domain": self.domain,
+            "opset": self.opset,
+            "graph": self.graph,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+
+@dataclasses.dataclass
+class Report:
+    """The result of checking one model file."""
+
+    path: str | None = None
+    error: str | None = None  # why the model could not be read; then no findings
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    nodes_checked: int = 0
+
+    @property
+    def errors(self) -> list[Finding]:
+        """Findings of severity error."""
+        return [f for f in self.findings if f.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        """Findings of severity warning."""
+        return [f for f in self.findings if f.severity == WARNING]
+
+    def to_json(self) -> dict[str, Any]:
+        """The per-file JSON object of ``check --format json``."""
+        return {
+            "path": self.path,
+            "error": self.error,
+            "findings": [f.to_json() for f in self.findings],
+            "summary": {
+                "nodes_checked": self.nodes_checked,
+                "errors": len(self.errors),
+                "warnings": len(self.warnings),
+            },
+        }
