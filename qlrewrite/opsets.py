@@ -1,0 +1,379 @@
+"""The opset rules of QuantizeLinear / DequantizeLinear as data.
+
+One :class:`OpVersion` row per (domain, op_type, since_version): the attributes that
+exist (with type and default), the element types allowed per role, the granularities,
+how the output type is decided, and the IR version each element type needs. The
+checker, the converters and the kernels' dispatch read this table; supporting a new
+opset means adding rows here. ai.onnx rows are written out (tests compare them with
+``onnx.defs``); com.microsoft rows follow ONNX Runtime's contrib operator schemas.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+import onnx_ir as ir
+
+__all__ = [
+    "BLOCKED",
+    "FLOAT_TYPES",
+    "ONNX_OPSETS",
+    "PER_AXIS",
+    "PER_TENSOR",
+    "TABLE",
+    "OpVersion",
+    "com_microsoft_can_express",
+    "expression_problems",
+    "lookup",
+    "lowest_onnx_opset",
+    "min_ir_version",
+    "output_type",
+    "versions",
+]
+
+DT = ir.DataType
+INT = ir.AttributeType.INT
+MS_DOMAIN = "com.microsoft"
+
+PER_TENSOR = "per-tensor"
+PER_AXIS = "per-axis"
+BLOCKED = "blocked"
+
+#: The ai.onnx opsets that introduced a version of QuantizeLinear / DequantizeLinear.
+ONNX_OPSETS = (10, 13, 19, 21, 23, 24, 25, 28)
+
+FLOAT_TYPES = frozenset({DT.FLOAT, DT.FLOAT16, DT.BFLOAT16})
+_FLOAT8 = (DT.FLOAT8E4M3FN, DT.FLOAT8E4M3FNUZ, DT.FLOAT8E5M2, DT.FLOAT8E5M2FNUZ)
+
+# Quantized (integer side) types, growing with the opset.
+_Q10 = frozenset({DT.INT8, DT.UINT8})
+_Q19 = _Q10 | frozenset(_FLOAT8)
+_Q21 = _Q19 | frozenset({DT.INT16, DT.UINT16, DT.INT4, DT.UINT4})
+_Q23 = _Q21 | frozenset({DT.FLOAT4E2M1})
+_Q25 = _Q23 | frozenset({DT.INT2, DT.UINT2})
+_Q28 = _Q25 | frozenset({DT.FLOAT6E2M3, DT.FLOAT6E3M2})
+
+# Float side.
+_F32 = frozenset({DT.FLOAT})
+_F32_I32 = frozenset({DT.FLOAT, DT.INT32})
+_FLOAT_I32 = FLOAT_TYPES | frozenset({DT.INT32})
+
+_MS_Q = frozenset({DT.INT8, DT.UINT8, DT.INT16, DT.UINT16, DT.INT4, DT.UINT4})
+_MS_FLOAT = frozenset({DT.FLOAT, DT.FLOAT16})
+
+#: The IR version that introduced each element type (types not listed: IR 3 or older).
+_MIN_IR = {
+    **dict.fromkeys(_FLOAT8, 9),
+    DT.INT4: 10,
+    DT.UINT4: 10,
+    DT.FLOAT4E2M1: 11,
+    DT.FLOAT8E8M0: 12,
+    DT.INT2: 13,
+    DT.UINT2: 13,
+    DT.FLOAT6E2M3: 14,
+    DT.FLOAT6E3M2: 14,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpVersion:
+    """One version of QuantizeLinear or DequantizeLinear in one domain."""
+
+    domain: str  # "" for ai.onnx
+    op_type: str
+    since: int  # since_version
+    until: int | None  # last opset of the domain this row is in force for (None: open)
+    attributes: Mapping[str, tuple[ir.AttributeType, int | None]]  # name -> (type, default)
+    x_types: frozenset[ir.DataType]
+    scale_types: frozenset[ir.DataType]
+    zero_point_types: frozenset[ir.DataType]
+    output_types: frozenset[ir.DataType]
+    #: Where the output type comes from, first that applies: "zero_point", "output_dtype",
+    #: "scale", or a fixed type name ("FLOAT", "UINT8").
+    output_from: tuple[str, ...]
+    granularities: frozenset[str]
+    scalar_only: bool = False  # opset 10: scale and zero point must be scalars
+    scale_matches_x: bool = False  # Q-19/21 and com.microsoft Q: scale type == x type
+    output_dtype_matches_zero_point: bool = False  # Q-21+: both given -> equal
+    scale_needs_output_dtype: frozenset[ir.DataType] = frozenset()  # DQ-24+: e8m0
+    has_block_size: bool = False
+
+    @property
+    def is_quantize(self) -> bool:
+        """True for QuantizeLinear."""
+        return self.op_type == "QuantizeLinear"
+
+    @property
+    def label(self) -> str:
+        """``ai.onnx QuantizeLinear-21`` style name."""
+        return f"{self.domain or 'ai.onnx'} {self.op_type}-{self.since}"
+
+    def default(self, name: str) -> int | None:
+        """The default of attribute ``name`` (None when it has none or does not exist)."""
+        entry = self.attributes.get(name)
+        return entry[1] if entry else None
+
+
+def _ints(*pairs: tuple[str, int | None]) -> dict[str, tuple[ir.AttributeType, int | None]]:
+    return {name: (INT, default) for name, default in pairs}
+
+
+_AXIS = ("axis", 1)
+_SATURATE = ("saturate", 1)
+_BLOCK = ("block_size", 0)
+_OUT_DTYPE = ("output_dtype", 0)
+_PRECISION = ("precision", 0)
+
+_GRAN_TENSOR = frozenset({PER_TENSOR})
+_GRAN_AXIS = frozenset({PER_TENSOR, PER_AXIS})
+_GRAN_BLOCK = frozenset({PER_TENSOR, PER_AXIS, BLOCKED})
+_E8M0 = frozenset({DT.FLOAT8E8M0})
+
+
+def _dq(
+    since: int, until: int | None, attrs: tuple, *, x: frozenset, scale: frozenset, **kw
+) -> OpVersion:
+    """An ai.onnx DequantizeLinear row; the zero point takes the type of x."""
+    kw.setdefault("output_types", FLOAT_TYPES)
+    kw.setdefault("granularities", _GRAN_BLOCK if since >= 21 else _GRAN_AXIS)
+    return OpVersion(
+        "", "DequantizeLinear", since, until, _ints(*attrs), x_types=x | {DT.INT32},
+        scale_types=scale, zero_point_types=x | {DT.INT32}, has_block_size=since >= 21, **kw,
+    )  # fmt: skip
+
+
+def _q(
+    since: int, until: int | None, attrs: tuple, *, x: frozenset, scale: frozenset, y: frozenset,
+    **kw,
+) -> OpVersion:  # fmt: skip
+    """An ai.onnx QuantizeLinear row; the output takes the type of the zero point."""
+    kw.setdefault("output_from", ("zero_point", "output_dtype", "UINT8"))
+    kw.setdefault("granularities", _GRAN_BLOCK if since >= 21 else _GRAN_AXIS)
+    return OpVersion(
+        "", "QuantizeLinear", since, until, _ints(*attrs), x_types=x, scale_types=scale,
+        zero_point_types=y, output_types=y, has_block_size=since >= 21,
+        output_dtype_matches_zero_point=since >= 21, **kw,
+    )  # fmt: skip
+
+
+_DQ_23 = (_AXIS, _BLOCK, _OUT_DTYPE)
+_Q_23 = (_AXIS, _SATURATE, _BLOCK, _OUT_DTYPE, _PRECISION)
+_FROM_SCALE = ("scale",)
+_FROM_DTYPE = ("output_dtype", "scale")
+_FROM_ZP = ("zero_point", "UINT8")
+
+#: Every row, per (domain, op_type) in ascending since_version.
+TABLE: tuple[OpVersion, ...] = (
+    # ai.onnx DequantizeLinear
+    _dq(10, 12, (), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",),
+        granularities=_GRAN_TENSOR, scalar_only=True),
+    _dq(13, 18, (_AXIS,), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",)),
+    _dq(19, 20, (_AXIS,), x=_Q19, scale=FLOAT_TYPES, output_from=_FROM_SCALE),
+    _dq(21, 22, (_AXIS, _BLOCK), x=_Q21, scale=FLOAT_TYPES, output_from=_FROM_SCALE),
+    _dq(23, 23, _DQ_23, x=_Q23, scale=FLOAT_TYPES, output_from=_FROM_DTYPE),
+    _dq(24, 24, _DQ_23, x=_Q23, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0),
+    _dq(25, 27, _DQ_23, x=_Q25, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0),
+    _dq(28, None, _DQ_23, x=_Q28, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0),
+    # ai.onnx QuantizeLinear
+    _q(10, 12, (), x=_F32_I32, scale=_F32, y=_Q10, output_from=_FROM_ZP,
+       granularities=_GRAN_TENSOR, scalar_only=True),
+    _q(13, 18, (_AXIS,), x=_F32_I32, scale=_F32, y=_Q10, output_from=_FROM_ZP),
+    _q(19, 20, (_AXIS, _SATURATE), x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q19,
+       output_from=_FROM_ZP, scale_matches_x=True),
+    _q(21, 22, (_AXIS, _SATURATE, _BLOCK, _OUT_DTYPE), x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q21,
+       scale_matches_x=True),
+    _q(23, 23, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q23),
+    _q(24, 24, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q23),
+    _q(25, 27, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q25),
+    _q(28, None, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q28),
+    # com.microsoft (ONNX Runtime contrib ops). axis has no default in the schema text
+    # (absent: per-tensor), but ORT's kernel applies axis 1 to a 1-D scale.
+    OpVersion(MS_DOMAIN, "DequantizeLinear", 1, None, _ints(("axis", None)),
+              x_types=_MS_Q | {DT.INT32}, scale_types=_MS_FLOAT,
+              zero_point_types=_MS_Q | {DT.INT32}, output_types=_MS_FLOAT,
+              output_from=_FROM_SCALE, granularities=_GRAN_AXIS),
+    OpVersion(MS_DOMAIN, "QuantizeLinear", 1, None, _ints(("axis", None)), x_types=_MS_FLOAT,
+              scale_types=_MS_FLOAT, zero_point_types=_MS_Q, output_types=_MS_Q,
+              output_from=_FROM_ZP, granularities=_GRAN_AXIS, scale_matches_x=True),
+)  # fmt: skip
+
+_BY_OP: dict[tuple[str, str], list[OpVersion]] = {}
+for _row in TABLE:
+    _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
+
+
+def _norm_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+def versions(domain: str, op_type: str) -> list[OpVersion]:
+    """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first."""
+    return list(_BY_OP.get((_norm_domain(domain), op_type), ()))
+
+
+def lookup(domain: str, op_type: str, imported: int | None) -> OpVersion | None:
+    """The version in force when the model imports opset ``imported`` of ``domain``.
+
+    None when the domain is not imported or has no version of the op at that opset
+    (ai.onnx below 10, com.microsoft below 1, an unknown op or domain).
+    """
+    if imported is None:
+        return None
+    found = None
+    for row in versions(domain, op_type):
+        if row.since <= imported:
+            found = row
+    return found
+
+
+def min_ir_version(dtype: ir.DataType) -> int:
+    """The lowest IR version in which ``dtype`` exists (3 for the old types)."""
+    return _MIN_IR.get(dtype, 3)
+
+
+def output_type(
+    row: OpVersion,
+    *,
+    scale_type: ir.DataType | None,
+    zero_point_type: ir.DataType | None = None,
+    output_dtype: int | None = None,
+) -> ir.DataType | None:
+    """The element type of the output as ``row`` decides it (None: cannot tell)."""
+    for source in row.output_from:
+        if source == "zero_point":
+            if zero_point_type is not None:
+                return zero_point_type
+        elif source == "output_dtype":
+            if output_dtype:
+                return DT(output_dtype)
+        elif source == "scale":
+            return scale_type
+        else:
+            return DT[source]
+    return None
+
+
+def _names(types: Iterable[ir.DataType]) -> str:
+    return ", ".join(sorted(t.name for t in types))
+
+
+def expression_problems(
+    row: OpVersion,
+    *,
+    x_type: ir.DataType,
+    scale_type: ir.DataType,
+    zero_point_type: ir.DataType | None = None,
+    output_type: ir.DataType | None = None,
+    attributes: Iterable[str] = (),
+    blocked: bool = False,
+    per_axis: bool = False,
+) -> list[str]:
+    """Why a node with these types and attributes cannot be written as ``row`` ([] if it can).
+
+    ``output_type`` None means "whatever the row derives". A requested ``output_type``
+    that the row cannot derive from the zero point or scale counts as expressible when
+    the row has an ``output_dtype`` attribute (a converter may add it).
+    """
+    problems: list[str] = []
+    name = row.label
+    if x_type not in row.x_types:
+        problems.append(f"{name} does not take x of type {x_type.name}")
+    if scale_type not in row.scale_types:
+        problems.append(f"{name} does not take a scale of type {scale_type.name}")
+    if row.scale_matches_x and scale_type != x_type:
+        problems.append(f"{name} needs the scale type to equal the x type")
+    if zero_point_type is not None and zero_point_type not in row.zero_point_types:
+        problems.append(f"{name} does not take a zero point of type {zero_point_type.name}")
+    if zero_point_type is not None and not row.is_quantize and zero_point_type != x_type:
+        problems.append(f"{name} needs the zero point type to equal the x type")
+    unknown = sorted(set(attributes) - set(row.attributes))
+    if unknown:
+        problems.append(f"{name} has no attribute {', '.join(unknown)}")
+    if blocked and BLOCKED not in row.granularities:
+        problems.append(f"{name} has no blocked quantization (block_size)")
+    if per_axis and PER_AXIS not in row.granularities:
+        problems.append(f"{name} has no per-axis quantization")
+    if scale_type in row.scale_needs_output_dtype and "output_dtype" not in row.attributes:
+        problems.append(f"{name} cannot give a float output for a {scale_type.name} scale")
+    if output_type is not None:
+        derived = _derived_output(row, scale_type, zero_point_type)
+        if output_type not in row.output_types:
+            problems.append(f"{name} cannot output {output_type.name}")
+        elif derived != output_type and not (
+            "output_dtype" in row.attributes and (zero_point_type is None or not row.is_quantize)
+        ):
+            problems.append(
+                f"{name} outputs {derived.name if derived else '?'}, not {output_type.name}"
+            )
+    return problems
+
+
+def _derived_output(
+    row: OpVersion, scale_type: ir.DataType, zero_point_type: ir.DataType | None
+) -> ir.DataType | None:
+    return output_type(row, scale_type=scale_type, zero_point_type=zero_point_type)
+
+
+def lowest_onnx_opset(
+    op_type: str,
+    *,
+    x_type: ir.DataType,
+    scale_type: ir.DataType,
+    zero_point_type: ir.DataType | None = None,
+    output_type: ir.DataType | None = None,
+    attributes: Iterable[str] = (),
+    blocked: bool = False,
+    per_axis: bool = False,
+) -> int | None:
+    """The lowest ai.onnx opset whose version of ``op_type`` can express the node.
+
+    None when no known version can (e.g. a com.microsoft-only combination).
+    """
+    attributes = tuple(attributes)
+    for row in versions("", op_type):
+        if not expression_problems(
+            row,
+            x_type=x_type,
+            scale_type=scale_type,
+            zero_point_type=zero_point_type,
+            output_type=output_type,
+            attributes=attributes,
+            blocked=blocked,
+            per_axis=per_axis,
+        ):
+            return row.since
+    return None
+
+
+def com_microsoft_can_express(
+    op_type: str,
+    *,
+    x_type: ir.DataType,
+    scale_type: ir.DataType,
+    zero_point_type: ir.DataType | None = None,
+    output_type: ir.DataType | None = None,
+    attributes: Iterable[str] = (),
+    blocked: bool = False,
+    per_axis: bool = False,
+) -> list[str]:
+    """Why the node cannot be a com.microsoft op (``[]``: it can).
+
+    Attributes with their default value should be left out of ``attributes``.
+    """
+    row = lookup(MS_DOMAIN, op_type, 1)
+    if row is None:
+        return [f"com.microsoft has no {op_type}"]
+    return expression_problems(
+        row,
+        x_type=x_type,
+        scale_type=scale_type,
+        zero_point_type=zero_point_type,
+        output_type=output_type,
+        attributes=attributes,
+        blocked=blocked,
+        per_axis=per_axis,
+    )

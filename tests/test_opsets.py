@@ -1,0 +1,129 @@
+"""The opset table against onnx.defs (ai.onnx) and the facts about com.microsoft."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import pytest
+
+from qlrewrite import opsets
+
+DT = ir.DataType
+CASES = [(op, v) for op in ("QuantizeLinear", "DequantizeLinear") for v in opsets.ONNX_OPSETS]
+
+
+def _types(schema: onnx.defs.OpSchema, type_str: str) -> set[ir.DataType]:
+    if type_str.startswith("tensor("):
+        strs = [type_str]
+    else:
+        strs = next(
+            c.allowed_type_strs for c in schema.type_constraints if c.type_param_str == type_str
+        )
+    out = set()
+    for s in strs:
+        name = s[len("tensor(") : -1]
+        out.add(DT[name.upper()])
+    return out
+
+
+@pytest.mark.parametrize(("op", "version"), CASES)
+def test_row_matches_onnx_schema(op: str, version: int) -> None:
+    schema = onnx.defs.get_schema(op, version, "")
+    row = opsets.lookup("", op, version)
+    assert row is not None and row.since == schema.since_version == version
+    attrs = {
+        name: (ir.AttributeType(int(a.type)), a.default_value.i)
+        for name, a in schema.attributes.items()
+    }
+    assert dict(row.attributes) == attrs
+    x, scale, zp = schema.inputs
+    assert row.x_types == _types(schema, x.type_str)
+    assert row.scale_types == _types(schema, scale.type_str)
+    assert row.zero_point_types == _types(schema, zp.type_str)
+    assert row.output_types == _types(schema, schema.outputs[0].type_str)
+    assert row.scale_matches_x == (op == "QuantizeLinear" and scale.type_str == x.type_str)
+    if op == "DequantizeLinear":
+        assert zp.type_str == x.type_str
+
+
+@pytest.mark.parametrize(("op", "version"), CASES)
+def test_lookup_version_in_force(op: str, version: int) -> None:
+    for imported in range(version, version + 3):
+        expected = onnx.defs.get_schema(op, imported, "").since_version
+        assert opsets.lookup("ai.onnx", op, imported).since == expected
+
+
+def test_lookup_none_below_10_and_unimported() -> None:
+    assert opsets.lookup("", "QuantizeLinear", 9) is None
+    assert opsets.lookup("", "DequantizeLinear", None) is None
+    assert opsets.lookup("com.microsoft", "DequantizeLinear", 0) is None
+    assert opsets.lookup("com.microsoft", "DequantizeLinear", 1).domain == "com.microsoft"
+    assert opsets.lookup("", "Relu", 13) is None
+    assert [r.since for r in opsets.versions("", "QuantizeLinear")] == list(opsets.ONNX_OPSETS)
+
+
+def test_com_microsoft_rows() -> None:
+    dq = opsets.lookup("com.microsoft", "DequantizeLinear", 1)
+    q = opsets.lookup("com.microsoft", "QuantizeLinear", 1)
+    assert set(dq.attributes) == set(q.attributes) == {"axis"}
+    assert DT.FLOAT8E4M3FN not in dq.x_types and DT.BFLOAT16 not in dq.scale_types
+    assert {DT.INT16, DT.UINT16, DT.INT4, DT.UINT4} <= q.output_types
+    assert opsets.BLOCKED not in dq.granularities
+
+
+@pytest.mark.parametrize(
+    ("dtype", "ir_version"),
+    [(DT.UINT8, 3), (DT.FLOAT8E4M3FN, 9), (DT.INT4, 10), (DT.FLOAT4E2M1, 11),
+     (DT.FLOAT8E8M0, 12), (DT.UINT2, 13), (DT.FLOAT6E3M2, 14)],
+)  # fmt: skip
+def test_min_ir_version(dtype: ir.DataType, ir_version: int) -> None:
+    assert opsets.min_ir_version(dtype) == ir_version
+
+
+def test_lowest_onnx_opset() -> None:
+    low = opsets.lowest_onnx_opset
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT) == 10
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT, per_axis=True) == 13
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT, attributes=["axis"]) == 13
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT16) == 19
+    assert low("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT) == 21
+    assert low("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True) == 21
+    assert low("DequantizeLinear", x_type=DT.FLOAT4E2M1, scale_type=DT.FLOAT) == 23
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT16,
+               output_type=DT.FLOAT) == 23  # fmt: skip
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT8E8M0) == 24
+    assert low("DequantizeLinear", x_type=DT.INT2, scale_type=DT.FLOAT) == 25
+    assert low("DequantizeLinear", x_type=DT.FLOAT6E2M3, scale_type=DT.FLOAT) == 28
+    assert (
+        low("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT, zero_point_type=DT.INT8) == 10
+    )
+    assert low("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT) == 23
+    assert low("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16) == 19
+    assert low("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT, output_type=DT.INT4) == 21
+    assert low("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT, zero_point_type=DT.INT8,
+               output_type=DT.UINT8) is None  # fmt: skip
+    assert low("DequantizeLinear", x_type=DT.INT64, scale_type=DT.FLOAT) is None
+
+
+def test_com_microsoft_can_express() -> None:
+    can = opsets.com_microsoft_can_express
+    assert can("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT, attributes=["axis"]) == []
+    assert can("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16,
+               zero_point_type=DT.UINT4) == []  # fmt: skip
+    assert can("DequantizeLinear", x_type=DT.FLOAT8E4M3FN, scale_type=DT.FLOAT)
+    assert can("DequantizeLinear", x_type=DT.INT8, scale_type=DT.BFLOAT16)
+    assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True)
+    assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, attributes=["block_size"])
+    assert can("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT16)
+
+
+def test_output_type() -> None:
+    q21 = opsets.lookup("", "QuantizeLinear", 21)
+    assert opsets.output_type(q21, scale_type=DT.FLOAT) == DT.UINT8
+    assert opsets.output_type(q21, scale_type=DT.FLOAT, output_dtype=int(DT.INT4)) == DT.INT4
+    assert opsets.output_type(q21, scale_type=DT.FLOAT, zero_point_type=DT.INT8) == DT.INT8
+    dq23 = opsets.lookup("", "DequantizeLinear", 23)
+    assert opsets.output_type(dq23, scale_type=DT.FLOAT16) == DT.FLOAT16
+    assert opsets.output_type(dq23, scale_type=DT.FLOAT16, output_dtype=1) == DT.FLOAT
+    dq13 = opsets.lookup("", "DequantizeLinear", 13)
+    assert opsets.output_type(dq13, scale_type=DT.FLOAT) == DT.FLOAT
