@@ -1,0 +1,224 @@
+"""The check pass: every rule of :mod:`qlrewrite.rules` on every Q/DQ node; changes nothing.
+
+Nodes are found in the main graph, every nested subgraph and every model-local function.
+A function's nodes are checked once per call site, with the function's inputs and
+attribute references replaced by the call site's values. Types and shapes come from the
+model, then from ONNX shape inference on a weight-free copy; values are read only for
+small constant scales and zero points.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator, Mapping
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite import model_io, opsets
+from qlrewrite.errors import InputError
+from qlrewrite.findings import Report
+from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes
+from qlrewrite.rules import CHECKS
+from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
+from qlrewrite.weightless import weightless_proto
+
+__all__ = ["CheckPass", "check_model", "check_path"]
+
+
+def check_path(path: str | os.PathLike) -> Report:
+    """Load and check one model file; an unreadable file gives a Report with ``error``.
+
+    Missing or corrupt tensor data is reported as findings (QL6xx), not as an error.
+    """
+    try:
+        model = model_io.load(path, check_data=False)
+    except InputError as exc:
+        return Report(path=str(path), error=str(exc))
+    return check_model(model, path=str(path))
+
+
+def check_model(model: ir.Model, *, path: str | None = None) -> Report:
+    """Every finding of every rule on ``model`` (which is not modified)."""
+    report = Report(path=path)
+    model_ctx = ModelContext(model, path)
+    for check in CHECKS.values():
+        if check.scope == "model":
+            report.findings.extend(check.func(model_ctx))
+    node_checks = [c for c in CHECKS.values() if c.scope == "node"]
+    inferred = _LazyInferred(model)
+    call_sites = _call_sites(model)
+    seen: set[tuple[str, str, int, str]] = set()
+    for site in iter_qdq_nodes(model):
+        report.nodes_checked += 1
+        function = _function_label(site.label)
+        for binding in call_sites.get(function, [None]) if function else [None]:
+            ctx = _node_context(site, model, inferred, binding, in_function=function is not None)
+            for check in node_checks:
+                if check.needs_version and ctx.row is None:
+                    continue
+                for finding in check.func(ctx):
+                    key = (finding.rule, finding.graph, id(site.node), finding.message)
+                    if key not in seen:
+                        seen.add(key)
+                        report.findings.append(finding)
+    return report
+
+
+class CheckPass(ir.passes.InPlacePass):
+    """Runs :func:`check_model`; never modifies the model. The result is in ``.report``."""
+
+    def __init__(self, path: str | None = None) -> None:
+        super().__init__()
+        self.path = path
+        self.report: Report | None = None
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        self.report = check_model(model, path=self.path)
+        return ir.passes.PassResult(model, modified=False)
+
+
+# --------------------------------------------------------------------------- call sites
+
+
+@dataclasses.dataclass
+class _Binding:
+    """One call site of a function: actual values and attributes for the formal ones."""
+
+    values: dict[int, ir.Value | None]  # id(formal input) -> actual value
+    attributes: Mapping[str, ir.Attr]
+
+
+def _function_label(label: str) -> str | None:
+    if not label.startswith("function:"):
+        return None
+    return label.split("/", 1)[0]
+
+
+def _call_sites(model: ir.Model) -> dict[str, list[_Binding | None]]:
+    """Per function label, one binding per call site anywhere in the model."""
+    if not model.functions:
+        return {}
+    sites: dict[str, list[_Binding | None]] = {}
+    for _, graph in iter_graphs(model):
+        for node in graph:
+            function = model.functions.get((node.domain, node.op_type, node.overload))
+            if function is None:
+                continue
+            values = {
+                id(formal): (node.inputs[i] if i < len(node.inputs) else None)
+                for i, formal in enumerate(function.inputs)
+            }
+            attrs = {**function.attributes, **node.attributes}
+            label = f"function:{function.domain}.{function.name}"
+            sites.setdefault(label, []).append(_Binding(values, attrs))
+    return sites
+
+
+def _resolve_attributes(node: ir.Node, binding: _Binding | None) -> dict[str, ir.Attr]:
+    attrs: dict[str, ir.Attr] = {}
+    for name, attr in node.attributes.items():
+        if attr.is_ref():
+            actual = binding.attributes.get(attr.ref_attr_name) if binding else None
+            if isinstance(actual, ir.Attr) and actual.value is not None:
+                attrs[name] = ir.Attr(name, actual.type, actual.value)
+            continue
+        attrs[name] = attr
+    return attrs
+
+
+# --------------------------------------------------------------------------- contexts
+
+
+def _node_context(
+    site: QDQSite,
+    model: ir.Model,
+    inferred: Mapping[str, tuple[ir.DataType | None, Dims | None]],
+    binding: _Binding | None,
+    *,
+    in_function: bool,
+) -> NodeContext:
+    local = {} if in_function else inferred
+
+    def view(value: ir.Value | None, read: bool = False):
+        if value is not None and binding is not None and id(value) in binding.values:
+            return view_of(binding.values[id(value)], inferred, read=read)
+        return view_of(value, local, read=read)
+
+    node = site.node
+    inputs = [view(v, read=i > 0) for i, v in enumerate(node.inputs)]
+    outputs = list(node.outputs)
+    return NodeContext(
+        node=node,
+        graph=site.label,
+        domain=site.domain,
+        imported=site.imported,
+        row=opsets.lookup(site.domain, node.op_type, site.imported),
+        ir_version=model.ir_version,
+        inputs=inputs,
+        output=view(outputs[0]) if outputs else None,
+        attributes=_resolve_attributes(node, binding),
+    )
+
+
+class _LazyInferred(Mapping[str, tuple[ir.DataType | None, Dims | None]]):
+    """Types and shapes from ONNX shape inference, computed on first use."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self._table: dict[str, tuple[ir.DataType | None, Dims | None]] | None = None
+
+    @property
+    def table(self) -> dict[str, tuple[ir.DataType | None, Dims | None]]:
+        if self._table is None:
+            self._table = _infer(self._model)
+        return self._table
+
+    def __getitem__(self, key: str) -> tuple[ir.DataType | None, Dims | None]:
+        return self.table[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.table
+
+
+def _infer(model: ir.Model) -> dict[str, tuple[ir.DataType | None, Dims | None]]:
+    """Name -> (type, shape) from shape inference; {} when it cannot run."""
+    try:
+        proto = onnx.shape_inference.infer_shapes(
+            weightless_proto(model), check_type=False, strict_mode=False, data_prop=False
+        )
+    except Exception:  # inference is a bonus: never fail the check on it
+        return {}
+    table: dict[str, tuple[ir.DataType | None, Dims | None]] = {}
+    _collect(proto.graph, table)
+    return table
+
+
+def _collect(graph: onnx.GraphProto, table: dict) -> None:
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        if info.name in table or not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        try:
+            dtype = ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else None
+        except ValueError:
+            dtype = None
+        shape = None
+        if tensor_type.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
+            )
+        table[info.name] = (dtype, shape)
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _collect(attr.g, table)
+            for sub in attr.graphs:
+                _collect(sub, table)

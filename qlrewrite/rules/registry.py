@@ -1,0 +1,63 @@
+"""The rule registry: a decorator that records each rule's catalogue entry and function."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from collections.abc import Callable, Iterable
+from typing import Any, Literal
+
+from qlrewrite.findings import Finding, Rule, Severity
+
+__all__ = ["CHECKS", "RULES", "RuleCheck", "Scope", "rule"]
+
+Scope = Literal["node", "model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleCheck:
+    """A rule with the function that applies it."""
+
+    rule: Rule
+    func: Callable[[Any], Iterable[Finding]]
+    scope: Scope  # "node": called per Q/DQ node with a NodeContext; "model": once per model
+    needs_version: bool  # node rules: skipped when the imported opset has no version of the op
+
+
+#: The catalogue, ordered by code once every rule module is imported.
+RULES: dict[str, Rule] = {}
+#: The functions behind the catalogue, same keys.
+CHECKS: dict[str, RuleCheck] = {}
+
+
+def rule(
+    code: str,
+    name: str,
+    severity: Severity,
+    *,
+    summary: str,
+    explanation: str,
+    example: str,
+    versions: str = "",
+    scope: Scope = "node",
+    needs_version: bool = True,
+) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
+    """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``."""
+
+    def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
+        if code in RULES:
+            raise ValueError(f"rule code {code} registered twice")
+        entry = Rule(
+            code=code,
+            name=name,
+            severity=severity,
+            summary=summary,
+            explanation=" ".join(textwrap.dedent(explanation).split()),
+            example=textwrap.dedent(example).strip("\n"),
+            versions=versions,
+        )
+        RULES[code] = entry
+        CHECKS[code] = RuleCheck(entry, func, scope, needs_version)
+        return func
+
+    return register

@@ -1,0 +1,406 @@
+"""QL4xx: granularity and shapes: axis, per-tensor, per-axis and blocked scales."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from qlrewrite import opsets
+from qlrewrite.findings import ERROR, WARNING, Finding
+from qlrewrite.rules.context import Dims, NodeContext
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+
+def _per_tensor_shape(shape: Dims | None) -> bool:
+    """Scalar, or 1-D of one element (ORT and the reference treat it as per-tensor)."""
+    return shape in ((), (1,))
+
+
+def _axis(ctx: NodeContext) -> int:
+    """The axis applied: the attribute, else the default (1; com.microsoft's kernel uses 1)."""
+    axis = ctx.attr_or_default("axis")
+    return 1 if axis is None else axis
+
+
+def _axis_used(ctx: NodeContext) -> bool:
+    """True when the axis matters: blocked, or a 1-D scale of known length other than 1."""
+    scale = ctx.scale
+    if scale is None or scale.shape is None or ctx.row.scalar_only:
+        return False
+    if ctx.block_size > 0:
+        return True
+    return scale.rank == 1 and scale.shape[0] is not None and scale.shape[0] != 1
+
+
+def _axis_in_range(ctx: NodeContext) -> int | None:
+    """The axis normalized to [0, r) when x's rank is known and the axis is valid."""
+    x = ctx.x
+    if x is None or x.rank is None:
+        return None
+    axis = _axis(ctx)
+    return axis % x.rank if -x.rank <= axis < x.rank else None
+
+
+@rule(
+    "QL401",
+    "axis-out-of-range",
+    ERROR,
+    summary="The axis of a per-axis or blocked node is outside [-r, r-1] for x of rank r.",
+    explanation="""
+    A per-axis (1-D scale) or blocked node applies its scale along `axis`, which must name a
+    dimension of x. The default axis is 1, so a 1-D scale on a 1-D x without an explicit
+    axis is out of range too. ONNX Runtime fails at run time; the reference evaluator may
+    broadcast silently and produce wrong values.
+    """,
+    example="""
+    bad:  DequantizeLinear(x: [64], scale: [64], zp: [64])          # default axis=1
+    good: DequantizeLinear(x: [64], scale: [64], zp: [64], axis=0)
+    """,
+    versions="ai.onnx 13+, com.microsoft 1",
+)
+def axis_out_of_range(ctx: NodeContext) -> Iterator[Finding]:
+    x = ctx.x
+    if x is None or x.rank is None or not _axis_used(ctx):
+        return
+    axis = _axis(ctx)
+    if not -x.rank <= axis < x.rank:
+        how = "" if "axis" in ctx.attributes else " (the default)"
+        yield ctx.finding(
+            "QL401",
+            ERROR,
+            f"axis={axis}{how} is out of range for x {x.describe()} of rank {x.rank}",
+            f"set axis to the quantized dimension, in [{-x.rank}, {x.rank - 1}]",
+        )
+
+
+@rule(
+    "QL402",
+    "opset10-scalar-only",
+    ERROR,
+    summary="At opset 10 (up to 12) the scale and zero point must be scalars.",
+    explanation="""
+    QuantizeLinear-10 and DequantizeLinear-10 are per-tensor only: there is no axis and the
+    scale and zero point are scalars. Per-axis quantization needs opset 13. ONNX Runtime
+    happens to run a per-axis DequantizeLinear-10, other runtimes and converters do not, so
+    the model means different things in different tools.
+    """,
+    example="""
+    bad:  opset 12: DequantizeLinear(w: [64, 3], scale: [64], zp: [64])
+    good: opset 13: DequantizeLinear(w, scale, zp, axis=0)   # qlrewrite upgrade --opset 13
+    """,
+    versions="ai.onnx 10-12",
+)
+def opset10_scalar_only(ctx: NodeContext) -> Iterator[Finding]:
+    if not ctx.row.scalar_only:
+        return
+    for role, view in (("scale", ctx.scale), ("zero point", ctx.zero_point)):
+        if view is not None and view.shape is not None and not _per_tensor_shape(view.shape):
+            yield ctx.finding(
+                "QL402",
+                ERROR,
+                f"{role} {view.describe()} is not a scalar; {ctx.version_label} is per-tensor only",
+                "per-axis quantization needs opset 13: run `qlrewrite upgrade --opset 13`",
+            )
+
+
+@rule(
+    "QL403",
+    "per-axis-scale-length",
+    ERROR,
+    summary="A per-axis scale's length differs from x's dimension on the axis.",
+    explanation="""
+    A 1-D scale of length L quantizes x per slice along `axis`, so L must equal
+    x.shape[axis]. Otherwise ONNX Runtime fails at run time and the reference evaluator
+    broadcasts (a scale of 3 on a dimension of 1 silently gives an output of the wrong
+    shape).
+    """,
+    example="""
+    bad:  DequantizeLinear(w: [64, 3], scale: [3], zp: [3], axis=0)
+    good: DequantizeLinear(w: [64, 3], scale: [64], zp: [64], axis=0)
+    """,
+    versions="ai.onnx 13+, com.microsoft 1",
+)
+def per_axis_scale_length(ctx: NodeContext) -> Iterator[Finding]:
+    scale, x = ctx.scale, ctx.x
+    if ctx.block_size > 0 or not _axis_used(ctx) or scale.rank != 1:
+        return
+    axis = _axis_in_range(ctx)
+    if axis is None or x.shape[axis] is None:
+        return
+    if scale.shape[0] != x.shape[axis]:
+        yield ctx.finding(
+            "QL403",
+            ERROR,
+            f"per-axis scale {scale.describe()} has {scale.shape[0]} elements but x "
+            f"{x.describe()} has {x.shape[axis]} on axis {_axis(ctx)}",
+            f"give one scale per slice ({x.shape[axis]}) or set axis to the right dimension",
+        )
+
+
+def _known(shape: Dims | None) -> bool:
+    return shape is not None and all(d is not None for d in shape)
+
+
+@rule(
+    "QL404",
+    "zero-point-shape",
+    ERROR,
+    summary="The zero point's shape differs from the scale's shape.",
+    explanation="""
+    The zero point is given per scale element: it has the scale's shape. A zero point that
+    only broadcasts to it is accepted by some tools and refused by others (ONNX Runtime
+    checks it at run time), so the model is not portable and its meaning is unclear.
+    (A scalar against a 1-element 1-D tensor is only QL406, a warning.)
+    """,
+    example="""
+    bad:  DequantizeLinear(w, scale: [64], zp: [1], axis=0)
+    good: DequantizeLinear(w, scale: [64], zp: [64], axis=0)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
+    scale, zp = ctx.scale, ctx.zero_point
+    if scale is None or zp is None or not _known(scale.shape) or not _known(zp.shape):
+        return
+    if scale.shape == zp.shape or (_per_tensor_shape(scale.shape) and _per_tensor_shape(zp.shape)):
+        return
+    if ctx.row.scalar_only:
+        return  # QL402 reports it
+    yield ctx.finding(
+        "QL404",
+        ERROR,
+        f"zero point {zp.describe()} does not have the shape of scale {scale.describe()}",
+        f"store the zero point with shape {list(scale.shape)}",
+    )
+
+
+@rule(
+    "QL405",
+    "scale-rank-needs-block-size",
+    ERROR,
+    summary="A scale of rank 2 or more without block_size.",
+    explanation="""
+    Only blocked quantization (block_size > 0, opset 21+) takes a scale with the rank of x.
+    Without block_size a scale of rank >= 2 is neither per-tensor nor per-axis; runtimes
+    refuse it or broadcast it in ways that differ between tools.
+    """,
+    example="""
+    bad:  DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1)
+    good: DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1, block_size=32)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
+    scale = ctx.scale
+    if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size > 0:
+        return
+    if ctx.row.scalar_only:
+        return  # QL402 reports it
+    if ctx.row.has_block_size:
+        hint = "set block_size (blocked quantization) or use a 1-D per-axis scale"
+    elif ctx.domain == opsets.MS_DOMAIN:
+        hint = "com.microsoft has no blocked form; use ai.onnx opset 21 with block_size"
+    else:
+        hint = "blocked quantization needs opset 21: `qlrewrite upgrade --opset 21`"
+    yield ctx.finding(
+        "QL405",
+        ERROR,
+        f"scale {scale.describe()} has rank {scale.rank} but block_size is not set",
+        hint,
+    )
+
+
+@rule(
+    "QL406",
+    "zero-point-scalar-vs-1",
+    WARNING,
+    summary="One of scale / zero point is a scalar and the other a 1-element 1-D tensor.",
+    explanation="""
+    Both mean per-tensor and every runtime accepts the pair, but the spec asks for equal
+    shapes. ONNX Runtime's own quantizer writes bias DequantizeLinear nodes with a [1] scale
+    and a scalar zero point, so this is only a warning.
+    """,
+    example="""
+    warn: DequantizeLinear(b: int32 [64], scale: [1], zp: [])
+    good: DequantizeLinear(b: int32 [64], scale: [], zp: [])
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def zero_point_scalar_vs_1(ctx: NodeContext) -> Iterator[Finding]:
+    scale, zp = ctx.scale, ctx.zero_point
+    if scale is None or zp is None or scale.shape is None or zp.shape is None:
+        return
+    if {scale.shape, zp.shape} == {(), (1,)}:
+        yield ctx.finding(
+            "QL406",
+            WARNING,
+            f"zero point {zp.describe()} and scale {scale.describe()} differ in rank",
+            "give both the same shape (both scalars)",
+        )
+
+
+@rule(
+    "QL407",
+    "block-size-negative",
+    ERROR,
+    summary="block_size is negative.",
+    explanation="""
+    block_size is 0 (not blocked) or the positive number of elements sharing one scale
+    along the axis. A negative value has no meaning; runtimes refuse it.
+    """,
+    example="""
+    bad:  DequantizeLinear(w, scale, zp, axis=1, block_size=-32)
+    good: DequantizeLinear(w, scale, zp, axis=1, block_size=32)
+    """,
+    versions="ai.onnx 21+",
+)
+def block_size_negative(ctx: NodeContext) -> Iterator[Finding]:
+    if not ctx.row.has_block_size:
+        return
+    value = ctx.int_attr("block_size")
+    if value is not None and value < 0:
+        yield ctx.finding(
+            "QL407", ERROR, f"block_size={value} is negative",
+            "use 0 (not blocked) or the positive block length",
+        )  # fmt: skip
+
+
+@rule(
+    "QL408",
+    "blocked-scale-rank",
+    ERROR,
+    summary="A blocked scale does not have the rank of x.",
+    explanation="""
+    With block_size > 0, the scale (and zero point) have x's rank: one entry per block
+    along the axis and the full size on every other dimension. Another rank cannot be
+    matched to the blocks; ONNX Runtime fails at run time.
+    """,
+    example="""
+    bad:  DequantizeLinear(w: [64, 128], scale: [256], axis=1, block_size=32)
+    good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
+    """,
+    versions="ai.onnx 21+",
+)
+def blocked_scale_rank(ctx: NodeContext) -> Iterator[Finding]:
+    scale, x = ctx.scale, ctx.x
+    if ctx.block_size <= 0 or scale is None or x is None:
+        return
+    if scale.rank is not None and x.rank is not None and scale.rank != x.rank:
+        yield ctx.finding(
+            "QL408",
+            ERROR,
+            f"block_size={ctx.block_size} but scale {scale.describe()} has rank {scale.rank} "
+            f"and x {x.describe()} has rank {x.rank}",
+            "give the scale x's shape with the blocked axis divided into blocks",
+        )
+
+
+@rule(
+    "QL409",
+    "blocked-scale-dims",
+    ERROR,
+    summary="A blocked scale differs from x on a dimension other than the blocked axis.",
+    explanation="""
+    Blocking happens only along `axis`; on every other dimension the scale has x's size.
+    A different size there cannot be mapped to elements of x.
+    """,
+    example="""
+    bad:  DequantizeLinear(w: [64, 128], scale: [32, 4], axis=1, block_size=32)
+    good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
+    """,
+    versions="ai.onnx 21+",
+)
+def blocked_scale_dims(ctx: NodeContext) -> Iterator[Finding]:
+    scale, x = ctx.scale, ctx.x
+    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+        return
+    axis = _axis_in_range(ctx)
+    if axis is None:
+        return
+    bad = [
+        i for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
+        if i != axis and s is not None and d is not None and s != d
+    ]  # fmt: skip
+    if bad:
+        yield ctx.finding(
+            "QL409",
+            ERROR,
+            f"scale {scale.describe()} differs from x {x.describe()} on dimension(s) "
+            f"{', '.join(map(str, bad))}, which are not the blocked axis {_axis(ctx)}",
+            "match x's size on every dimension except the blocked axis",
+        )
+
+
+@rule(
+    "QL410",
+    "block-size-range",
+    ERROR,
+    summary="block_size does not fit the scale's block count on the axis.",
+    explanation="""
+    With D elements on the axis and S scale entries, the blocks must cover D exactly with
+    S blocks, the last one possibly partial: block_size in [ceil(D/S), ceil(D/(S-1)) - 1]
+    (block_size >= D when S is 1). Outside that range some scales cover nothing or some
+    elements have no scale; the reference evaluator accepts sizes that are too large and
+    computes garbage.
+    """,
+    example="""
+    bad:  DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=16)
+    good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
+    """,
+    versions="ai.onnx 21+",
+)
+def block_size_range(ctx: NodeContext) -> Iterator[Finding]:
+    scale, x = ctx.scale, ctx.x
+    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+        return
+    axis = _axis_in_range(ctx)
+    if axis is None:
+        return
+    d, s, b = x.shape[axis], scale.shape[axis], ctx.block_size
+    if d is None or s is None:
+        return
+    if s == 0:
+        ok, wanted = d == 0, "no blocks for a non-empty axis"
+    else:
+        low = -(-d // s)
+        high = None if s == 1 else -(-d // (s - 1)) - 1
+        ok = b >= low and (high is None or b <= high)
+        wanted = f"[{low}, {high}]" if high is not None else f">= {low}"
+    if not ok:
+        yield ctx.finding(
+            "QL410",
+            ERROR,
+            f"block_size={b} does not fit {d} elements on axis {_axis(ctx)} with {s} scale "
+            f"entries (allowed: {wanted})",
+            f"use a block_size in {wanted}, or resize the scale to ceil({d}/{b}) on the axis",
+        )
+
+
+@rule(
+    "QL411",
+    "com-microsoft-1d-scale-without-axis",
+    WARNING,
+    summary="A com.microsoft Q/DQ with a 1-D scale and no axis attribute.",
+    explanation="""
+    The com.microsoft schema says that without `axis` the node is per-tensor with scalar
+    scale and zero point, but ONNX Runtime's kernel applies axis 1 to a 1-D scale. Tools
+    following the schema and ONNX Runtime then disagree about the result; write the axis.
+    """,
+    example="""
+    warn: com.microsoft.DequantizeLinear(w: [3, 64], scale: [64], zp: [64])
+    good: com.microsoft.DequantizeLinear(w: [3, 64], scale: [64], zp: [64], axis=1)
+    """,
+    versions="com.microsoft 1",
+)
+def com_microsoft_1d_scale_without_axis(ctx: NodeContext) -> Iterator[Finding]:
+    scale = ctx.scale
+    if ctx.domain != opsets.MS_DOMAIN or "axis" in ctx.attributes or scale is None:
+        return
+    if scale.rank == 1 and scale.shape[0] != 1:
+        yield ctx.finding(
+            "QL411",
+            WARNING,
+            f"scale {scale.describe()} is 1-D but no axis is given (ONNX Runtime uses axis 1)",
+            "write axis explicitly (axis=1 keeps ONNX Runtime's behaviour)",
+        )

@@ -1,0 +1,136 @@
+"""QL1xx: structure of the node: inputs, outputs, domain import, op version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from qlrewrite import opsets
+from qlrewrite.findings import ERROR, Finding
+from qlrewrite.rules.context import NodeContext
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+
+@rule(
+    "QL101",
+    "input-count",
+    ERROR,
+    summary="A Q/DQ node needs x and scale, and at most a third input (the zero point).",
+    explanation="""
+    QuantizeLinear and DequantizeLinear take two or three inputs: the tensor, its scale and
+    an optional zero point. A node with fewer inputs, more inputs, or an empty name in place
+    of x or the scale cannot be run: ONNX Runtime refuses the model when it loads it.
+    """,
+    example="""
+    bad:  DequantizeLinear(w_q)                      # no scale
+    good: DequantizeLinear(w_q, w_scale, w_zero_point)
+    """,
+    versions="all",
+    needs_version=False,
+)
+def input_count(ctx: NodeContext) -> Iterator[Finding]:
+    count = len(ctx.node.inputs)
+    if count not in (2, 3):
+        yield ctx.finding(
+            "QL101",
+            ERROR,
+            f"has {count} inputs; {ctx.op_type} takes 2 or 3 (x, scale, optional zero point)",
+            "give the node x, scale and optionally a zero point, nothing else",
+        )
+        return
+    inputs = ctx.node.inputs
+    missing = [r for r, v in zip(("x", "scale"), inputs[:2], strict=True) if v is None]
+    if missing:
+        yield ctx.finding(
+            "QL101",
+            ERROR,
+            f"required input {' and '.join(missing)} is empty",
+            "connect the missing input; only the zero point may be omitted",
+        )
+
+
+@rule(
+    "QL102",
+    "output-count",
+    ERROR,
+    summary="A Q/DQ node has exactly one output.",
+    explanation="""
+    Both operators produce exactly one output. Extra outputs are refused by ONNX's checker
+    and by ONNX Runtime; a node without an output computes nothing.
+    """,
+    example="""
+    bad:  y, extra = QuantizeLinear(x, scale, zp)
+    good: y = QuantizeLinear(x, scale, zp)
+    """,
+    versions="all",
+    needs_version=False,
+)
+def output_count(ctx: NodeContext) -> Iterator[Finding]:
+    count = len(ctx.node.outputs)
+    if count != 1:
+        yield ctx.finding(
+            "QL102", ERROR, f"has {count} outputs; {ctx.op_type} has exactly 1",
+            "keep exactly one output",
+        )  # fmt: skip
+
+
+@rule(
+    "QL103",
+    "domain-not-imported",
+    ERROR,
+    summary="The node's domain is not in the model's (or function's) opset imports.",
+    explanation="""
+    Every operator is resolved through the opset the model imports for its domain. A
+    com.microsoft QuantizeLinear in a model that does not import com.microsoft (or an ONNX
+    node in a model without an ai.onnx import) has no defined meaning: ONNX's checker
+    rejects it, and tools that convert or optimize the model cannot know which version
+    applies, even if ONNX Runtime happens to load it.
+    """,
+    example="""
+    bad:  opset_import: [ai.onnx 13]      node: com.microsoft.DequantizeLinear(...)
+    good: opset_import: [ai.onnx 13, com.microsoft 1]
+    """,
+    versions="all",
+    needs_version=False,
+)
+def domain_not_imported(ctx: NodeContext) -> Iterator[Finding]:
+    if ctx.imported is None:
+        yield ctx.finding(
+            "QL103",
+            ERROR,
+            f"the domain {ctx.domain_label} is not imported by the model",
+            f"add an opset import for {ctx.domain_label}"
+            + (" version 1" if ctx.domain else " (e.g. version 13)"),
+        )
+
+
+@rule(
+    "QL104",
+    "op-not-in-opset",
+    ERROR,
+    summary="The imported opset has no version of the operator (ai.onnx before 10).",
+    explanation="""
+    QuantizeLinear and DequantizeLinear entered ai.onnx at opset 10 (com.microsoft at
+    version 1). A model importing an older opset refers to an operator that does not exist
+    there, so no runtime can resolve it.
+    """,
+    example="""
+    bad:  opset_import: [ai.onnx 9]   node: DequantizeLinear(x, scale)
+    good: opset_import: [ai.onnx 10] (or later)
+    """,
+    versions="ai.onnx < 10, com.microsoft < 1",
+    needs_version=False,
+)
+def op_not_in_opset(ctx: NodeContext) -> Iterator[Finding]:
+    if ctx.imported is None or ctx.row is not None:
+        return
+    first = opsets.versions(ctx.domain, ctx.op_type)
+    since = first[0].since if first else None
+    yield ctx.finding(
+        "QL104",
+        ERROR,
+        f"{ctx.domain_label} opset {ctx.imported} has no {ctx.op_type}"
+        + (f" (it exists from opset {since})" if since else ""),
+        f"import {ctx.domain_label} opset {since} or later" if since else "",
+    )

@@ -1,0 +1,338 @@
+"""QL3xx: element types of x, scale, zero point and output per operator version."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.findings import ERROR, WARNING, Finding
+from qlrewrite.rules.context import NodeContext, ValueView
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+
+def _names(types: frozenset[ir.DataType]) -> str:
+    return ", ".join(sorted(t.name for t in types))
+
+
+def _first_version_allowing(ctx: NodeContext, role: str, dtype: ir.DataType) -> int | None:
+    for row in opsets.versions(ctx.domain, ctx.op_type):
+        if dtype in getattr(row, role):
+            return row.since
+    return None
+
+
+def _type_hint(ctx: NodeContext, role: str, dtype: ir.DataType, what: str) -> str:
+    since = _first_version_allowing(ctx, role, dtype)
+    if since is not None and since > ctx.row.since:
+        return f"{dtype.name} {what} needs opset {since}: run `qlrewrite upgrade --opset {since}`"
+    if ctx.domain == opsets.MS_DOMAIN:
+        low = opsets.versions("", ctx.op_type)
+        if any(dtype in getattr(row, role) for row in low):
+            return f"com.microsoft has no {dtype.name} {what}; use ai.onnx (`qlrewrite convert`)"
+    return f"use one of: {_names(getattr(ctx.row, role))}"
+
+
+def _role_type(ctx: NodeContext, code: str, role: str, view: ValueView | None, what: str):
+    if view is None or view.dtype is None:
+        return
+    allowed = getattr(ctx.row, role)
+    if view.dtype not in allowed:
+        yield ctx.finding(
+            code,
+            ERROR,
+            f"{what} {view.describe()} has type {view.dtype.name}, which {ctx.version_label} "
+            f"does not allow (allowed: {_names(allowed)})",
+            _type_hint(ctx, role, view.dtype, what),
+        )
+
+
+@rule(
+    "QL301",
+    "x-type",
+    ERROR,
+    summary="The type of x is not allowed by the operator version in force.",
+    explanation="""
+    Each version lists the element types it accepts for x: DequantizeLinear takes int8,
+    uint8 and int32 from opset 10, float8 from 19, int16/uint16/int4/uint4 from 21, float4
+    from 23, int2/uint2 from 25, float6 from 28; QuantizeLinear takes float and int32, and
+    float16/bfloat16 from 19. com.microsoft has no float8 and no bfloat16. A type outside the
+    list makes the model invalid: ONNX's checker and runtimes refuse it.
+    """,
+    example="""
+    bad:  opset 13: DequantizeLinear(x: int4, scale, zp)
+    good: opset 21: DequantizeLinear(x: int4, scale, zp)   # qlrewrite upgrade --opset 21
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def x_type(ctx: NodeContext) -> Iterator[Finding]:
+    yield from _role_type(ctx, "QL301", "x_types", ctx.x, "x")
+
+
+@rule(
+    "QL302",
+    "scale-type",
+    ERROR,
+    summary="The type of the scale is not allowed by the operator version in force.",
+    explanation="""
+    Scales are float32 up to opset 18; float16 and bfloat16 are allowed from opset 19 and
+    float8e8m0 from 24 (DequantizeLinear only with output_dtype). QuantizeLinear-19/21 also
+    accept int32 scales for int32 x. com.microsoft takes float32 and float16 scales only. A
+    scale of another type is rejected by ONNX's checker and by runtimes.
+    """,
+    example="""
+    bad:  opset 13: DequantizeLinear(x: uint8, scale: float16, zp)
+    good: opset 19: DequantizeLinear(x: uint8, scale: float16, zp)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def scale_type(ctx: NodeContext) -> Iterator[Finding]:
+    yield from _role_type(ctx, "QL302", "scale_types", ctx.scale, "scale")
+
+
+@rule(
+    "QL303",
+    "zero-point-type",
+    ERROR,
+    summary="The type of the zero point is not allowed by the operator version in force.",
+    explanation="""
+    The zero point carries the quantized type: for QuantizeLinear it decides the output
+    type, for DequantizeLinear it must match x. A type the version does not list (int4
+    before opset 21, float8 before 19, any float8 in com.microsoft) makes the model invalid.
+    """,
+    example="""
+    bad:  opset 19: QuantizeLinear(x, scale, zp: int4)
+    good: opset 21: QuantizeLinear(x, scale, zp: int4)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def zero_point_type(ctx: NodeContext) -> Iterator[Finding]:
+    yield from _role_type(ctx, "QL303", "zero_point_types", ctx.zero_point, "zero point")
+
+
+@rule(
+    "QL304",
+    "zero-point-type-mismatch",
+    ERROR,
+    summary="DequantizeLinear's zero point has a different type than x.",
+    explanation="""
+    DequantizeLinear computes (x - zero_point) * scale with x and the zero point of the same
+    type (type parameter T). A zero point of another type is rejected by ONNX's checker and
+    by ONNX Runtime, and would be subtracted with a different meaning.
+    """,
+    example="""
+    bad:  DequantizeLinear(x: int8, scale, zp: uint8)
+    good: DequantizeLinear(x: int8, scale, zp: int8)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def zero_point_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+    x, zp = ctx.x, ctx.zero_point
+    if ctx.is_quantize or x is None or zp is None or x.dtype is None or zp.dtype is None:
+        return
+    if x.dtype != zp.dtype:
+        yield ctx.finding(
+            "QL304",
+            ERROR,
+            f"zero point {zp.describe()} has type {zp.dtype.name} but x {x.describe()} is "
+            f"{x.dtype.name}",
+            f"store the zero point as {x.dtype.name}",
+        )
+
+
+@rule(
+    "QL305",
+    "scale-type-mismatch",
+    ERROR,
+    summary="QuantizeLinear-19/21 (and com.microsoft) need the scale type to equal the x type.",
+    explanation="""
+    In QuantizeLinear 19 and 21, x and the scale share one type parameter; a float16 x with
+    a float32 scale is invalid there (opset 23 lets them differ). com.microsoft
+    QuantizeLinear has the same constraint. ONNX's checker and ONNX Runtime refuse it.
+    """,
+    example="""
+    bad:  opset 21: QuantizeLinear(x: float16, scale: float32, zp)
+    good: opset 21: QuantizeLinear(x: float16, scale: float16, zp)  # or opset 23
+    """,
+    versions="ai.onnx QuantizeLinear 19-22, com.microsoft QuantizeLinear 1",
+)
+def scale_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+    x, scale = ctx.x, ctx.scale
+    if not ctx.row.scale_matches_x or x is None or scale is None:
+        return
+    if x.dtype is not None and scale.dtype is not None and x.dtype != scale.dtype:
+        hint = f"store the scale as {x.dtype.name}"
+        if not ctx.domain:
+            hint += " or run `qlrewrite upgrade --opset 23` (mixed types allowed there)"
+        yield ctx.finding(
+            "QL305",
+            ERROR,
+            f"scale {scale.describe()} is {scale.dtype.name} but x {x.describe()} is "
+            f"{x.dtype.name}; {ctx.version_label} needs them equal",
+            hint,
+        )
+
+
+def _dtype_name(value: int) -> str:
+    try:
+        return ir.DataType(value).name
+    except ValueError:
+        return f"{value} (not a data type)"
+
+
+@rule(
+    "QL306",
+    "output-dtype",
+    ERROR,
+    summary="output_dtype names a type the operator cannot output, or contradicts the zero point.",
+    explanation="""
+    QuantizeLinear-21+ `output_dtype` must be one of its quantized types and, when a zero
+    point is given, equal to the zero point's type. DequantizeLinear-23+ `output_dtype` must
+    be float32, float16 or bfloat16. Anything else is an invalid model: the output type
+    cannot be inferred and runtimes refuse it.
+    """,
+    example="""
+    bad:  QuantizeLinear(x, scale, zp: uint8, output_dtype=INT8)
+    good: QuantizeLinear(x, scale, zp: int8, output_dtype=INT8)  # or drop output_dtype
+    """,
+    versions="ai.onnx QuantizeLinear 21+, DequantizeLinear 23+",
+)
+def output_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    if "output_dtype" not in ctx.row.attributes:
+        return
+    value = ctx.int_attr("output_dtype")
+    if not value:
+        return
+    allowed = ctx.row.output_types
+    try:
+        dtype = ir.DataType(value)
+    except ValueError:
+        dtype = None
+    if dtype is None or dtype not in allowed:
+        yield ctx.finding(
+            "QL306",
+            ERROR,
+            f"output_dtype={_dtype_name(value)} is not an output type of {ctx.version_label}",
+            f"use one of: {_names(allowed)}",
+        )
+        return
+    zp = ctx.zero_point
+    matters = ctx.row.output_dtype_matches_zero_point and zp is not None
+    if matters and zp.dtype is not None and zp.dtype != dtype:
+        yield ctx.finding(
+            "QL306",
+            ERROR,
+            f"output_dtype={dtype.name} but the zero point {zp.describe()} is "
+            f"{zp.dtype.name}; they must be equal",
+            f"drop output_dtype or store the zero point as {dtype.name}",
+        )
+
+
+@rule(
+    "QL307",
+    "scale-needs-output-dtype",
+    ERROR,
+    summary="A float8e8m0 scale on DequantizeLinear needs output_dtype.",
+    explanation="""
+    Without output_dtype, DequantizeLinear's output takes the scale's type. A float8e8m0
+    scale (opset 24+) is not a valid output type, so the output type is undefined unless
+    output_dtype names float32, float16 or bfloat16.
+    """,
+    example="""
+    bad:  DequantizeLinear(x: float4e2m1, scale: float8e8m0, block_size=32)
+    good: DequantizeLinear(x: float4e2m1, scale: float8e8m0, block_size=32, output_dtype=FLOAT)
+    """,
+    versions="ai.onnx DequantizeLinear 24+",
+)
+def scale_needs_output_dtype(ctx: NodeContext) -> Iterator[Finding]:
+    scale = ctx.scale
+    if scale is None or scale.dtype not in ctx.row.scale_needs_output_dtype:
+        return
+    if not ctx.int_attr("output_dtype"):
+        yield ctx.finding(
+            "QL307",
+            ERROR,
+            f"scale {scale.describe()} is {scale.dtype.name} and output_dtype is not set",
+            "add output_dtype=1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16)",
+        )
+
+
+def derived_output_type(ctx: NodeContext) -> ir.DataType | None:
+    """The output type the version in force gives the node (None: cannot tell)."""
+    zp, scale = ctx.zero_point, ctx.scale
+    if "zero_point" in ctx.row.output_from and zp is not None and zp.dtype is None:
+        return None
+    try:
+        return opsets.output_type(
+            ctx.row,
+            scale_type=scale.dtype if scale is not None else None,
+            zero_point_type=zp.dtype if zp is not None else None,
+            output_dtype=ctx.int_attr("output_dtype"),
+        )
+    except ValueError:  # output_dtype is not a data type (QL306)
+        return None
+
+
+@rule(
+    "QL308",
+    "output-type-mismatch",
+    ERROR,
+    summary="The declared type of the output differs from the type the operator produces.",
+    explanation="""
+    The output type follows from the inputs: the zero point's type (or output_dtype, else
+    uint8) for QuantizeLinear; float32 (opset 10/13), the scale's type (19/21) or
+    output_dtype (23+) for DequantizeLinear. A value_info or graph output that declares
+    another type is a contradiction: ONNX's checker rejects it and consumers get data of a
+    type they did not expect.
+    """,
+    example="""
+    bad:  opset 19: y: float32 = DequantizeLinear(x: int8, scale: float16)
+    good: opset 19: y: float16 = DequantizeLinear(x: int8, scale: float16)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def output_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+    out = ctx.output
+    if out is None or out.dtype is None:
+        return
+    derived = derived_output_type(ctx)
+    if derived is not None and derived != out.dtype:
+        yield ctx.finding(
+            "QL308",
+            ERROR,
+            f"output {out.describe()} is declared {out.dtype.name} but {ctx.version_label} "
+            f"produces {derived.name}",
+            f"declare the output as {derived.name} (or fix the input types)",
+        )
+
+
+@rule(
+    "QL309",
+    "precision-not-float",
+    WARNING,
+    summary="QuantizeLinear's precision attribute names a type that is not a float type.",
+    explanation="""
+    `precision` (opset 23+) is the type the division x / scale is computed in. Only
+    float32, float16 and bfloat16 make sense; another value has no defined meaning and
+    runtimes disagree about it.
+    """,
+    example="""
+    bad:  QuantizeLinear(x, scale, zp, precision=3)   # INT8
+    good: QuantizeLinear(x, scale, zp, precision=1)   # FLOAT
+    """,
+    versions="ai.onnx QuantizeLinear 23+",
+)
+def precision_not_float(ctx: NodeContext) -> Iterator[Finding]:
+    if "precision" not in ctx.row.attributes:
+        return
+    value = ctx.int_attr("precision")
+    if value and value not in {int(t) for t in opsets.FLOAT_TYPES}:
+        yield ctx.finding(
+            "QL309",
+            WARNING,
+            f"precision={_dtype_name(value)} is not a float type",
+            "use precision=1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16), or drop it",
+        )

@@ -1,0 +1,120 @@
+"""QL5xx: values of constant scales and zero points (read only when small)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.findings import WARNING, Finding
+from qlrewrite.rules.context import NodeContext
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+_FLOAT_ZERO_POINT = frozenset({
+    ir.DataType.FLOAT8E4M3FN, ir.DataType.FLOAT8E4M3FNUZ, ir.DataType.FLOAT8E5M2,
+    ir.DataType.FLOAT8E5M2FNUZ, ir.DataType.FLOAT4E2M1, ir.DataType.FLOAT6E2M3,
+    ir.DataType.FLOAT6E3M2,
+})  # fmt: skip
+
+
+def _sample(values: np.ndarray, limit: int = 4) -> str:
+    shown = ", ".join(str(v) for v in values[:limit].tolist())
+    return f"[{shown}{', ...' if values.size > limit else ''}]"
+
+
+@rule(
+    "QL501",
+    "scale-value",
+    WARNING,
+    summary="A constant scale is zero, negative, NaN or infinite.",
+    explanation="""
+    A scale maps integers to real values: it should be positive and finite. A zero scale
+    makes QuantizeLinear divide by zero (every output saturates) and DequantizeLinear
+    return zeros; a negative scale flips signs; NaN or infinity poison every value computed
+    from it. Runtimes do not refuse these values, so the model runs and gives wrong numbers.
+    """,
+    example="""
+    warn: DequantizeLinear(w, scale=[0.02, 0.0, -0.01], zp, axis=0)
+    good: DequantizeLinear(w, scale=[0.02, 0.01, 0.01], zp, axis=0)
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def scale_value(ctx: NodeContext) -> Iterator[Finding]:
+    scale = ctx.scale
+    if scale is None or scale.array is None or scale.array.size == 0:
+        return
+    values = scale.array.astype(np.float64).ravel()
+    bad = values[~(np.isfinite(values) & (values > 0))]
+    if bad.size:
+        yield ctx.finding(
+            "QL501",
+            WARNING,
+            f"scale {scale.describe()} has {bad.size} value(s) that are zero, negative, NaN or "
+            f"infinite: {_sample(bad)}",
+            "recompute the scale (positive, finite) from the tensor's range",
+        )
+
+
+@rule(
+    "QL502",
+    "int32-zero-point-nonzero",
+    WARNING,
+    summary="An int32 DequantizeLinear has a nonzero zero point.",
+    explanation="""
+    int32 DequantizeLinear is used for biases whose zero point is, per the spec, supposed
+    to be 0. Runtimes disagree on a nonzero one: ONNX Runtime subtracts in int32, the
+    reference evaluator in float32 (losing precision above 2^24).
+    """,
+    example="""
+    warn: DequantizeLinear(b: int32, scale, zp: int32 = 5)
+    good: DequantizeLinear(b: int32, scale)       # or zp = 0
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+)
+def int32_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
+    zp = ctx.zero_point
+    if ctx.is_quantize or zp is None or zp.array is None or zp.dtype != ir.DataType.INT32:
+        return
+    nonzero = zp.array.ravel()[zp.array.ravel() != 0]
+    if nonzero.size:
+        yield ctx.finding(
+            "QL502",
+            WARNING,
+            f"int32 zero point {zp.describe()} is nonzero: {_sample(nonzero)}",
+            "fold the zero point into the bias and use zero point 0 (or omit it)",
+        )
+
+
+@rule(
+    "QL503",
+    "float-zero-point-nonzero",
+    WARNING,
+    summary="A float8 / float4 / float6 zero point is not 0.",
+    explanation="""
+    Float quantized types have no zero point: the spec expects 0. ONNX Runtime and the
+    reference evaluator fail at run time on a nonzero float8 zero point in
+    DequantizeLinear, and QuantizeLinear ignores it, so the value is either an error or
+    silently dropped.
+    """,
+    example="""
+    warn: DequantizeLinear(x: float8e4m3fn, scale, zp: float8e4m3fn = 1.0)
+    good: DequantizeLinear(x: float8e4m3fn, scale)
+    """,
+    versions="ai.onnx 19+",
+)
+def float_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
+    zp = ctx.zero_point
+    if zp is None or zp.array is None or zp.dtype not in _FLOAT_ZERO_POINT:
+        return
+    values = zp.array.astype(np.float32).ravel()
+    bad = values[values != 0]
+    if bad.size:
+        yield ctx.finding(
+            "QL503",
+            WARNING,
+            f"{zp.dtype.name} zero point {zp.describe()} is not 0: {_sample(bad)}",
+            "omit the zero point (float types have none) or set it to 0",
+        )
