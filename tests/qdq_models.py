@@ -124,7 +124,7 @@ def qdq_model(
             op, opset, domain=domain, scale_type=scale_type, zp_type=zp_type, attrs=attrs
         )
     graph_outputs = [
-        helper.make_tensor_value_info("y", int(out_type), None)
+        helper.make_tensor_value_info("y", int(out_type), x_shape)
         if out_type is not None
         else helper.make_empty_tensor_value_info("y")
     ]
