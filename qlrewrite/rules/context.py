@@ -41,7 +41,7 @@ class ValueView:
     name: str
     dtype: ir.DataType | None = None
     shape: Dims | None = None  # None: rank unknown; None entries: unknown dims
-    array: np.ndarray | None = None  # the value when constant and small
+    array: np.ndarray | None = None  # the value (as float64) when constant and small
 
     @property
     def rank(self) -> int | None:
@@ -71,6 +71,13 @@ def _dims(shape: ir.Shape | None) -> Dims | None:
 
 def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     """The tensor of an initializer (not overridable by a graph input) or Constant node."""
+    try:
+        return _constant_tensor(value)
+    except Exception:  # a malformed Constant node: treat the value as unknown
+        return None
+
+
+def _constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     producer = value.producer()
     if producer is not None:
         if producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
@@ -93,12 +100,18 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
 
 
 def _small_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
+    """The values as float64 (None: too large, unreadable or not numeric)."""
     try:
-        if tensor.nbytes > MAX_VALUE_BYTES:
+        if tensor.nbytes > MAX_VALUE_BYTES or tensor.dtype in _NON_NUMERIC:
             return None
-        return np.asarray(tensor.numpy())
+        return np.asarray(tensor.numpy()).astype(np.float64)
     except Exception:  # unreadable data is reported by the hygiene rules
         return None
+
+
+_NON_NUMERIC = frozenset({
+    ir.DataType.STRING, ir.DataType.COMPLEX64, ir.DataType.COMPLEX128, ir.DataType.UNDEFINED
+})  # fmt: skip
 
 
 def view_of(

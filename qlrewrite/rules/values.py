@@ -46,7 +46,7 @@ def scale_value(ctx: NodeContext) -> Iterator[Finding]:
     scale = ctx.scale
     if scale is None or scale.array is None or scale.array.size == 0:
         return
-    values = scale.array.astype(np.float64).ravel()
+    values = scale.array.ravel()
     bad = values[~(np.isfinite(values) & (values > 0))]
     if bad.size:
         yield ctx.finding(
@@ -83,7 +83,7 @@ def int32_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
         yield ctx.finding(
             "QL502",
             WARNING,
-            f"int32 zero point {zp.describe()} is nonzero: {_sample(nonzero)}",
+            f"int32 zero point {zp.describe()} is nonzero: {_sample(nonzero.astype(np.int64))}",
             "fold the zero point into the bias and use zero point 0 (or omit it)",
         )
 
@@ -109,7 +109,7 @@ def float_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
     zp = ctx.zero_point
     if zp is None or zp.array is None or zp.dtype not in _FLOAT_ZERO_POINT:
         return
-    values = zp.array.astype(np.float32).ravel()
+    values = zp.array.ravel()
     bad = values[values != 0]
     if bad.size:
         yield ctx.finding(
