@@ -12,7 +12,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper
-from qdq_models import DQ, load_ir, qdq_model
+from qdq_models import DQ, DT, load_ir, qdq_model
 
 from qlrewrite.passes.check import CheckPass, check_model, check_path
 
@@ -279,3 +279,19 @@ def test_constant_scale_values_read_only_when_small() -> None:
     small = qdq_model(DQ, 13, x_shape=(8,), scale_shape=(8,), scale=np.zeros(8), zp_type=None,
                       attrs={"axis": 0})  # fmt: skip
     assert "QL501" in _rules(load_ir(small))
+
+
+def test_explicit_ai_onnx_domain_and_future_opset() -> None:
+    proto = qdq_model(DQ, 13, domain="ai.onnx", imports={"ai.onnx": 13}, scale_shape=(5,),
+                      attrs={"axis": 0})  # fmt: skip
+    report = check_model(load_ir(proto))
+    assert [(f.rule, f.domain, f.opset) for f in report.findings] == [("QL403", "", 13)]
+    future = qdq_model(DQ, 30, x_type=DT.FLOAT6E2M3, ir_version=14)
+    assert check_model(load_ir(future)).findings == []  # opset 30: the last known version
+
+
+def test_unnamed_node_is_named_by_its_output() -> None:
+    proto = qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0})
+    proto.graph.node[0].name = ""
+    (finding,) = check_model(load_ir(proto)).findings
+    assert finding.node == "" and "output 'y'" in finding.message
