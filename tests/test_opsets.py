@@ -127,3 +127,29 @@ def test_output_type() -> None:
     assert opsets.output_type(dq23, scale_type=DT.FLOAT16, output_dtype=1) == DT.FLOAT
     dq13 = opsets.lookup("", "DequantizeLinear", 13)
     assert opsets.output_type(dq13, scale_type=DT.FLOAT) == DT.FLOAT
+
+
+@pytest.mark.parametrize("op", ["QuantizeLinear", "DequantizeLinear"])
+def test_com_microsoft_rows_match_onnxruntime_schema(op: str) -> None:
+    pytest.importorskip("onnxruntime")
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    if not hasattr(ort_c, "get_all_operator_schema"):
+        pytest.skip("this onnxruntime build does not expose its schemas")
+    (schema,) = [
+        s for s in ort_c.get_all_operator_schema() if s.domain == "com.microsoft" and s.name == op
+    ]
+    row = opsets.lookup("com.microsoft", op, schema.since_version)
+    assert row.since == schema.since_version
+    assert set(row.attributes) == set(schema.attributes)
+    constraints = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
+
+    def types(type_str: str) -> set[ir.DataType]:
+        return {DT[s[len("tensor(") : -1].upper()] for s in constraints[type_str]}
+
+    x, scale, zp = schema.inputs
+    assert row.x_types == types(x.typeStr)
+    assert row.scale_types == types(scale.typeStr)
+    assert row.zero_point_types == types(zp.typeStr)
+    assert row.output_types == types(schema.outputs[0].typeStr)
+    assert row.scale_matches_x == (scale.typeStr == x.typeStr)
