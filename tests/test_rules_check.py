@@ -93,6 +93,7 @@ def test_function_checked_with_each_call_site() -> None:
     report = check_model(load_ir(_function_model([4, 5])))
     hits = [f for f in report.findings if f.rule == "QL403"]
     assert len(hits) == 1 and hits[0].graph == "function:local.f" and "[5]" in hits[0].message
+    assert "called from 'call1' in main" in hits[0].message
     assert report.nodes_checked == 1
     assert check_model(load_ir(_function_model([4, 4]))).findings == []
 
@@ -113,6 +114,14 @@ def test_function_without_call_site_is_checked_alone() -> None:
     report = check_model(load_ir(proto))
     assert [f.rule for f in report.findings] == ["QL201"]
     assert report.findings[0].graph == "function:local.f"
+    assert "called from" not in report.findings[0].message
+
+
+def test_same_problem_at_two_call_sites_reported_once() -> None:
+    proto = _function_model([4, 4])
+    proto.functions[0].node[0].attribute.append(helper.make_attribute("saturate", 1))
+    report = check_model(load_ir(proto))
+    assert [f.rule for f in report.findings] == ["QL201"]
 
 
 def test_shapes_from_shape_inference() -> None:

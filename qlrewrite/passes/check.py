@@ -59,7 +59,8 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
                 if check.needs_version and ctx.row is None:
                     continue
                 for finding in check.func(ctx):
-                    key = (finding.rule, finding.graph, id(site.node), finding.message)
+                    message = finding.message.replace(ctx.call_site_note, "", 1)
+                    key = (finding.rule, finding.graph, id(site.node), message)
                     if key not in seen:
                         seen.add(key)
                         report.findings.append(finding)
@@ -88,6 +89,7 @@ class _Binding:
 
     values: dict[int, ir.Value | None]  # id(formal input) -> actual value
     attributes: Mapping[str, ir.Attr]
+    where: str  # "'<call node>' in <graph label>"
 
 
 def _function_label(label: str) -> str | None:
@@ -101,7 +103,7 @@ def _call_sites(model: ir.Model) -> dict[str, list[_Binding | None]]:
     if not model.functions:
         return {}
     sites: dict[str, list[_Binding | None]] = {}
-    for _, graph in iter_graphs(model):
+    for graph_label, graph in iter_graphs(model):
         for node in graph:
             function = model.functions.get((node.domain, node.op_type, node.overload))
             if function is None:
@@ -112,7 +114,8 @@ def _call_sites(model: ir.Model) -> dict[str, list[_Binding | None]]:
             }
             attrs = {**function.attributes, **node.attributes}
             label = f"function:{function.domain}.{function.name}"
-            sites.setdefault(label, []).append(_Binding(values, attrs))
+            where = f"'{node.name or node.op_type}' in {graph_label}"
+            sites.setdefault(label, []).append(_Binding(values, attrs, where))
     return sites
 
 
@@ -159,6 +162,7 @@ def _node_context(
         inputs=inputs,
         output=view(outputs[0]) if outputs else None,
         attributes=_resolve_attributes(node, binding),
+        call_site=binding.where if binding is not None else "",
     )
 
 

@@ -155,6 +155,7 @@ class NodeContext:
     inputs: list[ValueView | None]  # one per input slot; None for an omitted input
     output: ValueView | None
     attributes: dict[str, ir.Attr]  # after resolving function attribute references
+    call_site: str = ""  # inside a function: "'<call node>' in <graph>" of the call checked
 
     @property
     def op_type(self) -> str:
@@ -218,7 +219,12 @@ class NodeContext:
         else:
             outputs = [v.name for v in self.node.outputs if v is not None and v.name]
             label = f"(unnamed, output '{outputs[0]}')" if outputs else "(unnamed)"
-        return f"{self.op_type} {label} in {self.graph}"
+        return f"{self.op_type} {label} in {self.graph}{self.call_site_note}"
+
+    @property
+    def call_site_note(self) -> str:
+        """``" (called from 'f1' in main)"`` inside a function with call sites, else ''."""
+        return f" (called from {self.call_site})" if self.call_site else ""
 
     @property
     def version_label(self) -> str:
