@@ -157,7 +157,7 @@ def _known(shape: Dims | None) -> bool:
     bad:  DequantizeLinear(w, scale: [64], zp: [1], axis=0)
     good: DequantizeLinear(w, scale: [64], zp: [64], axis=0)
     """,
-    versions="ai.onnx 10+, com.microsoft 1",
+    versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
 )
 def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
@@ -189,7 +189,7 @@ def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
     bad:  DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1)
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1, block_size=32)
     """,
-    versions="ai.onnx 10+, com.microsoft 1",
+    versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
 )
 def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     scale = ctx.scale
