@@ -304,3 +304,35 @@ def test_unnamed_node_is_named_by_its_output() -> None:
     proto.graph.node[0].name = ""
     (finding,) = check_model(load_ir(proto)).findings
     assert finding.node == "" and "output 'y'" in finding.message
+
+
+def test_sibling_subgraphs_reusing_a_name_get_their_own_inferred_shapes() -> None:
+    """then: t = Transpose(x) is [3, 4]; else: t = Identity(x) is [4, 3]; no value_info."""
+
+    def branch(op: str, length: int, out: str) -> onnx.GraphProto:
+        scale = helper.make_tensor(f"s_{out}", FLOAT, [length], [0.5] * length)
+        kwargs = {"perm": [1, 0]} if op == "Transpose" else {}
+        nodes = [
+            helper.make_node(op, ["x"], ["t"], **kwargs),
+            helper.make_node("Constant", [], [f"s_{out}"], value=scale),
+            helper.make_node(DQ, ["t", f"s_{out}"], [out], name=f"dq_{out}", axis=1),
+        ]
+        return helper.make_graph(nodes, out, [], [helper.make_tensor_value_info(out, FLOAT, None)])
+
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("Transpose", 4, "a"),
+                            else_branch=branch("Identity", 3, "b"))  # fmt: skip
+    graph = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    report = check_model(load_ir(proto))
+    assert report.nodes_checked == 2 and report.findings == []
+    (else_branch,) = [a.g for a in proto.graph.node[0].attribute if a.name == "else_branch"]
+    tensor = else_branch.node[1].attribute[0].t
+    tensor.dims[0] = 4  # else: 4 scales on a dim of 3
+    tensor.float_data.append(0.5)
+    hits = check_model(load_ir(proto)).findings
+    assert [(f.rule, f.node) for f in hits] == [("QL403", "dq_b")]

@@ -47,14 +47,14 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
         if check.scope == "model":
             report.findings.extend(check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
-    inferred = _LazyInferred(model)
+    inference = _Inference(model)
     call_sites = _call_sites(model)
     seen: set[tuple[str, str, int, str]] = set()
     for site in iter_qdq_nodes(model):
         report.nodes_checked += 1
         function = _function_label(site.label)
         for binding in call_sites.get(function, [None]) if function else [None]:
-            ctx = _node_context(site, model, inferred, binding, in_function=function is not None)
+            ctx = _node_context(site, model, inference, binding)
             for check in node_checks:
                 if check.needs_version and ctx.row is None:
                     continue
@@ -90,6 +90,7 @@ class _Binding:
     values: dict[int, ir.Value | None]  # id(formal input) -> actual value
     attributes: Mapping[str, ir.Attr]
     where: str  # "'<call node>' in <graph label>"
+    graph: str  # the graph label of the call node
 
 
 def _function_label(label: str) -> str | None:
@@ -115,7 +116,7 @@ def _call_sites(model: ir.Model) -> dict[str, list[_Binding | None]]:
             attrs = {**function.attributes, **node.attributes}
             label = f"function:{function.domain}.{function.name}"
             where = f"'{node.name or node.op_type}' in {graph_label}"
-            sites.setdefault(label, []).append(_Binding(values, attrs, where))
+            sites.setdefault(label, []).append(_Binding(values, attrs, where, graph_label))
     return sites
 
 
@@ -135,18 +136,16 @@ def _resolve_attributes(node: ir.Node, binding: _Binding | None) -> dict[str, ir
 
 
 def _node_context(
-    site: QDQSite,
-    model: ir.Model,
-    inferred: Mapping[str, tuple[ir.DataType | None, Dims | None]],
-    binding: _Binding | None,
-    *,
-    in_function: bool,
+    site: QDQSite, model: ir.Model, inference: _Inference, binding: _Binding | None
 ) -> NodeContext:
-    local = {} if in_function else inferred
+    # Inference covers the main graph and its subgraphs; inside a function only the call
+    # site's actual values have inferred facts.
+    local = {} if site.label.startswith("function:") else inference.scope(site.label)
 
     def view(value: ir.Value | None, read: bool = False):
         if value is not None and binding is not None and id(value) in binding.values:
-            return view_of(binding.values[id(value)], inferred, read=read)
+            actual = binding.values[id(value)]
+            return view_of(actual, inference.scope(binding.graph), read=read)
         return view_of(value, local, read=read)
 
     node = site.node
@@ -166,46 +165,76 @@ def _node_context(
     )
 
 
-class _LazyInferred(Mapping[str, tuple[ir.DataType | None, Dims | None]]):
-    """Types and shapes from ONNX shape inference, computed on first use."""
+Info = tuple[ir.DataType | None, Dims | None]
+
+
+class _Inference:
+    """ONNX shape inference on a weight-free copy, run once on first use, per graph label."""
 
     def __init__(self, model: ir.Model) -> None:
         self._model = model
-        self._table: dict[str, tuple[ir.DataType | None, Dims | None]] | None = None
+        self._tables: dict[str, dict[str, Info]] | None = None
+
+    def table(self, label: str) -> dict[str, Info]:
+        """Name -> (type, shape) visible in the graph ``label`` (inner scopes first)."""
+        if self._tables is None:
+            self._tables = _infer(self._model)
+        merged: dict[str, Info] = {}
+        while True:
+            for name, info in self._tables.get(label, {}).items():
+                merged.setdefault(name, info)
+            if "/" not in label:
+                return merged
+            label = label.rsplit("/", 1)[0]
+
+    def scope(self, label: str) -> _Scope:
+        """A lazy mapping for graph ``label``."""
+        return _Scope(self, label)
+
+
+class _Scope(Mapping[str, Info]):
+    """The names visible in one graph; inference runs only if a lookup needs it."""
+
+    def __init__(self, inference: _Inference, label: str) -> None:
+        self._inference = inference
+        self._label = label
+        self._table: dict[str, Info] | None = None
 
     @property
-    def table(self) -> dict[str, tuple[ir.DataType | None, Dims | None]]:
+    def _names(self) -> dict[str, Info]:
         if self._table is None:
-            self._table = _infer(self._model)
+            self._table = self._inference.table(self._label)
         return self._table
 
-    def __getitem__(self, key: str) -> tuple[ir.DataType | None, Dims | None]:
-        return self.table[key]
+    def __getitem__(self, key: str) -> Info:
+        return self._names[key]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.table)
+        return iter(self._names)
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self._names)
 
     def __contains__(self, key: object) -> bool:
-        return key in self.table
+        return key in self._names
 
 
-def _infer(model: ir.Model) -> dict[str, tuple[ir.DataType | None, Dims | None]]:
-    """Name -> (type, shape) from shape inference; {} when it cannot run."""
+def _infer(model: ir.Model) -> dict[str, dict[str, Info]]:
+    """Graph label -> name -> (type, shape) from shape inference; {} when it cannot run."""
     try:
         proto = onnx.shape_inference.infer_shapes(
             weightless_proto(model), check_type=False, strict_mode=False, data_prop=False
         )
     except Exception:  # inference is a bonus: never fail the check on it
         return {}
-    table: dict[str, tuple[ir.DataType | None, Dims | None]] = {}
-    _collect(proto.graph, table)
-    return table
+    tables: dict[str, dict[str, Info]] = {}
+    _collect(proto.graph, "main", tables)
+    return tables
 
 
-def _collect(graph: onnx.GraphProto, table: dict) -> None:
+def _collect(graph: onnx.GraphProto, label: str, tables: dict[str, dict[str, Info]]) -> None:
+    """Fill ``tables[label]``; subgraph labels follow :func:`qlrewrite.qdq.iter_graphs`."""
+    table = tables.setdefault(label, {})
     for info in (*graph.input, *graph.value_info, *graph.output):
         if info.name in table or not info.type.HasField("tensor_type"):
             continue
@@ -222,7 +251,8 @@ def _collect(graph: onnx.GraphProto, table: dict) -> None:
         table[info.name] = (dtype, shape)
     for node in graph.node:
         for attr in node.attribute:
+            base = f"{label}/{node.name or node.op_type}.{attr.name}"
             if attr.HasField("g"):
-                _collect(attr.g, table)
-            for sub in attr.graphs:
-                _collect(sub, table)
+                _collect(attr.g, base, tables)
+            for index, sub in enumerate(attr.graphs):
+                _collect(sub, f"{base}[{index}]", tables)
