@@ -1,0 +1,227 @@
+"""Models written by onnxruntime.quantization, built in the tests (no downloads).
+
+Two float models defined here (a small CNN, a transformer-like MLP block) are quantized by
+ORT's own quantizer in the configurations users meet. Each model is built once per test
+process (cached as serialized bytes); :func:`quantized` returns a fresh ModelProto.
+:func:`run_ort` runs a model the way bit-exact comparisons need: no graph optimizations
+and no weight prepacking.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import tempfile
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = [
+    "CONFIGS",
+    "FLOAT_MODELS",
+    "float_model",
+    "inputs_for",
+    "quantized",
+    "run_ort",
+]
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+def _cnn(opset: int) -> onnx.ModelProto:
+    """Conv -> Relu -> Conv -> Relu -> Reshape -> MatMul -> Add -> Gemm."""
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    inits = [
+        _init("w1", rng.standard_normal((8, 4, 3, 3)).astype(f32)),
+        _init("b1", rng.standard_normal(8).astype(f32)),
+        _init("w2", rng.standard_normal((8, 8, 3, 3)).astype(f32) * 0.2),
+        _init("b2", rng.standard_normal(8).astype(f32)),
+        _init("w3", rng.standard_normal((8 * 4 * 4, 64)).astype(f32) * 0.1),
+        _init("b3", rng.standard_normal(64).astype(f32)),
+        _init("w4", rng.standard_normal((32, 64)).astype(f32) * 0.1),
+        _init("b4", rng.standard_normal(32).astype(f32)),
+        _init("shape", np.array([1, -1], dtype=np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", strides=[2, 2],
+                         pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Reshape", ["r2", "shape"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "w3"], ["m"], name="fc1"),
+        helper.make_node("Add", ["m", "b3"], ["a"], name="fc1_bias"),
+        helper.make_node("Gemm", ["a", "w4", "b4"], ["y"], name="fc2", transB=1),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], initializer=inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+def _mlp(opset: int) -> onnx.ModelProto:
+    """An attention-like block: Q/K/V MatMuls, scaled Softmax, output and MLP MatMuls."""
+    rng = np.random.default_rng(2)
+    f32 = np.float32
+    d, hidden = 64, 128
+    inits = [
+        _init(name, (rng.standard_normal(shape) * 0.1).astype(f32))
+        for name, shape in (
+            ("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
+            ("w_up", (d, hidden)), ("b_up", (hidden,)), ("w_down", (hidden, d)),
+        )
+    ] + [_init("inv_sqrt_d", np.array(1 / np.sqrt(d), dtype=f32))]  # fmt: skip
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+        helper.make_node("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("Mul", ["s", "inv_sqrt_d"], ["ss"], name="scale"),
+        helper.make_node("Softmax", ["ss"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "v"], ["att"], name="context"),
+        helper.make_node("MatMul", ["att", "wo"], ["o"], name="o_proj"),
+        helper.make_node("Add", ["o", "x"], ["h"], name="residual1"),
+        helper.make_node("MatMul", ["h", "w_up"], ["u"], name="up_proj"),
+        helper.make_node("Add", ["u", "b_up"], ["ub"], name="up_bias"),
+        helper.make_node("Relu", ["ub"], ["ur"], name="act"),
+        helper.make_node("MatMul", ["ur", "w_down"], ["dn"], name="down_proj"),
+        helper.make_node("Add", ["dn", "h"], ["y"], name="residual2"),
+    ]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, d])], initializer=inits,
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+FLOAT_MODELS = {"cnn": _cnn, "mlp": _mlp}
+_INPUT_SHAPES = {"cnn": (1, 4, 8, 8), "mlp": (1, 16, 64)}
+
+#: name -> (float model, opset, how): how is ("static", quantize_static kwargs with QuantType
+#: names as strings) or ("nbits", MatMulNBitsQuantizer kwargs).
+CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
+    "cnn-u8s8": ("cnn", 13, ("static", {})),
+    "cnn-s8s8": ("cnn", 13, ("static", {"activation_type": "QInt8", "weight_type": "QInt8"})),
+    "cnn-per-channel": ("cnn", 13, ("static", {"per_channel": True})),
+    "cnn-int16-contrib": ("cnn", 13, ("static", {
+        "activation_type": "QInt16", "weight_type": "QInt16",
+        "extra_options": {"UseQDQContribOps": True}})),
+    "cnn-int4-per-channel-contrib": ("cnn", 13, ("static", {
+        "weight_type": "QInt4", "per_channel": True})),
+    "cnn-int4-per-channel-21": ("cnn", 21, ("static", {
+        "weight_type": "QInt4", "per_channel": True})),
+    "cnn-qdq-pair-weights": ("cnn", 13, ("static", {
+        "extra_options": {"AddQDQPairToWeight": True}})),
+    "cnn-opset12-per-channel": ("cnn", 12, ("static", {"per_channel": True})),
+    "mlp-u8s8": ("mlp", 13, ("static", {})),
+    "mlp-per-channel-21": ("mlp", 21, ("static", {"per_channel": True})),
+    "mlp-int16-contrib": ("mlp", 13, ("static", {
+        "activation_type": "QInt16", "weight_type": "QInt16",
+        "extra_options": {"UseQDQContribOps": True}})),
+    "mlp-qdq-pair-weights": ("mlp", 13, ("static", {
+        "extra_options": {"AddQDQPairToWeight": True}})),
+    "mlp-nbits-sym": ("mlp", 13, ("nbits", {"block_size": 32, "is_symmetric": True})),
+    "mlp-nbits-asym": ("mlp", 13, ("nbits", {"block_size": 32, "is_symmetric": False})),
+}  # fmt: skip
+
+#: Configurations whose output ORT cannot load (ORT's quantizer writes `axis` at opset 12).
+INVALID_CONFIGS = frozenset({"cnn-opset12-per-channel"})
+
+
+def float_model(name: str, opset: int = 13) -> onnx.ModelProto:
+    """One of the float models at ``opset``."""
+    return FLOAT_MODELS[name](opset)
+
+
+def inputs_for(model_name: str, seed: int = 1) -> dict[str, np.ndarray]:
+    """Feeds for a float model (or any model quantized from it)."""
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal(_INPUT_SHAPES[model_name]).astype(np.float32)}
+
+
+def _reader(model_name: str) -> Any:
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._data = iter([inputs_for(model_name, seed) for seed in range(10, 14)])
+
+        def get_next(self) -> dict | None:
+            return next(self._data, None)
+
+    return Reader()
+
+
+@functools.cache
+def _quantized_bytes(config: str) -> bytes:
+    model_name, opset, (how, kwargs) = CONFIGS[config]
+    kwargs = dict(kwargs)
+    quiet = logging.getLogger().level, logging.getLogger("onnxruntime").level
+    logging.getLogger().setLevel(logging.ERROR)
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    try:
+        return _quantize(model_name, opset, how, kwargs)
+    finally:
+        logging.getLogger().setLevel(quiet[0])
+        logging.getLogger("onnxruntime").setLevel(quiet[1])
+
+
+def _quantize(model_name: str, opset: int, how: str, kwargs: dict[str, Any]) -> bytes:
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if how == "nbits":
+            from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+            quantizer = MatMulNBitsQuantizer(
+                float_model(model_name, opset), quant_format=QuantFormat.QDQ, **kwargs
+            )
+            quantizer.process()
+            return quantizer.model.model.SerializeToString()
+        for key in ("activation_type", "weight_type"):
+            if key in kwargs:
+                kwargs[key] = getattr(QuantType, kwargs[key])
+        with tempfile.TemporaryDirectory() as tmp:
+            source, target = Path(tmp, "float.onnx"), Path(tmp, "quantized.onnx")
+            onnx.save_model(float_model(model_name, opset), source)
+            quantize_static(
+                str(source), str(target), _reader(model_name), quant_format=QuantFormat.QDQ,
+                **kwargs,
+            )  # fmt: skip
+            return target.read_bytes()
+
+
+def quantized(config: str) -> onnx.ModelProto:
+    """A fresh copy of the model ORT's quantizer writes for ``config`` (see CONFIGS)."""
+    return onnx.load_model_from_string(_quantized_bytes(config))
+
+
+def model_name_of(config: str) -> str:
+    """The float model a configuration quantizes."""
+    return CONFIGS[config][0]
+
+
+def run_ort(
+    model: onnx.ModelProto | str | Path, feeds: Mapping[str, np.ndarray]
+) -> list[np.ndarray]:
+    """Outputs of ``model`` in ORT's CPU provider: no graph optimizations, no prepacking."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    options.log_severity_level = 3
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    return session.run(None, dict(feeds))
