@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,15 +16,19 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError
+from qlrewrite.pipeline import RewriteResult
 
 __all__ = [
     "debug_option",
     "err_console",
+    "human_bytes",
     "out_console",
     "progress",
     "rewrite_options",
     "run_command",
+    "run_rewrite",
     "show_progress",
 ]
 
@@ -136,3 +141,77 @@ def rewrite_options(func: F) -> F:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+def human_bytes(count: int) -> str:
+    size = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{count} B"
+
+
+def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
+    for finding in findings[:limit]:
+        where = f"{finding.graph}/{finding.node or finding.op_type}"
+        click.echo(f"  {finding.severity} {finding.rule} {where}: {finding.message}", err=True)
+    if len(findings) > limit:
+        click.echo(f"  ... and {len(findings) - limit} more", err=True)
+
+
+def run_rewrite(
+    model: Path,
+    passes: Sequence[Any],
+    *,
+    command: str,
+    output: Path | None,
+    in_place: bool,
+    dry_run: bool,
+    report_path: Path | None,
+    external_data: bool | None,
+    quiet: bool,
+    max_size: int | None = None,
+) -> RewriteResult:
+    """Run a rewriting command's passes through :func:`qlrewrite.pipeline.rewrite`.
+
+    Prints the summary on stderr (unless ``quiet``), writes ``--report`` JSON, and on a
+    refusal prints the findings behind it before the error line (exit 1).
+    """
+    try:
+        result = pipeline.rewrite(
+            model,
+            passes,
+            command=command,
+            output=output,
+            in_place=in_place,
+            dry_run=dry_run,
+            external_data=external_data,
+            max_size=max_size,
+        )
+    except pipeline.FindingsRefusal as exc:
+        _print_findings(exc.report.errors)
+        raise
+    if report_path is not None:
+        report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    if not quiet:
+        _print_summary(result)
+    return result
+
+
+def _print_summary(result: RewriteResult) -> None:
+    changed = ", ".join(
+        f"{key.replace('_', ' ')} {value}"
+        for summary in result.changes.values()
+        for key, value in summary.items()
+        if isinstance(value, int) and value
+    )
+    verb = "would write" if result.dry_run else "wrote"
+    target = result.output or pipeline.resolve_output(result.input, None, False, result.command)
+    err_console.print(
+        f"{result.command}: {changed or 'nothing to change'}; initializers "
+        f"{human_bytes(result.bytes_before)} -> {human_bytes(result.bytes_after)}; "
+        f"{verb} {target} in {result.seconds:.2f} s"
+    )
+    for warning in result.warnings:
+        err_console.print(f"  warning: {getattr(warning, 'message', warning)}")

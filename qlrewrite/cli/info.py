@@ -9,19 +9,10 @@ import click
 from rich.table import Table
 
 from qlrewrite import model_io
-from qlrewrite.cli._common import debug_option, out_console, run_command
+from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
 from qlrewrite.summary import model_summary
 
 __all__ = ["info_command"]
-
-
-def _human_bytes(count: int) -> str:
-    size = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{count} B"
 
 
 @click.command(
@@ -56,7 +47,7 @@ def info_command(model: Path, fmt: str) -> None:
     out_console.print(f"IR version {summary['ir_version']}; opsets: {opsets}")
     out_console.print(
         f"{summary['graphs']} graph(s), {summary['functions']} function(s); "
-        f"{init['count']} initializer(s), {_human_bytes(init['bytes'])}"
+        f"{init['count']} initializer(s), {human_bytes(init['bytes'])}"
         + (" (external data)" if init["external_data"] else "")
     )
     if not summary["qdq"]:
@@ -77,6 +68,6 @@ def info_command(model: Path, fmt: str) -> None:
             row["granularity"],
             "yes" if row["constant"] else "no",
             str(row["nodes"]),
-            _human_bytes(row["input_bytes"]),
+            human_bytes(row["input_bytes"]),
         )
     out_console.print(table)

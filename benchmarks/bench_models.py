@@ -1,0 +1,98 @@
+"""Models the benchmarks share, built deterministically on disk (never committed).
+
+``matmul_chain``: the fold issue's model. A chain of 4096 x 4096 MatMuls whose weights are
+8 int8 per-axis DQ, 8 int4 blocked-32 DQ (axis 0, int4 zero points) and 2 float -> Q -> DQ
+pairs, at opset 21, stored as external data: about 340 MiB in, 1.15 GiB once folded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+__all__ = ["matmul_chain"]
+
+DT = ir.DataType
+
+
+def _const(graph_inits: list[ir.Value], name: str, array: np.ndarray, dtype: DT) -> ir.Value:
+    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(array.shape))
+    value.const_value = ir.Tensor(array, dtype=dtype, name=name)
+    graph_inits.append(value)
+    return value
+
+
+def matmul_chain(
+    folder: str | Path, *, size: int = 4096, n_int8: int = 8, n_int4: int = 8, n_float: int = 2
+) -> Path:
+    """Write the model to ``folder/matmul_chain.onnx`` (+ ``.data``) unless it exists."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"matmul_chain_{size}.onnx"
+    if path.exists():
+        return path
+    rng = np.random.default_rng(0)
+    inits: list[ir.Value] = []
+    nodes: list[ir.Node] = []
+    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
+    current = x
+    block = 32
+    step = 0
+
+    def matmul(weight: ir.Value) -> None:
+        nonlocal current, step
+        node = ir.node("MatMul", [current, weight], name=f"matmul_{step}")
+        node.outputs[0].name = f"h_{step}"
+        nodes.append(node)
+        current = node.outputs[0]
+        step += 1
+
+    def dq(inputs: list[ir.Value], name: str, **attrs: int) -> ir.Value:
+        node = ir.node("DequantizeLinear", inputs, attributes=attrs, name=name)
+        node.outputs[0].name = f"{name}_out"
+        nodes.append(node)
+        return node.outputs[0]
+
+    for i in range(n_int8):
+        w = _const(inits, f"w8_{i}", rng.integers(-128, 128, (size, size), dtype=np.int8), DT.INT8)
+        s = _const(inits, f"w8_{i}_scale", (rng.random(size, dtype=np.float32) + 0.5) / 4096,
+                   DT.FLOAT)  # fmt: skip
+        z = _const(inits, f"w8_{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
+        matmul(dq([w, s, z], f"dq8_{i}", axis=1))
+    for i in range(n_int4):
+        q = rng.integers(-8, 8, (size, size), dtype=np.int8).astype(ml_dtypes.int4)
+        w = _const(inits, f"w4_{i}", q, DT.INT4)
+        s = _const(
+            inits,
+            f"w4_{i}_scale",
+            (rng.random((size // block, size), dtype=np.float32) + 0.5) / 512,
+            DT.FLOAT,
+        )
+        zp = rng.integers(-2, 3, (size // block, size), dtype=np.int8).astype(ml_dtypes.int4)
+        z = _const(inits, f"w4_{i}_zp", zp, DT.INT4)
+        matmul(dq([w, s, z], f"dq4_{i}", axis=0, block_size=block))
+    for i in range(n_float):
+        w = _const(inits, f"wf_{i}", rng.standard_normal((size, size), dtype=np.float32) / 64,
+                   DT.FLOAT)  # fmt: skip
+        s = _const(inits, f"wf_{i}_scale", np.full(size, 4 / 64 / 127, dtype=np.float32), DT.FLOAT)
+        z = _const(inits, f"wf_{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
+        qnode = ir.node("QuantizeLinear", [w, s, z], attributes={"axis": 1}, name=f"q_{i}")
+        qnode.outputs[0].name = f"q_{i}_out"
+        nodes.append(qnode)
+        matmul(dq([qnode.outputs[0], s, z], f"dqf_{i}", axis=1))
+    current.name = "y"
+    graph = ir.Graph(
+        [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="chain"
+    )
+    model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
+    ir.save(model, path, external_data=path.name + ".data")
+    return path
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(matmul_chain(sys.argv[1] if len(sys.argv) > 1 else "/tmp/qlrewrite-bench"))
