@@ -1,7 +1,8 @@
 """The path every rewriting command takes: load, check, rewrite, check again, save.
 
 A command builds a list of onnx_ir passes and hands it to :func:`rewrite`. Nothing is
-written when the input has error findings, when the rewritten model would fail ONNX's
+written when the input has error findings (other than those a pass declares it
+repairs, see :func:`unrepaired`), when the rewritten model would fail ONNX's
 checker or our check, when it would exceed ``max_size``, or on ``dry_run``.
 """
 
@@ -20,7 +21,14 @@ from qlrewrite import model_io
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["FindingsRefusal", "RewriteResult", "default_output", "resolve_output", "rewrite"]
+__all__ = [
+    "FindingsRefusal",
+    "RewriteResult",
+    "default_output",
+    "resolve_output",
+    "rewrite",
+    "unrepaired",
+]
 
 
 class FindingsRefusal(Refusal):
@@ -104,7 +112,7 @@ def rewrite(
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
     model = model_io.load(input_path)
-    report = _check(model, input_path)
+    report = unrepaired(_check(model, input_path), passes)
     if report.errors:
         raise FindingsRefusal(
             f"{input_path}: {len(report.errors)} error finding(s); nothing written "
@@ -138,6 +146,20 @@ def rewrite(
         model=model,
         warnings=[w for p in passes for w in getattr(p, "warnings", [])],
     )
+
+
+def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
+    """``report`` without the error findings that one of ``passes`` repairs.
+
+    A pass lists the rule codes it repairs in its ``repairs_rules`` attribute (for example
+    the upgrade fixes attributes newer than the input's opset); the rewritten model is
+    checked again in full, so an input finding that was not actually repaired still refuses.
+    """
+    repaired = {code for p in passes for code in getattr(p, "repairs_rules", ())}
+    if not repaired:
+        return report
+    kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
+    return dataclasses.replace(report, findings=kept)
 
 
 def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
