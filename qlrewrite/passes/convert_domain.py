@@ -1,0 +1,360 @@
+"""Convert QuantizeLinear / DequantizeLinear between the com.microsoft and ai.onnx domains.
+
+ONNX Runtime computes both domains with the same kernels, so only the node's domain and
+attributes change: ``--to onnx`` writes each com.microsoft Q/DQ as the ai.onnx version in
+force at the model's opset, ``--to com.microsoft`` the reverse. What the target cannot
+express (:mod:`qlrewrite.opsets` decides) is collected over every graph, subgraph and
+function first; then the pass refuses with all of it, or (``strict=False``, used by the
+upgrade) leaves those nodes as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.errors import Refusal
+from qlrewrite.passes import check as _check
+from qlrewrite.passes.ir_version import raise_ir_version
+from qlrewrite.qdq import MS_DOMAIN, QDQSite, iter_qdq_nodes
+from qlrewrite.rules.context import NodeContext, constant_tensor
+
+__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "drop_unused_domain"]
+
+#: Values of ``--to``.
+TARGETS = ("onnx", "com.microsoft")
+
+_DT = ir.DataType
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertWarning:
+    """Something a conversion did that changes how a reader may see the node."""
+
+    message: str
+    node: str
+    graph: str
+
+    def to_json(self) -> dict[str, str]:
+        """A JSON-ready form for ``--report``."""
+        return {"message": self.message, "node": self.node, "graph": self.graph}
+
+
+@dataclasses.dataclass
+class _Plan:
+    """What to do with one node: the new domain, attributes to set and drop, or problems."""
+
+    site: QDQSite
+    where: str
+    problems: list[str] = dataclasses.field(default_factory=list)
+    set_axis: bool = False
+    drop: set[str] = dataclasses.field(default_factory=set)
+    lowest_opset: int | None = None  # --to onnx: the lowest ai.onnx opset expressing it
+
+
+def _contexts(model: ir.Model) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
+    """Every Q/DQ node with its views, one per call site inside functions (as check sees them)."""
+    inference = _check._Inference(model)
+    call_sites = _check._call_sites(model)
+    for site in iter_qdq_nodes(model):
+        function = _check._function_label(site.label)
+        bindings = call_sites.get(function, [None]) if function else [None]
+        yield site, [_check._node_context(site, model, inference, b) for b in bindings]
+
+
+def _int_attr(ctx: NodeContext, name: str) -> int | None:
+    return ctx.int_attr(name)
+
+
+def _scale_form(ctx: NodeContext) -> tuple[bool, bool]:
+    """(per_axis, blocked) of the node as it is written."""
+    blocked = (_int_attr(ctx, "block_size") or 0) > 0
+    scale = ctx.scale
+    per_axis = False
+    if scale is not None and scale.rank is not None:
+        if scale.rank == 1:
+            per_axis = scale.shape[0] != 1  # unknown length counts as per-axis
+        elif scale.rank >= 2 and not blocked:
+            per_axis = True  # not expressible anywhere; the check reports it
+    return per_axis, blocked
+
+
+def _types(model: ir.Model, ctx: NodeContext) -> tuple[Any, Any, Any, Any] | None:
+    """(x, scale, zero point, output) element types; None when x or scale is unknown."""
+    x, scale, zero_point = ctx.x, ctx.scale, ctx.zero_point
+    if x is None or scale is None or scale.dtype is None:
+        return None
+    x_type = x.dtype
+    if x_type is None and len(ctx.node.inputs) > 0:
+        # ONNX shape inference stops at com.microsoft nodes: Q -> DQ needs the Q's type.
+        x_type = _produced_type(model, ctx.node.inputs[0])
+    if x_type is None and ctx.is_quantize and ctx.domain == MS_DOMAIN:
+        x_type = scale.dtype  # com.microsoft Q: x and scale share one type (T1)
+    if x_type is None:
+        return None
+    zp_type = zero_point.dtype if zero_point is not None else None
+    if zero_point is not None and zp_type is None:
+        return None
+    out_type = ctx.output.dtype if ctx.output is not None else None
+    return x_type, scale.dtype, zp_type, out_type
+
+
+def _dtype(value: ir.Value | None) -> ir.DataType | None:
+    if value is None:
+        return None
+    if value.dtype is not None:
+        return value.dtype
+    tensor = constant_tensor(value)
+    return tensor.dtype if tensor is not None else None
+
+
+def _produced_type(model: ir.Model, value: ir.Value | None) -> ir.DataType | None:
+    """The output type of a Q/DQ node producing ``value``, from its inputs' types."""
+    producer = value.producer() if value is not None else None
+    if producer is None or producer.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+        return None
+    domain = "" if producer.domain in ("", "ai.onnx") else producer.domain
+    imported = 1 if domain == MS_DOMAIN else model.opset_imports.get("")
+    row = opsets.lookup(domain, producer.op_type, imported)
+    inputs = producer.inputs
+    if row is None or len(inputs) < 2:
+        return None
+    attr = producer.attributes.get("output_dtype")
+    return opsets.output_type(
+        row,
+        scale_type=_dtype(inputs[1]),
+        zero_point_type=_dtype(inputs[2]) if len(inputs) > 2 else None,
+        output_dtype=attr.as_int() if attr is not None and not attr.is_ref() else None,
+    )
+
+
+def _onnx_opset(model: ir.Model, site: QDQSite) -> int | None:
+    graph = site.graph
+    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
+    found = imports.get("", imports.get("ai.onnx"))
+    if found is None and isinstance(graph, ir.Function):
+        found = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    return found
+
+
+def _plan_to_onnx(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -> _Plan:
+    plan = _Plan(site, contexts[0].where)
+    opset = _onnx_opset(model, site)
+    op = site.node.op_type
+    row = opsets.lookup("", op, opset)
+    for ctx in contexts:
+        types = _types(model, ctx)
+        if types is None:
+            plan.problems.append("the element types of x, scale or zero point are unknown")
+            continue
+        x_type, scale_type, zp_type, _ = types
+        per_axis, blocked = _scale_form(ctx)
+        attributes = list(ctx.attributes)
+        if "axis" not in ctx.attributes and per_axis and ctx.scale and ctx.scale.rank == 1:
+            plan.set_axis = True
+            if "axis" not in attributes:
+                attributes.append("axis")
+        facts = dict(
+            x_type=x_type,
+            scale_type=scale_type,
+            zero_point_type=zp_type,
+            # com.microsoft derives the output from the scale (DQ) or zero point (Q)
+            output_type=None if ctx.is_quantize else scale_type,
+            attributes=attributes,
+            blocked=blocked,
+            per_axis=per_axis,
+        )
+        if row is None:
+            plan.problems.append(f"ai.onnx opset {opset} has no {op}")
+        else:
+            plan.problems.extend(opsets.expression_problems(row, **facts))
+        if plan.problems:
+            lowest = opsets.lowest_onnx_opset(op, **facts)
+            if lowest is not None and (plan.lowest_opset is None or lowest > plan.lowest_opset):
+                plan.lowest_opset = lowest
+    return plan
+
+
+def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -> _Plan:
+    plan = _Plan(site, contexts[0].where)
+    op = site.node.op_type
+    for ctx in contexts:
+        types = _types(model, ctx)
+        if types is None:
+            plan.problems.append("the element types of x, scale or zero point are unknown")
+            continue
+        x_type, scale_type, zp_type, out_type = types
+        per_axis, blocked = _scale_form(ctx)
+        kept = []
+        for name in ctx.attributes:
+            value = _int_attr(ctx, name)
+            if name == "axis":
+                kept.append(name)
+            elif ctx.row is not None and value is not None and value == ctx.row.default(name):
+                plan.drop.add(name)  # equal to its default: com.microsoft means the same
+            elif (
+                name == "output_dtype"
+                and value == int(out_type or 0)
+                and _derives(ctx, scale_type, zp_type, out_type)
+            ):
+                plan.drop.add(name)  # redundant: com.microsoft derives the same type
+            else:
+                kept.append(name)
+        plan.problems.extend(
+            opsets.com_microsoft_can_express(
+                op,
+                x_type=x_type,
+                scale_type=scale_type,
+                zero_point_type=zp_type,
+                output_type=out_type,
+                attributes=kept,
+                blocked=blocked,
+                per_axis=per_axis,
+            )
+        )
+    return plan
+
+
+def _derives(ctx: NodeContext, scale_type: Any, zp_type: Any, out_type: Any) -> bool:
+    """True if com.microsoft derives ``out_type`` without an output_dtype attribute."""
+    row = opsets.lookup(MS_DOMAIN, ctx.op_type, 1)
+    if row is None or out_type is None:
+        return False
+    derived = opsets.output_type(row, scale_type=scale_type, zero_point_type=zp_type)
+    return derived == out_type
+
+
+def drop_unused_domain(model: ir.Model, domain: str) -> bool:
+    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it."""
+    function_domains = {f.domain for f in model.functions.values()}
+    changed = False
+    graph_likes: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph_like in graph_likes:
+        if domain not in graph_like.opset_imports:
+            continue
+        if graph_like is model.graph and domain in function_domains:
+            continue
+        used = any(
+            node.domain == domain for node in ir.traversal.RecursiveGraphIterator(graph_like)
+        )
+        if not used:
+            del graph_like.opset_imports[domain]
+            changed = True
+    return changed
+
+
+def _describe(plans: list[_Plan], limit: int = 10) -> str:
+    parts = []
+    for plan in plans[:limit]:
+        reasons = "; ".join(dict.fromkeys(plan.problems))
+        parts.append(f"{plan.where} ({reasons})")
+    if len(plans) > limit:
+        parts.append(f"and {len(plans) - limit} more")
+    return "; ".join(parts)
+
+
+class ConvertDomainPass(ir.passes.InPlacePass):
+    """Rewrite Q/DQ nodes into the ``to`` domain ("onnx" or "com.microsoft").
+
+    ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
+    be expressed, before changing anything. ``strict=False``: convert what can be, leave
+    the rest. ``.summary`` counts what changed; ``.warnings`` lists :class:`ConvertWarning`.
+    """
+
+    def __init__(self, to: str, *, strict: bool = True) -> None:
+        super().__init__()
+        if to in ("ai.onnx", ""):
+            to = "onnx"
+        if to not in TARGETS:
+            raise ValueError(f"unknown target domain {to!r}; expected one of {TARGETS}")
+        self.to = to
+        self.strict = strict
+        self.summary: dict[str, int] = {}
+        self.warnings: list[ConvertWarning] = []
+
+    @property
+    def source_domain(self) -> str:
+        """The domain nodes are converted from ('' for ai.onnx)."""
+        return MS_DOMAIN if self.to == "onnx" else ""
+
+    @property
+    def target_domain(self) -> str:
+        """The domain nodes are converted to ('' for ai.onnx)."""
+        return "" if self.to == "onnx" else MS_DOMAIN
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        plans = [
+            _plan_to_onnx(model, site, ctxs)
+            if self.to == "onnx"
+            else _plan_to_microsoft(model, site, ctxs)
+            for site, ctxs in _contexts(model)
+            if site.domain == self.source_domain
+        ]
+        failed = [p for p in plans if p.problems]
+        if failed and self.strict:
+            raise Refusal(self._refusal(failed))
+        done = [p for p in plans if not p.problems]
+        for plan in done:
+            self._apply(model, plan)
+        dropped = drop_unused_domain(model, self.source_domain) if done else False
+        raised = raise_ir_version(model) if done else False
+        self.summary = {
+            "nodes_converted": len(done),
+            "nodes_left": len(failed),
+            "opset_imports_dropped": int(dropped),
+            "ir_version_raised": int(raised),
+        }
+        return ir.passes.PassResult(model, modified=bool(done))
+
+    def _apply(self, model: ir.Model, plan: _Plan) -> None:
+        node = plan.site.node
+        node.domain = self.target_domain
+        for name in plan.drop:
+            node.attributes.pop(name, None)
+        if plan.set_axis:
+            node.attributes["axis"] = ir.AttrInt64("axis", 1)
+            self.warnings.append(
+                ConvertWarning(
+                    f"{plan.where}: com.microsoft without axis and a 1-D scale; ONNX Runtime "
+                    "applies it on axis 1, so the ai.onnx node gets axis=1",
+                    node.name or "",
+                    plan.site.label,
+                )
+            )
+        if self.to == "com.microsoft":
+            graph = plan.site.graph
+            imports = graph.opset_imports if isinstance(graph, ir.Function) else None
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+            if imports is not None:
+                imports.setdefault(MS_DOMAIN, 1)
+
+    def _refusal(self, failed: list[_Plan]) -> str:
+        count = f"{len(failed)} node(s)"
+        if self.to == "com.microsoft":
+            return f"cannot convert {count} to com.microsoft; nothing written: {_describe(failed)}"
+        lowest = [p.lowest_opset for p in failed]
+        if all(v is not None for v in lowest):
+            opset = max(v for v in lowest if v is not None)
+            hint = (
+                f"; the lowest ai.onnx opset that expresses them is {opset}: "
+                f"run `qlrewrite upgrade --opset {opset}`"
+            )
+        else:
+            hint = "; some of them no ai.onnx opset expresses, or their element types are unknown"
+        return (
+            f"cannot convert {count} to ai.onnx at the model's opset{hint}; nothing written: "
+            f"{_describe(failed)}"
+        )
+
+
+def convert(model: ir.Model, to: str) -> ir.Model:
+    """Convert every Q/DQ node of ``model`` (in place) to ``to`` ("onnx" or "com.microsoft").
+
+    Raises :class:`~qlrewrite.errors.Refusal` (model unchanged) if some node cannot be
+    expressed in the target domain. Returns the model.
+    """
+    return ConvertDomainPass(to)(model).model
