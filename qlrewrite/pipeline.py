@@ -18,7 +18,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io
-from qlrewrite.errors import InputError, Refusal
+from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.weightless import weightless_proto
 
 __all__ = [
@@ -163,10 +163,22 @@ def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
 
 
 def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """Run ``passes`` in order on ``model`` and return the resulting model."""
+    """Run ``passes`` in order on ``model`` and return the resulting model.
+
+    A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
+    error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
+    """
     if not passes:
         return model
-    return ir.passes.PassManager(list(passes))(model).model
+    try:
+        return ir.passes.PassManager(list(passes))(model).model
+    except ir.passes.PassError as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, QlrewriteError):
+            cause = cause.__cause__
+        if cause is None:
+            raise
+        raise cause from exc
 
 
 def validate_output(model: ir.Model, source: Path | None = None) -> None:
