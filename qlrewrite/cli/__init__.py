@@ -6,7 +6,10 @@ import click
 
 from qlrewrite import __version__
 from qlrewrite.cli._common import debug_option
+from qlrewrite.cli.check import check_command
+from qlrewrite.cli.fold import fold_command
 from qlrewrite.cli.info import info_command
+from qlrewrite.cli.rules import rules_command
 
 __all__ = ["main"]
 
@@ -32,4 +35,7 @@ def main() -> None:
 
 # --- command registration (one line per command) ---
 main.add_command(info_command)
+main.add_command(check_command)
+main.add_command(rules_command)
+main.add_command(fold_command)
 # --- end of command registration ---

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
+from qlrewrite.render import finding_line
 
 __all__ = [
     "debug_option",
@@ -154,8 +155,7 @@ def human_bytes(count: int) -> str:
 
 def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
     for finding in findings[:limit]:
-        where = f"{finding.graph}/{finding.node or finding.op_type}"
-        click.echo(f"  {finding.severity} {finding.rule} {where}: {finding.message}", err=True)
+        click.echo(f"  {finding_line(finding)}", err=True)
     if len(findings) > limit:
         click.echo(f"  ... and {len(findings) - limit} more", err=True)
 

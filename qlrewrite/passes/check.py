@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 
 import onnx
 import onnx_ir as ir
@@ -20,22 +20,92 @@ from qlrewrite import model_io, opsets
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes
-from qlrewrite.rules import CHECKS
+from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["CheckPass", "check_model", "check_path"]
+__all__ = ["CheckPass", "check", "check_model", "check_path", "filter_report", "select_rules"]
+
+
+def check(
+    model_or_path: ir.Model | onnx.ModelProto | str | os.PathLike,
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+) -> Report:
+    """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
+
+    ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
+    check --select/--ignore``. A path that cannot be read gives a Report with ``error``;
+    a ``ModelProto`` is checked as if its file were in the current folder.
+    """
+    codes = select_rules(select, ignore)
+    if isinstance(model_or_path, ir.Model):
+        report = check_model(model_or_path, path=model_or_path.meta.get("qlrewrite.source"))
+    elif isinstance(model_or_path, onnx.ModelProto):
+        try:
+            model = ir.serde.deserialize_model(model_or_path)
+        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
+            return Report(error=f"not a valid ONNX model ({exc})".splitlines()[0])
+        model.meta["qlrewrite.proto"] = model_or_path
+        report = check_model(model)
+    else:
+        report = check_path(model_or_path)
+    return filter_report(report, codes)
+
+
+def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:
+    """The rule codes enabled by ``select`` / ``ignore`` codes or prefixes, as ruff does.
+
+    No ``select`` means every rule (``ALL`` too). When a code matches both lists, the longer
+    (more specific) prefix wins; on a tie ``ignore`` wins. An entry that matches no rule
+    code raises InputError naming it.
+    """
+    selected = _prefixes(select, "--select")
+    ignored = _prefixes(ignore, "--ignore")
+    enabled = set()
+    for code in RULES:
+        best_select = max((len(p) for p in selected if code.startswith(p)), default=-1)
+        if not selected:
+            best_select = 0
+        best_ignore = max((len(p) for p in ignored if code.startswith(p)), default=-1)
+        if best_select >= 0 and best_select > best_ignore:
+            enabled.add(code)
+    return frozenset(enabled)
+
+
+def _prefixes(entries: Iterable[str], option: str) -> list[str]:
+    prefixes = []
+    for entry in entries:
+        for raw in entry.split(","):
+            prefix = raw.strip().upper()
+            if not prefix:
+                continue
+            if prefix == "ALL":
+                prefix = ""
+            elif not any(code.startswith(prefix) for code in RULES):
+                raise InputError(f"{option}: unknown rule code or prefix '{raw.strip()}'")
+            prefixes.append(prefix)
+    return prefixes
+
+
+def filter_report(report: Report, codes: Collection[str]) -> Report:
+    """``report`` keeping only the findings of rules in ``codes``."""
+    if all(f.rule in codes for f in report.findings):
+        return report
+    return dataclasses.replace(report, findings=[f for f in report.findings if f.rule in codes])
 
 
 def check_path(path: str | os.PathLike) -> Report:
     """Load and check one model file; an unreadable file gives a Report with ``error``.
 
-    Missing or corrupt tensor data is reported as findings (QL6xx), not as an error.
+    Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
+    error is one line without the path (the Report has it).
     """
     try:
         model = model_io.load(path, check_data=False)
     except InputError as exc:
-        return Report(path=str(path), error=str(exc))
+        return Report(path=str(path), error=str(exc).removeprefix(f"{path}: "))
     return check_model(model, path=str(path))
 
 
