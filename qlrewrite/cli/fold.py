@@ -1,0 +1,102 @@
+"""`qlrewrite fold`: constant-fold quantized initializers."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.passes.fold import FoldPass
+
+__all__ = ["SIZE", "fold_command", "parse_size"]
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    **{p: 1000**i for i, p in enumerate("kmgt", start=1)},
+    **{f"{p}b": 1000**i for i, p in enumerate("kmgt", start=1)},
+    **{f"{p}ib": 1024**i for i, p in enumerate("kmgt", start=1)},
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``4GB``, ``500MB``, ``1.5GiB``, ``1024`` (KB/MB/GB decimal, KiB/MiB/GiB binary)."""
+    match = _SIZE.match(text.lower())
+    if match is None or match.group(2) not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (examples: 4GB, 500MB, 1.5GiB, 1048576)")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+class _SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):  # click's signature
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+SIZE = _SizeType()
+
+
+@click.command(
+    "fold",
+    epilog="""\b
+Examples:
+  qlrewrite fold model.onnx                      # writes model.fold.onnx
+  qlrewrite fold model.onnx -o folded.onnx --max-size 4GB
+  qlrewrite fold model.onnx --keep-dq -o smaller.onnx
+  qlrewrite fold model.onnx --dry-run --report fold.json
+""",
+)
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option(
+    "--keep-dq",
+    is_flag=True,
+    help="Fold only QuantizeLinear of constants; keep every DequantizeLinear (QDQ form).",
+)
+@click.option(
+    "--max-size",
+    type=SIZE,
+    default=None,
+    help="Refuse (exit 1, write nothing) if the output's initializers would exceed SIZE "
+    "(4GB, 500MB, 1.5GiB or bytes).",
+)
+@rewrite_options
+@run_command
+def fold_command(  # noqa: PLR0917 (one parameter per click option)
+    model: Path,
+    keep_dq: bool,
+    max_size: int | None,
+    output: Path | None,
+    in_place: bool,
+    dry_run: bool,
+    report_path: Path | None,
+    external_data: bool | None,
+    quiet: bool,
+) -> None:
+    """Constant-fold QuantizeLinear / DequantizeLinear of constant inputs.
+
+    Dequantized weights become float initializers bit-exact with ONNX Runtime (with
+    --keep-dq, quantized weights become quantized initializers). Values are computed
+    while the output is written, tensor by tensor, so memory stays small at any model
+    size. A model with error findings is refused (exit 1) and nothing is written.
+    """
+    run_rewrite(
+        model,
+        [FoldPass(keep_dq=keep_dq)],
+        command="fold",
+        output=output,
+        in_place=in_place,
+        dry_run=dry_run,
+        report_path=report_path,
+        external_data=external_data,
+        quiet=quiet,
+        max_size=max_size,
+    )

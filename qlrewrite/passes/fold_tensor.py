@@ -1,0 +1,201 @@
+"""Folded values: QuantizeLinear / DequantizeLinear of constants, computed when saved.
+
+A :class:`FoldedTensor` is an ``onnx_ir.LazyTensor`` holding one Q or DQ applied to
+constant operands. Nothing is computed until the value is needed. When onnx_ir writes
+it to an external data file (:meth:`FoldedTensor.tofile`), it is computed and written
+in chunks of rows (along axis 0), the next chunk computed while the previous one is
+written, so memory holds the input tensor plus two output chunks. The input of a
+folded DQ may itself be a folded Q (a Q -> DQ chain): it is then read chunk by chunk
+too, and the intermediate quantized tensor never exists whole.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import math
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import numpy as np
+import onnx_ir as ir
+
+__all__ = ["CHUNK_BYTES", "ConstOperand", "FoldSpec", "FoldedTensor", "Operand"]
+
+#: Output bytes computed per chunk when a folded tensor is written to a file.
+CHUNK_BYTES = 4 << 20
+
+#: Reads rows ``[start, stop)`` of axis 0 (the whole array for a scalar).
+RowReader = Callable[[int, int], np.ndarray]
+
+
+class Operand(Protocol):
+    """The x input of a folded node: a constant tensor or another folded tensor."""
+
+    @property
+    def shape(self) -> ir.Shape: ...
+
+    def rows(self) -> RowReader:
+        """A reader of row ranges; the data it needs stays loaded while it lives."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstOperand:
+    """A constant tensor (initializer or Constant node value) as an operand."""
+
+    tensor: ir.TensorProtocol
+
+    @property
+    def shape(self) -> ir.Shape:
+        return self.tensor.shape
+
+    def rows(self) -> RowReader:
+        array = np.asarray(self.tensor.numpy())  # external data: memory-mapped or unpacked once
+        if array.ndim == 0:
+            return lambda start, stop: array
+        return lambda start, stop: array[start:stop]
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldSpec:
+    """What to compute: the op and its attributes with the defaults of its version applied."""
+
+    quantize: bool
+    axis: int
+    block_size: int
+    output_dtype: ir.DataType
+    saturate: int = 1
+    precision: int = 0
+
+
+class FoldedTensor(ir.LazyTensor):
+    """``Q(x, scale, zero_point)`` or ``DQ(x, scale, zero_point)`` of constants, lazily."""
+
+    __slots__ = ("scale", "spec", "x", "zero_point")
+
+    def __init__(
+        self,
+        spec: FoldSpec,
+        x: Operand,
+        scale: ir.TensorProtocol,
+        zero_point: ir.TensorProtocol | None,
+        *,
+        name: str | None = None,
+    ) -> None:
+        shape = ir.Shape(x.shape.numpy())
+        super().__init__(self._whole, spec.output_dtype, shape, name=name)
+        self.spec = spec
+        self.x = x
+        self.scale = scale
+        self.zero_point = zero_point
+
+    # ---------------------------------------------------------------- computing
+
+    def rows(self) -> RowReader:
+        """A reader of output rows: loads x (or opens the chained Q), scale and zero point."""
+        x_rows = self.x.rows()
+        scale = np.asarray(self.scale.numpy())
+        zero_point = None if self.zero_point is None else np.asarray(self.zero_point.numpy())
+        spec = self.spec
+        shape = self.shape.numpy()
+        rank = len(shape)
+        if rank == 0:
+            return lambda start, stop: self._kernel(x_rows(0, 0), scale, zero_point)
+        n0 = shape[0]
+        axis = spec.axis + rank if spec.axis < 0 else spec.axis
+        block = spec.block_size if axis == 0 else 0
+        # The scale follows axis 0 when blocked on it or per-axis on it.
+        per_axis0 = axis == 0 and block == 0 and scale.ndim == 1 and scale.shape[0] == n0 > 1
+
+        def read(start: int, stop: int) -> np.ndarray:
+            if block:
+                lo, hi = start // block * block, min(-(-stop // block) * block, n0)
+                s_lo, s_hi = lo // block, -(-hi // block)
+                out = self._kernel(
+                    x_rows(lo, hi),
+                    scale[s_lo:s_hi],
+                    None if zero_point is None else zero_point[s_lo:s_hi],
+                )
+                return out[start - lo : stop - lo]
+            if per_axis0:
+                return self._kernel(
+                    x_rows(start, stop),
+                    scale[start:stop],
+                    None if zero_point is None else zero_point[start:stop],
+                )
+            return self._kernel(x_rows(start, stop), scale, zero_point)
+
+        return read
+
+    def _kernel(
+        self, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None
+    ) -> np.ndarray:
+        from qlrewrite.kernels import dequantize, quantize  # here: keeps the CLI light
+
+        spec = self.spec
+        if spec.quantize:
+            return quantize(
+                x,
+                scale,
+                zero_point,
+                axis=spec.axis,
+                block_size=spec.block_size,
+                saturate=bool(spec.saturate),
+                output_dtype=spec.output_dtype,
+                precision=spec.precision or None,
+            )
+        return dequantize(
+            x,
+            scale,
+            zero_point,
+            axis=spec.axis,
+            block_size=spec.block_size,
+            output_dtype=spec.output_dtype,
+        )
+
+    def _whole(self) -> ir.Tensor:
+        shape = self.shape.numpy()
+        array = self.rows()(0, shape[0] if shape else 0)
+        return ir.Tensor(np.asarray(array), dtype=self.dtype, name=self.name)
+
+    # ---------------------------------------------------------------- writing
+
+    def chunk_rows(self) -> int:
+        """Rows per chunk: about CHUNK_BYTES of output, aligned to blocks and byte packing."""
+        shape = self.shape.numpy()
+        row_elements = math.prod(shape[1:])
+        row_bytes = max(1, math.ceil(row_elements * self.dtype.bitwidth / 8))
+        multiple = 1
+        axis = self.spec.axis + len(shape) if self.spec.axis < 0 else self.spec.axis
+        if axis == 0 and self.spec.block_size > 0:
+            multiple = self.spec.block_size
+        if self.dtype.bitwidth < 8:  # packed types: whole bytes per chunk
+            multiple = math.lcm(multiple, 4)
+        rows = max(1, CHUNK_BYTES // row_bytes)
+        return max(multiple, rows // multiple * multiple)
+
+    def iter_chunks(self) -> Iterator[bytes]:
+        """The tensor's bytes in chunks of rows, each computed ahead of its consumer."""
+        shape = self.shape.numpy()
+        if not shape or self.size == 0:
+            yield self._whole().tobytes()
+            return
+        read = self.rows()
+        step = self.chunk_rows()
+        ranges = [(start, min(start + step, shape[0])) for start in range(0, shape[0], step)]
+
+        def compute(bounds: tuple[int, int]) -> bytes:
+            return ir.Tensor(np.asarray(read(*bounds)), dtype=self.dtype).tobytes()
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(compute, ranges[0])
+            for bounds in ranges[1:]:
+                done, pending = pending, pool.submit(compute, bounds)
+                yield done.result()
+            yield pending.result()
+
+    def tofile(self, file) -> None:  # any binary file object
+        """Compute and write the tensor chunk by chunk."""
+        for data in self.iter_chunks():
+            file.write(data)
