@@ -120,6 +120,8 @@ def rewrite(
             report,
         )
     bytes_before = model_io.initializer_bytes(model)
+    if external_data is None and model_io.uses_external_data(model):
+        external_data = True  # decided on the input: a pass may replace every external tensor
     model = run_passes(model, passes)
     validate_output(model, input_path)
     bytes_after = model_io.initializer_bytes(model)
