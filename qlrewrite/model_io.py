@@ -321,13 +321,16 @@ def save(
     threshold: int = EXTERNAL_DATA_THRESHOLD,
     max_workers: int | None = None,
     callback: Callable[[ir.TensorProtocol, ir.external_data.CallbackInfo], None] | None = None,
+    before_commit: Callable[[Path], None] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
     ``external_data=None`` decides: external data if the model already uses it or its
     initializers exceed ``threshold`` bytes. The data file is ``<file name>.data``
     beside the output with a relative location. On any failure nothing is left behind:
-    neither a partial output nor a temporary file.
+    neither a partial output nor a temporary file. ``before_commit`` is called with the
+    staged model file (data file beside it) before anything is moved into place; if it
+    raises, nothing is written (``--verify`` uses it).
     """
     path = Path(path).absolute()
     folder = path.parent
@@ -360,6 +363,8 @@ def save(
         written = [p for p in (staged_data, staged_model) if p.exists()]
         for staged in written:
             _fsync(staged)
+        if before_commit is not None:
+            before_commit(staged_model)
         for staged in written:  # data first: the model never points at missing data
             os.replace(staged, folder / staged.name)
         _fsync_dir(folder)
