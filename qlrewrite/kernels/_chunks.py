@@ -1,0 +1,219 @@
+"""Granularity layout, cache-sized chunks and the thread pool the kernels share.
+
+Every Q/DQ is seen as a 3-D problem ``(P, C, Q)``: C is the quantization axis, P the dims
+before it, Q the dims after it (per-tensor: ``(N, 1, 1)``). The scale is a ``(P', S, Q')``
+array broadcast against it (per-axis ``(1, C, 1)``, blocked ``(P, ceil(C/B), Q)``).
+Chunks are slices of about ``CHUNK`` elements; each chunk is split into *parts*, views on
+which one broadcast scale applies (blocked chunks: a partial head block, the whole blocks
+viewed as ``(p, nblocks, B, q)``, a partial tail block). No loop runs over elements or blocks.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = ["CHUNK", "Layout", "layout", "run_chunks", "scratch", "thread_count"]
+
+#: Elements per chunk: 256 KiB of float32 temporaries, well inside L2.
+CHUNK = 1 << 16
+
+_F32 = np.dtype(np.float32)
+_local = threading.local()
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How x, scale and zero point line up (see the module docstring)."""
+
+    P: int
+    C: int
+    Q: int
+    block: int  # 0: not blocked
+    scale_shape: tuple[int, int, int]
+
+
+def layout(
+    x_shape: Sequence[int],
+    scale: np.ndarray,
+    zero_point: np.ndarray | None,
+    axis: int,
+    block_size: int,
+) -> Layout:
+    """Check the granularity of (x, scale, zero point) and return the 3-D layout."""
+    rank = len(x_shape)
+    if (
+        zero_point is not None
+        and zero_point.shape != scale.shape
+        and not (zero_point.size == 1 and scale.size == 1)
+    ):
+        raise ValueError(
+            f"zero point shape {zero_point.shape} differs from scale shape {scale.shape}"
+        )
+    size = math.prod(x_shape)
+    if block_size < 0:
+        raise ValueError(f"block_size must be >= 0, got {block_size}")
+    if block_size == 0:
+        if scale.size == 1 and scale.ndim <= 1:
+            return Layout(size, 1, 1, 0, (1, 1, 1))
+        if scale.ndim != 1:
+            raise ValueError(
+                f"scale of shape {scale.shape} needs block_size > 0 "
+                "(per-tensor: scalar, per-axis: 1-D)"
+            )
+    ax = _axis(axis, rank)
+    pre, dim, post = math.prod(x_shape[:ax]), x_shape[ax], math.prod(x_shape[ax + 1 :])
+    if block_size == 0:
+        if scale.shape[0] != dim:
+            raise ValueError(
+                f"per-axis scale has {scale.shape[0]} elements, x has {dim} along axis {axis}"
+            )
+        return Layout(pre, dim, post, 0, (1, dim, 1))
+    if scale.ndim != rank:
+        raise ValueError(f"blocked scale must have the rank of x ({rank}), got {scale.ndim}")
+    for i, (d, s) in enumerate(zip(x_shape, scale.shape, strict=True)):
+        if i != ax and d != s:
+            raise ValueError(
+                f"blocked scale shape {scale.shape} differs from x shape {tuple(x_shape)} "
+                f"outside axis {axis}"
+            )
+    if -(-dim // block_size) != scale.shape[ax]:
+        raise ValueError(
+            f"block_size {block_size} does not fit: {dim} elements along axis {axis} "
+            f"need {-(-dim // block_size)} blocks, scale has {scale.shape[ax]}"
+        )
+    return Layout(pre, dim, post, block_size, (pre, scale.shape[ax], post))
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def _split(view: np.ndarray, blocks: int, block: int) -> np.ndarray:
+    """View (p, blocks*block, q) as (p, blocks, block, q) without copying."""
+    sp, sc, sq = view.strides
+    p, _, q = view.shape
+    return as_strided(view, (p, blocks, block, q), (sp, sc * block, sc, sq), writeable=True)
+
+
+def parts(
+    lay: Layout, chunk: tuple[int, int, int, int, int, int], arrays: Sequence[np.ndarray]
+) -> Iterator[tuple[tuple[int, int, int, int, int, int, int], list[np.ndarray]]]:
+    """Split a chunk into parts with one broadcast scale each.
+
+    ``arrays`` are (P, C, Q) views of x and output; yields the scale slice
+    (p0, p1, s0, s1, q0, q1, split) and the matching views of each array. ``split`` is the
+    block size when the views are 4-D (p, blocks, B, q): the scale slice then needs a new
+    axis at 2.
+    """
+    p0, p1, c0, c1, q0, q1 = chunk
+    sp0, sp1 = (p0, p1) if lay.scale_shape[0] > 1 else (0, 1)
+    sq0, sq1 = (q0, q1) if lay.scale_shape[2] > 1 else (0, 1)
+    B = lay.block
+    if not B:
+        s0, s1 = (c0, c1) if lay.scale_shape[1] > 1 else (0, 1)
+        yield (sp0, sp1, s0, s1, sq0, sq1, 0), [a[p0:p1, c0:c1, q0:q1] for a in arrays]
+        return
+    head_end = min(c1, -(-c0 // B) * B)
+    if head_end > c0:  # partial block at the start
+        b = c0 // B
+        yield (sp0, sp1, b, b + 1, sq0, sq1, 0), [a[p0:p1, c0:head_end, q0:q1] for a in arrays]
+    start = max(c0, head_end)
+    mid_end = max(start, c1 // B * B)
+    if mid_end > start:
+        n = (mid_end - start) // B
+        views = [_split(a[p0:p1, start:mid_end, q0:q1], n, B) for a in arrays]
+        yield (sp0, sp1, start // B, mid_end // B, sq0, sq1, B), views
+    if c1 > mid_end >= start:  # partial (ragged or cut) block at the end
+        b = mid_end // B
+        yield (sp0, sp1, b, b + 1, sq0, sq1, 0), [a[p0:p1, mid_end:c1, q0:q1] for a in arrays]
+
+
+def chunks(lay: Layout, target: int = CHUNK) -> list[tuple[int, int, int, int, int, int]]:
+    """Slices (p0, p1, c0, c1, q0, q1) of about ``target`` elements covering (P, C, Q)."""
+    P, C, Q = lay.P, lay.C, lay.Q
+    if P * C * Q == 0:
+        return []
+    if target >= C * Q:
+        k = max(1, target // (C * Q))
+        return [(p, min(P, p + k), 0, C, 0, Q) for p in range(0, P, k)]
+    if target >= Q:
+        k = max(1, target // Q)
+        if lay.block and k > lay.block:
+            k -= k % lay.block  # chunks hold whole blocks
+        return [(p, p + 1, c, min(C, c + k), 0, Q) for p in range(P) for c in range(0, C, k)]
+    return [
+        (p, p + 1, c, c + 1, q, min(Q, q + target))
+        for p in range(P)
+        for c in range(C)
+        for q in range(0, Q, target)
+    ]
+
+
+def thread_count(threads: int | None = None) -> int:
+    """Threads to use: ``threads``, else $QLREWRITE_THREADS, else the usable cores."""
+    if threads is None:
+        env = os.environ.get("QLREWRITE_THREADS", "").strip()
+        if env:
+            try:
+                threads = int(env)
+            except ValueError as err:
+                raise ValueError(f"QLREWRITE_THREADS must be an integer, got {env!r}") from err
+        else:
+            try:
+                threads = len(os.sched_getaffinity(0))
+            except AttributeError:  # pragma: no cover - not Linux
+                threads = os.cpu_count() or 1
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    return threads
+
+
+def run_chunks(
+    work: Callable[[tuple[int, int, int, int, int, int]], None],
+    plan: list[tuple[int, int, int, int, int, int]],
+    threads: int | None,
+) -> None:
+    """Run ``work`` on every chunk, on a shared pool when there are several chunks."""
+    n = min(thread_count(threads), len(plan))
+    if n <= 1:
+        for chunk in plan:
+            work(chunk)
+        return
+    with _pools_lock:
+        pool = _pools.get(n)
+        if pool is None:
+            pool = _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="qlrewrite-kernel")
+    # one task per thread, each walking an interleaved share of the chunks
+    futures = [pool.submit(_walk, work, plan[i::n]) for i in range(n)]
+    for future in futures:
+        future.result()
+
+
+def _walk(work: Callable[[tuple[int, int, int, int, int, int]], None], plan: list) -> None:
+    for chunk in plan:
+        work(chunk)
+
+
+def scratch(shape: tuple[int, ...], dtype: np.dtype = _F32, slot: int = 0) -> np.ndarray:
+    """A per-thread reusable temporary of ``shape`` (contiguous, uninitialised)."""
+    n = math.prod(shape)
+    key = (slot, np.dtype(dtype))
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = {}
+    buf = bufs.get(key)
+    if buf is None or buf.size < n:
+        buf = bufs[key] = np.empty(max(n, CHUNK), dtype)
+    return buf[:n].reshape(shape)

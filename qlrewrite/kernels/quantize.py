@@ -1,0 +1,168 @@
+"""QuantizeLinear on NumPy arrays, bit-exact with ONNX Runtime's CPU kernel.
+
+``y = saturate(rint(x / scale) + zero_point)``: the division is done in float32 (also for
+float16 / bfloat16 x, as ORT does), rounding is half to even, saturation happens in float
+before any integer conversion, so +-inf and quotients beyond the int32 range land on the
+right end of the range, and NaN gives the low end (ORT's result on every path).
+Float8 outputs: ``saturate`` clamps to +-max (NaN stays NaN), otherwise out-of-range values
+become NaN or inf as the type allows; float4 / float6 always clamp. Zero points of float
+outputs are ignored, as ORT does.
+
+Deviations (all pinned by tests):
+- from ONNX Runtime: ORT wraps +inf and quotients >= 2**31 to the low end in some paths
+  (float16 x per tensor, blocked on a non-last axis, 4-bit per-axis / blocked on the last
+  axis); the spec and this kernel saturate.
+- from onnx.reference: the reference wraps quotients beyond the int32 range and +-inf to the
+  low end, divides float16 x in float16, and (Q-23 without ``precision``) divides in the
+  promoted type; here the division is in float32 when x and scale share a type (ORT), else in
+  the scale's type (the spec), or in ``precision`` when given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from qlrewrite.kernels._chunks import chunks, layout, parts, run_chunks, scratch
+from qlrewrite.kernels._types import (
+    FLOAT8_TYPES,
+    FLOAT_TYPES,
+    INT_RANGES,
+    MINIFLOAT_TYPES,
+    SCALE_TYPES,
+    float_max,
+    to_dtype,
+)
+
+__all__ = ["quantize"]
+
+_F32 = np.dtype(np.float32)
+_SUB_BYTE = {
+    np.dtype(ml_dtypes.int4): 0x0F,
+    np.dtype(ml_dtypes.uint4): 0x0F,
+    np.dtype(ml_dtypes.int2): 0x03,
+    np.dtype(ml_dtypes.uint2): 0x03,
+}
+
+
+def quantize(
+    x: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray | None = None,
+    *,
+    axis: int = 1,
+    block_size: int = 0,
+    saturate: bool = True,
+    output_dtype: Any = None,
+    precision: Any = None,
+    threads: int | None = None,
+) -> np.ndarray:
+    """QuantizeLinear: ``saturate(round(x / scale) + zero_point)`` per tensor, axis or block.
+
+    The output type is the zero point's, else ``output_dtype``, else uint8. ``precision``
+    (Q-23) is the type the division is done in. Types may be numpy dtypes, onnx_ir
+    DataTypes or TensorProto ints (0 = unset). Raises ValueError for invalid combinations.
+    """
+    x = np.ascontiguousarray(x)
+    scale = np.asarray(scale)
+    zp = None if zero_point is None else np.asarray(zero_point)
+    out_dtype = _output_type(x, scale, zp, output_dtype)
+    div_dtype = _division_type(x, scale, precision)
+    lay = layout(x.shape, scale, zp, axis, block_size)
+    out = np.empty(x.shape, out_dtype)
+    if out.size == 0:
+        return out
+    s3 = scale.astype(div_dtype).astype(_F32).reshape(lay.scale_shape)
+    zp3 = None
+    if zp is not None and out_dtype in INT_RANGES:
+        zp3 = zp.astype(_F32).reshape(lay.scale_shape)
+        if not np.any(zp3):
+            zp3 = None
+    x3 = x.reshape(lay.P, lay.C, lay.Q)
+    o3 = out.reshape(lay.P, lay.C, lay.Q)
+    if out_dtype in _SUB_BYTE:
+        o3 = o3.view(np.int8 if INT_RANGES[out_dtype][0] < 0 else np.uint8)
+    finish = _finisher(out_dtype, saturate)
+
+    def work(chunk):
+        for (a0, a1, b0, b1, c0, c1, split), (xv, ov) in parts(lay, chunk, (x3, o3)):
+            s = s3[a0:a1, b0:b1, c0:c1]
+            z = None if zp3 is None else zp3[a0:a1, b0:b1, c0:c1]
+            if split:
+                s = s[:, :, None, :]
+                z = None if z is None else z[:, :, None, :]
+            tmp = scratch(xv.shape)
+            if x.dtype == _F32:
+                np.divide(xv, s, out=tmp)
+            else:
+                np.copyto(tmp, xv, casting="unsafe")  # exact for float16 / bfloat16
+                np.divide(tmp, s, out=tmp)
+            if div_dtype != _F32:  # correctly rounded in the narrower type
+                np.copyto(tmp, tmp.astype(div_dtype), casting="unsafe")
+            finish(tmp, z, ov)
+
+    with np.errstate(all="ignore"):
+        run_chunks(work, chunks(lay), threads)
+    return out
+
+
+def _finisher(out_dtype: np.dtype, saturate: bool):
+    """The function turning float32 quotients into the output type, in place."""
+    if out_dtype in INT_RANGES:
+        lo, hi = INT_RANGES[out_dtype]
+        mask = _SUB_BYTE.get(out_dtype)
+
+        def to_int(tmp, z, ov):
+            np.rint(tmp, out=tmp)
+            if z is not None:
+                np.add(tmp, z, out=tmp)
+            np.clip(tmp, lo, hi, out=tmp)
+            np.copyto(tmp, lo, where=np.isnan(tmp))  # ORT: NaN -> low end
+            np.copyto(ov, tmp, casting="unsafe")
+            if mask is not None and lo < 0:
+                view = ov.view(np.uint8)
+                np.bitwise_and(view, mask, out=view)  # ml_dtypes' canonical bytes
+
+        return to_int
+
+    clamp = float_max(out_dtype) if (saturate or out_dtype not in FLOAT8_TYPES) else None
+
+    def to_float(tmp, z, ov):
+        if clamp is not None:
+            np.clip(tmp, -clamp, clamp, out=tmp)
+        np.copyto(ov, tmp, casting="unsafe")
+
+    return to_float
+
+
+def _output_type(
+    x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, output_dtype: Any
+) -> np.dtype:
+    if x.dtype not in FLOAT_TYPES and x.dtype != np.int32:
+        raise ValueError(f"QuantizeLinear cannot read x of type {x.dtype}")
+    if scale.dtype not in SCALE_TYPES:
+        raise ValueError(f"QuantizeLinear scale type {scale.dtype} is not supported")
+    out = to_dtype(output_dtype)
+    if zp is not None:
+        if out is not None and out != zp.dtype:
+            raise ValueError(f"output_dtype {out} differs from zero point type {zp.dtype}")
+        out = zp.dtype
+    if out is None:
+        out = np.dtype(np.uint8)
+    if (out not in INT_RANGES and out not in MINIFLOAT_TYPES) or out == np.int32:
+        raise ValueError(f"QuantizeLinear cannot output {out}")
+    return out
+
+
+def _division_type(x: np.ndarray, scale: np.ndarray, precision: Any) -> np.dtype:
+    """float32 when x and scale share a type (ORT); else ``precision``, else the scale's."""
+    prec = to_dtype(precision)
+    if prec is not None:
+        if prec not in FLOAT_TYPES:
+            raise ValueError(f"precision must be float32, float16 or bfloat16, got {prec}")
+        return prec
+    if x.dtype == scale.dtype or scale.dtype not in FLOAT_TYPES:
+        return _F32
+    return scale.dtype
