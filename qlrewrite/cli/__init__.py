@@ -7,9 +7,11 @@ import click
 from qlrewrite import __version__
 from qlrewrite.cli._common import debug_option
 from qlrewrite.cli.check import check_command
+from qlrewrite.cli.convert import convert_command
 from qlrewrite.cli.fold import fold_command
 from qlrewrite.cli.info import info_command
 from qlrewrite.cli.rules import rules_command
+from qlrewrite.cli.upgrade import upgrade_command
 
 __all__ = ["main"]
 
@@ -38,4 +40,6 @@ main.add_command(info_command)
 main.add_command(check_command)
 main.add_command(rules_command)
 main.add_command(fold_command)
+main.add_command(convert_command)
+main.add_command(upgrade_command)
 # --- end of command registration ---

@@ -1,0 +1,63 @@
+"""`qlrewrite upgrade`: raise a model's ai.onnx opset, on models of any size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.passes.upgrade import UpgradePass
+
+__all__ = ["upgrade_command"]
+
+
+@click.command(
+    "upgrade",
+    epilog="""\b
+Examples:
+  qlrewrite upgrade model.onnx --opset 21             # writes model.upgrade.onnx
+  qlrewrite upgrade opset12.onnx --opset 13 -o fixed.onnx
+  qlrewrite upgrade big.onnx --opset 23 --in-place --report upgrade.json
+""",
+)
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option(
+    "--opset",
+    type=click.IntRange(min=1),
+    required=True,
+    help="The ai.onnx opset to convert to (at least the model's current one).",
+)
+@rewrite_options
+@run_command
+def upgrade_command(  # noqa: PLR0917 (one parameter per click option)
+    model: Path,
+    opset: int,
+    output: Path | None,
+    in_place: bool,
+    dry_run: bool,
+    report_path: Path | None,
+    external_data: bool | None,
+    quiet: bool,
+) -> None:
+    """Convert the model to ai.onnx opset N with ONNX's version converter.
+
+    Weights never pass through the converter (it sees a weight-free copy), so models
+    above 2 GB with external data work. Then com.microsoft Q/DQ nodes become ai.onnx
+    where opset N expresses them, the IR version is raised to what the opset and the
+    element types need, and unused opset imports are dropped. Q/DQ attributes newer than
+    the input's opset (DQ `axis` at opset 12, as ORT's quantizer writes) are repaired.
+    The output must pass onnx.checker and `qlrewrite check`, or nothing is written.
+    Downgrades are a usage error (exit 2).
+    """
+    run_rewrite(
+        model,
+        [UpgradePass(opset)],
+        command="upgrade",
+        output=output,
+        in_place=in_place,
+        dry_run=dry_run,
+        report_path=report_path,
+        external_data=external_data,
+        quiet=quiet,
+    )

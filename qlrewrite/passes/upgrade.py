@@ -1,0 +1,178 @@
+"""Upgrade a model's ai.onnx opset, on models of any size.
+
+1. ONNX's version converter (``onnx.version_converter``) converts every op, on a
+   weight-free copy (:func:`qlrewrite.weightless.weightless_proto`: large initializers
+   become placeholder graph inputs, so nothing above a few bytes is serialized or read).
+2. The converted graph is deserialized and the original tensor objects are put back as
+   initializers of the graphs they came from; the placeholder inputs are removed.
+3. com.microsoft Q/DQ become ai.onnx where the new opset expresses them
+   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict).
+4. The IR version is raised to what the opset and the element types need, and opset
+   imports nothing uses any more are dropped.
+
+Q/DQ attributes newer than the input's opset (ORT's quantizer writes DQ ``axis`` at opset
+12) are repaired by upgrading to an opset that has them: the pass declares the input rule
+codes it repairs in ``repairs_rules`` and the rewritten model is checked again in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx
+import onnx.version_converter
+import onnx_ir as ir
+
+from qlrewrite.errors import InputError, Refusal
+from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning, drop_unused_domain
+from qlrewrite.passes.ir_version import raise_ir_version
+from qlrewrite.weightless import weightless_proto
+
+__all__ = ["UpgradePass", "current_opset", "upgrade"]
+
+#: Initializers above this many bytes never enter the proto handed to the converter.
+_MAX_INLINE_BYTES = 1024
+
+#: Input findings an upgrade can repair: an op, attribute or type newer than the opset.
+REPAIRS = ("QL104", "QL201", "QL301", "QL302", "QL303")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Weight:
+    """A large initializer left out of the converter's proto."""
+
+    graph_index: int  # position in model.graphs()
+    name: str
+    tensor: ir.TensorProtocol
+    is_input: bool  # also a main-graph input (an overridable initializer)
+
+
+def current_opset(model: ir.Model) -> int | None:
+    """The ai.onnx opset the model imports (None: none)."""
+    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+
+
+class UpgradePass(ir.passes.FunctionalPass):
+    """Convert the model to ai.onnx opset ``opset`` (>= the current one); a new model.
+
+    Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
+    converter cannot convert the model. ``.summary`` and ``.warnings`` say what changed.
+    """
+
+    repairs_rules = REPAIRS
+
+    def __init__(self, opset: int) -> None:
+        super().__init__()
+        self.opset = int(opset)
+        self.summary: dict[str, int] = {}
+        self.warnings: list[ConvertWarning] = []
+
+    def requires(self, model: ir.Model) -> None:
+        current = current_opset(model)
+        if current is None:
+            raise InputError("the model imports no ai.onnx opset; nothing to upgrade")
+        if self.opset < current:
+            raise InputError(
+                f"--opset {self.opset} is below the model's ai.onnx opset {current}: "
+                "downgrades are not supported (to move Q/DQ nodes between domains at the "
+                "current opset, use `qlrewrite convert`)"
+            )
+        latest = onnx.defs.onnx_opset_version()
+        if self.opset > latest:
+            raise InputError(
+                f"--opset {self.opset} is above {latest}, the newest opset this onnx "
+                f"({onnx.__version__}) knows"
+            )
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        before = current_opset(model) or 0
+        new = _convert_weightless(model, self.opset)
+        convert = ConvertDomainPass("onnx", strict=False)
+        convert(new)
+        self.warnings = list(convert.warnings)
+        dropped = sum(
+            drop_unused_domain(new, domain)
+            for domain in list(new.opset_imports)
+            if domain not in ("", "ai.onnx")
+        )
+        raise_ir_version(new)
+        self.summary = {
+            "opset_before": before,
+            "opset_after": self.opset,
+            "nodes_converted_to_onnx": convert.summary.get("nodes_converted", 0),
+            "com_microsoft_nodes_left": convert.summary.get("nodes_left", 0),
+            "opset_imports_dropped": int(dropped) + convert.summary.get("opset_imports_dropped", 0),
+            "ir_version_before": model.ir_version,
+            "ir_version_after": new.ir_version,
+        }
+        return ir.passes.PassResult(new, modified=True)
+
+
+def _large_weights(model: ir.Model) -> list[_Weight]:
+    main_inputs = {v.name for v in model.graph.inputs}
+    weights = []
+    for index, graph in enumerate(model.graphs()):
+        for name, value in graph.initializers.items():
+            tensor = value.const_value
+            if tensor is None or tensor.nbytes <= _MAX_INLINE_BYTES:
+                continue
+            is_input = index == 0 and name in main_inputs
+            weights.append(_Weight(index, name, tensor, is_input))
+    names = [w.name for w in weights]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    clashes += sorted(
+        w.name for w in weights if w.graph_index > 0 and w.name in main_inputs
+    )  # a subgraph initializer shadowing a main input
+    if clashes:
+        raise Refusal(
+            f"initializer name(s) {', '.join(clashes[:5])} are used in several graphs; "
+            "rename them before upgrading (nothing written)"
+        )
+    return weights
+
+
+def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
+    """ONNX's version converter on a weight-free copy, with the original weights put back."""
+    weights = _large_weights(model)
+    proto = weightless_proto(model, max_inline_bytes=_MAX_INLINE_BYTES)
+    try:
+        converted = onnx.version_converter.convert_version(proto, opset)
+    except Exception as exc:  # the converter raises RuntimeError, ValueError, ...
+        first = str(exc).strip().splitlines()
+        raise Refusal(
+            f"ONNX's version converter cannot convert this model to opset {opset} "
+            f"({first[0] if first else type(exc).__name__}); nothing written"
+        ) from exc
+    new = ir.serde.deserialize_model(converted)
+    graphs = list(new.graphs())
+    if len(graphs) != len(list(model.graphs())):
+        raise Refusal("ONNX's version converter changed the number of subgraphs; nothing written")
+    inputs = {v.name: v for v in new.graph.inputs}
+    for weight in weights:
+        value = inputs.get(weight.name)
+        if value is None:
+            raise Refusal(
+                f"ONNX's version converter dropped the weight '{weight.name}'; nothing written"
+            )
+        if not weight.is_input:
+            new.graph.inputs.remove(value)
+        value.const_value = weight.tensor
+        graphs[weight.graph_index].register_initializer(value)
+    original_inputs = [v.name for v in model.graph.inputs]
+    if [v.name for v in new.graph.inputs] != original_inputs:
+        raise Refusal("ONNX's version converter changed the graph inputs; nothing written")
+    for key in ("qlrewrite.source", "qlrewrite.proto"):
+        if key in model.meta:
+            new.meta[key] = model.meta[key]
+    return new
+
+
+def upgrade(model: ir.Model, opset: int) -> ir.Model:
+    """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified).
+
+    com.microsoft Q/DQ become ai.onnx where the opset expresses them; the IR version
+    follows. Raises InputError for a downgrade, Refusal when the conversion fails.
+    """
+    upgrade_pass = UpgradePass(opset)
+    upgrade_pass.requires(model)  # a downgrade raises InputError itself, not PreconditionError
+    return upgrade_pass(model).model
