@@ -1,0 +1,142 @@
+"""Renderers of reports and of the rule catalogue; docs/rules.md is up to date."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from qlrewrite import render
+from qlrewrite.findings import Finding, Report
+from qlrewrite.rules import RULES
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
+
+
+def _finding(**kw: object) -> Finding:
+    base = {
+        "rule": "QL403",
+        "severity": "error",
+        "message": "DequantizeLinear 'dq' in main: 100% wrong,\nreally: yes\r",
+        "hint": "fix: it, now",
+        "node": "dq",
+        "op_type": "DequantizeLinear",
+        "opset": 13,
+    }
+    return Finding(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_finding_line_and_summary() -> None:
+    f = _finding(message="m", hint="h")
+    assert render.finding_line(f) == "QL403 error: m (hint: h)"
+    assert render.finding_line(f, "a.onnx") == "a.onnx: QL403 error: m (hint: h)"
+    assert render.finding_line(_finding(message="m", hint="")) == "QL403 error: m"
+    reports = [
+        Report("a.onnx", findings=[f, _finding(severity="warning")], nodes_checked=3),
+        Report("b.onnx", error="empty file"),
+    ]
+    assert render.summary_line(reports) == (
+        "checked 2 file(s), 3 Q/DQ node(s): 1 error(s), 1 warning(s); 1 could not be checked"
+    )
+
+
+def test_github_escapes_data_and_properties() -> None:
+    report = Report("dir,x/a:b%.onnx", findings=[_finding()])
+    line = render.render_github([report]).splitlines()[0]
+    assert line.startswith("::error file=dir%2Cx/a%3Ab%25.onnx,title=QL403 per-axis-scale-length::")
+    data = line.split("::", 2)[2]
+    assert data == (
+        "DequantizeLinear 'dq' in main: 100%25 wrong,%0Areally: yes%0D%0Ahint: fix: it, now"
+    )
+    assert "\n" not in line and "\r" not in line
+    unreadable = render.render_github([Report("m.onnx", error="bad\nthing")]).splitlines()[0]
+    assert unreadable == "::error file=m.onnx,title=unreadable model::bad%0Athing"
+
+
+def test_sarif_locations_and_unreadable_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    inside = str(tmp_path / "m dir" / "a.onnx")  # absolute but inside the current folder
+    outside = "/elsewhere/b.onnx"
+    unnamed = _finding(node="", graph="main/if.then_branch")
+    tensor = Finding(rule="QL605", severity="error", message="tensor 'w'", graph="main")
+    reports = [
+        Report(inside, findings=[unnamed]),
+        Report(outside, findings=[tensor]),
+        Report("c.onnx", error="empty file"),
+    ]
+    doc = json.loads(render.render_sarif(reports, codes=["QL605", "QL403"]))
+    run = doc["runs"][0]
+    assert [r["id"] for r in run["tool"]["driver"]["rules"]] == ["QL403", "QL605"]
+    first, second = run["results"]
+    artifact = first["locations"][0]["physicalLocation"]["artifactLocation"]
+    assert artifact == {"uri": "m%20dir/a.onnx", "uriBaseId": "%SRCROOT%"}
+    logical = first["locations"][0]["logicalLocations"][0]
+    assert logical["name"] == "DequantizeLinear"
+    assert logical["fullyQualifiedName"] == "main/if.then_branch/<DequantizeLinear>"
+    assert first["ruleIndex"] == 0 and second["ruleIndex"] == 1
+    assert second["locations"][0]["physicalLocation"]["artifactLocation"] == {
+        "uri": "file:///elsewhere/b.onnx"
+    }
+    assert second["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == "main"
+    assert first["partialFingerprints"] != second["partialFingerprints"]
+    (invocation,) = run["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (note,) = invocation["toolExecutionNotifications"]
+    assert note["level"] == "error" and note["message"]["text"] == "empty file"
+    assert note["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "c.onnx"
+
+
+def test_json_of_an_unreadable_file() -> None:
+    doc = json.loads(render.render_json([Report("x.onnx", error="empty file")]))
+    assert doc["files"] == [
+        {
+            "path": "x.onnx",
+            "error": "empty file",
+            "findings": [],
+            "summary": {"nodes_checked": 0, "errors": 0, "warnings": 0},
+        }
+    ]
+    assert doc["summary"]["unreadable"] == 1
+
+
+def test_rule_text_has_explanation_and_example() -> None:
+    entry = RULES["QL305"]
+    text = render.rule_text(entry)
+    assert text.splitlines()[0] == f"QL305 scale-type-mismatch (error; {entry.versions})"
+    assert entry.summary in text and entry.explanation in text
+    assert "Example:\n  " + entry.example.splitlines()[0] in text
+
+
+def _github_slug(heading: str) -> str:
+    """GitHub's anchor of a Markdown heading: lower case, punctuation dropped, spaces -> -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_docs_rules_md_is_up_to_date() -> None:
+    assert DOCS.read_text(encoding="utf-8") == render.rules_markdown(), (
+        "docs/rules.md is out of date: run `python -m qlrewrite.render docs/rules.md`"
+    )
+
+
+def test_catalogue_markdown_links_every_rule_to_its_section() -> None:
+    text = render.rules_markdown()
+    headings = {_github_slug(h) for h in re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)}
+    links = re.findall(r"^\| \[(QL\d+)\]\(#([^)]+)\)", text, flags=re.MULTILINE)
+    assert [code for code, _ in links] == list(RULES)
+    for code, anchor in links:
+        assert anchor in headings, code
+        assert f"### {code} {RULES[code].name}" in text
+    for entry in RULES.values():
+        assert entry.example in text and entry.explanation in text
+
+
+def test_render_main_checks_and_writes(tmp_path: Path) -> None:
+    target = tmp_path / "rules.md"
+    assert render.main([str(target), "--check"]) == 1
+    assert render.main([str(target)]) == 0
+    assert render.main([str(target), "--check"]) == 0
+    assert target.read_text(encoding="utf-8") == render.rules_markdown()
