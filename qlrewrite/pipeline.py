@@ -3,12 +3,14 @@
 A command builds a list of onnx_ir passes and hands it to :func:`rewrite`. Nothing is
 written when the input has error findings (other than those a pass declares it
 repairs, see :func:`unrepaired`), when the rewritten model would fail ONNX's
-checker or our check, when it would exceed ``max_size``, or on ``dry_run``.
+checker or our check, when it would exceed ``max_size``, when ``verify`` finds that
+ONNX Runtime computes something else with it (or cannot run it), or on ``dry_run``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +21,7 @@ import onnx_ir as ir
 
 from qlrewrite import model_io
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
+from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_proto
 
 __all__ = [
@@ -54,6 +57,7 @@ class RewriteResult:
     seconds: float
     model: ir.Model = dataclasses.field(repr=False)
     warnings: list[Any] = dataclasses.field(default_factory=list)
+    verification: Verification | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -68,6 +72,7 @@ class RewriteResult:
             "initializer_bytes": {"before": self.bytes_before, "after": self.bytes_after},
             "seconds": round(self.seconds, 3),
             "warnings": [w.to_json() if hasattr(w, "to_json") else str(w) for w in self.warnings],
+            "verify": self.verification.to_json() if self.verification else None,
         }
 
 
@@ -106,12 +111,19 @@ def rewrite(
     dry_run: bool = False,
     external_data: bool | None = None,
     max_size: int | None = None,
+    verify: VerifyOptions | None = None,
 ) -> RewriteResult:
-    """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``)."""
+    """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``).
+
+    With ``verify``, the staged output is run against the input in ONNX Runtime before it
+    is moved into place (also on ``dry_run``, in a temporary folder); a difference raises
+    :class:`~qlrewrite.verify.VerificationFailed` and nothing is written.
+    """
     started = time.perf_counter()
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
     model = model_io.load(input_path)
+    verifier = Verifier(input_path, model, verify) if verify is not None else None
     report = unrepaired(_check(model, input_path), passes)
     if report.errors:
         raise FindingsRefusal(
@@ -133,8 +145,12 @@ def rewrite(
     changes = {_pass_name(p): getattr(p, "summary", {}) for p in passes}
     written = False
     if not dry_run:
-        model_io.save(model, target, external_data=external_data)
+        model_io.save(model, target, external_data=external_data, before_commit=verifier)
         written = True
+    elif verifier is not None:
+        with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
+            staged = Path(folder) / target.name
+            model_io.save(model, staged, external_data=external_data, before_commit=verifier)
     return RewriteResult(
         command=command,
         input=input_path,
@@ -147,6 +163,7 @@ def rewrite(
         seconds=time.perf_counter() - started,
         model=model,
         warnings=[w for p in passes for w in getattr(p, "warnings", [])],
+        verification=verifier.result if verifier is not None else None,
     )
 
 

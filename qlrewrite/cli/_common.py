@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -20,6 +21,7 @@ from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_line
+from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
 
 __all__ = [
     "debug_option",
@@ -114,8 +116,53 @@ def progress(description: str, total: int | None, enabled: bool) -> Iterator[Cal
         yield lambda: bar.advance(task)
 
 
+_VERIFY_KEY = "qlrewrite.verify"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Keep a --verify option in the context: commands need no parameter for it."""
+    name = str(param.name)
+    ctx.meta.setdefault(_VERIFY_KEY, {})[name] = (value, ctx.get_parameter_source(name))
+    return value
+
+
+def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Any:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in values:
+        try:
+            name, shape = parse_input_shape(text)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from exc
+        if name in shapes:
+            raise click.BadParameter(f"input '{name}' is given twice", ctx, param)
+        shapes[name] = shape
+    return _remember(ctx, param, shapes)
+
+
+def _verify_from_context() -> VerifyOptions | None:
+    """The --verify options of the running command (None without --verify)."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx.meta.get(_VERIFY_KEY, {}) if ctx is not None else {}
+    if not given.get("verify", (False,))[0]:
+        extra = [name for name, (_, source) in given.items()
+                 if name != "verify" and source not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+        if extra:
+            raise click.UsageError(f"--{extra[0].replace('_', '-')} needs --verify")
+        return None
+    return VerifyOptions(
+        runs=given["verify_runs"][0],
+        seed=given["seed"][0],
+        input_shapes=given["input_shape"][0],
+        tolerance=given["verify_tolerance"][0],
+    )
+
+
 def rewrite_options(func: F) -> F:
-    """The options every rewriting command shares."""
+    """The options every rewriting command shares.
+
+    The --verify options reach :func:`run_rewrite` through the click context, so a
+    command's function has no parameter for them.
+    """
     options = [
         click.option(
             "-o",
@@ -137,6 +184,51 @@ def rewrite_options(func: F) -> F:
             help="Force external data on or off (default: as the input, or above 1.8 GB).",
         ),
         click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+        click.option(
+            "--verify",
+            is_flag=True,
+            expose_value=False,
+            callback=_remember,
+            help="Run the input and the output in ONNX Runtime on generated inputs; write "
+            "nothing (exit 1) unless every output is bit-identical or the model cannot be "
+            "run (needs: pip install 'qlrewrite[verify]').",
+        ),
+        click.option(
+            "--verify-runs",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            metavar="N",
+            expose_value=False,
+            callback=_remember,
+            help="Number of generated input sets for --verify.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            expose_value=False,
+            callback=_remember,
+            help="Seed of the --verify input generator.",
+        ),
+        click.option(
+            "--input-shape",
+            multiple=True,
+            metavar="NAME=D1,D2,...",
+            expose_value=False,
+            callback=_input_shapes,
+            help="Shape of an input with unknown dimensions, for --verify (repeatable).",
+        ),
+        click.option(
+            "--verify-tolerance",
+            type=click.FloatRange(min=0),
+            default=None,
+            metavar="ABS",
+            expose_value=False,
+            callback=_remember,
+            help="With --verify, accept outputs that differ by at most ABS (reported).",
+        ),
         debug_option,
     ]
     for option in reversed(options):
@@ -172,12 +264,16 @@ def run_rewrite(
     external_data: bool | None,
     quiet: bool,
     max_size: int | None = None,
+    verify: VerifyOptions | None = None,
 ) -> RewriteResult:
     """Run a rewriting command's passes through :func:`qlrewrite.pipeline.rewrite`.
 
     Prints the summary on stderr (unless ``quiet``), writes ``--report`` JSON, and on a
-    refusal prints the findings behind it before the error line (exit 1).
+    refusal prints the findings behind it before the error line (exit 1). ``verify``
+    defaults to the command's --verify options.
     """
+    if verify is None:
+        verify = _verify_from_context()
     try:
         result = pipeline.rewrite(
             model,
@@ -188,9 +284,17 @@ def run_rewrite(
             dry_run=dry_run,
             external_data=external_data,
             max_size=max_size,
+            verify=verify,
         )
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
+        raise
+    except VerificationFailed as exc:
+        _print_verification(exc.verification)
+        if report_path is not None:
+            failed = {"version": 1, "command": command, "input": str(model), "written": False,
+                      "error": str(exc), "verify": exc.verification.to_json()}  # fmt: skip
+            report_path.write_text(json.dumps(failed, indent=2) + "\n")
         raise
     if report_path is not None:
         report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
@@ -215,3 +319,12 @@ def _print_summary(result: RewriteResult) -> None:
     )
     for warning in result.warnings:
         err_console.print(f"  warning: {getattr(warning, 'message', warning)}")
+    if result.verification is not None:
+        _print_verification(result.verification)
+
+
+def _print_verification(verification: Verification) -> None:
+    click.echo(f"  verify: {verification.describe()}", err=True)
+    for output in verification.outputs:
+        if not output.exact:
+            click.echo(f"    {output.name}: {output.describe()}", err=True)

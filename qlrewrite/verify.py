@@ -1,0 +1,545 @@
+"""``--verify``: run the original and the rewritten model in ONNX Runtime and compare.
+
+Both models run in ONNX Runtime's CPU provider with graph optimizations off and weight
+prepacking off, on the same generated inputs (a seeded NumPy generator; shapes from the
+graph inputs, ``--input-shape`` for unknown dims). Every graph output is compared bit for
+bit (NaN equals NaN only with the same bits); a difference is reported per output as the
+largest absolute and ulp difference. ONNX Runtime is an optional extra
+(``pip install 'qlrewrite[verify]'``); it is imported only when a verification runs.
+
+A model ONNX Runtime cannot run (an opset or IR version above what it supports, a type it
+has no kernel for, inputs it cannot take) is *unverifiable*: that is not a pass.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.errors import InputError, Refusal
+
+__all__ = [
+    "INSTALL_HINT",
+    "InputSpec",
+    "OutputVerdict",
+    "Verification",
+    "VerificationFailed",
+    "Verifier",
+    "VerifyOptions",
+    "compare_arrays",
+    "generate_inputs",
+    "input_specs",
+    "parse_input_shape",
+    "require_onnxruntime",
+    "verify_models",
+]
+
+INSTALL_HINT = "pip install 'qlrewrite[verify]'"
+
+#: Status of a verification; only the first two are a pass.
+EXACT, WITHIN_TOLERANCE, MISMATCH, UNVERIFIABLE = (
+    "exact",
+    "within-tolerance",
+    "mismatch",
+    "unverifiable",
+)
+
+#: Integer types drawn over their full range (quantized data); wider ints use a small range.
+_FULL_RANGE = (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16)
+_SMALL_INT_HIGH = 4  # wider integer inputs (often indices or sizes) are drawn in [0, 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyOptions:
+    """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference."""
+
+    runs: int = 1
+    seed: int = 0
+    input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    tolerance: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    """One graph input to generate: name, element type, concrete shape."""
+
+    name: str
+    dtype: ir.DataType
+    shape: tuple[int, ...]
+
+
+@dataclasses.dataclass
+class OutputVerdict:
+    """How one graph output compares over every run."""
+
+    name: str
+    exact: bool = True
+    elements: int = 0
+    mismatched: int = 0
+    max_abs: float = 0.0
+    max_ulp: int | None = None
+    problem: str | None = None  # missing output, dtype or shape differs
+
+    def merge(self, other: OutputVerdict) -> None:
+        """Fold the verdict of another run of the same output into this one."""
+        self.exact = self.exact and other.exact
+        self.elements += other.elements
+        self.mismatched += other.mismatched
+        self.max_abs = max(self.max_abs, other.max_abs)
+        if other.max_ulp is not None:
+            self.max_ulp = max(self.max_ulp or 0, other.max_ulp)
+        self.problem = self.problem or other.problem
+
+    def within(self, tolerance: float | None) -> bool:
+        """Exact, or every difference at most ``tolerance`` (NaN against a number never is)."""
+        if self.exact:
+            return True
+        return tolerance is not None and self.problem is None and self.max_abs <= tolerance
+
+    def describe(self) -> str:
+        """``exact`` or the differences, in words."""
+        if self.problem:
+            return self.problem
+        if self.exact:
+            return "exact"
+        ulp = f", max ulp {self.max_ulp}" if self.max_ulp is not None else ""
+        return (
+            f"{self.mismatched} of {self.elements} elements differ: max abs {self.max_abs:.6g}{ulp}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "exact": self.exact,
+            "elements": self.elements,
+            "mismatched": self.mismatched,
+            "max_abs": None if self.max_abs == float("inf") else self.max_abs,
+            "max_ulp": self.max_ulp,
+            "problem": self.problem,
+        }
+
+
+@dataclasses.dataclass
+class Verification:
+    """The outcome of one verification (``status`` is one of the module's four statuses)."""
+
+    status: str
+    runs: int
+    seed: int
+    tolerance: float | None = None
+    outputs: list[OutputVerdict] = dataclasses.field(default_factory=list)
+    reason: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status in (EXACT, WITHIN_TOLERANCE)
+
+    def describe(self) -> str:
+        """One line: the status and what decided it."""
+        if self.status == UNVERIFIABLE:
+            return f"unverifiable: {self.reason}"
+        if self.reason:
+            return f"{self.status}: {self.reason}"
+        runs = f"{self.runs} input set{'s' if self.runs != 1 else ''}, seed {self.seed}"
+        if self.status == EXACT:
+            return f"exact: {len(self.outputs)} output(s) bit-identical ({runs})"
+        if self.status == WITHIN_TOLERANCE:
+            return f"within tolerance {self.tolerance:g} ({runs})"
+        return f"mismatch ({runs})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "passed": self.passed,
+            "runs": self.runs,
+            "seed": self.seed,
+            "tolerance": self.tolerance,
+            "reason": self.reason,
+            "outputs": [o.to_json() for o in self.outputs],
+        }
+
+
+class VerificationFailed(Refusal):
+    """The rewritten model differs from the original, or could not be verified (exit 1)."""
+
+    def __init__(self, verification: Verification) -> None:
+        if verification.status == UNVERIFIABLE:
+            message = (
+                f"cannot verify with ONNX Runtime: {verification.reason}; nothing written "
+                "(run without --verify to write the model unverified)"
+            )
+        else:
+            differing = [o for o in verification.outputs if not o.within(verification.tolerance)]
+            detail = verification.reason or "; ".join(
+                f"{o.name}: {o.describe()}" for o in differing[:3]
+            )
+            message = f"verification failed, outputs differ ({detail}); nothing written"
+        super().__init__(message)
+        self.verification = verification
+
+
+class _Unverifiable(Exception):
+    """Internal: ONNX Runtime cannot run this model; the message is the reason."""
+
+
+# --------------------------------------------------------------------------- options
+
+
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``name=1,3,224,224`` -> ``("name", (1, 3, 224, 224))``; ValueError when malformed.
+
+    The name is everything before the last ``=`` (input names may contain ``=``);
+    ``name=`` is a scalar.
+    """
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise ValueError(f"'{text}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)")
+    if not dims.strip():
+        return name, ()
+    shape = []
+    for part in dims.split(","):
+        dim = part.strip()
+        if not dim.isdigit():
+            raise ValueError(f"'{text}': dimension '{dim}' is not a non-negative integer")
+        shape.append(int(dim))
+    return name, tuple(shape)
+
+
+def require_onnxruntime() -> Any:
+    """Import onnxruntime or raise an InputError that says how to install it."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise InputError(
+            f"--verify needs ONNX Runtime, which is not installed: {INSTALL_HINT}"
+        ) from exc
+    return onnxruntime
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
+    """The graph inputs to feed (those without an initializer), with concrete shapes.
+
+    Raises InputError (usage) for an unknown dimension without ``shapes``, or ``shapes``
+    naming no input or contradicting a declared shape; _Unverifiable for inputs that
+    are not tensors of a type ONNX Runtime's Python API can take.
+    """
+    graph = model.graph
+    feeds = [v for v in graph.inputs if v.name not in graph.initializers]
+    names = [v.name for v in feeds]
+    for name in shapes:
+        if name not in names:
+            listed = ", ".join(names) or "none"
+            raise InputError(f"--input-shape names '{name}', which is not a graph input "
+                             f"(inputs: {listed})")  # fmt: skip
+    specs = []
+    for value in feeds:
+        if not isinstance(value.type, ir.TensorType):
+            raise _Unverifiable(f"input '{value.name}' is not a tensor ({value.type})")
+        dtype = value.type.dtype
+        unfed = (ir.DataType.STRING, ir.DataType.UNDEFINED, ir.DataType.COMPLEX64,
+                 ir.DataType.COMPLEX128)  # fmt: skip
+        if dtype in unfed or dtype.bitwidth < 8:
+            raise _Unverifiable(f"input '{value.name}' is {dtype.name}, which cannot be generated "
+                                "and fed to ONNX Runtime")  # fmt: skip
+        specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
+    return specs
+
+
+def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, ...]:
+    declared = value.shape
+    hint = f"give it with --input-shape {value.name}=D1,D2,..."
+    if given is None:
+        if declared is None:
+            raise InputError(f"input '{value.name}' has no declared shape; {hint}")
+        for index, dim in enumerate(declared):
+            if not isinstance(dim, int):
+                label = f" ('{dim.value}')" if getattr(dim, "value", None) else ""
+                raise InputError(
+                    f"input '{value.name}' has unknown dimension {index}{label}; {hint}"
+                )
+        return tuple(int(d) for d in declared)
+    given = tuple(given)
+    if declared is not None:
+        if len(declared) != len(given):
+            raise InputError(f"--input-shape gives {len(given)} dimension(s) for input "
+                             f"'{value.name}', which has {len(declared)}")  # fmt: skip
+        for index, (dim, size) in enumerate(zip(declared, given, strict=True)):
+            if isinstance(dim, int) and dim != size:
+                raise InputError(f"--input-shape gives {size} for dimension {index} of input "
+                                 f"'{value.name}', declared {dim}")  # fmt: skip
+    return given
+
+
+def generate_inputs(specs: Sequence[InputSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """One input set: floats ~ N(0, 1); 8- and 16-bit ints over their full range; wider
+    ints in [0, 4); bools uniform."""
+    feeds = {}
+    for spec in specs:
+        dtype = spec.dtype
+        if dtype.is_floating_point():
+            array = rng.standard_normal(spec.shape, dtype=np.float32).astype(dtype.numpy())
+        elif dtype == ir.DataType.BOOL:
+            array = rng.integers(0, 2, spec.shape, dtype=np.uint8).astype(np.bool_)
+        elif dtype in _FULL_RANGE:
+            info = np.iinfo(dtype.numpy())
+            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(),
+                                 endpoint=True)  # fmt: skip
+        else:
+            array = rng.integers(0, _SMALL_INT_HIGH, spec.shape).astype(dtype.numpy())
+        feeds[spec.name] = np.ascontiguousarray(array)
+    return feeds
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _session(ort: Any, path: Path) -> Any:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.add_session_config_entry("session.disable_prepacking", "1")
+    options.log_severity_level = 3
+    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+
+
+def _ort_value(ort: Any, array: np.ndarray) -> Any:
+    if array.dtype.kind in "biuf":  # native NumPy types
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    dtype = ir.DataType.from_numpy(array.dtype)
+    unsigned = np.dtype(f"uint{array.dtype.itemsize * 8}")  # bfloat16, float8: pass the bits
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(array.view(unsigned), int(dtype))
+
+
+def _to_numpy(name: str, value: Any) -> np.ndarray:
+    """An output OrtValue as NumPy, read from its bytes (works for bfloat16, float8, int4)."""
+    if not value.is_tensor():
+        raise _Unverifiable(f"output '{name}' is not a tensor; only tensors are compared")
+    dtype = ir.DataType(value.element_type())
+    if dtype == ir.DataType.STRING:
+        return value.numpy()
+    shape = tuple(value.shape())
+    size = value.tensor_size_in_bytes()
+    data = np.frombuffer(ctypes.string_at(value.data_ptr(), size) if size else b"", np.uint8)
+    if dtype.bitwidth < 8:
+        return ir.PackedTensor(data, dtype, shape=ir.Shape(shape)).numpy()
+    return data.view(dtype.numpy()).reshape(shape)
+
+
+def _run(ort: Any, session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    values = session.run_with_ort_values(
+        None, {name: _ort_value(ort, array) for name, array in feeds.items()}
+    )
+    names = [o.name for o in session.get_outputs()]
+    return {name: _to_numpy(name, value) for name, value in zip(names, values, strict=True)}
+
+
+_ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : (\w+) : ")
+_SOURCE_LOCATION = re.compile(r"^\S+\.(?:cc|h|cpp):\d+ ")
+
+
+def _first_line(exc: BaseException) -> str:
+    """ORT's message without its source file and C++ signature, on one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    prefix = _ORT_PREFIX.match(text)
+    if prefix:
+        text = text[prefix.end() :]
+        location = _SOURCE_LOCATION.match(text)
+        if location:
+            text = _skip_signature(text[location.end() :])
+        text = f"{prefix.group(1)}: {text}"
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _skip_signature(text: str) -> str:
+    """Drop a leading ``ns::function(args...)`` (balanced parentheses) from ``text``."""
+    start = text.find("(")
+    if start <= 0 or " " in text[:start]:
+        return text
+    depth = 0
+    for index in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if depth == 0:
+            return text[index + 1 :].strip()
+    return text
+
+
+def _is_unsupported(exc: BaseException) -> bool:
+    """True if ORT refused for want of support (version, kernel), not for a model error."""
+    text = str(exc)
+    return type(exc).__name__ == "NotImplemented" or any(
+        marker in text
+        for marker in ("Unsupported model IR version", "opset", "NOT_IMPLEMENTED", "not supported")
+    )
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> OutputVerdict:
+    """Compare two outputs bit for bit; on a difference, the largest abs and ulp difference."""
+    verdict = OutputVerdict(name, elements=int(expected.size))
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        verdict.exact = False
+        verdict.max_abs = float("inf")
+        verdict.mismatched = verdict.elements
+        verdict.problem = (f"{expected.dtype}{list(expected.shape)} became "
+                           f"{actual.dtype}{list(actual.shape)}")  # fmt: skip
+        return verdict
+    if expected.dtype == object:  # strings
+        differs = expected != actual
+        verdict.mismatched = int(np.count_nonzero(differs))
+        verdict.exact = verdict.mismatched == 0
+        verdict.max_abs = 0.0 if verdict.exact else float("inf")
+        return verdict
+    bits = np.dtype(f"uint{expected.dtype.itemsize * 8}")
+    a = np.ascontiguousarray(expected).view(bits)
+    b = np.ascontiguousarray(actual).view(bits)
+    differs = a != b
+    verdict.mismatched = int(np.count_nonzero(differs))
+    dtype = ir.DataType.from_numpy(expected.dtype)
+    if dtype.is_floating_point():
+        verdict.max_ulp = 0
+    if verdict.mismatched == 0:
+        return verdict
+    verdict.exact = False
+    fa = expected[differs].astype(np.float64)
+    fb = actual[differs].astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(fa - fb)
+    diff[fa == fb] = 0.0  # +0 / -0, equal infinities
+    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
+    diff[nan_a & nan_b] = 0.0  # NaN payloads differ: not exact, but no distance
+    diff[nan_a ^ nan_b] = np.inf
+    verdict.max_abs = float(diff.max())
+    if dtype.is_floating_point():
+        verdict.max_ulp = _max_ulp(a[differs], b[differs], expected.dtype.itemsize * 8)
+    return verdict
+
+
+def _max_ulp(a_bits: np.ndarray, b_bits: np.ndarray, width: int) -> int:
+    """Largest distance in representable steps between float bit patterns (sign-magnitude)."""
+    sign = np.uint64(1) << np.uint64(width - 1)
+    a, b = a_bits.astype(np.uint64), b_bits.astype(np.uint64)
+    ma, mb = a & (sign - np.uint64(1)), b & (sign - np.uint64(1))
+    same_sign = (a & sign) == (b & sign)
+    steps = np.where(same_sign, np.maximum(ma, mb) - np.minimum(ma, mb), ma + mb)
+    return int(steps.max())
+
+
+# --------------------------------------------------------------------------- verifying
+
+
+def verify_models(
+    original: str | os.PathLike,
+    rewritten: str | os.PathLike,
+    specs: Sequence[InputSpec],
+    options: VerifyOptions = VerifyOptions(),
+) -> Verification:
+    """Run both model files on ``options.runs`` generated input sets and compare outputs."""
+    ort = require_onnxruntime()
+    result = Verification(UNVERIFIABLE, options.runs, options.seed, options.tolerance)
+    rng = np.random.default_rng(options.seed)
+    feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
+    try:
+        session = _session(ort, Path(original))
+    except Exception as exc:
+        result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
+        return result
+    try:
+        expected = [_run(ort, session, f) for f in feeds]
+    except _Unverifiable as exc:
+        result.reason = str(exc)
+        return result
+    except Exception as exc:
+        result.reason = (
+            f"the original model fails in ONNX Runtime on generated inputs ({_first_line(exc)})"
+        )
+        return result
+    finally:
+        del session
+    try:
+        session = _session(ort, Path(rewritten))
+    except Exception as exc:
+        if _is_unsupported(exc):
+            result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
+        else:
+            result.status = MISMATCH
+            result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
+        return result
+    try:
+        actual = [_run(ort, session, f) for f in feeds]
+    except _Unverifiable as exc:
+        result.reason = str(exc)
+        return result
+    except Exception as exc:
+        result.status = MISMATCH
+        result.reason = f"the rewritten model fails in ONNX Runtime ({_first_line(exc)})"
+        return result
+    finally:
+        del session
+    result.outputs = _compare_runs(expected, actual)
+    if all(o.exact for o in result.outputs):
+        result.status = EXACT
+    elif all(o.within(options.tolerance) for o in result.outputs):
+        result.status = WITHIN_TOLERANCE
+    else:
+        result.status = MISMATCH
+    return result
+
+
+def _compare_runs(
+    expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]]
+) -> list[OutputVerdict]:
+    verdicts: dict[str, OutputVerdict] = {}
+    for before, after in zip(expected, actual, strict=True):
+        for name, value in before.items():
+            if name in after:
+                verdict = compare_arrays(name, value, after[name])
+            else:
+                verdict = OutputVerdict(name, exact=False, elements=int(value.size),
+                                        max_abs=float("inf"),
+                                        problem="missing from the rewritten model")  # fmt: skip
+            if name in verdicts:
+                verdicts[name].merge(verdict)
+            else:
+                verdicts[name] = verdict
+    return list(verdicts.values())
+
+
+class Verifier:
+    """The ``before_commit`` hook of :func:`qlrewrite.model_io.save` that verifies a rewrite.
+
+    Built before the passes run, so usage errors (no ONNX Runtime, unknown dims) come first.
+    Called with the staged rewritten model; raises VerificationFailed unless it passes, so a
+    model that fails verification is never written. ``result`` keeps the verification.
+    """
+
+    def __init__(self, original: str | os.PathLike, model: ir.Model, options: VerifyOptions):
+        require_onnxruntime()
+        self.original = Path(original)
+        self.options = options
+        self.result: Verification | None = None
+        try:
+            self.specs: list[InputSpec] | None = input_specs(model, options.input_shapes)
+            self._reason = ""
+        except _Unverifiable as exc:
+            self.specs, self._reason = None, str(exc)
+
+    def __call__(self, staged: Path) -> None:
+        if self.specs is None:
+            self.result = Verification(UNVERIFIABLE, self.options.runs, self.options.seed,
+                                       self.options.tolerance, reason=self._reason)  # fmt: skip
+        else:
+            self.result = verify_models(self.original, staged, self.specs, self.options)
+        if not self.result.passed:
+            raise VerificationFailed(self.result)
