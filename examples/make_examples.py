@@ -38,7 +38,7 @@ Q = "QuantizeLinear"
 DQ = "DequantizeLinear"
 
 
-def _model(
+def _model(  # noqa: PLR0917
     nodes: list[onnx.NodeProto],
     name: str,
     inputs: list[onnx.ValueInfoProto],

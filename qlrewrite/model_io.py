@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import google.protobuf.message
 import onnx
 import onnx_ir as ir
 
@@ -32,6 +32,7 @@ __all__ = [
     "load",
     "same_file",
     "save",
+    "tensor_bytes",
     "uses_external_data",
 ]
 
@@ -54,7 +55,9 @@ _TYPED_FIELDS = (
 class DataProblem:
     """A tensor whose data cannot be trusted: the model is unreadable as it stands."""
 
-    kind: str  # external-missing | external-escapes | external-range | data-length | negative-dims
+    #: external-missing | external-escapes | external-range | data-length | negative-dims
+    #: | bad-type
+    kind: str
     tensor: str
     graph: str
     message: str
@@ -66,20 +69,26 @@ class DataProblem:
 def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     """Load a model lazily (external data stays on disk).
 
-    Raises InputError for anything that is not a readable ONNX model. With
-    ``check_data`` (the default) a tensor whose data is missing, escapes the model's
-    folder or does not match its dims is an InputError too; ``check_data=False``
-    leaves those to :func:`data_problems` (the checker reports them as findings).
+    Raises InputError for anything that is not a readable ONNX model, including a node
+    that uses a value defined nowhere. With ``check_data`` (the default) a tensor whose
+    data is missing, escapes the model's folder or does not match its dims is an
+    InputError too; ``check_data=False`` leaves those to :func:`data_problems` (the
+    checker reports them as findings).
     """
     path = Path(path)
     proto = _read_proto(path)
-    try:
-        model = ir.serde.deserialize_model(proto)
-    except Exception as exc:  # onnx_ir raises many kinds on malformed protos
-        raise InputError(f"{path}: not a valid ONNX model ({_one_line(exc)})") from exc
-    ir.external_data.set_base_dir(model.graph, str(path.resolve().parent))
+    model = _deserialize(proto, path)
+    base_dir = path.resolve().parent
+    ir.external_data.set_base_dir(model.graph, str(base_dir))
+    for function in model.functions.values():
+        for node in function:
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR and isinstance(
+                    attr.value, ir.ExternalTensor
+                ):
+                    attr.value.base_dir = str(base_dir)
     if check_data:
-        problems = data_problems(model, proto=proto, base_dir=path.resolve().parent)
+        problems = data_problems(model, proto=proto, base_dir=base_dir)
         if problems:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -89,11 +98,46 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     return model
 
 
+class _Undefined(logging.Handler):
+    """Collects onnx_ir's warnings about node inputs defined nowhere (and silences them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "cannot be found in any scope" in message:
+            self.messages.append(message)
+
+
+def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
+    logger = logging.getLogger("onnx_ir.serde")
+    handler = _Undefined()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:  # onnx_ir raises many kinds on malformed protos
+        raise InputError(f"{path}: not a valid ONNX model ({_one_line(exc)})") from exc
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+    if handler.messages:
+        first = handler.messages[0].split(" The model is invalid")[0]
+        more = f" (and {len(handler.messages) - 1} more)" if len(handler.messages) > 1 else ""
+        raise InputError(f"{path}: not a valid ONNX model: {first}{more}")
+    return model
+
+
 def _read_proto(path: Path) -> onnx.ModelProto:
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
         raise InputError(f"{path}: is a directory, not a model file")
+    if not path.is_file():
+        raise InputError(f"{path}: not a regular file")
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -101,17 +145,23 @@ def _read_proto(path: Path) -> onnx.ModelProto:
     if size == 0:
         raise InputError(f"{path}: empty file")
     try:
-        proto = onnx.load_model(str(path), load_external_data=False)
-    except (google.protobuf.message.DecodeError, ValueError, RuntimeError, EOFError) as exc:
-        raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
+        # The format is fixed: onnx would otherwise pick a text parser from the suffix.
+        proto = onnx.load_model(str(path), format="protobuf", load_external_data=False)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except Exception as exc:  # DecodeError, RuntimeWarning-as-error, ...: all mean "not ONNX"
+        raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
     return proto
 
 
 def _one_line(exc: BaseException) -> str:
+    """The first line of the innermost cause (onnx_ir wraps errors in vague SerdeErrors)."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -170,9 +220,8 @@ def _node_tensors(node: onnx.NodeProto, label: str) -> Iterator[tuple[str, onnx.
             yield from _graph_tensors(sub, f"{sub_label}[{index}]")
 
 
-def _expected_nbytes(tensor: onnx.TensorProto, count: int) -> int | None:
-    dtype = ir.DataType(tensor.data_type)
-    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+def _expected_nbytes(dtype: ir.DataType, count: int) -> int | None:
+    if dtype == ir.DataType.STRING:
         return None
     return (count * dtype.bitwidth + 7) // 8
 
@@ -183,13 +232,19 @@ def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataPro
     def problem(kind: str, message: str) -> DataProblem:
         return DataProblem(kind, name, graph, f"tensor '{name}' ({graph}): {message}")
 
+    try:
+        dtype = ir.DataType(tensor.data_type)
+    except ValueError:
+        return problem("bad-type", f"unknown data type {tensor.data_type}")
+    if dtype == ir.DataType.UNDEFINED:
+        return problem("bad-type", "data type UNDEFINED (0)")
     dims = list(tensor.dims)
     if any(d < 0 for d in dims):
         return problem("negative-dims", f"negative dimension in dims {dims}")
     count = 1
     for d in dims:
         count *= d
-    expected = _expected_nbytes(tensor, count)
+    expected = _expected_nbytes(dtype, count)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return _external_problem(tensor, expected, base, problem)
     if tensor.HasField("raw_data"):
@@ -197,7 +252,7 @@ def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataPro
             return problem(
                 "data-length",
                 f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
-                f"of {ir.DataType(tensor.data_type).name} need {expected}",
+                f"of {dtype.name} need {expected}",
             )
         return None
     present = [getattr(tensor, f) for f in _TYPED_FIELDS if len(getattr(tensor, f))]
@@ -206,8 +261,9 @@ def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataPro
             return None
         return problem("data-length", f"has no data but dims {dims} need {count} elements")
     n_values = len(present[0])
-    dtype = ir.DataType(tensor.data_type)
-    if dtype.bitwidth < 8:
+    if dtype == ir.DataType.STRING:
+        wanted = count
+    elif dtype.bitwidth < 8:
         per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
         wanted = (count + per_value - 1) // per_value
     elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
@@ -292,9 +348,16 @@ def uses_external_data(model: ir.Model) -> bool:
     return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
 
 
+def tensor_bytes(tensor: ir.TensorProtocol) -> int:
+    """Bytes of ``tensor`` from its shape and type (0 for strings): reads no data."""
+    if tensor.dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
+        return 0
+    return tensor.nbytes
+
+
 def initializer_bytes(model: ir.Model) -> int:
     """Total bytes of the model's initializers (from shapes: reads no data)."""
-    return sum(t.nbytes for t in _initializer_tensors(model))
+    return sum(tensor_bytes(t) for t in _initializer_tensors(model))
 
 
 def external_data_name(output: str | os.PathLike) -> str:

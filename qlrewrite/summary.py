@@ -11,8 +11,8 @@ from typing import Any
 
 import onnx_ir as ir
 
-from qlrewrite import model_io
-from qlrewrite.qdq import granularity, is_constant, iter_graphs, iter_qdq_nodes
+from qlrewrite import model_io, opsets
+from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
 
 __all__ = ["QDQGroup", "model_summary"]
 
@@ -30,55 +30,106 @@ class QDQGroup:
     constant: bool
 
 
-def _dtype_name(value: ir.Value | None) -> str | None:
+def _dtype(value: ir.Value | None) -> ir.DataType | None:
     if value is None:
         return None
     if value.dtype is not None:
-        return value.dtype.name
+        return value.dtype
     if value.const_value is not None:
-        return value.const_value.dtype.name
+        return value.const_value.dtype
     return None
 
 
-def _x_type(node: ir.Node) -> str:
+def _output_type(site: QDQSite, zero_point: ir.Value | None) -> ir.DataType | None:
+    """The element type of a Q/DQ node's output as its opset decides it (no data read)."""
+    node = site.node
+    row = opsets.lookup(site.domain, node.op_type, site.imported)
+    if row is None:
+        return None
+    attr = node.attributes.get("output_dtype")
+    return opsets.output_type(
+        row,
+        scale_type=_dtype(node.inputs[1]) if len(node.inputs) > 1 else None,
+        zero_point_type=_dtype(zero_point),
+        output_dtype=attr.as_int() if attr is not None else None,
+    )
+
+
+def _x_type(site: QDQSite, sites: dict[int, QDQSite]) -> ir.DataType | None:
+    """The type of x: declared, or implied by the zero point, the producing Q, or the opset."""
+    node = site.node
     x = node.inputs[0] if node.inputs else None
-    name = _dtype_name(x)
-    if name is None and node.op_type == "DequantizeLinear" and len(node.inputs) > 2:
-        name = _dtype_name(node.inputs[2])  # DQ: x and zero point share a type
-    return name or "?"
+    found = _dtype(x)
+    if found is not None or x is None:
+        return found
+    zero_point = node.inputs[2] if len(node.inputs) > 2 else None
+    if node.op_type == "DequantizeLinear":
+        found = _dtype(zero_point)  # DQ: x and zero point share a type
+        producer = x.producer()
+        if found is None and producer is not None and id(producer) in sites:
+            parent = sites[id(producer)]
+            parent_zp = producer.inputs[2] if len(producer.inputs) > 2 else None
+            found = _output_type(parent, parent_zp)
+        return found
+    row = opsets.lookup(site.domain, node.op_type, site.imported)
+    if row is not None and row.scale_matches_x and len(node.inputs) > 1:
+        return _dtype(node.inputs[1])
+    if row is not None and len(row.x_types) == 1:
+        return next(iter(row.x_types))
+    return None
 
 
-def _input_bytes(node: ir.Node) -> int:
-    total = 0
+def _name(dtype: ir.DataType | None) -> str:
+    return dtype.name if dtype is not None else "?"
+
+
+def _constant_inputs(node: ir.Node) -> dict[int, int]:
+    """id -> bytes of the node's constant inputs (initializers or Constant outputs)."""
+    found = {}
     for value in node.inputs:
-        if value is not None and value.const_value is not None:
-            total += value.const_value.nbytes
-    return total
+        if value is None:
+            continue
+        tensor = value.const_value
+        producer = value.producer()
+        if tensor is None and producer is not None and producer.op_type == "Constant":
+            attr = producer.attributes.get("value")
+            if attr is not None and attr.type == ir.AttributeType.TENSOR:
+                tensor = attr.value
+        if tensor is not None:
+            found[id(value)] = model_io.tensor_bytes(tensor)
+    return found
 
 
 def model_summary(model: ir.Model) -> dict[str, Any]:
-    """A JSON-ready description of ``model`` (the `info` command's content)."""
+    """A JSON-ready description of ``model`` (the `info` command's content).
+
+    ``input_bytes`` of a group counts each constant input (weight, scale, zero point)
+    once, however many of the group's nodes share it.
+    """
+    all_sites = list(iter_qdq_nodes(model))
+    by_node = {id(site.node): site for site in all_sites}
     groups: Counter[QDQGroup] = Counter()
-    group_bytes: Counter[QDQGroup] = Counter()
-    for site in iter_qdq_nodes(model):
+    group_inputs: dict[QDQGroup, dict[int, int]] = {}
+    for site in all_sites:
         node = site.node
         scale = node.inputs[1] if len(node.inputs) > 1 else None
         group = QDQGroup(
             domain=site.domain or "ai.onnx",
             op_type=node.op_type,
             version=site.version,
-            x_type=_x_type(node),
-            scale_type=_dtype_name(scale) or "?",
+            x_type=_name(_x_type(site, by_node)),
+            scale_type=_name(_dtype(scale)),
             granularity=granularity(node),
             constant=all(is_constant(v) for v in node.inputs),
         )
         groups[group] += 1
-        group_bytes[group] += _input_bytes(node)
-    labels = [label for label, _ in iter_graphs(model)]
+        group_inputs.setdefault(group, {}).update(_constant_inputs(node))
+    n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,
         "opset_imports": {(d or "ai.onnx"): v for d, v in sorted(model.opset_imports.items())},
-        "graphs": sum(1 for label in labels if not label.startswith("function:")),
+        "graphs": 1,
+        "subgraphs": n_graphs - 1 - len(model.functions),
         "functions": len(model.functions),
         "initializers": {
             "count": sum(len(g.initializers) for g in model.graphs()),
@@ -87,7 +138,11 @@ def model_summary(model: ir.Model) -> dict[str, Any]:
         },
         "qdq_nodes": sum(groups.values()),
         "qdq": [
-            {**dataclasses.asdict(group), "nodes": count, "input_bytes": group_bytes[group]}
+            {
+                **dataclasses.asdict(group),
+                "nodes": count,
+                "input_bytes": sum(group_inputs[group].values()),
+            }
             for group, count in sorted(
                 groups.items(), key=lambda kv: (kv[0].domain, kv[0].op_type, -kv[1])
             )

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import click
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from qlrewrite import model_io
@@ -41,23 +43,26 @@ def info_command(model: Path, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         return
+    # A pipe or file gets the whole table: rich would squeeze it to 80 columns.
+    console = out_console if out_console.is_terminal else Console(highlight=False, width=200)
     opsets = ", ".join(f"{d} {v}" for d, v in summary["opset_imports"].items())
     init = summary["initializers"]
-    out_console.print(f"[bold]{model}[/bold]")
-    out_console.print(f"IR version {summary['ir_version']}; opsets: {opsets}")
-    out_console.print(
-        f"{summary['graphs']} graph(s), {summary['functions']} function(s); "
+    console.print(f"[bold]{escape(str(model))}[/bold]")
+    console.print(f"IR version {summary['ir_version']}; opsets: {opsets}")
+    console.print(
+        f"{summary['graphs']} graph, {summary['subgraphs']} subgraph(s), "
+        f"{summary['functions']} function(s); "
         f"{init['count']} initializer(s), {human_bytes(init['bytes'])}"
         + (" (external data)" if init["external_data"] else "")
     )
     if not summary["qdq"]:
-        out_console.print("No QuantizeLinear / DequantizeLinear nodes.")
+        console.print("No QuantizeLinear / DequantizeLinear nodes.")
         return
     table = Table(title=f"{summary['qdq_nodes']} Q/DQ node(s)")
     for column in ("domain", "op", "version", "x type", "scale type", "granularity", "constant"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True)
     table.add_column("nodes", justify="right")
-    table.add_column("const bytes", justify="right")
+    table.add_column("const bytes", justify="right", no_wrap=True)
     for row in summary["qdq"]:
         table.add_row(
             row["domain"],
@@ -70,4 +75,4 @@ def info_command(model: Path, fmt: str) -> None:
             str(row["nodes"]),
             human_bytes(row["input_bytes"]),
         )
-    out_console.print(table)
+    console.print(table)
