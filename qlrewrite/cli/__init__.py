@@ -16,7 +16,22 @@ from qlrewrite.cli.upgrade import upgrade_command
 __all__ = ["main"]
 
 
+class _Group(click.Group):
+    """Lists each command with its whole one-line summary (click cuts them to the width)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [
+            (name, command.get_short_help_str(limit=200))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 @click.group(
+    cls=_Group,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog="""\b
 Examples:
