@@ -27,6 +27,7 @@ __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
     "DataProblem",
     "data_problems",
+    "external_data_files",
     "external_data_name",
     "initializer_bytes",
     "load",
@@ -355,6 +356,15 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
     return tensor.nbytes
 
 
+def external_data_files(model: ir.Model) -> set[Path]:
+    """The files the model's external initializers live in (resolved paths)."""
+    return {
+        Path(os.path.realpath(t.path))
+        for t in _initializer_tensors(model)
+        if isinstance(t, ir.ExternalTensor)
+    }
+
+
 def initializer_bytes(model: ir.Model) -> int:
     """Total bytes of the model's initializers (from shapes: reads no data)."""
     return sum(tensor_bytes(t) for t in _initializer_tensors(model))
@@ -399,6 +409,8 @@ def save(
     folder = path.parent
     if not folder.is_dir():
         raise InputError(f"{path}: output folder does not exist")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; give a file name for the output")
     if external_data is None:
         external_data = uses_external_data(model) or initializer_bytes(model) > threshold
     if not external_data and initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
@@ -407,7 +419,10 @@ def save(
             "drop --no-external-data"
         )
     data_name = external_data_name(path)
-    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write in {folder} ({exc.strerror or exc})") from exc
     try:
         staged_model = staging / path.name
         if external_data:
@@ -428,12 +443,37 @@ def save(
             _fsync(staged)
         if before_commit is not None:
             before_commit(staged_model)
-        for staged in written:  # data first: the model never points at missing data
-            os.replace(staged, folder / staged.name)
+        _move_into_place(written, folder, staging)
         _fsync_dir(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return folder / data_name if external_data else None
+
+
+def _move_into_place(staged_files: list[Path], folder: Path, staging: Path) -> None:
+    """Rename the staged files into ``folder``, data first (the model never points at
+    missing data); if a later rename fails, the earlier ones are undone."""
+    done: list[tuple[Path, Path | None]] = []  # (destination, hard link to what it replaced)
+    try:
+        for staged in staged_files:
+            dest = folder / staged.name
+            backup: Path | None = None
+            if dest.exists() and staged is not staged_files[-1]:
+                backup = staging / (staged.name + ".previous")
+                try:
+                    os.link(dest, backup)
+                except OSError:
+                    backup = None
+            os.replace(staged, dest)
+            done.append((dest, backup))
+    except BaseException:
+        for dest, backup in reversed(done):
+            with contextlib.suppress(OSError):
+                if backup is not None:
+                    os.replace(backup, dest)
+                else:
+                    dest.unlink()
+        raise
 
 
 @contextlib.contextmanager

@@ -123,6 +123,7 @@ def rewrite(
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
     model = model_io.load(input_path)
+    _refuse_overwriting_input_data(model, target, in_place)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     report = unrepaired(_check(model, input_path), passes)
     if report.errors:
@@ -165,6 +166,17 @@ def rewrite(
         warnings=[w for p in passes for w in getattr(p, "warnings", [])],
         verification=verifier.result if verifier is not None else None,
     )
+
+
+def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool) -> None:
+    """The output's data file must not be one the input reads its weights from."""
+    data = target.with_name(model_io.external_data_name(target))
+    inputs = model_io.external_data_files(model)
+    if not in_place and any(model_io.same_file(data, f) for f in inputs):
+        raise InputError(
+            f"{data}: the output's external data file would overwrite the input's; "
+            "choose another output name"
+        )
 
 
 def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
