@@ -1,0 +1,422 @@
+"""`--verify`: the original and the rewritten model run in ONNX Runtime before anything is
+written; a numeric change, an unverifiable model or a usage mistake never writes a file.
+
+A test-only command (``perturb``) shares the rewriting options and runner with fold,
+convert and upgrade; its pass moves one constant by a chosen number of ulps, so the
+expected differences are known without running qlrewrite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from qdq_models import DQ, DT, Q, qdq_model
+
+from qlrewrite import pipeline
+from qlrewrite.cli import main
+from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.verify import (
+    InputSpec,
+    VerificationFailed,
+    VerifyOptions,
+    compare_arrays,
+    generate_inputs,
+    parse_input_shape,
+    verify_models,
+)
+
+pytest.importorskip("onnxruntime")
+
+C_VALUES = np.array([0.1, -2.5, 3.0, 1e-3], dtype=np.float32)
+
+
+class _Perturb(ir.passes.InPlacePass):
+    """Moves element 0 of initializer ``c`` by ``ulps`` representable steps (0: rewrites it
+    to an equal copy)."""
+
+    def __init__(self, ulps: int) -> None:
+        super().__init__()
+        self.ulps = ulps
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        value = model.graph.initializers["c"]
+        array = value.const_value.numpy().copy()
+        for _ in range(self.ulps):
+            array[0] = np.nextafter(array[0], np.float32(np.inf))
+        value.const_value = ir.tensor(array, name="c")
+        return ir.passes.PassResult(model, True)
+
+
+@click.command("perturb")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--ulps", type=int, default=0)
+@rewrite_options
+@run_command
+def _perturb_command(  # noqa: PLR0917
+    model: Path,
+    ulps: int,
+    output: Path | None,
+    in_place: bool,
+    dry_run: bool,
+    report_path: Path | None,
+    external_data: bool | None,
+    quiet: bool,
+) -> None:
+    run_rewrite(model, [_Perturb(ulps)], command="perturb", output=output, in_place=in_place,
+                dry_run=dry_run, report_path=report_path, external_data=external_data,
+                quiet=quiet)  # fmt: skip
+
+
+def _model(batch: int | str = 2, big: bool = False) -> onnx.ModelProto:
+    """y = x @ w, z = c + 0 (z shows the constant c as it is)."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((4, 300 if big else 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+        helper.make_node("Add", ["c", "zero"], ["z"], name="show_c"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, w.shape[1]]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(C_VALUES, "c"),
+                     numpy_helper.from_array(np.zeros(4, np.float32), "zero")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def _save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
+    if external:
+        onnx.save_model(proto, path, save_as_external_data=True, location=path.name + ".data",
+                        size_threshold=1024)  # fmt: skip
+    else:
+        onnx.save_model(proto, path)
+    return path
+
+
+def _invoke(command: click.Command, *args: Any) -> tuple[int, str]:
+    result = CliRunner().invoke(command, [str(a) for a in args], catch_exceptions=False)
+    text = result.output + result.stderr
+    assert "Traceback" not in text
+    return result.exit_code, result.stderr
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _files(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir()}
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def test_exact_rewrite_is_written_and_reported(tmp_path: Path) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    out, report = tmp_path / "out.onnx", tmp_path / "r.json"
+    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--verify-runs", 3,
+                        "--report", report)  # fmt: skip
+    assert code == 0, err
+    assert out.exists()
+    assert "verify: exact: 2 output(s) bit-identical (3 input sets, seed 0)" in err
+    verify = json.loads(report.read_text())["verify"]
+    assert verify["status"] == "exact" and verify["passed"] and verify["runs"] == 3
+    assert {o["name"]: o["exact"] for o in verify["outputs"]} == {"y": True, "z": True}
+    assert {o["name"]: o["elements"] for o in verify["outputs"]} == {"y": 18, "z": 12}
+
+
+@pytest.mark.parametrize("ulps", [1, 7])
+def test_numeric_change_is_refused_and_nothing_written(tmp_path: Path, ulps: int) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    before = _files(tmp_path)
+    out, report = tmp_path / "out.onnx", tmp_path / "r.json"
+    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--report", report,
+                        "--ulps", ulps)  # fmt: skip
+    moved = C_VALUES[0]
+    for _ in range(ulps):
+        moved = np.nextafter(moved, np.float32(np.inf))
+    abs_diff = float(np.float64(moved) - np.float64(C_VALUES[0]))
+    assert code == 1
+    assert _files(tmp_path) == before | {"r.json"}  # no output, no staging folder
+    assert f"z: 1 of 4 elements differ: max abs {abs_diff:.6g}, max ulp {ulps}" in err
+    assert "verification failed" in err and "nothing written" in err
+    failed = json.loads(report.read_text())
+    assert failed["written"] is False
+    z = next(o for o in failed["verify"]["outputs"] if o["name"] == "z")
+    assert (z["exact"], z["mismatched"], z["max_ulp"]) == (False, 1, ulps)
+    assert z["max_abs"] == pytest.approx(abs_diff, rel=1e-12)
+
+
+def test_in_place_mismatch_leaves_the_input_alone(tmp_path: Path) -> None:
+    source = _save(_model(), tmp_path / "m.onnx", external=True)
+    digests = {p.name: _digest(p) for p in tmp_path.iterdir()}
+    code, _ = _invoke(_perturb_command, source, "--in-place", "--verify", "--ulps", 1)
+    assert code == 1
+    assert {p.name: _digest(p) for p in tmp_path.iterdir()} == digests
+
+
+def test_external_data_output_is_verified(tmp_path: Path) -> None:
+    source = _save(_model(big=True), tmp_path / "m.onnx", external=True)
+    out = tmp_path / "out" / "o.onnx"
+    out.parent.mkdir()
+    code, err = _invoke(_perturb_command, source, "-o", out, "--verify")
+    assert code == 0, err
+    assert _files(out.parent) == {"o.onnx", "o.onnx.data"}
+    code, _ = _invoke(_perturb_command, source, "-o", out.parent / "p.onnx", "--verify",
+                      "--ulps", 2)  # fmt: skip
+    assert code == 1
+    assert _files(out.parent) == {"o.onnx", "o.onnx.data"}
+
+
+def test_tolerance_accepts_a_bounded_difference(tmp_path: Path) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    out, report = tmp_path / "out.onnx", tmp_path / "r.json"
+    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--ulps", 3,
+                        "--verify-tolerance", "1e-6", "--report", report)  # fmt: skip
+    assert code == 0, err
+    assert out.exists()
+    verify = json.loads(report.read_text())["verify"]
+    assert verify["status"] == "within-tolerance" and verify["tolerance"] == 1e-6
+    assert "within tolerance 1e-06" in err and "z: 1 of 4 elements differ" in err
+    code, _ = _invoke(_perturb_command, source, "-o", tmp_path / "o2.onnx", "--verify",
+                      "--ulps", 3, "--verify-tolerance", "1e-8")  # fmt: skip
+    assert code == 1
+    assert not (tmp_path / "o2.onnx").exists()
+
+
+def test_dry_run_verifies_without_writing(tmp_path: Path) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    before = _files(tmp_path)
+    code, err = _invoke(_perturb_command, source, "--dry-run", "--verify")
+    assert code == 0 and "verify: exact" in err
+    code, err = _invoke(_perturb_command, source, "--dry-run", "--verify", "--ulps", 1)
+    assert code == 1 and "max ulp 1" in err
+    assert _files(tmp_path) == before
+
+
+def test_symbolic_dims_need_input_shape(tmp_path: Path) -> None:
+    source = _save(_model(batch="batch"), tmp_path / "m.onnx")
+    code, err = _invoke(_perturb_command, source, "--verify")
+    assert code == 2
+    assert "input 'x' has unknown dimension 0 ('batch')" in err
+    assert "--input-shape x=" in err
+    code, err = _invoke(_perturb_command, source, "--verify", "--input-shape", "x=5,4",
+                        "--report", tmp_path / "r.json")  # fmt: skip
+    assert code == 0, err
+    outputs = json.loads((tmp_path / "r.json").read_text())["verify"]["outputs"]
+    assert {o["name"]: o["elements"] for o in outputs}["y"] == 15
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input-shape", "x"], "is not NAME=D1,D2"),
+        (["--input-shape", "x=2,a"], "dimension 'a' is not a non-negative integer"),
+        (["--input-shape", "x=2,-4"], "dimension '-4'"),
+        (["--input-shape", "=2,4"], "is not NAME=D1,D2"),
+        (["--input-shape", "x=2,4", "--input-shape", "x=3,4"], "input 'x' is given twice"),
+        (["--input-shape", "nope=2,4"], "'nope', which is not a graph input (inputs: x)"),
+        (["--input-shape", "x=2,4,1"], "gives 3 dimension(s) for input 'x', which has 2"),
+        (["--input-shape", "x=2,5"], "gives 5 for dimension 1 of input 'x', declared 4"),
+        (["--verify-runs", "0"], "--verify-runs"),
+        (["--verify-tolerance", "-1"], "--verify-tolerance"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    source = _save(_model(batch="batch"), tmp_path / "m.onnx")
+    before = _files(tmp_path)
+    code, err = _invoke(_perturb_command, source, "--verify", *args)
+    assert code == 2
+    assert message in err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--seed", "3"], ["--verify-runs", "2"], ["--input-shape", "x=1,4"],
+     ["--verify-tolerance", "0.1"]],
+)  # fmt: skip
+def test_verify_options_need_verify(tmp_path: Path, option: list[str]) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    code, err = _invoke(_perturb_command, source, *option)
+    assert code == 2
+    assert f"{option[0]} needs --verify" in err
+    assert not (tmp_path / "m.perturb.onnx").exists()
+
+
+def test_missing_onnxruntime_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import onnxruntime -> ImportError
+    code, err = _invoke(_perturb_command, source, "--verify")
+    assert code == 2
+    assert "pip install 'qlrewrite[verify]'" in err
+    assert not (tmp_path / "m.perturb.onnx").exists()
+    code, _ = _invoke(_perturb_command, source)  # without --verify ORT is not needed
+    assert code == 0
+
+
+def test_unverifiable_model_is_not_a_pass(tmp_path: Path) -> None:
+    """DequantizeLinear-28 (IR 14): ORT 1.31 loads up to IR 13 / opset 25."""
+    source = _save(qdq_model(DQ, 28, x_type=DT.INT8), tmp_path / "m.onnx")
+    out, report = tmp_path / "out.onnx", tmp_path / "r.json"
+    code, err = _invoke(main, "fold", source, "-o", out, "--verify", "--report", report)
+    assert code == 1
+    assert not out.exists()
+    assert "cannot verify with ONNX Runtime" in err
+    assert "Unsupported model IR version: 14" in err
+    verify = json.loads(report.read_text())["verify"]
+    assert verify["status"] == "unverifiable" and not verify["passed"]
+    code, _ = _invoke(main, "fold", source, "-o", out)
+    assert code == 0 and out.exists()
+
+
+def test_fold_upgrade_convert_have_the_options() -> None:
+    for name in ("fold", "upgrade", "convert"):
+        if name not in main.commands:
+            continue
+        options = {o for p in main.commands[name].params for o in p.opts}
+        assert {"--verify", "--verify-runs", "--seed", "--input-shape",
+                "--verify-tolerance"} <= options, name  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the library
+
+
+def test_pipeline_rewrite_with_verify(tmp_path: Path) -> None:
+    source = _save(_model(), tmp_path / "m.onnx")
+    result = pipeline.rewrite(source, [_Perturb(0)], command="p", verify=VerifyOptions(runs=2))
+    assert result.verification is not None and result.verification.status == "exact"
+    with pytest.raises(VerificationFailed) as info:
+        pipeline.rewrite(source, [_Perturb(1)], command="q", verify=VerifyOptions(seed=9))
+    assert info.value.verification.status == "mismatch"
+    assert info.value.exit_code == 1
+    assert not (tmp_path / "m.q.onnx").exists()
+
+
+def _one_node(op: str, inputs: dict[str, tuple[int, list[int]]], outputs: dict[str, int],
+              opset: int = 21, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+    node = helper.make_node(op, list(inputs), list(outputs), **attrs)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+        [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def test_bfloat16_and_int4_outputs_are_read_from_their_bytes(tmp_path: Path) -> None:
+    cast = _save(_one_node("Cast", {"x": (TensorProto.FLOAT, [3, 5])}, {"y": TensorProto.BFLOAT16},
+                           to=TensorProto.BFLOAT16), tmp_path / "cast.onnx")  # fmt: skip
+    specs = [InputSpec("x", DT.FLOAT, (3, 5))]
+    assert verify_models(cast, cast, specs).status == "exact"
+    back = _save(_one_node("Cast", {"x": (TensorProto.BFLOAT16, [3, 5])}, {"y": TensorProto.FLOAT},
+                           to=TensorProto.FLOAT), tmp_path / "back.onnx")  # fmt: skip
+    assert verify_models(back, back, [InputSpec("x", DT.BFLOAT16, (3, 5))]).status == "exact"
+    q1 = _save(qdq_model(Q, 21, x_shape=(6, 5), scale=0.5, zp_type=DT.INT4), tmp_path / "q1.onnx")
+    q2 = _save(qdq_model(Q, 21, x_shape=(6, 5), scale=0.25, zp_type=DT.INT4), tmp_path / "q2.onnx")
+    specs = [InputSpec("x", DT.FLOAT, (6, 5))]
+    assert verify_models(q1, q1, specs).status == "exact"
+    result = verify_models(q1, q2, specs, VerifyOptions(runs=2, seed=4))
+    assert result.status == "mismatch"
+    # Independent expectation: int4 Q with scales 0.5 / 0.25 over the same inputs.
+    rng = np.random.default_rng(4)
+    x = np.stack([rng.standard_normal((6, 5), dtype=np.float32) for _ in range(2)])
+    a = np.clip(np.rint(x / np.float32(0.5)), -8, 7)
+    b = np.clip(np.rint(x / np.float32(0.25)), -8, 7)
+    (y,) = result.outputs
+    assert y.max_abs == np.abs(a - b).max()
+    assert y.mismatched == int(np.count_nonzero(a != b))
+    assert y.max_ulp is None  # integers: no ulps
+
+
+def test_missing_output_and_rewritten_failure_are_mismatches(tmp_path: Path) -> None:
+    two = _save(_one_node("Split", {"x": (TensorProto.FLOAT, [4])},
+                          {"a": TensorProto.FLOAT, "b": TensorProto.FLOAT}, opset=18,
+                          num_outputs=2), tmp_path / "two.onnx")  # fmt: skip
+    one = onnx.load(two)
+    del one.graph.output[1]
+    one = _save(one, tmp_path / "one.onnx")
+    result = verify_models(two, one, [InputSpec("x", DT.FLOAT, (4,))])
+    assert result.status == "mismatch"
+    assert {o.name: o.problem for o in result.outputs}["b"] == "missing from the rewritten model"
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def test_parse_input_shape() -> None:
+    assert parse_input_shape("x=1,3,224,224") == ("x", (1, 3, 224, 224))
+    assert parse_input_shape("a=b=2") == ("a=b", (2,))
+    assert parse_input_shape("s=") == ("s", ())
+    assert parse_input_shape("x= 1, 0") == ("x", (1, 0))
+    for bad in ("x", "=1", "x=1,,2", "x=1.5", "x=-1"):
+        with pytest.raises(ValueError):
+            parse_input_shape(bad)
+
+
+def test_generated_inputs_follow_the_type_and_the_seed() -> None:
+    specs = [InputSpec("f", DT.FLOAT, (100, 100)), InputSpec("h", DT.FLOAT16, (7,)),
+             InputSpec("u", DT.UINT8, (20000,)), InputSpec("i", DT.INT8, (20000,)),
+             InputSpec("s", DT.INT16, (20000,)), InputSpec("l", DT.INT64, (1000,)),
+             InputSpec("b", DT.BOOL, (1000,)), InputSpec("bf", DT.BFLOAT16, (3, 2))]  # fmt: skip
+    one = generate_inputs(specs, np.random.default_rng(1))
+    again = generate_inputs(specs, np.random.default_rng(1))
+    other = generate_inputs(specs, np.random.default_rng(2))
+    for name, array in one.items():
+        assert np.array_equal(array, again[name])
+        assert array.shape == next(s.shape for s in specs if s.name == name)
+    assert not np.array_equal(one["f"], other["f"])
+    assert one["f"].dtype == np.float32 and abs(one["f"].std() - 1) < 0.05
+    assert one["h"].dtype == np.float16 and one["bf"].dtype == ml_dtypes.bfloat16
+    assert (one["u"].min(), one["u"].max()) == (0, 255)
+    assert (one["i"].min(), one["i"].max()) == (-128, 127)
+    assert one["s"].min() < -30000 and one["s"].max() > 30000
+    assert one["l"].dtype == np.int64 and set(np.unique(one["l"])) == {0, 1, 2, 3}
+    assert one["b"].dtype == np.bool_ and 300 < one["b"].sum() < 700
+
+
+def _f32(*values: float) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def test_compare_arrays_is_bitwise() -> None:
+    nan = np.float32(np.nan)
+    payload = np.array([0x7FC00001], dtype=np.uint32).view(np.float32)[0]
+    same = compare_arrays("o", _f32(1, nan, -0.0), _f32(1, nan, -0.0))
+    assert (same.exact, same.max_abs, same.max_ulp) == (True, 0.0, 0)
+    zeros = compare_arrays("o", _f32(0.0), _f32(-0.0))
+    assert (zeros.exact, zeros.max_abs, zeros.max_ulp) == (False, 0.0, 0)
+    nans = compare_arrays("o", _f32(nan), np.array([payload]))
+    assert (nans.exact, nans.max_abs) == (False, 0.0)
+    one_nan = compare_arrays("o", _f32(nan, 1), _f32(1, 1))
+    assert one_nan.max_abs == float("inf") and not one_nan.within(1e30)
+    step = compare_arrays("o", _f32(1.0, 2.0), _f32(1.0, np.nextafter(np.float32(2), 3)))
+    assert (step.mismatched, step.max_ulp, step.max_abs) == (1, 1, 2.0**-22)
+    across = compare_arrays("o", _f32(np.float32(1e-45)), _f32(-np.float32(1e-45)))
+    assert across.max_ulp == 2  # smallest subnormal to its negative: through +0 and -0
+    half = compare_arrays("o", np.array([1.0], np.float16), np.array([1.0009766], np.float16))
+    assert half.max_ulp == 1
+    bf = np.array([1.0, 1.0078125], ml_dtypes.bfloat16)
+    assert compare_arrays("o", bf[:1], bf[1:]).max_ulp == 1
+    big = compare_arrays("o", np.array([1e308]), np.array([-1e308]))
+    assert big.max_ulp == 2 * int(np.array(1e308).view(np.uint64))
+    ints = compare_arrays("o", np.array([-128, 5], np.int8), np.array([127, 5], np.int8))
+    assert (ints.max_abs, ints.max_ulp, ints.mismatched) == (255.0, None, 1)
+    shape = compare_arrays("o", _f32(1, 2), _f32(1, 2, 3))
+    assert shape.problem == "float32[2] became float32[3]" and not shape.within(1.0)
+    strings = compare_arrays("o", np.array(["a", "b"], object), np.array(["a", "c"], object))
+    assert (strings.exact, strings.mismatched) == (False, 1)
