@@ -190,8 +190,8 @@ def rewrite_options(func: F) -> F:
             expose_value=False,
             callback=_remember,
             help="Run the input and the output in ONNX Runtime on generated inputs; write "
-            "nothing (exit 1) unless every output is bit-identical or the model cannot be "
-            "run (needs: pip install 'qlrewrite[verify]').",
+            "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
+            "them (needs: pip install 'qlrewrite[verify]').",
         ),
         click.option(
             "--verify-runs",
