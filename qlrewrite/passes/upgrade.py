@@ -33,8 +33,9 @@ __all__ = ["UpgradePass", "current_opset", "upgrade"]
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
 
-#: Input findings an upgrade can repair: an op, attribute or type newer than the opset.
-REPAIRS = ("QL104", "QL201", "QL301", "QL302", "QL303")
+#: Input findings an upgrade can repair: an op, attribute, type or granularity newer than the
+#: opset (the rules whose hints say `qlrewrite upgrade`). The output is checked in full.
+REPAIRS = ("QL104", "QL201", "QL301", "QL302", "QL303", "QL305", "QL402", "QL405")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,14 +136,12 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     """ONNX's version converter on a weight-free copy, with the original weights put back."""
     weights = _large_weights(model)
     proto = weightless_proto(model, max_inline_bytes=_MAX_INLINE_BYTES)
-    try:
-        converted = onnx.version_converter.convert_version(proto, opset)
-    except Exception as exc:  # the converter raises RuntimeError, ValueError, ...
-        first = str(exc).strip().splitlines()
-        raise Refusal(
-            f"ONNX's version converter cannot convert this model to opset {opset} "
-            f"({first[0] if first else type(exc).__name__}); nothing written"
-        ) from exc
+    # The converter fails (IndexError) on any model with local functions: convert the
+    # main graph without them, then each function on its own.
+    functions = list(proto.functions)
+    del proto.functions[:]
+    converted = _run_converter(proto, opset, "this model")
+    converted.functions.extend(_convert_function(f, opset, proto.ir_version) for f in functions)
     new = ir.serde.deserialize_model(converted)
     graphs = list(new.graphs())
     if len(graphs) != len(list(model.graphs())):
@@ -165,6 +164,70 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
         if key in model.meta:
             new.meta[key] = model.meta[key]
     return new
+
+
+def _run_converter(proto: onnx.ModelProto, opset: int, what: str) -> onnx.ModelProto:
+    try:
+        return onnx.version_converter.convert_version(proto, opset)
+    except Exception as exc:  # the converter raises RuntimeError, IndexError, ...
+        first = str(exc).strip().splitlines()
+        raise Refusal(
+            f"ONNX's version converter cannot convert {what} to opset {opset} "
+            f"({type(exc).__name__}: {first[0] if first else 'no message'}); nothing written"
+        ) from exc
+
+
+def _convert_function(
+    function: onnx.FunctionProto, opset: int, ir_version: int
+) -> onnx.FunctionProto:
+    """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model)."""
+    imports = {o.domain: o.version for o in function.opset_import}
+    current = imports.get("", imports.get("ai.onnx"))
+    if current is None or current >= opset:
+        return function
+    label = f"function {function.domain}.{function.name}"
+    _refuse_attribute_references(function, current, opset, label)
+    graph = onnx.helper.make_graph(
+        list(function.node),
+        function.name,
+        [onnx.ValueInfoProto(name=name) for name in function.input],
+        [onnx.ValueInfoProto(name=name) for name in function.output],
+    )
+    wrapper = onnx.helper.make_model(
+        graph, opset_imports=list(function.opset_import), ir_version=ir_version
+    )
+    converted = _run_converter(wrapper, opset, label)
+    result = onnx.FunctionProto()
+    result.CopyFrom(function)
+    del result.node[:]
+    result.node.extend(converted.graph.node)
+    del result.opset_import[:]
+    result.opset_import.extend(converted.opset_import)
+    return result
+
+
+def _refuse_attribute_references(
+    function: onnx.FunctionProto, current: int, opset: int, label: str
+) -> None:
+    """The converter silently writes wrong values for attribute references (``axes`` of a
+    ReduceMean referring to a function attribute becomes an empty tensor): refuse them on
+    any op whose version changes between the two opsets."""
+    for node in function.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if not any(attr.ref_attr_name for attr in node.attribute):
+            continue
+        try:
+            before = onnx.defs.get_schema(node.op_type, current, "").since_version
+            after = onnx.defs.get_schema(node.op_type, opset, "").since_version
+        except onnx.defs.SchemaError:
+            continue  # unknown op: the checker reports it
+        if before != after:
+            raise Refusal(
+                f"{label}: {node.op_type} '{node.name}' takes an attribute from the function "
+                f"and changes between opsets {current} and {opset}; ONNX's version converter "
+                "would write a wrong value for it; nothing written"
+            )
 
 
 def upgrade(model: ir.Model, opset: int) -> ir.Model:
