@@ -1,0 +1,287 @@
+"""`qlrewrite check` against its peers: speed and memory, then what each one detects.
+
+Run by hand: ``python benchmarks/check.py [FOLDER] [--repeat N] [--skip-speed]
+[--skip-detection] [--no-ort-quantizer]``.
+
+1. Speed and memory on ``matmul_chain`` (340 MiB of external data): each tool in a fresh
+   process, best wall time of N runs (interpreter start and imports included) and peak RSS
+   (``wait4`` of that process): ``qlrewrite check`` (installed entry point), the in-process
+   check alone, ``onnx.checker.check_model(path, full_check=True)`` and the creation of an
+   ONNX Runtime InferenceSession.
+2. Detection on a corpus generated in code: for every rule case of
+   ``tests/test_rules_cases.py`` and every version it applies to, the model that breaks
+   it (invalid: error rules; questionable: warning rules) and the one that keeps it
+   (valid), plus ONNX's own backend Q/DQ test models and the models ONNX Runtime's
+   quantizer writes (valid). Peers: ``onnx.checker`` (full_check), ONNX Runtime (load and
+   run on the CPU provider, no optimizations) and ONNX's reference evaluator (run). A peer
+   "flags" a model when it raises; qlrewrite flags it on an error finding (questionable
+   models: any finding).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+
+from bench_models import matmul_chain  # noqa: E402
+
+# --------------------------------------------------------------------------- speed
+
+
+def _measure(argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MiB, exit status) of one fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stderr = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {stderr.strip()[-300:]}")
+    return seconds, usage.ru_maxrss / 1024, proc.returncode
+
+
+def _speed(folder: Path, repeat: int) -> None:
+    path = str(matmul_chain(folder))
+    data = Path(path + ".data").stat().st_size
+    print(f"model: {path} ({data / 2**20:.0f} MiB external data), best of {repeat} runs\n")
+    exe = str(Path(sys.executable).parent / "qlrewrite")
+    py = sys.executable
+    tools: dict[str, list[str]] = {
+        "qlrewrite check (CLI)": [exe, "check", path],
+        "qlrewrite.check() alone": [py, "-c", (
+            "import sys, time, qlrewrite.passes.check as c; t = time.perf_counter(); "
+            f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "
+            "sys.exit(1 if r.error or r.errors else 0)")],
+        "import qlrewrite.cli (no check)": [py, "-c", "import qlrewrite.cli"],
+        "onnx.checker full_check": [py, "-c", (
+            f"import onnx; onnx.checker.check_model({path!r}, full_check=True)")],
+        "ORT InferenceSession()": [py, "-c", (
+            "import onnxruntime as ort; "
+            f"ort.InferenceSession({path!r}, providers=['CPUExecutionProvider'])")],
+    }  # fmt: skip
+    results: dict[str, tuple[float, float]] = {}
+    for name, argv in tools.items():
+        runs = [_measure(argv) for _ in range(repeat)]
+        results[name] = (min(r[0] for r in runs), max(r[1] for r in runs))
+    ours_s, ours_mb = results["qlrewrite check (CLI)"]
+    print("| tool | best wall s | peak RSS MiB | time vs qlrewrite | RSS vs qlrewrite |")
+    print("|---|---:|---:|---:|---:|")
+    for name, (seconds, mb) in results.items():
+        print(f"| {name} | {seconds:.2f} | {mb:.0f} | {seconds / ours_s:.2f}x | "
+              f"{mb / ours_mb:.2f}x |")  # fmt: skip
+    inner = subprocess.run(tools["qlrewrite.check() alone"], capture_output=True, text=True,
+                           check=False).stderr  # fmt: skip
+    print(f"\nqlrewrite.check() itself, imports excluded: {float(inner) * 1000:.0f} ms")
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def _corpus(ort_quantizer: bool) -> Iterator[tuple[str, str, str, onnx.ModelProto, dict]]:
+    """(kind, code, label, model, feeds): kind is invalid | questionable | valid."""
+    from qdq_models import qdq_model
+    from test_rules_cases import CASES
+
+    from qlrewrite.rules import RULES
+
+    seen: set[bytes] = set()
+
+    def fresh(proto: onnx.ModelProto) -> bool:
+        key = proto.SerializeToString(deterministic=True)
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    for case in CASES:
+        kind = "invalid" if RULES[case.code].severity == "error" else "questionable"
+        for version in case.versions:
+            bad = qdq_model(**case.bad(version))
+            if fresh(bad):
+                yield kind, case.code, f"{case.code}-{case.label}-{version}", bad, {}
+            good = qdq_model(**case.good(version))
+            if fresh(good):
+                yield "valid", "", f"good:{case.code}-{case.label}-{version}", good, {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from onnx.backend.test.case.node import collect_testcases
+
+        backend = collect_testcases("QuantizeLinear") + collect_testcases("DequantizeLinear")
+    for case in backend:
+        inputs = case.data_sets[0][0] if case.data_sets else []
+        feeds = {
+            info.name: (numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v)
+            for info, v in zip(case.model.graph.input, inputs, strict=False)
+        }
+        feeds = {k: v for k, v in feeds.items() if isinstance(v, np.ndarray)}
+        if fresh(case.model):
+            yield "valid", "", f"backend:{case.name}", case.model, feeds
+    if ort_quantizer:
+        from ort_quantized import CONFIGS, inputs_for, model_name_of, quantized
+
+        for config in CONFIGS:
+            try:
+                proto = quantized(config)
+            except Exception as exc:  # a configuration this ORT build cannot quantize
+                print(f"  (skipped ORT quantizer config {config}: {type(exc).__name__})")
+                continue
+            yield "valid", "", f"ort-quantizer:{config}", proto, inputs_for(model_name_of(config))
+
+
+def _as_initializers(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Every graph input turned into an initializer: its feed, else zeros of its type.
+
+    Runtimes then need no feeds of exotic types (int4, float8, ...) from Python.
+    """
+    model = onnx.ModelProto()
+    model.CopyFrom(proto)
+    known = {t.name for t in model.graph.initializer}
+    for info in model.graph.input:
+        if info.name in known:
+            continue
+        tensor_type = info.type.tensor_type
+        if info.name in feeds:
+            value = np.asarray(feeds[info.name])
+            try:
+                tensor = numpy_helper.from_array(value, info.name)
+            except Exception:
+                tensor = helper.make_tensor(
+                    info.name, tensor_type.elem_type, value.shape, value.ravel().tolist()
+                )
+        else:
+            dims = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+            count = int(np.prod(dims)) if dims else 1
+            tensor = helper.make_tensor(info.name, tensor_type.elem_type, dims, [0] * count)
+        model.graph.initializer.append(tensor)
+    del model.graph.input[:]
+    return model
+
+
+def _flags_checker(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except Exception:
+        return True
+    return False
+
+
+def _flags_ort(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    try:
+        session = ort.InferenceSession(
+            runnable.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        session.run(None, {})
+    except Exception:
+        return True
+    return False
+
+
+def _flags_reference(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            ReferenceEvaluator(runnable).run(None, {})
+    except Exception:
+        return True
+    return False
+
+
+def _detection(ort_quantizer: bool) -> None:
+    from qdq_models import load_ir
+
+    from qlrewrite.passes.check import check_model
+
+    def flags_qlrewrite(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
+        return bool(check_model(load_ir(proto)).errors)
+
+    peers: dict[str, Callable[[onnx.ModelProto, onnx.ModelProto], bool]] = {
+        "qlrewrite check": flags_qlrewrite,
+        "onnx.checker full_check": _flags_checker,
+        "ORT load + run": _flags_ort,
+        "reference evaluator run": _flags_reference,
+    }
+    totals: Counter[str] = Counter()
+    flagged: dict[str, Counter[str]] = defaultdict(Counter)
+    by_code: dict[str, Counter[str]] = defaultdict(Counter)
+    odd: dict[str, list[str]] = defaultdict(list)
+    seconds: Counter[str] = Counter()
+    for kind, code, label, proto, feeds in _corpus(ort_quantizer):
+        runnable = _as_initializers(proto, feeds)
+        totals[kind] += 1
+        by_code[code]["models"] += 1
+        for name, flags in peers.items():
+            start = time.perf_counter()
+            hit = flags(proto, runnable)
+            if name == "qlrewrite check" and kind == "questionable":
+                hit = bool(check_model(load_ir(proto)).findings)
+            seconds[name] += time.perf_counter() - start
+            flagged[name][kind] += hit
+            if kind != "valid":
+                by_code[code][name] += hit
+            if (kind == "valid") == hit and name == "qlrewrite check":
+                odd[name].append(label)
+    print(
+        f"corpus: {totals['invalid']} invalid (error rules), {totals['questionable']} "
+        f"questionable (warning rules), {totals['valid']} valid models\n"
+    )
+    print("| tool | invalid caught | questionable flagged | false alarms on valid | seconds |")
+    print("|---|---:|---:|---:|---:|")
+    for name in peers:
+        counts = flagged[name]
+        print(
+            f"| {name} | {counts['invalid']}/{totals['invalid']} | "
+            f"{counts['questionable']}/{totals['questionable']} | "
+            f"{counts['valid']}/{totals['valid']} | {seconds[name]:.1f} |"
+        )
+    print("\nper rule (models that break it / caught by each tool):\n")
+    print("| rule | models | " + " | ".join(peers) + " |")
+    print("|---|---:|" + "---:|" * len(peers))
+    for code in sorted(c for c in by_code if c):
+        row = by_code[code]
+        print(f"| {code} | {row['models']} | " + " | ".join(str(row[n]) for n in peers) + " |")
+    if odd["qlrewrite check"]:
+        print("\nqlrewrite check disagrees with the corpus on:", ", ".join(odd["qlrewrite check"]))
+    else:
+        print("\nqlrewrite check: every violation caught, no false alarm")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", nargs="?", default="/tmp/qlrewrite-bench")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-detection", action="store_true")
+    parser.add_argument("--no-ort-quantizer", action="store_true")
+    args = parser.parse_args()
+    print(f"onnx {onnx.__version__}, python {sys.version.split()[0]}\n")
+    if not args.skip_speed:
+        _speed(Path(args.folder), args.repeat)
+        print()
+    if not args.skip_detection:
+        _detection(not args.no_ort_quantizer)
+
+
+if __name__ == "__main__":
+    main()
