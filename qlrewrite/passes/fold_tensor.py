@@ -12,8 +12,10 @@ too, and the intermediate quantized tensor never exists whole.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -24,6 +26,8 @@ __all__ = ["CHUNK_BYTES", "ConstOperand", "FoldSpec", "FoldedTensor", "Operand"]
 
 #: Output bytes computed per chunk when a folded tensor is written to a file.
 CHUNK_BYTES = 4 << 20
+
+_LITTLE = sys.byteorder == "little"
 
 #: Reads rows ``[start, stop)`` of axis 0 (the whole array for a scalar).
 RowReader = Callable[[int, int], np.ndarray]
@@ -37,6 +41,10 @@ class Operand(Protocol):
 
     def rows(self) -> RowReader:
         """A reader of row ranges; the data it needs stays loaded while it lives."""
+        ...
+
+    def release(self) -> None:
+        """Unmap external data read by :meth:`rows` once no reader is left."""
         ...
 
 
@@ -55,6 +63,10 @@ class ConstOperand:
         if array.ndim == 0:
             return lambda start, stop: array
         return lambda start, stop: array[start:stop]
+
+    def release(self) -> None:
+        """Unmap the tensor's external data, if any."""
+        _release(self.tensor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,8 +187,18 @@ class FoldedTensor(ir.LazyTensor):
         rows = max(1, CHUNK_BYTES // row_bytes)
         return max(multiple, rows // multiple * multiple)
 
-    def iter_chunks(self) -> Iterator[bytes]:
-        """The tensor's bytes in chunks of rows, each computed ahead of its consumer."""
+    def iter_chunks(self) -> Iterator[memoryview | bytes]:
+        """The tensor's bytes in chunks of rows, each computed ahead of its consumer.
+
+        Memory-mapped inputs are released afterwards, so the pages they brought in do
+        not stay resident while the next tensors are written.
+        """
+        try:
+            yield from self._chunks()
+        finally:
+            self.release()
+
+    def _chunks(self) -> Iterator[memoryview | bytes]:
         shape = self.shape.numpy()
         if not shape or self.size == 0:
             yield self._whole().tobytes()
@@ -185,8 +207,8 @@ class FoldedTensor(ir.LazyTensor):
         step = self.chunk_rows()
         ranges = [(start, min(start + step, shape[0])) for start in range(0, shape[0], step)]
 
-        def compute(bounds: tuple[int, int]) -> bytes:
-            return ir.Tensor(np.asarray(read(*bounds)), dtype=self.dtype).tobytes()
+        def compute(bounds: tuple[int, int]) -> memoryview | bytes:
+            return _as_bytes(np.asarray(read(*bounds)), self.dtype)
 
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             pending = pool.submit(compute, ranges[0])
@@ -195,7 +217,27 @@ class FoldedTensor(ir.LazyTensor):
                 yield done.result()
             yield pending.result()
 
+    def release(self) -> None:
+        """Unmap the external data the operands read (it is mapped again when needed)."""
+        self.x.release()
+        _release(self.scale)
+        _release(self.zero_point)
+
     def tofile(self, file) -> None:  # any binary file object
         """Compute and write the tensor chunk by chunk."""
         for data in self.iter_chunks():
             file.write(data)
+
+
+def _as_bytes(array: np.ndarray, dtype: ir.DataType) -> memoryview | bytes:
+    """The bytes of ``array`` as ONNX stores ``dtype``, without a copy when possible."""
+    native = array.dtype.byteorder in "|<" or (array.dtype.byteorder == "=" and _LITTLE)
+    if dtype.bitwidth >= 8 and native and array.flags.c_contiguous:
+        return memoryview(array.view(np.uint8).reshape(-1))
+    return ir.Tensor(array, dtype=dtype).tobytes()
+
+
+def _release(tensor: ir.TensorProtocol | None) -> None:
+    if isinstance(tensor, ir.ExternalTensor):
+        with contextlib.suppress(BufferError):  # someone still holds a view: keep the map
+            tensor.release()
