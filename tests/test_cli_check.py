@@ -318,3 +318,16 @@ def test_installed_entry_point(tmp_path: Path) -> None:
     done = subprocess.run([str(exe), "check", str(tmp_path / "nope.onnx")], capture_output=True,
                           text=True, check=False)  # fmt: skip
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+
+
+def test_refused_rewrite_prints_findings_one_line_each(tmp_path: Path) -> None:
+    path = _save(_both(), tmp_path / "both.onnx")
+    out = tmp_path / "out.onnx"
+    code, _, err = _run("fold", path, "-o", out)
+    assert code == 1 and not out.exists()
+    lines = err.splitlines()
+    assert lines[0].startswith("  QL403 error: DequantizeLinear 'qdq' in main: ")
+    assert lines[0].endswith(
+        "(hint: give one scale per slice (4) or set axis to the right dimension)"
+    )
+    assert lines[-1].startswith("qlrewrite: error: ")
