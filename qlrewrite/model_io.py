@@ -186,10 +186,11 @@ def data_problems(
     if proto is None:
         return []
     base = Path(base_dir)
+    files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
     return [
         problem
         for graph_label, tensor in _iter_tensor_protos(proto)
-        if (problem := _tensor_problem(tensor, graph_label, base)) is not None
+        if (problem := _tensor_problem(tensor, graph_label, base, files)) is not None
     ]
 
 
@@ -227,7 +228,9 @@ def _expected_nbytes(dtype: ir.DataType, count: int) -> int | None:
     return (count * dtype.bitwidth + 7) // 8
 
 
-def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataProblem | None:
+def _tensor_problem(
+    tensor: onnx.TensorProto, graph: str, base: Path, files: dict[str, tuple[str, str] | int]
+) -> DataProblem | None:
     name = tensor.name or "<unnamed>"
 
     def problem(kind: str, message: str) -> DataProblem:
@@ -247,7 +250,7 @@ def _tensor_problem(tensor: onnx.TensorProto, graph: str, base: Path) -> DataPro
         count *= d
     expected = _expected_nbytes(dtype, count)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        return _external_problem(tensor, expected, base, problem)
+        return _external_problem(tensor, expected, base, problem, files)
     if tensor.HasField("raw_data"):
         if expected is not None and len(tensor.raw_data) != expected:
             return problem(
@@ -283,34 +286,23 @@ def _external_problem(
     expected: int | None,
     base: Path,
     problem: Callable[[str, str], DataProblem],
+    files: dict[str, tuple[str, str] | int],
 ) -> DataProblem | None:
     info = {entry.key: entry.value for entry in tensor.external_data}
     location = info.get("location", "")
     if not location:
         return problem("external-missing", "external data without a location")
-    if os.path.isabs(location) or Path(location).drive:
-        return problem(
-            "external-escapes", f"external data location '{location}' is an absolute path"
-        )
-    target = base / location
-    base_real = os.path.realpath(base)
-    if not _inside(os.path.normpath(os.path.abspath(target)), os.path.abspath(base)):
-        return problem(
-            "external-escapes", f"external data location '{location}' escapes the model folder"
-        )
-    if not _inside(os.path.realpath(target), base_real):
-        return problem(
-            "external-escapes",
-            f"external data location '{location}' is a link that leads out of the model folder",
-        )
-    if not target.is_file():
-        return problem("external-missing", f"external data file '{location}' not found")
+    if location not in files:
+        files[location] = _locate(location, base)
+    found = files[location]
+    if not isinstance(found, int):
+        return problem(*found)
+    file_size = found
     try:
         offset = int(info.get("offset", "0") or 0)
         length = int(info["length"]) if info.get("length") else None
     except ValueError:
         return problem("external-range", "external data offset/length are not integers")
-    file_size = target.stat().st_size
     if offset < 0 or (length is not None and length < 0):
         return problem("external-range", f"negative external data offset/length in '{location}'")
     available = file_size - offset
@@ -327,6 +319,23 @@ def _external_problem(
             f"external data holds {size} bytes but dims {list(tensor.dims)} need {expected}",
         )
     return None
+
+
+def _locate(location: str, base: Path) -> tuple[str, str] | int:
+    """The size of the external data file at ``location``, or the (kind, message) why not."""
+    if os.path.isabs(location) or Path(location).drive:
+        return "external-escapes", f"external data location '{location}' is an absolute path"
+    target = base / location
+    if not _inside(os.path.normpath(os.path.abspath(target)), os.path.abspath(base)):
+        return "external-escapes", f"external data location '{location}' escapes the model folder"
+    if not _inside(os.path.realpath(target), os.path.realpath(base)):
+        return (
+            "external-escapes",
+            f"external data location '{location}' is a link that leads out of the model folder",
+        )
+    if not target.is_file():
+        return "external-missing", f"external data file '{location}' not found"
+    return target.stat().st_size
 
 
 def _inside(path: str, folder: str) -> bool:
