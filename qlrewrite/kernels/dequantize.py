@@ -2,10 +2,15 @@
 
 ``y = float32(int32(x) - int32(zero_point)) * float32(scale)``, rounded once to the output
 type (float16 / bfloat16 outputs are computed in float32, as ORT does). Float x types
-(float8, float6, float4) are converted exactly to float32 and must have a zero zero point.
-Where ORT has no kernel (bfloat16, float4/float6, int2, float8e8m0 scales) the same formula
-is the ONNX spec's. Deviation from onnx.reference: int32 x with a nonzero zero point is
-subtracted in int32 (the reference subtracts in float32 and loses precision above 2**24).
+(float8, float6, float4) are converted exactly to float32; float8 needs a zero zero point
+(ORT and the reference refuse others). Where ORT has no kernel (bfloat16, float4/float6,
+int2, float8e8m0 scales) the same formula is the ONNX spec's.
+
+Deviations from onnx.reference (pinned by tests):
+- int32 x with a nonzero zero point is subtracted in int32 (wrapping, as ORT); the reference
+  subtracts in float32 and loses precision above 2**24.
+- float4 x: the zero point is subtracted as the spec formula says; the reference ignores it
+  (it subtracts it for float6).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 
 from qlrewrite.kernels._chunks import Layout, chunks, layout, parts, run_chunks, scratch
 from qlrewrite.kernels._types import (
+    FLOAT8_TYPES,
     FLOAT_TYPES,
     INT_RANGES,
     MINIFLOAT_TYPES,
@@ -107,13 +113,13 @@ class _Plan:
 
 
 def _plan(x: np.ndarray, zp: np.ndarray | None, lay: Layout) -> _Plan:
-    if zp is not None and x.dtype in MINIFLOAT_TYPES:
+    if zp is not None:
         with np.errstate(invalid="ignore"):
-            if np.any(zp.astype(_F32) != 0):
-                raise ValueError(f"{x.dtype} DequantizeLinear needs a zero point of 0")
-        zp = None
-    if zp is not None and not np.any(zp.astype(np.int64) != 0):
-        zp = None  # all zero: skip the subtraction
+            nonzero = bool(np.any(zp.astype(_F32) != 0))
+        if nonzero and x.dtype in FLOAT8_TYPES:  # ORT and the reference refuse it
+            raise ValueError(f"{x.dtype} DequantizeLinear needs a zero point of 0")
+        if not nonzero:
+            zp = None  # all zero: skip the subtraction
     return _Plan(x, zp)
 
 
@@ -121,7 +127,7 @@ def _codes_minus_zp(dtype: np.dtype, plan: _Plan) -> np.ndarray:
     """float32(value(byte) - zero point) for every byte code (per-tensor only)."""
     table = code_table(dtype)
     if plan.zp is not None:
-        table = table - np.float32(plan.zp.astype(np.int64).reshape(()))
+        table = table - plan.zp.astype(_F32).reshape(())
     return table
 
 

@@ -5,13 +5,16 @@ float16 / bfloat16 x, as ORT does), rounding is half to even, saturation happens
 before any integer conversion, so +-inf and quotients beyond the int32 range land on the
 right end of the range, and NaN gives the low end (ORT's result on every path).
 Float8 outputs: ``saturate`` clamps to +-max (NaN stays NaN), otherwise out-of-range values
-become NaN or inf as the type allows; float4 / float6 always clamp. Zero points of float
-outputs are ignored, as ORT does.
+become NaN or inf as the type allows (float8e5m2: inf); float4 / float6 always clamp.
+Float8 zero points are ignored, as ORT and the reference do; float4 / float6 ones are added
+before the cast as the spec formula says (so -0.0 + 0 gives +0, as the reference).
 
 Deviations (all pinned by tests):
 - from ONNX Runtime: ORT wraps +inf and quotients >= 2**31 to the low end in some paths
   (float16 x per tensor, blocked on a non-last axis, 4-bit per-axis / blocked on the last
-  axis); the spec and this kernel saturate.
+  axis); the spec and this kernel saturate. ORT's float8e5m2 conversion without saturation
+  gives NaN for finite values in [61440, 65536) (it ORs 0x7C into 0x7B): round to nearest
+  even makes them +-inf, as the spec and ml_dtypes do.
 - from onnx.reference: the reference wraps quotients beyond the int32 range and +-inf to the
   low end, divides float16 x in float16, and (Q-23 without ``precision``) divides in the
   promoted type; here the division is in float32 when x and scale share a type (ORT), else in
@@ -76,10 +79,10 @@ def quantize(
         return out
     s3 = scale.astype(div_dtype).astype(_F32).reshape(lay.scale_shape)
     zp3 = None
-    if zp is not None and out_dtype in INT_RANGES:
+    if zp is not None and out_dtype not in FLOAT8_TYPES:  # float8: ignored, as ORT does
         zp3 = zp.astype(_F32).reshape(lay.scale_shape)
-        if not np.any(zp3):
-            zp3 = None
+        if out_dtype in INT_RANGES and not np.any(zp3):
+            zp3 = None  # adding 0 changes nothing (float4/6: it turns -0.0 into +0.0)
     x3 = x.reshape(lay.P, lay.C, lay.Q)
     o3 = out.reshape(lay.P, lay.C, lay.Q)
     if out_dtype in _SUB_BYTE:
@@ -130,6 +133,8 @@ def _finisher(out_dtype: np.dtype, saturate: bool):
     clamp = float_max(out_dtype) if (saturate or out_dtype not in FLOAT8_TYPES) else None
 
     def to_float(tmp, z, ov):
+        if z is not None:  # float4 / float6: the spec formula adds it (as the reference)
+            np.add(tmp, z, out=tmp)
         if clamp is not None:
             np.clip(tmp, -clamp, clamp, out=tmp)
         np.copyto(ov, tmp, casting="unsafe")
