@@ -157,6 +157,8 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
             new.graph.inputs.remove(value)
         value.const_value = weight.tensor
         graphs[weight.graph_index].register_initializer(value)
+    for old_graph, new_graph in zip(model.graphs(), graphs, strict=True):
+        _reorder_initializers(new_graph, list(old_graph.initializers))
     original_inputs = [v.name for v in model.graph.inputs]
     if [v.name for v in new.graph.inputs] != original_inputs:
         raise Refusal("ONNX's version converter changed the graph inputs; nothing written")
@@ -166,14 +168,29 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     return new
 
 
+def _reorder_initializers(graph: ir.Graph, order: list[str]) -> None:
+    """Put ``graph``'s initializers in the original ``order`` (new ones last)."""
+    current = list(graph.initializers)
+    wanted = [n for n in order if n in graph.initializers]
+    wanted += [n for n in current if n not in set(order)]
+    if wanted == current:
+        return
+    values = [graph.initializers.pop(name) for name in current]
+    by_name = {v.name: v for v in values}
+    for name in wanted:
+        graph.register_initializer(by_name[name])
+
+
 def _run_converter(proto: onnx.ModelProto, opset: int, what: str) -> onnx.ModelProto:
     try:
         return onnx.version_converter.convert_version(proto, opset)
     except Exception as exc:  # the converter raises RuntimeError, IndexError, ...
-        first = str(exc).strip().splitlines()
+        lines = str(exc).strip().splitlines()
+        # "/project/onnx/...: adapter_lookup: Assertion `false` failed: No Adapter From ..."
+        first = lines[0].split(" failed: ", 1)[-1] if lines else type(exc).__name__
         raise Refusal(
-            f"ONNX's version converter cannot convert {what} to opset {opset} "
-            f"({type(exc).__name__}: {first[0] if first else 'no message'}); nothing written"
+            f"ONNX's version converter cannot convert {what} to opset {opset} ({first}); "
+            "nothing written"
         ) from exc
 
 

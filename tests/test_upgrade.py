@@ -1,0 +1,397 @@
+"""`qlrewrite upgrade` and UpgradePass: ONNX's converter on a weight-free copy, then Q/DQ.
+
+Models are built here with onnx.helper at opset 13 and hold ops whose definition changed
+between 13 and 25 (ReduceMean/ReduceMax/ReduceSum axes, Split, Squeeze, Unsqueeze, Pad,
+Resize) together with Q/DQ; ONNX Runtime's outputs must stay bit-identical at every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from ort_quantized import inputs_for, quantized, run_ort
+from qdq_models import DQ, MS, Q, qdq_model
+
+from qlrewrite import model_io
+from qlrewrite.cli import main
+from qlrewrite.errors import InputError, Refusal
+from qlrewrite.passes.upgrade import upgrade
+from qlrewrite.pipeline import validate_output
+
+F32 = TensorProto.FLOAT
+
+
+def _init(name: str, array: np.ndarray) -> onnx.TensorProto:
+    return numpy_helper.from_array(array, name)
+
+
+def _ops_model(opset: int = 13) -> onnx.ModelProto:
+    """Q/DQ around ops whose versions change between 13 and 25; weights above 1 KiB."""
+    rng = np.random.default_rng(5)
+    inits = [
+        _init("s", np.array(0.05, np.float32)),
+        _init("zp", np.array(128, np.uint8)),
+        _init("w_q", rng.integers(-127, 128, (8, 64), dtype=np.int8)),  # 512 B
+        _init("w_s", (rng.random(64) * 0.01 + 0.001).astype(np.float32)),
+        _init("w_zp", np.zeros(64, np.int8)),
+        _init("w_big", rng.standard_normal((8, 64)).astype(np.float32)),  # 2 KiB
+        _init("split", np.array([2, 2], np.int64)),
+        _init("ax3", np.array([3], np.int64)),
+        _init("ax0", np.array([0], np.int64)),
+        _init("ax1", np.array([1], np.int64)),
+        _init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64)),
+        _init("pad_value", np.array(0.5, np.float32)),
+        _init("scales", np.array([1, 1, 2, 2], np.float32)),
+    ]
+    node = helper.make_node
+    nodes = [
+        node(Q, ["x", "s", "zp"], ["q"], name="q_x"),
+        node(DQ, ["q", "s", "zp"], ["dq"], name="dq_x"),
+        node("ReduceMean", ["dq"], ["rm"], name="mean", axes=[3], keepdims=1),
+        node("Split", ["dq", "split"], ["sp1", "sp2"], name="split", axis=1),
+        node("Squeeze", ["rm", "ax3"], ["sq"], name="squeeze"),
+        node("Unsqueeze", ["sq", "ax0"], ["us"], name="unsqueeze"),
+        node("Pad", ["sp1", "pads", "pad_value"], ["pd"], name="pad"),
+        node("Resize", ["sp2", "", "scales"], ["rs"], name="resize", mode="linear"),
+        node("ReduceMax", ["rs"], ["rmax"], name="max", axes=[1], keepdims=0),
+        node("ReduceSum", ["pd", "ax1"], ["rsum"], name="sum", keepdims=1),
+        node(DQ, ["w_q", "w_s", "w_zp"], ["w"], name="dq_w", axis=1),
+        node("Add", ["w", "w_big"], ["w2"], name="add_w"),
+        node("MatMul", ["sq", "w2"], ["mm"], name="matmul"),
+        node(Q, ["mm", "s", "zp"], ["q_mm"], name="q_mm"),
+        node(DQ, ["q_mm", "s", "zp"], ["out"], name="dq_mm"),
+    ]
+    outputs = [
+        helper.make_tensor_value_info("us", F32, [1, 1, 4, 8]),
+        helper.make_tensor_value_info("rmax", F32, [1, 16, 16]),
+        helper.make_tensor_value_info("rsum", F32, [1, 1, 10, 10]),
+        helper.make_tensor_value_info("out", F32, [1, 4, 64]),
+    ]
+    graph = helper.make_graph(
+        nodes, "ops", [helper.make_tensor_value_info("x", F32, [1, 4, 8, 8])], outputs, inits
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
+
+
+def _feeds() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(9).standard_normal((1, 4, 8, 8)).astype(np.float32)}
+
+
+def _assert_same(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+def _run(*args: str | Path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert "Traceback" not in result.output + result.stderr
+    return result.exit_code, result.stderr
+
+
+def _attrs(proto: onnx.ModelProto, name: str) -> dict[str, object]:
+    (found,) = [n for n in proto.graph.node if n.name == name]
+    return {a.name: helper.get_attribute_value(a) for a in found.attribute}
+
+
+# --------------------------------------------------------------------------- chain
+
+
+def test_upgrade_13_21_23_25_keeps_ort_outputs_bit_identical() -> None:
+    source = _ops_model(13)
+    onnx.checker.check_model(source, full_check=True)
+    expected = run_ort(source, _feeds())
+    model = ir.serde.deserialize_model(source)
+    for opset, ir_version in ((21, 10), (23, 11), (25, 13)):
+        before = ir.serde.serialize_model(model)
+        model = upgrade(model, opset)
+        validate_output(model)  # onnx.checker full check + our check
+        assert ir.serde.serialize_model(model) is not before
+        proto = ir.serde.serialize_model(model)
+        assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
+        assert proto.ir_version == ir_version
+        assert "axes" not in _attrs(proto, "mean") and "axes" not in _attrs(proto, "max")
+        assert [i.name for i in proto.graph.input] == ["x"]
+        assert {i.name for i in proto.graph.initializer} >= {"w_q", "w_big", "split"}
+        _assert_same(run_ort(proto, _feeds()), expected)
+
+
+def test_upgrade_does_not_modify_its_input() -> None:
+    source = _ops_model(13)
+    model = ir.serde.deserialize_model(source)
+    before = ir.serde.serialize_model(model)
+    upgrade(model, 21)
+    assert ir.serde.serialize_model(model) == before
+    assert model.opset_imports == {"": 13} and model.ir_version == 7
+
+
+# --------------------------------------------------------------------------- ORT quantizer
+
+
+def test_opset12_per_channel_from_ort_quantizer_is_repaired(tmp_path: Path) -> None:
+    broken = quantized("cnn-opset12-per-channel")
+    source = tmp_path / "m.onnx"
+    onnx.save(broken, source)
+    code, err = _run("upgrade", source, "--opset", "13", "-o", tmp_path / "fixed.onnx")
+    assert code == 0, err
+    fixed = onnx.load(tmp_path / "fixed.onnx")
+    onnx.checker.check_model(fixed, full_check=True)
+    # What it means: the same nodes read at opset 13, where DQ has `axis`.
+    by_hand = onnx.ModelProto()
+    by_hand.CopyFrom(broken)
+    by_hand.opset_import[0].version = 13
+    feeds = inputs_for("cnn")
+    _assert_same(run_ort(fixed, feeds), run_ort(by_hand, feeds))
+    # Upgrading to 12 repairs nothing: refused, nothing written.
+    code, err = _run("upgrade", source, "--opset", "12", "-o", tmp_path / "no.onnx")
+    assert code == 1 and "axis" in err
+    assert not (tmp_path / "no.onnx").exists()
+
+
+def test_input_errors_an_upgrade_does_not_repair_are_still_refused(tmp_path: Path) -> None:
+    source = tmp_path / "bad.onnx"
+    onnx.save(qdq_model(DQ, 13, drop_inputs=2), source)  # DQ without scale: QL101
+    code, err = _run("upgrade", source, "--opset", "21")
+    assert code == 1 and "QL101" in err and "error finding" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.onnx"]
+
+
+@pytest.mark.parametrize("config", ["cnn-int4-per-channel-contrib", "mlp-int16-contrib"])
+def test_microsoft_qdq_become_onnx_where_the_opset_expresses_them(config: str) -> None:
+    source = quantized(config)
+    model = upgrade(ir.serde.deserialize_model(source), 21)
+    validate_output(model)
+    proto = ir.serde.serialize_model(model)
+    assert {n.domain for n in proto.graph.node} == {""}
+    assert {o.domain: o.version for o in proto.opset_import} == {"": 21}
+    assert proto.ir_version == 10  # int4/int16 at opset 21
+    feeds = inputs_for(config.split("-", maxsplit=1)[0])
+    _assert_same(run_ort(proto, feeds), run_ort(source, feeds))
+
+
+def test_microsoft_qdq_the_opset_cannot_express_stay() -> None:
+    # com.microsoft DQ of int16 at ai.onnx 13 -> 19: int16 needs 21, so the node stays.
+    source = qdq_model(DQ, domain=MS, x_type=ir.DataType.INT16, imports={"": 13, MS: 1})
+    model = upgrade(ir.serde.deserialize_model(source), 19)
+    validate_output(model)
+    (node,) = model.graph
+    assert node.domain == MS and model.opset_imports == {"": 19, MS: 1}
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_downgrade_and_unknown_opset_are_usage_errors(tmp_path: Path) -> None:
+    source = tmp_path / "m.onnx"
+    onnx.save(_ops_model(21), source)
+    code, err = _run("upgrade", source, "--opset", "13")
+    assert code == 2 and "downgrade" in err and "qlrewrite convert" in err
+    code, err = _run("upgrade", source, "--opset", "99")
+    assert code == 2 and "99" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    with pytest.raises(InputError, match="downgrade"):
+        upgrade(ir.serde.deserialize_model(_ops_model(21)), 13)
+
+
+def test_converter_failure_is_a_clear_refusal(tmp_path: Path) -> None:
+    # DequantizeLinear at opset 9 (before it existed): ONNX's converter has no adapter.
+    source = tmp_path / "m.onnx"
+    onnx.save(qdq_model(DQ, 13, imports={"": 9}), source)
+    before = source.read_bytes()
+    code, err = _run("upgrade", source, "--opset", "13")
+    assert code == 1
+    assert "version converter cannot convert" in err and "DequantizeLinear" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert source.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+def _function_model(axes_from_attribute: bool) -> onnx.ModelProto:
+    """main: y = local.Mean(DQ(x)); the function holds a ReduceMean with axes=[1]."""
+    mean = helper.make_node("ReduceMean", ["a"], ["b"], keepdims=1)
+    attributes = []
+    if axes_from_attribute:
+        ref = mean.attribute.add()
+        ref.name, ref.ref_attr_name, ref.type = "axes", "ax", onnx.AttributeProto.INTS
+        attributes = ["ax"]
+    else:
+        mean.attribute.append(helper.make_attribute("axes", [1]))
+    function = helper.make_function(
+        "local", "Mean", ["a"], ["b"], [mean], [helper.make_opsetid("", 13)], attributes
+    )
+    call = helper.make_node("Mean", ["d"], ["y"], name="call", domain="local")
+    if axes_from_attribute:
+        call.attribute.append(helper.make_attribute("ax", [1]))
+    graph = helper.make_graph(
+        [helper.make_node(DQ, ["x", "s"], ["d"], name="dq"), call],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [2, 3])],
+        [helper.make_tensor_value_info("y", F32, [2, 1])],
+        [_init("s", np.array(0.5, np.float32))],
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid("local", 1)]
+    return helper.make_model(graph, opset_imports=imports, functions=[function], ir_version=8)
+
+
+def test_functions_are_converted_on_their_own() -> None:
+    # onnx.version_converter fails (IndexError) on any model with local functions.
+    source = _function_model(axes_from_attribute=False)
+    model = upgrade(ir.serde.deserialize_model(source), 21)
+    validate_output(model)
+    function = next(iter(model.functions.values()))
+    assert function.opset_imports[""] == 21
+    (mean,) = [n for n in function if n.op_type == "ReduceMean"]
+    assert "axes" not in mean.attributes and len(mean.inputs) == 2
+    feeds = {"x": np.array([[0, 2, 4], [6, 8, 10]], np.uint8)}
+    out = run_ort(ir.serde.serialize_model(model), feeds)[0]
+    np.testing.assert_array_equal(out, np.array([[1.0], [4.0]], np.float32))
+
+
+def test_function_attribute_reference_on_a_changed_op_is_refused() -> None:
+    # The converter would write an empty `axes` tensor (reduce over all axes) silently.
+    source = _function_model(axes_from_attribute=True)
+    with pytest.raises(Refusal, match=r"ReduceMean.*attribute from the function"):
+        upgrade(ir.serde.deserialize_model(source), 21)
+
+
+def _subgraph_model() -> onnx.ModelProto:
+    """An If whose then-branch has its own 2 KiB initializer; a big main input+initializer."""
+    rng = np.random.default_rng(3)
+    then_w = _init("then_w", rng.standard_normal((2, 256)).astype(np.float32))
+    then_branch = helper.make_graph(
+        [helper.make_node("ReduceMean", ["then_w"], ["t0"], axes=[1], keepdims=0),
+         helper.make_node("Add", ["t0", "bias_sum"], ["t"])],
+        "then", [], [helper.make_tensor_value_info("t", F32, [2])], [then_w],
+    )  # fmt: skip
+    else_branch = helper.make_graph(
+        [helper.make_node("ReduceMax", ["bias"], ["e"], axes=[1], keepdims=0)],
+        "else", [], [helper.make_tensor_value_info("e", F32, [2])],
+    )  # fmt: skip
+    bias = rng.standard_normal((2, 300)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("ReduceSum", ["bias", "ax1"], ["bias_sum"], keepdims=0),
+         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch,
+                          else_branch=else_branch)],
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("bias", F32, [2, 300])],
+        [helper.make_tensor_value_info("y", F32, [2])],
+        [_init("bias", bias), _init("ax1", np.array([1], np.int64))],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def test_subgraph_weights_go_back_where_they_were() -> None:
+    source = _subgraph_model()
+    onnx.checker.check_model(source, full_check=True)
+    model = upgrade(ir.serde.deserialize_model(source), 21)
+    validate_output(model)
+    proto = ir.serde.serialize_model(model)
+    assert [i.name for i in proto.graph.input] == ["c", "bias"]  # no placeholder inputs
+    assert [i.name for i in proto.graph.initializer] == ["bias", "ax1"]  # bias: overridable
+    then_branch = next(a.g for a in proto.graph.node[-1].attribute if a.name == "then_branch")
+    assert [i.name for i in then_branch.initializer] == ["then_w"]
+    for cond in (True, False):
+        feeds = {"c": np.array(cond)}
+        _assert_same(run_ort(proto, feeds), run_ort(source, feeds))
+
+
+# --------------------------------------------------------------------------- large models
+
+
+def test_weights_are_never_read_and_the_same_tensors_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ext.onnx"
+    model_io.save(ir.serde.deserialize_model(_ops_model(13)), path, external_data=True)
+    model = model_io.load(path)
+    weights = {
+        name: value.const_value
+        for name, value in model.graph.initializers.items()
+        if isinstance(value.const_value, ir.ExternalTensor)
+    }
+    assert {"w_big"} <= set(weights)
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a weight was read")
+
+    monkeypatch.setattr(ir.ExternalTensor, "numpy", no_reading)
+    monkeypatch.setattr(ir.ExternalTensor, "tobytes", no_reading)
+    monkeypatch.setattr(ir.ExternalTensor, "__array__", no_reading)
+    new = upgrade(model, 21)
+    monkeypatch.undo()
+    for name, tensor in weights.items():
+        assert new.graph.initializers[name].const_value is tensor
+
+
+def test_cli_upgrade_of_an_external_data_model(tmp_path: Path) -> None:
+    source_dir, out_dir = tmp_path / "in", tmp_path / "out"
+    source_dir.mkdir()
+    out_dir.mkdir()
+    source = source_dir / "m.onnx"
+    model_io.save(ir.serde.deserialize_model(_ops_model(13)), source, external_data=True)
+    assert (source_dir / "m.onnx.data").exists()
+    report = tmp_path / "r.json"
+    target = out_dir / "up.onnx"
+    code, err = _run("upgrade", source, "--opset", "23", "-o", target, "--report", report)
+    assert code == 0, err
+    assert (out_dir / "up.onnx.data").stat().st_size >= 2048  # weights went to external data
+    changes = json.loads(report.read_text())["changes"]["UpgradePass"]
+    assert (changes["opset_before"], changes["opset_after"]) == (13, 23)
+    _assert_same(run_ort(target, _feeds()), run_ort(_ops_model(13), _feeds()))
+
+
+def test_small_threshold_gives_external_data_and_upgrade_reads_it_back(tmp_path: Path) -> None:
+    # The > 2 GB path at a small size: save with a tiny threshold (external data chosen by
+    # size, not forced), upgrade the loaded model, save again, run.
+    path = tmp_path / "small.onnx"
+    model_io.save(ir.serde.deserialize_model(_ops_model(13)), path, threshold=1000)
+    assert (tmp_path / "small.onnx.data").exists()
+    new = upgrade(model_io.load(path), 25)
+    validate_output(new)
+    out = tmp_path / "up.onnx"
+    model_io.save(new, out, threshold=1000)
+    _assert_same(run_ort(out, _feeds()), run_ort(_ops_model(13), _feeds()))
+
+
+@pytest.mark.slow
+def test_upgrade_above_2_gb(tmp_path: Path) -> None:
+    """A 2.1 GB external-data model (int8 weights + DQ + MatMul) upgraded 13 -> 21."""
+    rows, cols, count = 4096, 4096, 130  # 130 x 16 MiB int8 = 2.03 GiB
+    nodes, inits = [], [_init("s", np.array(0.01, np.float32))]
+    previous = "x"
+    for i in range(count):
+        inits.append(_init(f"w{i}", np.full((rows, cols), (i % 7) - 3, np.int8)))
+        nodes.append(helper.make_node(DQ, [f"w{i}", "s"], [f"d{i}"], name=f"dq{i}"))
+        nodes.append(helper.make_node("ReduceMean", [f"d{i}"], [f"m{i}"], axes=[0],
+                                      keepdims=1))  # fmt: skip
+        nodes.append(helper.make_node("Add", [previous, f"m{i}"], [f"a{i}"]))
+        previous = f"a{i}"
+    graph = helper.make_graph(
+        nodes, "big", [helper.make_tensor_value_info("x", F32, [1, cols])],
+        [helper.make_tensor_value_info(previous, F32, [1, cols])], inits,
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    source = tmp_path / "big.onnx"
+    onnx.save(proto, source, save_as_external_data=True, location="big.onnx.data")
+    del proto, inits, graph
+    assert os.path.getsize(tmp_path / "big.onnx.data") > 2**31
+    target = tmp_path / "up.onnx"
+    code, err = _run("upgrade", source, "--opset", "21", "-o", target)
+    assert code == 0, err
+    assert os.path.getsize(tmp_path / "up.onnx.data") > 2**31
+    feeds = {"x": np.zeros((1, cols), np.float32)}
+    expected = sum(((i % 7) - 3) * np.float32(0.01) for i in range(count))
+    (out,) = run_ort(target, feeds)
+    np.testing.assert_allclose(out, np.full((1, cols), expected, np.float32), rtol=1e-5)
