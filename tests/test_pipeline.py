@@ -1,0 +1,253 @@
+"""pipeline.rewrite and the shared rewriting options, with trivial passes written here:
+output naming, in-place rules, --dry-run, --report, refusals (nothing written)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import click
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner, Result
+from test_model_io_models import write_external_model
+
+from qlrewrite import pipeline
+from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.errors import InputError, Refusal
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+class RenamePass(ir.passes.InPlacePass):
+    """Appends '_renamed' to every node name of the main graph."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.summary: dict[str, int] = {}
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        count = 0
+        for node in model.graph:
+            node.name = f"{node.name}_renamed"
+            count += 1
+        self.summary = {"renamed_nodes": count}
+        return ir.passes.PassResult(model, modified=count > 0)
+
+
+class BreakPass(ir.passes.InPlacePass):
+    """Turns the first MatMul into an op that does not exist: onnx.checker rejects it."""
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        for node in model.graph:
+            if node.op_type == "MatMul":
+                node.op_type = "NoSuchOperator"
+                break
+        return ir.passes.PassResult(model, modified=True)
+
+
+@click.command("rename")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--break", "break_it", is_flag=True)
+@rewrite_options
+@run_command
+def rename_command(  # noqa: PLR0917
+    model: Path,
+    break_it: bool,
+    output: Path | None,
+    in_place: bool,
+    dry_run: bool,
+    report_path: Path | None,
+    external_data: bool | None,
+    quiet: bool,
+) -> None:
+    """A rewriting command for the tests."""
+    run_rewrite(
+        model,
+        [BreakPass()] if break_it else [RenamePass()],
+        command="rename",
+        output=output,
+        in_place=in_place,
+        dry_run=dry_run,
+        report_path=report_path,
+        external_data=external_data,
+        quiet=quiet,
+    )
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(rename_command, list(args))
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "model.onnx"
+    shutil.copy(EXAMPLES / "blocked_int4_opset21.onnx", path)
+    return path
+
+
+def _names(path: Path) -> list[str]:
+    return [n.name for n in onnx.load_model(str(path)).graph.node]
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_default_output_beside_the_input(model: Path) -> None:
+    original = model.read_bytes()
+    result = pipeline.rewrite(model, [RenamePass()], command="rename")
+    out = model.with_name("model.rename.onnx")
+    assert result.output == out and result.written
+    assert all(name.endswith("_renamed") for name in _names(out))
+    assert model.read_bytes() == original
+    assert result.changes == {"RenamePass": {"renamed_nodes": 5}}
+    assert pipeline.default_output(Path("a/b.c.onnx"), "fold") == Path("a/b.c.fold.onnx")
+
+
+def test_dry_run_writes_nothing(model: Path) -> None:
+    before = _listing(model.parent)
+    result = pipeline.rewrite(model, [RenamePass()], command="rename", dry_run=True)
+    assert not result.written and result.output is None
+    assert result.changes["RenamePass"] == {"renamed_nodes": 5}
+    assert _listing(model.parent) == before
+    cli = run(str(model), "--dry-run")
+    assert cli.exit_code == 0, cli.output
+    assert "would write" in cli.stderr and "renamed nodes 5" in cli.stderr
+    assert _listing(model.parent) == before
+
+
+def test_report_json(model: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = run(str(model), "-o", str(tmp_path / "out.onnx"), "--report", str(report), "-q")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""  # -q
+    doc = json.loads(report.read_text())
+    assert doc["command"] == "rename"
+    assert doc["written"] is True and doc["dry_run"] is False
+    assert doc["output"] == str(tmp_path / "out.onnx")
+    assert doc["changes"] == {"RenamePass": {"renamed_nodes": 5}}
+    assert doc["initializer_bytes"]["before"] == doc["initializer_bytes"]["after"] > 0
+
+
+def test_dry_run_report_says_nothing_written(model: Path, tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    result = run(str(model), "--dry-run", "--report", str(report))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(report.read_text())
+    assert doc["written"] is False and doc["dry_run"] is True and doc["output"] is None
+
+
+# --------------------------------------------------------------------------- in-place rules
+
+
+def test_output_equal_to_input_is_refused(model: Path) -> None:
+    original = model.read_bytes()
+    with pytest.raises(InputError, match="the output is the input"):
+        pipeline.rewrite(model, [RenamePass()], command="rename", output=model)
+    result = run(str(model), "-o", str(model))
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--in-place" in result.stderr
+    assert model.read_bytes() == original
+
+
+def test_links_to_the_input_count_as_the_input(model: Path) -> None:
+    original = model.read_bytes()
+    (model.parent / "link.onnx").symlink_to(model)
+    (model.parent / "sub").mkdir()
+    for alias in ("link.onnx", "sub/../model.onnx"):
+        result = run(str(model), "-o", str(model.parent / alias))
+        assert result.exit_code == 2, (alias, result.output)
+    assert model.read_bytes() == original
+    assert (model.parent / "link.onnx").is_symlink()
+
+
+def test_in_place(model: Path) -> None:
+    result = run(str(model), "--in-place")
+    assert result.exit_code == 0, result.output
+    assert all(name.endswith("_renamed") for name in _names(model))
+    assert _listing(model.parent) == ["model.onnx"]
+
+
+def test_in_place_with_another_output_is_refused(model: Path) -> None:
+    original = model.read_bytes()
+    result = run(str(model), "--in-place", "-o", str(model.parent / "other.onnx"))
+    assert result.exit_code == 2
+    assert "--in-place and -o" in result.stderr
+    assert _listing(model.parent) == ["model.onnx"]
+    assert model.read_bytes() == original
+    assert run(str(model), "--in-place", "-o", str(model)).exit_code == 0
+
+
+def test_output_data_file_of_the_input_is_refused(tmp_path: Path) -> None:
+    """-o x.onnx would write x.onnx.data: refused when the input reads its weights there."""
+    source, _ = write_external_model(tmp_path, "model.onnx")
+    proto = onnx.load_model(str(source), load_external_data=False)
+    proto.graph.initializer[0].external_data[0].value = "other.onnx.data"
+    source.write_bytes(proto.SerializeToString())
+    (tmp_path / "model.onnx.data").rename(tmp_path / "other.onnx.data")
+    data = (tmp_path / "other.onnx.data").read_bytes()
+    result = run(str(source), "-o", str(tmp_path / "other.onnx"))
+    assert result.exit_code == 2
+    assert "would overwrite the input's" in result.stderr
+    assert (tmp_path / "other.onnx.data").read_bytes() == data
+    assert _listing(tmp_path) == ["model.onnx", "other.onnx.data"]
+
+
+def test_external_input_keeps_external_data(tmp_path: Path) -> None:
+    source, _ = write_external_model(tmp_path, "model.onnx")
+    result = run(str(source))
+    assert result.exit_code == 0, result.output
+    assert _listing(tmp_path) == [
+        "model.onnx",
+        "model.onnx.data",
+        "model.rename.onnx",
+        "model.rename.onnx.data",
+    ]
+    forced = run(str(source), "-o", str(tmp_path / "inline.onnx"), "--no-external-data")
+    assert forced.exit_code == 0, forced.output
+    assert not (tmp_path / "inline.onnx.data").exists()
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_input_with_error_findings_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "bad.onnx"
+    shutil.copy(EXAMPLES / "invalid_per_axis_scale.onnx", model)
+    with pytest.raises(pipeline.FindingsRefusal) as caught:
+        pipeline.rewrite(model, [RenamePass()], command="rename")
+    assert [f.rule for f in caught.value.report.errors] == ["QL403"]
+    result = run(str(model))
+    assert result.exit_code == 1
+    assert "QL403" in result.stderr
+    assert result.stderr.splitlines()[-1].startswith("qlrewrite: error: ")
+    assert "nothing written" in result.stderr
+    assert _listing(tmp_path) == ["bad.onnx"]
+
+
+def test_invalid_output_is_refused(model: Path) -> None:
+    with pytest.raises(Refusal, match=r"onnx\.checker"):
+        pipeline.rewrite(model, [BreakPass()], command="rename")
+    result = run(str(model), "--break")
+    assert result.exit_code == 1
+    assert "would be invalid" in result.stderr and "NoSuchOperator" in result.stderr
+    assert _listing(model.parent) == ["model.onnx"]
+
+
+def test_unreadable_input_writes_nothing(tmp_path: Path) -> None:
+    model = tmp_path / "model.onnx"
+    model.write_bytes(b"\x01\x02 not a model")
+    result = run(str(model))
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "not an ONNX model" in result.stderr
+    assert _listing(tmp_path) == ["model.onnx"]
+
+
+def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
+    from qlrewrite import model_io
+
+    loaded = model_io.load(model)
+    assert pipeline.run_passes(loaded, []) is loaded
