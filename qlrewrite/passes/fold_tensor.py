@@ -102,6 +102,10 @@ class FoldedTensor(ir.LazyTensor):
         self.scale = scale
         self.zero_point = zero_point
 
+    def __repr__(self) -> str:
+        op = "QuantizeLinear" if self.spec.quantize else "DequantizeLinear"
+        return f"FoldedTensor({op}, {self.dtype.name}, {list(self.shape)}, name={self.name!r})"
+
     # ---------------------------------------------------------------- computing
 
     def rows(self) -> RowReader:
@@ -117,8 +121,9 @@ class FoldedTensor(ir.LazyTensor):
         n0 = shape[0]
         axis = spec.axis + rank if spec.axis < 0 else spec.axis
         block = spec.block_size if axis == 0 else 0
-        # The scale follows axis 0 when blocked on it or per-axis on it.
-        per_axis0 = axis == 0 and block == 0 and scale.ndim == 1 and scale.shape[0] == n0 > 1
+        # The scale has rows of its own when blocked (rank of x) or per-axis on axis 0.
+        per_axis0 = axis == 0 and scale.ndim == 1 and scale.shape[0] == n0 > 1
+        row_scale = spec.block_size > 0 or per_axis0
 
         def read(start: int, stop: int) -> np.ndarray:
             if block:
@@ -130,7 +135,7 @@ class FoldedTensor(ir.LazyTensor):
                     None if zero_point is None else zero_point[s_lo:s_hi],
                 )
                 return out[start - lo : stop - lo]
-            if per_axis0:
+            if row_scale:
                 return self._kernel(
                     x_rows(start, stop),
                     scale[start:stop],
