@@ -293,7 +293,13 @@ def _external_problem(
     if not location:
         return problem("external-missing", "external data without a location")
     if location not in files:
-        files[location] = _locate(location, base)
+        try:
+            files[location] = _locate(location, base)
+        except (OSError, ValueError) as exc:  # a NUL byte, a name too long, a loop of links
+            files[location] = (
+                "external-missing",
+                f"external data location {location!r} cannot be used ({_one_line(exc)})",
+            )
     found = files[location]
     if not isinstance(found, int):
         return problem(*found)

@@ -147,6 +147,17 @@ def _external_symlink(tmp: Path) -> Path:
     return _write(tmp / "sub" / "extlink.onnx", _model_with(tensor))
 
 
+def _external_nul_byte(tmp: Path) -> Path:
+    tensor = external_tensor("W", [64, 32], "w\x00.data")
+    return _write(tmp / "extnul.onnx", _model_with(tensor))
+
+
+def _external_link_loop(tmp: Path) -> Path:
+    (tmp / "loop.data").symlink_to(tmp / "loop.data")
+    tensor = external_tensor("W", [64, 32], "loop.data")
+    return _write(tmp / "extloop.onnx", _model_with(tensor))
+
+
 def _external_too_short(tmp: Path) -> Path:
     (tmp / "short.data").write_bytes(b"\0" * 100)
     tensor = external_tensor("W", [64, 32], "short.data")
@@ -254,6 +265,8 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "external-absolute": (_external_absolute, "absolute path"),
     "external-dotdot": (_external_dotdot, "escapes the model folder"),
     "external-symlink": (_external_symlink, "link that leads out of the model folder"),
+    "external-nul-byte": (_external_nul_byte, "cannot be used"),
+    "external-link-loop": (_external_link_loop, "'loop.data'"),
     "external-too-short": (_external_too_short, "holds 100 bytes but dims [64, 32] need 8192"),
     "external-range": (_external_length_beyond_file, "has 8184 bytes at offset 8"),
     "external-length": (_external_length_wrong, "holds 8188 bytes but dims [64, 32] need 8192"),
