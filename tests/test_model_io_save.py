@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from test_model_io import _sparse_external_model
 from test_model_io_models import matmul_model, weights, write_external_model
 
 from qlrewrite import model_io
@@ -241,8 +242,6 @@ def test_round_trip_above_2gb(tmp_path: Path) -> None:
     tensor_bytes = side * side * 4
     src = tmp_path / "src"
     src.mkdir()
-    from test_model_io import _sparse_external_model  # the same sparse graph
-
     path = _sparse_external_model(src, n_tensors=count, tensor_bytes=tensor_bytes)
     with open(src / "big.onnx.data", "r+b") as handle:
         for i in range(count):  # a marker at the start and end of every tensor
