@@ -169,9 +169,11 @@ def rewrite(
 
 
 def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool) -> None:
-    """The output's data file must not be one the input reads its weights from."""
-    data = target.with_name(model_io.external_data_name(target))
+    """Neither the output nor its data file may be a file the input reads its weights from."""
     inputs = model_io.external_data_files(model)
+    if any(model_io.same_file(target, f) for f in inputs):
+        raise InputError(f"{target}: the output would overwrite the input's external data")
+    data = target.with_name(model_io.external_data_name(target))
     if not in_place and any(model_io.same_file(data, f) for f in inputs):
         raise InputError(
             f"{data}: the output's external data file would overwrite the input's; "

@@ -196,6 +196,25 @@ def test_output_data_file_of_the_input_is_refused(tmp_path: Path) -> None:
     assert _listing(tmp_path) == ["model.onnx", "other.onnx.data"]
 
 
+def test_output_onto_the_input_data_file_is_refused(tmp_path: Path) -> None:
+    source, _ = write_external_model(tmp_path, "model.onnx")
+    data = (tmp_path / "model.onnx.data").read_bytes()
+    result = run(str(source), "-o", str(tmp_path / "model.onnx.data"))
+    assert result.exit_code == 2
+    assert "would overwrite the input's external data" in result.stderr
+    assert (tmp_path / "model.onnx.data").read_bytes() == data
+    assert _listing(tmp_path) == ["model.onnx", "model.onnx.data"]
+
+
+def test_report_onto_the_input_is_refused(model: Path) -> None:
+    original = model.read_bytes()
+    result = run(str(model), "--report", str(model))
+    assert result.exit_code == 2
+    assert "the report would overwrite the input model" in result.stderr
+    assert model.read_bytes() == original
+    assert _listing(model.parent) == ["model.onnx"]
+
+
 def test_external_input_keeps_external_data(tmp_path: Path) -> None:
     source, _ = write_external_model(tmp_path, "model.onnx")
     result = run(str(source))

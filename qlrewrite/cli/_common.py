@@ -17,8 +17,8 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qlrewrite import pipeline
-from qlrewrite.errors import EXIT_INPUT, QlrewriteError
+from qlrewrite import model_io, pipeline
+from qlrewrite.errors import EXIT_INPUT, InputError, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_line
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -274,6 +274,8 @@ def run_rewrite(
     """
     if verify is None:
         verify = _verify_from_context()
+    if report_path is not None and model_io.same_file(report_path, model):
+        raise InputError(f"{report_path}: the report would overwrite the input model")
     try:
         result = pipeline.rewrite(
             model,
