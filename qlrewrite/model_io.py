@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -473,6 +474,9 @@ def _move_into_place(staged_files: list[Path], folder: Path, staging: Path) -> N
         for staged in staged_files:
             dest = folder / staged.name
             backup: Path | None = None
+            if dest.exists():  # an overwritten file keeps its permissions
+                with contextlib.suppress(OSError):
+                    os.chmod(staged, stat.S_IMODE(dest.stat().st_mode))
             if dest.exists() and staged is not staged_files[-1]:
                 backup = staging / (staged.name + ".previous")
                 try:

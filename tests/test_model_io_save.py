@@ -143,6 +143,15 @@ def test_successful_save_leaves_only_the_output(tmp_path: Path) -> None:
     np.testing.assert_array_equal(_weights_of(tmp_path / "out.onnx"), weights((64, 32)))
 
 
+def test_overwritten_files_keep_their_permissions(tmp_path: Path) -> None:
+    source, _ = write_external_model(tmp_path, "model.onnx")
+    os.chmod(source, 0o640)
+    os.chmod(tmp_path / "model.onnx.data", 0o600)
+    model_io.save(model_io.load(source), source)
+    assert source.stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "model.onnx.data").stat().st_mode & 0o777 == 0o600
+
+
 def test_save_refuses_missing_folder_and_directory_target(tmp_path: Path) -> None:
     model = model_io.load(_inline_model(tmp_path))
     with pytest.raises(InputError, match="output folder does not exist"):
