@@ -173,6 +173,7 @@ def test_table_is_not_squeezed_in_a_pipe() -> None:
     table = [line for line in out.splitlines() if line.startswith(("│", "┃"))]
     assert len(table) == 1 + 4  # header and one line per group: nothing wrapped
     assert done.stderr == ""
+    assert all(line == line.rstrip() for line in out.splitlines())  # no padding
 
 
 def test_markup_in_the_path_is_printed_as_is(tmp_path: Path) -> None:

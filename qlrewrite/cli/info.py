@@ -58,7 +58,8 @@ def info_command(model: Path, fmt: str) -> None:
     if not summary["qdq"]:
         console.print("No QuantizeLinear / DequantizeLinear nodes.")
         return
-    table = Table(title=f"{summary['qdq_nodes']} Q/DQ node(s)")
+    console.print(f"{summary['qdq_nodes']} Q/DQ node(s):")
+    table = Table()
     for column in ("domain", "op", "version", "x type", "scale type", "granularity", "constant"):
         table.add_column(column, no_wrap=True)
     table.add_column("nodes", justify="right")
