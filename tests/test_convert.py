@@ -374,3 +374,70 @@ def test_cli_help_ends_with_examples() -> None:
     assert "Examples:" in result.output and "--to onnx" in result.output.split("Examples:")[1]
     code, err = _run("convert", "nowhere.onnx", "--to", "onnx")
     assert code == 2 and "no such file" in err
+
+
+# --------------------------------------------------------------------------- type sweep
+
+#: What com.microsoft Q/DQ take (ONNX Runtime's contrib schemas, by hand).
+_MS_INTEGER = {DT.INT8, DT.UINT8, DT.INT16, DT.UINT16, DT.INT4, DT.UINT4}
+_MS_SCALES = {DT.FLOAT, DT.FLOAT16}
+_SWEEP_TYPES = sorted(_MS_INTEGER | {DT.FLOAT8E4M3FN, DT.FLOAT8E5M2}, key=lambda t: t.name)
+
+
+@pytest.mark.parametrize("scale_type", [DT.FLOAT, DT.FLOAT16])
+@pytest.mark.parametrize("q_type", _SWEEP_TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("op", [Q, DQ])
+def test_type_sweep_at_opset_21_round_trips_bit_identical(
+    op: str, q_type: DT, scale_type: DT
+) -> None:
+    """Per-axis nodes of every 8/16/4-bit type: com.microsoft expresses exactly the integer
+    ones; what converts runs bit-identically in ORT and converts back to the same node."""
+    kwargs = {"x_type": q_type} if op == DQ else {"x_type": scale_type, "zp_type": q_type}
+    proto = qdq_model(
+        op, 21, scale_type=scale_type, scale_shape=(3,), scale=[0.5, 0.25, 2.0],
+        zp=0, attrs={"axis": 1}, **kwargs,
+    )  # fmt: skip
+    if q_type.bitwidth == 4:
+        _wrap_4_bit(proto, op)  # ORT's Python API cannot feed or fetch 4-bit arrays
+    model = ir.serde.deserialize_model(proto)
+    assert not check_model(model).errors
+    if q_type not in _MS_INTEGER:
+        with pytest.raises(Refusal, match=q_type.name):
+            convert(model, "com.microsoft")
+        return
+    convert(model, "com.microsoft")
+    validate_output(model)
+    converted = ir.serde.serialize_model(model)
+    rng = np.random.default_rng(4)
+    if op == DQ:
+        low, high = (-8, 8) if q_type == DT.INT4 else (0, 16) if q_type == DT.UINT4 else (-50, 50)
+        low = max(low, 0) if q_type.name.startswith("U") else low
+        x = rng.integers(low, high, (4, 3)).astype(q_type.numpy())
+    else:
+        x = (rng.standard_normal((4, 3)) * 40).astype(scale_type.numpy())
+    feeds = {} if op == DQ and q_type.bitwidth == 4 else {"x": x}
+    _assert_ort_same(proto, converted, feeds)
+    convert(model, "onnx")
+    assert _nodes(model) == _nodes(proto)
+
+
+def _assert_ort_same(a: onnx.ModelProto, b: onnx.ModelProto, feeds: dict) -> None:
+    for before, after in zip(run_ort(a, feeds), run_ort(b, feeds), strict=True):
+        assert before.dtype == after.dtype
+        np.testing.assert_array_equal(before.view(np.uint8), after.view(np.uint8))
+
+
+def _wrap_4_bit(proto: onnx.ModelProto, op: str) -> None:
+    """DQ: x becomes a constant initializer; Q: the 4-bit output is cast to int8."""
+    graph = proto.graph
+    if op == DQ:
+        x_type = graph.input[0].type.tensor_type.elem_type
+        values = [-8, -1, 0, 7, 3, 2, -5, 6, 1, 0, 4, -3]
+        if x_type == onnx.TensorProto.UINT4:
+            values = [v + 8 for v in values]
+        del graph.input[0]
+        graph.initializer.append(helper.make_tensor("x", x_type, [4, 3], values))
+        return
+    graph.node.append(helper.make_node("Cast", ["y"], ["y8"], to=onnx.TensorProto.INT8))
+    del graph.output[0]
+    graph.output.append(helper.make_tensor_value_info("y8", onnx.TensorProto.INT8, [4, 3]))

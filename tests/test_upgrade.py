@@ -186,6 +186,27 @@ def test_microsoft_qdq_the_opset_cannot_express_stay() -> None:
     assert node.domain == MS and model.opset_imports == {"": 19, MS: 1}
 
 
+def test_other_domains_are_untouched_by_an_upgrade() -> None:
+    source = quantized("cnn-int16-contrib")
+    source.graph.node.append(helper.make_node("Gelu", ["y"], ["g"], name="gelu", domain=MS))
+    source.graph.node.append(
+        helper.make_node("Normalizer", ["y"], ["nz"], name="norm", domain="ai.onnx.ml", norm="L1")
+    )
+    source.opset_import.append(helper.make_opsetid("ai.onnx.ml", 3))
+    source.graph.output.append(helper.make_tensor_value_info("g", F32, [1, 32]))
+    source.graph.output.append(helper.make_tensor_value_info("nz", F32, [1, 32]))
+    model = upgrade(ir.serde.deserialize_model(source), 23)
+    validate_output(model)
+    proto = ir.serde.serialize_model(model)
+    tail = [(n.op_type, n.domain, list(n.input), list(n.attribute)) for n in proto.graph.node]
+    want = [(n.op_type, n.domain, list(n.input), list(n.attribute)) for n in source.graph.node]
+    assert tail[-2:] == want[-2:]
+    assert {o.domain: o.version for o in proto.opset_import} == {"": 23, MS: 1, "ai.onnx.ml": 3}
+    assert {n.domain for n in proto.graph.node if n.op_type in (Q, DQ)} == {""}
+    feeds = inputs_for("cnn")
+    _assert_same(run_ort(proto, feeds), run_ort(source, feeds))
+
+
 # --------------------------------------------------------------------------- refusals
 
 

@@ -229,7 +229,12 @@ def _derives(ctx: NodeContext, scale_type: Any, zp_type: Any, out_type: Any) -> 
 
 
 def drop_unused_domain(model: ir.Model, domain: str) -> bool:
-    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it."""
+    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it.
+
+    The ai.onnx import is always kept (it fixes the meaning of the model's opset).
+    """
+    if domain in ("", "ai.onnx"):
+        return False
     function_domains = {f.domain for f in model.functions.values()}
     changed = False
     graph_likes: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
