@@ -66,13 +66,9 @@ def _contexts(model: ir.Model) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
         yield site, [_check._node_context(site, model, inference, b) for b in bindings]
 
 
-def _int_attr(ctx: NodeContext, name: str) -> int | None:
-    return ctx.int_attr(name)
-
-
 def _scale_form(ctx: NodeContext) -> tuple[bool, bool]:
     """(per_axis, blocked) of the node as it is written."""
-    blocked = (_int_attr(ctx, "block_size") or 0) > 0
+    blocked = (ctx.int_attr("block_size") or 0) > 0
     scale = ctx.scale
     per_axis = False
     if scale is not None and scale.rank is not None:
@@ -191,7 +187,7 @@ def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContex
         per_axis, blocked = _scale_form(ctx)
         kept = []
         for name in ctx.attributes:
-            value = _int_attr(ctx, name)
+            value = ctx.int_attr(name)
             if name == "axis":
                 kept.append(name)
             elif ctx.row is not None and value is not None and value == ctx.row.default(name):
