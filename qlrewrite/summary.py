@@ -1,6 +1,7 @@
 """What `qlrewrite info` reports: the model's Q/DQ nodes grouped, and model-level facts.
 
-Reads no weights: types and shapes come from the graph, byte counts from shapes.
+Reads no weights: types and shapes come from the graph (with ONNX type inference on a
+weight-free copy where a type is not declared), byte counts from shapes.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io, opsets
 from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
+from qlrewrite.weightless import weightless_proto
 
 __all__ = ["QDQGroup", "model_summary"]
 
@@ -55,11 +58,53 @@ def _output_type(site: QDQSite, zero_point: ir.Value | None) -> ir.DataType | No
     )
 
 
-def _x_type(site: QDQSite, sites: dict[int, QDQSite]) -> ir.DataType | None:
-    """The type of x: declared, or implied by the zero point, the producing Q, or the opset."""
+class _InferredTypes:
+    """Element types by value name from ONNX type inference on a weight-free copy of the
+    model; computed once, and only if a Q/DQ input has no declared type."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._model = model
+        self._types: dict[str, ir.DataType] | None = None
+
+    def get(self, name: str) -> ir.DataType | None:
+        if self._types is None:
+            self._types = self._infer()
+        return self._types.get(name)
+
+    def _infer(self) -> dict[str, ir.DataType]:
+        try:
+            proto = weightless_proto(self._model, max_inline_bytes=0)
+            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        except Exception:  # an invalid model: fall back to the opset rules
+            return {}
+        types: dict[str, ir.DataType] = {}
+        graphs = [proto.graph]
+        while graphs:
+            graph = graphs.pop()
+            for info in (*graph.value_info, *graph.output):
+                elem = info.type.tensor_type.elem_type
+                if elem and elem in _KNOWN_TYPES:
+                    types.setdefault(info.name, ir.DataType(elem))
+            for node in graph.node:
+                for attr in node.attribute:
+                    graphs.extend([attr.g] if attr.HasField("g") else [])
+                    graphs.extend(attr.graphs)
+        return types
+
+
+_KNOWN_TYPES = frozenset(int(t) for t in ir.DataType)
+
+
+def _x_type(
+    site: QDQSite, sites: dict[int, QDQSite], inferred: _InferredTypes
+) -> ir.DataType | None:
+    """The type of x: declared, inferred, or implied by the zero point, the producing Q,
+    or the opset."""
     node = site.node
     x = node.inputs[0] if node.inputs else None
     found = _dtype(x)
+    if found is None and x is not None and x.name:
+        found = inferred.get(x.name)
     if found is not None or x is None:
         return found
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
@@ -108,6 +153,7 @@ def model_summary(model: ir.Model) -> dict[str, Any]:
     """
     all_sites = list(iter_qdq_nodes(model))
     by_node = {id(site.node): site for site in all_sites}
+    inferred = _InferredTypes(model)
     groups: Counter[QDQGroup] = Counter()
     group_inputs: dict[QDQGroup, dict[int, int]] = {}
     for site in all_sites:
@@ -117,7 +163,7 @@ def model_summary(model: ir.Model) -> dict[str, Any]:
             domain=site.domain or "ai.onnx",
             op_type=node.op_type,
             version=site.version,
-            x_type=_name(_x_type(site, by_node)),
+            x_type=_name(_x_type(site, by_node, inferred)),
             scale_type=_name(_dtype(scale)),
             granularity=granularity(node),
             constant=all(is_constant(v) for v in node.inputs),

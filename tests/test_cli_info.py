@@ -287,6 +287,29 @@ def test_subgraphs_and_functions_are_counted(tmp_path: Path) -> None:
     assert "1 graph, 4 subgraph(s), 1 function(s)" in text
 
 
+def test_undeclared_x_type_is_inferred(tmp_path: Path) -> None:
+    """Opset 13 Q takes float or int32 x: only type inference can tell which."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xi"], to=TensorProto.INT32),
+            helper.make_node("QuantizeLinear", ["xi", "s"], ["qi"]),
+            helper.make_node("Relu", ["x"], ["xr"]),
+            helper.make_node("QuantizeLinear", ["xr", "s"], ["qf"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [
+            helper.make_tensor_value_info("qi", TensorProto.UINT8, [4]),
+            helper.make_tensor_value_info("qf", TensorProto.UINT8, [4]),
+        ],
+        initializer=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    path = tmp_path / "cast.onnx"
+    path.write_bytes(proto.SerializeToString())
+    assert {r["x_type"] for r in _json(path)["qdq"]} == {"INT32", "FLOAT"}
+
+
 def test_model_without_qdq(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
@@ -312,12 +335,17 @@ def test_info_reads_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         handle.truncate(1024 * 1024)
     weight = external_tensor("w_q", [1024, 1024], data.name, data_type=TensorProto.INT8)
     scale = numpy_helper.from_array(np.full(1024, 0.5, np.float32), "w_scale")
+    # The Q's x has no declared type: info runs type inference (on a weight-free copy).
     graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w"], axis=0)],
+        [
+            helper.make_node("DequantizeLinear", ["w_q", "w_scale"], ["w"], axis=0),
+            helper.make_node("Relu", ["w"], ["r"]),
+            helper.make_node("QuantizeLinear", ["r", "s"], ["y"]),
+        ],
         "g",
         [],
-        [helper.make_tensor_value_info("w", TensorProto.FLOAT, [1024, 1024])],
-        initializer=[weight, scale],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1024, 1024])],
+        initializer=[weight, scale, helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])],
     )
     path = tmp_path / "m.onnx"
     proto = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
@@ -332,11 +360,12 @@ def test_info_reads_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(ir.serde.TensorProtoTensor, "__array__", refuse)
     doc = _json(path)
     assert doc["initializers"] == {
-        "count": 2,
-        "bytes": 1024 * 1024 + 4096,
+        "count": 3,
+        "bytes": 1024 * 1024 + 4096 + 4,
         "external_data": True,
     }
     assert _rows(doc) == {
+        ("ai.onnx", "QuantizeLinear", 21, "FLOAT", "FLOAT", "per-tensor", False, 1, 4),
         (
             "ai.onnx",
             "DequantizeLinear",
@@ -347,7 +376,7 @@ def test_info_reads_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             True,
             1,
             1024 * 1024 + 4096,
-        )
+        ),
     }
     text = cli("info", str(path))
     assert text.exit_code == 0, text.output
