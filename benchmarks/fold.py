@@ -1,0 +1,230 @@
+"""Benchmark `qlrewrite fold` against ONNX Runtime's and onnxscript's constant folding.
+
+Run by hand: ``python benchmarks/fold.py [--rounds N] [--folder DIR] [--skip onnxscript]``.
+
+Model: ``bench_models.matmul_chain`` (16 4096 x 4096 weights: 8 int8 per-axis DQ, 8 int4
+blocked-32 DQ, 2 float -> Q -> DQ; about 340 MiB in, 1.15 GiB out, external data).
+Each tool runs in a fresh subprocess, alternating tool by tool for ``--rounds`` rounds;
+wall time is measured from outside (interpreter start-up and imports included), peak RSS
+is the child's own ``ru_maxrss``. Peers:
+
+- ``ort``: ONNX Runtime's offline optimizer (``session.disable_quant_qdq=1``,
+  ORT_ENABLE_BASIC, ``optimized_model_filepath`` with an external initializers file);
+- ``onnxscript``: ``onnxscript.optimizer.optimize`` with Q/DQ forced through ``should_fold``
+  (they are on its default blacklist) and no size limits, then ``ir.save``;
+- ``io-floor``: a plain ``ir.load`` + ``ir.save`` of qlrewrite's folded output (the cost
+  of writing the output at all; no fsync, unlike qlrewrite's atomic save).
+
+Afterwards every MatMul weight of qlrewrite's output is compared bit for bit with ORT's
+optimized model. Targets: >= 3x faster than ORT, peak RSS <= 300 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+TOOLS = ("qlrewrite", "ort", "onnxscript", "io-floor")
+TARGET_SPEEDUP = 3.0
+TARGET_RSS_MB = 300
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def _work_qlrewrite(source: Path, target: Path) -> None:
+    from qlrewrite.cli import main
+
+    main(["fold", str(source), "-o", str(target), "-q"], standalone_mode=False)
+
+
+def _work_ort(source: Path, target: Path) -> None:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    options.optimized_model_filepath = str(target)
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", target.name + ".data"
+    )
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+    )
+    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+
+
+def _work_onnxscript(source: Path, target: Path) -> None:
+    import onnx_ir as ir
+    from onnxscript.optimizer._optimizer import optimize_ir
+
+    model = ir.load(source)
+    optimize_ir(
+        model,
+        input_size_limit=2**40,
+        output_size_limit=2**40,
+        should_fold=lambda node: (
+            True if node.op_type in ("QuantizeLinear", "DequantizeLinear") else None
+        ),
+    )
+    ir.save(model, target, external_data=target.name + ".data")
+
+
+def _work_io_floor(source: Path, target: Path) -> None:
+    import onnx_ir as ir
+
+    ir.save(ir.load(source), target, external_data=target.name + ".data")
+
+
+WORKERS = {
+    "qlrewrite": _work_qlrewrite,
+    "ort": _work_ort,
+    "onnxscript": _work_onnxscript,
+    "io-floor": _work_io_floor,
+}
+
+
+def _worker_main(tool: str, source: str, target: str) -> None:
+    WORKERS[tool](Path(source), Path(target))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(json.dumps({"peak_rss": peak}))
+
+
+# --------------------------------------------------------------------------- driver
+
+
+def _model(folder: Path) -> Path:
+    sys.path.insert(0, str(HERE))
+    from bench_models import matmul_chain
+
+    path = matmul_chain(folder)
+    _declare_output_type(path)
+    return path
+
+
+def _declare_output_type(path: Path) -> None:
+    """bench_models leaves the graph output untyped, which onnx.checker rejects: type it."""
+    import onnx
+
+    proto = onnx.load_model(path, load_external_data=False)
+    output = proto.graph.output[0]
+    if not output.type.HasField("tensor_type"):
+        size = proto.graph.input[0].type.tensor_type.shape.dim[1].dim_value
+        output.CopyFrom(
+            onnx.helper.make_tensor_value_info(output.name, onnx.TensorProto.FLOAT, [1, size])
+        )
+        onnx.save_model(proto, path)
+
+
+def _run(tool: str, source: Path, target: Path) -> tuple[float, int]:
+    if target.parent.exists():
+        shutil.rmtree(target.parent)
+    target.parent.mkdir(parents=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, __file__, "--worker", tool, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return seconds, json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]
+
+
+def _matmul_weights(path: Path) -> dict[str, np.ndarray]:
+    """The B input of every MatMul (by node name), read from the model's initializers."""
+    import onnx_ir as ir
+
+    model = ir.load(path)
+    inits = model.graph.initializers
+    weights = {}
+    for index, node in enumerate(model.graph):
+        if node.op_type == "MatMul":
+            weight = node.inputs[1]
+            assert weight is not None and weight.name in inits, (path, node.name)
+            weights[node.name or f"matmul#{index}"] = np.asarray(inits[weight.name].const_value)
+    return weights
+
+
+def _compare_with_ort(ours: Path, theirs: Path) -> str:
+    a, b = _matmul_weights(ours), _matmul_weights(theirs)
+    if set(a) != set(b):
+        return f"different MatMul nodes: {sorted(set(a) ^ set(b))}"
+    bad = [n for n in a if a[n].dtype != b[n].dtype or a[n].tobytes() != b[n].tobytes()]
+    if bad:
+        return f"{len(bad)} of {len(a)} weights differ: {bad}"
+    return f"all {len(a)} folded weights bit-identical with ORT's"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/qlrewrite-bench-fold"))
+    parser.add_argument("--skip", action="append", default=[], choices=TOOLS)
+    args = parser.parse_args()
+    source = _model(args.folder)
+    tools = [t for t in TOOLS if t not in args.skip]
+    outputs = {t: args.folder / f"out-{t}" / f"{t}.onnx" for t in tools}
+    load_before = os.getloadavg()
+    results: dict[str, list[tuple[float, int]]] = {t: [] for t in tools}
+    for round_index in range(args.rounds):
+        for tool in tools:
+            source_of = outputs["qlrewrite"] if tool == "io-floor" else source
+            if tool == "io-floor" and not outputs["qlrewrite"].exists():
+                _run("qlrewrite", source, outputs["qlrewrite"])
+            seconds, rss = _run(tool, source_of, outputs[tool])
+            results[tool].append((seconds, rss))
+            print(f"round {round_index + 1} {tool:<10} {seconds:6.2f} s {rss / 2**20:7.0f} MiB")
+    load_after = os.getloadavg()
+    best = {t: min(s for s, _ in r) for t, r in results.items()}
+    rss = {t: min(m for _, m in r) for t, r in results.items()}
+    print()
+    print(f"model: {source} ({_size(source)} in)")
+    print(f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (2 cores)")
+    print()
+    print("| tool | best wall s | median wall s | peak RSS MiB (best) | time vs ORT |")
+    print("|---|---|---|---|---|")
+    for tool in tools:
+        times = [s for s, _ in results[tool]]
+        ratio = f"{best['ort'] / best[tool]:.2f}x faster" if "ort" in best else "-"
+        print(
+            f"| {tool} | {best[tool]:.2f} | {statistics.median(times):.2f} | "
+            f"{rss[tool] / 2**20:.0f} | {ratio} |"
+        )
+    print()
+    if "ort" in best:
+        speedup = best["ort"] / best["qlrewrite"]
+        print(f"speed-up vs ORT: {speedup:.2f}x (target >= {TARGET_SPEEDUP}x)")
+    peak = rss["qlrewrite"] / 2**20
+    print(f"qlrewrite peak RSS: {peak:.0f} MiB (target <= {TARGET_RSS_MB} MiB)")
+    if "io-floor" in best:
+        print(f"qlrewrite / io-floor time: {best['qlrewrite'] / best['io-floor']:.2f}x")
+    if "ort" in tools:
+        print("exactness:", _compare_with_ort(outputs["qlrewrite"], outputs["ort"]))
+        if "onnxscript" in tools:
+            print("onnxscript:", _compare_with_ort(outputs["onnxscript"], outputs["ort"]))
+
+
+def _size(path: Path) -> str:
+    total = sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    return f"{total / 2**20:.0f} MiB"
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "--worker":
+        _worker_main(*sys.argv[2:])
+    else:
+        main()
