@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
+import ort_quantized
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_model_io_models import cli, external_tensor
@@ -308,6 +309,29 @@ def test_undeclared_x_type_is_inferred(tmp_path: Path) -> None:
     path = tmp_path / "cast.onnx"
     path.write_bytes(proto.SerializeToString())
     assert {r["x_type"] for r in _json(path)["qdq"]} == {"INT32", "FLOAT"}
+
+
+@pytest.mark.parametrize("config", ort_quantized.CONFIGS)
+def test_info_on_onnxruntime_quantizer_outputs(config: str, tmp_path: Path) -> None:
+    """Real quantizer outputs: every node counted, every type and granularity known."""
+    proto = ort_quantized.quantized(config)
+    path = tmp_path / "q.onnx"
+    path.write_bytes(proto.SerializeToString())
+    doc = _json(path)
+    qdq = [n for n in proto.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    assert doc["qdq_nodes"] == len(qdq) == sum(r["nodes"] for r in doc["qdq"])
+    domains = {n.domain or "ai.onnx" for n in qdq}
+    assert {r["domain"] for r in doc["qdq"]} == domains
+    for row in doc["qdq"]:
+        assert "?" not in (row["x_type"], row["scale_type"], row["granularity"]), row
+    grans = {r["granularity"] for r in doc["qdq"]}
+    if "nbits" in config:
+        assert grans == {"blocked(axis=0, block=32)"}
+    if "per-channel" in config:
+        assert any(g.startswith("per-axis") for g in grans)
+    if "int16" in config:
+        assert "INT16" in {r["x_type"] for r in doc["qdq"] if r["op_type"] == "DequantizeLinear"}
+    assert doc["initializers"]["count"] == len(proto.graph.initializer)
 
 
 def test_model_without_qdq(tmp_path: Path) -> None:
