@@ -166,3 +166,15 @@ def test_help_ends_with_examples() -> None:
     assert result.exit_code == 0
     assert "--keep-dq" in result.output and "--max-size" in result.output
     assert result.output.rstrip().splitlines()[-5].strip() == "Examples:"
+
+
+def test_in_place_with_external_data(tmp_path: Path) -> None:
+    source = tmp_path / "ext.onnx"
+    proto = quantized(CONFIG)
+    model_io.save(ir.serde.deserialize_model(proto), source, external_data=True)
+    code, err = _fold(str(source), "--in-place", "-q")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ext.onnx", "ext.onnx.data"]
+    feeds = inputs_for("mlp")
+    for a, b in zip(run_ort(source, feeds), run_ort(proto, feeds), strict=True):
+        assert a.tobytes() == b.tobytes()
