@@ -5,6 +5,8 @@ invalid one."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +161,33 @@ def test_valid_examples_pass_check(name: str) -> None:
     report = check_path(EXAMPLES / name)
     assert report.error is None
     assert [f for f in report.findings if f.severity == "error"] == []
+
+
+def test_readme_quick_start_runs(tmp_path: Path) -> None:
+    """The README's first command, minus `pip install .`, in a folder holding examples/."""
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    block = readme.split("## Quick start", 1)[1].split("```bash\n", 1)[1].split("\n```", 1)[0]
+    prefix = "pip install . && "
+    assert block.startswith(prefix) and "examples/blocked_int4_opset21.onnx" in block
+    shutil.copytree(EXAMPLES, tmp_path / "examples")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("CI", None)
+    done = subprocess.run(
+        block[len(prefix) :],
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    folded = tmp_path / "folded.onnx"
+    x = _input(64)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(folded), options, providers=["CPUExecutionProvider"])
+    (y_folded,) = session.run(None, {"input": x})
+    (y,) = _session("blocked_int4_opset21.onnx").run(None, {"input": x})
+    np.testing.assert_allclose(y_folded, y, rtol=1e-6, atol=1e-7)
