@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import tracemalloc
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -416,10 +417,14 @@ def test_load_reads_no_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyP
         raise AssertionError(f"external tensor {self.name} was read")
 
     monkeypatch.setattr(ir.ExternalTensor, "_load", refuse)
+    tracemalloc.start()
     started = time.perf_counter()
     model = model_io.load(path)
     elapsed = time.perf_counter() - started
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
     assert elapsed < 0.5
+    assert peak < 2 * 1024**2  # Python allocations while loading: the graph, not the data
     tensors = [v.const_value for v in model.graph.initializers.values()]
     assert all(isinstance(t, ir.ExternalTensor) and t.raw is None for t in tensors)
     assert model_io.initializer_bytes(model) == 8 * 64 * 1024**2
