@@ -70,6 +70,7 @@ def run_ort(model: onnx.ModelProto) -> np.ndarray:
     """Run a model without inputs in ONNX Runtime (no graph optimization)."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(3)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.intra_op_num_threads = 1

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 __all__ = ["CHUNK", "Layout", "layout", "run_chunks", "scratch", "thread_count"]
 
@@ -101,10 +100,9 @@ def _axis(axis: int, rank: int) -> int:
 
 
 def _split(view: np.ndarray, blocks: int, block: int) -> np.ndarray:
-    """View (p, blocks*block, q) as (p, blocks, block, q) without copying."""
-    sp, sc, sq = view.strides
+    """View (p, blocks*block, q) as (p, blocks, block, q); never a copy."""
     p, _, q = view.shape
-    return as_strided(view, (p, blocks, block, q), (sp, sc * block, sc, sq), writeable=True)
+    return np.reshape(view, (p, blocks, block, q), copy=False)
 
 
 def parts(
@@ -140,8 +138,10 @@ def parts(
         yield (sp0, sp1, b, b + 1, sq0, sq1, 0), [a[p0:p1, mid_end:c1, q0:q1] for a in arrays]
 
 
-def chunks(lay: Layout, target: int = CHUNK) -> list[tuple[int, int, int, int, int, int]]:
-    """Slices (p0, p1, c0, c1, q0, q1) of about ``target`` elements covering (P, C, Q)."""
+def chunks(lay: Layout, target: int | None = None) -> list[tuple[int, int, int, int, int, int]]:
+    """Slices (p0, p1, c0, c1, q0, q1) of about ``target`` (default CHUNK) elements covering
+    (P, C, Q)."""
+    target = target or CHUNK
     P, C, Q = lay.P, lay.C, lay.Q
     if P * C * Q == 0:
         return []
@@ -188,8 +188,7 @@ def run_chunks(
     """Run ``work`` on every chunk, on a shared pool when there are several chunks."""
     n = min(thread_count(threads), len(plan))
     if n <= 1:
-        for chunk in plan:
-            work(chunk)
+        _walk(work, plan)
         return
     with _pools_lock:
         pool = _pools.get(n)
@@ -202,8 +201,10 @@ def run_chunks(
 
 
 def _walk(work: Callable[[tuple[int, int, int, int, int, int]], None], plan: list) -> None:
-    for chunk in plan:
-        work(chunk)
+    # overflow to inf and NaN are results here, not errors (errstate is per thread)
+    with np.errstate(all="ignore"):
+        for chunk in plan:
+            work(chunk)
 
 
 def scratch(shape: tuple[int, ...], dtype: np.dtype = _F32, slot: int = 0) -> np.ndarray:

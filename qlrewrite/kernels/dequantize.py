@@ -52,7 +52,7 @@ def dequantize(
     to the scale's type. ``threads`` overrides $QLREWRITE_THREADS / the core count.
     Raises ValueError for invalid type or shape combinations.
     """
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")  # (np.ascontiguousarray makes rank 0 rank 1)
     scale = np.asarray(scale)
     zp = None if zero_point is None else np.asarray(zero_point)
     out_dtype = _output_type(x, scale, zp, output_dtype)
@@ -68,8 +68,8 @@ def dequantize(
 
     if per_tensor and x.dtype.itemsize == 1:
         # one table of the 256 possible outputs: y = table[byte]
-        table = _codes_minus_zp(x.dtype, plan) * s3.reshape(())
-        table = table.astype(out_dtype)
+        with np.errstate(over="ignore", invalid="ignore"):
+            table = (_codes_minus_zp(x.dtype, plan) * s3.reshape(())).astype(out_dtype)
         xb = x3.view(np.uint8)
 
         def work(chunk):
@@ -89,7 +89,8 @@ def dequantize(
             _dequantize_part(xv, s, z, ov, plan)
 
     plan.bind(lay)
-    run_chunks(work, chunks(lay), threads)
+    with np.errstate(over="ignore", invalid="ignore"):
+        run_chunks(work, chunks(lay), threads)
     return out
 
 

@@ -68,7 +68,7 @@ def quantize(
     (Q-23) is the type the division is done in. Types may be numpy dtypes, onnx_ir
     DataTypes or TensorProto ints (0 = unset). Raises ValueError for invalid combinations.
     """
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")  # (np.ascontiguousarray makes rank 0 rank 1)
     scale = np.asarray(scale)
     zp = None if zero_point is None else np.asarray(zero_point)
     out_dtype = _output_type(x, scale, zp, output_dtype)
@@ -97,13 +97,18 @@ def quantize(
                 s = s[:, :, None, :]
                 z = None if z is None else z[:, :, None, :]
             tmp = scratch(xv.shape)
-            if x.dtype == _F32:
-                np.divide(xv, s, out=tmp)
-            else:
-                np.copyto(tmp, xv, casting="unsafe")  # exact for float16 / bfloat16
+            if div_dtype == _F32:
+                if x.dtype == _F32:
+                    np.divide(xv, s, out=tmp)
+                else:
+                    np.copyto(tmp, xv, casting="unsafe")  # float16 / bfloat16: exact
+                    np.divide(tmp, s, out=tmp)
+            else:  # x rounded to the division type, then a correctly rounded quotient:
+                # float32 division of two narrower floats rounded again is correctly
+                # rounded (24 >= 2 * 11 + 2 bits, so the double rounding is harmless)
+                np.copyto(tmp, xv if x.dtype == div_dtype else xv.astype(div_dtype))
                 np.divide(tmp, s, out=tmp)
-            if div_dtype != _F32:  # correctly rounded in the narrower type
-                np.copyto(tmp, tmp.astype(div_dtype), casting="unsafe")
+                np.copyto(tmp, tmp.astype(div_dtype))
             finish(tmp, z, ov)
 
     with np.errstate(all="ignore"):
@@ -147,7 +152,7 @@ def _output_type(
 ) -> np.dtype:
     if x.dtype not in FLOAT_TYPES and x.dtype != np.int32:
         raise ValueError(f"QuantizeLinear cannot read x of type {x.dtype}")
-    if scale.dtype not in SCALE_TYPES:
+    if scale.dtype not in SCALE_TYPES and scale.dtype != np.int32:
         raise ValueError(f"QuantizeLinear scale type {scale.dtype} is not supported")
     out = to_dtype(output_dtype)
     if zp is not None:
@@ -162,12 +167,16 @@ def _output_type(
 
 
 def _division_type(x: np.ndarray, scale: np.ndarray, precision: Any) -> np.dtype:
-    """float32 when x and scale share a type (ORT); else ``precision``, else the scale's."""
+    """The type of x / scale: ``precision`` if given; float32 for float32 / float16 x with a
+    scale of the same type (ORT's kernel); else the scale's type (the spec: bfloat16, mixed
+    types of Q-23)."""
     prec = to_dtype(precision)
     if prec is not None:
         if prec not in FLOAT_TYPES:
             raise ValueError(f"precision must be float32, float16 or bfloat16, got {prec}")
         return prec
-    if x.dtype == scale.dtype or scale.dtype not in FLOAT_TYPES:
+    if scale.dtype not in FLOAT_TYPES:  # int32 / float8e8m0 (Q-23+): no float type of its own
+        return _F32
+    if x.dtype == scale.dtype and x.dtype in (_F32, np.dtype(np.float16)):
         return _F32
     return scale.dtype
