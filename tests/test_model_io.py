@@ -52,6 +52,11 @@ def _directory(tmp: Path) -> Path:
     return tmp / "dir.onnx"
 
 
+def _fifo(tmp: Path) -> Path:
+    os.mkfifo(tmp / "pipe.onnx")  # reading it would block forever
+    return tmp / "pipe.onnx"
+
+
 def _empty(tmp: Path) -> Path:
     (tmp / "empty.onnx").write_bytes(b"")
     return tmp / "empty.onnx"
@@ -251,6 +256,7 @@ def _bad_tensor_in_subgraph(tmp: Path) -> Path:
 INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "missing": (_missing, "no such file"),
     "directory": (_directory, "is a directory"),
+    "fifo": (_fifo, "not a regular file"),
     "empty": (_empty, "empty file"),
     "random-bytes": (_random, "not an ONNX model"),
     "truncated": (_truncated, "not an ONNX model"),
