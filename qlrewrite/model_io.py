@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -107,10 +108,22 @@ class _Undefined(logging.Handler):
         super().__init__(logging.WARNING)
         self.messages: list[str] = []
 
+    _PATTERN = re.compile(r"Input '(.*)' of node '(.*)' \((.*)::(.*?):.*\) cannot be found")
+
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "cannot be found in any scope" in message:
-            self.messages.append(message)
+        if "cannot be found in any scope" not in message:
+            return
+        match = self._PATTERN.match(message)
+        if match is None:
+            self.messages.append(message.split(" The model is invalid")[0])
+            return
+        value, node, domain, op = match.groups()
+        where = f"node '{node}' ({domain + '::' if domain else ''}{op})" if node else op
+        self.messages.append(
+            f"{where} uses '{value}', which is not a graph input, an initializer or "
+            "the output of any node"
+        )
 
 
 def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
@@ -127,7 +140,7 @@ def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
         logger.removeHandler(handler)
         logger.propagate = propagate
     if handler.messages:
-        first = handler.messages[0].split(" The model is invalid")[0]
+        first = handler.messages[0]
         more = f" (and {len(handler.messages) - 1} more)" if len(handler.messages) > 1 else ""
         raise InputError(f"{path}: not a valid ONNX model: {first}{more}")
     return model

@@ -267,7 +267,10 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "zip": (_zip, "not an ONNX model"),
     "no-graph": (_no_graph, "no graph"),
     "no-ir-version": (_no_ir_version, "no IR version"),
-    "undefined-input": (_undefined_input, "'nowhere'"),
+    "undefined-input": (
+        _undefined_input,
+        "node 'relu' (Relu) uses 'nowhere', which is not a graph input",
+    ),
     "external-missing": (_external_missing, "'gone.data' not found"),
     "external-absolute": (_external_absolute, "absolute path"),
     "external-dotdot": (_external_dotdot, "escapes the model folder"),
