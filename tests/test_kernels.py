@@ -83,3 +83,186 @@ def test_quantize_nan_inf_saturate_like_ort():
 def test_invalid_combinations_raise(call):
     with pytest.raises(ValueError):
         call()
+
+
+# ------------------------------------------------ documented deviations, pinned one by one
+
+
+def _ref(op, x, scale, zp, out, **attrs):
+    import warnings
+
+    from test_kernels_helpers import run_reference
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return np.asarray(
+            run_reference(build_model(op, x, scale, zp, out, opset=25, cast_back=False, **attrs))
+        )
+
+
+def test_ort_blocked_non_last_axis_wraps_inf_we_saturate():
+    x = np.array([[np.inf, 3e9], [1.0, -np.inf]], np.float32)
+    scale = np.ones((1, 2), np.float32)
+    zp = np.zeros((1, 2), np.uint8)
+    ort = run_ort(build_model(Q, x, scale, zp, np.uint8, axis=0, block_size=2))
+    assert ort.tolist() == [[0, 0], [1, 0]]  # ORT: +inf and 3e9 -> 0 (int32 wrap)
+    assert quantize(x, scale, zp, axis=0, block_size=2).tolist() == [[255, 255], [1, 0]]
+
+
+def test_ort_float16_nan_with_negative_zero_point_we_give_low_end():
+    x = np.array([np.nan, 1.0], np.float16)
+    zp = np.array(-1, np.int8)
+    ort = run_ort(build_model(Q, x, np.float16(1), zp, np.int8))
+    assert ort.tolist() == [127, 0]  # ORT: int32(NaN) + zp = INT_MIN - 1 wraps to INT_MAX
+    assert quantize(x, np.float16(1), zp).tolist() == [-128, 0]
+    # float32 x: ORT's MLAS path gives the low end too
+    ort32 = run_ort(build_model(Q, x.astype(np.float32), np.float32(1), zp, np.int8))
+    assert ort32.tolist() == [-128, 0]
+
+
+def test_ort_float8e5m2_unsaturated_rounds_to_nan_we_to_inf():
+    e5m2 = ml_dtypes.float8_e5m2
+    x = np.array([61440.0, -64000.0, 60000.0, 1e6], np.float32)
+    ort = run_ort(build_model(Q, x, np.float32(1), None, e5m2, output_dtype=19, saturate=0))
+    assert np.isnan(ort[:2]).all() and ort[2] == 57344 and ort[3] == np.inf
+    ours = quantize(x, np.float32(1), output_dtype=e5m2, saturate=False).astype(np.float32)
+    assert ours.tolist() == [np.inf, -np.inf, 57344.0, np.inf]  # round to nearest even
+    assert same_bits(
+        quantize(x, np.float32(1), output_dtype=e5m2, saturate=False), x.astype(e5m2)
+    )  # ml_dtypes agrees
+
+
+def test_reference_wraps_beyond_int32_we_saturate():
+    x = np.array([3e9, np.inf, -3e9, 200.0], np.float32)
+    ref = _ref(Q, x, np.float32(1), np.uint8(0), np.uint8)
+    assert ref.tolist() == [0, 0, 0, 200]
+    assert quantize(x, np.float32(1), np.uint8(0)).tolist() == [255, 255, 0, 200]
+    assert same_bits(
+        quantize(x, np.float32(1), np.uint8(0)),
+        run_ort(build_model(Q, x, np.float32(1), np.uint8(0), np.uint8)),
+    )
+
+
+def test_reference_divides_float16_in_float16_we_in_float32_like_ort():
+    # 60000 / 0.5 overflows float16 (the reference: inf -> wraps to -32768)
+    x = np.array([60000.0], np.float16)
+    scale = np.float16(0.5)
+    zp = np.int16(0)
+    assert _ref(Q, x, scale, zp, np.int16).tolist() == [-32768]
+    ours = quantize(x, scale, zp)
+    assert ours.tolist() == [32767]
+    assert same_bits(ours, run_ort(build_model(Q, x, scale, zp, np.int16)))
+    # double rounding: a float32 quotient just above a tie rounds to the tie in float16
+    xs = np.arange(1, 2048, dtype=np.float16)
+    s16 = np.float16(0.3)
+    q32 = xs.astype(np.float32) / np.float32(s16)
+    q16 = (xs / s16).astype(np.float32)
+    differ = np.rint(q32) != np.rint(q16)
+    assert differ.any()
+    x = xs[differ][:8]
+    ours = quantize(x, s16, np.int16(0))
+    np.testing.assert_array_equal(ours, np.rint(q32[differ][:8]).astype(np.int16))
+    assert same_bits(ours, run_ort(build_model(Q, x, s16, np.int16(0), np.int16)))
+    assert not np.array_equal(_ref(Q, x, s16, np.int16(0), np.int16), ours)
+
+
+def test_q23_mixed_types_divide_in_the_scale_type_not_the_promoted_one():
+    x = np.array([2.5005, 100.3], np.float32)  # float16(2.5005) == 2.5, a tie
+    scale = np.float16(1.0)
+    ours = quantize(x, scale, np.int8(0))
+    assert ours.tolist() == [2, 100]  # spec: float16 division, 2.5 rounds to even
+    assert _ref(Q, x, scale, np.int8(0), np.int8).tolist() == [3, 100]  # promoted: float32
+    assert quantize(x, scale, np.int8(0), precision=np.float32).tolist() == [3, 100]
+    assert quantize(x, scale, np.int8(0), precision=10).tolist() == [2, 100]  # FLOAT16
+
+
+def test_reference_int32_dequantize_loses_precision_we_subtract_in_int32():
+    x = np.array([2**24 + 1, -(2**31), 2**31 - 1], np.int32)
+    zp = np.array(1, np.int32)
+    ours = dequantize(x, np.float32(1), zp)
+    assert ours.tolist() == [2.0**24, np.float32(2**31 - 1), np.float32(2**31 - 2)]
+    assert same_bits(ours, run_ort(build_model(DQ, x, np.float32(1), zp, np.float32)))
+    assert _ref(DQ, x, np.float32(1), zp, np.float32)[0] == 2**24 - 1
+
+
+def test_reference_ignores_float4_zero_point_we_subtract_it():
+    f4 = ml_dtypes.float4_e2m1fn
+    x = np.array([1.0, 3.0, -6.0], f4)
+    zp = np.array(0.5, f4)
+    ours = dequantize(x, np.float32(2), zp)
+    assert ours.tolist() == [1.0, 5.0, -13.0]  # (x - zp) * scale, the spec formula
+    assert _ref(DQ, x, np.float32(2), zp, np.float32).tolist() == [2.0, 6.0, -12.0]
+    # float6: the reference does subtract it, and agrees
+    f6 = ml_dtypes.float6_e2m3fn
+    x6, zp6 = x.astype(f6), zp.astype(f6)
+    assert same_bits(
+        dequantize(x6, np.float32(2), zp6), _ref(DQ, x6, np.float32(2), zp6, np.float32)
+    )
+
+
+def test_blocked_scale_of_one_element_is_per_tensor():
+    # the spec allows block_size >= D with one block; ORT refuses it ("block_size must be 0
+    # for per-tensor quantization")
+    x = np.array([[1, -3, 5]], np.int8)
+    blocked = dequantize(x, np.array([[0.5]], np.float32), axis=1, block_size=4)
+    assert blocked.tolist() == [[0.5, -1.5, 2.5]]
+
+
+def test_float8_dequantize_needs_zero_point_zero():
+    x = np.array([1.0, 2.0], ml_dtypes.float8_e4m3fn)
+    assert dequantize(x, np.float32(2), np.zeros((), x.dtype)).tolist() == [2.0, 4.0]
+    with pytest.raises(ValueError, match="zero point of 0"):
+        dequantize(x, np.float32(2), np.ones((), x.dtype))
+
+
+def test_float8_quantize_ignores_zero_point_like_ort():
+    f8 = ml_dtypes.float8_e4m3fn
+    x = np.array([1.0, -0.0], np.float32)
+    ours = quantize(x, np.float32(1), np.array(2.0, f8))
+    assert same_bits(ours, run_ort(build_model(Q, x, np.float32(1), np.array(2.0, f8), f8)))
+    assert ours.astype(np.float32).tolist() == [1.0, -0.0]
+
+
+def test_output_dtype_forms_agree():
+    x = np.array([1, 2], np.uint8)
+    s = np.float32(0.5)
+    import onnx_ir as ir
+
+    for form in (np.float16, np.dtype(np.float16), ir.DataType.FLOAT16, 10):
+        assert dequantize(x, s, output_dtype=form).dtype == np.float16
+    assert dequantize(x, s, output_dtype=0).dtype == np.float32
+    assert quantize(np.zeros(2, np.float32), s, output_dtype=ir.DataType.INT4).dtype == (
+        ml_dtypes.int4
+    )
+    assert dequantize(x, np.ones((), ml_dtypes.float8_e8m0fnu), output_dtype=16).dtype == (
+        ml_dtypes.bfloat16
+    )
+
+
+def test_threads_and_env(monkeypatch):
+    from qlrewrite.kernels._chunks import thread_count
+
+    monkeypatch.setenv("QLREWRITE_THREADS", "3")
+    assert thread_count() == 3
+    assert thread_count(1) == 1
+    monkeypatch.setenv("QLREWRITE_THREADS", "x")
+    with pytest.raises(ValueError):
+        thread_count()
+    with pytest.raises(ValueError):
+        thread_count(0)
+
+
+def test_large_tensor_many_chunks_and_threads_match_single_thread():
+    x = _ints(np.int8, (300, 1000))
+    scale = RNG.uniform(0.01, 1, size=(10, 1000)).astype(np.float32)
+    zp = _ints(np.int8, (10, 1000))
+    one = dequantize(x, scale, zp, axis=0, block_size=32, threads=1)
+    two = dequantize(x, scale, zp, axis=0, block_size=32, threads=2)
+    expected = (x.astype(np.float32) - np.repeat(zp, 32, 0)[:300]) * np.repeat(scale, 32, 0)[:300]
+    np.testing.assert_array_equal(one, expected)
+    np.testing.assert_array_equal(two, expected)
+    xf = (RNG.standard_normal((300, 1000)) * 100).astype(np.float32)
+    q1 = quantize(xf, scale, zp, axis=0, block_size=32, threads=1)
+    q2 = quantize(xf, scale, zp, axis=0, block_size=32, threads=2)
+    assert same_bits(q1, q2)
+    assert same_bits(q1, run_ort(build_model(Q, xf, scale, zp, np.int8, axis=0, block_size=32)))
