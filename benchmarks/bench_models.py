@@ -84,6 +84,8 @@ def matmul_chain(
         nodes.append(qnode)
         matmul(dq([qnode.outputs[0], s, z], f"dqf_{i}", axis=1))
     current.name = "y"
+    current.type = ir.TensorType(DT.FLOAT)
+    current.shape = ir.Shape([1, size])
     graph = ir.Graph(
         [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="chain"
     )
