@@ -258,11 +258,18 @@ def test_every_granularity_streams_bit_exact(
 def test_chunks_are_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fold_tensor, "CHUNK_BYTES", 100)
     model = fold(ir.serde.deserialize_model(_granularity_model()))
-    for name, tensor in _folded(model).items():
-        chunks = [bytes(c) for c in tensor.iter_chunks()]
+    tensors = list(_folded(model).items())
+    prefetched = 0
+    for name, tensor in tensors:
+        chunks = [bytes(c) for c in tensor.iter_chunks()]  # prepares the successor
+        if tensor.successor is not None and tensor.successor.shape.rank():
+            prefetched += tensor.successor._prefetched is not None
         assert b"".join(chunks) == tensor.tobytes(), name
         if tensor.shape.rank() and tensor.shape[0] >= 40:
             assert len(chunks) > 1, name
+    assert [t.successor for _, t in tensors] == [t for _, t in tensors[1:]] + [None]
+    scalars = sum(t.shape.rank() == 0 for _, t in tensors)  # written whole: not prefetched
+    assert prefetched == len(tensors) - 1 - scalars
 
 
 # --------------------------------------------------------------------------- where folding applies

@@ -19,7 +19,13 @@ import onnx_ir as ir
 from onnx_ir.passes.common import RemoveUnusedOpsetsPass
 
 from qlrewrite import opsets
-from qlrewrite.passes.fold_tensor import ConstOperand, FoldedTensor, FoldSpec, Operand
+from qlrewrite.passes.fold_tensor import (
+    ConstOperand,
+    FoldedTensor,
+    FoldSpec,
+    Operand,
+    link_in_order,
+)
 from qlrewrite.qdq import QDQSite, is_constant, iter_qdq_nodes
 from qlrewrite.rules.context import constant_tensor
 
@@ -66,6 +72,7 @@ class FoldPass(ir.passes.InPlacePass):
             if folded is not None:
                 self._replace(model, site, folded)
         if any(self.summary.values()):
+            link_in_order(_initializer_order(model))
             before = _opset_count(model)
             RemoveUnusedOpsetsPass()(model)
             self.summary["opsets_removed"] = before - _opset_count(model)
@@ -173,6 +180,16 @@ def _replace_outputs(model: ir.Model, old: ir.Value, new: ir.Value) -> None:
         for index, value in enumerate(outputs):
             if value is old:
                 outputs[index] = new
+
+
+def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
+    """Folded initializers in the order onnx_ir's save writes them."""
+    return [
+        value.const_value
+        for graph in model.graphs()
+        for value in graph.initializers.values()
+        if isinstance(value.const_value, FoldedTensor)
+    ]
 
 
 def _opset_count(model: ir.Model) -> int:

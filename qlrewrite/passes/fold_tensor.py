@@ -16,13 +16,20 @@ import contextlib
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["CHUNK_BYTES", "ConstOperand", "FoldSpec", "FoldedTensor", "Operand"]
+__all__ = [
+    "CHUNK_BYTES",
+    "ConstOperand",
+    "FoldSpec",
+    "FoldedTensor",
+    "Operand",
+    "link_in_order",
+]
 
 #: Output bytes computed per chunk when a folded tensor is written to a file.
 CHUNK_BYTES = 4 << 20
@@ -84,7 +91,7 @@ class FoldSpec:
 class FoldedTensor(ir.LazyTensor):
     """``Q(x, scale, zero_point)`` or ``DQ(x, scale, zero_point)`` of constants, lazily."""
 
-    __slots__ = ("scale", "spec", "x", "zero_point")
+    __slots__ = ("_prefetched", "scale", "spec", "successor", "x", "zero_point")
 
     def __init__(
         self,
@@ -101,6 +108,9 @@ class FoldedTensor(ir.LazyTensor):
         self.x = x
         self.scale = scale
         self.zero_point = zero_point
+        #: The folded tensor written after this one, if known (see :meth:`iter_chunks`).
+        self.successor: FoldedTensor | None = None
+        self._prefetched: concurrent.futures.Future | None = None
 
     def __repr__(self) -> str:
         op = "QuantizeLinear" if self.spec.quantize else "DequantizeLinear"
@@ -195,32 +205,49 @@ class FoldedTensor(ir.LazyTensor):
     def iter_chunks(self) -> Iterator[memoryview | bytes]:
         """The tensor's bytes in chunks of rows, each computed ahead of its consumer.
 
-        Memory-mapped inputs are released afterwards, so the pages they brought in do
-        not stay resident while the next tensors are written.
+        Chunks are computed on one background thread while the previous chunk is being
+        written. Memory-mapped inputs are released once the last chunk is computed, so
+        the pages they brought in do not stay resident; then the :attr:`successor`
+        (the next folded tensor to be written) starts loading its input and its first
+        chunk while this tensor's last chunk is written.
         """
         try:
             yield from self._chunks()
         finally:
             self.release()
 
+    def _streams(self) -> bool:
+        """True if written in chunks of rows (not a scalar, not empty)."""
+        return self.shape.rank() > 0 and self.size > 0
+
     def _chunks(self) -> Iterator[memoryview | bytes]:
-        shape = self.shape.numpy()
-        if not shape or self.size == 0:
+        if not self._streams():
             yield self._whole().tobytes()
             return
-        read = self.rows()
+        prefetched, self._prefetched = self._prefetched, None
+        read, ranges, first = prefetched.result() if prefetched else self._open()
+        pool = _pool()
+        pending = None
+        for bounds in ranges[1:]:
+            pending = pool.submit(self._compute, read, bounds)
+            yield first
+            first = pending.result()
+        del read, pending, prefetched  # drop every view of the inputs, then unmap them
+        self.release()
+        if self.successor is not None and self.successor._streams():
+            self.successor._prefetched = pool.submit(self.successor._open)
+        yield first
+
+    def _open(self) -> tuple[RowReader, list[tuple[int, int]], memoryview | bytes]:
+        """Load the inputs; return the row reader, the chunk ranges and the first chunk."""
+        rows = self.shape.numpy()[0]
         step = self.chunk_rows()
-        ranges = [(start, min(start + step, shape[0])) for start in range(0, shape[0], step)]
+        ranges = [(start, min(start + step, rows)) for start in range(0, rows, step)]
+        read = self.rows()
+        return read, ranges, self._compute(read, ranges[0])
 
-        def compute(bounds: tuple[int, int]) -> memoryview | bytes:
-            return _as_bytes(np.asarray(read(*bounds)), self.dtype)
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pending = pool.submit(compute, ranges[0])
-            for bounds in ranges[1:]:
-                done, pending = pending, pool.submit(compute, bounds)
-                yield done.result()
-            yield pending.result()
+    def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
+        return _as_bytes(np.asarray(read(*bounds)), self.dtype)
 
     def release(self) -> None:
         """Unmap the external data the operands read (it is mapped again when needed)."""
@@ -232,6 +259,25 @@ class FoldedTensor(ir.LazyTensor):
         """Compute and write the tensor chunk by chunk."""
         for data in self.iter_chunks():
             file.write(data)
+
+
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The one background thread that computes chunks (created on first use)."""
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qlrewrite-fold"))
+    return _POOL[0]
+
+
+def link_in_order(tensors: Iterable[FoldedTensor]) -> None:
+    """Tell each tensor which one is written after it, so it can be prepared in advance."""
+    previous = None
+    for tensor in tensors:
+        if previous is not None:
+            previous.successor = tensor
+        previous = tensor
 
 
 def _as_bytes(array: np.ndarray, dtype: ir.DataType) -> memoryview | bytes:
