@@ -440,3 +440,11 @@ def test_scalar_x_with_one_element_scale_keeps_the_scalar_shape() -> None:
     assert expected.shape == ()
     model = fold(ir.serde.deserialize_model(proto))
     assert _same_bits(_folded(model)["y"].numpy(), expected)
+
+
+def test_public_api() -> None:
+    import qlrewrite
+
+    model = ir.serde.deserialize_model(quantized("cnn-u8s8"))
+    assert qlrewrite.fold(model) is model
+    assert not [s for s in iter_qdq_nodes(model) if is_constant(s.node.inputs[0])]
