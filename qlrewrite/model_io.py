@@ -19,7 +19,9 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
@@ -41,6 +43,8 @@ __all__ = [
 
 #: Above this many initializer bytes, outputs get external data (protobuf caps at 2 GB).
 EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
+_STRING = google.protobuf.descriptor.FieldDescriptor.TYPE_STRING
+_MESSAGE = google.protobuf.descriptor.FieldDescriptor.TYPE_MESSAGE
 #: Tensors at least this large go to the external data file when one is written.
 EXTERNAL_TENSOR_MIN_BYTES = 1024
 
@@ -168,7 +172,35 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
+    field = _invalid_text(proto)
+    if field is not None:
+        raise InputError(f"{path}: not a valid ONNX model ({field} is not UTF-8 text)")
     return proto
+
+
+def _invalid_text(proto: onnx.ModelProto) -> str | None:
+    """The first string field that is not valid UTF-8 (protobuf then hands out bytes,
+    which onnx_ir cannot write back), or None. Tensor data is not looked at."""
+    stack: list[Any] = [proto]
+    while stack:
+        message = stack.pop()
+        if type(message) is onnx.TensorProto:
+            if type(message.name) is bytes or type(message.doc_string) is bytes:
+                return "a tensor name or doc_string"
+            stack.extend(message.external_data)
+            stack.extend(message.metadata_props)
+            continue
+        for field, value in message.ListFields():
+            if field.type == _STRING:
+                values = value if field.is_repeated else (value,)
+                if any(type(v) is bytes for v in values):
+                    return f"a {field.full_name.removeprefix('onnx.')}"
+            elif field.type == _MESSAGE:
+                if field.is_repeated:
+                    stack.extend(value)
+                else:
+                    stack.append(value)
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -126,6 +126,23 @@ def _undefined_input(tmp: Path) -> Path:
     return _write(tmp / "undefined.onnx", proto)
 
 
+def _invalid_utf8(where: str) -> Case:
+    """A model whose node name or metadata key holds bytes that are not UTF-8."""
+
+    def make(tmp: Path) -> Path:
+        proto = matmul_model()
+        proto.graph.node[0].name = "NODE_NAME_MARK"
+        onnx.helper.set_model_props(proto, {"META_KEY_MARK": "v"})
+        mark = b"NODE_NAME_MARK" if where == "node" else b"META_KEY_MARK"
+        data = proto.SerializeToString()
+        assert data.count(mark) == 1
+        path = tmp / f"utf8{where}.onnx"
+        path.write_bytes(data.replace(mark, mark[:3] + b"\xdc" + mark[4:]))
+        return path
+
+    return make
+
+
 def _external_missing(tmp: Path) -> Path:
     tensor = external_tensor("W", [64, 32], "gone.data")
     return _write(tmp / "extmissing.onnx", _model_with(tensor))
@@ -270,6 +287,11 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "undefined-input": (
         _undefined_input,
         "node 'relu' (Relu) uses 'nowhere', which is not a graph input",
+    ),
+    "invalid-utf8-node-name": (_invalid_utf8("node"), "NodeProto.name is not UTF-8 text"),
+    "invalid-utf8-metadata": (
+        _invalid_utf8("meta"),
+        "StringStringEntryProto.key is not UTF-8 text",
     ),
     "external-missing": (_external_missing, "'gone.data' not found"),
     "external-absolute": (_external_absolute, "absolute path"),
