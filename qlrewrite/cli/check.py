@@ -103,7 +103,9 @@ folder without .onnx files (the other models are still checked and reported; 2 w
 over 1). `qlrewrite rules` lists the rules.
 """,
 )
-@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument(
+    "models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL_OR_DIR..."
+)
 @click.option(
     "--format",
     "fmt",
