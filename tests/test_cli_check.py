@@ -331,3 +331,25 @@ def test_refused_rewrite_prints_findings_one_line_each(tmp_path: Path) -> None:
         "(hint: give one scale per slice (4) or set axis to the right dimension)"
     )
     assert lines[-1].startswith("qlrewrite: error: ")
+
+
+def test_a_checker_crash_on_one_model_does_not_hide_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qlrewrite.passes import check as check_module
+
+    bad = _save(_bad(), tmp_path / "a_bad.onnx")
+    boom = _save(_good(), tmp_path / "b_boom.onnx")
+
+    def check_path(path: Path) -> object:
+        if Path(path).name == boom.name:
+            raise ZeroDivisionError("rule bug\nsecond line")
+        return check_module.check_path(path)
+
+    monkeypatch.setattr("qlrewrite.cli.check.check_path", check_path)
+    code, doc = _json(bad, boom)
+    assert code == 2
+    assert [f["rule"] for f in doc["files"][0]["findings"]] == ["QL403"]
+    assert doc["files"][1]["error"].startswith(
+        "internal error while checking (ZeroDivisionError: rule bug); run with --debug"
+    )

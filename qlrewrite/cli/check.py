@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from qlrewrite import render
+from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
     err_console,
@@ -155,7 +156,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             if isinstance(target, Report):
                 reports.append(target)
                 continue
-            reports.append(filter_report(check_path(target), codes))
+            reports.append(_check_one(target, codes))
             advance()
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
@@ -172,6 +173,21 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     if output is not None and not quiet:
         err_console.print(f"{render.summary_line(reports)}; report written to {output}")
     sys.exit(exit_code(reports, strict=strict))
+
+
+def _check_one(path: Path, codes: frozenset[str]) -> Report:
+    """One model's report; a crash of the checker on it is that file's error, not the run's."""
+    try:
+        return filter_report(check_path(path), codes)
+    except Exception as exc:  # a checker bug must not hide the other models' findings
+        if _common._state["debug"]:  # --debug: let run_command show the traceback
+            raise
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        return Report(
+            path=str(path),
+            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
+            "run with --debug for the traceback and please report it",
+        )
 
 
 def _emit(text: str, output: Path | None) -> None:
