@@ -213,6 +213,10 @@ def test_output_file_replaces_stdout(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["both.onnx", "report.json"]
     code, _, err = _run("check", "-o", tmp_path / "nope" / "r.txt", path)
     assert code == 2 and "output folder does not exist" in err
+    before = path.read_bytes()
+    code, out, err = _run("check", "-o", path, path)  # never overwrite a model with a report
+    assert code == 2 and out == "" and "names a model being checked" in err
+    assert path.read_bytes() == before
 
 
 # --------------------------------------------------------------------------- folders

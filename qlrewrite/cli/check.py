@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from qlrewrite import render
+from qlrewrite import model_io, render
 from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
@@ -149,6 +149,10 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     """Check every QuantizeLinear / DequantizeLinear node of MODEL_OR_DIR... (reads no weights)."""
     codes = select_rules(select, ignore)
     targets = collect_models(models)
+    if output is not None and any(
+        isinstance(t, Path) and model_io.same_file(t, output) for t in targets
+    ):
+        raise InputError(f"-o {output} names a model being checked; choose another file")
     reports: list[Report] = []
     files = sum(1 for t in targets if isinstance(t, Path))
     with progress("checking", files, show_progress(quiet) and files > 1) as advance:
