@@ -95,6 +95,13 @@ class _InferredTypes:
 _KNOWN_TYPES = frozenset(int(t) for t in ir.DataType)
 
 
+def _declared_or_inferred(value: ir.Value | None, inferred: _InferredTypes) -> ir.DataType | None:
+    found = _dtype(value)
+    if found is None and value is not None and value.name:
+        found = inferred.get(value.name)
+    return found
+
+
 def _x_type(
     site: QDQSite, sites: dict[int, QDQSite], inferred: _InferredTypes
 ) -> ir.DataType | None:
@@ -102,9 +109,7 @@ def _x_type(
     or the opset."""
     node = site.node
     x = node.inputs[0] if node.inputs else None
-    found = _dtype(x)
-    if found is None and x is not None and x.name:
-        found = inferred.get(x.name)
+    found = _declared_or_inferred(x, inferred)
     if found is not None or x is None:
         return found
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
@@ -164,7 +169,7 @@ def model_summary(model: ir.Model) -> dict[str, Any]:
             op_type=node.op_type,
             version=site.version,
             x_type=_name(_x_type(site, by_node, inferred)),
-            scale_type=_name(_dtype(scale)),
+            scale_type=_name(_declared_or_inferred(scale, inferred)),
             granularity=granularity(node),
             constant=all(is_constant(v) for v in node.inputs),
         )

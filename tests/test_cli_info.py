@@ -334,6 +334,25 @@ def test_info_on_onnxruntime_quantizer_outputs(config: str, tmp_path: Path) -> N
     assert doc["initializers"]["count"] == len(proto.graph.initializer)
 
 
+def test_undeclared_scale_type_is_inferred(tmp_path: Path) -> None:
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["x"], ["xh"], to=TensorProto.FLOAT16),
+            helper.make_node("Cast", ["s"], ["sh"], to=TensorProto.FLOAT16),
+            helper.make_node("QuantizeLinear", ["xh", "sh"], ["q"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("q", TensorProto.UINT8, [4])],
+        initializer=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    path = tmp_path / "half.onnx"
+    path.write_bytes(proto.SerializeToString())
+    (row,) = _json(path)["qdq"]
+    assert (row["x_type"], row["scale_type"], row["constant"]) == ("FLOAT16", "FLOAT16", False)
+
+
 def test_model_without_qdq(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
