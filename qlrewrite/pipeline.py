@@ -58,6 +58,7 @@ class RewriteResult:
     model: ir.Model = dataclasses.field(repr=False)
     warnings: list[Any] = dataclasses.field(default_factory=list)
     verification: Verification | None = None
+    target: Path | None = None  # where the output goes (or would go, on a dry run)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -165,6 +166,7 @@ def rewrite(
         model=model,
         warnings=[w for p in passes for w in getattr(p, "warnings", [])],
         verification=verifier.result if verifier is not None else None,
+        target=target,
     )
 
 

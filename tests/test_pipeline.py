@@ -116,6 +116,10 @@ def test_dry_run_writes_nothing(model: Path) -> None:
     cli = run(str(model), "--dry-run")
     assert cli.exit_code == 0, cli.output
     assert "would write" in cli.stderr and "renamed nodes 5" in cli.stderr
+    assert f"would write {model.with_name('model.rename.onnx')} in" in cli.stderr
+    other = model.parent / "other.onnx"
+    assert f"would write {other} in" in run(str(model), "-o", str(other), "--dry-run").stderr
+    assert f"would write {model} in" in run(str(model), "--in-place", "--dry-run").stderr
     assert _listing(model.parent) == before
 
 

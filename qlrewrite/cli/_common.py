@@ -313,7 +313,7 @@ def _print_summary(result: RewriteResult) -> None:
         if isinstance(value, int) and value
     )
     verb = "would write" if result.dry_run else "wrote"
-    target = result.output or pipeline.resolve_output(result.input, None, False, result.command)
+    target = result.output or result.target
     err_console.print(
         f"{result.command}: {changed or 'nothing to change'}; initializers "
         f"{human_bytes(result.bytes_before)} -> {human_bytes(result.bytes_after)}; "
