@@ -499,6 +499,8 @@ def save(
             with _inline_external_tensors(model):
                 ir.save(model, staged_model)
         staged_data = staging / data_name
+        if staged_data.exists() and staged_data.stat().st_size == 0:
+            staged_data.unlink()  # every tensor was small enough to stay in the model
         written = [p for p in (staged_data, staged_model) if p.exists()]
         for staged in written:
             _fsync(staged)
@@ -508,7 +510,7 @@ def save(
         _fsync_dir(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return folder / data_name if external_data else None
+    return folder / data_name if staged_data in written else None
 
 
 def _move_into_place(staged_files: list[Path], folder: Path, staging: Path) -> None:

@@ -218,6 +218,15 @@ def test_forced_external_data_on_and_off(tmp_path: Path) -> None:
     np.testing.assert_array_equal(_weights_of(tmp_path / "inlined.onnx"), w)
 
 
+def test_no_empty_data_file(tmp_path: Path) -> None:
+    """External data asked for, but every tensor is too small to go out: no 0-byte file."""
+    proto = matmul_model(k=4, n=2)
+    (tmp_path / "in.onnx").write_bytes(proto.SerializeToString())
+    model = model_io.load(tmp_path / "in.onnx")
+    assert model_io.save(model, tmp_path / "out.onnx", external_data=True) is None
+    assert _listing(tmp_path) == ["in.onnx", "out.onnx"]
+
+
 def test_no_external_data_above_the_limit_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
