@@ -19,7 +19,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CHUNK", "Layout", "layout", "run_chunks", "scratch", "thread_count"]
+__all__ = [
+    "CHUNK",
+    "Layout",
+    "chunks",
+    "layout",
+    "output_array",
+    "parts",
+    "run_chunks",
+    "scratch",
+    "thread_count",
+]
 
 #: Elements per chunk: 256 KiB of float32 temporaries, well inside L2.
 CHUNK = 1 << 16
@@ -106,36 +116,47 @@ def _split(view: np.ndarray, blocks: int, block: int) -> np.ndarray:
 
 
 def parts(
-    lay: Layout, chunk: tuple[int, int, int, int, int, int], arrays: Sequence[np.ndarray]
-) -> Iterator[tuple[tuple[int, int, int, int, int, int, int], list[np.ndarray]]]:
-    """Split a chunk into parts with one broadcast scale each.
+    lay: Layout,
+    chunk: tuple[int, int, int, int, int, int],
+    arrays: Sequence[np.ndarray],
+    per_scale: Sequence[np.ndarray | None],
+) -> Iterator[tuple[list[np.ndarray], list[np.ndarray | None]]]:
+    """Split a chunk into parts on which the scale broadcasts.
 
-    ``arrays`` are (P, C, Q) views of x and output; yields the scale slice
-    (p0, p1, s0, s1, q0, q1, split) and the matching views of each array. ``split`` is the
-    block size when the views are 4-D (p, blocks, B, q): the scale slice then needs a new
-    axis at 2.
+    ``arrays`` are (P, C, Q) views of x and the output, ``per_scale`` are scale-shaped
+    ``lay.scale_shape`` arrays (scale, zero point; None passes through). Yields the views of
+    both, broadcast-compatible: whole blocks come as (p, blocks, B, q) against
+    (p, blocks, 1, q); a trailing axis of 1 is dropped (faster inner loops).
     """
     p0, p1, c0, c1, q0, q1 = chunk
-    sp0, sp1 = (p0, p1) if lay.scale_shape[0] > 1 else (0, 1)
-    sq0, sq1 = (q0, q1) if lay.scale_shape[2] > 1 else (0, 1)
+    sp = slice(p0, p1) if lay.scale_shape[0] > 1 else slice(0, 1)
+    sq = slice(q0, q1) if lay.scale_shape[2] > 1 else slice(0, 1)
+    last = 0 if lay.Q == 1 else slice(None)  # drop a trailing axis of 1
+
+    def cut(c: slice, b: slice, split: int = 0):
+        views = [a[p0:p1, c, q0:q1] for a in arrays]
+        scales = [None if v is None else v[sp, b, sq] for v in per_scale]
+        if split:
+            views = [_split(v, (c.stop - c.start) // split, split) for v in views]
+            scales = [None if v is None else v[:, :, None, :] for v in scales]
+        views = [v[..., last] for v in views]
+        scales = [None if v is None else v[..., last] for v in scales]
+        return views, scales
+
     B = lay.block
     if not B:
-        s0, s1 = (c0, c1) if lay.scale_shape[1] > 1 else (0, 1)
-        yield (sp0, sp1, s0, s1, sq0, sq1, 0), [a[p0:p1, c0:c1, q0:q1] for a in arrays]
+        b = slice(c0, c1) if lay.scale_shape[1] > 1 else slice(0, 1)
+        yield cut(slice(c0, c1), b)
         return
     head_end = min(c1, -(-c0 // B) * B)
     if head_end > c0:  # partial block at the start
-        b = c0 // B
-        yield (sp0, sp1, b, b + 1, sq0, sq1, 0), [a[p0:p1, c0:head_end, q0:q1] for a in arrays]
+        yield cut(slice(c0, head_end), slice(c0 // B, c0 // B + 1))
     start = max(c0, head_end)
     mid_end = max(start, c1 // B * B)
-    if mid_end > start:
-        n = (mid_end - start) // B
-        views = [_split(a[p0:p1, start:mid_end, q0:q1], n, B) for a in arrays]
-        yield (sp0, sp1, start // B, mid_end // B, sq0, sq1, B), views
+    if mid_end > start:  # whole blocks
+        yield cut(slice(start, mid_end), slice(start // B, mid_end // B), B)
     if c1 > mid_end >= start:  # partial (ragged or cut) block at the end
-        b = mid_end // B
-        yield (sp0, sp1, b, b + 1, sq0, sq1, 0), [a[p0:p1, mid_end:c1, q0:q1] for a in arrays]
+        yield cut(slice(mid_end, c1), slice(mid_end // B, mid_end // B + 1))
 
 
 def chunks(lay: Layout, target: int | None = None) -> list[tuple[int, int, int, int, int, int]]:
@@ -218,3 +239,15 @@ def scratch(shape: tuple[int, ...], dtype: np.dtype = _F32, slot: int = 0) -> np
     if buf is None or buf.size < n:
         buf = bufs[key] = np.empty(max(n, CHUNK), dtype)
     return buf[:n].reshape(shape)
+
+
+def output_array(out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``out`` checked against shape and type, or a new array."""
+    if out is None:
+        return np.empty(shape, dtype)
+    if out.shape != tuple(shape) or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"out must be a C-contiguous {dtype} array of shape {tuple(shape)}, "
+            f"got {out.dtype} {out.shape}"
+        )
+    return out

@@ -19,7 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from qlrewrite.kernels._chunks import Layout, chunks, layout, parts, run_chunks, scratch
+from qlrewrite.kernels._chunks import (
+    chunks,
+    layout,
+    output_array,
+    parts,
+    run_chunks,
+    scratch,
+)
 from qlrewrite.kernels._types import (
     FLOAT8_TYPES,
     FLOAT_TYPES,
@@ -33,7 +40,6 @@ from qlrewrite.kernels._types import (
 __all__ = ["dequantize"]
 
 _F32 = np.dtype(np.float32)
-_WIDE_INTS = frozenset(np.dtype(t) for t in (np.int16, np.uint16, np.int32))
 
 
 def dequantize(
@@ -45,116 +51,84 @@ def dequantize(
     block_size: int = 0,
     output_dtype: Any = None,
     threads: int | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """DequantizeLinear: ``(x - zero_point) * scale`` per tensor, per axis or per block.
 
     ``output_dtype`` (numpy dtype, onnx_ir DataType or TensorProto int; 0 = unset) defaults
-    to the scale's type. ``threads`` overrides $QLREWRITE_THREADS / the core count.
-    Raises ValueError for invalid type or shape combinations.
+    to the scale's type. ``threads`` overrides $QLREWRITE_THREADS / the core count; ``out``
+    is an optional C-contiguous array to write into. Raises ValueError for invalid type or
+    shape combinations.
     """
     x = np.asarray(x, order="C")  # (np.ascontiguousarray makes rank 0 rank 1)
     scale = np.asarray(scale)
     zp = None if zero_point is None else np.asarray(zero_point)
     out_dtype = _output_type(x, scale, zp, output_dtype)
     lay = layout(x.shape, scale, zp, axis, block_size)
-    s3 = scale.astype(_F32).reshape(lay.scale_shape)
-    plan = _plan(x, zp, lay)
-    out = np.empty(x.shape, out_dtype)
+    zp = _checked_zero_point(x, zp)
+    out = output_array(out, x.shape, out_dtype)
     if out.size == 0:
         return out
     x3 = x.reshape(lay.P, lay.C, lay.Q)
     o3 = out.reshape(lay.P, lay.C, lay.Q)
-    per_tensor = lay.scale_shape == (1, 1, 1)
+    s3 = scale.astype(_F32).reshape(lay.scale_shape)
+    table = code_table(x.dtype) if x.dtype in MINIFLOAT_TYPES else None
 
-    if per_tensor and x.dtype.itemsize == 1:
+    if table is not None and lay.scale_shape == (1, 1, 1):
         # one table of the 256 possible outputs: y = table[byte]
+        if zp is not None:
+            table = table - zp.astype(_F32).reshape(())
         with np.errstate(over="ignore", invalid="ignore"):
-            table = (_codes_minus_zp(x.dtype, plan) * s3.reshape(())).astype(out_dtype)
+            table = (table * s3.reshape(())).astype(out_dtype)
         xb = x3.view(np.uint8)
 
-        def work(chunk):
+        def lookup(chunk):
             p0, p1 = chunk[0], chunk[1]
-            np.take(table, xb[p0:p1], out=o3[p0:p1], mode="clip")
+            np.take(table, xb[p0:p1], out=o3[p0:p1], mode="wrap")
 
-        run_chunks(work, chunks(lay), threads)
+        run_chunks(lookup, chunks(lay), threads)
         return out
 
-    def work(chunk):
-        for (a0, a1, b0, b1, c0, c1, split), (xv, ov) in parts(lay, chunk, (x3, o3)):
-            s = s3[a0:a1, b0:b1, c0:c1]
-            z = None if plan.zp3 is None else plan.zp3[a0:a1, b0:b1, c0:c1]
-            if split:
-                s = s[:, :, None, :]
-                z = None if z is None else z[:, :, None, :]
-            _dequantize_part(xv, s, z, ov, plan)
+    int32 = x.dtype == np.int32
+    z3 = None
+    if zp is not None:
+        z3 = zp.astype(np.int32 if int32 else _F32).reshape(lay.scale_shape)
 
-    plan.bind(lay)
-    with np.errstate(over="ignore", invalid="ignore"):
-        run_chunks(work, chunks(lay), threads)
+    def work(chunk):
+        for (xv, ov), (s, z) in parts(lay, chunk, (x3, o3), (s3, z3)):
+            tmp = scratch(xv.shape)
+            if int32:
+                xi = xv
+                if z is not None:
+                    xi = scratch(xv.shape, np.dtype(np.int32), slot=1)
+                    np.subtract(xv, z, out=xi)  # wraps in int32, as ORT
+                np.copyto(tmp, xi, casting="unsafe")  # rounds to nearest even
+            else:
+                if table is not None:  # float8 / float6 / float4: exact values by table
+                    np.take(table, xv.view(np.uint8), out=tmp, mode="wrap")
+                else:  # ints up to 16 bits: exact (NumPy / ml_dtypes casts)
+                    np.copyto(tmp, xv, casting="unsafe")
+                if z is not None:
+                    np.subtract(tmp, z, out=tmp)  # exact: |x - zp| < 2**17
+            if ov.dtype == _F32:
+                np.multiply(tmp, s, out=ov)
+            else:
+                np.multiply(tmp, s, out=tmp)
+                np.copyto(ov, tmp, casting="unsafe")  # one rounding to float16 / bfloat16
+
+    run_chunks(work, chunks(lay), threads)
     return out
 
 
-class _Plan:
-    """Per-call constants: how to turn x into float32 and subtract the zero point."""
-
-    def __init__(self, x: np.ndarray, zp: np.ndarray | None) -> None:
-        self.dtype = x.dtype
-        self.table = code_table(x.dtype) if x.dtype.itemsize == 1 else None
-        self.int32 = x.dtype == np.int32
-        self.zp = zp
-        self.zp3: np.ndarray | None = None
-
-    def bind(self, lay: Layout) -> None:
-        if self.zp is None:
-            return
-        if self.int32:
-            self.zp3 = self.zp.astype(np.int32).reshape(lay.scale_shape)
-        else:
-            self.zp3 = self.zp.astype(_F32).reshape(lay.scale_shape)
-
-
-def _plan(x: np.ndarray, zp: np.ndarray | None, lay: Layout) -> _Plan:
-    if zp is not None:
-        with np.errstate(invalid="ignore"):
-            nonzero = bool(np.any(zp.astype(_F32) != 0))
-        if nonzero and x.dtype in FLOAT8_TYPES:  # ORT and the reference refuse it
-            raise ValueError(f"{x.dtype} DequantizeLinear needs a zero point of 0")
-        if not nonzero:
-            zp = None  # all zero: skip the subtraction
-    return _Plan(x, zp)
-
-
-def _codes_minus_zp(dtype: np.dtype, plan: _Plan) -> np.ndarray:
-    """float32(value(byte) - zero point) for every byte code (per-tensor only)."""
-    table = code_table(dtype)
-    if plan.zp is not None:
-        table = table - plan.zp.astype(_F32).reshape(())
-    return table
-
-
-def _dequantize_part(
-    xv: np.ndarray, s: np.ndarray, z: np.ndarray | None, ov: np.ndarray, plan: _Plan
-) -> None:
-    tmp = scratch(xv.shape)
-    if plan.int32:
-        if z is not None:
-            ti = scratch(xv.shape, np.dtype(np.int32), slot=1)
-            np.subtract(xv, z, out=ti)  # wraps in int32 like ORT
-            np.copyto(tmp, ti, casting="unsafe")
-        else:
-            np.copyto(tmp, xv, casting="unsafe")
-    else:
-        if plan.table is not None:
-            np.take(plan.table, xv.view(np.uint8), out=tmp, mode="clip")
-        else:
-            np.copyto(tmp, xv)
-        if z is not None:
-            np.subtract(tmp, z, out=tmp)  # exact: |x - zp| < 2**17
-    if ov.dtype == _F32:
-        np.multiply(tmp, s, out=ov)
-    else:
-        np.multiply(tmp, s, out=tmp)
-        np.copyto(ov, tmp, casting="unsafe")
+def _checked_zero_point(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
+    """The zero point, or None when it is all zero (nothing to subtract)."""
+    if zp is None:
+        return None
+    with np.errstate(invalid="ignore"):
+        nonzero = bool(np.any(zp.astype(_F32) != 0))
+    if nonzero and x.dtype in FLOAT8_TYPES:  # ORT and the reference refuse it
+        raise ValueError(f"{x.dtype} DequantizeLinear needs a zero point of 0")
+    return zp if nonzero else None
 
 
 def _output_type(

@@ -28,7 +28,14 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from qlrewrite.kernels._chunks import chunks, layout, parts, run_chunks, scratch
+from qlrewrite.kernels._chunks import (
+    chunks,
+    layout,
+    output_array,
+    parts,
+    run_chunks,
+    scratch,
+)
 from qlrewrite.kernels._types import (
     FLOAT8_TYPES,
     FLOAT_TYPES,
@@ -42,6 +49,7 @@ from qlrewrite.kernels._types import (
 __all__ = ["quantize"]
 
 _F32 = np.dtype(np.float32)
+_BOOL = np.dtype(bool)
 _SUB_BYTE = {
     np.dtype(ml_dtypes.int4): 0x0F,
     np.dtype(ml_dtypes.uint4): 0x0F,
@@ -61,12 +69,15 @@ def quantize(
     output_dtype: Any = None,
     precision: Any = None,
     threads: int | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """QuantizeLinear: ``saturate(round(x / scale) + zero_point)`` per tensor, axis or block.
 
     The output type is the zero point's, else ``output_dtype``, else uint8. ``precision``
     (Q-23) is the type the division is done in. Types may be numpy dtypes, onnx_ir
-    DataTypes or TensorProto ints (0 = unset). Raises ValueError for invalid combinations.
+    DataTypes or TensorProto ints (0 = unset). ``threads`` overrides $QLREWRITE_THREADS /
+    the core count; ``out`` is an optional C-contiguous array to write into. Raises
+    ValueError for invalid combinations.
     """
     x = np.asarray(x, order="C")  # (np.ascontiguousarray makes rank 0 rank 1)
     scale = np.asarray(scale)
@@ -74,7 +85,7 @@ def quantize(
     out_dtype = _output_type(x, scale, zp, output_dtype)
     div_dtype = _division_type(x, scale, precision)
     lay = layout(x.shape, scale, zp, axis, block_size)
-    out = np.empty(x.shape, out_dtype)
+    out = output_array(out, x.shape, out_dtype)
     if out.size == 0:
         return out
     s3 = scale.astype(div_dtype).astype(_F32).reshape(lay.scale_shape)
@@ -90,12 +101,7 @@ def quantize(
     finish = _finisher(out_dtype, saturate)
 
     def work(chunk):
-        for (a0, a1, b0, b1, c0, c1, split), (xv, ov) in parts(lay, chunk, (x3, o3)):
-            s = s3[a0:a1, b0:b1, c0:c1]
-            z = None if zp3 is None else zp3[a0:a1, b0:b1, c0:c1]
-            if split:
-                s = s[:, :, None, :]
-                z = None if z is None else z[:, :, None, :]
+        for (xv, ov), (s, z) in parts(lay, chunk, (x3, o3), (s3, zp3)):
             tmp = scratch(xv.shape)
             if div_dtype == _F32:
                 if x.dtype == _F32:
@@ -127,7 +133,8 @@ def _finisher(out_dtype: np.dtype, saturate: bool):
             if z is not None:
                 np.add(tmp, z, out=tmp)
             np.clip(tmp, lo, hi, out=tmp)
-            np.copyto(tmp, lo, where=np.isnan(tmp))  # ORT: NaN -> low end
+            nan = np.isnan(tmp, out=scratch(tmp.shape, _BOOL, slot=1))
+            np.copyto(tmp, lo, where=nan)  # NaN -> low end, as ORT's float32 kernels
             np.copyto(ov, tmp, casting="unsafe")
             if mask is not None and lo < 0:
                 view = ov.view(np.uint8)
