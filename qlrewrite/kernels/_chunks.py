@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -215,13 +215,15 @@ def run_chunks(
         pool = _pools.get(n)
         if pool is None:
             pool = _pools[n] = ThreadPoolExecutor(n, thread_name_prefix="qlrewrite-kernel")
-    # one task per thread, each walking an interleaved share of the chunks
-    futures = [pool.submit(_walk, work, plan[i::n]) for i in range(n)]
+    # one task per thread, all pulling from one iterator: a thread slowed down by other
+    # processes just takes fewer chunks (list iterators are safe to share under the GIL)
+    shared = iter(plan)
+    futures = [pool.submit(_walk, work, shared) for _ in range(n)]
     for future in futures:
         future.result()
 
 
-def _walk(work: Callable[[tuple[int, int, int, int, int, int]], None], plan: list) -> None:
+def _walk(work: Callable[[tuple[int, int, int, int, int, int]], None], plan: Iterable) -> None:
     # overflow to inf and NaN are results here, not errors (errstate is per thread)
     with np.errstate(all="ignore"):
         for chunk in plan:
