@@ -71,7 +71,7 @@ def dequantize(
         return out
     x3 = x.reshape(lay.P, lay.C, lay.Q)
     o3 = out.reshape(lay.P, lay.C, lay.Q)
-    s3 = scale.astype(_F32).reshape(lay.scale_shape)
+    s3 = scale.astype(_F32, copy=False).reshape(lay.scale_shape)
     table = code_table(x.dtype) if x.dtype in MINIFLOAT_TYPES else None
 
     if table is not None and lay.scale_shape == (1, 1, 1):
