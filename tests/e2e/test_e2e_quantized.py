@@ -190,3 +190,20 @@ def test_invalid_opset12_per_channel_is_repaired_by_upgrade(
     run_ort(up, inputs_for("cnn"))
     code, err, _ = _rewrite("fold", up, tmp_path / "folded.onnx")
     assert code == 0, err
+
+
+def test_symbolic_dims_with_input_shape(tmp_path: Path) -> None:
+    """The MLP block with symbolic batch and sequence dims: --verify needs --input-shape."""
+    model = quantized("mlp-per-channel-21")
+    for value in (*model.graph.input, *model.graph.output):
+        dims = value.type.tensor_type.shape.dim
+        dims[0].dim_param, dims[1].dim_param = "batch", "sequence"
+    source = tmp_path / "mlp.onnx"
+    onnx.save_model(model, source)
+    out = tmp_path / "folded.onnx"
+    code, err = _cli("fold", source, "-o", out, "--verify")
+    assert code == 2 and "input 'x' has unknown dimension 0 ('batch')" in err
+    assert not out.exists()
+    code, err, report = _rewrite("fold", source, out, "--input-shape", "x=3,5,64")
+    assert code == 0, err
+    assert [o["elements"] for o in report["verify"]["outputs"]] == [2 * 3 * 5 * 64]  # 2 runs
