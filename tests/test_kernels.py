@@ -266,3 +266,66 @@ def test_large_tensor_many_chunks_and_threads_match_single_thread():
     q2 = quantize(xf, scale, zp, axis=0, block_size=32, threads=2)
     assert same_bits(q1, q2)
     assert same_bits(q1, run_ort(build_model(Q, xf, scale, zp, np.int8, axis=0, block_size=32)))
+
+
+# ------------------------------------------------ memory, out=, threads, layouts
+
+
+def test_memory_is_output_plus_a_few_chunks():
+    import tracemalloc
+
+    x = _ints(np.int8, (2048, 4096))  # 8 MiB in, 32 MiB out
+    scale = RNG.uniform(0.01, 1, size=(64, 4096)).astype(np.float32)
+    zp = _ints(np.int8, (64, 4096))
+    dequantize(x[:64], scale[:2], zp[:2], axis=0, block_size=32)  # pool and scratch warm
+    for threads in (1, 2):
+        tracemalloc.start()
+        out = dequantize(x, scale, zp, axis=0, block_size=32, threads=threads)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert out.nbytes <= peak < out.nbytes + (4 << 20), peak - out.nbytes
+    xf = (RNG.standard_normal((2048, 4096)) * 50).astype(np.float32)
+    tracemalloc.start()
+    q = quantize(xf, scale, zp, axis=0, block_size=32, threads=2)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert q.nbytes <= peak < q.nbytes + (4 << 20), peak - q.nbytes
+
+
+def test_out_parameter():
+    x = _ints(np.uint8, (3, 5))
+    out = np.full((3, 5), np.nan, np.float32)
+    got = dequantize(x, np.float32(0.5), np.uint8(3), out=out)
+    assert got is out
+    np.testing.assert_array_equal(out, (x.astype(np.float32) - 3) * np.float32(0.5))
+    q = np.zeros((3, 5), ml_dtypes.int4)
+    assert quantize(out, np.float32(1), np.zeros((), ml_dtypes.int4), out=q) is q
+    assert q.astype(np.int8).tolist() == np.clip(np.rint(out), -8, 7).astype(np.int8).tolist()
+    with pytest.raises(ValueError, match="out must be"):
+        dequantize(x, np.float32(0.5), out=np.empty((5, 3), np.float32))
+    with pytest.raises(ValueError, match="out must be"):
+        dequantize(x, np.float32(0.5), out=np.empty((3, 5), np.float16))
+
+
+def test_concurrent_calls_share_the_pool():
+    from concurrent.futures import ThreadPoolExecutor
+
+    xs = [_ints(np.int8, (512, 300)) for _ in range(6)]
+    scale = RNG.uniform(0.01, 1, 300).astype(np.float32)
+    expected = [x.astype(np.float32) * scale for x in xs]
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda x: dequantize(x, scale, threads=2), xs))
+    for got, want in zip(results, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_non_contiguous_input_and_rank_zero():
+    x = _ints(np.int8, (6, 4)).T  # a transposed view
+    scale = RNG.uniform(0.1, 1, 6).astype(np.float32)
+    np.testing.assert_array_equal(
+        dequantize(x, scale, axis=1), x.astype(np.float32) * scale[None, :]
+    )
+    assert dequantize(np.array(-3, np.int8), np.float32(0.5)).shape == ()
+    assert quantize(np.array(2.6, np.float32), np.array([1.0], np.float32)).shape == ()
+    empty = dequantize(np.zeros((0, 3), np.int8), np.ones(3, np.float32), axis=1)
+    assert empty.shape == (0, 3) and empty.dtype == np.float32
