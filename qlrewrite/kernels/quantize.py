@@ -1,24 +1,27 @@
 """QuantizeLinear on NumPy arrays, bit-exact with ONNX Runtime's CPU kernel.
 
-``y = saturate(rint(x / scale) + zero_point)``: the division is done in float32 (also for
-float16 / bfloat16 x, as ORT does), rounding is half to even, saturation happens in float
-before any integer conversion, so +-inf and quotients beyond the int32 range land on the
-right end of the range, and NaN gives the low end (ORT's result on every path).
+``y = saturate(rint(x / scale) + zero_point)``, rounding half to even. The division type:
+``precision`` when given; float32 when x and scale are both float32 or both float16 (ORT
+divides float16 in float32); else the scale's type (the spec: bfloat16, mixed types of
+Q-23); int32 / float8e8m0 scales divide in float32. Saturation happens in float before any
+integer conversion, so +-inf and quotients beyond the int32 range land on the right end of
+the range; NaN gives the low end (ORT's float32 kernels).
 Float8 outputs: ``saturate`` clamps to +-max (NaN stays NaN), otherwise out-of-range values
 become NaN or inf as the type allows (float8e5m2: inf); float4 / float6 always clamp.
 Float8 zero points are ignored, as ORT and the reference do; float4 / float6 ones are added
 before the cast as the spec formula says (so -0.0 + 0 gives +0, as the reference).
 
-Deviations (all pinned by tests):
-- from ONNX Runtime: ORT wraps +inf and quotients >= 2**31 to the low end in some paths
-  (float16 x per tensor, blocked on a non-last axis, 4-bit per-axis / blocked on the last
-  axis); the spec and this kernel saturate. ORT's float8e5m2 conversion without saturation
-  gives NaN for finite values in [61440, 65536) (it ORs 0x7C into 0x7B): round to nearest
-  even makes them +-inf, as the spec and ml_dtypes do.
-- from onnx.reference: the reference wraps quotients beyond the int32 range and +-inf to the
-  low end, divides float16 x in float16, and (Q-23 without ``precision``) divides in the
-  promoted type; here the division is in float32 when x and scale share a type (ORT), else in
-  the scale's type (the spec), or in ``precision`` when given.
+Deviations (each pinned by a test in tests/test_kernels.py):
+- from ONNX Runtime: some ORT paths (float16 x, blocked on a non-last axis, 4-bit on the
+  last axis) compute ``int32(nearbyint(q)) + zp``, so +-inf, NaN and quotients beyond
+  2**31 become INT_MIN + zp: the low end, or the high end when zp < 0 (int32 wrap). This
+  kernel saturates (NaN: the low end). ORT's float8e5m2 conversion without saturation gives
+  NaN for finite values in [61440, 65536) (it ORs 0x7C into 0x7B): round to nearest even
+  makes them +-inf, as the spec and ml_dtypes do.
+- from onnx.reference: the reference wraps NaN, +-inf and quotients beyond the int32 range
+  the same way, divides float16 x by a float16 scale in float16 (ORT: float32), divides
+  Q-23's mixed types in the promoted type (the spec: the scale's type) and int32 x in
+  float64 (here: float32(x) / scale, the scale's type).
 """
 
 from __future__ import annotations
