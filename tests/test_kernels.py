@@ -329,3 +329,16 @@ def test_non_contiguous_input_and_rank_zero():
     assert quantize(np.array(2.6, np.float32), np.array([1.0], np.float32)).shape == ()
     empty = dequantize(np.zeros((0, 3), np.int8), np.ones(3, np.float32), axis=1)
     assert empty.shape == (0, 3) and empty.dtype == np.float32
+
+
+def test_ort_float8e4m3fn_unsaturated_480_to_496_gives_448_we_nan():
+    f8 = ml_dtypes.float8_e4m3fn
+    x = np.array([470.0, 480.0, 490.0, 495.0, 496.0, -485.0], np.float32)
+    ort = run_ort(build_model(Q, x, np.float32(1), None, f8, output_dtype=17, saturate=0))
+    assert np.isnan(ort[0]) and ort[1:4].tolist() == [448.0] * 3
+    assert np.isnan(ort[4]) and ort[5] == -448.0
+    ours = quantize(x, np.float32(1), output_dtype=f8, saturate=False)
+    assert np.isnan(ours.astype(np.float32)).all()  # 480 is beyond 448: NaN (spec, ml_dtypes)
+    assert same_bits(ours, x.astype(f8))
+    saturated = quantize(x, np.float32(1), output_dtype=f8).astype(np.float32)
+    assert saturated.tolist() == [448.0] * 5 + [-448.0]
