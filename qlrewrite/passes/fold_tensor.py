@@ -3,10 +3,11 @@
 A :class:`FoldedTensor` is an ``onnx_ir.LazyTensor`` holding one Q or DQ applied to
 constant operands. Nothing is computed until the value is needed. When onnx_ir writes
 it to an external data file (:meth:`FoldedTensor.tofile`), it is computed and written
-in chunks of rows (along axis 0), the next chunk computed while the previous one is
-written, so memory holds the input tensor plus two output chunks. The input of a
-folded DQ may itself be a folded Q (a Q -> DQ chain): it is then read chunk by chunk
-too, and the intermediate quantized tensor never exists whole.
+in chunks of rows (along axis 0) on one background thread, the next chunk computed while
+the previous one is written, and the next tensor prepared while the last chunk is
+written: memory holds one or two input tensors plus a few output chunks, whatever the
+model size. The input of a folded DQ may itself be a folded Q (a Q -> DQ chain): it is
+then read chunk by chunk too, and the intermediate quantized tensor never exists whole.
 """
 
 from __future__ import annotations
