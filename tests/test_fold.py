@@ -448,3 +448,26 @@ def test_public_api() -> None:
     model = ir.serde.deserialize_model(quantized("cnn-u8s8"))
     assert qlrewrite.fold(model) is model
     assert not [s for s in iter_qdq_nodes(model) if is_constant(s.node.inputs[0])]
+
+
+def test_quantized_weight_also_used_elsewhere_is_kept() -> None:
+    rng = np.random.default_rng(5)
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["w", "s", "z"], ["q"], axis=0),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=0),
+         helper.make_node("Cast", ["q"], ["c"], to=F32)], "g", [],
+        [helper.make_tensor_value_info("y", F32, [6, 4]),
+         helper.make_tensor_value_info("c", F32, [6, 4])],
+        initializer=[_t("w", F32, rng.standard_normal((6, 4)).astype(np.float32)),
+                     _t("s", F32, np.linspace(0.01, 0.06, 6, dtype=np.float32)),
+                     _t("z", I8, np.array([0, 1, -1, 2, -2, 3]))],
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    fold_pass = FoldPass()
+    model = fold_pass(ir.serde.deserialize_model(proto)).model
+    assert sorted(_folded(model)) == ["q", "y"]  # q still feeds the Cast
+    assert fold_pass.summary["chains_folded"] == 1
+    assert "w" not in model.graph.initializers and "s" not in model.graph.initializers
+    out = ir.serde.serialize_model(model)
+    for a, b in zip(run_ort(out, {}), run_ort(proto, {}), strict=True):
+        assert _same_bits(a, b)

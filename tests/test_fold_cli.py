@@ -17,6 +17,7 @@ from ort_quantized import inputs_for, quantized, run_ort
 from qlrewrite import model_io
 from qlrewrite.cli import main
 from qlrewrite.cli.fold import parse_size
+from qlrewrite.passes.fold_tensor import FoldedTensor
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIG = "mlp-qdq-pair-weights"  # DQ weights, Q -> DQ pairs, activations: every fold kind
@@ -82,7 +83,14 @@ def test_dry_run_and_report_write_no_model(model_file: Path, tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(("limit", "code"), [("1KB", 1), ("0.0001GiB", 1), ("1GB", 0)])
-def test_max_size(model_file: Path, tmp_path: Path, limit: str, code: int) -> None:
+def test_max_size(
+    model_file: Path, tmp_path: Path, limit: str, code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    computed: list[int] = []
+    original = FoldedTensor._kernel
+    monkeypatch.setattr(
+        FoldedTensor, "_kernel", lambda self, *a: computed.append(self.nbytes) or original(self, *a)
+    )
     out = tmp_path / "out" / "m.onnx"
     out.parent.mkdir()
     exit_code, err = _fold(str(model_file), "-o", str(out), "--max-size", limit)
@@ -90,6 +98,7 @@ def test_max_size(model_file: Path, tmp_path: Path, limit: str, code: int) -> No
     if code:
         assert "--max-size" in err and "nothing written" in err
         assert list(out.parent.iterdir()) == []
+        assert all(size <= 1024 for size in computed)  # refused before computing weights
     else:
         assert out.is_file()
 
