@@ -353,6 +353,35 @@ def test_undeclared_scale_type_is_inferred(tmp_path: Path) -> None:
     assert (row["x_type"], row["scale_type"], row["constant"]) == ("FLOAT16", "FLOAT16", False)
 
 
+def test_onnx_ir_warnings_stay_quiet(tmp_path: Path) -> None:
+    """An input with a shape but no element type makes onnx_ir log a warning when it
+    serializes the model (for type inference): not the user's business without --debug."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("QuantizeLinear", ["r", "s"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 16])],
+        initializer=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
+    )
+    graph.input[0].type.tensor_type.ClearField("elem_type")
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    path = tmp_path / "untyped.onnx"
+    path.write_bytes(proto.SerializeToString())
+    # In a real process: pytest's own log capture would hide the warning in-process.
+    command = [sys.executable, "-m", "qlrewrite"]
+    quiet = subprocess.run(
+        [*command, "info", str(path)], capture_output=True, text=True, check=True
+    )
+    assert quiet.stderr == "" and "QuantizeLinear" in quiet.stdout
+    debug = subprocess.run(
+        [*command, "--debug", "info", str(path)], capture_output=True, text=True, check=True
+    )
+    assert "type for shape [1,16] is not known" in debug.stderr
+
+
 def test_model_without_qdq(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import os
 import sys
 import traceback
@@ -67,10 +68,15 @@ def fail(message: str, exit_code: int) -> None:
 
 
 def run_command(func: F) -> F:
-    """Turn QlrewriteError into one line on stderr and its exit code; never a traceback."""
+    """Turn QlrewriteError into one line on stderr and its exit code; never a traceback.
+
+    onnx_ir's warnings about malformed models (logged, not raised) are shown only with
+    --debug: the command reports what matters in its own words.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        logging.getLogger("onnx_ir").setLevel(logging.NOTSET if _state["debug"] else logging.ERROR)
         try:
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
