@@ -133,9 +133,10 @@ class _Undefined(logging.Handler):
 def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
     logger = logging.getLogger("onnx_ir.serde")
     handler = _Undefined()
-    propagate = logger.propagate
+    propagate, level = logger.propagate, logger.level
     logger.addHandler(handler)
-    logger.propagate = False
+    logger.propagate = False  # the warnings become the InputError below, not stderr lines
+    logger.setLevel(logging.WARNING)  # even when the CLI quiets onnx_ir
     try:
         model = ir.serde.deserialize_model(proto)
     except Exception as exc:  # onnx_ir raises many kinds on malformed protos
@@ -143,6 +144,7 @@ def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
+        logger.setLevel(level)
     if handler.messages:
         first = handler.messages[0]
         more = f" (and {len(handler.messages) - 1} more)" if len(handler.messages) > 1 else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -316,6 +317,19 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
         "'c' (main/If.else_branch): holds 1 values but dims [3] need 3 values (and 1 more)",
     ),
 }
+
+
+@pytest.mark.parametrize("level", [logging.NOTSET, logging.ERROR, logging.CRITICAL])
+def test_undefined_input_found_whatever_the_log_level(tmp_path: Path, level: int) -> None:
+    logger = logging.getLogger("onnx_ir")
+    previous = logger.level
+    logger.setLevel(level)
+    try:
+        with pytest.raises(InputError, match="uses 'nowhere'"):
+            model_io.load(_undefined_input(tmp_path))
+    finally:
+        logger.setLevel(previous)
+    assert logging.getLogger("onnx_ir.serde").level == logging.NOTSET
 
 
 @pytest.mark.parametrize("case", INPUT_ERRORS, ids=list(INPUT_ERRORS))
