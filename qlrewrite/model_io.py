@@ -62,8 +62,8 @@ _TYPED_FIELDS = (
 class DataProblem:
     """A tensor whose data cannot be trusted: the model is unreadable as it stands."""
 
-    #: external-missing | external-escapes | external-range | data-length | negative-dims
-    #: | bad-type
+    #: external-missing | external-escapes | external-range | negative-dims | data-length
+    #: (the data does not fit the dims and type: its size, its field, an unknown type)
     kind: str
     tensor: str
     graph: str
@@ -270,6 +270,23 @@ def _node_tensors(node: onnx.NodeProto, label: str) -> Iterator[tuple[str, onnx.
             yield from _graph_tensors(sub, f"{sub_label}[{index}]")
 
 
+_FIELD_OF_TYPE = {
+    ir.DataType.FLOAT: "float_data",
+    ir.DataType.COMPLEX64: "float_data",
+    ir.DataType.DOUBLE: "double_data",
+    ir.DataType.COMPLEX128: "double_data",
+    ir.DataType.INT64: "int64_data",
+    ir.DataType.UINT32: "uint64_data",
+    ir.DataType.UINT64: "uint64_data",
+    ir.DataType.STRING: "string_data",
+}
+
+
+def _typed_field(dtype: ir.DataType) -> str:
+    """The TensorProto field that holds ``dtype`` values when raw_data is not used."""
+    return _FIELD_OF_TYPE.get(dtype, "int32_data")  # every other type: int32_data
+
+
 def _expected_nbytes(dtype: ir.DataType, count: int) -> int | None:
     if dtype == ir.DataType.STRING:
         return None
@@ -287,9 +304,9 @@ def _tensor_problem(
     try:
         dtype = ir.DataType(tensor.data_type)
     except ValueError:
-        return problem("bad-type", f"unknown data type {tensor.data_type}")
+        return problem("data-length", f"unknown data type {tensor.data_type}")
     if dtype == ir.DataType.UNDEFINED:
-        return problem("bad-type", "data type UNDEFINED (0)")
+        return problem("data-length", "data type UNDEFINED (0)")
     dims = list(tensor.dims)
     if any(d < 0 for d in dims):
         return problem("negative-dims", f"negative dimension in dims {dims}")
@@ -299,7 +316,12 @@ def _tensor_problem(
     expected = _expected_nbytes(dtype, count)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return _external_problem(tensor, expected, base, problem, files)
+    fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
     if tensor.HasField("raw_data"):
+        if fields or dtype == ir.DataType.STRING:
+            return problem(
+                "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
+            )
         if expected is not None and len(tensor.raw_data) != expected:
             return problem(
                 "data-length",
@@ -307,12 +329,17 @@ def _tensor_problem(
                 f"of {dtype.name} need {expected}",
             )
         return None
-    present = [getattr(tensor, f) for f in _TYPED_FIELDS if len(getattr(tensor, f))]
-    if not present:
+    if not fields:
         if count == 0:
             return None
         return problem("data-length", f"has no data but dims {dims} need {count} elements")
-    n_values = len(present[0])
+    if len(fields) > 1 or _typed_field(dtype) != fields[0]:
+        return problem(
+            "data-length",
+            f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
+            f"{_typed_field(dtype)})",
+        )
+    n_values = len(getattr(tensor, fields[0]))
     if dtype == ir.DataType.STRING:
         wanted = count
     elif dtype.bitwidth < 8:

@@ -219,6 +219,26 @@ def _int4_packed_length(tmp: Path) -> Path:
     return _write(tmp / "int4len.onnx", _model_with(tensor))
 
 
+def _wrong_typed_field(tmp: Path) -> Path:
+    tensor = TensorProto(name="W", data_type=TensorProto.INT8, dims=[4, 3])
+    tensor.uint64_data.extend(range(12))
+    return _write(tmp / "wrongfield.onnx", _model_with(tensor))
+
+
+def _two_typed_fields(tmp: Path) -> Path:
+    tensor = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2])
+    tensor.float_data.extend([1.0, 2.0])
+    tensor.int32_data.extend([1, 2])
+    return _write(tmp / "twofields.onnx", _model_with(tensor))
+
+
+def _raw_and_typed(tmp: Path) -> Path:
+    tensor = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[2])
+    tensor.raw_data = b"\0" * 8
+    tensor.float_data.extend([1.0, 2.0])
+    return _write(tmp / "rawandtyped.onnx", _model_with(tensor))
+
+
 def _no_data(tmp: Path) -> Path:
     tensor = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[64, 32])
     return _write(tmp / "nodata.onnx", _model_with(tensor))
@@ -306,6 +326,12 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "raw-data-length": (_raw_data_length, "holds 8188 bytes of data but dims [64, 32]"),
     "typed-data-length": (_typed_data_length, "holds 7 values but dims [4, 2] need 8"),
     "int4-packed-length": (_int4_packed_length, "holds 5 values but dims [5] need 3"),
+    "wrong-typed-field": (
+        _wrong_typed_field,
+        "holds INT8 data in uint64_data (ONNX keeps it in int32_data)",
+    ),
+    "two-typed-fields": (_two_typed_fields, "holds FLOAT data in float_data, int32_data"),
+    "raw-and-typed": (_raw_and_typed, "holds FLOAT data in raw_data and in float_data"),
     "no-data": (_no_data, "has no data but dims [64, 32]"),
     "negative-dims": (_negative_dims, "negative dimension in dims [-1, 32]"),
     "huge-dims": (_huge_dims, "dims [4611686018427387904, 1099511627776]"),
@@ -425,6 +451,40 @@ def test_debug_shows_a_traceback(tmp_path: Path) -> None:
     assert "Traceback (most recent call last)" in debug.stderr
     assert "InputError" in debug.stderr
     assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[0]
+
+
+TYPED_VALUES = {
+    TensorProto.FLOAT: [1.5, -2.0, 3.25],
+    TensorProto.DOUBLE: [1.5, -2.0, 3.25],
+    TensorProto.FLOAT16: [1.5, -2.0, 3.25],
+    TensorProto.BFLOAT16: [1.5, -2.0, 3.25],
+    TensorProto.INT8: [1, -2, 3],
+    TensorProto.UINT16: [1, 2, 60000],
+    TensorProto.INT4: [1, -2, 7],
+    TensorProto.UINT4: [1, 2, 15],
+    TensorProto.BOOL: [True, False, True],
+    TensorProto.INT64: [1, -2, 2**40],
+    TensorProto.UINT32: [1, 2, 2**32 - 1],
+    TensorProto.UINT64: [1, 2, 2**63],
+    TensorProto.COMPLEX64: [1 + 2j, 3 - 4j, 0j],
+    TensorProto.STRING: [b"a", b"bc", b""],
+}
+
+
+@pytest.mark.parametrize(
+    "data_type", TYPED_VALUES, ids=[TensorProto.DataType.Name(t) for t in TYPED_VALUES]
+)
+def test_typed_fields_as_onnx_writes_them_load(tmp_path: Path, data_type: int) -> None:
+    """onnx.helper puts each type in its own field (and packs int4): all accepted."""
+    tensor = helper.make_tensor("V", data_type, [3], TYPED_VALUES[data_type])
+    assert not tensor.HasField("raw_data")
+    proto = matmul_model()
+    proto.graph.initializer.append(tensor)
+    model = model_io.load(_write(tmp_path / "typed.onnx", proto))
+    expected = numpy_helper.to_array(tensor)
+    if data_type == TensorProto.STRING:  # onnx decodes strings; ONNX holds bytes
+        expected = np.array(TYPED_VALUES[data_type])
+    np.testing.assert_array_equal(model.graph.initializers["V"].const_value.numpy(), expected)
 
 
 # --------------------------------------------------------------------------- laziness
