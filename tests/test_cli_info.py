@@ -382,6 +382,26 @@ def test_onnx_ir_warnings_stay_quiet(tmp_path: Path) -> None:
     assert "type for shape [1,16] is not known" in debug.stderr
 
 
+def test_attribute_of_the_wrong_type(tmp_path: Path) -> None:
+    weight = numpy_helper.from_array(np.ones((4, 3), np.int8), "w_q")
+    scale = numpy_helper.from_array(np.full(3, 0.5, np.float32), "s")
+    dq = helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq", axis=1)
+    dq.attribute[0].type = onnx.AttributeProto.UNDEFINED
+    graph = helper.make_graph(
+        [dq],
+        "g",
+        [],
+        [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 3])],
+        initializer=[weight, scale],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    path = tmp_path / "attr.onnx"
+    path.write_bytes(proto.SerializeToString())
+    (row,) = _json(path)["qdq"]
+    assert row["granularity"] == "? (axis is UNDEFINED)"
+    assert row["x_type"] == "INT8" and row["input_bytes"] == 12 + 12
+
+
 def test_model_without_qdq(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
