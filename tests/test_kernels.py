@@ -342,3 +342,15 @@ def test_ort_float8e4m3fn_unsaturated_480_to_496_gives_448_we_nan():
     assert same_bits(ours, x.astype(f8))
     saturated = quantize(x, np.float32(1), output_dtype=f8).astype(np.float32)
     assert saturated.tolist() == [448.0] * 5 + [-448.0]
+
+
+def test_blocked_empty_tensors():
+    # ONNX Runtime 1.31 crashes (segmentation fault) on this QuantizeLinear; the spec's
+    # answer is an empty tensor
+    x = np.zeros((3, 6, 0), np.float32)
+    scale = np.ones((1, 6, 0), np.float32)
+    zp = np.zeros((1, 6, 0), np.uint16)
+    q = quantize(x, scale, zp, axis=0, block_size=4)
+    assert q.shape == (3, 6, 0) and q.dtype == np.uint16
+    y = dequantize(q, scale, zp, axis=0, block_size=4)
+    assert y.shape == (3, 6, 0) and y.dtype == np.float32
