@@ -26,6 +26,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError
+from qlrewrite.materialize import external_in_memory
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
@@ -515,17 +516,20 @@ def save(
         raise InputError(f"{path}: cannot write in {folder} ({exc.strerror or exc})") from exc
     try:
         staged_model = staging / path.name
+        # Node attribute tensors (Constant values) in external data are written into the
+        # model: onnx_ir's save moves only initializers to the new data file.
         if external_data:
-            ir.save(
-                model,
-                staged_model,
-                external_data=data_name,
-                size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES,
-                max_workers=max_workers,
-                callback=callback,
-            )
+            with external_in_memory(model):
+                ir.save(
+                    model,
+                    staged_model,
+                    external_data=data_name,
+                    size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES,
+                    max_workers=max_workers,
+                    callback=callback,
+                )
         else:
-            with _inline_external_tensors(model):
+            with external_in_memory(model, initializers=lambda _: True):
                 ir.save(model, staged_model)
         staged_data = staging / data_name
         if staged_data.exists() and staged_data.stat().st_size == 0:
@@ -569,25 +573,6 @@ def _move_into_place(staged_files: list[Path], folder: Path, staging: Path) -> N
                 else:
                     dest.unlink()
         raise
-
-
-@contextlib.contextmanager
-def _inline_external_tensors(model: ir.Model) -> Iterator[None]:
-    """Temporarily replace external initializers by in-memory copies."""
-    swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
-    try:
-        for graph in model.graphs():
-            for value in graph.initializers.values():
-                tensor = value.const_value
-                if isinstance(tensor, ir.ExternalTensor):
-                    swapped.append((value, tensor))
-                    value.const_value = ir.Tensor(
-                        tensor.numpy(), dtype=tensor.dtype, name=tensor.name
-                    )
-        yield
-    finally:
-        for value, tensor in swapped:
-            value.const_value = tensor
 
 
 def _fsync(path: Path) -> None:

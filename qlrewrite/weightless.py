@@ -11,6 +11,8 @@ from __future__ import annotations
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.materialize import external_in_memory
+
 __all__ = ["weightless_proto"]
 
 _PLACEHOLDER = "qlrewrite-weightless-placeholder"
@@ -19,8 +21,10 @@ _PLACEHOLDER = "qlrewrite-weightless-placeholder"
 def weightless_proto(model: ir.Model, *, max_inline_bytes: int = 1024) -> onnx.ModelProto:
     """Serialize ``model`` without initializers larger than ``max_inline_bytes``.
 
-    Reads no tensor data and evaluates no lazy tensor; the model is left unchanged.
-    Small initializers stay, so shape inference can still use constant shapes and axes.
+    Evaluates no lazy tensor and reads no large initializer; the model is left unchanged.
+    Small initializers stay, so shape inference can still use constant shapes and axes;
+    those and node attribute tensors (Constant values) that live in external data are read
+    into the proto, which has no folder to resolve them against.
     """
     swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
     try:
@@ -38,7 +42,8 @@ def weightless_proto(model: ir.Model, *, max_inline_bytes: int = 1024) -> onnx.M
                     shape=ir.Shape(tensor.shape.numpy()),
                     name=value.name or "",
                 )
-        proto = ir.serde.serialize_model(model)
+        with external_in_memory(model, initializers=lambda t: t.location != _PLACEHOLDER):
+            proto = ir.serde.serialize_model(model)
     finally:
         for value, tensor in swapped:
             value.const_value = tensor

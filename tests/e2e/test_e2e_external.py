@@ -63,29 +63,12 @@ def _layout(name: str, folder: Path) -> Path:
     return path
 
 
-_CHECKER_CWD = pytest.mark.xfail(
-    strict=True,
-    reason="reported to the lead: weightless_proto leaves external tensors of Constant "
-    "nodes (and initializers <= 1 KiB) as external references, so onnx.checker looks for "
-    "model.onnx.data in the current folder and the rewrite is refused",
-)
-_DANGLING_ATTRIBUTE = pytest.mark.xfail(
-    strict=True,
-    reason="reported to the lead: model_io.save does not write external tensors of "
-    "Constant nodes to the output's data file; the output points at model.onnx.data, "
-    "which is not beside it (without --verify a broken model is written, exit 0)",
-)
-
-
 def _cases() -> list:
     cases = []
     for layout in ("ort-quantizer", "constant-attribute"):
         for command in COMMANDS:
             for cwd in ("elsewhere", "input-folder"):
-                marks = []
-                if layout == "constant-attribute" and command != "fold":
-                    marks = [_CHECKER_CWD if cwd == "elsewhere" else _DANGLING_ATTRIBUTE]
-                cases.append(pytest.param(layout, command, cwd, marks=marks,
+                cases.append(pytest.param(layout, command, cwd,
                                           id=f"{layout}-{command}-{cwd}"))  # fmt: skip
     return cases
 
