@@ -50,12 +50,16 @@ def _output_type(site: QDQSite, zero_point: ir.Value | None) -> ir.DataType | No
     if row is None:
         return None
     attr = node.attributes.get("output_dtype")
-    return opsets.output_type(
-        row,
-        scale_type=_dtype(node.inputs[1]) if len(node.inputs) > 1 else None,
-        zero_point_type=_dtype(zero_point),
-        output_dtype=attr.as_int() if attr is not None else None,
-    )
+    output_dtype = attr.as_int() if attr is not None and attr.type == ir.AttributeType.INT else None
+    try:
+        return opsets.output_type(
+            row,
+            scale_type=_dtype(node.inputs[1]) if len(node.inputs) > 1 else None,
+            zero_point_type=_dtype(zero_point),
+            output_dtype=output_dtype,
+        )
+    except ValueError:  # an output_dtype that is no data type
+        return None
 
 
 class _InferredTypes:

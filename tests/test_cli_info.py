@@ -402,6 +402,40 @@ def test_attribute_of_the_wrong_type(tmp_path: Path) -> None:
     assert row["x_type"] == "INT8" and row["input_bytes"] == 12 + 12
 
 
+def _q_then_dq(tmp_path: Path, domain: str, **q_attrs: Any) -> Path:
+    q = helper.make_node("QuantizeLinear", ["x", "s"], ["q"], domain=domain, **q_attrs)
+    dq = helper.make_node("DequantizeLinear", ["q", "s"], ["y"], domain=domain)
+    graph = helper.make_graph(
+        [q, dq],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        initializer=[helper.make_tensor("s", TensorProto.FLOAT, [], [0.5])],
+    )
+    opsets = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(domain, 1)] if domain else [])
+    proto = helper.make_model(graph, opset_imports=opsets, ir_version=10)
+    path = tmp_path / "qdq.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize(
+    ("domain", "attrs", "dq_x"),
+    [
+        # ONNX type inference does not know com.microsoft: the producing Q decides (uint8).
+        ("com.microsoft", {}, "UINT8"),
+        ("", {"output_dtype": TensorProto.INT16}, "INT16"),
+        ("", {"output_dtype": 999}, "?"),  # no such type: unknown, not a crash
+    ],
+)
+def test_dq_x_type_from_the_producing_q(
+    tmp_path: Path, domain: str, attrs: dict[str, int], dq_x: str
+) -> None:
+    rows = {r["op_type"]: r for r in _json(_q_then_dq(tmp_path, domain, **attrs))["qdq"]}
+    assert rows["DequantizeLinear"]["x_type"] == dq_x
+    assert rows["QuantizeLinear"]["x_type"] == "FLOAT"
+
+
 def test_model_without_qdq(tmp_path: Path) -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])],
