@@ -110,9 +110,14 @@ def _axis(axis: int, rank: int) -> int:
 
 
 def _split(view: np.ndarray, blocks: int, block: int) -> np.ndarray:
-    """View (p, blocks*block, q) as (p, blocks, block, q); never a copy."""
+    """View (p, blocks*block, q) as (p, blocks, block, q).
+
+    Splitting one axis of a strided array never needs a copy, so this is a view (outputs
+    are written through it) on every NumPy version."""
     p, _, q = view.shape
-    return np.reshape(view, (p, blocks, block, q), copy=False)
+    split = view.reshape(p, blocks, block, q)
+    assert split.size == 0 or np.may_share_memory(split, view)
+    return split
 
 
 def parts(
