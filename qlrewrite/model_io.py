@@ -175,29 +175,44 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
-    field = _invalid_text(proto)
-    if field is not None:
-        raise InputError(f"{path}: not a valid ONNX model ({field} is not UTF-8 text)")
+    problem = _malformed(proto)
+    if problem is not None:
+        raise InputError(f"{path}: not a valid ONNX model ({problem})")
     return proto
 
 
-def _invalid_text(proto: onnx.ModelProto) -> str | None:
-    """The first string field that is not valid UTF-8 (protobuf then hands out bytes,
-    which onnx_ir cannot write back), or None. Tensor data is not looked at."""
+#: Attribute types whose value is a message: the message must be there.
+_ATTRIBUTE_VALUE = {
+    onnx.AttributeProto.TENSOR: "t",
+    onnx.AttributeProto.GRAPH: "g",
+    onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor",
+    onnx.AttributeProto.TYPE_PROTO: "tp",
+}
+
+
+def _malformed(proto: onnx.ModelProto) -> str | None:
+    """What onnx_ir would read but not write back, or None: a string field that is not
+    UTF-8 (protobuf hands out bytes), an attribute of a message type without its value
+    (onnx_ir makes up an empty one). Tensor data is not looked at."""
     stack: list[Any] = [proto]
     while stack:
         message = stack.pop()
         if type(message) is onnx.TensorProto:
             if type(message.name) is bytes or type(message.doc_string) is bytes:
-                return "a tensor name or doc_string"
+                return "a tensor name or doc_string is not UTF-8 text"
             stack.extend(message.external_data)
             stack.extend(message.metadata_props)
             continue
+        if type(message) is onnx.AttributeProto and not message.ref_attr_name:
+            value = _ATTRIBUTE_VALUE.get(message.type)
+            if value is not None and not message.HasField(value):
+                kind = onnx.AttributeProto.AttributeType.Name(message.type)
+                return f"attribute '{message.name}' of type {kind} has no value"
         for field, value in message.ListFields():
             if field.type == _STRING:
                 values = value if field.is_repeated else (value,)
                 if any(type(v) is bytes for v in values):
-                    return f"a {field.full_name.removeprefix('onnx.')}"
+                    return f"a {field.full_name.removeprefix('onnx.')} is not UTF-8 text"
             elif field.type == _MESSAGE:
                 if field.is_repeated:
                     stack.extend(value)

@@ -144,6 +144,15 @@ def _invalid_utf8(where: str) -> Case:
     return make
 
 
+def _attribute_without_value(tmp: Path) -> Path:
+    proto = matmul_model()
+    node = helper.make_node("Constant", [], ["c"], name="const")
+    attr = node.attribute.add()
+    attr.name, attr.type = "value", onnx.AttributeProto.TENSOR  # and no tensor
+    proto.graph.node.append(node)
+    return _write(tmp / "attrnovalue.onnx", proto)
+
+
 def _external_missing(tmp: Path) -> Path:
     tensor = external_tensor("W", [64, 32], "gone.data")
     return _write(tmp / "extmissing.onnx", _model_with(tensor))
@@ -313,6 +322,10 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "invalid-utf8-metadata": (
         _invalid_utf8("meta"),
         "StringStringEntryProto.key is not UTF-8 text",
+    ),
+    "attribute-without-value": (
+        _attribute_without_value,
+        "attribute 'value' of type TENSOR has no value",
     ),
     "external-missing": (_external_missing, "'gone.data' not found"),
     "external-absolute": (_external_absolute, "absolute path"),
