@@ -39,6 +39,7 @@ __all__ = [
     "same_file",
     "save",
     "tensor_bytes",
+    "unwritable",
     "uses_external_data",
 ]
 
@@ -469,6 +470,19 @@ def external_data_files(model: ir.Model) -> set[Path]:
         for t in _initializer_tensors(model)
         if isinstance(t, ir.ExternalTensor)
     }
+
+
+def unwritable(model: ir.Model) -> str | None:
+    """Why onnx_ir could not write ``model`` back (an attribute of type UNDEFINED), or
+    None. ``load`` accepts such models so that info and check can describe them."""
+    graphs = [model.graph, *model.functions.values()]
+    for graph in graphs:
+        for node in ir.traversal.RecursiveGraphIterator(graph):
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.UNDEFINED:
+                    name = node.name or node.op_type
+                    return f"attribute '{attr.name}' of node '{name}' has no type"
+    return None
 
 
 def initializer_bytes(model: ir.Model) -> int:

@@ -124,6 +124,8 @@ def rewrite(
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
     model = model_io.load(input_path)
+    if (problem := model_io.unwritable(model)) is not None:
+        raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     _refuse_overwriting_input_data(model, target, in_place)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     report = unrepaired(_check(model, input_path), passes)

@@ -260,6 +260,21 @@ def test_invalid_output_is_refused(model: Path) -> None:
     assert _listing(model.parent) == ["model.onnx"]
 
 
+def test_attribute_without_type_is_refused_before_any_work(tmp_path: Path) -> None:
+    """onnx_ir reads an attribute of type UNDEFINED but cannot write it: refused upfront
+    with a clear line (not an exception from the serializer after the passes ran)."""
+    proto = onnx.load_model(str(EXAMPLES / "msdomain_int16_opset13.onnx"))
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    relu.attribute.add(name="extra", type=onnx.AttributeProto.UNDEFINED)
+    model = tmp_path / "model.onnx"
+    model.write_bytes(proto.SerializeToString())
+    result = run(str(model))
+    assert result.exit_code == 2
+    assert "attribute 'extra' of node 'Relu' has no type" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert _listing(tmp_path) == ["model.onnx"]
+
+
 def test_unreadable_input_writes_nothing(tmp_path: Path) -> None:
     model = tmp_path / "model.onnx"
     model.write_bytes(b"\x01\x02 not a model")
