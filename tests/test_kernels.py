@@ -354,3 +354,12 @@ def test_blocked_empty_tensors():
     assert q.shape == (3, 6, 0) and q.dtype == np.uint16
     y = dequantize(q, scale, zp, axis=0, block_size=4)
     assert y.shape == (3, 6, 0) and y.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint16, ml_dtypes.int4], ids=str)
+def test_dequantize_output_dtype_float16_matches_ort_23(dtype):
+    x = _ints(dtype, (64, 33))
+    scale = RNG.uniform(1e-3, 3000, 33).astype(np.float32)  # some products overflow float16
+    zp = _ints(dtype, (33,))
+    ref = run_ort(build_model(DQ, x, scale, zp, np.float16, opset=23, axis=1, output_dtype=10))
+    assert same_bits(dequantize(x, scale, zp, axis=1, output_dtype=10), ref)
