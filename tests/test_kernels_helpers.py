@@ -90,8 +90,6 @@ def run_reference(model: onnx.ModelProto) -> np.ndarray:
 def bits(a: np.ndarray) -> np.ndarray:
     """The bytes of each element (sub-byte types by value), for bit-exact comparisons."""
     a = np.asarray(a)
-    if a.dtype in _CAST_BACK and a.dtype.itemsize == 1 and a.dtype.kind == "V":
-        pass
     if np.dtype(a.dtype) in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.int2)):
         return a.astype(np.int8)
     if np.dtype(a.dtype) in (np.dtype(ml_dtypes.uint4), np.dtype(ml_dtypes.uint2)):
