@@ -10,8 +10,10 @@ import onnx_ir as ir
 
 __all__ = [
     "FLOAT8_TYPES",
+    "FLOAT_TYPES",
     "INT_RANGES",
     "MINIFLOAT_TYPES",
+    "SCALE_TYPES",
     "code_table",
     "float_max",
     "to_dtype",
