@@ -332,6 +332,8 @@ def _tensor_problem(
         count *= d
     expected = _expected_nbytes(dtype, count)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
+            return problem("data-length", "holds STRING data in an external data file")
         return _external_problem(tensor, expected, base, problem, files)
     fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
     if tensor.HasField("raw_data"):

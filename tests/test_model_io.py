@@ -191,6 +191,12 @@ def _external_link_loop(tmp: Path) -> Path:
     return _write(tmp / "extloop.onnx", _model_with(tensor))
 
 
+def _external_strings(tmp: Path) -> Path:
+    (tmp / "s.data").write_bytes(b"abcd")
+    tensor = external_tensor("W", [2], "s.data", data_type=TensorProto.STRING)
+    return _write(tmp / "extstrings.onnx", _model_with(tensor))
+
+
 def _external_too_short(tmp: Path) -> Path:
     (tmp / "short.data").write_bytes(b"\0" * 100)
     tensor = external_tensor("W", [64, 32], "short.data")
@@ -333,6 +339,7 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "external-symlink": (_external_symlink, "link that leads out of the model folder"),
     "external-nul-byte": (_external_nul_byte, "cannot be used"),
     "external-link-loop": (_external_link_loop, "'loop.data'"),
+    "external-strings": (_external_strings, "holds STRING data in an external data file"),
     "external-too-short": (_external_too_short, "holds 100 bytes but dims [64, 32] need 8192"),
     "external-range": (_external_length_beyond_file, "has 8184 bytes at offset 8"),
     "external-length": (_external_length_wrong, "holds 8188 bytes but dims [64, 32] need 8192"),
