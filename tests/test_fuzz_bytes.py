@@ -341,22 +341,13 @@ def mutate_fields(data: bytes, rng: np.random.Generator) -> bytes:
     return model.SerializeToString()
 
 
-_STRING_WEIGHT_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="reported to the lead: qlrewrite/passes/upgrade.py _large_weights takes "
-    "tensor.nbytes of a STRING initializer (onnx_ir: 'Bitwidth not available for ONNX data "
-    "type: STRING'); model_io.tensor_bytes handles it",
-)
-
-
 @pytest.mark.parametrize(
     "command",
-    [pytest.param(c, marks=_STRING_WEIGHT_BUG, id=" ".join(c)) if c[0] == "upgrade"
-     else pytest.param(c, id=" ".join(c)) for c in COMMANDS],
-)  # fmt: skip
+    [pytest.param(c, id=" ".join(c)) for c in COMMANDS],
+)
 def test_string_typed_external_weight(tmp_path: Path, command: tuple[str, ...]) -> None:
     """Found by the field mutation run: an external initializer of type STRING feeding a
-    DequantizeLinear is an error finding; upgrade must refuse it, not crash."""
+    DequantizeLinear is refused by every command (upgrade crashed on it)."""
     (tmp_path / "src").mkdir()
     source = _external_model(tmp_path / "src")
     model = onnx.load_model(source, load_external_data=False)
