@@ -102,8 +102,13 @@ def is_constant(value: ir.Value | None) -> bool:
 
 
 def granularity(node: ir.Node) -> str:
-    """'per-tensor', 'per-axis(axis=A)', 'blocked(axis=A, block=B)' or '?' (unknown shape)."""
+    """'per-tensor', 'per-axis(axis=A)', 'blocked(axis=A, block=B)' or '?' (unknown shape,
+    or '? (axis is FLOAT)' when axis / block_size is not an integer attribute)."""
     attrs = node.attributes
+    for name in ("axis", "block_size"):
+        attr = attrs.get(name)
+        if attr is not None and attr.type != ir.AttributeType.INT:
+            return f"? ({name} is {attr.type.name})"
     axis = attrs["axis"].as_int() if "axis" in attrs else 1
     block = attrs["block_size"].as_int() if "block_size" in attrs else 0
     if block > 0:

@@ -137,16 +137,6 @@ def _name(dtype: ir.DataType | None) -> str:
     return dtype.name if dtype is not None else "?"
 
 
-def _granularity(node: ir.Node) -> str:
-    """:func:`granularity`, or '?' when axis / block_size is not an integer attribute
-    (malformed: check reports it, info still describes the rest)."""
-    for name in ("axis", "block_size"):
-        attr = node.attributes.get(name)
-        if attr is not None and attr.type != ir.AttributeType.INT:
-            return f"? ({name} is {attr.type.name})"
-    return granularity(node)
-
-
 def _constant_inputs(node: ir.Node) -> dict[int, int]:
     """id -> bytes of the node's constant inputs (initializers or Constant outputs)."""
     found = {}
@@ -184,7 +174,7 @@ def model_summary(model: ir.Model) -> dict[str, Any]:
             version=site.version,
             x_type=_name(_x_type(site, by_node, inferred)),
             scale_type=_name(_declared_or_inferred(scale, inferred)),
-            granularity=_granularity(node),
+            granularity=granularity(node),
             constant=all(is_constant(v) for v in node.inputs),
         )
         groups[group] += 1

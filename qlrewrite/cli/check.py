@@ -146,7 +146,10 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     output: Path | None,
     quiet: bool,
 ) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node of MODEL_OR_DIR... (reads no weights)."""
+    """Check every QuantizeLinear / DequantizeLinear node against its opset's rules.
+
+    Reads no weights: a model of any size checks in about a second.
+    """
     codes = select_rules(select, ignore)
     targets = collect_models(models)
     if output is not None and any(

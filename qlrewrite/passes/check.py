@@ -24,7 +24,15 @@ from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["CheckPass", "check", "check_model", "check_path", "filter_report", "select_rules"]
+__all__ = [
+    "CheckPass",
+    "check",
+    "check_model",
+    "check_path",
+    "filter_report",
+    "node_contexts",
+    "select_rules",
+]
 
 
 def check(
@@ -117,14 +125,10 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
         if check.scope == "model":
             report.findings.extend(check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
-    inference = _Inference(model)
-    call_sites = _call_sites(model)
     seen: set[tuple[str, str, int, str]] = set()
-    for site in iter_qdq_nodes(model):
+    for site, contexts in node_contexts(model):
         report.nodes_checked += 1
-        function = _function_label(site.label)
-        for binding in call_sites.get(function, [None]) if function else [None]:
-            ctx = _node_context(site, model, inference, binding)
+        for ctx in contexts:
             for check in node_checks:
                 if check.needs_version and ctx.row is None:
                     continue
@@ -135,6 +139,17 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
                         seen.add(key)
                         report.findings.append(finding)
     return report
+
+
+def node_contexts(model: ir.Model) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
+    """Every Q/DQ node with what the rules see of it: one context per call site for a
+    node inside a function, else one. Shape inference runs once, on first need."""
+    inference = _Inference(model)
+    call_sites = _call_sites(model)
+    for site in iter_qdq_nodes(model):
+        function = _function_label(site.label)
+        bindings = call_sites.get(function, [None]) if function else [None]
+        yield site, [_node_context(site, model, inference, b) for b in bindings]
 
 
 class CheckPass(ir.passes.InPlacePass):

@@ -11,16 +11,15 @@ upgrade) leaves those nodes as they are.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.passes import check as _check
+from qlrewrite.passes.check import node_contexts
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import MS_DOMAIN, QDQSite, iter_qdq_nodes
+from qlrewrite.qdq import MS_DOMAIN, QDQSite
 from qlrewrite.rules.context import NodeContext, constant_tensor
 
 __all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "drop_unused_domain"]
@@ -54,16 +53,6 @@ class _Plan:
     set_axis: bool = False
     drop: set[str] = dataclasses.field(default_factory=set)
     lowest_opset: int | None = None  # --to onnx: the lowest ai.onnx opset expressing it
-
-
-def _contexts(model: ir.Model) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
-    """Every Q/DQ node with its views, one per call site inside functions (as check sees them)."""
-    inference = _check._Inference(model)
-    call_sites = _check._call_sites(model)
-    for site in iter_qdq_nodes(model):
-        function = _check._function_label(site.label)
-        bindings = call_sites.get(function, [None]) if function else [None]
-        yield site, [_check._node_context(site, model, inference, b) for b in bindings]
 
 
 def _scale_form(ctx: NodeContext) -> tuple[bool, bool]:
@@ -292,7 +281,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             _plan_to_onnx(model, site, ctxs)
             if self.to == "onnx"
             else _plan_to_microsoft(model, site, ctxs)
-            for site, ctxs in _contexts(model)
+            for site, ctxs in node_contexts(model)
             if site.domain == self.source_domain
         ]
         failed = [p for p in plans if p.problems]
