@@ -285,6 +285,16 @@ def test_unverifiable_model_is_not_a_pass(tmp_path: Path) -> None:
     assert code == 0 and out.exists()
 
 
+def test_type_without_a_kernel_is_unverifiable(tmp_path: Path) -> None:
+    """DequantizeLinear-21 with a bfloat16 scale: valid, but ORT 1.31 has no kernel."""
+    source = _save(qdq_model(DQ, 21, x_type=DT.UINT8, scale_type=DT.BFLOAT16), tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    code, err = _invoke(main, "convert", source, "--to", "onnx", "-o", out, "--verify")
+    assert code == 1
+    assert "cannot verify with ONNX Runtime" in err and "NOT_IMPLEMENTED" in err
+    assert not out.exists()
+
+
 def test_fold_upgrade_convert_have_the_options() -> None:
     for name in ("fold", "upgrade", "convert"):
         if name not in main.commands:
