@@ -31,6 +31,7 @@ from qlrewrite.materialize import external_in_memory
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
     "DataProblem",
+    "SaveCallback",
     "data_problems",
     "external_data_files",
     "external_data_name",
@@ -43,6 +44,8 @@ __all__ = [
     "uses_external_data",
 ]
 
+#: Called by :func:`save` before each tensor it writes to the external data file.
+SaveCallback = Callable[[ir.TensorProtocol, ir.external_data.CallbackInfo], None]
 #: Above this many initializer bytes, outputs get external data (protobuf caps at 2 GB).
 EXTERNAL_DATA_THRESHOLD = int(1.8 * 1024**3)
 _STRING = google.protobuf.descriptor.FieldDescriptor.TYPE_STRING
@@ -515,7 +518,7 @@ def save(
     external_data: bool | None = None,
     threshold: int = EXTERNAL_DATA_THRESHOLD,
     max_workers: int | None = None,
-    callback: Callable[[ir.TensorProtocol, ir.external_data.CallbackInfo], None] | None = None,
+    callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.

@@ -113,8 +113,11 @@ def rewrite(
     external_data: bool | None = None,
     max_size: int | None = None,
     verify: VerifyOptions | None = None,
+    on_tensor_saved: model_io.SaveCallback | None = None,
 ) -> RewriteResult:
     """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``).
+
+    ``on_tensor_saved`` is called after each tensor written to external data (progress).
 
     With ``verify``, the staged output is run against the input in ONNX Runtime before it
     is moved into place (also on ``dry_run``, in a temporary folder); a difference raises
@@ -149,7 +152,13 @@ def rewrite(
     changes = {_pass_name(p): getattr(p, "summary", {}) for p in passes}
     written = False
     if not dry_run:
-        model_io.save(model, target, external_data=external_data, before_commit=verifier)
+        model_io.save(
+            model,
+            target,
+            external_data=external_data,
+            before_commit=verifier,
+            callback=on_tensor_saved,
+        )
         written = True
     elif verifier is not None:
         with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:

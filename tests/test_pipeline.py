@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from test_model_io_models import write_external_model
 
 from qlrewrite import pipeline
-from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.errors import InputError, Refusal
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -53,27 +53,17 @@ class BreakPass(ir.passes.InPlacePass):
 @click.option("--break", "break_it", is_flag=True)
 @rewrite_options
 @run_command
-def rename_command(  # noqa: PLR0917
+def rename_command(
     model: Path,
     break_it: bool,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
 ) -> None:
     """A rewriting command for the tests."""
     run_rewrite(
         model,
         [BreakPass()] if break_it else [RenamePass()],
         command="rename",
-        output=output,
-        in_place=in_place,
-        dry_run=dry_run,
-        report_path=report_path,
-        external_data=external_data,
-        quiet=quiet,
+        options=options,
     )
 
 

@@ -26,7 +26,7 @@ from qdq_models import DQ, DT, Q, qdq_model
 
 from qlrewrite import pipeline
 from qlrewrite.cli import main
-from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.verify import (
     InputSpec,
     VerificationFailed,
@@ -64,19 +64,12 @@ class _Perturb(ir.passes.InPlacePass):
 @click.option("--ulps", type=int, default=0)
 @rewrite_options
 @run_command
-def _perturb_command(  # noqa: PLR0917
+def _perturb_command(
     model: Path,
     ulps: int,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
 ) -> None:
-    run_rewrite(model, [_Perturb(ulps)], command="perturb", output=output, in_place=in_place,
-                dry_run=dry_run, report_path=report_path, external_data=external_data,
-                quiet=quiet)  # fmt: skip
+    run_rewrite(model, [_Perturb(ulps)], command="perturb", options=options)
 
 
 def _model(batch: int | str = 2, big: bool = False) -> onnx.ModelProto:

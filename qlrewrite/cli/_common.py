@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -25,6 +26,7 @@ from qlrewrite.render import finding_line
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
 
 __all__ = [
+    "RewriteOptions",
     "debug_option",
     "err_console",
     "human_bytes",
@@ -122,14 +124,27 @@ def progress(description: str, total: int | None, enabled: bool) -> Iterator[Cal
         yield lambda: bar.advance(task)
 
 
-_VERIFY_KEY = "qlrewrite.verify"
+@contextlib.contextmanager
+def _save_progress(enabled: bool) -> Iterator[model_io.SaveCallback | None]:
+    """A progress bar over the tensors being written (folded tensors compute then)."""
+    if not enabled:
+        yield None
+        return
+    bar = Progress(
+        TextColumn("writing {task.fields[tensor]}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    )
 
+    def advance(tensor: Any, info: Any) -> None:
+        bar.update(task, total=info.total, completed=info.index, tensor=tensor.name or "")
 
-def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """Keep a --verify option in the context: commands need no parameter for it."""
-    name = str(param.name)
-    ctx.meta.setdefault(_VERIFY_KEY, {})[name] = (value, ctx.get_parameter_source(name))
-    return value
+    with bar:
+        task = bar.add_task("save", total=None, tensor="")
+        yield advance
 
 
 def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Any:
@@ -142,33 +157,49 @@ def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[s
         if name in shapes:
             raise click.BadParameter(f"input '{name}' is given twice", ctx, param)
         shapes[name] = shape
-    return _remember(ctx, param, shapes)
+    return shapes
 
 
-def _verify_from_context() -> VerifyOptions | None:
-    """The --verify options of the running command (None without --verify)."""
-    ctx = click.get_current_context(silent=True)
-    given = ctx.meta.get(_VERIFY_KEY, {}) if ctx is not None else {}
-    if not given.get("verify", (False,))[0]:
-        extra = [name for name, (_, source) in given.items()
-                 if name != "verify" and source not in (None, ParameterSource.DEFAULT)]  # fmt: skip
-        if extra:
-            raise click.UsageError(f"--{extra[0].replace('_', '-')} needs --verify")
-        return None
-    return VerifyOptions(
-        runs=given["verify_runs"][0],
-        seed=given["seed"][0],
-        input_shapes=given["input_shape"][0],
-        tolerance=given["verify_tolerance"][0],
-    )
+@dataclasses.dataclass(frozen=True)
+class RewriteOptions:
+    """What every rewriting command was asked, besides its own options."""
+
+    output: Path | None = None
+    in_place: bool = False
+    dry_run: bool = False
+    report_path: Path | None = None
+    external_data: bool | None = None
+    quiet: bool = False
+    verify: VerifyOptions | None = None
+
+
+_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
+
+
+def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
+    """Pop the shared options out of a command's keyword arguments."""
+    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)}
+    details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
+    verify = None
+    if fields.pop("verify"):
+        verify = VerifyOptions(
+            runs=details["verify_runs"],
+            seed=details["seed"],
+            input_shapes=details["input_shape"],
+            tolerance=details["verify_tolerance"],
+        )
+    else:
+        ctx = click.get_current_context()
+        given = [n for n in _VERIFY_DETAILS
+                 if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+        if given:
+            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    return RewriteOptions(**fields, verify=verify)
 
 
 def rewrite_options(func: F) -> F:
-    """The options every rewriting command shares.
-
-    The --verify options reach :func:`run_rewrite` through the click context, so a
-    command's function has no parameter for them.
-    """
+    """The options every rewriting command shares, handed to the command as one
+    ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
     options = [
         click.option(
             "-o",
@@ -193,8 +224,6 @@ def rewrite_options(func: F) -> F:
         click.option(
             "--verify",
             is_flag=True,
-            expose_value=False,
-            callback=_remember,
             help="Run the input and the output in ONNX Runtime on generated inputs; write "
             "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
             "them (needs: pip install 'qlrewrite[verify]').",
@@ -205,8 +234,6 @@ def rewrite_options(func: F) -> F:
             default=1,
             show_default=True,
             metavar="N",
-            expose_value=False,
-            callback=_remember,
             help="Number of generated input sets for --verify.",
         ),
         click.option(
@@ -214,15 +241,12 @@ def rewrite_options(func: F) -> F:
             type=int,
             default=0,
             show_default=True,
-            expose_value=False,
-            callback=_remember,
             help="Seed of the --verify input generator.",
         ),
         click.option(
             "--input-shape",
             multiple=True,
             metavar="NAME=D1,D2,...",
-            expose_value=False,
             callback=_input_shapes,
             help="Shape of an input with unknown dimensions, for --verify (repeatable).",
         ),
@@ -231,15 +255,19 @@ def rewrite_options(func: F) -> F:
             type=click.FloatRange(min=0),
             default=None,
             metavar="ABS",
-            expose_value=False,
-            callback=_remember,
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
         debug_option,
     ]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        options = _rewrite_options_from(kwargs)
+        return func(*args, options=options, **kwargs)
+
     for option in reversed(options):
-        func = option(func)
-    return func
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
 def human_bytes(count: int) -> str:
@@ -263,37 +291,31 @@ def run_rewrite(
     passes: Sequence[Any],
     *,
     command: str,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
     max_size: int | None = None,
-    verify: VerifyOptions | None = None,
 ) -> RewriteResult:
     """Run a rewriting command's passes through :func:`qlrewrite.pipeline.rewrite`.
 
-    Prints the summary on stderr (unless ``quiet``), writes ``--report`` JSON, and on a
-    refusal prints the findings behind it before the error line (exit 1). ``verify``
-    defaults to the command's --verify options.
+    Prints the summary on stderr (unless quiet), writes the ``--report`` JSON, and on a
+    refusal prints the findings behind it before the error line (exit 1).
     """
-    if verify is None:
-        verify = _verify_from_context()
+    report_path = options.report_path
     if report_path is not None and model_io.same_file(report_path, model):
         raise InputError(f"{report_path}: the report would overwrite the input model")
     try:
-        result = pipeline.rewrite(
-            model,
-            passes,
-            command=command,
-            output=output,
-            in_place=in_place,
-            dry_run=dry_run,
-            external_data=external_data,
-            max_size=max_size,
-            verify=verify,
-        )
+        with _save_progress(show_progress(options.quiet)) as on_tensor_saved:
+            result = pipeline.rewrite(
+                model,
+                passes,
+                command=command,
+                output=options.output,
+                in_place=options.in_place,
+                dry_run=options.dry_run,
+                external_data=options.external_data,
+                max_size=max_size,
+                verify=options.verify,
+                on_tensor_saved=on_tensor_saved,
+            )
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
@@ -306,7 +328,7 @@ def run_rewrite(
         raise
     if report_path is not None:
         report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-    if not quiet:
+    if not options.quiet:
         _print_summary(result)
     return result
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.convert_domain import TARGETS, ConvertDomainPass
 
 __all__ = ["convert_command"]
@@ -31,15 +31,10 @@ Examples:
 )
 @rewrite_options
 @run_command
-def convert_command(  # noqa: PLR0917 (one parameter per click option)
+def convert_command(
     model: Path,
     to: str,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
 ) -> None:
     """Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.
 
@@ -54,10 +49,5 @@ def convert_command(  # noqa: PLR0917 (one parameter per click option)
         model,
         [ConvertDomainPass(to)],
         command="convert",
-        output=output,
-        in_place=in_place,
-        dry_run=dry_run,
-        report_path=report_path,
-        external_data=external_data,
-        quiet=quiet,
+        options=options,
     )

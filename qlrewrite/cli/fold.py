@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.fold import FoldPass
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
@@ -70,16 +70,11 @@ Examples:
 )
 @rewrite_options
 @run_command
-def fold_command(  # noqa: PLR0917 (one parameter per click option)
+def fold_command(
     model: Path,
     keep_dq: bool,
     max_size: int | None,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
 ) -> None:
     """Constant-fold QuantizeLinear / DequantizeLinear of constant inputs.
 
@@ -92,11 +87,6 @@ def fold_command(  # noqa: PLR0917 (one parameter per click option)
         model,
         [FoldPass(keep_dq=keep_dq)],
         command="fold",
-        output=output,
-        in_place=in_place,
-        dry_run=dry_run,
-        report_path=report_path,
-        external_data=external_data,
-        quiet=quiet,
+        options=options,
         max_size=max_size,
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.upgrade import UpgradePass
 
 __all__ = ["upgrade_command"]
@@ -30,15 +30,10 @@ Examples:
 )
 @rewrite_options
 @run_command
-def upgrade_command(  # noqa: PLR0917 (one parameter per click option)
+def upgrade_command(
     model: Path,
     opset: int,
-    output: Path | None,
-    in_place: bool,
-    dry_run: bool,
-    report_path: Path | None,
-    external_data: bool | None,
-    quiet: bool,
+    options: RewriteOptions,
 ) -> None:
     """Convert the model to ai.onnx opset N with ONNX's version converter.
 
@@ -54,10 +49,5 @@ def upgrade_command(  # noqa: PLR0917 (one parameter per click option)
         model,
         [UpgradePass(opset)],
         command="upgrade",
-        output=output,
-        in_place=in_place,
-        dry_run=dry_run,
-        report_path=report_path,
-        external_data=external_data,
-        quiet=quiet,
+        options=options,
     )
