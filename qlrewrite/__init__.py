@@ -14,6 +14,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from qlrewrite._deferred_imports import defer_sympy
+
+defer_sympy()
+
 __version__ = "0.1.0"
 
 #: Public name -> module that defines it.

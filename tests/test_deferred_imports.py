@@ -1,0 +1,47 @@
+"""sympy is imported only when something needs it (onnx_ir imports it at start-up)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, check=True, timeout=120)  # fmt: skip
+    return result.stdout.strip()
+
+
+def test_cli_start_and_check_do_not_import_sympy() -> None:
+    out = _run("""
+        import sys
+        import qlrewrite.cli
+        import onnx_ir as ir
+        model = ir.Model(ir.Graph([], [], nodes=[], opset_imports={"": 21}), ir_version=10)
+        qlrewrite.check(model)
+        print("sympy.core" in sys.modules)
+    """)
+    assert out == "False"
+
+
+def test_symbolic_dimensions_and_sympy_still_work() -> None:
+    out = _run("""
+        import qlrewrite
+        import onnx_ir as ir
+        print(ir.SymbolicDim("N") + 1)
+        import sympy
+        from sympy import Symbol
+        print(sympy.Max(2, 3), Symbol("x") + 1)
+    """)
+    assert out.splitlines() == ["N + 1", "3 x + 1"]
+
+
+def test_nothing_is_deferred_when_onnx_ir_came_first() -> None:
+    out = _run("""
+        import sys
+        import onnx_ir
+        import qlrewrite.cli
+        print(type(sys.modules["sympy"]).__name__)
+    """)
+    assert out == "module"
