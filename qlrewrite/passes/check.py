@@ -259,18 +259,19 @@ class _Inference:
     def __init__(self, model: ir.Model) -> None:
         self._model = model
         self._tables: dict[str, dict[str, Info]] | None = None
+        self._visible: dict[str, dict[str, Info]] = {}
 
     def table(self, label: str) -> dict[str, Info]:
-        """Name -> (type, shape) visible in the graph ``label`` (inner scopes first)."""
+        """Name -> (type, shape) visible in the graph ``label`` (inner scopes first);
+        merged once per label."""
+        if label in self._visible:
+            return self._visible[label]
         if self._tables is None:
             self._tables = _infer(self._model)
-        merged: dict[str, Info] = {}
-        while True:
-            for name, info in self._tables.get(label, {}).items():
-                merged.setdefault(name, info)
-            if "/" not in label:
-                return merged
-            label = label.rsplit("/", 1)[0]
+        outer = self.table(label.rsplit("/", 1)[0]) if "/" in label else {}
+        merged = {**outer, **self._tables.get(label, {})}
+        self._visible[label] = merged
+        return merged
 
     def scope(self, label: str) -> _Scope:
         """A lazy mapping for graph ``label``."""
