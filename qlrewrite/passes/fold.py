@@ -65,12 +65,14 @@ class FoldPass(ir.passes.InPlacePass):
             ),
             0,
         )
+        # Every graph and function, listed once: folding adds and removes no subgraph.
+        containers = [*model.graphs(), *model.functions.values()]
         for site in list(iter_qdq_nodes(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
             folded = _folded_tensor(site)
             if folded is not None:
-                self._replace(model, site, folded)
+                self._replace(containers, site, folded)
         if any(self.summary.values()):
             link_in_order(_initializer_order(model))
             before = _opset_count(model)
@@ -78,7 +80,9 @@ class FoldPass(ir.passes.InPlacePass):
             self.summary["opsets_removed"] = before - _opset_count(model)
         return ir.passes.PassResult(model, modified=any(self.summary.values()))
 
-    def _replace(self, model: ir.Model, site: QDQSite, folded: FoldedTensor) -> None:
+    def _replace(
+        self, containers: list[ir.Graph | ir.Function], site: QDQSite, folded: FoldedTensor
+    ) -> None:
         node, graph = site.node, site.graph
         old = node.outputs[0]
         name = old.name
@@ -97,7 +101,7 @@ class FoldPass(ir.passes.InPlacePass):
                 shape=ir.Shape(folded.shape.numpy()),
                 const_value=folded,
             )
-        _replace_outputs(model, old, new)
+        _replace_outputs(containers, old, new)
         old.replace_all_uses_with(new)
         graph.remove(node, safe=True)
         self.summary["nodes_removed"] += 1
@@ -173,9 +177,11 @@ def _int_attr(node: ir.Node, row: opsets.OpVersion, name: str, absent: Any = Non
     return row.default(name)
 
 
-def _replace_outputs(model: ir.Model, old: ir.Value, new: ir.Value) -> None:
+def _replace_outputs(
+    containers: list[ir.Graph | ir.Function], old: ir.Value, new: ir.Value
+) -> None:
     """Point every graph or function output that is ``old`` at ``new``."""
-    for graph in [*model.graphs(), *model.functions.values()]:
+    for graph in containers:
         outputs = graph.outputs
         for index, value in enumerate(outputs):
             if value is old:
