@@ -142,7 +142,7 @@ def rewrite(
     if external_data is None and model_io.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     model = run_passes(model, passes)
-    validate_output(model, input_path)
+    checker_warnings = validate_output(model, input_path)
     bytes_after = model_io.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
@@ -175,7 +175,7 @@ def rewrite(
         bytes_after=bytes_after,
         seconds=time.perf_counter() - started,
         model=model,
-        warnings=[w for p in passes for w in getattr(p, "warnings", [])],
+        warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
         verification=verifier.result if verifier is not None else None,
         target=target,
     )
@@ -227,10 +227,17 @@ def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Mode
         raise cause from exc
 
 
-def validate_output(model: ir.Model, source: Path | None = None) -> None:
-    """Refuse a rewritten model that ONNX's checker or our check rejects."""
+def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
+    """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
+
+    Graph inputs and outputs declared without a shape (as some exporters write them, and
+    as ONNX Runtime runs them) get their inferred shapes for the checker, with a warning:
+    the full check requires the field, but the rewrite did not remove it.
+    """
+    proto = weightless_proto(model)
+    warnings = _infer_missing_io_shapes(proto)
     try:
-        onnx.checker.check_model(weightless_proto(model), full_check=True)
+        onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refusal(f"the rewritten model would be invalid (onnx.checker: {first})") from exc
@@ -241,6 +248,38 @@ def validate_output(model: ir.Model, source: Path | None = None) -> None:
             "nothing written",
             report,
         )
+    return warnings
+
+
+def _infer_missing_io_shapes(proto: onnx.ModelProto) -> list[str]:
+    """Fill the shape of main-graph inputs and outputs that have none from shape inference."""
+    graph = proto.graph
+    missing = [
+        info
+        for info in (*graph.input, *graph.output)
+        if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
+    ]
+    if not missing:
+        return []
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
+        return []
+    found = {
+        info.name: info.type.tensor_type.shape
+        for info in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)
+        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
+    }
+    filled = [info.name for info in missing if info.name in found]
+    for info in missing:
+        if info.name in found:
+            info.type.tensor_type.shape.CopyFrom(found[info.name])
+    if not filled:
+        return []
+    return [
+        f"graph input/output {', '.join(filled)} declared without a shape (as in the input); "
+        "onnx.checker's full check needs one, so it checked the inferred shapes"
+    ]
 
 
 def _pass_name(p: ir.passes.PassBase) -> str:

@@ -250,6 +250,33 @@ def test_invalid_output_is_refused(model: Path) -> None:
     assert _listing(model.parent) == ["model.onnx"]
 
 
+def _without_output_shapes(model: Path) -> Path:
+    """The model with its graph outputs' shapes removed: onnx.checker's full check rejects
+    it, ONNX Runtime runs it (exporters write such models)."""
+    proto = onnx.load_model(str(model))
+    for output in proto.graph.output:
+        output.type.tensor_type.ClearField("shape")
+    path = model.with_name("no_output_shapes.onnx")
+    onnx.save_model(proto, path)
+    return path
+
+
+def test_outputs_without_shape_are_checked_with_inferred_shapes(model: Path) -> None:
+    source = _without_output_shapes(model)
+    result = run(str(source), "-o", str(model.with_name("out.onnx")))
+    assert result.exit_code == 0, result.stderr
+    assert "declared without a shape" in result.stderr
+    assert _names(model.with_name("out.onnx"))[0].endswith("_renamed")
+
+
+def test_other_checker_failures_are_refused_when_outputs_have_no_shape(model: Path) -> None:
+    source = _without_output_shapes(model)
+    result = run(str(source), "--break", "-o", str(model.with_name("out.onnx")))
+    assert result.exit_code == 1
+    assert "would be invalid" in result.stderr
+    assert not model.with_name("out.onnx").exists()
+
+
 def test_attribute_without_type_is_refused_before_any_work(tmp_path: Path) -> None:
     """onnx_ir reads an attribute of type UNDEFINED but cannot write it: refused upfront
     with a clear line (not an exception from the serializer after the passes ran)."""
