@@ -1,4 +1,9 @@
-"""Shared pytest set-up. Model builders live in tests/models.py and tests/ort_quantized.py."""
+"""Shared pytest set-up. Model builders live in tests/qdq_models.py (one-node models),
+tests/ort_quantized.py (ONNX Runtime's quantizer) and tests/test_model_io_models.py.
+
+Hypothesis runs derandomized in CI (``CI`` set), so a landing is reproducible; locally
+each run explores new examples. ``HYPOTHESIS_PROFILE`` picks a profile explicitly.
+"""
 
 from __future__ import annotations
 
@@ -12,4 +17,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.register_profile("ci", parent=settings.get_profile("default"), derandomize=True)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default")
+)
