@@ -1,0 +1,80 @@
+"""Models shaped the way real tools write them, through check / fold / convert / upgrade.
+
+Each model is built in code in the form an exporter or quantizer writes (PyTorch export,
+ONNX Runtime's QOperator format, ...). Every rewrite must give outputs bit-identical to the
+input's in ONNX Runtime (run_ort: no graph optimizations), which is the expected value:
+nothing here is computed with qlrewrite.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from ort_quantized import run_ort
+
+from qlrewrite.cli import main
+
+F32 = np.float32
+
+
+def _model(
+    nodes: list, inputs: list, outputs: list, inits: list, *, opset: int = 13, ms: bool = False
+) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=inits)
+    imports = [helper.make_opsetid("", opset)]
+    if ms:
+        imports.append(helper.make_opsetid("com.microsoft", 1))
+    return helper.make_model(graph, opset_imports=imports, ir_version=8 if opset < 21 else 10)
+
+
+def _rewrite_same_in_ort(
+    tmp_path: Path, model: onnx.ModelProto, feeds: dict, *args: str
+) -> onnx.ModelProto:
+    """Run ``qlrewrite *args``; assert exit 0 and ORT outputs bit-identical to the input's."""
+    source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    result = CliRunner().invoke(main, [args[0], str(source), "-o", str(target), *args[1:]])
+    assert result.exit_code == 0, result.output
+    expected, got = run_ort(source, feeds), run_ort(target, feeds)
+    for want, have in zip(expected, got, strict=True):
+        assert want.dtype == have.dtype
+        np.testing.assert_array_equal(have, want)
+    return onnx.load(target)
+
+
+def _qoperator_tail() -> onnx.ModelProto:
+    """ORT's QOperator format: a com.microsoft QLinearAdd (no type ONNX can infer) -> DQ."""
+    inits = [
+        numpy_helper.from_array(np.array(0.05, F32), "s"),
+        numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        numpy_helper.from_array(np.array(0.1, F32), "s_out"),
+        numpy_helper.from_array(np.array(120, np.uint8), "z_out"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+        helper.make_node(
+            "QLinearAdd", ["xq", "s", "z", "xq", "s", "z", "s_out", "z_out"], ["aq"],
+            domain="com.microsoft", name="add",
+        ),
+        helper.make_node("DequantizeLinear", ["aq", "s_out", "z_out"], ["y"], name="dq"),
+    ]  # fmt: skip
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        inits,
+        ms=True,
+    )
+
+
+def test_dq_after_a_qoperator_node_converts_to_microsoft(tmp_path: Path) -> None:
+    # DQ's x has no inferred type (a com.microsoft QLinear* produces it); x and zero point
+    # share one type, so the zero point gives it.
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=F32).reshape(2, 3)}
+    model = _qoperator_tail()
+    out = _rewrite_same_in_ort(tmp_path, model, feeds, "convert", "--to", "com.microsoft")
+    assert [n.domain for n in out.graph.node] == ["com.microsoft"] * 3
