@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from qlrewrite import model_io
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
+from qlrewrite.qdq import MS_DOMAIN, QDQ_OPS
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_proto
 
@@ -262,7 +263,7 @@ def _infer_missing_io_shapes(proto: onnx.ModelProto) -> list[str]:
     if not missing:
         return []
     try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(_onnx_domain_qdq(proto), strict_mode=False)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
         return []
     found = {
@@ -280,6 +281,23 @@ def _infer_missing_io_shapes(proto: onnx.ModelProto) -> list[str]:
         f"graph input/output {', '.join(filled)} declared without a shape (as in the input); "
         "onnx.checker's full check needs one, so it checked the inferred shapes"
     ]
+
+
+def _onnx_domain_qdq(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy with the main graph's com.microsoft Q/DQ nodes in ai.onnx, for shape inference.
+
+    ONNX's inference knows no com.microsoft op and stops at them; their outputs have the
+    shapes and types of ai.onnx's Q/DQ (where an ai.onnx version cannot express a node, its
+    inference fails and, not strict, leaves that output unknown as before).
+    """
+    if not any(n.domain == MS_DOMAIN and n.op_type in QDQ_OPS for n in proto.graph.node):
+        return proto
+    probe = onnx.ModelProto()
+    probe.CopyFrom(proto)
+    for node in probe.graph.node:
+        if node.domain == MS_DOMAIN and node.op_type in QDQ_OPS:
+            node.domain = ""
+    return probe
 
 
 def _pass_name(p: ir.passes.PassBase) -> str:

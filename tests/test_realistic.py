@@ -78,3 +78,38 @@ def test_dq_after_a_qoperator_node_converts_to_microsoft(tmp_path: Path) -> None
     model = _qoperator_tail()
     out = _rewrite_same_in_ort(tmp_path, model, feeds, "convert", "--to", "com.microsoft")
     assert [n.domain for n in out.graph.node] == ["com.microsoft"] * 3
+
+
+def _shapeless_outputs() -> onnx.ModelProto:
+    """PyTorch-export style: graph outputs declared without a shape, one of them a Q's."""
+    inits = [
+        numpy_helper.from_array(np.array(0.05, F32), "s"),
+        numpy_helper.from_array(np.array(3, np.uint8), "z"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq"),
+        helper.make_node("Relu", ["xd"], ["y"], name="relu"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("xq", TensorProto.UINT8, None),
+        ],
+        inits,
+    )
+
+
+def test_shapeless_outputs_after_microsoft_qdq_convert_both_ways(tmp_path: Path) -> None:
+    # ONNX shape inference knows no com.microsoft op; the outputs' shapes for the checker
+    # must still be found through the com.microsoft Q/DQ nodes (ai.onnx's shapes).
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=F32).reshape(2, 3)}
+    to_ms = _rewrite_same_in_ort(
+        tmp_path, _shapeless_outputs(), feeds, "convert", "--to", "com.microsoft"
+    )
+    assert {n.domain for n in to_ms.graph.node if n.op_type != "Relu"} == {"com.microsoft"}
+    assert not to_ms.graph.output[0].type.tensor_type.HasField("shape")  # left as it was
+    back = _rewrite_same_in_ort(tmp_path, to_ms, feeds, "convert", "--to", "onnx")
+    assert {n.domain for n in back.graph.node} == {""}
