@@ -113,3 +113,45 @@ def test_shapeless_outputs_after_microsoft_qdq_convert_both_ways(tmp_path: Path)
     assert not to_ms.graph.output[0].type.tensor_type.HasField("shape")  # left as it was
     back = _rewrite_same_in_ort(tmp_path, to_ms, feeds, "convert", "--to", "onnx")
     assert {n.domain for n in back.graph.node} == {""}
+
+
+def _float16_bias(domain: str = "") -> onnx.ModelProto:
+    """A float16 model's int32 bias DQ (float16 scale) feeding an Add."""
+    inits = [
+        numpy_helper.from_array(np.array([-903, -832, -246, 665], np.int32), "b"),
+        numpy_helper.from_array(np.array(0.001, np.float16), "s"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["b", "s"], ["bd"], name="dq", domain=domain),
+        helper.make_node("Add", ["x", "bd"], ["y"], name="add"),
+    ]
+    return _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [2, 4])],
+        inits,
+        opset=19,
+        ms=bool(domain),
+    )
+
+
+def test_float16_convert_warns_that_onnx_runtime_computes_the_domains_differently(
+    tmp_path: Path,
+) -> None:
+    # ONNX Runtime (CPU) has float16 kernels for ai.onnx DQ-19 but not for com.microsoft DQ:
+    # it inserts Casts around the contrib node and, the Add being float32-only too, removes
+    # the float32 -> float16 -> float32 pair, so the Add sees the unrounded float32 value.
+    # Pinned here: the outputs differ (ORT's doing, not a conversion error), hence a warning.
+    feeds = {"x": np.array([[0.1257, -0.1321, 0.6406, 0.1049]] * 2, np.float16)}
+    onnx_form, ms_form = _float16_bias(), _float16_bias("com.microsoft")
+    assert not np.array_equal(run_ort(onnx_form, feeds)[0], run_ort(ms_form, feeds)[0])
+    for model, target in ((onnx_form, "com.microsoft"), (ms_form, "onnx")):
+        source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+        onnx.save(model, source)
+        result = CliRunner().invoke(main, ["convert", str(source), "--to", target, "-o", str(out)])
+        assert result.exit_code == 0, result.output
+        assert "no float16 kernel for com.microsoft" in result.output
+    source.write_bytes(_qoperator_tail().SerializeToString())  # float32 scales: no warning
+    result = CliRunner().invoke(main, ["convert", str(source), "--to", "com.microsoft"])
+    assert result.exit_code == 0, result.output
+    assert "no float16 kernel" not in result.output

@@ -53,6 +53,7 @@ class _Plan:
     set_axis: bool = False
     drop: set[str] = dataclasses.field(default_factory=set)
     lowest_opset: int | None = None  # --to onnx: the lowest ai.onnx opset expressing it
+    float16: bool = False  # a float16 scale: ONNX Runtime computes the domains differently
 
 
 def _scale_form(ctx: NodeContext) -> tuple[bool, bool]:
@@ -139,6 +140,7 @@ def _plan_to_onnx(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -
             plan.problems.append("the element types of x, scale or zero point are unknown")
             continue
         x_type, scale_type, zp_type, _ = types
+        plan.float16 |= scale_type == _DT.FLOAT16
         per_axis, blocked = _scale_form(ctx)
         attributes = list(ctx.attributes)
         if "axis" not in ctx.attributes and per_axis and ctx.scale and ctx.scale.rank == 1:
@@ -175,6 +177,7 @@ def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContex
             plan.problems.append("the element types of x, scale or zero point are unknown")
             continue
         x_type, scale_type, zp_type, out_type = types
+        plan.float16 |= scale_type == _DT.FLOAT16
         per_axis, blocked = _scale_form(ctx)
         kept = []
         for name in ctx.attributes:
@@ -313,6 +316,17 @@ class ConvertDomainPass(ir.passes.InPlacePass):
                 ConvertWarning(
                     f"{plan.where}: com.microsoft without axis and a 1-D scale; ONNX Runtime "
                     "applies it on axis 1, so the ai.onnx node gets axis=1",
+                    node.name or "",
+                    plan.site.label,
+                )
+            )
+        if plan.float16:
+            self.warnings.append(
+                ConvertWarning(
+                    f"{plan.where}: float16 scale; ONNX Runtime's CPU provider has no float16 "
+                    "kernel for com.microsoft Q/DQ (it has for ai.onnx): it runs them in float32 "
+                    "between inserted Casts, and next to float32-only ops drops the rounding to "
+                    "float16, so results can differ in the last bits (--verify shows it)",
                     node.name or "",
                     plan.site.label,
                 )
