@@ -17,6 +17,7 @@ codes it repairs in ``repairs_rules`` and the rewritten model is checked again i
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 
 import onnx
@@ -119,8 +120,8 @@ def _large_weights(model: ir.Model) -> list[_Weight]:
                 continue
             is_input = index == 0 and name in main_inputs
             weights.append(_Weight(index, name, tensor, is_input))
-    names = [w.name for w in weights]
-    clashes = sorted({n for n in names if names.count(n) > 1})
+    counts = collections.Counter(w.name for w in weights)
+    clashes = sorted(n for n, count in counts.items() if count > 1)
     clashes += sorted(
         w.name for w in weights if w.graph_index > 0 and w.name in main_inputs
     )  # a subgraph initializer shadowing a main input
@@ -172,7 +173,8 @@ def _reorder_initializers(graph: ir.Graph, order: list[str]) -> None:
     """Put ``graph``'s initializers in the original ``order`` (new ones last)."""
     current = list(graph.initializers)
     wanted = [n for n in order if n in graph.initializers]
-    wanted += [n for n in current if n not in set(order)]
+    known = set(order)
+    wanted += [n for n in current if n not in known]
     if wanted == current:
         return
     values = [graph.initializers.pop(name) for name in current]
