@@ -182,7 +182,32 @@ def _read_proto(path: Path) -> onnx.ModelProto:
     problem = _malformed(proto)
     if problem is not None:
         raise InputError(f"{path}: not a valid ONNX model ({problem})")
+    sparse = _sparse_tensor(proto)
+    if sparse is not None:
+        raise InputError(
+            f"{path}: {sparse} is a sparse tensor, which qlrewrite cannot read or write back "
+            "(onnx_ir drops sparse initializers); store it as a dense tensor"
+        )
     return proto
+
+
+def _sparse_tensor(proto: onnx.ModelProto) -> str | None:
+    """The first sparse initializer or sparse attribute of any graph or function, or None."""
+    graphs: list[onnx.GraphProto] = [proto.graph]
+    nodes: list[onnx.NodeProto] = [n for f in proto.functions for n in f.node]
+    while graphs or nodes:
+        if graphs:
+            graph = graphs.pop()
+            if graph.sparse_initializer:
+                return f"initializer '{graph.sparse_initializer[0].values.name}'"
+            nodes.extend(graph.node)
+            continue
+        node = nodes.pop()
+        for attr in node.attribute:
+            if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS):
+                return f"attribute '{attr.name}' of {node.op_type} '{node.name}'"
+            graphs.extend([attr.g] if attr.HasField("g") else attr.graphs)
+    return None
 
 
 #: Attribute types whose value is a message: the message must be there.

@@ -155,3 +155,23 @@ def test_float16_convert_warns_that_onnx_runtime_computes_the_domains_differentl
     result = CliRunner().invoke(main, ["convert", str(source), "--to", "com.microsoft"])
     assert result.exit_code == 0, result.output
     assert "no float16 kernel" not in result.output
+
+
+def test_sparse_initializers_are_refused_not_dropped(tmp_path: Path) -> None:
+    # onnx_ir drops sparse initializers: an unused one vanished from the output, a used one
+    # was called "not a valid ONNX model" (ONNX Runtime runs it). Now: exit 2, a clear line.
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([5, -7], np.int8), "W"),
+        numpy_helper.from_array(np.array([1, 8], np.int64), "W_indices"),
+        [4, 3],
+    )
+    model = _qoperator_tail()
+    model.graph.sparse_initializer.append(sparse)
+    source = tmp_path / "in.onnx"
+    onnx.save(model, source)
+    for args in (["fold"], ["convert", "--to", "onnx"], ["upgrade", "--opset", "21"]):
+        result = CliRunner().invoke(main, [args[0], str(source), *args[1:]])
+        assert result.exit_code == 2, result.output
+        assert "initializer 'W' is a sparse tensor" in result.output
+        assert "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
