@@ -175,3 +175,45 @@ def test_sparse_initializers_are_refused_not_dropped(tmp_path: Path) -> None:
         assert "initializer 'W' is a sparse tensor" in result.output
         assert "Traceback" not in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.onnx"]
+
+
+def test_float16_weight_qdq_pair_folds_to_onnx_runtimes_values(tmp_path: Path) -> None:
+    # A float16 model quantized with QDQ pairs on weights (Q of a float16 constant, DQ with a
+    # float16 per-channel scale). The folded weight is ONNX Runtime's DQ output, bit for bit.
+    # Not compared: the MatMul after it. ORT's CPU provider computes float16 MatMul in
+    # float32 and its cast insertion decides per graph shape whether the DQ before it runs
+    # in float16 or float32 (unrounded), so the same weight can give different last bits.
+    rng = np.random.default_rng(5)
+    weight = (rng.standard_normal((6, 5)) * 3).astype(np.float16)
+    inits = [
+        numpy_helper.from_array(weight, "Wf"),
+        numpy_helper.from_array((rng.random(5) * 0.05 + 0.001).astype(np.float16), "s"),
+        numpy_helper.from_array(rng.integers(-100, 100, 5).astype(np.int8), "z"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["Wf", "s", "z"], ["wq"], axis=1),
+        helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["wd"], axis=1),
+        helper.make_node("MatMul", ["x", "wd"], ["y"]),
+    ]
+    half = TensorProto.FLOAT16
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", half, [2, 6])],
+        [
+            helper.make_tensor_value_info("y", half, [2, 5]),
+            helper.make_tensor_value_info("wd", half, [6, 5]),
+        ],
+        inits,
+        opset=21,
+    )
+    source, target = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    result = CliRunner().invoke(main, ["fold", str(source), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    folded = onnx.load(target)
+    assert [n.op_type for n in folded.graph.node] == ["MatMul"]
+    feeds = {"x": np.ones((2, 6), np.float16)}
+    expected = run_ort(source, feeds)[1]
+    got = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}["wd"]
+    assert got.dtype == np.float16
+    np.testing.assert_array_equal(got, expected)
