@@ -23,7 +23,7 @@ from qlrewrite import model_io
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.qdq import MS_DOMAIN, QDQ_OPS
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
-from qlrewrite.weightless import weightless_proto
+from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 __all__ = [
     "FindingsRefusal",
@@ -97,10 +97,10 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None) -> Any:
+def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Any:
     from qlrewrite.passes.check import check_model
 
-    return check_model(model, path=str(path) if path else None)
+    return check_model(model, path=str(path) if path else None, weightless=weightless)
 
 
 def rewrite(
@@ -132,7 +132,9 @@ def rewrite(
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     _refuse_overwriting_input_data(model, target, in_place)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
-    report = unrepaired(_check(model, input_path), passes)
+    # The model is as loaded: shape inference can run on a copy of the file's nodes.
+    unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
+    report = unrepaired(_check(model, input_path, unchanged), passes)
     if report.errors:
         raise FindingsRefusal(
             f"{input_path}: {len(report.errors)} error finding(s); nothing written "
@@ -236,13 +238,15 @@ def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
     the full check requires the field, but the rewrite did not remove it.
     """
     proto = weightless_proto(model)
+    as_is = onnx.ModelProto()
+    as_is.CopyFrom(proto)  # for our check's inference, without the filled shapes
     warnings = _infer_missing_io_shapes(proto)
     try:
         onnx.checker.check_model(proto, full_check=True)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refusal(f"the rewritten model would be invalid (onnx.checker: {first})") from exc
-    report = _check(model, source)
+    report = _check(model, source, as_is)
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "

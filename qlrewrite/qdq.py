@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 
 import onnx
@@ -36,6 +37,7 @@ class QDQSite:
     version: int | None  # the op's version in force (None: no such op at that opset)
 
 
+@functools.cache  # one schema lookup per (op, domain, opset), not per node
 def version_in_force(op_type: str, domain: str, imported: int | None) -> int | None:
     """The since_version of ``op_type`` in force at opset ``imported`` of ``domain``."""
     if imported is None:

@@ -8,12 +8,16 @@ checker and shape inference see the same names, types and shapes without any dat
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Iterator
+from typing import Any
+
 import onnx
 import onnx_ir as ir
 
 from qlrewrite.materialize import external_in_memory
 
-__all__ = ["weightless_proto"]
+__all__ = ["weightless_from_source", "weightless_proto"]
 
 _PLACEHOLDER = "qlrewrite-weightless-placeholder"
 
@@ -74,3 +78,134 @@ def _hoist_placeholders(graph: onnx.GraphProto, main: onnx.GraphProto) -> None:
                 _hoist_placeholders(attr.g, main)
             for sub in attr.graphs:
                 _hoist_placeholders(sub, main)
+
+
+def weightless_from_source(
+    source: onnx.ModelProto, *, max_inline_bytes: int = 1024
+) -> onnx.ModelProto | None:
+    """What :func:`weightless_proto` returns, built from the ModelProto a model was just
+    deserialized from: a copy of its nodes and small initializers, no per-node Python work.
+
+    Shape inference on it gives the same types and shapes for every value that is not an
+    initializer (onnx_ir also declares initializers in ``value_info``; this copy does not,
+    and their types come from the tensors). Only valid while the model is unchanged since
+    it was loaded from ``source``. None when the copy could differ from serializing the
+    model (a kept tensor in external data, a string, unknown or sparse initializer, a
+    large initializer in a subgraph): use :func:`weightless_proto` then.
+    """
+    main = source.graph
+    if len(main.sparse_initializer) or not _plain_subgraphs(main.node, max_inline_bytes):
+        return None
+    if not all(_plain_subgraphs(f.node, max_inline_bytes) for f in source.functions):
+        return None
+    kept, hoisted = [], []
+    for tensor in main.initializer:
+        nbytes = _nbytes(tensor)
+        if nbytes is None:
+            return None
+        if nbytes > max_inline_bytes:
+            hoisted.append(tensor)
+        elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+            return None
+        else:
+            kept.append(tensor)
+    proto = onnx.ModelProto()
+    _copy_fields(source, proto, skip=("graph",))
+    _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
+    proto.graph.initializer.extend(kept)
+    proto.graph.value_info.extend(_live_value_info(main))
+    for sub in _subgraphs([*proto.graph.node, *(n for f in proto.functions for n in f.node)]):
+        live = _live_value_info(sub)
+        del sub.value_info[:]
+        sub.value_info.extend(live)
+        _normalize_domains(sub.node)
+    _normalize_domains(proto.graph.node)
+    for function in proto.functions:
+        _normalize_domains(function.node)
+        if function.domain == "ai.onnx":
+            function.domain = ""
+    input_names = {i.name for i in main.input}
+    for tensor in hoisted:
+        if tensor.name not in input_names:
+            proto.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+            input_names.add(tensor.name)
+    return proto
+
+
+def _copy_fields(source: Any, target: Any, skip: tuple[str, ...]) -> None:
+    for field, value in source.ListFields():
+        if field.name in skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def _normalize_domains(nodes: Iterable[onnx.NodeProto]) -> None:
+    """Domain 'ai.onnx' is '' (as onnx_ir reads it; ONNX's inference wants the import)."""
+    for node in nodes:
+        if node.domain == "ai.onnx":
+            node.domain = ""
+
+
+def _live_value_info(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
+    """The ``value_info`` entries onnx_ir keeps (and serializes): one per name (the last),
+    for node outputs that are not graph outputs and initializers that are not inputs;
+    exporters leave entries for values that no longer exist."""
+    outputs = {o.name for o in graph.output}
+    inputs = {i.name for i in graph.input}
+    live = {t.name for t in graph.initializer if t.name not in inputs}
+    live.update(name for node in graph.node for name in node.output if name not in outputs)
+    return list({info.name: info for info in graph.value_info if info.name in live}.values())
+
+
+def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
+    """Every subgraph of ``nodes``, nested ones included."""
+    for node in nodes:
+        for attr in node.attribute:
+            subgraphs = [attr.g] if attr.HasField("g") else []
+            for sub in (*subgraphs, *attr.graphs):
+                yield sub
+                yield from _subgraphs(sub.node)
+
+
+def _plain_subgraphs(nodes: Iterable[onnx.NodeProto], max_inline_bytes: int) -> bool:
+    """No attribute tensor of ``nodes`` (nested) is external, and every subgraph
+    initializer is small, inline and dense: the copy keeps them as serializing would."""
+    for node in nodes:
+        for attr in node.attribute:
+            if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                return False
+            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attr.tensors):
+                return False
+            subgraphs = [attr.g] if attr.HasField("g") else []
+            for sub in (*subgraphs, *attr.graphs):
+                if len(sub.sparse_initializer):
+                    return False
+                for tensor in sub.initializer:
+                    nbytes = _nbytes(tensor)
+                    if (
+                        nbytes is None
+                        or nbytes > max_inline_bytes
+                        or tensor.data_location == onnx.TensorProto.EXTERNAL
+                    ):
+                        return False
+                if not _plain_subgraphs(sub.node, max_inline_bytes):
+                    return False
+    return True
+
+
+def _nbytes(tensor: onnx.TensorProto) -> int | None:
+    """The tensor's size in bytes as onnx_ir counts it (None: a string or unknown type)."""
+    try:
+        dtype = ir.DataType(tensor.data_type)
+    except ValueError:
+        return None
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in tensor.dims):
+        return None
+    return math.ceil(dtype.bitwidth * math.prod(tensor.dims) / 8)

@@ -22,7 +22,7 @@ from qlrewrite.findings import Report
 from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes
 from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
-from qlrewrite.weightless import weightless_proto
+from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 __all__ = [
     "CheckPass",
@@ -56,7 +56,7 @@ def check(
         except Exception as exc:  # onnx_ir raises many kinds on malformed protos
             return Report(error=f"not a valid ONNX model ({exc})".splitlines()[0])
         model.meta["qlrewrite.proto"] = model_or_path
-        report = check_model(model)
+        report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
         report = check_path(model_or_path)
     return filter_report(report, codes)
@@ -114,11 +114,21 @@ def check_path(path: str | os.PathLike) -> Report:
         model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), error=str(exc).removeprefix(f"{path}: "))
-    return check_model(model, path=str(path))
+    source = model.meta.get("qlrewrite.proto")
+    weightless = weightless_from_source(source) if source is not None else None
+    return check_model(model, path=str(path), weightless=weightless)
 
 
-def check_model(model: ir.Model, *, path: str | None = None) -> Report:
-    """Every finding of every rule on ``model`` (which is not modified)."""
+def check_model(
+    model: ir.Model, *, path: str | None = None, weightless: onnx.ModelProto | None = None
+) -> Report:
+    """Every finding of every rule on ``model`` (which is not modified).
+
+    ``weightless``: a weight-free proto of ``model`` as it is now (from
+    :func:`~qlrewrite.weightless.weightless_proto` or, for a model just loaded,
+    :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
+    it the model is serialized again if inference is needed.
+    """
     report = Report(path=path)
     model_ctx = ModelContext(model, path)
     for check in CHECKS.values():
@@ -126,7 +136,7 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
             report.findings.extend(check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
-    for site, contexts in node_contexts(model):
+    for site, contexts in node_contexts(model, weightless=weightless):
         report.nodes_checked += 1
         for ctx in contexts:
             for check in node_checks:
@@ -141,10 +151,13 @@ def check_model(model: ir.Model, *, path: str | None = None) -> Report:
     return report
 
 
-def node_contexts(model: ir.Model) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
+def node_contexts(
+    model: ir.Model, *, weightless: onnx.ModelProto | None = None
+) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
     """Every Q/DQ node with what the rules see of it: one context per call site for a
-    node inside a function, else one. Shape inference runs once, on first need."""
-    inference = _Inference(model)
+    node inside a function, else one. Shape inference runs once, on first need (on
+    ``weightless`` when given, see :func:`check_model`)."""
+    inference = _Inference(model, weightless)
     call_sites = _call_sites(model)
     for site in iter_qdq_nodes(model):
         function = _function_label(site.label)
@@ -256,8 +269,9 @@ Info = tuple[ir.DataType | None, Dims | None]
 class _Inference:
     """ONNX shape inference on a weight-free copy, run once on first use, per graph label."""
 
-    def __init__(self, model: ir.Model) -> None:
+    def __init__(self, model: ir.Model, weightless: onnx.ModelProto | None = None) -> None:
         self._model = model
+        self._weightless = weightless
         self._tables: dict[str, dict[str, Info]] | None = None
         self._visible: dict[str, dict[str, Info]] = {}
 
@@ -267,7 +281,7 @@ class _Inference:
         if label in self._visible:
             return self._visible[label]
         if self._tables is None:
-            self._tables = _infer(self._model)
+            self._tables = _infer(self._model, self._weightless)
         outer = self.table(label.rsplit("/", 1)[0]) if "/" in label else {}
         merged = {**outer, **self._tables.get(label, {})}
         self._visible[label] = merged
@@ -305,11 +319,16 @@ class _Scope(Mapping[str, Info]):
         return key in self._names
 
 
-def _infer(model: ir.Model) -> dict[str, dict[str, Info]]:
+def _infer(
+    model: ir.Model, weightless: onnx.ModelProto | None = None
+) -> dict[str, dict[str, Info]]:
     """Graph label -> name -> (type, shape) from shape inference; {} when it cannot run."""
     try:
         proto = onnx.shape_inference.infer_shapes(
-            weightless_proto(model), check_type=False, strict_mode=False, data_prop=False
+            weightless if weightless is not None else weightless_proto(model),
+            check_type=False,
+            strict_mode=False,
+            data_prop=False,
         )
     except Exception:  # inference is a bonus: never fail the check on it
         return {}
