@@ -17,6 +17,7 @@ __all__ = [
     "is_constant",
     "iter_graphs",
     "iter_qdq_nodes",
+    "owner_label",
     "version_in_force",
 ]
 
@@ -66,9 +67,17 @@ def _walk_graph(graph: ir.Graph, label: str) -> Iterator[tuple[str, ir.Graph | i
         yield from _subgraphs(node, label)
 
 
+def owner_label(name: str, op_type: str, first_output: str) -> str:
+    """How a node holding subgraphs appears in graph labels: its name, or for an unnamed
+    node ``op_type(first output)`` (output names are unique; two unnamed If nodes are not)."""
+    return name or f"{op_type}({first_output})"
+
+
 def _subgraphs(node: ir.Node, label: str) -> Iterator[tuple[str, ir.Graph | ir.Function]]:
+    first = (node.outputs[0].name or "") if node.outputs else ""
+    owner = owner_label(node.name or "", node.op_type, first)
     for attr in node.attributes.values():
-        base = f"{label}/{node.name or node.op_type}.{attr.name}"
+        base = f"{label}/{owner}.{attr.name}"
         if attr.type == ir.AttributeType.GRAPH:
             yield from _walk_graph(attr.value, base)
         elif attr.type == ir.AttributeType.GRAPHS:

@@ -217,3 +217,53 @@ def test_float16_weight_qdq_pair_folds_to_onnx_runtimes_values(tmp_path: Path) -
     got = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}["wd"]
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, expected)
+
+
+def test_two_unnamed_ifs_with_same_inner_names_are_told_apart(tmp_path: Path) -> None:
+    # Exporters leave nodes unnamed and reuse inner names in sibling subgraphs. The two Ifs'
+    # branches were both labelled "main/If.then_branch", so the check read the uint8 'c' of
+    # one for the int8 'c' of the other: false QL304 errors and every rewrite refused.
+    def branch(to: int, zero_point: str, out: str) -> onnx.GraphProto:
+        nodes = [
+            helper.make_node("Cast", ["x"], ["c"], to=to),
+            helper.make_node("DequantizeLinear", ["c", "s", zero_point], [out]),
+        ]
+        return helper.make_graph(
+            nodes, "b", [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)]
+        )
+
+    u8, i8 = TensorProto.UINT8, TensorProto.INT8
+    nodes = [
+        helper.make_node(
+            "If", ["cond"], ["y1"], then_branch=branch(u8, "zu", "o1"),
+            else_branch=branch(u8, "zu", "o2"),
+        ),
+        helper.make_node(
+            "If", ["cond"], ["y2"], then_branch=branch(i8, "zi", "o3"),
+            else_branch=branch(i8, "zi", "o4"),
+        ),
+    ]  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.array(0.5, F32), "s"),
+        numpy_helper.from_array(np.array(3, np.uint8), "zu"),
+        numpy_helper.from_array(np.array(-3, np.int8), "zi"),
+    ]
+    model = _model(
+        nodes,
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("y1", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("y2", TensorProto.FLOAT, [4]),
+        ],
+        inits,
+    )
+    feeds = {"x": np.array([1, 2, 3, 4], F32), "cond": np.array(True)}
+    out = _rewrite_same_in_ort(tmp_path, model, feeds, "convert", "--to", "com.microsoft")
+    assert sum(n.domain == "com.microsoft" for n in out.graph.node[1].attribute[0].g.node) == 1
+    source = tmp_path / "in.onnx"
+    result = CliRunner().invoke(main, ["check", str(source), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "QL304" not in result.output

@@ -19,7 +19,7 @@ import onnx_ir as ir
 from qlrewrite import model_io, opsets
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
-from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes
+from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes, owner_label
 from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -356,7 +356,8 @@ def _collect(graph: onnx.GraphProto, label: str, tables: dict[str, dict[str, Inf
         table[info.name] = (dtype, shape)
     for node in graph.node:
         for attr in node.attribute:
-            base = f"{label}/{node.name or node.op_type}.{attr.name}"
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
+            base = f"{label}/{owner}.{attr.name}"
             if attr.HasField("g"):
                 _collect(attr.g, base, tables)
             for index, sub in enumerate(attr.graphs):
