@@ -66,8 +66,9 @@ class _InferredTypes:
     """Element types by value name from ONNX type inference on a weight-free copy of the
     model; computed once, and only if a Q/DQ input has no declared type."""
 
-    def __init__(self, model: ir.Model) -> None:
+    def __init__(self, model: ir.Model, weightless: onnx.ModelProto | None = None) -> None:
         self._model = model
+        self._weightless = weightless
         self._types: dict[str, ir.DataType] | None = None
 
     def get(self, name: str) -> ir.DataType | None:
@@ -77,7 +78,9 @@ class _InferredTypes:
 
     def _infer(self) -> dict[str, ir.DataType]:
         try:
-            proto = weightless_proto(self._model, max_inline_bytes=0)
+            proto = self._weightless
+            if proto is None:
+                proto = weightless_proto(self._model, max_inline_bytes=0)
             proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
         except Exception:  # an invalid model: fall back to the opset rules
             return {}
@@ -154,15 +157,18 @@ def _constant_inputs(node: ir.Node) -> dict[int, int]:
     return found
 
 
-def model_summary(model: ir.Model) -> dict[str, Any]:
+def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None) -> dict[str, Any]:
     """A JSON-ready description of ``model`` (the `info` command's content).
+
+    ``weightless``: a weight-free proto of the model for type inference (see
+    :func:`qlrewrite.passes.check.check_model`); without it the model is serialized.
 
     ``input_bytes`` of a group counts each constant input (weight, scale, zero point)
     once, however many of the group's nodes share it.
     """
     all_sites = list(iter_qdq_nodes(model))
     by_node = {id(site.node): site for site in all_sites}
-    inferred = _InferredTypes(model)
+    inferred = _InferredTypes(model, weightless)
     groups: Counter[QDQGroup] = Counter()
     group_inputs: dict[QDQGroup, dict[int, int]] = {}
     for site in all_sites:
