@@ -267,3 +267,20 @@ def test_two_unnamed_ifs_with_same_inner_names_are_told_apart(tmp_path: Path) ->
     result = CliRunner().invoke(main, ["check", str(source), "--format", "json"])
     assert result.exit_code == 0, result.output
     assert "QL304" not in result.output
+
+
+def test_graph_input_of_unknown_rank_rewrites_with_a_warning(tmp_path: Path) -> None:
+    # PyTorch-export / hand-edited style: the input is declared with a type but no shape, so
+    # none can be inferred. onnx.checker's full check demands the field; ONNX Runtime runs
+    # the model. Every rewrite was refused; now it is checked without it, with a warning.
+    model = _shapeless_outputs()
+    del model.graph.input[:]
+    model.graph.input.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, None))
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=F32).reshape(2, 3)}
+    for args in (["fold"], ["convert", "--to", "com.microsoft"], ["upgrade", "--opset", "21"]):
+        out = _rewrite_same_in_ort(tmp_path, model, feeds, *args)
+        assert not out.graph.input[0].type.tensor_type.HasField("shape")
+    source, target = tmp_path / "in.onnx", tmp_path / "warned.onnx"
+    result = CliRunner().invoke(main, ["fold", str(source), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    assert "x" in result.output and "none inferred" in result.output
