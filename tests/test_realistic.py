@@ -284,3 +284,45 @@ def test_graph_input_of_unknown_rank_rewrites_with_a_warning(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["fold", str(source), "-o", str(target)])
     assert result.exit_code == 0, result.output
     assert "x" in result.output and "none inferred" in result.output
+
+
+def test_function_q_of_a_function_input_converts_and_overloads_survive(tmp_path: Path) -> None:
+    # A model-local function (two overloads, IR 10) quantizes its input: x's type is unknown
+    # inside the function, but Q-21 (like com.microsoft Q) gives x the scale's type.
+    def function(overload: str, scale: float) -> onnx.FunctionProto:
+        nodes = [
+            helper.make_node(
+                "Constant", [], ["s"], value=numpy_helper.from_array(np.array(scale, F32))
+            ),
+            helper.make_node(
+                "Constant", [], ["z"], value=numpy_helper.from_array(np.array(0, np.uint8))
+            ),
+            helper.make_node("QuantizeLinear", ["a", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["b"]),
+        ]
+        proto = helper.make_function(
+            "local", "f", ["a"], ["b"], nodes, [helper.make_opsetid("", 21)]
+        )
+        proto.overload = overload
+        return proto
+
+    calls = [helper.make_node("f", ["x"], [y], domain="local") for y in ("y1", "y2")]
+    calls[1].overload = "v2"
+    graph = helper.make_graph(
+        calls,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(y, TensorProto.FLOAT, [4]) for y in ("y1", "y2")],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+        functions=[function("", 0.1), function("v2", 0.5)],
+        ir_version=10,
+    )
+    feeds = {"x": np.array([0.33, 1.27, -0.5, 2.0], F32)}
+    out = _rewrite_same_in_ort(tmp_path, model, feeds, "convert", "--to", "com.microsoft")
+    assert [(f.name, f.overload) for f in out.functions] == [("f", ""), ("f", "v2")]
+    assert {n.domain for f in out.functions for n in f.node if "Linear" in n.op_type} == {
+        "com.microsoft"
+    }

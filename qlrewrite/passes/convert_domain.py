@@ -78,8 +78,8 @@ def _types(model: ir.Model, ctx: NodeContext) -> tuple[Any, Any, Any, Any] | Non
     if x_type is None and len(ctx.node.inputs) > 0:
         # ONNX shape inference stops at com.microsoft nodes: Q -> DQ needs the Q's type.
         x_type = _produced_type(model, ctx.node.inputs[0])
-    if x_type is None and ctx.is_quantize and ctx.domain == MS_DOMAIN:
-        x_type = scale.dtype  # com.microsoft Q: x and scale share one type (T1)
+    if x_type is None and ctx.row is not None and ctx.row.scale_matches_x:
+        x_type = scale.dtype  # Q-19/21 and com.microsoft Q: x and scale share one type (T1)
     if x_type is None and not ctx.is_quantize and zero_point is not None:
         x_type = zero_point.dtype  # DQ (both domains): x and zero point share one type
     if x_type is None:
