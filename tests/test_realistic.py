@@ -326,3 +326,21 @@ def test_function_q_of_a_function_input_converts_and_overloads_survive(tmp_path:
     assert {n.domain for f in out.functions for n in f.node if "Linear" in n.op_type} == {
         "com.microsoft"
     }
+
+
+def test_fold_keeps_an_onnx_import_spelled_ai_onnx(tmp_path: Path) -> None:
+    # The default domain imported as "ai.onnx" (ONNX Runtime and onnx.checker accept it):
+    # onnx_ir's RemoveUnusedOpsetsPass saw no node of domain "ai.onnx" and dropped the
+    # import, so fold refused its own output.
+    model = _shapeless_outputs()
+    del model.opset_import[:]
+    model.opset_import.append(helper.make_opsetid("ai.onnx", 13))
+    model.graph.node.insert(
+        0, helper.make_node("DequantizeLinear", ["zw", "s", "z"], ["w"], name="dq_w")
+    )
+    model.graph.initializer.append(numpy_helper.from_array(np.array([7, 9], np.uint8), "zw"))
+    model.graph.output.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [2]))
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=F32).reshape(2, 3)}
+    out = _rewrite_same_in_ort(tmp_path, model, feeds, "fold")
+    assert [(o.domain, o.version) for o in out.opset_import] == [("ai.onnx", 13)]
+    assert "dq_w" not in [n.name for n in out.graph.node]

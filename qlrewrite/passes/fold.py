@@ -76,7 +76,7 @@ class FoldPass(ir.passes.InPlacePass):
         if any(self.summary.values()):
             link_in_order(_initializer_order(model))
             before = _opset_count(model)
-            RemoveUnusedOpsetsPass()(model)
+            _remove_unused_opsets(model)
             self.summary["opsets_removed"] = before - _opset_count(model)
         return ir.passes.PassResult(model, modified=any(self.summary.values()))
 
@@ -196,6 +196,19 @@ def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
         for value in graph.initializers.values()
         if isinstance(value.const_value, FoldedTensor)
     ]
+
+
+def _remove_unused_opsets(model: ir.Model) -> None:
+    """onnx_ir's RemoveUnusedOpsetsPass, keeping an ai.onnx import spelled "ai.onnx": the pass
+    takes it for another domain than the nodes' "" and drops it (an invalid model)."""
+    spelled = [
+        (imports, imports["ai.onnx"])
+        for imports in (model.opset_imports, *(f.opset_imports for f in model.functions.values()))
+        if "ai.onnx" in imports
+    ]
+    RemoveUnusedOpsetsPass()(model)
+    for imports, version in spelled:
+        imports.setdefault("ai.onnx", version)
 
 
 def _opset_count(model: ir.Model) -> int:
