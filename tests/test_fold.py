@@ -348,6 +348,14 @@ def test_inputs_overridable_by_graph_inputs_do_not_fold(overridable: str) -> Non
     assert not any(fold_pass.summary.values())
     assert [s.node.op_type for s in iter_qdq_nodes(model)] == ["DequantizeLinear"]
     assert len(model.graph.initializers) == 3
+    assert len(fold_pass.warnings) == 1 and "1 Q/DQ node(s) not folded" in fold_pass.warnings[0]
+
+
+def test_activation_q_says_nothing_about_overriding() -> None:
+    fold_pass = FoldPass()
+    fold_pass(ir.serde.deserialize_model(quantized("cnn-u8s8")))
+    assert fold_pass.summary["dq_folded"] > 0
+    assert fold_pass.warnings == []
 
 
 def _function_model() -> onnx.ModelProto:

@@ -52,6 +52,7 @@ class FoldPass(ir.passes.InPlacePass):
         super().__init__()
         self.keep_dq = keep_dq
         self.summary: dict[str, int] = {}
+        self.warnings: list[str] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         self.summary = dict.fromkeys(
@@ -65,14 +66,24 @@ class FoldPass(ir.passes.InPlacePass):
             ),
             0,
         )
+        self.warnings = []
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
+        overridable = 0
         for site in list(iter_qdq_nodes(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
             folded = _folded_tensor(site)
             if folded is not None:
                 self._replace(containers, site, folded)
+            elif _overridable(site.node):
+                overridable += 1
+        if overridable:
+            self.warnings.append(
+                f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
+                "initializer listed as a graph input can be overridden by the caller); "
+                "export without keep_initializers_as_inputs to fold them"
+            )
         if any(self.summary.values()):
             link_in_order(_initializer_order(model))
             before = _opset_count(model)
@@ -127,6 +138,13 @@ class FoldPass(ir.passes.InPlacePass):
         if value.is_initializer() and graph is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
             self.summary["initializers_removed"] += 1
+
+
+def _overridable(node: ir.Node) -> bool:
+    """True if the node would fold but for inputs that are initializers and graph inputs."""
+    inputs = [v for v in node.inputs if v is not None]
+    overridden = [v for v in inputs if v.is_initializer() and v.is_graph_input()]
+    return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
 def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
