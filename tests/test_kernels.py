@@ -363,3 +363,14 @@ def test_dequantize_output_dtype_float16_matches_ort_23(dtype):
     zp = _ints(dtype, (33,))
     ref = run_ort(build_model(DQ, x, scale, zp, np.float16, opset=23, axis=1, output_dtype=10))
     assert same_bits(dequantize(x, scale, zp, axis=1, output_dtype=10), ref)
+
+
+def test_float6_negative_zero_point_turns_negative_zero_positive():
+    """Found by the property test: x - (-0.0) is +0.0 for x = -0.0 (spec formula); a
+    zero point of -0.0 must not be dropped as 'all zero'."""
+    for dtype in (ml_dtypes.float6_e2m3fn, ml_dtypes.float4_e2m1fn):
+        neg_zero = np.array(-0.0, dtype=dtype)
+        got = dequantize(neg_zero, np.float32(0.5), neg_zero)
+        assert got.view(np.uint32) == 0  # +0.0
+        got = dequantize(neg_zero, np.float32(0.5))
+        assert got.view(np.uint32) == 0x80000000  # no zero point: -0.0 * 0.5 = -0.0

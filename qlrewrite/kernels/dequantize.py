@@ -121,14 +121,19 @@ def dequantize(
 
 
 def _checked_zero_point(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
-    """The zero point, or None when it is all zero (nothing to subtract)."""
+    """The zero point, or None when subtracting it changes nothing (all +0).
+
+    A float4 / float6 zero point of -0.0 is kept: x - (-0.0) turns x = -0.0 into +0.0.
+    """
     if zp is None:
         return None
+    values = zp.astype(_F32)
     with np.errstate(invalid="ignore"):
-        nonzero = bool(np.any(zp.astype(_F32) != 0))
+        nonzero = bool(np.any(values != 0))
     if nonzero and x.dtype in FLOAT8_TYPES:  # ORT and the reference refuse it
         raise ValueError(f"{x.dtype} DequantizeLinear needs a zero point of 0")
-    return zp if nonzero else None
+    negative_zero = x.dtype in MINIFLOAT_TYPES and x.dtype not in FLOAT8_TYPES
+    return zp if nonzero or (negative_zero and bool(np.any(np.signbit(values)))) else None
 
 
 def _output_type(
