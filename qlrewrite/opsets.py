@@ -11,7 +11,7 @@ opset means adding rows here. ai.onnx rows are written out (tests compare them w
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 import onnx_ir as ir
 
@@ -22,6 +22,7 @@ __all__ = [
     "PER_AXIS",
     "PER_TENSOR",
     "TABLE",
+    "NodeForm",
     "OpVersion",
     "com_microsoft_can_express",
     "expression_problems",
@@ -257,29 +258,33 @@ def output_type(
     return None
 
 
-def _names(types: Iterable[ir.DataType]) -> str:
-    return ", ".join(sorted(t.name for t in types))
+@dataclasses.dataclass(frozen=True)
+class NodeForm:
+    """What a Q/DQ node asks of an operator version: element types, attributes it carries
+    (those equal to their default left out), and its granularity.
+
+    ``output_type`` None means "whatever the version derives".
+    """
+
+    x_type: ir.DataType
+    scale_type: ir.DataType
+    zero_point_type: ir.DataType | None = None
+    output_type: ir.DataType | None = None
+    attributes: tuple[str, ...] = ()
+    blocked: bool = False
+    per_axis: bool = False
 
 
-def expression_problems(
-    row: OpVersion,
-    *,
-    x_type: ir.DataType,
-    scale_type: ir.DataType,
-    zero_point_type: ir.DataType | None = None,
-    output_type: ir.DataType | None = None,
-    attributes: Iterable[str] = (),
-    blocked: bool = False,
-    per_axis: bool = False,
-) -> list[str]:
-    """Why a node with these types and attributes cannot be written as ``row`` ([] if it can).
+def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:
+    """Why a node of this ``form`` cannot be written as ``row`` ([] if it can).
 
-    ``output_type`` None means "whatever the row derives". A requested ``output_type``
-    that the row cannot derive from the zero point or scale counts as expressible when
-    the row has an ``output_dtype`` attribute (a converter may add it).
+    A requested ``output_type`` that the row cannot derive from the zero point or scale
+    counts as expressible when the row has an ``output_dtype`` attribute (a converter may
+    add it).
     """
     problems: list[str] = []
     name = row.label
+    x_type, scale_type, zero_point_type = form.x_type, form.scale_type, form.zero_point_type
     if x_type not in row.x_types:
         problems.append(f"{name} does not take x of type {x_type.name}")
     if scale_type not in row.scale_types:
@@ -290,90 +295,41 @@ def expression_problems(
         problems.append(f"{name} does not take a zero point of type {zero_point_type.name}")
     if zero_point_type is not None and not row.is_quantize and zero_point_type != x_type:
         problems.append(f"{name} needs the zero point type to equal the x type")
-    unknown = sorted(set(attributes) - set(row.attributes))
+    unknown = sorted(set(form.attributes) - set(row.attributes))
     if unknown:
         problems.append(f"{name} has no attribute {', '.join(unknown)}")
-    if blocked and BLOCKED not in row.granularities:
+    if form.blocked and BLOCKED not in row.granularities:
         problems.append(f"{name} has no blocked quantization (block_size)")
-    if per_axis and PER_AXIS not in row.granularities:
+    if form.per_axis and PER_AXIS not in row.granularities:
         problems.append(f"{name} has no per-axis quantization")
     if scale_type in row.scale_needs_output_dtype and "output_dtype" not in row.attributes:
         problems.append(f"{name} cannot give a float output for a {scale_type.name} scale")
-    if output_type is not None:
-        derived = _derived_output(row, scale_type, zero_point_type)
-        if output_type not in row.output_types:
-            problems.append(f"{name} cannot output {output_type.name}")
-        elif derived != output_type and not (
+    wanted = form.output_type
+    if wanted is not None:
+        derived = output_type(row, scale_type=scale_type, zero_point_type=zero_point_type)
+        if wanted not in row.output_types:
+            problems.append(f"{name} cannot output {wanted.name}")
+        elif derived != wanted and not (
             "output_dtype" in row.attributes and (zero_point_type is None or not row.is_quantize)
         ):
-            problems.append(
-                f"{name} outputs {derived.name if derived else '?'}, not {output_type.name}"
-            )
+            problems.append(f"{name} outputs {derived.name if derived else '?'}, not {wanted.name}")
     return problems
 
 
-def _derived_output(
-    row: OpVersion, scale_type: ir.DataType, zero_point_type: ir.DataType | None
-) -> ir.DataType | None:
-    return output_type(row, scale_type=scale_type, zero_point_type=zero_point_type)
-
-
-def lowest_onnx_opset(
-    op_type: str,
-    *,
-    x_type: ir.DataType,
-    scale_type: ir.DataType,
-    zero_point_type: ir.DataType | None = None,
-    output_type: ir.DataType | None = None,
-    attributes: Iterable[str] = (),
-    blocked: bool = False,
-    per_axis: bool = False,
-) -> int | None:
+def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:
     """The lowest ai.onnx opset whose version of ``op_type`` can express the node.
 
     None when no known version can (e.g. a com.microsoft-only combination).
     """
-    attributes = tuple(attributes)
     for row in versions("", op_type):
-        if not expression_problems(
-            row,
-            x_type=x_type,
-            scale_type=scale_type,
-            zero_point_type=zero_point_type,
-            output_type=output_type,
-            attributes=attributes,
-            blocked=blocked,
-            per_axis=per_axis,
-        ):
+        if not expression_problems(row, form):
             return row.since
     return None
 
 
-def com_microsoft_can_express(
-    op_type: str,
-    *,
-    x_type: ir.DataType,
-    scale_type: ir.DataType,
-    zero_point_type: ir.DataType | None = None,
-    output_type: ir.DataType | None = None,
-    attributes: Iterable[str] = (),
-    blocked: bool = False,
-    per_axis: bool = False,
-) -> list[str]:
-    """Why the node cannot be a com.microsoft op (``[]``: it can).
-
-    Attributes with their default value should be left out of ``attributes``.
-    """
+def com_microsoft_can_express(op_type: str, form: NodeForm) -> list[str]:
+    """Why the node cannot be a com.microsoft op (``[]``: it can)."""
     row = lookup(MS_DOMAIN, op_type, 1)
     if row is None:
         return [f"com.microsoft has no {op_type}"]
-    return expression_problems(
-        row,
-        x_type=x_type,
-        scale_type=scale_type,
-        zero_point_type=zero_point_type,
-        output_type=output_type,
-        attributes=attributes,
-        blocked=blocked,
-        per_axis=per_axis,
-    )
+    return expression_problems(row, form)

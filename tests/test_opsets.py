@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import onnx
 import onnx_ir as ir
 import pytest
@@ -81,10 +83,12 @@ def test_min_ir_version(dtype: ir.DataType, ir_version: int) -> None:
 
 
 def test_lowest_onnx_opset() -> None:
-    low = opsets.lowest_onnx_opset
+    def low(op_type: str, **form: Any) -> int | None:
+        return opsets.lowest_onnx_opset(op_type, opsets.NodeForm(**form))
+
     assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT) == 10
     assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT, per_axis=True) == 13
-    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT, attributes=["axis"]) == 13
+    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT, attributes=("axis",)) == 13
     assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT16) == 19
     assert low("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT) == 21
     assert low("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True) == 21
@@ -106,14 +110,16 @@ def test_lowest_onnx_opset() -> None:
 
 
 def test_com_microsoft_can_express() -> None:
-    can = opsets.com_microsoft_can_express
-    assert can("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT, attributes=["axis"]) == []
+    def can(op_type: str, **form: Any) -> list[str]:
+        return opsets.com_microsoft_can_express(op_type, opsets.NodeForm(**form))
+
+    assert can("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT, attributes=("axis",)) == []
     assert can("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16,
                zero_point_type=DT.UINT4) == []  # fmt: skip
     assert can("DequantizeLinear", x_type=DT.FLOAT8E4M3FN, scale_type=DT.FLOAT)
     assert can("DequantizeLinear", x_type=DT.INT8, scale_type=DT.BFLOAT16)
     assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True)
-    assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, attributes=["block_size"])
+    assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, attributes=("block_size",))
     assert can("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT16)
 
 

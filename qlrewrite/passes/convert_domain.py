@@ -147,22 +147,22 @@ def _plan_to_onnx(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -
             plan.set_axis = True
             if "axis" not in attributes:
                 attributes.append("axis")
-        facts = dict(
+        form = opsets.NodeForm(
             x_type=x_type,
             scale_type=scale_type,
             zero_point_type=zp_type,
             # com.microsoft derives the output from the scale (DQ) or zero point (Q)
             output_type=None if ctx.is_quantize else scale_type,
-            attributes=attributes,
+            attributes=tuple(attributes),
             blocked=blocked,
             per_axis=per_axis,
         )
         if row is None:
             plan.problems.append(f"ai.onnx opset {opset} has no {op}")
         else:
-            plan.problems.extend(opsets.expression_problems(row, **facts))
+            plan.problems.extend(opsets.expression_problems(row, form))
         if plan.problems:
-            lowest = opsets.lowest_onnx_opset(op, **facts)
+            lowest = opsets.lowest_onnx_opset(op, form)
             if lowest is not None and (plan.lowest_opset is None or lowest > plan.lowest_opset):
                 plan.lowest_opset = lowest
     return plan
@@ -197,13 +197,15 @@ def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContex
         plan.problems.extend(
             opsets.com_microsoft_can_express(
                 op,
-                x_type=x_type,
-                scale_type=scale_type,
-                zero_point_type=zp_type,
-                output_type=out_type,
-                attributes=kept,
-                blocked=blocked,
-                per_axis=per_axis,
+                opsets.NodeForm(
+                    x_type=x_type,
+                    scale_type=scale_type,
+                    zero_point_type=zp_type,
+                    output_type=out_type,
+                    attributes=tuple(kept),
+                    blocked=blocked,
+                    per_axis=per_axis,
+                ),
             )
         )
     return plan
