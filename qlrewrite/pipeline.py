@@ -21,7 +21,6 @@ import onnx_ir as ir
 
 from qlrewrite import model_io
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
-from qlrewrite.qdq import MS_DOMAIN, QDQ_OPS
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -234,19 +233,15 @@ def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
     Graph inputs and outputs declared without a shape (as some exporters write them, and
-    as ONNX Runtime runs them) get their inferred shapes for the checker, with a warning:
-    the full check requires the field, but the rewrite did not remove it.
+    as ONNX Runtime runs them) do not refuse it: see :func:`_full_check` (a warning).
     """
     proto = weightless_proto(model)
-    as_is = onnx.ModelProto()
-    as_is.CopyFrom(proto)  # for our check's inference, without the filled shapes
-    warnings = _infer_missing_io_shapes(proto)
     try:
-        warnings += _full_check(proto)
+        warnings = _full_check(proto)
     except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise Refusal(f"the rewritten model would be invalid (onnx.checker: {first})") from exc
-    report = _check(model, source, as_is)
+    report = _check(model, source, proto)
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "
@@ -257,10 +252,10 @@ def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
 
 
 def _full_check(proto: onnx.ModelProto) -> list[str]:
-    """onnx.checker's full check. Main-graph inputs / outputs still without a shape (none
-    could be inferred: an input of unknown rank) get an empty one for the structural check
-    only, which requires the field; strict shape inference (the rest of the full check)
-    runs without it, as ONNX Runtime does. Returns a warning naming them."""
+    """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
+    one for the structural check only, which requires the field; strict shape inference
+    (the rest of the full check) runs without it, as ONNX Runtime does. Returns a warning
+    naming them. ``proto`` is left as it came."""
     shapeless = _shapeless_io(proto.graph)
     if not shapeless:
         onnx.checker.check_model(proto, full_check=True)
@@ -273,8 +268,8 @@ def _full_check(proto: onnx.ModelProto) -> list[str]:
     onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
     names = ", ".join(info.name for info in shapeless)
     return [
-        f"graph input/output {names} declared without a shape (as in the input) and none "
-        "inferred; onnx.checker's full check ran without it"
+        f"graph input/output {names} declared without a shape (as in the input); "
+        "onnx.checker's full check ran without it"
     ]
 
 
@@ -285,49 +280,6 @@ def _shapeless_io(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
         for info in (*graph.input, *graph.output)
         if info.type.HasField("tensor_type") and not info.type.tensor_type.HasField("shape")
     ]
-
-
-def _infer_missing_io_shapes(proto: onnx.ModelProto) -> list[str]:
-    """Fill the shape of main-graph inputs and outputs that have none from shape inference."""
-    missing = _shapeless_io(proto.graph)
-    if not missing:
-        return []
-    try:
-        inferred = onnx.shape_inference.infer_shapes(_onnx_domain_qdq(proto), strict_mode=False)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError):
-        return []
-    found = {
-        info.name: info.type.tensor_type.shape
-        for info in (*inferred.graph.input, *inferred.graph.output, *inferred.graph.value_info)
-        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape")
-    }
-    filled = [info.name for info in missing if info.name in found]
-    for info in missing:
-        if info.name in found:
-            info.type.tensor_type.shape.CopyFrom(found[info.name])
-    if not filled:
-        return []
-    return [
-        f"graph input/output {', '.join(filled)} declared without a shape (as in the input); "
-        "onnx.checker's full check needs one, so it checked the inferred shapes"
-    ]
-
-
-def _onnx_domain_qdq(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy with the main graph's com.microsoft Q/DQ nodes in ai.onnx, for shape inference.
-
-    ONNX's inference knows no com.microsoft op and stops at them; their outputs have the
-    shapes and types of ai.onnx's Q/DQ (where an ai.onnx version cannot express a node, its
-    inference fails and, not strict, leaves that output unknown as before).
-    """
-    if not any(n.domain == MS_DOMAIN and n.op_type in QDQ_OPS for n in proto.graph.node):
-        return proto
-    probe = onnx.ModelProto()
-    probe.CopyFrom(proto)
-    for node in probe.graph.node:
-        if node.domain == MS_DOMAIN and node.op_type in QDQ_OPS:
-            node.domain = ""
-    return probe
 
 
 def _pass_name(p: ir.passes.PassBase) -> str:
