@@ -13,6 +13,7 @@ __all__ = [
     "MS_DOMAIN",
     "QDQ_OPS",
     "QDQSite",
+    "drop_unused_domain",
     "granularity",
     "is_constant",
     "iter_graphs",
@@ -133,3 +134,27 @@ def granularity(node: ir.Node) -> str:
     if shape.rank() == 1:
         return f"per-axis(axis={axis})"
     return f"rank-{shape.rank()} scale"
+
+
+def drop_unused_domain(model: ir.Model, domain: str) -> bool:
+    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it.
+
+    The ai.onnx import is always kept (it fixes the meaning of the model's opset).
+    """
+    if domain in ("", "ai.onnx"):
+        return False
+    function_domains = {f.domain for f in model.functions.values()}
+    changed = False
+    graph_likes: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    for graph_like in graph_likes:
+        if domain not in graph_like.opset_imports:
+            continue
+        if graph_like is model.graph and domain in function_domains:
+            continue
+        used = any(
+            node.domain == domain for node in ir.traversal.RecursiveGraphIterator(graph_like)
+        )
+        if not used:
+            del graph_like.opset_imports[domain]
+            changed = True
+    return changed

@@ -19,10 +19,10 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.check import node_contexts
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import MS_DOMAIN, QDQSite
+from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domain
 from qlrewrite.rules.context import NodeContext, constant_tensor
 
-__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "drop_unused_domain"]
+__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert"]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
@@ -218,30 +218,6 @@ def _derives(ctx: NodeContext, scale_type: Any, zp_type: Any, out_type: Any) -> 
         return False
     derived = opsets.output_type(row, scale_type=scale_type, zero_point_type=zp_type)
     return derived == out_type
-
-
-def drop_unused_domain(model: ir.Model, domain: str) -> bool:
-    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it.
-
-    The ai.onnx import is always kept (it fixes the meaning of the model's opset).
-    """
-    if domain in ("", "ai.onnx"):
-        return False
-    function_domains = {f.domain for f in model.functions.values()}
-    changed = False
-    graph_likes: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
-    for graph_like in graph_likes:
-        if domain not in graph_like.opset_imports:
-            continue
-        if graph_like is model.graph and domain in function_domains:
-            continue
-        used = any(
-            node.domain == domain for node in ir.traversal.RecursiveGraphIterator(graph_like)
-        )
-        if not used:
-            del graph_like.opset_imports[domain]
-            changed = True
-    return changed
 
 
 def _describe(plans: list[_Plan], limit: int = 10) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 import onnx_ir as ir
-from onnx_ir.passes.common import RemoveUnusedOpsetsPass
 
 from qlrewrite import opsets
 from qlrewrite.passes.fold_tensor import (
@@ -26,7 +25,7 @@ from qlrewrite.passes.fold_tensor import (
     Operand,
     link_in_order,
 )
-from qlrewrite.qdq import QDQSite, is_constant, iter_qdq_nodes
+from qlrewrite.qdq import QDQSite, drop_unused_domain, is_constant, iter_qdq_nodes
 from qlrewrite.rules.context import constant_tensor
 
 __all__ = ["FoldPass", "fold"]
@@ -70,12 +69,14 @@ class FoldPass(ir.passes.InPlacePass):
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
         overridable = 0
+        folded_domains: set[str] = set()
         for site in list(iter_qdq_nodes(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
             folded = _folded_tensor(site)
             if folded is not None:
                 self._replace(containers, site, folded)
+                folded_domains.add(site.domain)
             elif _overridable(site.node):
                 overridable += 1
         if overridable:
@@ -87,7 +88,8 @@ class FoldPass(ir.passes.InPlacePass):
         if any(self.summary.values()):
             link_in_order(_initializer_order(model))
             before = _opset_count(model)
-            _remove_unused_opsets(model)
+            for domain in folded_domains:
+                drop_unused_domain(model, domain)
             self.summary["opsets_removed"] = before - _opset_count(model)
         return ir.passes.PassResult(model, modified=any(self.summary.values()))
 
@@ -214,19 +216,6 @@ def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
         for value in graph.initializers.values()
         if isinstance(value.const_value, FoldedTensor)
     ]
-
-
-def _remove_unused_opsets(model: ir.Model) -> None:
-    """onnx_ir's RemoveUnusedOpsetsPass, keeping an ai.onnx import spelled "ai.onnx": the pass
-    takes it for another domain than the nodes' "" and drops it (an invalid model)."""
-    spelled = [
-        (imports, imports["ai.onnx"])
-        for imports in (model.opset_imports, *(f.opset_imports for f in model.functions.values()))
-        if "ai.onnx" in imports
-    ]
-    RemoveUnusedOpsetsPass()(model)
-    for imports, version in spelled:
-        imports.setdefault("ai.onnx", version)
 
 
 def _opset_count(model: ir.Model) -> int:

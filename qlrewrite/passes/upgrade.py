@@ -25,8 +25,9 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning, drop_unused_domain
+from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning
 from qlrewrite.passes.ir_version import raise_ir_version
+from qlrewrite.qdq import drop_unused_domain
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "current_opset", "upgrade"]
