@@ -49,20 +49,7 @@ __all__ = [
     "iter_nbits_nodes",
 ]
 
-NBITS_OPS = ("MatMulNBits", "GatherBlockQuantized")
-
-#: Attribute defaults of ONNX Runtime's contrib schemas (None: required).
-_DEFAULTS = {
-    "MatMulNBits": {
-        "K": None,
-        "N": None,
-        "bits": 4,
-        "block_size": None,
-        "accuracy_level": 0,
-        "weight_prepacked": 0,
-    },
-    "GatherBlockQuantized": {"bits": 4, "block_size": 128, "quantize_axis": 1, "gather_axis": 0},
-}
+NBITS_OPS = opsets.WEIGHT_ONLY_OPS
 
 _DT = ir.DataType
 _FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
@@ -75,6 +62,7 @@ class NBitsSite:
     node: ir.Node
     graph: ir.Graph | ir.Function
     label: str
+    row: opsets.WeightOnlyVersion  # the operator version in force (attribute defaults)
 
     @property
     def where(self) -> str:
@@ -84,21 +72,26 @@ class NBitsSite:
 
 
 def iter_nbits_nodes(model: ir.Model) -> list[NBitsSite]:
-    """Every com.microsoft MatMulNBits / GatherBlockQuantized, in all graphs and functions."""
-    return [
-        NBitsSite(node, graph, label)
-        for label, graph in iter_graphs(model)
-        for node in graph
-        if node.domain == MS_DOMAIN and node.op_type in NBITS_OPS
-    ]
+    """Every com.microsoft MatMulNBits / GatherBlockQuantized, in all graphs and functions,
+    whose version the rule table knows at the imported com.microsoft opset."""
+    sites = []
+    for label, graph in iter_graphs(model):
+        imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
+        for node in graph:
+            if node.domain != MS_DOMAIN or node.op_type not in NBITS_OPS:
+                continue
+            row = opsets.weight_only(MS_DOMAIN, node.op_type, imports.get(MS_DOMAIN))
+            if row is not None:
+                sites.append(NBitsSite(node, graph, label, row))
+    return sites
 
 
-def attribute(node: ir.Node, name: str) -> int | None:
-    """An integer attribute of the node, else its schema default (None: required, absent)."""
-    attr = node.attributes.get(name)
+def attribute(site: NBitsSite, name: str) -> int | None:
+    """An integer attribute of the node, else its default (None: required, absent)."""
+    attr = site.node.attributes.get(name)
     if attr is not None and not attr.is_ref() and attr.type == ir.AttributeType.INT:
         return attr.as_int()
-    return _DEFAULTS[node.op_type].get(name)
+    return site.row.default(name)
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
@@ -157,6 +150,12 @@ def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
     return found
 
 
+def _weight_indices(site: NBitsSite) -> tuple[int, int, int]:
+    """Positions of the quantized weight, its scales and its zero points."""
+    row = site.row
+    return row.input_index(row.weight), row.input_index("scales"), row.input_index("zero_points")
+
+
 def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
     row = opsets.lookup("", "DequantizeLinear", opset)
     problems = (
@@ -171,19 +170,19 @@ def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
 
 def _plan_matmul_nbits(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
     node, plan = site.node, _Plan(site)
-    values = {name: attribute(node, name) for name in _DEFAULTS["MatMulNBits"]}
+    values = {name: attribute(site, name) for name in site.row.attributes}
     missing = [name for name, value in values.items() if value is None]
     if missing:
         plan.problems.append(f"attribute {', '.join(missing)} missing")
         return plan
     if values["weight_prepacked"]:
         plan.problems.append("B is prepacked for a CUDA kernel (weight_prepacked)")
-    if _input(node, 4) is not None:
+    if _input(node, site.row.input_index("g_idx")) is not None:
         plan.problems.append(
             "g_idx is given: ONNX Runtime then dequantizes as q * scale - scale * zp (and "
             "ignores uint8 zero points), which DequantizeLinear cannot reproduce"
         )
-    b, scales, zero_points = _tensors(node, (1, 2, 3), plan)
+    b, scales, zero_points = _tensors(node, _weight_indices(site), plan)
     if plan.problems:
         return plan
     try:
@@ -257,27 +256,30 @@ def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
 
 def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
     node, plan = site.node, _Plan(site)
-    bits, block = attribute(node, "bits"), attribute(node, "block_size")
-    data, scales, zero_points = _tensors(node, (0, 2, 3), plan)
+    bits, block = attribute(site, "bits"), attribute(site, "block_size")
+    data, scales, zero_points = _tensors(node, _weight_indices(site), plan)
     if plan.problems:
         return plan
     rank = data.shape.rank()
-    gather_axis, quantize_axis = attribute(node, "gather_axis"), attribute(node, "quantize_axis")
+    gather_axis, quantize_axis = attribute(site, "gather_axis"), attribute(site, "quantize_axis")
     if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
         plan.problems.append("gather_axis or quantize_axis is out of range")
         return plan
     gather_axis %= rank
     quantize_axis %= rank
     plan.gather_axis = gather_axis
-    if data.dtype not in (_DT.INT4, _DT.UINT4, _DT.UINT8):
+    storage = site.row.storage.get(data.dtype)
+    if storage is None or storage.zero_point == "none":
         plan.problems.append(f"{data.dtype.name} data is not supported (int4, uint4, uint8)")
         return plan
-    packed = data.dtype == _DT.UINT8
-    if packed and (bits not in (2, 4, 8) or gather_axis != 0 or quantize_axis != rank - 1):
-        plan.problems.append("uint8 data needs bits 2, 4 or 8, gather_axis 0, quantize_axis -1")
-    if not packed and bits != 4:
-        plan.problems.append(f"{data.dtype.name} data needs bits 4")
-    if block < 16 or block & (block - 1):
+    packed = storage.packed
+    if bits not in storage.bits:
+        plan.problems.append(f"{data.dtype.name} data with bits={bits}")
+    if (storage.gather_axis_zero and gather_axis != 0) or (
+        storage.quantize_axis_last and quantize_axis != rank - 1
+    ):
+        plan.problems.append(f"{data.dtype.name} data needs gather_axis 0 and quantize_axis -1")
+    if block < site.row.min_block_size or block & (block - 1):
         plan.problems.append(f"block_size must be a power of 2 >= 16, got {block}")
     if scales.dtype not in _FLOATS:
         plan.problems.append(f"scales of type {scales.dtype.name}")
@@ -293,7 +295,8 @@ def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
         return plan
     reuse_zp = None
     if packed:
-        x_type = int_type(bits, signed=zero_points is None)
+        signed = zero_points is None and storage.default_zero_point(bits) != 0
+        x_type = int_type(bits, signed=signed)
         x = RetypedTensor(data, x_type, bits, to_packed=False, name=f"{node.inputs[0].name}_q")
         zp = None
         if zero_points is not None:
@@ -451,8 +454,9 @@ class _Rewriter:
         site, weight = plan.site, plan.weight
         assert weight is not None
         graph, node = site.graph, site.node
-        attrs = tuple(sorted((k, attribute(node, k)) for k in _DEFAULTS[node.op_type]))
-        key = (id(graph), tuple(id(v) for v in self._weight_inputs(node)), attrs)
+        attrs = tuple(sorted((k, attribute(site, k)) for k in site.row.attributes))
+        inputs = (_input(node, i) for i in _weight_indices(site))
+        key = (id(graph), tuple(id(v) for v in inputs), attrs)
         if key in self._cache:
             return self._cache[key]
         base = (node.name or node.outputs[0].name or "w") + "_w"
@@ -495,11 +499,6 @@ class _Rewriter:
         self._cache[key] = value
         return value
 
-    @staticmethod
-    def _weight_inputs(node: ir.Node) -> list[ir.Value]:
-        indices = (1, 2, 3) if node.op_type == "MatMulNBits" else (0, 2, 3)
-        return [v for v in (_input(node, i) for i in indices) if v is not None]
-
     def apply(self, plan: _Plan) -> None:
         node, graph = plan.site.node, plan.site.graph
         weight = self._weight(plan)
@@ -507,7 +506,7 @@ class _Rewriter:
         output = node.outputs[0]
         new_nodes: list[ir.Node] = []
         if node.op_type == "MatMulNBits":
-            bias = _input(node, 5)
+            bias = _input(node, plan.site.row.input_index("bias"))
             matmul = ir.node("MatMul", [node.inputs[0], weight], name=node.name or None)
             new_nodes.append(matmul)
             result = matmul.outputs[0]
