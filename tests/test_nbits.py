@@ -78,9 +78,7 @@ def test_layout_refuses_invalid_attributes():
 @pytest.mark.parametrize(
     ("bits", "opset"), [(4, 21), (8, 21), (8, 13), (2, 25)], ids=["b4", "b8", "b8-op13", "b2"]
 )
-@pytest.mark.parametrize(
-    ("k", "block_size"), [(64, 16), (100, 32), (32, 32), (20, 128)], ids=str
-)
+@pytest.mark.parametrize(("k", "block_size"), [(64, 16), (100, 32), (32, 32), (20, 128)], ids=str)
 @pytest.mark.parametrize("zero_points", [False, True], ids=["sym", "zp"])
 def test_matmul_nbits_weight_is_ort_s(bits, opset, k, block_size, zero_points):
     rng = np.random.default_rng(bits * 1000 + k)
@@ -139,7 +137,7 @@ def test_refusal_names_the_node_and_the_lowest_opset():
     rng = np.random.default_rng(5)
     for bits, opset, lowest in ((4, 19, 21), (2, 21, 25), (8, 17, 21)):
         model = matmul_nbits_model(rng, n=4, k=64, bits=bits, block_size=16, opset=opset)
-        with pytest.raises(Refusal, match=rf"MatMulNBits 'mm'.*") as info:
+        with pytest.raises(Refusal, match=r"MatMulNBits 'mm'.*") as info:
             _converted(model)
         assert f"upgrade --opset {lowest}" in str(info.value)
 
@@ -210,14 +208,11 @@ _GATHER_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("dtype", "shape", "bits", "block_size", "quantize_axis", "gather_axis"), _GATHER_CASES
-)
+@pytest.mark.parametrize("case", _GATHER_CASES, ids=str)
 @pytest.mark.parametrize("zero_points", [False, True], ids=["nozp", "zp"])
 @pytest.mark.parametrize("scale_dtype", [np.float32, np.float16])
-def test_gather_block_quantized_is_ort_s(
-    dtype, shape, bits, block_size, quantize_axis, gather_axis, zero_points, scale_dtype
-):
+def test_gather_block_quantized_is_ort_s(case, zero_points, scale_dtype):
+    dtype, shape, bits, block_size, quantize_axis, gather_axis = case
     rng = np.random.default_rng(sum(shape) + bits)
     model, indices = gather_block_quantized_model(
         rng, dtype=dtype, shape=shape, bits=bits, block_size=block_size,
