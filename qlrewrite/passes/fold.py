@@ -23,6 +23,7 @@ from qlrewrite.passes.fold_tensor import (
     FoldedTensor,
     FoldSpec,
     Operand,
+    StreamedTensor,
     link_in_order,
 )
 from qlrewrite.qdq import QDQSite, drop_unused_domains, is_constant, iter_qdq_nodes
@@ -178,7 +179,7 @@ def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
         saturate=_int_attr(node, row, "saturate", 1),
         precision=_int_attr(node, row, "precision") or 0,
     )
-    operand: Operand = x_tensor if isinstance(x_tensor, FoldedTensor) else ConstOperand(x_tensor)
+    operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
 
 
@@ -203,11 +204,11 @@ def _replace_outputs(
                 outputs[index] = new
 
 
-def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
-    """Folded initializers in the order onnx_ir's save writes them."""
+def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
+    """Streamed initializers in the order onnx_ir's save writes them."""
     return [
         value.const_value
         for graph in model.graphs()
         for value in graph.initializers.values()
-        if isinstance(value.const_value, FoldedTensor)
+        if isinstance(value.const_value, StreamedTensor)
     ]
