@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import qlrewrite
@@ -52,3 +53,132 @@ def test_negative_scales_are_no_warning_by_default(tmp_path: Path) -> None:
     assert "negative" in selected[0].message
     assert [f.rule for f in qlrewrite.check(path, select=["QL5"]).findings] == ["QL504"]
     assert qlrewrite.check(path, select=["ALL"]).findings == []  # ALL: the default set
+
+
+# --------------------------------------------------------------------------- ModelOpt float16
+
+
+def modelopt_fp16(opset: int = 19, *, weight: str = "float", n: int = 64) -> onnx.ModelProto:
+    """NVIDIA ModelOpt with high_precision_dtype='fp16': x float32 -> Cast(float16) ->
+    Q/DQ (float16 scalar scale, int8 zero point) -> MatMul with W behind Q/DQ per axis 1
+    (float16 scales [n], int8 zero point 0) -> Cast(float). ``weight``: "float" (a float16
+    W behind Q -> DQ, as ModelOpt writes it) or "int8" (W already quantized, DQ only)."""
+    rng = np.random.default_rng(opset)
+    w = rng.normal(size=(n, n)).astype(np.float16)
+    w_scale = (np.abs(w.astype(np.float32)).max(axis=0) / 127).astype(np.float16)
+    inits = [
+        numpy_helper.from_array(np.array(0.02, np.float16), "x_s"),
+        numpy_helper.from_array(np.array(0, np.int8), "x_zp"),
+        numpy_helper.from_array(w_scale, "w_s"),
+        numpy_helper.from_array(np.zeros(n, np.int8), "w_zp"),
+    ]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], to=TensorProto.FLOAT16),
+        helper.make_node("QuantizeLinear", ["x16", "x_s", "x_zp"], ["x_q"]),
+        helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_zp"], ["x_dq"]),
+        helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["w_dq"], axis=1),
+        helper.make_node("MatMul", ["x_dq", "w_dq"], ["y16"]),
+        helper.make_node("Cast", ["y16"], ["y"], to=TensorProto.FLOAT),
+    ]
+    if weight == "float":
+        inits.append(numpy_helper.from_array(w, "w"))
+        nodes.insert(3, helper.make_node("QuantizeLinear", ["w", "w_s", "w_zp"], ["w_q"], axis=1))
+    else:
+        q = np.clip(np.rint(w.astype(np.float32) / w_scale.astype(np.float32)), -127, 127)
+        inits.append(numpy_helper.from_array(q.astype(np.int8), "w_q"))
+    graph = helper.make_graph(
+        nodes,
+        "modelopt_fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, n])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])],
+        inits,
+    )
+    ir_version = {19: 9, 21: 10, 23: 11, 25: 13}[opset]
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = ir_version
+    return model
+
+
+def _ort_outputs(model: onnx.ModelProto, seed: int = 0) -> list[np.ndarray]:
+    pytest.importorskip("onnxruntime")
+    from ort_quantized import run_ort
+
+    x = np.random.default_rng(seed).normal(size=(8, 64)).astype(np.float32) * 3
+    return run_ort(model, {"x": x})
+
+
+def _fold(model: onnx.ModelProto, tmp_path: Path, *args: str) -> tuple[int, str, Path]:
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    code, _, err = _cli("fold", str(source), "-o", str(out), *args)
+    return code, err, out
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    from click.testing import CliRunner
+
+    from qlrewrite.cli import main
+
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _ort_before_1_32() -> bool:
+    import onnxruntime
+
+    return tuple(int(p) for p in onnxruntime.__version__.split(".")[:2]) < (1, 32)
+
+
+def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
+    return all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("opset", [19, 21, 25])
+@pytest.mark.parametrize("weight", ["float", "int8"])
+@pytest.mark.parametrize("keep_dq", [False, True])
+def test_float16_fold_keeps_ort_outputs(
+    tmp_path: Path, opset: int, weight: str, keep_dq: bool
+) -> None:
+    model = modelopt_fp16(opset, weight=weight)
+    code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
+    assert code == 0, err
+    same = _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
+    if opset >= 23 and weight == "float" and _ort_before_1_32():
+        # QuantizeLinear-23+ of float16 without `precision` divides in float16 (the spec,
+        # ORT 1.32); ORT 1.31 divides in float32, so its own outputs differ from the fold.
+        assert not same
+    else:
+        assert same
+    folded = onnx.load(out)
+    casts = [n for n in folded.graph.node if n.op_type == "Cast" and n.output[0] == "w_dq"]
+    # ORT computed the weight DQ in float32 only when its input came from the Q node.
+    assert len(casts) == (weight == "float"), [n.op_type for n in folded.graph.node]
+    if casts and not keep_dq:
+        (value,) = [t for t in folded.graph.initializer if t.name == casts[0].input[0]]
+        assert value.data_type == TensorProto.FLOAT
+        # The float16 value the spec defines: the float32 product rounded once.
+        source = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+        w32, s32 = source["w"].astype(np.float32), source["w_s"].astype(np.float32)
+        quotient = w32 / s32 if opset < 23 else (source["w"] / source["w_s"]).astype(np.float32)
+        q = np.clip(np.rint(quotient), -128, 127)
+        np.testing.assert_array_equal(numpy_helper.to_array(value), q * s32)
+
+
+def test_float16_compact_rounds_and_warns(tmp_path: Path) -> None:
+    model = modelopt_fp16(19)
+    code, err, out = _fold(model, tmp_path, "--float16", "compact")
+    assert code == 0, err
+    assert "1 float16 value(s) that ONNX Runtime's CPU provider computes in float32" in err
+    folded = onnx.load(out)
+    assert not [n for n in folded.graph.node if n.output[0] == "w_dq"]
+    (value,) = [t for t in folded.graph.initializer if t.name == "w_dq"]
+    assert value.data_type == TensorProto.FLOAT16
+    # The premise of the default: ORT's outputs do change when the weight is rounded.
+    assert not _same_bits(_ort_outputs(model), _ort_outputs(folded))
+
+
+def test_float16_fold_verify_is_exact(tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    code, err, _ = _fold(modelopt_fp16(21), tmp_path, "--verify")
+    assert code == 0, err
+    assert "verify: exact" in err and "float32 with cast 1" in err
