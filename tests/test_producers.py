@@ -182,3 +182,38 @@ def test_float16_fold_verify_is_exact(tmp_path: Path) -> None:
     code, err, _ = _fold(modelopt_fp16(21), tmp_path, "--verify")
     assert code == 0, err
     assert "verify: exact" in err and "float32 with cast 1" in err
+
+
+@pytest.mark.parametrize("opset", [23, 25])
+@pytest.mark.parametrize("weight", ["float", "int8"])
+def test_float16_upgrade_keeps_ort_outputs(tmp_path: Path, opset: int, weight: str) -> None:
+    """QuantizeLinear-23 divides float16 in float16 unless `precision` says otherwise (ORT
+    1.32 does; 1.31 and every earlier version divided in float32): the upgrade sets
+    precision=FLOAT on the float16 QuantizeLinear nodes it moves past opset 23."""
+    model = modelopt_fp16(19, weight=weight)
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    code, _, err = _cli("upgrade", str(source), "--opset", str(opset), "-o", str(out))
+    assert code == 0, err
+    upgraded = onnx.load(out)
+    quantize = [n for n in upgraded.graph.node if n.op_type == "QuantizeLinear"]
+    assert quantize and all(
+        helper.get_attribute_value(a) == TensorProto.FLOAT
+        for n in quantize
+        for a in n.attribute
+        if a.name == "precision"
+    )
+    assert all(any(a.name == "precision" for a in n.attribute) for n in quantize)
+    assert _same_bits(_ort_outputs(model), _ort_outputs(upgraded))
+    # and folding the upgraded model keeps them too (the fold reads `precision`)
+    code, err, folded = _fold(upgraded, tmp_path)
+    assert code == 0, err
+    assert _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(folded)))
+
+
+def test_float16_upgrade_below_23_adds_no_precision(tmp_path: Path) -> None:
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(modelopt_fp16(19), source)
+    code, _, err = _cli("upgrade", str(source), "--opset", "21", "-o", str(out))
+    assert code == 0, err
+    assert not any(a.name == "precision" for n in onnx.load(out).graph.node for a in n.attribute)
