@@ -74,6 +74,9 @@ class Report:
     error: str | None = None  # why the model could not be read; then no findings
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
+    #: Other producers' custom quantization operators seen, not checked (see
+    #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
+    custom_quant: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:
@@ -91,8 +94,10 @@ class Report:
             "path": self.path,
             "error": self.error,
             "findings": [f.to_json() for f in self.findings],
+            "custom_quant": [g.to_json() for g in self.custom_quant],
             "summary": {
                 "nodes_checked": self.nodes_checked,
+                "custom_quant_nodes": sum(g.nodes for g in self.custom_quant),
                 "errors": len(self.errors),
                 "warnings": len(self.warnings),
             },

@@ -20,6 +20,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io, tensors
+from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -130,6 +131,12 @@ def rewrite(
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     _refuse_overwriting_input_data(model, target, in_place)
+    if groups := custom_quant_groups(model):
+        raise Refusal(
+            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
+            "with the producer's custom-op library; qlrewrite rewrites standard "
+            "QuantizeLinear / DequantizeLinear only; nothing written"
+        )
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     unchanged = weightless_from_source(model.meta["qlrewrite.proto"])

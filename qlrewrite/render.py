@@ -90,11 +90,23 @@ def summary_line(reports: Sequence[Report]) -> str:
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
     unreadable = sum(1 for r in reports if r.error)
+    custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
         f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
+    if custom:
+        line += f"; {custom} custom quantization node(s) not checked"
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
+
+
+def custom_quant_line(report: Report) -> str | None:
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
+    if not report.custom_quant:
+        return None
+    from qlrewrite.custom_quant import describe
+
+    return f"{report.path}: not checked: {describe(report.custom_quant)}"
 
 
 def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
@@ -104,6 +116,8 @@ def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
         if report.error:
             lines.append(f"{report.path}: cannot check: {report.error}")
         lines.extend(finding_line(f, report.path) for f in report.findings)
+        if (custom := custom_quant_line(report)) is not None:
+            lines.append(custom)
     if summary:
         lines.append(summary_line(reports))
     return lines
@@ -118,6 +132,8 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
                 + Text(report.error)
             )
             continue
+        if (custom := custom_quant_line(report)) is not None:
+            console.print(Text(custom))
         if not report.findings:
             continue
         table = Table(
@@ -154,6 +170,7 @@ def render_json(reports: Sequence[Report]) -> str:
             "files": len(reports),
             "unreadable": sum(1 for r in reports if r.error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
+            "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
         },

@@ -7,6 +7,7 @@ AMD Quark's custom domains and its many opset imports, Brevitas' QONNX export.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +218,172 @@ def test_float16_upgrade_below_23_adds_no_precision(tmp_path: Path) -> None:
     code, _, err = _cli("upgrade", str(source), "--opset", "21", "-o", str(out))
     assert code == 0, err
     assert not any(a.name == "precision" for n in onnx.load(out).graph.node for a in n.attribute)
+
+
+# --------------------------------------------------------------------------- AMD Quark, QONNX
+
+#: The ten opset imports AMD Quark writes (most unused by the model).
+QUARK_IMPORTS = [
+    ("", 21), ("com.microsoft", 1), ("com.amd.quark", 1), ("ai.onnx.ml", 5),
+    ("ai.onnx.training", 1), ("ai.onnx.preview.training", 1), ("com.microsoft.nchwc", 1),
+    ("com.microsoft.experimental", 1), ("org.pytorch.aten", 1), ("com.ms.internal.nhwc", 1),
+]  # fmt: skip
+
+
+def quark_model(custom: str | None = None) -> onnx.ModelProto:
+    """AMD Quark: com.microsoft int16 Q/DQ even at opset 21, ten opset imports; with
+    ``custom`` ("bfp16" or "mx") the activation goes through Quark's own op instead."""
+    w = np.random.default_rng(1).normal(size=(8, 8)).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.array(0.01, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int16), "zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["w", "s", "zp"], ["w_q"], domain="com.microsoft"),
+        helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["w_dq"], domain="com.microsoft"),
+        helper.make_node("MatMul", ["x_q", "w_dq"], ["y"]),
+    ]
+    if custom is None:
+        nodes.insert(0, helper.make_node("Identity", ["x"], ["x_q"]))
+    elif custom == "bfp16":
+        nodes.insert(0, helper.make_node(
+            "BFPQuantizeDequantize", ["x"], ["x_q"], domain="com.amd.quark",
+            bfp_method="to_bfp", axis=1, bit_width=16, block_size=8, rounding_mode=2,
+        ))  # fmt: skip
+    else:
+        nodes.insert(0, helper.make_node(
+            "MXQuantizeDequantize", ["x"], ["x_q"], domain="com.amd.quark",
+            element_dtype="fp8_e4m3", axis=1, block_size=32,
+        ))  # fmt: skip
+        nodes.insert(1, helper.make_node(
+            "MXQuantizeDequantize", ["x_q"], ["x_q2"], domain="com.amd.quark",
+            element_dtype="fp4_e2m1", axis=1, block_size=32,
+        ))  # fmt: skip
+        nodes[-1].input[0] = "x_q2"
+    graph = helper.make_graph(
+        nodes,
+        "quark",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+        inits,
+    )
+    imports = [helper.make_opsetid(d, v) for d, v in QUARK_IMPORTS]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def qonnx_model() -> onnx.ModelProto:
+    """Brevitas export_qonnx: Quant (4-bit weights, 8-bit activations) and BipolarQuant in
+    the qonnx.custom_op.general domain, scalar float inputs for scale, zero point, bits."""
+    scalars = {"s": 0.1, "zp": 0.0, "b8": 8.0, "b4": 4.0}
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in scalars.items()]
+    inits.append(numpy_helper.from_array(np.ones((4, 4), np.float32), "w"))
+    domain = "qonnx.custom_op.general"
+    nodes = [
+        helper.make_node("Quant", ["x", "s", "zp", "b8"], ["xq"], domain=domain,
+                         narrow=0, signed=1, rounding_mode="ROUND"),
+        helper.make_node("Quant", ["w", "s", "zp", "b4"], ["wq"], domain=domain,
+                         narrow=1, signed=1, rounding_mode="ROUND"),
+        helper.make_node("MatMul", ["xq", "wq"], ["h"]),
+        helper.make_node("BipolarQuant", ["h", "s"], ["y"], domain=domain),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "qonnx",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        inits,
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid(domain, 2)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=8)
+
+
+def test_quark_convert_drops_every_unused_import(tmp_path: Path) -> None:
+    source, out = tmp_path / "quark.onnx", tmp_path / "out.onnx"
+    onnx.save(quark_model(), source)
+    code, _, err = _cli("convert", str(source), "--to", "onnx", "-o", str(out))
+    assert code == 0, err
+    assert "opset imports dropped 9" in err
+    assert [(o.domain, o.version) for o in onnx.load(out).opset_import] == [("", 21)]
+
+
+def test_imports_in_use_are_kept(tmp_path: Path) -> None:
+    """An import used only inside a subgraph, or only by a function, stays."""
+    model = quark_model()
+    branch = helper.make_graph(
+        [helper.make_node("Identity", ["y"], ["z"], domain="ai.onnx.ml")], "then", [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8])],
+    )  # fmt: skip
+    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "c"))
+    model.graph.node.append(
+        helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)
+    )
+    function = helper.make_function(
+        "custom.fn", "Twice", ["a"], ["b"],
+        [helper.make_node("Shape", ["a"], ["b"], domain="org.pytorch.aten")],
+        [helper.make_opsetid("", 21), helper.make_opsetid("org.pytorch.aten", 1)],
+    )  # fmt: skip
+    model.functions.append(function)
+    model.opset_import.append(helper.make_opsetid("custom.fn", 1))
+    model.graph.node.append(helper.make_node("Twice", ["y"], ["shape"], domain="custom.fn"))
+    model.graph.output.extend([
+        helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8]),
+        helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+    ])  # fmt: skip
+    from onnx_ir import serde
+
+    from qlrewrite.qdq import drop_unused_domains
+
+    ir_model = serde.deserialize_model(model)
+    dropped = drop_unused_domains(ir_model)
+    kept = set(ir_model.opset_imports)
+    assert {"", "ai.onnx.ml", "org.pytorch.aten", "custom.fn", "com.microsoft"} <= kept
+    assert "com.amd.quark" not in kept and dropped == 6
+    assert set(ir_model.functions[("custom.fn", "Twice", "")].opset_imports) == {
+        "",
+        "org.pytorch.aten",
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (lambda: quark_model("bfp16"), "AMD Quark: com.amd.quark BFPQuantizeDequantize x1"),
+        (lambda: quark_model("mx"), "AMD Quark: com.amd.quark MXQuantizeDequantize x2"),
+        (
+            qonnx_model,
+            "Brevitas / QONNX: qonnx.custom_op.general BipolarQuant x1, "
+            "qonnx.custom_op.general Quant x2",
+        ),
+    ],
+    ids=["quark-bfp16", "quark-mx", "qonnx"],
+)
+def test_custom_quantization_is_reported_and_refused(
+    tmp_path: Path, model: object, expected: str
+) -> None:
+    source = tmp_path / "model.onnx"
+    onnx.save(model(), source)  # type: ignore[operator]
+    code, out, err = _cli("check", str(source))
+    assert code == 0, err
+    assert f"{source}: not checked: " in out and expected in out
+    assert "custom quantization node(s) not checked" in out
+    from qlrewrite.custom_quant import describe
+
+    assert expected in describe(qlrewrite.check(source).custom_quant)
+    code, out, _ = _cli("info", str(source), "--format", "json")
+    groups = json.loads(out)["custom_quant"]
+    assert [f"{g['domain']} {g['op_type']} x{g['nodes']}" for g in groups] == [
+        part.split(": ")[-1] for part in expected.split(", ")
+    ]
+    for args in (
+        ["fold"],
+        ["fold", "--keep-dq"],
+        ["convert", "--to", "onnx"],
+        ["convert", "--to", "com.microsoft"],
+        ["upgrade", "--opset", "23"],
+    ):
+        code, _, err = _cli(args[0], str(source), *args[1:], "-o", str(tmp_path / "out.onnx"))
+        assert code == 1, (args, err)
+        (line,) = err.strip().splitlines()
+        assert expected in line and "nothing written" in line, line
+        assert not (tmp_path / "out.onnx").exists()
