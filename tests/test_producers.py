@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_quantized import ort_version
 
 import qlrewrite
 
@@ -124,12 +125,6 @@ def _cli(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def _ort_before_1_32() -> bool:
-    import onnxruntime
-
-    return tuple(int(p) for p in onnxruntime.__version__.split(".")[:2]) < (1, 32)
-
-
 def _same_bits(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
     return all(x.dtype == y.dtype and x.tobytes() == y.tobytes() for x, y in zip(a, b, strict=True))
 
@@ -144,7 +139,7 @@ def test_float16_fold_keeps_ort_outputs(
     code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
     assert code == 0, err
     same = _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
-    if opset >= 23 and weight == "float" and _ort_before_1_32():
+    if opset >= 23 and weight == "float" and ort_version() < (1, 32):
         # QuantizeLinear-23+ of float16 without `precision` divides in float16 (the spec,
         # ORT 1.32); ORT 1.31 divides in float32, so its own outputs differ from the fold.
         assert not same
