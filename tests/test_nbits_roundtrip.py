@@ -41,10 +41,11 @@ def _float_model(bias: bool, opset: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-def _quantized(bits, block_size, symmetric, accuracy_level, fmt, bias) -> onnx.ModelProto:
+def _quantized(config: tuple) -> onnx.ModelProto:
+    bits, block_size, symmetric, accuracy_level, fmt, bias = config
     logging.getLogger("onnxruntime").setLevel(logging.ERROR)
     quantizer = MatMulNBitsQuantizer(
-        _float_model(bias, 21 if fmt == "qdq" or bits != 8 else 21),
+        _float_model(bias, 21),
         bits=bits,
         block_size=block_size,
         is_symmetric=symmetric,
@@ -109,8 +110,8 @@ _CONFIGS = [
 
 @pytest.mark.parametrize("config", _CONFIGS, ids=lambda c: "-".join(map(str, c)))
 def test_quantizer_output_round_trips_byte_for_byte(config, tmp_path):
-    bits, block, sym, acc, fmt, bias = config
-    original = _quantized(*config)
+    acc, fmt = config[3], config[4]
+    original = _quantized(config)
     source = tmp_path / "q.onnx"
     onnx.save(original, source)
     if fmt == "qoperator":
@@ -119,8 +120,11 @@ def test_quantizer_output_round_trips_byte_for_byte(config, tmp_path):
         first, second, op = "com.microsoft", "onnx", "DequantizeLinear"
     passes = {
         "onnx": lambda: [NBitsToOnnxPass(), ConvertDomainPass("onnx")],
-        "com.microsoft": lambda: [NBitsFromOnnxPass(accuracy_level=acc), ConvertDomainPass("com.microsoft")],
-    }  # fmt: skip
+        "com.microsoft": lambda: [
+            NBitsFromOnnxPass(accuracy_level=acc),
+            ConvertDomainPass("com.microsoft"),
+        ],
+    }
     middle = _rewrite(source, tmp_path / "a.onnx", passes[first]())
     ops = {n.op_type for n in middle.graph.node}
     assert ("MatMulNBits" in ops) == (first == "com.microsoft")

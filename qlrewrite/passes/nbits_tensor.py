@@ -127,8 +127,8 @@ class MatMulNBitsB(StreamedTensor):
 
     ``x`` holds the quantized weight laid out ``[K, N]`` (``transposed=False``) or ``[N, K]``
     (behind a Transpose), of a ``bits``-wide type; a signed type (no zero point) is stored
-    as ``x + 2**(bits-1)`` (MatMulNBits' default zero point). The padding of a partial last block is zero bits, what ONNX
-    Runtime's quantizer leaves there.
+    as ``x + 2**(bits-1)`` (MatMulNBits' default zero point). The padding of a partial last
+    block is zero bits, what ONNX Runtime's quantizer leaves there.
     """
 
     __slots__ = ("layout", "transposed", "x")
