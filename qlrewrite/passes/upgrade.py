@@ -30,7 +30,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.qdq import drop_unused_domain
+from qlrewrite.qdq import drop_unused_domains
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "current_opset", "upgrade"]
@@ -98,11 +98,7 @@ class UpgradePass(ir.passes.FunctionalPass):
         nbits = NBitsToOnnxPass(strict=False)
         nbits(new)
         self.warnings = [*convert.warnings, *nbits.warnings]
-        dropped = sum(
-            drop_unused_domain(new, domain)
-            for domain in list(new.opset_imports)
-            if domain not in ("", "ai.onnx")
-        )
+        dropped = drop_unused_domains(new)
         raise_ir_version(new)
         self.summary = {
             "opset_before": before,
