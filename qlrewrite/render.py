@@ -52,6 +52,7 @@ _CATEGORIES = {
     "QL4": "Granularity and shapes",
     "QL5": "Constant values",
     "QL6": "Model hygiene",
+    "QL9": "Suppressions",
 }
 
 
