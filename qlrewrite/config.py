@@ -34,6 +34,7 @@ __all__ = [
     "KEYS",
     "Settings",
     "find_config",
+    "forget",
     "load_config",
     "settings_for",
 ]
@@ -99,18 +100,23 @@ class Settings:
 
 
 def _glob_match(relative: PurePosixPath, glob: str) -> bool:
-    """A glob matches the relative path, its file name, or one of its parent folders.
+    """A glob matches the relative path or one of its parent folders; a glob without a
+    slash also matches any single file or folder name on the way (as .gitignore).
 
     ``*`` matches across folders (``models/*.onnx`` also matches ``models/a/b.onnx``), so
-    ``legacy`` or ``legacy/`` excludes everything under ``legacy``.
+    ``legacy`` or ``legacy/`` excludes everything under any folder named ``legacy``.
     """
     glob = glob.strip().rstrip("/").removeprefix("./")
-    candidates = [
-        str(relative),
-        relative.name,
-        *(str(p) for p in relative.parents if str(p) != "."),
-    ]
+    candidates = [str(relative), *(str(p) for p in relative.parents if str(p) != ".")]
+    if "/" not in glob:
+        candidates += relative.parts
     return any(fnmatch.fnmatchcase(c, glob) for c in candidates)
+
+
+def forget() -> None:
+    """Drop the files found and read so far (each run sees the files as they are now)."""
+    _find_config.cache_clear()
+    load_config.cache_clear()
 
 
 def find_config(start: Path) -> Path | None:

@@ -79,6 +79,8 @@ class Report:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
     suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
+    #: per-node-ignores keys that named a node of this model (stale keys: QL901)
+    matched_suppressions: frozenset[str] = frozenset()
 
     @property
     def errors(self) -> list[Finding]:

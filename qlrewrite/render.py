@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,9 @@ from qlrewrite.findings import Finding, Report, Rule
 
 __all__ = [
     "FORMATS",
+    "FindingGroup",
     "finding_line",
+    "group_findings",
     "print_rule",
     "print_rules_table",
     "print_text_tables",
@@ -34,6 +37,7 @@ __all__ = [
     "render_github",
     "render_json",
     "render_sarif",
+    "rule_counts",
     "rule_text",
     "rules_json",
     "rules_lines",
@@ -85,33 +89,122 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
     return f"{prefix}{finding.rule} {finding.severity}: {finding.message}{hint}"
 
 
+#: More findings than this with one code and one message pattern print as a group.
+GROUP_ABOVE = 5
+#: Nodes named on a group's line.
+GROUP_NODES = 3
+_NAMES = re.compile(r"'[^']*'|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class FindingGroup:
+    """Findings of one code whose messages differ only in names and numbers."""
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def first(self) -> Finding:
+        """The finding printed in full."""
+        return self.findings[0]
+
+    def nodes(self, limit: int = GROUP_NODES) -> str:
+        """``a, b, c, ...``: the first ``limit`` nodes after the first finding's."""
+        labels = [_node_label(f) or f.graph for f in self.findings[1:]]
+        shown = ", ".join(labels[:limit])
+        return shown + (", ..." if len(labels) > limit else "")
+
+
+def _pattern(finding: Finding) -> tuple[str, str, str, str]:
+    return (finding.rule, finding.severity, _NAMES.sub("#", finding.message),
+            _NAMES.sub("#", finding.hint))  # fmt: skip
+
+
+def group_findings(
+    findings: Sequence[Finding], *, above: int | None = GROUP_ABOVE
+) -> list[FindingGroup]:
+    """Findings in their order, those sharing code and message pattern (names and numbers
+    aside) gathered in one group at the first one's place when there are more than
+    ``above`` of them (``None``: never group, as ``--show-all``)."""
+    if above is None:
+        return [FindingGroup((f,)) for f in findings]
+    by_pattern: dict[tuple[str, str, str, str], list[Finding]] = {}
+    for finding in findings:
+        by_pattern.setdefault(_pattern(finding), []).append(finding)
+    groups: list[FindingGroup] = []
+    for members in by_pattern.values():
+        if len(members) > above:
+            groups.append(FindingGroup(tuple(members)))
+        else:
+            groups.extend(FindingGroup((f,)) for f in members)
+    order = {id(f): i for i, f in enumerate(findings)}
+    return sorted(groups, key=lambda g: order[id(g.first)])
+
+
+def rule_counts(reports: Sequence[Report]) -> dict[str, int]:
+    """Findings per rule code over ``reports``, by code."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        for finding in report.findings:
+            counts[finding.rule] = counts.get(finding.rule, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summary_line(reports: Sequence[Report]) -> str:
-    """``checked 3 file(s), 12 Q/DQ node(s): 2 error(s), 1 warning(s)[; 1 could not be ...]``."""
+    """``checked 3 file(s), 12 Q/DQ node(s): 2 error(s), 1 warning(s) [QL403 x2, QL406 x1]``,
+    then ``; 4 suppressed`` and ``; 1 could not be checked`` when there are some."""
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
+    suppressed = sum(len(r.suppressed) for r in reports)
     unreadable = sum(1 for r in reports if r.error)
     line = (
         f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
+    counts = rule_counts(reports)
+    if counts:
+        line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
+    if suppressed:
+        line += f"; {suppressed} suppressed"
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
 
 
-def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
-    """The text report for logs and files: one line per finding or unreadable file."""
+def _more_line(group: FindingGroup, path: str | None) -> str:
+    prefix = f"{path}: " if path else ""
+    first = group.first
+    return (
+        f"{prefix}{first.rule} {first.severity}: {len(group.findings) - 1} more like the line "
+        f"above, on {group.nodes()} (--show-all prints each)"
+    )
+
+
+def text_lines(
+    reports: Sequence[Report], *, summary: bool = True, show_all: bool = False
+) -> list[str]:
+    """The text report for logs and files: one line per finding or unreadable file, or per
+    group of findings that differ only in names (see :func:`group_findings`)."""
     lines = []
     for report in reports:
         if report.error:
             lines.append(f"{report.path}: cannot check: {report.error}")
-        lines.extend(finding_line(f, report.path) for f in report.findings)
+        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
+            lines.append(finding_line(group.first, report.path))
+            if len(group.findings) > 1:
+                lines.append(_more_line(group, report.path))
     if summary:
         lines.append(summary_line(reports))
     return lines
 
 
-def print_text_tables(reports: Sequence[Report], console: Console, *, summary: bool = True) -> None:
-    """The text report for a terminal: one rich table per file with findings."""
+def print_text_tables(
+    reports: Sequence[Report],
+    console: Console,
+    *,
+    summary: bool = True,
+    show_all: bool = False,
+) -> None:
+    """The text report for a terminal: one rich table per file with findings (groups of
+    findings that differ only in names as one row and a row naming the other nodes)."""
     for report in reports:
         if report.error:
             console.print(
@@ -129,7 +222,8 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
         )
         for column in ("rule", "severity", "graph", "node", "message", "hint"):
             table.add_column(column, overflow="fold")
-        for f in report.findings:
+        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
+            f = group.first
             table.add_row(
                 f.rule,
                 Text(f.severity, style=_SEVERITY_STYLE[f.severity]),
@@ -138,6 +232,15 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
                 Text(f.message),
                 Text(f.hint),
             )
+            if len(group.findings) > 1:
+                table.add_row(
+                    f.rule,
+                    Text(f.severity, style=_SEVERITY_STYLE[f.severity]),
+                    "",
+                    Text(f"+{len(group.findings) - 1} more"),
+                    Text(f"like the row above, on {group.nodes()} (--show-all prints each)"),
+                    "",
+                )
         console.print(table)
     if summary:
         console.print(Text(summary_line(reports), style="bold"))
@@ -157,6 +260,8 @@ def render_json(reports: Sequence[Report]) -> str:
             "nodes_checked": sum(r.nodes_checked for r in reports),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
+            "suppressed": sum(len(r.suppressed) for r in reports),
+            "by_rule": rule_counts(reports),
         },
     }
     return json.dumps(document, indent=2) + "\n"

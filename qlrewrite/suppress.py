@@ -25,19 +25,11 @@ import onnx_ir as ir
 from qlrewrite.findings import WARNING, Finding, Report
 from qlrewrite.qdq import QDQSite, iter_qdq_nodes
 
-__all__ = ["IGNORE_KEY", "STALE_RULE", "Suppressed", "apply_suppressions", "unused_key_finding"]
+__all__ = ["IGNORE_KEY", "STALE_RULE", "apply_suppressions", "unused_key_finding"]
 
 IGNORE_KEY = "qlrewrite:ignore"
 STALE_RULE = "QL901"
 _SPLIT = re.compile(r"[\s,]+")
-
-
-@dataclasses.dataclass
-class Suppressed:
-    """The report with suppressions applied, and the config keys that named a node."""
-
-    report: Report
-    matched_keys: set[str]
 
 
 @dataclasses.dataclass
@@ -80,9 +72,10 @@ def apply_suppressions(
     model: ir.Model,
     per_node_ignores: Mapping[str, Sequence[str]],
     enabled: Collection[str],
-) -> Suppressed:
-    """Move the findings accepted by a suppression to ``report.suppressed``.
+) -> Report:
+    """``report`` with the findings a suppression accepts moved to ``.suppressed``.
 
+    ``.matched_suppressions`` gets the ``per_node_ignores`` keys that named a node.
     ``enabled``: the rule codes checked; a suppression is judged stale (QL901, when
     enabled) only for codes of enabled rules, on a node it names.
     """
@@ -104,7 +97,7 @@ def apply_suppressions(
         by_node[id(site.node)] = entry
         stale.extend(_finding(site, f"{IGNORE_KEY} names unknown rule code '{u}'") for u in unknown)
     if not entries:
-        return Suppressed(report, set())
+        return report
     kept, suppressed = [], list(report.suppressed)
     matched_keys: set[str] = set()
     named: dict[int, list[_Entry]] = {}  # id(node) -> the per-node entries naming it
@@ -137,8 +130,12 @@ def apply_suppressions(
                 )
     else:
         stale = []
-    result = dataclasses.replace(report, findings=kept + stale, suppressed=suppressed)
-    return Suppressed(result, matched_keys)
+    return dataclasses.replace(
+        report,
+        findings=kept + stale,
+        suppressed=suppressed,
+        matched_suppressions=frozenset(matched_keys),
+    )
 
 
 def _finding(site: QDQSite, message: str) -> Finding:

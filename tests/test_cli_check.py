@@ -141,7 +141,9 @@ def test_text_lines_when_not_a_terminal(tmp_path: Path) -> None:
     assert code == 1 and len(lines) == 3  # one line per finding, then the summary
     assert lines[0].startswith(f"{path}: QL403 error: ") and "(hint: " in lines[0]
     assert lines[1].startswith(f"{path}: QL501 warning: ")
-    assert lines[2] == "checked 2 file(s), 2 Q/DQ node(s): 1 error(s), 1 warning(s)"
+    assert lines[2] == (
+        "checked 2 file(s), 2 Q/DQ node(s): 1 error(s), 1 warning(s) [QL403 x1, QL501 x1]"
+    )
     assert all(len(line) > 100 for line in lines[:2])  # not squeezed to 80 columns
     assert _run("check", "-q", good)[1] == ""
 
@@ -158,7 +160,7 @@ def test_text_tables_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert column in header
     assert f"{path}: 1 error(s), 1 warning(s) in 1 Q/DQ node(s)" in text
     assert "QL403" in text and "QL501" in text and "give one scale per slice" in text
-    assert text.rstrip().endswith("1 error(s), 1 warning(s)")
+    assert text.rstrip().endswith("1 error(s), 1 warning(s) [QL403 x1, QL501 x1]")
 
 
 def test_github_annotations(tmp_path: Path) -> None:
@@ -347,12 +349,14 @@ def test_a_checker_crash_on_one_model_does_not_hide_the_others(
     bad = _save(_bad(), tmp_path / "a_bad.onnx")
     boom = _save(_good(), tmp_path / "b_boom.onnx")
 
-    def check_path(path: Path) -> object:
+    real = check_module.check_path
+
+    def check_path(path: Path, **kwargs: object) -> object:
         if Path(path).name == boom.name:
             raise ZeroDivisionError("rule bug\nsecond line")
-        return check_module.check_path(path)
+        return real(path, **kwargs)
 
-    monkeypatch.setattr("qlrewrite.cli.check.check_path", check_path)
+    monkeypatch.setattr(check_module, "check_path", check_path)
     code, doc = _json(bad, boom)
     assert code == 2
     assert [f["rule"] for f in doc["files"][0]["findings"]] == ["QL403"]

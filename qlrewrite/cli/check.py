@@ -6,12 +6,12 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from qlrewrite import model_io, render
+from qlrewrite import model_io, project, render
 from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
@@ -21,53 +21,12 @@ from qlrewrite.cli._common import (
     run_command,
     show_progress,
 )
-from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
+from qlrewrite.config import Settings, settings_for
+from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
-from qlrewrite.passes.check import check_path, filter_report, select_rules
+from qlrewrite.project import enabled_codes
 
-__all__ = ["check_command", "collect_models", "exit_code"]
-
-
-def collect_models(paths: Iterable[Path]) -> list[Path | Report]:
-    """Model files to check, in order: files as given, folders searched recursively.
-
-    A folder's ``*.onnx`` files come sorted (hidden subfolders skipped); a folder without
-    any gives a Report with ``error`` (exit 2: a CI job pointed at nothing is a mistake).
-    Files named twice are checked once.
-    """
-    found: list[Path | Report] = []
-    seen: set[str] = set()
-    for path in paths:
-        if path.is_dir():
-            models = _models_under(path)
-            if not models:
-                found.append(Report(path=str(path), error="no .onnx files in folder"))
-            candidates: list[Path] = models
-        else:
-            candidates = [path]
-        for model in candidates:
-            key = os.path.realpath(model)
-            if key not in seen:
-                seen.add(key)
-                found.append(model)
-    return found
-
-
-def _models_under(folder: Path) -> list[Path]:
-    models = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        models += [Path(root, f) for f in files if f.lower().endswith(".onnx")]
-    return sorted(models, key=lambda p: p.parts)
-
-
-def exit_code(reports: Sequence[Report], *, strict: bool = False) -> int:
-    """2 if any model was unreadable, else 1 on an error finding (any with strict), else 0."""
-    if any(r.error for r in reports):
-        return EXIT_INPUT
-    if any(r.errors or (strict and r.findings) for r in reports):
-        return EXIT_FINDINGS
-    return EXIT_OK
+__all__ = ["check_command"]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -91,11 +50,17 @@ def _write_atomic(path: Path, text: str) -> None:
     epilog="""\b
 Examples:
   qlrewrite check model.onnx
-  qlrewrite check models/ --strict
+  qlrewrite check models/ --strict --jobs 4
   qlrewrite check models/ --format sarif -o qlrewrite.sarif
   qlrewrite check models/ --format github          # annotations in GitHub Actions
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
+  qlrewrite check models/ --isolated               # no configuration file
+
+\b
+Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
+model's folder upwards (keys: select, extend-select, ignore, strict, exclude,
+per-file-ignores, per-node-ignores, output-format); the command line overrides it.
 
 \b
 Exit codes: 0 no error findings (warnings allowed); 1 at least one error finding
@@ -111,15 +76,22 @@ over 1). `qlrewrite rules` lists the rules.
     "--format",
     "fmt",
     type=click.Choice(render.FORMATS),
-    default="text",
-    show_default=True,
-    help="Output format (text: tables on a terminal, one line per finding otherwise).",
+    default=None,
+    help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
+    "output-format of the configuration, else text).",
 )
 @click.option(
     "--select",
     multiple=True,
     metavar="CODES",
-    help="Only these rule codes or prefixes (comma separated, repeatable), e.g. QL4,QL501.",
+    help="Only these rule codes or prefixes (comma separated, repeatable), e.g. QL4,QL501; "
+    "replaces the configuration's select.",
+)
+@click.option(
+    "--extend-select",
+    multiple=True,
+    metavar="CODES",
+    help="Rule codes or prefixes added to the selection.",
 )
 @click.option(
     "--ignore",
@@ -127,7 +99,37 @@ over 1). `qlrewrite rules` lists the rules.
     metavar="CODES",
     help="Skip these rule codes or prefixes (the more specific of select/ignore wins).",
 )
-@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option(
+    "--strict/--no-strict",
+    default=None,
+    help="Exit 1 on warnings too (default: strict of the configuration, else off).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Use this configuration file (a qlrewrite.toml, or a pyproject.toml with "
+    "[tool.qlrewrite]) for every model, instead of searching.",
+)
+@click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    help="Apply exclude to models named on the command line too (for pre-commit).",
+)
+@click.option(
+    "--show-all",
+    is_flag=True,
+    help="Print every finding (by default findings repeated on many nodes print as a group).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Check N models at a time in worker processes (default: the usable cores).",
+)
 @click.option(
     "-o",
     "--output",
@@ -139,10 +141,16 @@ over 1). `qlrewrite rules` lists the rules.
 @run_command
 def check_command(  # noqa: PLR0917 (one parameter per click option)
     models: tuple[Path, ...],
-    fmt: str,
+    fmt: str | None,
     select: tuple[str, ...],
+    extend_select: tuple[str, ...],
     ignore: tuple[str, ...],
-    strict: bool,
+    strict: bool | None,
+    config_file: Path | None,
+    isolated: bool,
+    force_exclude: bool,
+    show_all: bool,
+    jobs: int | None,
     output: Path | None,
     quiet: bool,
 ) -> None:
@@ -150,51 +158,63 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
 
     Reads no weights: a model of any size checks in about a second.
     """
-    codes = select_rules(select, ignore)
-    targets = collect_models(models)
-    if output is not None and any(
-        isinstance(t, Path) and model_io.same_file(t, output) for t in targets
-    ):
+    selection = project.Selection(select, ignore, extend_select, strict)
+    enabled_codes(Settings(), selection, Path())  # a wrong code on the command line: exit 2
+    found = project.collect_models(
+        models, config=config_file, isolated=isolated, force_exclude=force_exclude
+    )
+    run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
+    fmt = fmt or run_settings.output_format or "text"
+    targets = [t for t in found if isinstance(t, project.Target)]
+    if output is not None and any(model_io.same_file(t.path, output) for t in targets):
         raise InputError(f"-o {output} names a model being checked; choose another file")
-    reports: list[Report] = []
-    files = sum(1 for t in targets if isinstance(t, Path))
-    with progress("checking", files, show_progress(quiet) and files > 1) as advance:
-        for target in targets:
-            if isinstance(target, Report):
-                reports.append(target)
-                continue
-            reports.append(_check_one(target, codes))
-            advance()
+    enabled = show_progress(quiet) and len(targets) > 1
+    with progress("checking", len(targets), enabled) as advance:
+        checked = project.check_targets(
+            targets,
+            selection,
+            jobs=jobs or project.default_jobs(),
+            debug=bool(_common._state["debug"]),
+            advance=advance,
+        )
+    by_target = iter(checked)
+    reports = [t if isinstance(t, Report) else next(by_target) for t in found]
+    reports += project.unused_suppressions(targets, checked, selection)
+    _print_reports(reports, fmt, output, quiet=quiet, show_all=show_all)
+    strict_of = _strictness(targets, selection)
+    sys.exit(project.exit_code(reports, strict=strict_of))
+
+
+def _strictness(targets: Sequence[project.Target], selection: project.Selection):
+    """Per report: --strict / --no-strict, else the strict of the model's configuration."""
+    settings = {str(t.path): t.settings for t in targets}
+
+    def strict(report: Report) -> bool:
+        if selection.strict is not None:
+            return selection.strict
+        found = settings.get(str(report.path))
+        return bool(found.strict) if found is not None else False
+
+    return strict
+
+
+def _print_reports(
+    reports: Sequence[Report], fmt: str, output: Path | None, *, quiet: bool, show_all: bool
+) -> None:
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
         for report in reports:
             if report.error:
                 click.echo(f"qlrewrite: error: {report.path}: {report.error}", err=True)
     if fmt == "text" and to_terminal:
-        render.print_text_tables(reports, out_console, summary=not quiet)
+        render.print_text_tables(reports, out_console, summary=not quiet, show_all=show_all)
     elif fmt == "text":
-        text = "\n".join(render.text_lines(reports, summary=not quiet))
+        text = "\n".join(render.text_lines(reports, summary=not quiet, show_all=show_all))
         _emit(text + "\n" if text else "", output)
     else:
-        _emit(render.render(reports, fmt, codes=codes), output)
+        _emit(render.render(reports, fmt), output)
     if output is not None and not quiet:
         err_console.print(f"{render.summary_line(reports)}; report written to {output}")
-    sys.exit(exit_code(reports, strict=strict))
-
-
-def _check_one(path: Path, codes: frozenset[str]) -> Report:
-    """One model's report; a crash of the checker on it is that file's error, not the run's."""
-    try:
-        return filter_report(check_path(path), codes)
-    except Exception as exc:  # a checker bug must not hide the other models' findings
-        if _common._state["debug"]:  # --debug: let run_command show the traceback
-            raise
-        detail = (str(exc).strip().splitlines() or [""])[0]
-        return Report(
-            path=str(path),
-            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
-            "run with --debug for the traceback and please report it",
-        )
 
 
 def _emit(text: str, output: Path | None) -> None:

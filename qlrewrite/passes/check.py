@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -30,6 +30,7 @@ __all__ = [
     "check_model",
     "check_path",
     "filter_report",
+    "finish_report",
     "node_contexts",
     "parse_codes",
     "select_rules",
@@ -41,16 +42,20 @@ def check(
     *,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
 
     ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
-    check --select/--ignore``. A path that cannot be read gives a Report with ``error``;
-    a ``ModelProto`` is checked as if its file were in the current folder.
+    check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
+    name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
+    (see :mod:`qlrewrite.suppress`). A path that cannot be read gives a Report with
+    ``error``; a ``ModelProto`` is checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
     if isinstance(model_or_path, ir.Model):
-        report = check_model(model_or_path, path=model_or_path.meta.get("qlrewrite.source"))
+        model = model_or_path
+        report = check_model(model, path=model.meta.get("qlrewrite.source"))
     elif isinstance(model_or_path, onnx.ModelProto):
         try:
             model = ir.serde.deserialize_model(model_or_path)
@@ -59,8 +64,20 @@ def check(
         model.meta["qlrewrite.proto"] = model_or_path
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
-        report = check_path(model_or_path)
-    return filter_report(report, codes)
+        return check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+    return finish_report(report, model, codes, per_node_ignores)
+
+
+def finish_report(
+    report: Report,
+    model: ir.Model,
+    codes: Collection[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """``report`` of ``model`` with only the rules in ``codes``, then suppressions applied."""
+    from qlrewrite.suppress import apply_suppressions
+
+    return apply_suppressions(filter_report(report, codes), model, per_node_ignores or {}, codes)
 
 
 def select_rules(
@@ -123,11 +140,17 @@ def filter_report(report: Report, codes: Collection[str]) -> Report:
     return dataclasses.replace(report, findings=[f for f in report.findings if f.rule in codes])
 
 
-def check_path(path: str | os.PathLike) -> Report:
+def check_path(
+    path: str | os.PathLike,
+    *,
+    codes: Collection[str] | None = None,
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
     """Load and check one model file; an unreadable file gives a Report with ``error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
-    error is one line without the path (the Report has it).
+    error is one line without the path (the Report has it). With ``codes`` (the enabled
+    rules) the report is finished as :func:`finish_report` does.
     """
     try:
         model = model_io.load(path, check_data=False)
@@ -135,7 +158,10 @@ def check_path(path: str | os.PathLike) -> Report:
         return Report(path=str(path), error=str(exc).removeprefix(f"{path}: "))
     source = model.meta.get("qlrewrite.proto")
     weightless = weightless_from_source(source) if source is not None else None
-    return check_model(model, path=str(path), weightless=weightless)
+    report = check_model(model, path=str(path), weightless=weightless)
+    if codes is None:
+        return report
+    return finish_report(report, model, codes, per_node_ignores)
 
 
 def check_model(
