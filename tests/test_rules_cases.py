@@ -232,3 +232,10 @@ def test_message_names_offending_values() -> None:
     (finding,) = check_model(load_ir(proto)).findings
     assert "[5]" in finding.message and "[4, 3]" in finding.message and "main" in finding.message
     assert finding.opset == 13 and finding.op_type == DQ and finding.domain == ""
+
+
+def test_a_negative_block_size_is_one_finding() -> None:
+    """Not "block_size is not set" (QL405) beside "block_size is negative" (QL407)."""
+    proto = qdq_model(DQ, 21, x_type=DT.INT8, x_shape=(4, 4), scale_shape=(4, 2), zp_shape=(4, 2),
+                      attrs={"axis": 1, "block_size": -2})  # fmt: skip
+    assert [f.rule for f in check_model(load_ir(proto)).findings] == ["QL407"]

@@ -193,8 +193,8 @@ def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
 )
 def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     scale = ctx.scale
-    if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size > 0:
-        return
+    if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size != 0:
+        return  # a negative block_size is set, and wrong: QL407 says so
     if ctx.row.scalar_only:
         return  # QL402 reports it
     if ctx.row.has_block_size:
