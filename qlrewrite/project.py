@@ -14,12 +14,14 @@ import multiprocessing
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from qlrewrite.config import Settings, forget, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
 from qlrewrite.findings import Report
 
 __all__ = [
+    "FixOutcome",
     "Selection",
     "Target",
     "check_targets",
@@ -27,6 +29,7 @@ __all__ = [
     "default_jobs",
     "enabled_codes",
     "exit_code",
+    "fix_target",
     "unused_suppressions",
 ]
 
@@ -215,3 +218,68 @@ def exit_code(reports: Sequence[Report], *, strict: bool | Callable[[Report], bo
     if any(r.errors or (r.findings and is_strict(r)) for r in reports):
         return EXIT_FINDINGS
     return EXIT_OK
+
+
+@dataclasses.dataclass
+class FixOutcome:
+    """What ``check --fix`` / ``--diff`` did to one model."""
+
+    path: Path
+    changes: list[tuple[str, str, str]]  # (code, where, what), in the order applied
+    fixable: int  # findings the fixes were for
+    output: Path | None = None  # the file written (None: --diff, or refused)
+    refused: str | None = None  # why nothing was written
+    verification: Any = None  # the --verify result, when asked
+
+
+def fix_target(
+    target: Target,
+    report: Report,
+    *,
+    unsafe: bool = False,
+    output: Path | None = None,
+    in_place: bool = False,
+    dry_run: bool = False,
+    verify: Any = None,
+) -> FixOutcome | None:
+    """Repair ``report``'s fixable findings of ``target`` through the rewrite path every
+    command takes (:func:`qlrewrite.pipeline.rewrite`: refusals, atomic write,
+    ``verify``); None when nothing is fixable. ``dry_run``: what would change (``--diff``).
+    """
+    from qlrewrite import pipeline
+    from qlrewrite.errors import Refusal
+    from qlrewrite.passes.fix import FixPass, fix_passes, fixable
+    from qlrewrite.verify import VerificationFailed
+
+    if report.error:
+        return None
+    wanted = fixable(report.findings, unsafe=unsafe)
+    passes = fix_passes(wanted, unsafe=unsafe)
+    if not passes:
+        return None
+    outcome = FixOutcome(target.path, [], len(wanted))
+    try:
+        result = pipeline.rewrite(
+            target.path,
+            passes,
+            command="fix",
+            output=output,
+            in_place=in_place,
+            dry_run=dry_run,
+            verify=verify,
+        )
+    except VerificationFailed as exc:
+        outcome.refused, outcome.verification = str(exc), exc.verification
+        return outcome
+    except Refusal as exc:
+        outcome.refused = str(exc).removeprefix(f"{target.path}: ")
+        return outcome
+    for fix_pass in passes:
+        if isinstance(fix_pass, FixPass):
+            outcome.changes.extend(fix_pass.changes)
+        else:  # the upgrade to opset 13 (QL201 / QL402)
+            opset = getattr(fix_pass, "opset", "?")
+            outcome.changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
+    outcome.output = result.output
+    outcome.verification = result.verification
+    return outcome

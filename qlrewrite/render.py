@@ -329,7 +329,12 @@ def _sarif_rule(rule: Rule) -> dict[str, Any]:
             "markdown": f"{rule.explanation}\n\nExample:\n\n```\n{rule.example}\n```",
         },
         "defaultConfiguration": {"level": rule.severity},
-        "properties": {"tags": ["onnx", "quantization"], "versions": rule.versions},
+        "properties": {
+            "tags": ["onnx", "quantization"],
+            "versions": rule.versions,
+            "fix": rule.fix or "none",
+            "fixSummary": rule.fix_summary,
+        },
     }
 
 
@@ -435,13 +440,21 @@ def render(reports: Sequence[Report], fmt: str, *, codes: Iterable[str] | None =
 # --------------------------------------------------------------------------- rules
 
 
+def _fix_text(rule: Rule) -> str:
+    """``Fix (safe, check --fix): ...``, ``Fix (unsafe, ...)`` or ``Fix: none``."""
+    if rule.fix is None:
+        return "Fix: none (repair it by hand)"
+    how = "check --fix" if rule.fix == "safe" else "check --fix --unsafe-fixes"
+    return f"Fix ({rule.fix}, {how}): {rule.fix_summary}"
+
+
 def rule_text(rule: Rule) -> str:
-    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example."""
+    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example, fix."""
     return (
         f"{rule.code} {rule.name} ({rule.severity}; {rule.versions})\n\n"
         f"{rule.summary}\n\n{rule.explanation}\n\nExample:\n"
         + "\n".join(f"  {line}" for line in rule.example.splitlines())
-        + "\n"
+        + f"\n\n{_fix_text(rule)}\n"
     )
 
 
@@ -464,30 +477,33 @@ def print_rule(rule: Rule, console: Console) -> None:
     console.print()
     console.print("Example:")
     console.print(Text("\n".join(f"  {line}" for line in rule.example.splitlines())))
+    console.print()
+    console.print(Text(_fix_text(rule)))
 
 
 def rules_lines(rules: Iterable[Rule]) -> list[str]:
-    """The catalogue for logs: one aligned line per rule."""
+    """The catalogue for logs: one aligned line per rule (code, severity, fix, name, ...)."""
     rules = list(rules)
     name_width = max((len(r.name) for r in rules), default=0)
     versions_width = max((len(r.versions) for r in rules), default=0)
     return [
-        f"{r.code}  {r.severity:<7}  {r.name:<{name_width}}  {r.versions:<{versions_width}}  "
-        f"{r.summary}".rstrip()
+        f"{r.code}  {r.severity:<7}  {r.fix or '-':<6}  {r.name:<{name_width}}  "
+        f"{r.versions:<{versions_width}}  {r.summary}".rstrip()
         for r in rules
     ]
 
 
 def print_rules_table(rules: Iterable[Rule], console: Console) -> None:
-    """The catalogue for a terminal: code, name, severity, versions, summary."""
+    """The catalogue for a terminal: code, name, severity, fix, versions, summary."""
     table = Table(title="qlrewrite check rules", title_justify="left")
-    for column in ("code", "name", "severity", "versions", "summary"):
+    for column in ("code", "name", "severity", "fix", "versions", "summary"):
         table.add_column(column, overflow="fold")
     for r in rules:
         table.add_row(
             r.code,
             r.name,
             Text(r.severity, style=_SEVERITY_STYLE[r.severity]),
+            r.fix or "",
             r.versions,
             Text(r.summary),
         )
@@ -520,15 +536,17 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "Every rule `qlrewrite check` applies to QuantizeLinear / DequantizeLinear nodes.",
         "Errors make `qlrewrite check` exit 1 (warnings only with `--strict`); select or",
         "ignore rules by code or prefix with `--select` / `--ignore` (for example",
-        "`--ignore QL5`). `qlrewrite rules CODE` prints one entry.",
+        "`--ignore QL5`). `qlrewrite rules CODE` prints one entry. The fix column says",
+        "what `qlrewrite check --fix` repairs: *safe* fixes keep ONNX Runtime's outputs",
+        "bit-identical; *unsafe* ones need `--unsafe-fixes`.",
         "",
-        "| code | name | severity | versions | summary |",
-        "|---|---|---|---|---|",
+        "| code | name | severity | fix | versions | summary |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rules.values():
         out.append(
-            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.severity} | {_cell(r.versions)} "
-            f"| {_cell(r.summary)} |"
+            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.severity} | {r.fix or ''} "
+            f"| {_cell(r.versions)} | {_cell(r.summary)} |"
         )
     category = None
     for r in rules.values():
@@ -548,6 +566,8 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             "```text",
             r.example,
             "```",
+            "",
+            _fix_text(r),
         ]
     return "\n".join(out) + "\n"
 

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
@@ -20,9 +20,11 @@ from qlrewrite.cli._common import (
     progress,
     run_command,
     show_progress,
+    verify_from,
+    verify_option_list,
 )
 from qlrewrite.config import Settings, settings_for
-from qlrewrite.errors import InputError
+from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.findings import Report
 from qlrewrite.project import enabled_codes
 
@@ -43,6 +45,13 @@ def _write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
+
+
+def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
+    """--verify and its details, for --fix."""
+    for option in reversed(verify_option_list()):
+        func = option(func)
+    return func
 
 
 @click.command(
@@ -137,6 +146,31 @@ over 1). `qlrewrite rules` lists the rules.
     help="Write the report to this file (atomically) instead of stdout.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Repair the findings that have a safe fix (ONNX Runtime's outputs stay "
+    "bit-identical), write the model (default <stem>.fix.onnx beside it) and report "
+    "what remains.",
+)
+@click.option(
+    "--unsafe-fixes",
+    is_flag=True,
+    help="With --fix / --diff, also apply the unsafe fixes (`qlrewrite rules` lists them).",
+)
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Print what --fix would change, node by node; write nothing (exit 1 if anything "
+    "would change).",
+)
+@click.option("--in-place", is_flag=True, help="With --fix, overwrite the models.")
+@click.option(
+    "--fix-output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --fix and one model: write the fixed model here.",
+)
+@_verify_options
 @debug_option
 @run_command
 def check_command(  # noqa: PLR0917 (one parameter per click option)
@@ -153,11 +187,21 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     jobs: int | None,
     output: Path | None,
     quiet: bool,
+    fix: bool,
+    unsafe_fixes: bool,
+    diff: bool,
+    in_place: bool,
+    fix_output: Path | None,
+    **verify_args: object,
 ) -> None:
     """Check every QuantizeLinear / DequantizeLinear node against its opset's rules.
 
-    Reads no weights: a model of any size checks in about a second.
+    Reads no weights: a model of any size checks in about a second. With --fix, the
+    findings that have a safe fix are repaired through the same path as the rewriting
+    commands (refusals, atomic write, --verify).
     """
+    verify = verify_from(verify_args)
+    _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
     selection = project.Selection(select, ignore, extend_select, strict)
     enabled_codes(Settings(), selection, Path())  # a wrong code on the command line: exit 2
     found = project.collect_models(
@@ -180,9 +224,122 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     by_target = iter(checked)
     reports = [t if isinstance(t, Report) else next(by_target) for t in found]
     reports += project.unused_suppressions(targets, checked, selection)
+    refused = False
+    if fix or diff:
+        options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
+                   "dry_run": diff, "verify": verify}  # fmt: skip
+        outcomes = _fix_all(targets, checked, options, quiet=quiet)
+        refused = any(o.refused for o in outcomes)
+        if diff:
+            _print_diff(outcomes, quiet=quiet)
+            changed = any(o.changes for o in outcomes)
+            sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
+        reports = _after_fixes(reports, targets, outcomes, selection)
     _print_reports(reports, fmt, output, quiet=quiet, show_all=show_all)
+    if fmt == "text" and not quiet:
+        _print_fixable(reports, unsafe_fixes)
     strict_of = _strictness(targets, selection)
-    sys.exit(project.exit_code(reports, strict=strict_of))
+    code = project.exit_code(reports, strict=strict_of)
+    sys.exit(max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code)
+
+
+def _check_fix_options(  # noqa: PLR0917 (the options, as given)
+    fix: bool, diff: bool, in_place: bool, fix_output: Path | None, verify: bool, models: int
+) -> None:
+    if fix and diff:
+        raise click.UsageError("--fix and --diff: give one of them")
+    for flag, given in (("--in-place", in_place), ("--fix-output", fix_output is not None),
+                        ("--verify", verify)):  # fmt: skip
+        if given and not fix and not (diff and flag == "--verify"):
+            raise click.UsageError(f"{flag} needs --fix")
+    if fix_output is not None and models != 1:
+        raise click.UsageError("--fix-output takes one model; use --in-place for several")
+
+
+def _fix_all(
+    targets: Sequence[project.Target],
+    reports: Sequence[Report],
+    options: dict,
+    *,
+    quiet: bool,
+) -> list[project.FixOutcome]:
+    """Fix each model that has fixable findings, one at a time; say what happened."""
+    outcomes = []
+    for target, report in zip(targets, reports, strict=True):
+        outcome = project.fix_target(target, report, **options)
+        if outcome is None:
+            continue
+        outcomes.append(outcome)
+        if outcome.refused:
+            click.echo(f"qlrewrite: {target.path}: fix refused: {outcome.refused}", err=True)
+        elif outcome.output is not None and not quiet:
+            counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
+            line = f"fixed {target.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
+            err_console.print(line + (f" [{counts}]" if counts else ""))
+        if outcome.verification is not None:
+            click.echo(f"  verify: {outcome.verification.describe()}", err=True)
+    return outcomes
+
+
+def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for code, _, _ in changes:
+        counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
+def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
+    """``--diff``: per model, one line per change (code, where, what), then a count."""
+    lines = []
+    for outcome in outcomes:
+        if not outcome.changes:
+            continue
+        lines += [f"--- {outcome.path}", f"+++ {outcome.path} (fixed)"]
+        lines += [f"  {code} {where}: {what}" for code, where, what in outcome.changes]
+    if lines:
+        click.echo("\n".join(lines))
+    if not quiet:
+        changes = sum(len(o.changes) for o in outcomes)
+        models = sum(1 for o in outcomes if o.changes)
+        err_console.print(f"{changes} change(s) would be made to {models} model(s)")
+
+
+def _after_fixes(
+    reports: list[Report],
+    targets: Sequence[project.Target],
+    outcomes: Sequence[project.FixOutcome],
+    selection: project.Selection,
+) -> list[Report]:
+    """The reports with each fixed model replaced by its output's report (what remains)."""
+    written = {str(o.path): o.output for o in outcomes if o.output is not None}
+    settings = {str(t.path): t.settings for t in targets}
+    replaced = []
+    for report in reports:
+        output = written.get(str(report.path))
+        if output is None:
+            replaced.append(report)
+            continue
+        target = project.Target(Path(output), settings[str(report.path)])
+        replaced.append(project.check_one(target, selection))
+    return replaced
+
+
+def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
+    """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
+    from qlrewrite.passes.fix import fixable
+
+    findings = [f for r in reports for f in r.findings]
+    safe = len(fixable(findings))
+    more = len(fixable(findings, unsafe=True)) - safe
+    if not safe and not more:
+        return
+    if unsafe:
+        safe, more = safe + more, 0
+    line = f"{safe} fixable with --fix" + (" --unsafe-fixes" if unsafe else "") if safe else ""
+    if more:
+        extra = f"{more} more with --fix --unsafe-fixes"
+        line = f"{line} ({extra})" if line else f"{more} fixable with --fix --unsafe-fixes"
+    err_console.print(line)
 
 
 def _strictness(targets: Sequence[project.Target], selection: project.Selection):
