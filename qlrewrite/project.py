@@ -258,6 +258,13 @@ def fix_target(
     if not passes:
         return None
     outcome = FixOutcome(target.path, [], len(wanted))
+    unfixed = sorted({f.rule for f in report.errors if f not in wanted})
+    if unfixed:  # the rewrite would refuse the input: say why in the words of check
+        outcome.refused = (
+            f"{len([f for f in report.errors if f not in wanted])} error finding(s) without "
+            f"a fix ({', '.join(unfixed)}); nothing written"
+        )
+        return outcome
     try:
         result = pipeline.rewrite(
             target.path,
