@@ -37,6 +37,12 @@ class Rule:
     versions: str = ""  # where it applies, e.g. "ai.onnx 13+, com.microsoft"
     fix: FixKind | None = None  # what `check --fix` can do about it (None: nothing)
     fix_summary: str = ""  # what the fix changes, and when it applies
+    opt_in: bool = False  # off unless selected by code or prefix (``--select QL504``)
+
+    @property
+    def level(self) -> str:
+        """The severity as the catalogue shows it: ``warning (opt-in)`` for opt-in rules."""
+        return f"{self.severity} (opt-in)" if self.opt_in else self.severity
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ rules are fixable."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,8 @@ def test_every_safe_fix_of_ort_quantizer_models_verifies_exact(tmp_path: Path, n
     before = check_path(model).findings
     safe = fixable(before)
     out = tmp_path / "fixed.onnx"
-    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, "--verify-runs", "2")
+    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, "--verify-runs", "2",
+                        "--extend-select", "QL406")  # fmt: skip
     if not safe:
         assert not out.exists() and "fixed " not in err
         return
@@ -81,7 +83,7 @@ def test_ort_quantizer_fixable_findings_are_the_ones_users_meet() -> None:
 def _findings(name: str):
     import qlrewrite
 
-    return qlrewrite.check(quantized(name)).findings
+    return qlrewrite.check(quantized(name), select=["ALL", "QL406"]).findings
 
 
 def test_opset12_per_channel_needs_unsafe_fixes_and_cannot_be_verified(tmp_path: Path) -> None:
@@ -108,7 +110,8 @@ def _save(proto: onnx.ModelProto, path: Path) -> Path:
 
 def _verified(model: Path, *extra: str) -> Path:
     out = model.with_name("out.onnx")
-    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, *extra)
+    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, "--extend-select",
+                        "QL406", *extra)  # fmt: skip
     assert "verify: exact" in err, err
     assert code == 0 and out.exists(), err
     return out
@@ -186,7 +189,8 @@ def test_ql103_missing_com_microsoft_import_is_an_unsafe_fix(tmp_path: Path) -> 
 def test_diff_shows_node_by_node_and_writes_nothing(tmp_path: Path) -> None:
     model = _save(quantized("cnn-u8s8"), tmp_path / "m.onnx")
     before = model.read_bytes()
-    code, out, err = _run(model, "--diff")
+    assert _run(model, "--diff")[:2] == (0, "")  # QL406 is opt-in: nothing to fix
+    code, out, err = _run(model, "--diff", "--extend-select", "QL406")
     assert code == 1
     assert out.splitlines()[:3] == [
         f"--- {model}", f"+++ {model} (fixed)",
@@ -212,7 +216,7 @@ def test_suppressed_findings_are_not_fixed(tmp_path: Path) -> None:
     model = _save(quantized("cnn-u8s8"), tmp_path / "m.onnx")
     toml = '[per-node-ignores]\n"b1_DequantizeLinear" = ["QL406"]\n'
     (tmp_path / "qlrewrite.toml").write_text(toml)
-    code, _, err = _run(model, "--fix", "--strict")
+    code, _, err = _run(model, "--fix", "--strict", "--extend-select", "QL406")
     assert code == 0 and "2 change(s)" in err
     shapes = {t.name: list(t.dims) for t in onnx.load(tmp_path / "m.fix.onnx").graph.initializer}
     assert shapes["b1_quantized_scale"] == [1] and shapes["b2_quantized_scale"] == []
@@ -236,7 +240,7 @@ def test_fix_usage_errors(tmp_path: Path, args: list[str], needle: str) -> None:
 
 
 def test_a_fix_that_would_overwrite_the_input_is_refused(tmp_path: Path) -> None:
-    model = _save(quantized("cnn-u8s8"), tmp_path / "m.onnx")
+    model = _save(quantized("cnn-int4-per-channel-21"), tmp_path / "m.onnx")
     code, _, err = _run(model, "--fix", "--fix-output", model)
     assert code == 2 and "--in-place" in err
 
@@ -251,4 +255,4 @@ def test_catalogue_and_fixes_agree() -> None:
     props = {r["id"]: r["properties"]["fix"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
     assert props["QL406"] == "safe" and props["QL201"] == "unsafe" and props["QL101"] == "none"
     lines = render.rules_lines(RULES.values())
-    assert any(line.startswith("QL406  warning  safe") for line in lines)
+    assert any(re.match(r"QL406  warning \(opt-in\)  safe ", line) for line in lines)

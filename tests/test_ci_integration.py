@@ -22,7 +22,7 @@ from pathlib import Path
 import onnx
 import pytest
 import yaml
-from qdq_models import DQ, DT, qdq_model
+from qdq_models import DQ, qdq_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -43,21 +43,21 @@ def _bad() -> onnx.ModelProto:
     return qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0})
 
 
-def _ql406() -> onnx.ModelProto:
-    """QL406 (warning) only."""
-    return qdq_model(DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=())
+def _warn() -> onnx.ModelProto:
+    """QL501 (a warning: a zero scale) only."""
+    return qdq_model(DQ, 21, scale=0.0)
 
 
 def _project(tmp_path: Path) -> Path:
     """A repository with ORT-style models, a pyproject.toml and nothing else of qlrewrite."""
     repo = tmp_path / "repo"
     (repo / "models" / "legacy").mkdir(parents=True)
-    onnx.save(_ql406(), repo / "models" / "detector.onnx")
+    onnx.save(_warn(), repo / "models" / "detector.onnx")
     onnx.save(_bad(), repo / "models" / "legacy" / "broken.onnx")
     (repo / "models" / "notes.onnx.txt").write_text("not a model")
     (repo / "pyproject.toml").write_text(
         '[project]\nname = "demo"\n\n[tool.qlrewrite]\nstrict = true\n'
-        'exclude = ["legacy"]\n[tool.qlrewrite.per-file-ignores]\n"models/*" = ["QL406"]\n'
+        'exclude = ["legacy"]\n[tool.qlrewrite.per-file-ignores]\n"models/*" = ["QL501"]\n'
     )
     return repo
 
@@ -101,7 +101,7 @@ def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
         command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--verbose"]
         return _run(command, repo, env)
 
-    # legacy/ is excluded by the configuration (the hook passes --force-exclude), QL406 is
+    # legacy/ is excluded by the configuration (the hook passes --force-exclude), QL501 is
     # ignored for models/*: the strict project passes; the text file is never passed
     done = run()
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
-from qdq_models import DQ, DT, qdq_model
+from qdq_models import DQ, qdq_model
 
 from qlrewrite import config
 from qlrewrite.cli import main
@@ -26,9 +26,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     config.load_config.cache_clear()
 
 
-def _ql406() -> onnx.ModelProto:
-    """A DQ 'qdq' (output 'y') with a [1] scale and a scalar zero point: QL406 (warning)."""
-    return qdq_model(DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=())
+def _warn() -> onnx.ModelProto:
+    """A DQ 'qdq' (output 'y') with a zero scale: QL501 (a warning) only."""
+    return qdq_model(DQ, 21, scale=0.0)
 
 
 def _ql403() -> onnx.ModelProto:
@@ -54,22 +54,22 @@ def _json(*args: str | Path) -> tuple[int, dict]:
 
 
 def test_pyproject_settings_apply_and_the_command_line_overrides(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "models" / "m.onnx")
-    assert _run("models", "--strict")[0] == 1  # no configuration yet: QL406 fails --strict
+    _save(_warn(), tmp_path / "models" / "m.onnx")
+    assert _run("models", "--strict")[0] == 1  # no configuration yet: QL501 fails --strict
     (tmp_path / "pyproject.toml").write_text(
-        '[project]\nname = "x"\n\n[tool.qlrewrite]\nstrict = true\nignore = ["QL406"]\n'
+        '[project]\nname = "x"\n\n[tool.qlrewrite]\nstrict = true\nignore = ["QL501"]\n'
     )
     code, doc = _json("models")
     assert code == 0 and doc["files"][0]["findings"] == []
-    code, doc = _json("models", "--select", "QL4")  # --select replaces the config's selection
-    assert code == 1 and [f["rule"] for f in doc["files"][0]["findings"]] == ["QL406"]
-    assert _run("models", "--select", "QL4", "--no-strict")[0] == 0
+    code, doc = _json("models", "--select", "QL5")  # --select replaces the config's selection
+    assert code == 1 and [f["rule"] for f in doc["files"][0]["findings"]] == ["QL501"]
+    assert _run("models", "--select", "QL5", "--no-strict")[0] == 0
     assert _run("models", "--isolated", "--strict")[0] == 1
     assert _run("models", "--isolated")[0] == 0
 
 
 def test_config_option_names_the_file(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "m.onnx")
+    _save(_warn(), tmp_path / "m.onnx")
     other = tmp_path / "ci" / "qlrewrite.toml"
     other.parent.mkdir()
     other.write_text("strict = true\n")
@@ -87,7 +87,7 @@ def test_config_option_names_the_file(tmp_path: Path) -> None:
 def test_a_wrong_configuration_is_one_line_and_exit_2(
     tmp_path: Path, text: str, needle: str
 ) -> None:
-    _save(_ql406(), tmp_path / "m.onnx")
+    _save(_warn(), tmp_path / "m.onnx")
     (tmp_path / "qlrewrite.toml").write_text(text)
     code, out, err = _run("m.onnx")
     assert code == 2 and out == ""
@@ -96,22 +96,22 @@ def test_a_wrong_configuration_is_one_line_and_exit_2(
 
 
 def test_unknown_code_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "m.onnx")
+    _save(_warn(), tmp_path / "m.onnx")
     code, _, err = _run("m.onnx", "--extend-select", "QL99")
     assert code == 2 and "--extend-select: unknown rule code or prefix 'QL99'" in err
 
 
 def test_output_format_from_the_configuration(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "m.onnx")
+    _save(_warn(), tmp_path / "m.onnx")
     (tmp_path / "qlrewrite.toml").write_text('output-format = "github"\n')
     out = _run("m.onnx")[1]
-    assert out.startswith("::warning file=m.onnx,title=QL406 ")
+    assert out.startswith("::warning file=m.onnx,title=QL501 ")
     assert json.loads(_run("m.onnx", "--format", "json")[1])["version"] == 1
 
 
 def test_exclude_and_force_exclude(tmp_path: Path) -> None:
     _save(_ql403(), tmp_path / "models" / "legacy" / "old.onnx")
-    _save(_ql406(), tmp_path / "models" / "new.onnx")
+    _save(_warn(), tmp_path / "models" / "new.onnx")
     (tmp_path / "qlrewrite.toml").write_text('exclude = ["legacy"]\n')
     code, doc = _json("models")
     assert code == 0 and [Path(f["path"]).name for f in doc["files"]] == ["new.onnx"]
@@ -122,9 +122,9 @@ def test_exclude_and_force_exclude(tmp_path: Path) -> None:
 
 
 def test_per_file_ignores(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "det" / "a.onnx")
-    _save(_ql406(), tmp_path / "rec" / "b.onnx")
-    toml = 'strict = true\n[per-file-ignores]\n"det/*" = ["QL4"]\n'
+    _save(_warn(), tmp_path / "det" / "a.onnx")
+    _save(_warn(), tmp_path / "rec" / "b.onnx")
+    toml = 'strict = true\n[per-file-ignores]\n"det/*" = ["QL5"]\n'
     (tmp_path / "qlrewrite.toml").write_text(toml)
     code, doc = _json(".")
     assert code == 1
@@ -133,9 +133,9 @@ def test_per_file_ignores(tmp_path: Path) -> None:
 
 
 def test_per_node_ignores_are_counted_and_stale_keys_reported(tmp_path: Path) -> None:
-    _save(_ql406(), tmp_path / "m.onnx")
+    _save(_warn(), tmp_path / "m.onnx")
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.qlrewrite]\nstrict = true\n[tool.qlrewrite.per-node-ignores]\n"y" = ["QL406"]\n'
+        '[tool.qlrewrite]\nstrict = true\n[tool.qlrewrite.per-node-ignores]\n"y" = ["QL501"]\n'
     )
     code, out, _ = _run("m.onnx")
     assert code == 0 and out.strip().endswith("0 error(s), 0 warning(s); 1 suppressed")
@@ -143,19 +143,19 @@ def test_per_node_ignores_are_counted_and_stale_keys_reported(tmp_path: Path) ->
     assert doc["summary"]["suppressed"] == 1 and doc["files"][0]["summary"]["suppressed"] == 1
     # the node is renamed in a re-export: the key names nothing any more
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.qlrewrite]\n[tool.qlrewrite.per-node-ignores]\n"old_name" = ["QL406"]\n'
+        '[tool.qlrewrite]\n[tool.qlrewrite.per-node-ignores]\n"old_name" = ["QL501"]\n'
     )
     code, doc = _json("m.onnx")
     stale = [f for file in doc["files"] for f in file["findings"] if f["rule"] == "QL901"]
     assert code == 0 and len(stale) == 1
     assert doc["files"][-1]["path"] == str(tmp_path / "pyproject.toml")
     assert "per-node-ignores 'old_name'" in stale[0]["message"]
-    assert _json("m.onnx", "--ignore", "QL901")[1]["summary"]["by_rule"] == {"QL406": 1}
+    assert _json("m.onnx", "--ignore", "QL901")[1]["summary"]["by_rule"] == {"QL501": 1}
 
 
 def test_many_files_in_worker_processes_keep_their_order(tmp_path: Path) -> None:
     for i in range(12):
-        _save(_ql403() if i % 3 else _ql406(), tmp_path / "models" / f"m{i:02d}.onnx")
+        _save(_ql403() if i % 3 else _warn(), tmp_path / "models" / f"m{i:02d}.onnx")
     one = _run("models", "--jobs", "1", "--show-all")
     two = _run("models", "--jobs", "2", "--show-all")
     assert one == two and one[0] == 1
@@ -164,7 +164,7 @@ def test_many_files_in_worker_processes_keep_their_order(tmp_path: Path) -> None
 
 
 def test_a_folder_of_repeated_findings_prints_grouped(tmp_path: Path) -> None:
-    model = _ql406()
+    model = _warn()
     node = model.graph.node[0]
     for i in range(1, 8):  # 8 DQ nodes with the same warning
         copy = model.graph.node.add()

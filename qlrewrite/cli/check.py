@@ -203,7 +203,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     verify = verify_from(verify_args)
     _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
     selection = project.Selection(select, ignore, extend_select, strict)
-    enabled_codes(Settings(), selection, Path())  # a wrong code on the command line: exit 2
+    listed = enabled_codes(Settings(), selection, Path())  # a wrong code: exit 2 here
     found = project.collect_models(
         models, config=config_file, isolated=isolated, force_exclude=force_exclude
     )
@@ -235,7 +235,9 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             changed = any(o.changes for o in outcomes)
             sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
         reports = _after_fixes(reports, targets, outcomes, selection)
-    _print_reports(reports, fmt, output, quiet=quiet, show_all=show_all)
+    if targets:  # SARIF lists the rules checked on some model
+        listed = frozenset().union(*(enabled_codes(t.settings, selection, t.path) for t in targets))
+    _print_reports(reports, fmt, output, quiet=quiet, show_all=show_all, codes=listed)
     if fmt == "text" and not quiet:
         _print_fixable(reports, unsafe_fixes)
     strict_of = _strictness(targets, selection)
@@ -356,7 +358,13 @@ def _strictness(targets: Sequence[project.Target], selection: project.Selection)
 
 
 def _print_reports(
-    reports: Sequence[Report], fmt: str, output: Path | None, *, quiet: bool, show_all: bool
+    reports: Sequence[Report],
+    fmt: str,
+    output: Path | None,
+    *,
+    quiet: bool,
+    show_all: bool,
+    codes: frozenset[str],
 ) -> None:
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
@@ -369,7 +377,7 @@ def _print_reports(
         text = "\n".join(render.text_lines(reports, summary=not quiet, show_all=show_all))
         _emit(text + "\n" if text else "", output)
     else:
-        _emit(render.render(reports, fmt), output)
+        _emit(render.render(reports, fmt, codes=codes), output)
     if output is not None and not quiet:
         err_console.print(f"{render.summary_line(reports)}; report written to {output}")
 

@@ -89,22 +89,26 @@ def select_rules(
 ) -> frozenset[str]:
     """The rule codes enabled by ``select`` / ``ignore`` codes or prefixes, as ruff does.
 
-    No ``select`` keeps ``base`` (default every rule; ``ALL`` selects every rule); a
-    ``select`` starts afresh from what it names. ``extend_select`` adds to either. When a
-    code matches both sides, the longer (more specific) prefix wins; on a tie ``ignore``
-    wins. A code no entry matches keeps its state in ``base``. Layers stack: the
-    configuration's result is the ``base`` of the command line's. An entry that matches
-    no rule code raises InputError naming it.
+    No ``select`` keeps ``base`` (default: every rule that is not opt-in); a ``select``
+    starts afresh from what it names (``ALL``: every rule that is not opt-in).
+    ``extend_select`` adds to either. An opt-in rule needs a select entry of at least its
+    category (``QL5``, ``QL504``). When a code matches both sides, the longer (more
+    specific) prefix wins; on a tie ``ignore`` wins. A code no entry matches keeps its
+    state in ``base``. Layers stack: the configuration's result is the ``base`` of the
+    command line's. An entry that matches no rule code raises InputError naming it.
     """
     selected = parse_codes(select, "--select")
     enabling = selected + parse_codes(extend_select, "--extend-select")
     ignored = parse_codes(ignore, "--ignore")
-    before = set(RULES) if base is None else set(base)
+    before = {c for c, e in RULES.items() if not e.opt_in} if base is None else set(base)
     if selected:
         before = set()
     enabled = set()
-    for code in RULES:
-        best_select = max((len(p) for p in enabling if code.startswith(p)), default=-1)
+    for code, entry in RULES.items():
+        shortest = 3 if entry.opt_in else 0  # "QL5" names the category; "", "QL" do not
+        best_select = max(
+            (len(p) for p in enabling if code.startswith(p) and len(p) >= shortest), default=-1
+        )
         best_ignore = max((len(p) for p in ignored if code.startswith(p)), default=-1)
         if best_select < 0 and best_ignore < 0:
             if code in before:

@@ -44,9 +44,11 @@ def rule(
     needs_version: bool = True,
     fix: FixKind | None = None,
     fix_summary: str = "",
+    opt_in: bool = False,
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
+    An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
     ``fix`` says whether ``check --fix`` repairs the findings ("safe": ONNX Runtime's
     outputs stay bit-identical) or only ``--unsafe-fixes`` does; the repair itself is in
     :mod:`qlrewrite.passes.fix`, and ``fix_summary`` says what it changes.
@@ -65,6 +67,7 @@ def rule(
             versions=versions,
             fix=fix,
             fix_summary=" ".join(textwrap.dedent(fix_summary).split()),
+            opt_in=opt_in,
         )
         RULES[code] = entry
         CHECKS[code] = RuleCheck(entry, func, scope, needs_version)
