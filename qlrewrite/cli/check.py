@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
-from qlrewrite import model_io, project, render
+from qlrewrite import atomic, model_io, project, render
 from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
@@ -29,22 +27,6 @@ from qlrewrite.findings import Report
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    folder = path.absolute().parent
-    if not folder.is_dir():
-        raise InputError(f"{path}: output folder does not exist")
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
@@ -210,39 +192,53 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
     fmt = fmt or run_settings.output_format or "text"
     targets = [t for t in found if isinstance(t, project.Target)]
-    if output is not None and any(model_io.same_file(t.path, output) for t in targets):
-        raise InputError(f"-o {output} names a model being checked; choose another file")
-    enabled = show_progress(quiet) and len(targets) > 1
-    with progress("checking", len(targets), enabled) as advance:
-        checked = project.check_targets(
-            targets,
-            selection,
-            jobs=jobs or project.default_jobs(),
-            debug=bool(_common._state["debug"]),
-            advance=advance,
-        )
-    by_target = iter(checked)
-    reports = [t if isinstance(t, Report) else next(by_target) for t in found]
-    reports += project.unused_suppressions(targets, checked, selection)
-    refused = False
-    if fix or diff:
-        options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
-                   "dry_run": diff, "verify": verify}  # fmt: skip
-        outcomes = _fix_all(targets, checked, options, quiet=quiet)
-        refused = any(o.refused for o in outcomes)
-        if diff:
-            _print_diff(outcomes, quiet=quiet)
-            changed = any(o.changes for o in outcomes)
-            sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
-        reports = _after_fixes(reports, targets, outcomes, selection)
-    if targets:  # SARIF lists the rules checked on some model
-        listed = frozenset().union(*(enabled_codes(t.settings, selection, t.path) for t in targets))
-    _print_reports(reports, fmt, output, quiet=quiet, show_all=show_all, codes=listed)
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if output is not None:
+            _refuse_input_file(output, [t.path for t in targets])
+            pending = stack.enter_context(atomic.PendingFile(output))
+        enabled = show_progress(quiet) and len(targets) > 1
+        with progress("checking", len(targets), enabled) as advance:
+            checked = project.check_targets(
+                targets,
+                selection,
+                jobs=jobs or project.default_jobs(),
+                debug=bool(_common._state["debug"]),
+                advance=advance,
+            )
+        by_target = iter(checked)
+        reports = [t if isinstance(t, Report) else next(by_target) for t in found]
+        reports += project.unused_suppressions(targets, checked, selection)
+        refused = False
+        if fix or diff:
+            options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
+                       "dry_run": diff, "verify": verify}  # fmt: skip
+            outcomes = _fix_all(targets, checked, options, quiet=quiet)
+            refused = any(o.refused for o in outcomes)
+            if diff:
+                _print_diff(outcomes, quiet=quiet)
+                changed = any(o.changes for o in outcomes)
+                sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
+            reports = _after_fixes(reports, targets, outcomes, selection)
+        if targets:  # SARIF lists the rules checked on some model
+            listed = frozenset().union(
+                *(enabled_codes(t.settings, selection, t.path) for t in targets)
+            )
+        _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
     if fmt == "text" and not quiet:
         _print_fixable(reports, unsafe_fixes)
     strict_of = _strictness(targets, selection)
     code = project.exit_code(reports, strict=strict_of)
     sys.exit(max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code)
+
+
+def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
+    """``-o`` may not name a model being checked nor any file one of them reads."""
+    for model in models:
+        if any(model_io.same_file(output, read) for read in model_io.files_read_by(model)):
+            raise InputError(
+                f"-o {output} names a model being checked or a file it reads; choose another file"
+            )
 
 
 def _check_fix_options(  # noqa: PLR0917 (the options, as given)
@@ -360,12 +356,14 @@ def _strictness(targets: Sequence[project.Target], selection: project.Selection)
 def _print_reports(
     reports: Sequence[Report],
     fmt: str,
-    output: Path | None,
+    pending: atomic.PendingFile | None,
     *,
     quiet: bool,
     show_all: bool,
     codes: frozenset[str],
 ) -> None:
+    """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
+    output = pending.path if pending is not None else None
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
         for report in reports:
@@ -375,15 +373,16 @@ def _print_reports(
         render.print_text_tables(reports, out_console, summary=not quiet, show_all=show_all)
     elif fmt == "text":
         text = "\n".join(render.text_lines(reports, summary=not quiet, show_all=show_all))
-        _emit(text + "\n" if text else "", output)
+        _emit(text + "\n" if text else "", pending)
     else:
-        _emit(render.render(reports, fmt, codes=codes), output)
+        _emit(render.render(reports, fmt, codes=codes), pending)
     if output is not None and not quiet:
         err_console.print(f"{render.summary_line(reports)}; report written to {output}")
 
 
-def _emit(text: str, output: Path | None) -> None:
-    if output is None:
+def _emit(text: str, pending: atomic.PendingFile | None) -> None:
+    if pending is None:
         click.echo(text, nl=False)
     else:
-        _write_atomic(output, text)
+        pending.write(text)
+        pending.commit()
