@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import sys
@@ -20,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import model_io, pipeline
-from qlrewrite.errors import EXIT_INPUT, InputError, QlrewriteError
+from qlrewrite.errors import EXIT_INPUT, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_line
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -36,6 +35,8 @@ __all__ = [
     "run_command",
     "run_rewrite",
     "show_progress",
+    "verify_from",
+    "verify_option_list",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -178,49 +179,15 @@ _VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
-    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)}
-    details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
-    verify = None
-    if fields.pop("verify"):
-        verify = VerifyOptions(
-            runs=details["verify_runs"],
-            seed=details["seed"],
-            input_shapes=details["input_shape"],
-            tolerance=details["verify_tolerance"],
-        )
-    else:
-        ctx = click.get_current_context()
-        given = [n for n in _VERIFY_DETAILS
-                 if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    verify = verify_from(kwargs)
+    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)
+              if f.name != "verify"}  # fmt: skip
     return RewriteOptions(**fields, verify=verify)
 
 
-def rewrite_options(func: F) -> F:
-    """The options every rewriting command shares, handed to the command as one
-    ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
-    options = [
-        click.option(
-            "-o",
-            "--output",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Output model (default: <stem>.<command>.onnx beside the input).",
-        ),
-        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
-        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
-        click.option(
-            "--report",
-            "report_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Write a JSON summary of what changed to this file.",
-        ),
-        click.option(
-            "--external-data/--no-external-data",
-            default=None,
-            help="Force external data on or off (default: as the input, or above 1.8 GB).",
-        ),
-        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+def verify_option_list() -> list[Callable[[F], F]]:
+    """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
+    return [
         click.option(
             "--verify",
             is_flag=True,
@@ -257,6 +224,53 @@ def rewrite_options(func: F) -> F:
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
+    ]
+
+
+def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
+    """Pop --verify and its details out of a command's keyword arguments (the details
+    without --verify are a usage error)."""
+    details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
+    if kwargs.pop("verify"):
+        return VerifyOptions(
+            runs=details["verify_runs"],
+            seed=details["seed"],
+            input_shapes=details["input_shape"],
+            tolerance=details["verify_tolerance"],
+        )
+    ctx = click.get_current_context()
+    given = [n for n in _VERIFY_DETAILS
+             if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    return None
+
+
+def rewrite_options(func: F) -> F:
+    """The options every rewriting command shares, handed to the command as one
+    ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
+    options = [
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Output model (default: <stem>.<command>.onnx beside the input).",
+        ),
+        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
+        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
+        click.option(
+            "--report",
+            "report_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write a JSON summary of what changed to this file.",
+        ),
+        click.option(
+            "--external-data/--no-external-data",
+            default=None,
+            help="Force external data on or off (default: as the input, or above 1.8 GB).",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+        *verify_option_list(),
         debug_option,
     ]
 
@@ -296,12 +310,9 @@ def run_rewrite(
 ) -> RewriteResult:
     """Run a rewriting command's passes through :func:`qlrewrite.pipeline.rewrite`.
 
-    Prints the summary on stderr (unless quiet), writes the ``--report`` JSON, and on a
-    refusal prints the findings behind it before the error line (exit 1).
+    Prints the summary on stderr (unless quiet) and on a refusal the findings behind it
+    before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
-    report_path = options.report_path
-    if report_path is not None and model_io.same_file(report_path, model):
-        raise InputError(f"{report_path}: the report would overwrite the input model")
     try:
         with _save_progress(show_progress(options.quiet)) as on_tensor_saved:
             result = pipeline.rewrite(
@@ -315,19 +326,14 @@ def run_rewrite(
                 max_size=max_size,
                 verify=options.verify,
                 on_tensor_saved=on_tensor_saved,
+                report_path=options.report_path,
             )
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:
         _print_verification(exc.verification)
-        if report_path is not None:
-            failed = {"version": 1, "command": command, "input": str(model), "written": False,
-                      "error": str(exc), "verify": exc.verification.to_json()}  # fmt: skip
-            report_path.write_text(json.dumps(failed, indent=2) + "\n")
         raise
-    if report_path is not None:
-        report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if not options.quiet:
         _print_summary(result)
     return result
