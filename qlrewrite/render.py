@@ -29,6 +29,7 @@ __all__ = [
     "FORMATS",
     "FindingGroup",
     "finding_line",
+    "finding_lines",
     "group_findings",
     "print_rule",
     "print_rules_table",
@@ -178,6 +179,19 @@ def _more_line(group: FindingGroup, path: str | None) -> str:
     )
 
 
+def finding_lines(
+    findings: Sequence[Finding], path: str | None = None, *, show_all: bool = False
+) -> list[str]:
+    """One line per finding, or per group of findings that differ only in names and
+    numbers (its first finding, then ``N more like the line above, on a, b, c, ...``)."""
+    lines = []
+    for group in group_findings(findings, above=None if show_all else GROUP_ABOVE):
+        lines.append(finding_line(group.first, path))
+        if len(group.findings) > 1:
+            lines.append(_more_line(group, path))
+    return lines
+
+
 def text_lines(
     reports: Sequence[Report], *, summary: bool = True, show_all: bool = False
 ) -> list[str]:
@@ -187,10 +201,7 @@ def text_lines(
     for report in reports:
         if report.error:
             lines.append(f"{report.path}: cannot check: {report.error}")
-        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
-            lines.append(finding_line(group.first, report.path))
-            if len(group.findings) > 1:
-                lines.append(_more_line(group, report.path))
+        lines += finding_lines(report.findings, report.path, show_all=show_all)
     if summary:
         lines.append(summary_line(reports))
     return lines
