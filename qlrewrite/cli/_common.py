@@ -295,7 +295,7 @@ def human_bytes(count: int) -> str:
 
 def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
     """The findings behind a refusal, repeated ones grouped (at most ``limit`` lines)."""
-    lines = finding_lines(findings)
+    lines = finding_lines(findings, every="`qlrewrite check --show-all`")
     for line in lines[:limit]:
         click.echo(f"  {line}", err=True)
     if len(lines) > limit:
