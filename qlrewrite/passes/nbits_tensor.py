@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
-from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor
+from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 
 __all__ = [
     "MappedTensor",
@@ -111,15 +111,38 @@ class MatMulNBitsWeight(StreamedTensor):
     def rows(self) -> RowReader:
         layout = self.layout
         if self.role == "x":
-            b = raw_bytes(self.b)
-            return lambda k0, k1: _values(layout.quantized_rows(b, k0, k1), self.dtype, layout.bits)
+            return _QuantizedRows(layout, raw_bytes(self.b), self.dtype)
         if self.role == "scale":
-            scales = np.asarray(self.scales.numpy())
+            scales = _typed(self.scales)
             return lambda kb0, kb1: layout.block_rows(scales, kb0, kb1)
         zero_points = None if self.zero_points is None else raw_bytes(self.zero_points)
         return lambda kb0, kb1: _values(
             layout.zero_point_rows(zero_points, kb0, kb1), self.dtype, layout.bits
         )
+
+    def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
+        """Quantized rows straight from B's bytes to the output's packing, when possible."""
+        if isinstance(read, _QuantizedRows):
+            packed = self.layout.packed_rows(read.b, *bounds, flip=self.dtype.is_signed())
+            if packed is not None:
+                return memoryview(np.ascontiguousarray(packed).reshape(-1))
+        return super()._compute(read, bounds)
+
+
+class _QuantizedRows:
+    """Reader of a MatMulNBits weight's quantized rows ``[k, N]`` (one value per element)."""
+
+    def __init__(self, layout: MatMulNBitsLayout, b: np.ndarray, dtype: ir.DataType) -> None:
+        self.layout, self.b, self.dtype = layout, b, dtype
+
+    def __call__(self, k0: int, k1: int) -> np.ndarray:
+        q = self.layout.quantized_rows(self.b, k0, k1)
+        return _values(q, self.dtype, self.layout.bits)
+
+
+def _typed(tensor: ir.TensorProtocol) -> np.ndarray:
+    """A float tensor's values, memory-mapped when external (unmapped when dropped)."""
+    return raw_bytes(tensor).view(np.dtype(tensor.dtype.numpy()).newbyteorder("<"))
 
 
 class MatMulNBitsB(StreamedTensor):
@@ -229,7 +252,7 @@ class MappedTensor(StreamedTensor):
     for the small companions of a weight (scales transposed, zero points repacked).
     """
 
-    __slots__ = ("make_reader",)
+    __slots__ = ("make_reader", "sources")
 
     def __init__(
         self,
@@ -237,10 +260,17 @@ class MappedTensor(StreamedTensor):
         dtype: ir.DataType,
         shape: list[int],
         *,
+        sources: tuple[ir.TensorProtocol, ...] = (),
         name: str | None = None,
     ) -> None:
         super().__init__(dtype, ir.Shape(shape), name=name)
         self.make_reader = make_reader
+        self.sources = sources
 
     def rows(self) -> RowReader:
         return self.make_reader()
+
+    def release(self) -> None:
+        """Unmap the external data of the sources (``numpy()`` keeps it mapped)."""
+        for source in self.sources:
+            release_tensor(source)

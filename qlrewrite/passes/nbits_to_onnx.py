@@ -30,7 +30,13 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
-from qlrewrite.passes.fold_tensor import ConstOperand, FoldedTensor, FoldSpec, StreamedTensor
+from qlrewrite.passes.fold_tensor import (
+    ConstOperand,
+    FoldedTensor,
+    FoldSpec,
+    StreamedTensor,
+    link_initializers,
+)
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
@@ -357,7 +363,7 @@ def _unpacked_zero_points(
         values = unpack(np.asarray(zero_points.numpy(), dtype=np.uint8), bits)[..., :last]
         return lambda r0, r1: values[r0:r1]
 
-    return MappedTensor(reader, int_type(bits, signed=False), shape)
+    return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
 class NBitsToOnnxPass(ir.passes.InPlacePass):
@@ -396,6 +402,8 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         rewriter = _Rewriter(model, self.dequantize)
         for plan in done:
             rewriter.apply(plan)
+        if done:
+            link_initializers(model)
         dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
         if done and not self.dequantize:
             model.opset_imports.setdefault("", 21)
