@@ -28,6 +28,7 @@ __all__ = [
     "pack",
     "take_bits",
     "transpose",
+    "transpose_packed",
     "unpack",
 ]
 
@@ -139,7 +140,7 @@ class MatMulNBitsLayout:
 
     def block_rows(self, array: np.ndarray, kb0: int, kb1: int) -> np.ndarray:
         """Blocks ``[kb0, kb1)`` of scales (``[N, k_blocks]`` or flat) as ``[kb, N]``."""
-        return np.asarray(array).reshape(self.N, self.k_blocks)[:, kb0:kb1].T
+        return transpose(np.asarray(array).reshape(self.N, self.k_blocks)[:, kb0:kb1])
 
     def zero_point_rows(self, zero_points: np.ndarray | None, kb0: int, kb1: int) -> np.ndarray:
         """Zero points of blocks ``[kb0, kb1)`` as uint8 ``[kb, N]`` (the default if None)."""
@@ -185,33 +186,16 @@ class MatMulNBitsLayout:
         flips). None when this layout has no such path (N not a whole number of bytes, or
         ``k0`` not a multiple of the values per byte).
         """
-        per = 8 // self.bits
-        if (self.N * self.bits) % 8 or k0 % per:
-            return None
         rows = np.asarray(b).reshape(self.N, -1)  # bytes along K (the padded K)
-        i0, i1 = k0 // per, -(-k1 // per)
-        # one transpose of the bytes: [i, N], each byte holding `per` values of k
-        by_k = transpose(rows[:, i0:i1])
-        out = np.empty((i1 - i0, per, self.N // per), _U8)  # (i, residue of k, byte of n)
-        if per == 1:
-            out[:, 0, :] = by_k
-        else:
-            # `per` bytes of consecutive n as one little-endian word: byte t at bit 8 t
-            words = by_k.view(np.dtype(f"<u{per}"))
-            wide = words.dtype.type
-            for r in range(per):  # residue of k within a byte of B (2 or 4 iterations)
-                acc = np.zeros(words.shape, words.dtype)
-                for t in range(per):  # value of n = per * j + t goes to bits t * bits
-                    shift = 8 * t + r * self.bits - t * self.bits
-                    part = words >> wide(shift)
-                    part &= wide(((1 << self.bits) - 1) << (t * self.bits))
-                    acc |= part
-                out[:, r, :] = acc
-        packed = out.reshape((i1 - i0) * per, self.N * self.bits // 8)[: k1 - k0]
-        if flip:
-            top = 1 << (self.bits - 1)
-            packed = packed ^ np.uint8(sum(top << (t * self.bits) for t in range(per)))
-        return packed
+        return transpose_packed(rows, self.bits, k0, k1, flip=flip)
+
+    def packed_zero_point_rows(
+        self, zero_points: np.ndarray, kb0: int, kb1: int
+    ) -> np.ndarray | None:
+        """Zero points of blocks ``[kb0, kb1)`` laid out ``[k_blocks, N]``, packed like the
+        weight (None: no byte-level path, as :meth:`packed_rows`)."""
+        rows = np.asarray(zero_points).reshape(self.N, self.zero_point_row)
+        return transpose_packed(rows, self.bits, kb0, kb1, flip=False)
 
     # ------------------------------------------------------------ writing ([N, K] -> B)
 
@@ -230,6 +214,44 @@ class MatMulNBitsLayout:
         """Packed zero points ``[n, zero_point_row]`` from values ``[n, k_blocks]``; unused
         slots hold the default zero point (as ONNX Runtime's quantizer writes them)."""
         return pack(zp, self.bits, fill=self.default_zero_point)
+
+
+def transpose_packed(
+    rows: np.ndarray, bits: int, k0: int, k1: int, *, flip: bool
+) -> np.ndarray | None:
+    """Values ``[k0, k1)`` of ``rows`` (``[N, bytes]``, ``8 / bits`` values per byte along
+    each row) transposed to ``[k1 - k0, N]`` and packed along N, on bytes.
+
+    ``flip`` flips the top bit of each value (subtracts ``2**(bits-1)``). None when N values
+    are not whole bytes or ``k0`` is not at a byte boundary.
+    """
+    n = rows.shape[0]
+    per = 8 // bits
+    if (n * bits) % 8 or k0 % per:
+        return None
+    i0, i1 = k0 // per, -(-k1 // per)
+    # one transpose of the bytes: [i, N], each byte holding `per` values of k
+    by_k = transpose(rows[:, i0:i1])
+    out = np.empty((i1 - i0, per, n // per), _U8)  # (i, residue of k, byte of n)
+    if per == 1:
+        out[:, 0, :] = by_k
+    else:
+        # `per` bytes of consecutive n as one little-endian word: byte t at bit 8 t
+        words = by_k.view(np.dtype(f"<u{per}"))
+        wide = words.dtype.type
+        for r in range(per):  # residue of k within a byte of B (2 or 4 iterations)
+            acc = np.zeros(words.shape, words.dtype)
+            for t in range(per):  # value of n = per * j + t goes to bits t * bits
+                shift = 8 * t + r * bits - t * bits
+                part = words >> wide(shift)
+                part &= wide(((1 << bits) - 1) << (t * bits))
+                acc |= part
+            out[:, r, :] = acc
+    packed = out.reshape((i1 - i0) * per, n * bits // 8)[: k1 - k0]
+    if flip:
+        top = 1 << (bits - 1)
+        packed = packed ^ np.uint8(sum(top << (t * bits) for t in range(per)))
+    return packed
 
 
 #: Rows per tile of :func:`transpose`: 16 source rows make 16-byte runs in each output row.

@@ -110,34 +110,39 @@ class MatMulNBitsWeight(StreamedTensor):
 
     def rows(self) -> RowReader:
         layout = self.layout
-        if self.role == "x":
-            return _QuantizedRows(layout, raw_bytes(self.b), self.dtype)
         if self.role == "scale":
             scales = _typed(self.scales)
             return lambda kb0, kb1: layout.block_rows(scales, kb0, kb1)
-        zero_points = None if self.zero_points is None else raw_bytes(self.zero_points)
-        return lambda kb0, kb1: _values(
-            layout.zero_point_rows(zero_points, kb0, kb1), self.dtype, layout.bits
-        )
+        source = self.b if self.role == "x" else self.zero_points
+        return _QuantizedRows(self, None if source is None else raw_bytes(source))
 
     def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
-        """Quantized rows straight from B's bytes to the output's packing, when possible."""
-        if isinstance(read, _QuantizedRows):
-            packed = self.layout.packed_rows(read.b, *bounds, flip=self.dtype.is_signed())
+        """Quantized rows straight from the packed input to the output's packing."""
+        if isinstance(read, _QuantizedRows) and read.raw is not None:
+            if self.role == "x":
+                packed = self.layout.packed_rows(read.raw, *bounds, flip=self.dtype.is_signed())
+            else:
+                packed = self.layout.packed_zero_point_rows(read.raw, *bounds)
             if packed is not None:
                 return memoryview(np.ascontiguousarray(packed).reshape(-1))
         return super()._compute(read, bounds)
 
 
 class _QuantizedRows:
-    """Reader of a MatMulNBits weight's quantized rows ``[k, N]`` (one value per element)."""
+    """Reader of a MatMulNBits weight's quantized rows ``[k, N]`` (or its zero points'
+    ``[k_blocks, N]``), one value per element; ``raw`` is the packed input (None: the
+    default zero points)."""
 
-    def __init__(self, layout: MatMulNBitsLayout, b: np.ndarray, dtype: ir.DataType) -> None:
-        self.layout, self.b, self.dtype = layout, b, dtype
+    def __init__(self, tensor: MatMulNBitsWeight, raw: np.ndarray | None) -> None:
+        self.tensor, self.raw = tensor, raw
 
-    def __call__(self, k0: int, k1: int) -> np.ndarray:
-        q = self.layout.quantized_rows(self.b, k0, k1)
-        return _values(q, self.dtype, self.layout.bits)
+    def __call__(self, r0: int, r1: int) -> np.ndarray:
+        layout, dtype = self.tensor.layout, self.tensor.dtype
+        if self.tensor.role == "x":
+            q = layout.quantized_rows(self.raw, r0, r1)
+        else:
+            q = layout.zero_point_rows(self.raw, r0, r1)
+        return _values(q, dtype, layout.bits)
 
 
 def _typed(tensor: ir.TensorProtocol) -> np.ndarray:
