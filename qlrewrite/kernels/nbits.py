@@ -230,23 +230,22 @@ def transpose_packed(
     if (n * bits) % 8 or k0 % per:
         return None
     i0, i1 = k0 // per, -(-k1 // per)
-    # one transpose of the bytes: [i, N], each byte holding `per` values of k
-    by_k = transpose(rows[:, i0:i1])
-    out = np.empty((i1 - i0, per, n // per), _U8)  # (i, residue of k, byte of n)
-    if per == 1:
-        out[:, 0, :] = by_k
-    else:
-        # `per` bytes of consecutive n as one little-endian word: byte t at bit 8 t
+    source = rows[:, i0:i1]  # [N, i]: byte i of each row holds k = per * i + r
+    mask = np.uint8((1 << bits) - 1)
+    out = np.empty((i1 - i0, per, n // per), _U8)  # (i, residue r of k, byte of n)
+    for r in range(per):  # at most 4 residues, not a loop over elements
+        values = source if per == 1 else (source >> np.uint8(r * bits)) & mask
+        by_k = transpose(values)  # [i, N], one value (< 2**bits) per byte
+        if per == 1:
+            out[:, 0, :] = by_k
+            continue
+        # `per` consecutive n as one little-endian word (value t at bit 8 t): shifting by
+        # t * (8 - bits) brings value t to bit t * bits of the low byte
         words = by_k.view(np.dtype(f"<u{per}"))
-        wide = words.dtype.type
-        for r in range(per):  # residue of k within a byte of B (2 or 4 iterations)
-            acc = np.zeros(words.shape, words.dtype)
-            for t in range(per):  # value of n = per * j + t goes to bits t * bits
-                shift = 8 * t + r * bits - t * bits
-                part = words >> wide(shift)
-                part &= wide(((1 << bits) - 1) << (t * bits))
-                acc |= part
-            out[:, r, :] = acc
+        acc = words.copy()
+        for t in range(1, per):
+            acc |= words >> words.dtype.type(t * (8 - bits))
+        np.copyto(out[:, r, :], acc, casting="unsafe")  # keeps the low byte
     packed = out.reshape((i1 - i0) * per, n * bits // 8)[: k1 - k0]
     if flip:
         top = 1 << (bits - 1)

@@ -9,7 +9,7 @@ input (never a whole-tensor copy) by the NumPy functions of :mod:`qlrewrite.kern
 - :class:`MatMulNBitsB`: the reverse: B ``[N, k_blocks, blob]`` from a DequantizeLinear
   input laid out ``[K, N]`` (or ``[N, K]`` behind a Transpose).
 - :class:`RetypedTensor`: uint8 data of GatherBlockQuantized holding ``8 / bits`` values
-  per byte, as the 2-, 4- or 8-bit tensor it is (or the reverse).
+  per byte, as the 2-, 4- or 8-bit tensor it is.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import mmap
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
+from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
 from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 
 __all__ = [
@@ -194,15 +194,15 @@ class MatMulNBitsB(StreamedTensor):
 
 
 class RetypedTensor(StreamedTensor):
-    """A tensor's values in another packing: uint8 bytes holding ``8 / bits`` values each
-    along the last axis (GatherBlockQuantized's uint8 data) <-> a ``bits``-wide tensor.
+    """GatherBlockQuantized's uint8 data (``8 / bits`` values per byte along the last axis)
+    as the ``bits``-wide tensor it holds: shape ``[..., D]`` -> ``[..., D * 8 / bits]``; a
+    signed ``dtype`` subtracts ``2**(bits-1)`` (the default zero point).
 
-    ``to_packed=False``: the packed uint8 ``source`` (shape ``[..., D]``) read as ``dtype``
-    (``[..., D * 8 / bits]``; a signed ``dtype`` subtracts ``2**(bits-1)``, the default zero
-    point). ``to_packed=True``: the reverse (a signed source adds it back).
+    ``source_dims`` reads the source with another shape of the same size (the data reaches
+    the node through a Reshape, as ONNX Runtime GenAI's tied embeddings do).
     """
 
-    __slots__ = ("bits", "source", "to_packed")
+    __slots__ = ("bits", "source", "source_dims")
 
     def __init__(
         self,
@@ -210,35 +210,18 @@ class RetypedTensor(StreamedTensor):
         dtype: ir.DataType,
         bits: int,
         *,
-        to_packed: bool,
+        source_dims: list[int] | None = None,
         name: str | None = None,
     ) -> None:
-        dims = list(source.shape.numpy())
-        per = 8 // bits
-        dims[-1] = -(-dims[-1] // per) if to_packed else dims[-1] * per
+        self.source_dims = list(source_dims or source.shape.numpy())
+        dims = [*self.source_dims[:-1], self.source_dims[-1] * (8 // bits)]
         super().__init__(dtype, ir.Shape(dims), name=name)
         self.source = source
         self.bits = bits
-        self.to_packed = to_packed
 
     def rows(self) -> RowReader:
-        bits = self.bits
-        source_dims = list(self.source.shape.numpy())
+        bits, source_dims = self.bits, self.source_dims
         row = math.prod(source_dims[1:])
-        if self.to_packed:
-            half = (1 << (bits - 1)) if self.source.dtype.is_signed() else 0
-            mask = np.uint8((1 << bits) - 1)
-            values = raw_bytes(self.source)
-            shape = self.shape.numpy()
-
-            def read_packed(r0: int, r1: int) -> np.ndarray:
-                index = np.arange(r0 * row, r1 * row, dtype=np.int64)
-                q = take_bits(values, bits, index) if bits < 8 else values[index]
-                q = (q + np.uint8(half)) & mask if half else q
-                q = q.reshape(r1 - r0, -1, source_dims[-1])
-                return pack(q, bits).reshape(r1 - r0, *shape[1:])
-
-            return read_packed
         raw = raw_bytes(self.source)
         out_dims = list(self.shape.numpy())
 
