@@ -373,8 +373,51 @@ def _checker_problem(proto: onnx.ModelProto) -> str | None:
 def _full_check(proto: onnx.ModelProto) -> list[str]:
     """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
     one for the structural check only, which requires the field; strict shape inference
-    (the rest of the full check) runs without it, as ONNX Runtime does. Returns a warning
-    naming them. ``proto`` is left as it came."""
+    (the rest of the full check) runs without it, as ONNX Runtime does. Nodes of the ONNX
+    domain that ONNX does not define (ONNX Runtime registers a few there, e.g. the
+    SimplifiedLayerNormalization of ONNX Runtime GenAI's models) are checked as custom ops.
+    Returns warnings naming both. ``proto`` is left as it came."""
+    unknown = _runtime_only_nodes(proto)
+    for node in unknown:
+        node.domain = _UNCHECKED_DOMAIN
+    if unknown:
+        proto.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    try:
+        warnings = _checked(proto)
+    finally:
+        for node in unknown:
+            node.domain = ""
+        if unknown:
+            del proto.opset_import[-1]
+    if unknown:
+        ops = ", ".join(sorted({node.op_type for node in unknown}))
+        warnings.append(
+            f"{ops}: not ONNX operators (ONNX Runtime defines them in the ONNX domain); "
+            "onnx.checker checked them as custom operators"
+        )
+    return warnings
+
+
+_UNCHECKED_DOMAIN = "qlrewrite.unchecked"
+
+
+def _runtime_only_nodes(proto: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """Main-graph nodes of the ONNX domain with no ONNX schema at the model's opset."""
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        return []
+    found = []
+    for node in proto.graph.node:
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            found.append(node)
+    return found
+
+
+def _checked(proto: onnx.ModelProto) -> list[str]:
     shapeless = _shapeless_io(proto.graph)
     if not shapeless:
         onnx.checker.check_model(proto, full_check=True)
