@@ -29,6 +29,7 @@ __all__ = [
     "FORMATS",
     "FindingGroup",
     "finding_line",
+    "finding_lines",
     "group_findings",
     "print_rule",
     "print_rules_table",
@@ -93,7 +94,8 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
 GROUP_ABOVE = 5
 #: Nodes named on a group's line.
 GROUP_NODES = 3
-_NAMES = re.compile(r"'[^']*'|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+#: What differs between repeats of one finding: quoted names, "(TYPE [dims])", numbers.
+_NAMES = re.compile(r"'[^']*'|\([A-Z][A-Z0-9_]* \[[^\]]*\]\)|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +159,7 @@ def summary_line(reports: Sequence[Report]) -> str:
     warnings = sum(len(r.warnings) for r in reports)
     suppressed = sum(len(r.suppressed) for r in reports)
     unreadable = sum(1 for r in reports if r.error)
+    custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
         f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
         f"{errors} error(s), {warnings} warning(s)"
@@ -166,16 +169,45 @@ def summary_line(reports: Sequence[Report]) -> str:
         line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
     if suppressed:
         line += f"; {suppressed} suppressed"
+    if custom:
+        line += f"; {custom} custom quantization node(s) not checked"
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
 
 
-def _more_line(group: FindingGroup, path: str | None) -> str:
+def custom_quant_line(report: Report) -> str | None:
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
+    if not report.custom_quant:
+        return None
+    from qlrewrite.custom_quant import describe
+
+    return f"{report.path}: not checked: {describe(report.custom_quant)}"
+
+
+def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
     prefix = f"{path}: " if path else ""
     first = group.first
     return (
         f"{prefix}{first.rule} {first.severity}: {len(group.findings) - 1} more like the line "
-        f"above, on {group.nodes()} (--show-all prints each)"
+        f"above, on {group.nodes()} ({every} prints each)"
     )
+
+
+def finding_lines(
+    findings: Sequence[Finding],
+    path: str | None = None,
+    *,
+    show_all: bool = False,
+    every: str = "--show-all",
+) -> list[str]:
+    """One line per finding, or per group of findings that differ only in names and
+    numbers (its first finding, then ``N more like the line above, on a, b, c, ...
+    (<every> prints each)``)."""
+    lines = []
+    for group in group_findings(findings, above=None if show_all else GROUP_ABOVE):
+        lines.append(finding_line(group.first, path))
+        if len(group.findings) > 1:
+            lines.append(_more_line(group, path, every))
+    return lines
 
 
 def text_lines(
@@ -187,10 +219,9 @@ def text_lines(
     for report in reports:
         if report.error:
             lines.append(f"{report.path}: cannot check: {report.error}")
-        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
-            lines.append(finding_line(group.first, report.path))
-            if len(group.findings) > 1:
-                lines.append(_more_line(group, report.path))
+        lines += finding_lines(report.findings, report.path, show_all=show_all)
+        if (custom := custom_quant_line(report)) is not None:
+            lines.append(custom)
     if summary:
         lines.append(summary_line(reports))
     return lines
@@ -212,6 +243,8 @@ def print_text_tables(
                 + Text(report.error)
             )
             continue
+        if (custom := custom_quant_line(report)) is not None:
+            console.print(Text(custom))
         if not report.findings:
             continue
         table = Table(
@@ -258,6 +291,7 @@ def render_json(reports: Sequence[Report]) -> str:
             "files": len(reports),
             "unreadable": sum(1 for r in reports if r.error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
+            "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
             "suppressed": sum(len(r.suppressed) for r in reports),
