@@ -38,6 +38,7 @@ __all__ = [
     "data_problems",
     "external_in_memory",
     "external_path",
+    "graphs_within",
     "initializer_bytes",
     "input_files",
     "ir_containers",
@@ -81,10 +82,15 @@ def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
     """Every graph of ``proto`` with its label: the main graph ("main"), each function
     ("function:<domain>.<name>") and every subgraph nested in either
     ("<label>/<node name or op>.<attribute>[index]")."""
-    stack: list[tuple[str, ProtoGraph]] = [
-        (f"function:{f.domain}.{f.name}", f) for f in reversed(proto.functions)
-    ]
-    stack.append(("main", proto.graph))
+    yield from graphs_within(proto.graph, "main")
+    for function in proto.functions:
+        yield from graphs_within(function, f"function:{function.domain}.{function.name}")
+
+
+def graphs_within(root: ProtoGraph, label: str) -> Iterator[tuple[str, ProtoGraph]]:
+    """``root`` and every subgraph nested in it, labelled as :func:`proto_graphs` does;
+    parents before their subgraphs."""
+    stack: list[tuple[str, ProtoGraph]] = [(label, root)]
     while stack:
         label, graph = stack.pop()
         yield label, graph
