@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets, tensors
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
 from qlrewrite.weightless import weightless_proto
 
@@ -197,6 +198,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
             "bytes": tensors.initializer_bytes(model),
             "external_data": tensors.uses_external_data(model),
         },
+        "custom_quant": [g.to_json() for g in custom_quant_groups(model)],
         "qdq_nodes": sum(groups.values()),
         "qdq": [
             {

@@ -17,6 +17,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io, opsets
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes, owner_label
@@ -178,7 +179,7 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed.
     """
-    report = Report(path=path)
+    report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
     for check in CHECKS.values():
         if check.scope == "model":
