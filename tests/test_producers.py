@@ -453,3 +453,13 @@ def test_float16_fold_with_constant_node_scales(tmp_path: Path, domain: str, kee
     assert _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
     # com.microsoft --keep-dq: the kept DQ computes in float32 in ORT anyway, unchanged
     assert ("float32 with cast 1" in err) == (not (keep_dq and domain))
+
+
+def test_nncf_model_passes_strict_check_in_ci(tmp_path: Path) -> None:
+    path = nncf_int4_sym(tmp_path / "nncf.onnx")
+    code, out, err = _cli("check", str(path), "--strict")
+    assert code == 0, out + err
+    code, out, _ = _cli("check", str(path), "--strict", "--select", "QL504")
+    assert code == 1 and "QL504" in out
+    code, out, _ = _cli("rules", "QL504")
+    assert code == 0 and "warning (opt-in)" in out
