@@ -86,17 +86,11 @@ class _InferredTypes:
         except Exception:  # an invalid model: fall back to the opset rules
             return {}
         types: dict[str, ir.DataType] = {}
-        graphs = [proto.graph]
-        while graphs:
-            graph = graphs.pop()
+        for _, graph in tensors.graphs_within(proto.graph, "main"):
             for info in (*graph.value_info, *graph.output):
                 elem = info.type.tensor_type.elem_type
                 if elem and elem in _KNOWN_TYPES:
                     types.setdefault(info.name, ir.DataType(elem))
-            for node in graph.node:
-                for attr in node.attribute:
-                    graphs.extend([attr.g] if attr.HasField("g") else [])
-                    graphs.extend(attr.graphs)
         return types
 
 

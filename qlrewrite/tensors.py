@@ -35,9 +35,11 @@ __all__ = [
     "ExternalDataError",
     "TensorSlot",
     "attribute_tensors",
+    "data_file",
     "data_problems",
     "external_in_memory",
     "external_path",
+    "graphs_within",
     "initializer_bytes",
     "input_files",
     "ir_containers",
@@ -81,17 +83,30 @@ def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
     """Every graph of ``proto`` with its label: the main graph ("main"), each function
     ("function:<domain>.<name>") and every subgraph nested in either
     ("<label>/<node name or op>.<attribute>[index]")."""
-    stack: list[tuple[str, ProtoGraph]] = [
-        (f"function:{f.domain}.{f.name}", f) for f in reversed(proto.functions)
-    ]
-    stack.append(("main", proto.graph))
+    yield from graphs_within(proto.graph, "main")
+    for function in proto.functions:
+        yield from graphs_within(function, f"function:{function.domain}.{function.name}")
+
+
+def _name_or_op(node: onnx.NodeProto) -> str:
+    return node.name or node.op_type
+
+
+def graphs_within(
+    root: ProtoGraph,
+    label: str,
+    owner: Callable[[onnx.NodeProto], str] = _name_or_op,
+) -> Iterator[tuple[str, ProtoGraph]]:
+    """``root`` and every subgraph nested in it, labelled as :func:`proto_graphs` does
+    (``owner`` names the node holding a subgraph); parents before their subgraphs."""
+    stack: list[tuple[str, ProtoGraph]] = [(label, root)]
     while stack:
         label, graph = stack.pop()
         yield label, graph
         found: list[tuple[str, ProtoGraph]] = []
         for node in graph.node:
             for attr in node.attribute:
-                sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
+                sub_label = f"{label}/{owner(node)}.{attr.name}"
                 if attr.HasField("g"):
                     found.append((sub_label, attr.g))
                 found.extend((f"{sub_label}[{i}]", sub) for i, sub in enumerate(attr.graphs))
@@ -277,6 +292,16 @@ def external_path(location: str, folder: str | os.PathLike) -> Path:
             "external-missing", f"external data location '{location}' is not a regular file"
         )
     return Path(real)
+
+
+def data_file(tensor: ir.ExternalTensor) -> Path:
+    """The file an external tensor of a loaded model reads, through
+    :func:`external_path` (for code that maps the file itself)."""
+    if not tensor.base_dir:
+        raise ExternalDataError(
+            "external-missing", f"tensor '{tensor.name}': external data without a model folder"
+        )
+    return external_path(os.fspath(tensor.location), tensor.base_dir)
 
 
 class _FolderTensor(ir.ExternalTensor):

@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io, opsets
+from qlrewrite import model_io, opsets, tensors
 from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
@@ -383,13 +383,18 @@ def _infer(
     except Exception:  # inference is a bonus: never fail the check on it
         return {}
     tables: dict[str, dict[str, Info]] = {}
-    _collect(proto.graph, "main", tables)
+    for label, graph in tensors.graphs_within(proto.graph, "main", _owner):
+        _collect(graph, tables.setdefault(label, {}))
     return tables
 
 
-def _collect(graph: onnx.GraphProto, label: str, tables: dict[str, dict[str, Info]]) -> None:
-    """Fill ``tables[label]``; subgraph labels follow :func:`qlrewrite.qdq.iter_graphs`."""
-    table = tables.setdefault(label, {})
+def _owner(node: onnx.NodeProto) -> str:
+    """Subgraph labels as :func:`qlrewrite.qdq.iter_graphs` builds them."""
+    return owner_label(node.name, node.op_type, node.output[0] if node.output else "")
+
+
+def _collect(graph: onnx.GraphProto, table: dict[str, Info]) -> None:
+    """Fill ``table`` with the declared or inferred (type, shape) of ``graph``'s values."""
     for info in (*graph.input, *graph.value_info, *graph.output):
         if info.name in table or not info.type.HasField("tensor_type"):
             continue
@@ -404,11 +409,3 @@ def _collect(graph: onnx.GraphProto, label: str, tables: dict[str, dict[str, Inf
                 d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
             )
         table[info.name] = (dtype, shape)
-    for node in graph.node:
-        for attr in node.attribute:
-            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
-            base = f"{label}/{owner}.{attr.name}"
-            if attr.HasField("g"):
-                _collect(attr.g, base, tables)
-            for index, sub in enumerate(attr.graphs):
-                _collect(sub, f"{base}[{index}]", tables)

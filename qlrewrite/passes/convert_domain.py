@@ -20,16 +20,21 @@ from qlrewrite.errors import Refusal
 from qlrewrite.passes.check import node_contexts
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domains
-from qlrewrite.rules.context import NodeContext, constant_tensor
+from qlrewrite.rules.context import NodeContext, value_dtype
 
-__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "keep_float32_division"]
+__all__ = [
+    "TARGETS",
+    "ConvertDomainPass",
+    "ConvertWarning",
+    "convert",
+    "divides_in_scale_type",
+    "keep_float32_division",
+]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
 
 _DT = ir.DataType
-#: The ai.onnx opset whose QuantizeLinear divides in the scale's type (``precision``).
-_PRECISION_OPSET = 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,15 +98,6 @@ def _types(model: ir.Model, ctx: NodeContext) -> tuple[Any, Any, Any, Any] | Non
     return x_type, scale.dtype, zp_type, out_type
 
 
-def _dtype(value: ir.Value | None) -> ir.DataType | None:
-    if value is None:
-        return None
-    if value.dtype is not None:
-        return value.dtype
-    tensor = constant_tensor(value)
-    return tensor.dtype if tensor is not None else None
-
-
 def _produced_type(model: ir.Model, value: ir.Value | None) -> ir.DataType | None:
     """The output type of a Q/DQ node producing ``value``, from its inputs' types."""
     producer = value.producer() if value is not None else None
@@ -116,8 +112,8 @@ def _produced_type(model: ir.Model, value: ir.Value | None) -> ir.DataType | Non
     attr = producer.attributes.get("output_dtype")
     return opsets.output_type(
         row,
-        scale_type=_dtype(inputs[1]),
-        zero_point_type=_dtype(inputs[2]) if len(inputs) > 2 else None,
+        scale_type=value_dtype(inputs[1]),
+        zero_point_type=value_dtype(inputs[2]) if len(inputs) > 2 else None,
         output_dtype=attr.as_int() if attr is not None and not attr.is_ref() else None,
     )
 
@@ -131,6 +127,13 @@ def _onnx_opset(model: ir.Model, site: QDQSite) -> int | None:
     return found
 
 
+def divides_in_scale_type(opset: int | None) -> bool:
+    """True if ai.onnx QuantizeLinear at ``opset`` has ``precision`` (version 23 on): it
+    divides in the scale's type unless ``precision`` says otherwise."""
+    row = opsets.lookup("", "QuantizeLinear", opset) if opset is not None else None
+    return row is not None and "precision" in row.attributes
+
+
 def keep_float32_division(node: ir.Node) -> bool:
     """Give an ai.onnx QuantizeLinear-23+ with a float16 scale ``precision=FLOAT`` unless
     it has a precision; True if set. For a node that was QuantizeLinear-19/21 or
@@ -140,7 +143,7 @@ def keep_float32_division(node: ir.Node) -> bool:
     scale = node.inputs[1] if len(node.inputs) > 1 else None
     if node.op_type != "QuantizeLinear" or "precision" in node.attributes:
         return False
-    if _dtype(scale) != _DT.FLOAT16:
+    if value_dtype(scale) != _DT.FLOAT16:
         return False
     node.attributes["precision"] = ir.AttrInt64("precision", int(_DT.FLOAT))
     return True
@@ -314,7 +317,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         node.domain = self.target_domain
         for name in plan.drop:
             node.attributes.pop(name, None)
-        if self.to == "onnx" and (_onnx_opset(model, plan.site) or 0) >= _PRECISION_OPSET:
+        if self.to == "onnx" and divides_in_scale_type(_onnx_opset(model, plan.site)):
             self.precision_pinned += keep_float32_division(node)
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)

@@ -38,7 +38,7 @@ from qlrewrite.passes.fold_tensor import (
     link_initializers,
 )
 from qlrewrite.qdq import QDQSite, drop_unused_domains, is_constant, iter_qdq_nodes
-from qlrewrite.rules.context import constant_tensor
+from qlrewrite.rules.context import constant_tensor, value_dtype
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 
@@ -183,7 +183,9 @@ class FoldPass(ir.passes.InPlacePass):
         mode nothing is changed: the caller counts it for the warning)."""
         node, graph = site.node, site.graph
         x, scale = node.inputs[0], node.inputs[1]
-        if x is None or scale is None or not is_constant(x) or scale.dtype != ir.DataType.FLOAT16:
+        if x is None or scale is None or not is_constant(x):
+            return False
+        if value_dtype(scale) != ir.DataType.FLOAT16:
             return False
         if not has_float16_kernel(site.domain, node.op_type, site.version):
             return False  # com.microsoft: ORT computes it in float32 wherever it is
@@ -254,7 +256,7 @@ def _dq_in_float32(model: ir.Model, site: QDQSite) -> bool:
     output_dtype = _int_attr(node, row, "output_dtype")
     out_type = opsets.output_type(
         row,
-        scale_type=node.inputs[1].dtype,
+        scale_type=value_dtype(node.inputs[1]),
         zero_point_type=None,
         output_dtype=output_dtype or None,
     )

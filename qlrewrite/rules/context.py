@@ -77,6 +77,17 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
         return None
 
 
+def value_dtype(value: ir.Value | None) -> ir.DataType | None:
+    """The element type of ``value``: declared, else its constant's (initializer or
+    Constant node: exporters often declare neither), else None."""
+    if value is None:
+        return None
+    if value.dtype is not None:
+        return value.dtype
+    tensor = constant_tensor(value)
+    return tensor.dtype if tensor is not None else None
+
+
 def _constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     producer = value.producer()
     if producer is not None:
