@@ -136,7 +136,7 @@ class MatMulNBitsLayout:
         blocks = np.asarray(b).reshape(self.b_shape)[:, kb0:kb1, :]
         values = unpack(blocks, self.bits).reshape(self.N, (kb1 - kb0) * bs)
         start = k0 - kb0 * bs
-        return values[:, start : start + (k1 - k0)].T
+        return transpose(values[:, start : start + (k1 - k0)])
 
     def block_rows(self, array: np.ndarray, kb0: int, kb1: int) -> np.ndarray:
         """Blocks ``[kb0, kb1)`` of scales (``[N, k_blocks]`` or flat) as ``[kb, N]``."""
