@@ -22,14 +22,19 @@ from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domains
 from qlrewrite.rules.context import NodeContext, value_dtype
 
-__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "keep_float32_division"]
+__all__ = [
+    "TARGETS",
+    "ConvertDomainPass",
+    "ConvertWarning",
+    "convert",
+    "divides_in_scale_type",
+    "keep_float32_division",
+]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
 
 _DT = ir.DataType
-#: The ai.onnx opset whose QuantizeLinear divides in the scale's type (``precision``).
-_PRECISION_OPSET = 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +125,13 @@ def _onnx_opset(model: ir.Model, site: QDQSite) -> int | None:
     if found is None and isinstance(graph, ir.Function):
         found = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
     return found
+
+
+def divides_in_scale_type(opset: int | None) -> bool:
+    """True if ai.onnx QuantizeLinear at ``opset`` has ``precision`` (version 23 on): it
+    divides in the scale's type unless ``precision`` says otherwise."""
+    row = opsets.lookup("", "QuantizeLinear", opset) if opset is not None else None
+    return row is not None and "precision" in row.attributes
 
 
 def keep_float32_division(node: ir.Node) -> bool:
@@ -305,7 +317,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         node.domain = self.target_domain
         for name in plan.drop:
             node.attributes.pop(name, None)
-        if self.to == "onnx" and (_onnx_opset(model, plan.site) or 0) >= _PRECISION_OPSET:
+        if self.to == "onnx" and divides_in_scale_type(_onnx_opset(model, plan.site)):
             self.precision_pinned += keep_float32_division(node)
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)

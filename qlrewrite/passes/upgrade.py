@@ -30,6 +30,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.passes.convert_domain import (
     ConvertDomainPass,
     ConvertWarning,
+    divides_in_scale_type,
     keep_float32_division,
 )
 from qlrewrite.passes.ir_version import raise_ir_version
@@ -38,9 +39,6 @@ from qlrewrite.qdq import drop_unused_domains, iter_qdq_nodes
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "current_opset", "upgrade"]
-
-#: From this opset QuantizeLinear divides in the scale's type unless ``precision`` is set.
-_PRECISION_OPSET = 23
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -101,7 +99,7 @@ class UpgradePass(ir.passes.FunctionalPass):
         before = current_opset(model) or 0
         new = _convert_weightless(model, self.opset)
         pinned = 0
-        if before < _PRECISION_OPSET <= self.opset:  # QuantizeLinear-23 divides differently
+        if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             pinned = sum(
                 keep_float32_division(site.node)
                 for site in iter_qdq_nodes(new)
