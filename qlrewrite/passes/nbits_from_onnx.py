@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
 from qlrewrite.qdq import MS_DOMAIN, is_constant, iter_graphs
@@ -176,6 +177,8 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     if isinstance(graph, ir.Function):
                         graph.opset_imports.setdefault(MS_DOMAIN, 1)
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
+        if any(counts.values()):
+            link_initializers(model)
         if self._half:
             self.verify_note, self.verify_relative_tolerance = HALF_NOTE, HALF_RELATIVE_TOLERANCE
         self.summary = {
@@ -316,7 +319,8 @@ def _scales(
         whole = array.reshape(layout.N, -1) if transposed else array.T
         return lambda r0, r1: whole[r0:r1]
 
-    return MappedTensor(reader, scale.dtype, [layout.N, layout.k_blocks], name=name)
+    shape = [layout.N, layout.k_blocks]
+    return MappedTensor(reader, scale.dtype, shape, sources=(scale,), name=name)
 
 
 def _zero_points(
@@ -338,4 +342,5 @@ def _zero_points(
         return lambda r0, r1: packed[r0:r1]
 
     shape = [layout.N, layout.zero_point_row]
-    return MappedTensor(reader, _DT.UINT8, shape)
+    sources = (zero_point,) if zero_point is not None else ()
+    return MappedTensor(reader, _DT.UINT8, shape, sources=sources)

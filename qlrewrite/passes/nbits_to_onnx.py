@@ -30,7 +30,13 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
-from qlrewrite.passes.fold_tensor import ConstOperand, FoldedTensor, FoldSpec, StreamedTensor
+from qlrewrite.passes.fold_tensor import (
+    ConstOperand,
+    FoldedTensor,
+    FoldSpec,
+    StreamedTensor,
+    link_initializers,
+)
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
@@ -164,6 +170,28 @@ def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
     return found
 
 
+def _reshaped_constant(value: ir.Value) -> tuple[ir.TensorProtocol | None, list[int]]:
+    """The constant tensor of ``value`` and the dims it is read with: an initializer or
+    Constant, or a Reshape of one to constant positive dims (ONNX Runtime GenAI's model
+    builder feeds its tied embeddings' GatherBlockQuantized with ``Reshape(lm_head B)``)."""
+    tensor = constant_tensor(value) if is_constant(value) else None
+    if tensor is not None:
+        return tensor, list(tensor.shape.numpy())
+    producer = value.producer()
+    if producer is None or producer.op_type != "Reshape" or producer.domain not in ("", "ai.onnx"):
+        return None, []
+    source, shape = [*producer.inputs, None, None][:2]
+    if source is None or shape is None or not (is_constant(source) and is_constant(shape)):
+        return None, []
+    tensor, dims = constant_tensor(source), constant_tensor(shape)
+    if tensor is None or dims is None or tensor.dtype.bitwidth < 8:
+        return None, []
+    dims = [int(d) for d in np.asarray(dims.numpy()).reshape(-1)]
+    if any(d <= 0 for d in dims) or int(np.prod(dims)) != tensor.size:
+        return None, []
+    return tensor, dims
+
+
 def _weight_indices(site: NBitsSite) -> tuple[int, int, int]:
     """Positions of the quantized weight, its scales and its zero points."""
     row = site.row
@@ -271,10 +299,14 @@ def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
 def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
     node, plan = site.node, _Plan(site)
     bits, block = attribute(site, "bits"), attribute(site, "block_size")
-    data, scales, zero_points = _tensors(node, _weight_indices(site), plan)
+    indices = _weight_indices(site)
+    data, data_dims = _reshaped_constant(node.inputs[indices[0]])
+    scales, zero_points = _tensors(node, indices[1:], plan)
+    if data is None:
+        plan.problems.append(f"data ('{node.inputs[indices[0]].name}') is not a constant")
     if plan.problems:
         return plan
-    rank = data.shape.rank()
+    rank = len(data_dims)
     gather_axis, quantize_axis = attribute(site, "gather_axis"), attribute(site, "quantize_axis")
     if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
         plan.problems.append("gather_axis or quantize_axis is out of range")
@@ -299,8 +331,11 @@ def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
         plan.problems.append(f"scales of type {scales.dtype.name}")
     if plan.problems:
         return plan
+    if data_dims != list(data.shape.numpy()) and not packed:
+        plan.problems.append(f"{data.dtype.name} data behind a Reshape")
+        return plan
     per = 8 // bits if packed else 1
-    dims = list(data.shape.numpy())
+    dims = list(data_dims)
     dims[-1 if packed else quantize_axis] *= per
     blocks = list(dims)
     blocks[quantize_axis] = -(-dims[quantize_axis] // block)
@@ -311,7 +346,9 @@ def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
     if packed:
         signed = zero_points is None and storage.default_zero_point(bits) != 0
         x_type = int_type(bits, signed=signed)
-        x = RetypedTensor(data, x_type, bits, to_packed=False, name=f"{node.inputs[0].name}_q")
+        x = RetypedTensor(
+            data, x_type, bits, source_dims=data_dims, name=f"{node.inputs[0].name}_q"
+        )
         zp = None
         if zero_points is not None:
             zp = _unpacked_zero_points(zero_points, bits, blocks)
@@ -357,7 +394,7 @@ def _unpacked_zero_points(
         values = unpack(np.asarray(zero_points.numpy(), dtype=np.uint8), bits)[..., :last]
         return lambda r0, r1: values[r0:r1]
 
-    return MappedTensor(reader, int_type(bits, signed=False), shape)
+    return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
 class NBitsToOnnxPass(ir.passes.InPlacePass):
@@ -396,6 +433,8 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         rewriter = _Rewriter(model, self.dequantize)
         for plan in done:
             rewriter.apply(plan)
+        if done:
+            link_initializers(model)
         dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
         if done and not self.dequantize:
             model.opset_imports.setdefault("", 21)
@@ -556,8 +595,12 @@ class _Rewriter:
             return
         producer = value.producer()
         if producer is not None:
-            if producer.op_type == "Constant" and producer.graph is not None:
+            unused = not any(o.uses() or o.is_graph_output() for o in producer.outputs)
+            if producer.op_type in ("Constant", "Reshape") and producer.graph and unused:
+                inputs = list(producer.inputs)
                 producer.graph.remove(producer, safe=True)
+                for source in inputs:  # a Reshape's data and shape
+                    self._drop_if_unused(graph, source)
             return
         owner = value.graph
         if value.is_initializer() and owner is not None and value.name in owner.initializers:
