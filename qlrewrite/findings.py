@@ -65,7 +65,7 @@ class Report:
     """The result of checking one model file."""
 
     path: str | None = None
-    error: str | None = None  # why the model could not be read; then no findings
+    load_error: str | None = None  # why the model could not be read; then no findings
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
 
@@ -83,7 +83,7 @@ class Report:
         """The per-file JSON object of ``check --format json``."""
         return {
             "path": self.path,
-            "error": self.error,
+            "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
             "summary": {
                 "nodes_checked": self.nodes_checked,

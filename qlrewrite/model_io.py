@@ -27,11 +27,13 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError
 from qlrewrite.materialize import external_in_memory
+from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
     "DataProblem",
     "SaveCallback",
+    "Source",
     "data_problems",
     "external_data_files",
     "external_data_name",
@@ -39,6 +41,8 @@ __all__ = [
     "load",
     "same_file",
     "save",
+    "set_source",
+    "source_of",
     "tensor_bytes",
     "unwritable",
     "uses_external_data",
@@ -75,6 +79,36 @@ class DataProblem:
     message: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """Where a model was read from: its file (None: a proto handed in, read as if from the
+    current folder) and the proto as read (without external data; the model may have
+    changed since)."""
+
+    path: Path | None
+    proto: onnx.ModelProto
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder external data paths are relative to."""
+        return self.path.resolve().parent if self.path is not None else Path.cwd()
+
+
+_SOURCE_KEY = "qlrewrite.source"
+
+
+def source_of(model: ir.Model) -> Source | None:
+    """The :class:`Source` :func:`load` recorded on ``model`` (None: built in memory)."""
+    return model.meta.get(_SOURCE_KEY)
+
+
+def set_source(model: ir.Model, source: Source | None) -> None:
+    """Record where ``model`` was read from (a new model made from a loaded one keeps
+    its source)."""
+    if source is not None:
+        model.meta[_SOURCE_KEY] = source
+
+
 # --------------------------------------------------------------------------- loading
 
 
@@ -105,8 +139,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise InputError(f"{path}: {first.message}{more}")
-    model.meta["qlrewrite.source"] = str(path)
-    model.meta["qlrewrite.proto"] = proto
+    set_source(model, Source(path, proto))
     return model
 
 
@@ -271,48 +304,52 @@ def data_problems(
 
     Reads no tensor data: only sizes of files and of in-proto fields.
     """
-    if proto is None:
-        proto = model.meta.get("qlrewrite.proto")
+    source = source_of(model)
+    if proto is None and source is not None:
+        proto = source.proto
     if base_dir is None:
-        source = model.meta.get("qlrewrite.source")
-        base_dir = Path(source).resolve().parent if source else Path.cwd()
+        base_dir = source.base_dir if source is not None else Path.cwd()
     if proto is None:
         return []
     base = Path(base_dir)
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
     return [
         problem
-        for graph_label, tensor in _iter_tensor_protos(proto)
-        if (problem := _tensor_problem(tensor, graph_label, base, files)) is not None
+        for ref, tensor in _iter_tensor_protos(proto)
+        if (problem := _tensor_problem(tensor, str(ref), base, files)) is not None
     ]
 
 
-def _iter_tensor_protos(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    yield from _graph_tensors(proto.graph, "main")
+def _iter_tensor_protos(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
+    yield from _graph_tensors(proto.graph, MAIN)
     for function in proto.functions:
-        label = f"function:{function.domain}.{function.name}"
+        ref = GraphRef.of_function(function.domain, function.name)
         for node in function.node:
-            yield from _node_tensors(node, label)
+            yield from _node_tensors(node, ref)
 
 
-def _graph_tensors(graph: onnx.GraphProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
+def _graph_tensors(
+    graph: onnx.GraphProto, ref: GraphRef
+) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
     for tensor in graph.initializer:
-        yield label, tensor
+        yield ref, tensor
     for node in graph.node:
-        yield from _node_tensors(node, label)
+        yield from _node_tensors(node, ref)
 
 
-def _node_tensors(node: onnx.NodeProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
+def _node_tensors(
+    node: onnx.NodeProto, ref: GraphRef
+) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
+    owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
     for attr in node.attribute:
         if attr.HasField("t"):
-            yield label, attr.t
+            yield ref, attr.t
         for tensor in attr.tensors:
-            yield label, tensor
-        sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
+            yield ref, tensor
         if attr.HasField("g"):
-            yield from _graph_tensors(attr.g, sub_label)
+            yield from _graph_tensors(attr.g, ref.subgraph(owner, attr.name))
         for index, sub in enumerate(attr.graphs):
-            yield from _graph_tensors(sub, f"{sub_label}[{index}]")
+            yield from _graph_tensors(sub, ref.subgraph(owner, attr.name, index))
 
 
 _FIELD_OF_TYPE = {

@@ -11,6 +11,7 @@ opset means adding rows here. ai.onnx rows are written out (tests compare them w
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 
 import onnx_ir as ir
@@ -18,17 +19,20 @@ import onnx_ir as ir
 __all__ = [
     "BLOCKED",
     "FLOAT_TYPES",
+    "MS_DOMAIN",
+    "ONNX_DOMAINS",
     "ONNX_OPSETS",
     "PER_AXIS",
     "PER_TENSOR",
     "TABLE",
     "NodeForm",
     "OpVersion",
-    "com_microsoft_can_express",
+    "com_microsoft_problems",
     "expression_problems",
     "lookup",
     "lowest_onnx_opset",
     "min_ir_version",
+    "normalize_domain",
     "output_type",
     "versions",
 ]
@@ -36,6 +40,8 @@ __all__ = [
 DT = ir.DataType
 INT = ir.AttributeType.INT
 MS_DOMAIN = "com.microsoft"
+#: The two spellings of the ONNX domain.
+ONNX_DOMAINS = ("", "ai.onnx")
 
 PER_TENSOR = "per-tensor"
 PER_AXIS = "per-axis"
@@ -207,15 +213,17 @@ for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
 
-def _norm_domain(domain: str) -> str:
-    return "" if domain in ("", "ai.onnx") else domain
+def normalize_domain(domain: str) -> str:
+    """``""`` for the ONNX domain however it is spelled, else ``domain``."""
+    return "" if domain in ONNX_DOMAINS else domain
 
 
 def versions(domain: str, op_type: str) -> list[OpVersion]:
     """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first."""
-    return list(_BY_OP.get((_norm_domain(domain), op_type), ()))
+    return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
 
 
+@functools.cache  # once per (domain, op, opset), not per node
 def lookup(domain: str, op_type: str, imported: int | None) -> OpVersion | None:
     """The version in force when the model imports opset ``imported`` of ``domain``.
 
@@ -327,7 +335,7 @@ def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:
     return None
 
 
-def com_microsoft_can_express(op_type: str, form: NodeForm) -> list[str]:
+def com_microsoft_problems(op_type: str, form: NodeForm) -> list[str]:
     """Why the node cannot be a com.microsoft op (``[]``: it can)."""
     row = lookup(MS_DOMAIN, op_type, 1)
     if row is None:

@@ -21,6 +21,8 @@ import onnx_ir as ir
 
 from qlrewrite import model_io
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
+from qlrewrite.findings import Report
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -37,7 +39,7 @@ __all__ = [
 class FindingsRefusal(Refusal):
     """Refused because a model (input or rewritten) has error findings."""
 
-    def __init__(self, message: str, report: Any) -> None:
+    def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
 
@@ -96,8 +98,8 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Any:
-    from qlrewrite.passes.check import check_model
+def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Report:
+    from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
     return check_model(model, path=str(path) if path else None, weightless=weightless)
 
@@ -132,7 +134,8 @@ def rewrite(
     _refuse_overwriting_input_data(model, target, in_place)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
+    source = model_io.source_of(model)
+    unchanged = weightless_from_source(source.proto) if source is not None else None
     report = unrepaired(_check(model, input_path, unchanged), passes)
     if report.errors:
         raise FindingsRefusal(
@@ -143,7 +146,7 @@ def rewrite(
     bytes_before = model_io.initializer_bytes(model)
     if external_data is None and model_io.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
-    model = run_passes(model, passes)
+    model, results = run_passes(model, passes)
     checker_warnings = validate_output(model, input_path)
     bytes_after = model_io.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
@@ -151,7 +154,7 @@ def rewrite(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
             f"{max_size}; nothing written"
         )
-    changes = {_pass_name(p): getattr(p, "summary", {}) for p in passes}
+    changes = {_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)}
     written = False
     if not dry_run:
         model_io.save(
@@ -177,7 +180,7 @@ def rewrite(
         bytes_after=bytes_after,
         seconds=time.perf_counter() - started,
         model=model,
-        warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
+        warnings=[*checker_warnings, *(w for r in results for w in _warnings(r))],
         verification=verifier.result if verifier is not None else None,
         target=target,
     )
@@ -196,37 +199,51 @@ def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool
         )
 
 
-def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
+def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
     """``report`` without the error findings that one of ``passes`` repairs.
 
-    A pass lists the rule codes it repairs in its ``repairs_rules`` attribute (for example
-    the upgrade fixes attributes newer than the input's opset); the rewritten model is
-    checked again in full, so an input finding that was not actually repaired still refuses.
+    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
+    repairs (for example the upgrade fixes attributes newer than the input's opset); the
+    rewritten model is checked again in full, so an input finding that was not actually
+    repaired still refuses.
     """
-    repaired = {code for p in passes for code in getattr(p, "repairs_rules", ())}
+    repaired = {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
     if not repaired:
         return report
     kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
     return dataclasses.replace(report, findings=kept)
 
 
-def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """Run ``passes`` in order on ``model`` and return the resulting model.
+def run_passes(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+) -> tuple[ir.Model, list[ir.passes.PassResult]]:
+    """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
-    if not passes:
-        return model
-    try:
-        return ir.passes.PassManager(list(passes))(model).model
-    except ir.passes.PassError as exc:
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, QlrewriteError):
-            cause = cause.__cause__
-        if cause is None:
-            raise
-        raise cause from exc
+    results = []
+    for rewrite_pass in passes:
+        try:
+            result = rewrite_pass(model)
+        except (ir.passes.PassError, ir.passes.InvariantError) as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, QlrewriteError):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise cause from exc
+        results.append(result)
+        model = result.model
+    return model, results
+
+
+def _summary(result: ir.passes.PassResult) -> dict[str, int]:
+    return result.summary if isinstance(result, RewritePassResult) else {}
+
+
+def _warnings(result: ir.passes.PassResult) -> list[Any]:
+    return result.warnings if isinstance(result, RewritePassResult) else []
 
 
 def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:

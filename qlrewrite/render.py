@@ -89,7 +89,7 @@ def summary_line(reports: Sequence[Report]) -> str:
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
-    unreadable = sum(1 for r in reports if r.error)
+    unreadable = sum(1 for r in reports if r.load_error)
     line = (
         f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
         f"{errors} error(s), {warnings} warning(s)"
@@ -101,8 +101,8 @@ def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
     """The text report for logs and files: one line per finding or unreadable file."""
     lines = []
     for report in reports:
-        if report.error:
-            lines.append(f"{report.path}: cannot check: {report.error}")
+        if report.load_error:
+            lines.append(f"{report.path}: cannot check: {report.load_error}")
         lines.extend(finding_line(f, report.path) for f in report.findings)
     if summary:
         lines.append(summary_line(reports))
@@ -112,10 +112,10 @@ def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
 def print_text_tables(reports: Sequence[Report], console: Console, *, summary: bool = True) -> None:
     """The text report for a terminal: one rich table per file with findings."""
     for report in reports:
-        if report.error:
+        if report.load_error:
             console.print(
                 Text.assemble((str(report.path), "bold"), ": ", ("cannot check", "bold red"), ": ")
-                + Text(report.error)
+                + Text(report.load_error)
             )
             continue
         if not report.findings:
@@ -152,7 +152,7 @@ def render_json(reports: Sequence[Report]) -> str:
         "files": [r.to_json() for r in reports],
         "summary": {
             "files": len(reports),
-            "unreadable": sum(1 for r in reports if r.error),
+            "unreadable": sum(1 for r in reports if r.load_error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
@@ -178,9 +178,9 @@ def render_github(reports: Sequence[Report]) -> str:
     lines = []
     for report in reports:
         path = _escape_property(_relative_posix(report.path or ""))
-        if report.error:
+        if report.load_error:
             lines.append(
-                f"::error file={path},title=unreadable model::{_escape_data(report.error)}"
+                f"::error file={path},title=unreadable model::{_escape_data(report.load_error)}"
             )
         for f in report.findings:
             rule = rules.get(f.rule)
@@ -278,13 +278,13 @@ def render_sarif(reports: Sequence[Report], codes: Iterable[str] | None = None) 
     notifications = [
         {
             "level": "error",
-            "message": {"text": report.error},
+            "message": {"text": report.load_error},
             "locations": [
                 {"physicalLocation": {"artifactLocation": _artifact_location(report.path or "")}}
             ],
         }
         for report in reports
-        if report.error
+        if report.load_error
     ]
     document = {
         "$schema": SARIF_SCHEMA,

@@ -27,6 +27,7 @@ from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, pa
 
 __all__ = [
     "RewriteOptions",
+    "debug_enabled",
     "debug_option",
     "err_console",
     "human_bytes",
@@ -43,12 +44,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 out_console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-_state = {"debug": bool(os.environ.get("QLREWRITE_DEBUG"))}
+_DEBUG_KEY = "qlrewrite.debug"
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        _state["debug"] = True
+        ctx.meta[_DEBUG_KEY] = True  # meta is shared by the group's and the command's context
+
+
+def debug_enabled() -> bool:
+    """True with ``--debug`` (on the group or the command) or $QLREWRITE_DEBUG set."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.meta.get(_DEBUG_KEY, False)
+    return bool(given or os.environ.get("QLREWRITE_DEBUG"))
 
 
 def debug_option(func: F) -> F:
@@ -78,19 +86,20 @@ def run_command(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        logging.getLogger("onnx_ir").setLevel(logging.NOTSET if _state["debug"] else logging.ERROR)
+        debug = debug_enabled()
+        logging.getLogger("onnx_ir").setLevel(logging.NOTSET if debug else logging.ERROR)
         try:
             return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
         except QlrewriteError as exc:
-            if _state["debug"]:
+            if debug:
                 traceback.print_exc()
             fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as exc:  # a bug or an input nothing anticipated
-            if _state["debug"]:
+            if debug:
                 traceback.print_exc()
             detail = str(exc).strip().splitlines()
             text = detail[0] if detail else type(exc).__name__
@@ -105,14 +114,36 @@ def show_progress(quiet: bool = False) -> bool:
     return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
 
 
+class ProgressBar:
+    """A progress bar on stderr (or nothing, when disabled)."""
+
+    def __init__(self, bar: Progress | None, task: Any = None) -> None:
+        self._bar = bar
+        self._task = task
+
+    def advance(self) -> None:
+        """One more item done."""
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def update(self, completed: int, total: int | None, item: str = "") -> None:
+        """``completed`` of ``total`` done; ``item`` is shown after the description."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, total=total, item=item)
+
+    def on_tensor_saved(self, tensor: Any, info: Any) -> None:
+        """A :data:`qlrewrite.model_io.SaveCallback`: the tensor being written."""
+        self.update(info.index, info.total, tensor.name or "")
+
+
 @contextlib.contextmanager
-def progress(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr when ``enabled``; yields a function that advances it."""
+def progress(description: str, total: int | None, enabled: bool) -> Iterator[ProgressBar]:
+    """A transient progress bar on stderr when ``enabled`` (see :func:`show_progress`)."""
     if not enabled:
-        yield lambda: None
+        yield ProgressBar(None)
         return
     bar = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description} {task.fields[item]}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
@@ -120,31 +151,7 @@ def progress(description: str, total: int | None, enabled: bool) -> Iterator[Cal
         transient=True,
     )
     with bar:
-        task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
-
-
-@contextlib.contextmanager
-def _save_progress(enabled: bool) -> Iterator[model_io.SaveCallback | None]:
-    """A progress bar over the tensors being written (folded tensors compute then)."""
-    if not enabled:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("writing {task.fields[tensor]}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
-
-    def advance(tensor: Any, info: Any) -> None:
-        bar.update(task, total=info.total, completed=info.index, tensor=tensor.name or "")
-
-    with bar:
-        task = bar.add_task("save", total=None, tensor="")
-        yield advance
+        yield ProgressBar(bar, bar.add_task(description, total=total, item=""))
 
 
 def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Any:
@@ -197,75 +204,77 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
+#: The options of every rewriting command (their values become a RewriteOptions).
+_REWRITE_OPTIONS = (
+    click.option(
+        "-o",
+        "--output",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Output model (default: <stem>.<command>.onnx beside the input).",
+    ),
+    click.option("--in-place", is_flag=True, help="Overwrite the input model."),
+    click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
+    click.option(
+        "--report",
+        "report_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Write a JSON summary of what changed to this file.",
+    ),
+    click.option(
+        "--external-data/--no-external-data",
+        default=None,
+        help="Force external data on or off (default: as the input, or above 1.8 GB).",
+    ),
+    click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+    click.option(
+        "--verify",
+        is_flag=True,
+        help="Run the input and the output in ONNX Runtime on generated inputs; write "
+        "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
+        "them (needs: pip install 'qlrewrite[verify]').",
+    ),
+    click.option(
+        "--verify-runs",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="Number of generated input sets for --verify.",
+    ),
+    click.option(
+        "--seed",
+        type=int,
+        default=0,
+        show_default=True,
+        help="Seed of the --verify input generator.",
+    ),
+    click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=D1,D2,...",
+        callback=_input_shapes,
+        help="Shape of an input with unknown dimensions, for --verify (repeatable).",
+    ),
+    click.option(
+        "--verify-tolerance",
+        type=click.FloatRange(min=0),
+        default=None,
+        metavar="ABS",
+        help="With --verify, accept outputs that differ by at most ABS (reported).",
+    ),
+    debug_option,
+)
+
+
 def rewrite_options(func: F) -> F:
     """The options every rewriting command shares, handed to the command as one
     ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
-    options = [
-        click.option(
-            "-o",
-            "--output",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Output model (default: <stem>.<command>.onnx beside the input).",
-        ),
-        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
-        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
-        click.option(
-            "--report",
-            "report_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Write a JSON summary of what changed to this file.",
-        ),
-        click.option(
-            "--external-data/--no-external-data",
-            default=None,
-            help="Force external data on or off (default: as the input, or above 1.8 GB).",
-        ),
-        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
-        click.option(
-            "--verify",
-            is_flag=True,
-            help="Run the input and the output in ONNX Runtime on generated inputs; write "
-            "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
-            "them (needs: pip install 'qlrewrite[verify]').",
-        ),
-        click.option(
-            "--verify-runs",
-            type=click.IntRange(min=1),
-            default=1,
-            show_default=True,
-            metavar="N",
-            help="Number of generated input sets for --verify.",
-        ),
-        click.option(
-            "--seed",
-            type=int,
-            default=0,
-            show_default=True,
-            help="Seed of the --verify input generator.",
-        ),
-        click.option(
-            "--input-shape",
-            multiple=True,
-            metavar="NAME=D1,D2,...",
-            callback=_input_shapes,
-            help="Shape of an input with unknown dimensions, for --verify (repeatable).",
-        ),
-        click.option(
-            "--verify-tolerance",
-            type=click.FloatRange(min=0),
-            default=None,
-            metavar="ABS",
-            help="With --verify, accept outputs that differ by at most ABS (reported).",
-        ),
-        debug_option,
-    ]
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
-        options = _rewrite_options_from(kwargs)
-        return func(*args, options=options, **kwargs)
+        return func(*args, options=_rewrite_options_from(kwargs), **kwargs)
 
-    for option in reversed(options):
+    for option in reversed(_REWRITE_OPTIONS):
         command = option(command)
     return command  # type: ignore[return-value]
 
@@ -303,7 +312,8 @@ def run_rewrite(
     if report_path is not None and model_io.same_file(report_path, model):
         raise InputError(f"{report_path}: the report would overwrite the input model")
     try:
-        with _save_progress(show_progress(options.quiet)) as on_tensor_saved:
+        enabled = show_progress(options.quiet)
+        with progress("writing", None, enabled) as bar:
             result = pipeline.rewrite(
                 model,
                 passes,
@@ -314,7 +324,7 @@ def run_rewrite(
                 external_data=options.external_data,
                 max_size=max_size,
                 verify=options.verify,
-                on_tensor_saved=on_tensor_saved,
+                on_tensor_saved=bar.on_tensor_saved if enabled else None,
             )
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)

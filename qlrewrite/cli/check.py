@@ -12,8 +12,9 @@ from pathlib import Path
 import click
 
 from qlrewrite import model_io, render
-from qlrewrite.cli import _common
+from qlrewrite.checker import check_path
 from qlrewrite.cli._common import (
+    debug_enabled,
     debug_option,
     err_console,
     out_console,
@@ -23,7 +24,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.findings import Report
-from qlrewrite.passes.check import check_path, filter_report, select_rules
+from qlrewrite.rules.selection import filter_report, select_rules
 
 __all__ = ["check_command", "collect_models", "exit_code"]
 
@@ -41,7 +42,7 @@ def collect_models(paths: Iterable[Path]) -> list[Path | Report]:
         if path.is_dir():
             models = _models_under(path)
             if not models:
-                found.append(Report(path=str(path), error="no .onnx files in folder"))
+                found.append(Report(path=str(path), load_error="no .onnx files in folder"))
             candidates: list[Path] = models
         else:
             candidates = [path]
@@ -63,7 +64,7 @@ def _models_under(folder: Path) -> list[Path]:
 
 def exit_code(reports: Sequence[Report], *, strict: bool = False) -> int:
     """2 if any model was unreadable, else 1 on an error finding (any with strict), else 0."""
-    if any(r.error for r in reports):
+    if any(r.load_error for r in reports):
         return EXIT_INPUT
     if any(r.errors or (strict and r.findings) for r in reports):
         return EXIT_FINDINGS
@@ -158,18 +159,18 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         raise InputError(f"-o {output} names a model being checked; choose another file")
     reports: list[Report] = []
     files = sum(1 for t in targets if isinstance(t, Path))
-    with progress("checking", files, show_progress(quiet) and files > 1) as advance:
+    with progress("checking", files, show_progress(quiet) and files > 1) as bar:
         for target in targets:
             if isinstance(target, Report):
                 reports.append(target)
                 continue
             reports.append(_check_one(target, codes))
-            advance()
+            bar.advance()
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
         for report in reports:
-            if report.error:
-                click.echo(f"qlrewrite: error: {report.path}: {report.error}", err=True)
+            if report.load_error:
+                click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
     if fmt == "text" and to_terminal:
         render.print_text_tables(reports, out_console, summary=not quiet)
     elif fmt == "text":
@@ -187,12 +188,12 @@ def _check_one(path: Path, codes: frozenset[str]) -> Report:
     try:
         return filter_report(check_path(path), codes)
     except Exception as exc:  # a checker bug must not hide the other models' findings
-        if _common._state["debug"]:  # --debug: let run_command show the traceback
+        if debug_enabled():  # --debug: let run_command show the traceback
             raise
         detail = (str(exc).strip().splitlines() or [""])[0]
         return Report(
             path=str(path),
-            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
+            load_error=f"internal error while checking ({type(exc).__name__}: {detail}); "
             "run with --debug for the traceback and please report it",
         )
 

@@ -13,11 +13,8 @@ Attribute defaults and output types come from :mod:`qlrewrite.opsets`.
 
 from __future__ import annotations
 
-from typing import Any
-
 import onnx_ir as ir
 
-from qlrewrite import opsets
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
     FoldedTensor,
@@ -25,8 +22,15 @@ from qlrewrite.passes.fold_tensor import (
     Operand,
     link_in_order,
 )
-from qlrewrite.qdq import QDQSite, drop_unused_domain, is_constant, iter_qdq_nodes
-from qlrewrite.rules.context import constant_tensor
+from qlrewrite.passes.results import FoldResult
+from qlrewrite.qdq import (
+    QDQSite,
+    constant_tensor,
+    drop_unused_domain,
+    is_constant,
+    iter_sites,
+    site_view,
+)
 
 __all__ = ["FoldPass", "fold"]
 
@@ -40,7 +44,8 @@ def fold(model: ir.Model, *, keep_dq: bool = False) -> ir.Model:
 
 
 class FoldPass(ir.passes.InPlacePass):
-    """Constant-fold Q/DQ nodes; ``.summary`` counts what was folded and removed.
+    """Constant-fold Q/DQ nodes; the :class:`~qlrewrite.passes.results.FoldResult` counts
+    what was folded and removed.
 
     ``summary``: ``dq_folded`` and ``q_folded`` (nodes folded), ``chains_folded`` (DQ
     nodes whose input was a folded Q), ``nodes_removed`` (folded nodes plus Constant
@@ -50,11 +55,10 @@ class FoldPass(ir.passes.InPlacePass):
     def __init__(self, *, keep_dq: bool = False) -> None:
         super().__init__()
         self.keep_dq = keep_dq
-        self.summary: dict[str, int] = {}
-        self.warnings: list[str] = []
+        self._summary: dict[str, int] = {}
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.summary = dict.fromkeys(
+    def call(self, model: ir.Model) -> FoldResult:
+        self._summary = summary = dict.fromkeys(
             (
                 "dq_folded",
                 "q_folded",
@@ -65,33 +69,33 @@ class FoldPass(ir.passes.InPlacePass):
             ),
             0,
         )
-        self.warnings = []
+        warnings: list[str] = []
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
         overridable = 0
         folded_domains: set[str] = set()
-        for site in list(iter_qdq_nodes(model)):
+        for site in list(iter_sites(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
-            folded = _folded_tensor(site)
+            folded = _folded_tensor(model, site)
             if folded is not None:
                 self._replace(containers, site, folded)
                 folded_domains.add(site.domain)
             elif _overridable(site.node):
                 overridable += 1
         if overridable:
-            self.warnings.append(
+            warnings.append(
                 f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
                 "initializer listed as a graph input can be overridden by the caller); "
                 "export without keep_initializers_as_inputs to fold them"
             )
-        if any(self.summary.values()):
+        if any(summary.values()):
             link_in_order(_initializer_order(model))
             before = _opset_count(model)
             for domain in folded_domains:
                 drop_unused_domain(model, domain)
-            self.summary["opsets_removed"] = before - _opset_count(model)
-        return ir.passes.PassResult(model, modified=any(self.summary.values()))
+            summary["opsets_removed"] = before - _opset_count(model)
+        return FoldResult(model, any(summary.values()), summary, warnings)
 
     def _replace(
         self, containers: list[ir.Graph | ir.Function], site: QDQSite, folded: FoldedTensor
@@ -100,9 +104,9 @@ class FoldPass(ir.passes.InPlacePass):
         old = node.outputs[0]
         name = old.name
         quantize = node.op_type == "QuantizeLinear"
-        self.summary["q_folded" if quantize else "dq_folded"] += 1
+        self._summary["q_folded" if quantize else "dq_folded"] += 1
         if not quantize and isinstance(folded.x, FoldedTensor):
-            self.summary["chains_folded"] += 1
+            self._summary["chains_folded"] += 1
         inputs = [v for v in node.inputs if v is not None]
         if isinstance(graph, ir.Function):
             constant = ir.node("Constant", [], attributes={"value": folded})
@@ -117,7 +121,7 @@ class FoldPass(ir.passes.InPlacePass):
         _replace_outputs(containers, old, new)
         old.replace_all_uses_with(new)
         graph.remove(node, safe=True)
-        self.summary["nodes_removed"] += 1
+        self._summary["nodes_removed"] += 1
         old.name = None
         new.name = name
         if isinstance(graph, ir.Graph):
@@ -134,12 +138,12 @@ class FoldPass(ir.passes.InPlacePass):
             unused = not any(o.uses() or o.is_graph_output() for o in producer.outputs)
             if producer.op_type == "Constant" and producer.graph is not None and unused:
                 producer.graph.remove(producer, safe=True)
-                self.summary["nodes_removed"] += 1
+                self._summary["nodes_removed"] += 1
             return
         graph = value.graph
         if value.is_initializer() and graph is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
-            self.summary["initializers_removed"] += 1
+            self._summary["initializers_removed"] += 1
 
 
 def _overridable(node: ir.Node) -> bool:
@@ -149,10 +153,10 @@ def _overridable(node: ir.Node) -> bool:
     return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
-def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
+def _folded_tensor(model: ir.Model, site: QDQSite) -> FoldedTensor | None:
     """The lazy value of a foldable node, None if it cannot fold."""
     node = site.node
-    row = opsets.lookup(site.domain, node.op_type, site.imported)
+    row = site.row
     if row is None or len(node.outputs) != 1 or len(node.inputs) < 2:
         return None
     if any(attr.is_ref() for attr in node.attributes.values()):
@@ -165,36 +169,22 @@ def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
     zp_tensor = constant_tensor(zero_point) if zero_point is not None else None
     if x_tensor is None or scale_tensor is None or (zero_point is not None and zp_tensor is None):
         return None
-    output_dtype = _int_attr(node, row, "output_dtype")
-    out_type = opsets.output_type(
-        row,
-        scale_type=scale_tensor.dtype,
-        zero_point_type=zp_tensor.dtype if zp_tensor is not None else None,
-        output_dtype=output_dtype or None,
-    )
+    view = site_view(model, site)
+    out_type = view.output_type
     if out_type is None:
         return None
-    axis = _int_attr(node, row, "axis")
+    axis = view.attr_or_default("axis")
+    saturate = view.attr_or_default("saturate")
     spec = FoldSpec(
         quantize=row.is_quantize,
         axis=1 if axis is None else axis,  # com.microsoft: no default; ORT applies axis 1
-        block_size=_int_attr(node, row, "block_size") or 0,
+        block_size=view.block_size,
         output_dtype=out_type,
-        saturate=_int_attr(node, row, "saturate", 1),
-        precision=_int_attr(node, row, "precision") or 0,
+        saturate=1 if saturate is None else saturate,
+        precision=view.attr_or_default("precision") or 0,
     )
     operand: Operand = x_tensor if isinstance(x_tensor, FoldedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
-
-
-def _int_attr(node: ir.Node, row: opsets.OpVersion, name: str, absent: Any = None) -> Any:
-    """The attribute's value, else the row's default, else ``absent`` (not in this version)."""
-    if name not in row.attributes:
-        return absent
-    attr = node.attributes.get(name)
-    if attr is not None:
-        return attr.as_int()
-    return row.default(name)
 
 
 def _replace_outputs(

@@ -24,13 +24,15 @@ import onnx
 import onnx.version_converter
 import onnx_ir as ir
 
+from qlrewrite import model_io
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning
+from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import drop_unused_domain
+from qlrewrite.passes.results import RepairsFindings, UpgradeResult
+from qlrewrite.qdq import drop_unused_domain, imported_version, normalize_domain, onnx_opset
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["UpgradePass", "current_opset", "upgrade"]
+__all__ = ["UpgradePass", "upgrade"]
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -50,16 +52,12 @@ class _Weight:
     is_input: bool  # also a main-graph input (an overridable initializer)
 
 
-def current_opset(model: ir.Model) -> int | None:
-    """The ai.onnx opset the model imports (None: none)."""
-    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-
-
-class UpgradePass(ir.passes.FunctionalPass):
+class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
     """Convert the model to ai.onnx opset ``opset`` (>= the current one); a new model.
 
     Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
-    converter cannot convert the model. ``.summary`` and ``.warnings`` say what changed.
+    converter cannot convert the model. The
+    :class:`~qlrewrite.passes.results.UpgradeResult` says what changed.
     """
 
     repairs_rules = REPAIRS
@@ -67,11 +65,9 @@ class UpgradePass(ir.passes.FunctionalPass):
     def __init__(self, opset: int) -> None:
         super().__init__()
         self.opset = int(opset)
-        self.summary: dict[str, int] = {}
-        self.warnings: list[ConvertWarning] = []
 
     def requires(self, model: ir.Model) -> None:
-        current = current_opset(model)
+        current = onnx_opset(model)
         if current is None:
             raise InputError("the model imports no ai.onnx opset; nothing to upgrade")
         if self.opset < current:
@@ -87,28 +83,27 @@ class UpgradePass(ir.passes.FunctionalPass):
                 f"({onnx.__version__}) knows"
             )
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        before = current_opset(model) or 0
+    def call(self, model: ir.Model) -> UpgradeResult:
+        before = onnx_opset(model) or 0
         new = _convert_weightless(model, self.opset)
-        convert = ConvertDomainPass("onnx", strict=False)
-        convert(new)
-        self.warnings = list(convert.warnings)
+        converted = ConvertDomainPass("onnx", strict=False)(new)
         dropped = sum(
             drop_unused_domain(new, domain)
             for domain in list(new.opset_imports)
-            if domain not in ("", "ai.onnx")
+            if normalize_domain(domain) != ""
         )
         raise_ir_version(new)
-        self.summary = {
+        changes = converted.summary
+        summary = {
             "opset_before": before,
             "opset_after": self.opset,
-            "nodes_converted_to_onnx": convert.summary.get("nodes_converted", 0),
-            "com_microsoft_nodes_left": convert.summary.get("nodes_left", 0),
-            "opset_imports_dropped": int(dropped) + convert.summary.get("opset_imports_dropped", 0),
+            "nodes_converted_to_onnx": changes["nodes_converted"],
+            "com_microsoft_nodes_left": changes["nodes_left"],
+            "opset_imports_dropped": int(dropped) + changes["opset_imports_dropped"],
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,
         }
-        return ir.passes.PassResult(new, modified=True)
+        return UpgradeResult(new, True, summary, list(converted.warnings))
 
 
 def _large_weights(model: ir.Model) -> list[_Weight]:
@@ -164,9 +159,7 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     original_inputs = [v.name for v in model.graph.inputs]
     if [v.name for v in new.graph.inputs] != original_inputs:
         raise Refusal("ONNX's version converter changed the graph inputs; nothing written")
-    for key in ("qlrewrite.source", "qlrewrite.proto"):
-        if key in model.meta:
-            new.meta[key] = model.meta[key]
+    model_io.set_source(new, model_io.source_of(model))
     return new
 
 
@@ -201,8 +194,7 @@ def _convert_function(
     function: onnx.FunctionProto, opset: int, ir_version: int
 ) -> onnx.FunctionProto:
     """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model)."""
-    imports = {o.domain: o.version for o in function.opset_import}
-    current = imports.get("", imports.get("ai.onnx"))
+    current = imported_version({o.domain: o.version for o in function.opset_import}, "")
     if current is None or current >= opset:
         return function
     label = f"function {function.domain}.{function.name}"
@@ -233,7 +225,7 @@ def _refuse_attribute_references(
     ReduceMean referring to a function attribute becomes an empty tensor): refuse them on
     any op whose version changes between the two opsets."""
     for node in function.node:
-        if node.domain not in ("", "ai.onnx"):
+        if normalize_domain(node.domain) != "":
             continue
         if not any(attr.ref_attr_name for attr in node.attribute):
             continue
