@@ -22,6 +22,7 @@ from qlrewrite.qdq import node_views
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import ModelContext
 from qlrewrite.rules.selection import filter_report, select_rules
+from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["check", "check_model", "check_path"]
@@ -41,7 +42,7 @@ def check(
     """
     codes = select_rules(select, ignore)
     if isinstance(model_or_path, ir.Model):
-        source = model_io.source_of(model_or_path)
+        source = source_of(model_or_path)
         path = str(source.path) if source is not None and source.path is not None else None
         report = check_model(model_or_path, path=path)
     elif isinstance(model_or_path, onnx.ModelProto):
@@ -49,7 +50,7 @@ def check(
             model = ir.serde.deserialize_model(model_or_path)
         except Exception as exc:  # onnx_ir raises many kinds on malformed protos
             return Report(load_error=f"not a valid ONNX model ({exc})".splitlines()[0])
-        model_io.set_source(model, model_io.Source(None, model_or_path))
+        set_source(model, Source(None, model_or_path))
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
         report = check_path(model_or_path)
@@ -66,7 +67,7 @@ def check_path(path: str | os.PathLike) -> Report:
         model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
-    source = model_io.source_of(model)
+    source = source_of(model)
     weightless = weightless_from_source(source.proto) if source is not None else None
     return check_model(model, path=str(path), weightless=weightless)
 

@@ -1,11 +1,15 @@
-"""The opset rules of QuantizeLinear / DequantizeLinear as data.
+"""The opset rules of the quantized operators as data.
 
-One :class:`OpVersion` row per (domain, op_type, since_version): the attributes that
-exist (with type and default), the element types allowed per role, the granularities,
-how the output type is decided, and the IR version each element type needs. The
-checker, the converters and the kernels' dispatch read this table; supporting a new
-opset means adding rows here. ai.onnx rows are written out (tests compare them with
-``onnx.defs``); com.microsoft rows follow ONNX Runtime's contrib operator schemas.
+One :class:`OpVersion` row per (domain, op_type, since_version) of QuantizeLinear /
+DequantizeLinear: the attributes that exist (with type and default), the element types
+allowed per role, the granularities, how the output type is decided, and the IR version
+each element type needs. One :class:`WeightOnlyVersion` row per version of ONNX
+Runtime's weight-only operators (com.microsoft MatMulNBits, GatherBlockQuantized): their
+inputs and type parameters, attributes with defaults, and how each weight element type
+is stored (:class:`WeightStorage`). The checker, the converters and the kernels' dispatch
+read this table; supporting a new opset means adding rows here. ai.onnx rows are written
+out (tests compare them with ``onnx.defs``); com.microsoft rows follow ONNX Runtime's
+contrib operator schemas and, where the text leaves a point open, its CPU kernels.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import Any
 
 import onnx_ir as ir
 
@@ -25,8 +30,12 @@ __all__ = [
     "PER_AXIS",
     "PER_TENSOR",
     "TABLE",
+    "WEIGHT_ONLY_OPS",
     "NodeForm",
     "OpVersion",
+    "Operand",
+    "WeightOnlyVersion",
+    "WeightStorage",
     "com_microsoft_problems",
     "expression_problems",
     "lookup",
@@ -35,6 +44,7 @@ __all__ = [
     "normalize_domain",
     "output_type",
     "versions",
+    "weight_only",
 ]
 
 DT = ir.DataType
@@ -170,8 +180,145 @@ _FROM_SCALE = ("scale",)
 _FROM_DTYPE = ("output_dtype", "scale")
 _FROM_ZP = ("zero_point", "UINT8")
 
+#: The com.microsoft operators whose weights are quantized inside the node.
+WEIGHT_ONLY_OPS = ("MatMulNBits", "GatherBlockQuantized")
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One input or output of a weight-only operator, as its schema declares it."""
+
+    name: str
+    type_param: str  # the schema's type parameter; operands sharing one have one type
+    optional: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightStorage:
+    """How one element type of the quantized weight input holds its values.
+
+    ``bits``: the values the ``bits`` attribute may take with this type (empty: the
+    attribute is ignored, the type fixes the width). ``packed``: uint8 bytes holding
+    ``8 // bits`` values each, low bits first. ``zero_point``: what an absent zero point
+    means -- "half" (2^(bits-1)), "zero" (0) -- or "none" (no zero point input allowed).
+    """
+
+    bits: frozenset[int]
+    packed: bool
+    zero_point: str  # "half", "zero" or "none"
+    block_size_zero: bool = False  # block_size 0: one block over the whole quantize axis
+    scale_broadcast: bool = False  # a scale dim of 1 broadcasts on the other axes
+    gather_axis_zero: bool = False  # GatherBlockQuantized: gather_axis must be 0
+    quantize_axis_last: bool = False  # GatherBlockQuantized: quantize_axis must be last
+
+    def default_zero_point(self, bits: int) -> int | None:
+        """The zero point used when the input is absent (None: no zero point at all)."""
+        if self.zero_point == "half":
+            return 1 << (bits - 1)
+        return 0 if self.zero_point == "zero" else None
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightOnlyVersion:
+    """One version of a com.microsoft weight-only operator (MatMulNBits,
+    GatherBlockQuantized): the weights are quantized blockwise inside the node."""
+
+    domain: str
+    op_type: str
+    since: int
+    until: int | None
+    inputs: tuple[Operand, ...]
+    output: Operand
+    type_params: Mapping[str, frozenset[ir.DataType]]
+    attributes: Mapping[str, tuple[ir.AttributeType, int | None]]  # name -> (type, default)
+    required: frozenset[str]  # attributes without a default that must be given
+    weight: str  # the input holding the quantized weights
+    storage: Mapping[ir.DataType, WeightStorage]  # per element type of ``weight``
+    #: block_size: a power of two at least this (0 allowed where the storage says so).
+    min_block_size: int = 16
+    #: The block sizes ONNX Runtime's CPU provider runs (None: every valid one).
+    cpu_block_sizes: frozenset[int] | None = None
+    #: accuracy_level values the schema defines (empty: no such attribute).
+    accuracy_levels: frozenset[int] = frozenset()
+
+    @property
+    def label(self) -> str:
+        """``com.microsoft MatMulNBits-1`` style name."""
+        return f"{self.domain} {self.op_type}-{self.since}"
+
+    def default(self, name: str) -> int | None:
+        """The default of attribute ``name`` (None when it has none or does not exist)."""
+        entry = self.attributes.get(name)
+        return entry[1] if entry else None
+
+    def input_index(self, name: str) -> int:
+        """The position of input ``name``."""
+        return next(i for i, operand in enumerate(self.inputs) if operand.name == name)
+
+    def types_of(self, name: str) -> frozenset[ir.DataType]:
+        """The element types input (or output) ``name`` may have."""
+        operands = (*self.inputs, self.output)
+        return self.type_params[next(o.type_param for o in operands if o.name == name)]
+
+    @property
+    def input_range(self) -> tuple[int, int]:
+        """The fewest and most inputs a node may have."""
+        required = [i for i, operand in enumerate(self.inputs) if not operand.optional]
+        return max(required) + 1, len(self.inputs)
+
+
+_F16_32_BF16 = frozenset({DT.FLOAT, DT.FLOAT16, DT.BFLOAT16})
+_PACKED_UINT8 = WeightStorage(bits=frozenset({2, 4, 8}), packed=True, zero_point="half")
+_FP_STORAGE = WeightStorage(
+    bits=frozenset(), packed=False, zero_point="none", block_size_zero=True, scale_broadcast=True
+)
+
+#: com.microsoft MatMulNBits-1: Y = A @ dequantize(B).T. B is [N, k_blocks, blob] uint8
+#: (blob = block_size * bits / 8), quantized along K; zero points packed uint8 or in a
+#: float type. ONNX Runtime 1.31's CPU kernel runs block sizes 16 to 256 only.
+MATMUL_NBITS_1 = WeightOnlyVersion(
+    MS_DOMAIN, "MatMulNBits", 1, None,
+    inputs=(Operand("A", "T1"), Operand("B", "T2"), Operand("scales", "T1"),
+            Operand("zero_points", "T3", True), Operand("g_idx", "T4", True),
+            Operand("bias", "T1", True)),
+    output=Operand("Y", "T1"),
+    type_params={"T1": _F16_32_BF16, "T2": frozenset({DT.UINT8}),
+                 "T3": _F16_32_BF16 | {DT.UINT8}, "T4": frozenset({DT.INT32})},
+    attributes=_ints(("K", None), ("N", None), ("bits", 4), ("block_size", None),
+                     ("accuracy_level", 0), ("weight_prepacked", 0)),
+    required=frozenset({"K", "N", "block_size"}),
+    weight="B",
+    storage={DT.UINT8: _PACKED_UINT8},
+    cpu_block_sizes=frozenset({16, 32, 64, 128, 256}),
+    accuracy_levels=frozenset(range(5)),
+)  # fmt: skip
+
+#: com.microsoft GatherBlockQuantized-1: Gather of data quantized blockwise along
+#: quantize_axis. uint8 data packs 8 / bits values along the last axis (gather_axis 0);
+#: int4 / uint4 hold one value per element (bits 4, zero point default 0); float8 /
+#: float4 data is symmetric (no zero point, block_size 0 allowed, scales broadcast).
+GATHER_BLOCK_QUANTIZED_1 = WeightOnlyVersion(
+    MS_DOMAIN, "GatherBlockQuantized", 1, None,
+    inputs=(Operand("data", "T1"), Operand("indices", "Tind"), Operand("scales", "T2"),
+            Operand("zero_points", "T1", True)),
+    output=Operand("output", "T2"),
+    type_params={"T1": frozenset({DT.INT4, DT.UINT4, DT.UINT8, *_FLOAT8, DT.FLOAT4E2M1}),
+                 "T2": _F16_32_BF16, "Tind": frozenset({DT.INT32, DT.INT64})},
+    attributes=_ints(("bits", 4), ("block_size", 128), ("gather_axis", 0),
+                     ("quantize_axis", 1)),
+    required=frozenset(),
+    weight="data",
+    storage={
+        DT.UINT8: dataclasses.replace(_PACKED_UINT8, gather_axis_zero=True,
+                                      quantize_axis_last=True),
+        DT.INT4: WeightStorage(bits=frozenset({4}), packed=False, zero_point="zero"),
+        DT.UINT4: WeightStorage(bits=frozenset({4}), packed=False, zero_point="zero"),
+        **dict.fromkeys((*_FLOAT8, DT.FLOAT4E2M1), _FP_STORAGE),
+    },
+)  # fmt: skip
+
 #: Every row, per (domain, op_type) in ascending since_version.
-TABLE: tuple[OpVersion, ...] = (
+TABLE: tuple[OpVersion | WeightOnlyVersion, ...] = (
     # ai.onnx DequantizeLinear
     _dq(10, 12, (), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",),
         granularities=_GRAN_TENSOR, scalar_only=True),
@@ -206,9 +353,11 @@ TABLE: tuple[OpVersion, ...] = (
     OpVersion(MS_DOMAIN, "QuantizeLinear", 1, None, _ints(("axis", None)), x_types=_MS_FLOAT,
               scale_types=_MS_FLOAT, zero_point_types=_MS_Q, output_types=_MS_Q,
               output_from=_FROM_ZP, granularities=_GRAN_AXIS, scale_matches_x=True),
+    MATMUL_NBITS_1,
+    GATHER_BLOCK_QUANTIZED_1,
 )  # fmt: skip
 
-_BY_OP: dict[tuple[str, str], list[OpVersion]] = {}
+_BY_OP: dict[tuple[str, str], list[OpVersion | WeightOnlyVersion]] = {}
 for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
@@ -218,13 +367,21 @@ def normalize_domain(domain: str) -> str:
     return "" if domain in ONNX_DOMAINS else domain
 
 
-def versions(domain: str, op_type: str) -> list[OpVersion]:
-    """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first."""
+def versions(domain: str, op_type: str) -> list[Any]:
+    """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first:
+    :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops."""
     return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
 
 
+def weight_only(domain: str, op_type: str, imported: int | None) -> WeightOnlyVersion | None:
+    """The :class:`WeightOnlyVersion` in force (None: not a weight-only op, or none at
+    that opset)."""
+    row = lookup(domain, op_type, imported)
+    return row if isinstance(row, WeightOnlyVersion) else None
+
+
 @functools.cache  # once per (domain, op, opset), not per node
-def lookup(domain: str, op_type: str, imported: int | None) -> OpVersion | None:
+def lookup(domain: str, op_type: str, imported: int | None) -> Any:
     """The version in force when the model imports opset ``imported`` of ``domain``.
 
     None when the domain is not imported or has no version of the op at that opset

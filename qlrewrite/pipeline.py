@@ -19,10 +19,11 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io
+from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.source import source_of
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -134,7 +135,7 @@ def rewrite(
     _refuse_overwriting_input_data(model, target, in_place)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    source = model_io.source_of(model)
+    source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     report = unrepaired(_check(model, input_path, unchanged), passes)
     if report.errors:
@@ -143,12 +144,12 @@ def rewrite(
             "(run `qlrewrite check` for details)",
             report,
         )
-    bytes_before = model_io.initializer_bytes(model)
-    if external_data is None and model_io.uses_external_data(model):
+    bytes_before = tensors.initializer_bytes(model)
+    if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     model, results = run_passes(model, passes)
     checker_warnings = validate_output(model, input_path)
-    bytes_after = model_io.initializer_bytes(model)
+    bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
@@ -188,7 +189,8 @@ def rewrite(
 
 def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool) -> None:
     """Neither the output nor its data file may be a file the input reads its weights from."""
-    inputs = model_io.external_data_files(model)
+    source = source_of(model)
+    inputs = tensors.input_files(source.proto, source.folder) if source is not None else []
     if any(model_io.same_file(target, f) for f in inputs):
         raise InputError(f"{target}: the output would overwrite the input's external data")
     data = target.with_name(model_io.external_data_name(target))

@@ -13,7 +13,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io
+from qlrewrite import tensors
 from qlrewrite.qdq import NodeView, constant_tensor, is_constant, iter_graphs, node_views
 
 __all__ = ["QDQGroup", "model_summary"]
@@ -44,7 +44,7 @@ def _constant_inputs(node: ir.Node) -> dict[int, int]:
             continue
         tensor = value.const_value if value.const_value is not None else constant_tensor(value)
         if tensor is not None:
-            found[id(value)] = model_io.tensor_bytes(tensor)
+            found[id(value)] = tensors.tensor_bytes(tensor)
     return found
 
 
@@ -86,8 +86,8 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
         "functions": len(model.functions),
         "initializers": {
             "count": sum(len(g.initializers) for g in model.graphs()),
-            "bytes": model_io.initializer_bytes(model),
-            "external_data": model_io.uses_external_data(model),
+            "bytes": tensors.initializer_bytes(model),
+            "external_data": tensors.uses_external_data(model),
         },
         "qdq_nodes": sum(groups.values()),
         "qdq": [

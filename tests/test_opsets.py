@@ -159,3 +159,59 @@ def test_com_microsoft_rows_match_onnxruntime_schema(op: str) -> None:
     assert row.zero_point_types == types(zp.typeStr)
     assert row.output_types == types(schema.outputs[0].typeStr)
     assert row.scale_matches_x == (scale.typeStr == x.typeStr)
+
+
+def _ort_schema(op: str) -> Any:
+    pytest.importorskip("onnxruntime")
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    if not hasattr(ort_c, "get_all_operator_schema"):
+        pytest.skip("this onnxruntime build does not expose its schemas")
+    (schema,) = [
+        s for s in ort_c.get_all_operator_schema() if s.domain == "com.microsoft" and s.name == op
+    ]
+    return schema
+
+
+@pytest.mark.parametrize("op", opsets.WEIGHT_ONLY_OPS)
+def test_weight_only_rows_match_onnxruntime_schema(op: str) -> None:
+    schema = _ort_schema(op)
+    row = opsets.weight_only("com.microsoft", op, schema.since_version)
+    assert row is not None and row.since == schema.since_version
+    optional = schema.inputs[0].option.__class__.Optional
+    assert [(o.name, o.type_param, o.optional) for o in row.inputs] == [
+        (i.name, i.typeStr, i.option == optional) for i in schema.inputs
+    ]
+    (output,) = schema.outputs
+    assert (row.output.name, row.output.type_param) == (output.name, output.typeStr)
+    constraints = {
+        c.type_param_str: {DT[s[len("tensor(") : -1].upper()] for s in c.allowed_type_strs}
+        for c in schema.type_constraints
+    }
+    assert {k: set(v) for k, v in row.type_params.items()} == constraints
+    defaults = {}
+    for name, attr in schema.attributes.items():
+        raw = attr._default_value
+        proto = onnx.AttributeProto()
+        if raw:
+            proto.ParseFromString(raw)
+        defaults[name] = (ir.AttributeType(int(attr.type.value)), proto.i if raw else None)
+        assert (name in row.required) == attr.required, name
+    assert dict(row.attributes) == defaults
+    assert set(row.storage) == constraints[row.inputs[row.input_index(row.weight)].type_param]
+
+
+def test_weight_only_storage_facts() -> None:
+    mm = opsets.weight_only("com.microsoft", "MatMulNBits", 1)
+    gbq = opsets.weight_only("com.microsoft", "GatherBlockQuantized", 1)
+    assert opsets.weight_only("com.microsoft", "MatMulNBits", 0) is None
+    assert opsets.weight_only("com.microsoft", "DequantizeLinear", 1) is None
+    assert mm.input_range == (3, 6) and gbq.input_range == (3, 4)
+    b = mm.storage[DT.UINT8]
+    assert b.packed and b.bits == {2, 4, 8}
+    assert [b.default_zero_point(bits) for bits in (2, 4, 8)] == [2, 8, 128]
+    assert gbq.storage[DT.INT4].default_zero_point(4) == 0
+    assert gbq.storage[DT.FLOAT8E4M3FN].default_zero_point(4) is None
+    assert gbq.storage[DT.UINT8].gather_axis_zero and gbq.storage[DT.UINT8].quantize_axis_last
+    assert mm.types_of("zero_points") == {DT.UINT8, DT.FLOAT, DT.FLOAT16, DT.BFLOAT16}
+    assert gbq.types_of("output") == {DT.FLOAT, DT.FLOAT16, DT.BFLOAT16}

@@ -19,7 +19,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.results import ConvertResult
-from qlrewrite.qdq import MS_DOMAIN, NodeView, QDQSite, drop_unused_domain, node_views
+from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domain, node_views
 
 __all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert"]
 
@@ -46,7 +46,7 @@ class ConvertWarning:
 class _Plan:
     """What to do with one node: the new domain, attributes to set and drop, or problems."""
 
-    site: QDQSite
+    site: QuantizedSite
     where: str
     problems: list[str] = dataclasses.field(default_factory=list)
     set_axis: bool = False
@@ -67,7 +67,7 @@ def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
     return ctx.x_type, scale.dtype, zp_type, out_type
 
 
-def _plan_to_onnx(site: QDQSite, contexts: list[NodeView]) -> _Plan:
+def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where)
     opset = site.scope.opset("")
     op = site.node.op_type
@@ -106,7 +106,7 @@ def _plan_to_onnx(site: QDQSite, contexts: list[NodeView]) -> _Plan:
     return plan
 
 
-def _plan_to_microsoft(site: QDQSite, contexts: list[NodeView]) -> _Plan:
+def _plan_to_microsoft(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where)
     op = site.node.op_type
     for ctx in contexts:

@@ -20,11 +20,12 @@ from qlrewrite.passes.fold_tensor import (
     FoldedTensor,
     FoldSpec,
     Operand,
+    StreamedTensor,
     link_in_order,
 )
 from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
-    QDQSite,
+    QuantizedSite,
     constant_tensor,
     drop_unused_domain,
     is_constant,
@@ -98,7 +99,7 @@ class FoldPass(ir.passes.InPlacePass):
         return FoldResult(model, any(summary.values()), summary, warnings)
 
     def _replace(
-        self, containers: list[ir.Graph | ir.Function], site: QDQSite, folded: FoldedTensor
+        self, containers: list[ir.Graph | ir.Function], site: QuantizedSite, folded: FoldedTensor
     ) -> None:
         node, graph = site.node, site.graph
         old = node.outputs[0]
@@ -153,7 +154,7 @@ def _overridable(node: ir.Node) -> bool:
     return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
-def _folded_tensor(model: ir.Model, site: QDQSite) -> FoldedTensor | None:
+def _folded_tensor(model: ir.Model, site: QuantizedSite) -> FoldedTensor | None:
     """The lazy value of a foldable node, None if it cannot fold."""
     node = site.node
     row = site.row
@@ -183,7 +184,7 @@ def _folded_tensor(model: ir.Model, site: QDQSite) -> FoldedTensor | None:
         saturate=1 if saturate is None else saturate,
         precision=view.attr_or_default("precision") or 0,
     )
-    operand: Operand = x_tensor if isinstance(x_tensor, FoldedTensor) else ConstOperand(x_tensor)
+    operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
 
 
@@ -198,13 +199,13 @@ def _replace_outputs(
                 outputs[index] = new
 
 
-def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
-    """Folded initializers in the order onnx_ir's save writes them."""
+def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
+    """Streamed initializers in the order onnx_ir's save writes them."""
     return [
         value.const_value
         for graph in model.graphs()
         for value in graph.initializers.values()
-        if isinstance(value.const_value, FoldedTensor)
+        if isinstance(value.const_value, StreamedTensor)
     ]
 
 

@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 
 import onnx_ir as ir
 
-__all__ = ["ConvertResult", "FoldResult", "RepairsFindings", "RewritePassResult", "UpgradeResult"]
+__all__ = [
+    "ConvertResult",
+    "FoldResult",
+    "NBitsResult",
+    "RepairsFindings",
+    "RewritePassResult",
+    "UpgradeResult",
+]
 
 
 @dataclasses.dataclass
@@ -31,6 +38,13 @@ class FoldResult(RewritePassResult):
 class ConvertResult(RewritePassResult):
     """:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`: ``nodes_converted``,
     ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
+
+
+@dataclasses.dataclass
+class NBitsResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`:
+    ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
+    ``initializers_removed``, ``opset_imports_dropped``."""
 
 
 @dataclasses.dataclass

@@ -6,7 +6,9 @@
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
 3. com.microsoft Q/DQ become ai.onnx where the new opset expresses them
-   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict).
+   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict), and so do
+   MatMulNBits / GatherBlockQuantized (DequantizeLinear -> MatMul / Gather,
+   :class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`, not strict).
 4. The IR version is raised to what the opset and the element types need, and opset
    imports nothing uses any more are dropped.
 
@@ -24,12 +26,13 @@ import onnx
 import onnx.version_converter
 import onnx_ir as ir
 
-from qlrewrite import model_io
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.ir_version import raise_ir_version
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import drop_unused_domain, imported_version, normalize_domain, onnx_opset
+from qlrewrite.source import set_source, source_of
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "upgrade"]
@@ -87,6 +90,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         before = onnx_opset(model) or 0
         new = _convert_weightless(model, self.opset)
         converted = ConvertDomainPass("onnx", strict=False)(new)
+        nbits = NBitsToOnnxPass(strict=False)(new)
         dropped = sum(
             drop_unused_domain(new, domain)
             for domain in list(new.opset_imports)
@@ -99,11 +103,14 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
             "opset_after": self.opset,
             "nodes_converted_to_onnx": changes["nodes_converted"],
             "com_microsoft_nodes_left": changes["nodes_left"],
+            "matmul_nbits_converted": nbits.summary["matmul_nbits_converted"],
+            "gather_block_quantized_converted": nbits.summary["gather_block_quantized_converted"],
+            "nbits_nodes_left": nbits.summary["nbits_nodes_left"],
             "opset_imports_dropped": int(dropped) + changes["opset_imports_dropped"],
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,
         }
-        return UpgradeResult(new, True, summary, list(converted.warnings))
+        return UpgradeResult(new, True, summary, [*converted.warnings, *nbits.warnings])
 
 
 def _large_weights(model: ir.Model) -> list[_Weight]:
@@ -159,7 +166,7 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     original_inputs = [v.name for v in model.graph.inputs]
     if [v.name for v in new.graph.inputs] != original_inputs:
         raise Refusal("ONNX's version converter changed the graph inputs; nothing written")
-    model_io.set_source(new, model_io.source_of(model))
+    set_source(new, source_of(model))
     return new
 
 

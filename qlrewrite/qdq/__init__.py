@@ -12,7 +12,7 @@ module             decides
                    each (:meth:`GraphScope.opset`; :func:`imported_version` is the
                    one reader of an opset import table)
 ``sites``          which nodes are quantized sites (:class:`SiteKind`), their input
-                   roles, and the operator version in force (:class:`QDQSite`.row)
+                   roles, and the operator version in force (:class:`QuantizedSite`.row)
 ``constants``      is an input constant, and its tensor (initializers, Constant nodes)
 ``view``           the per-node view (:class:`NodeView`): attributes with defaults,
                    x / scale / zero-point / output types and shapes, the output type
@@ -22,61 +22,69 @@ module             decides
                    function), :func:`site_view` (constants and declarations only)
 =================  ===============================================================
 
-Adding a kind of quantized node (com.microsoft MatMulNBits, GatherBlockQuantized):
+Adding a kind of quantized node (as com.microsoft MatMulNBits and GatherBlockQuantized
+were added, :data:`~qlrewrite.qdq.sites.WEIGHT_ONLY`):
 
 1. add its operator versions to :data:`qlrewrite.opsets.TABLE` (attributes with defaults,
-   types per role, how the output type is decided);
+   types per role; a row class with ``attributes`` and ``default(name)``);
 2. declare a :class:`~qlrewrite.qdq.sites.SiteKind` in ``sites.py`` naming its ops and the
    input index of each role (``x`` is the quantized data: MatMulNBits' ``B``,
    GatherBlockQuantized's ``data``; then ``scale``, ``zero_point``);
-3. callers that handle it pass ``kinds=(QDQ, NEW_KIND)`` to :func:`iter_sites` /
-   :func:`node_views`; the views then answer attributes, types and granularity for it
-   from the table, as for Q/DQ.
+3. callers that handle it pass ``kinds=(...)`` to :func:`iter_sites` / :func:`node_views`
+   / :func:`site_view`; the sites carry the row in force, the views answer attributes with
+   defaults, types and shapes per role from it, as for Q/DQ. (``output_type``,
+   ``x_type`` and ``granularity`` are the Q/DQ rules: a new kind whose output is decided
+   otherwise adds its rule there, keyed on ``site.kind``.)
 """
 
 from __future__ import annotations
 
-from qlrewrite.qdq.binding import node_views, site_view
-from qlrewrite.qdq.constants import MAX_VALUE_BYTES, constant_tensor, is_constant
-from qlrewrite.qdq.graphs import (
-    MAIN,
-    MS_DOMAIN,
-    ONNX_DOMAINS,
-    GraphRef,
-    GraphScope,
-    drop_unused_domain,
-    imported_version,
-    iter_graphs,
-    normalize_domain,
-    onnx_opset,
-)
-from qlrewrite.qdq.sites import QDQ, QDQ_OPS, QDQSite, SiteKind, iter_sites
-from qlrewrite.qdq.view import Dims, Granularity, NodeView, ValueView, view_of
+import importlib
+from typing import Any
 
-__all__ = [
-    "MAIN",
-    "MAX_VALUE_BYTES",
-    "MS_DOMAIN",
-    "ONNX_DOMAINS",
-    "QDQ",
-    "QDQ_OPS",
-    "Dims",
-    "Granularity",
-    "GraphRef",
-    "GraphScope",
-    "NodeView",
-    "QDQSite",
-    "SiteKind",
-    "ValueView",
-    "constant_tensor",
-    "drop_unused_domain",
-    "imported_version",
-    "is_constant",
-    "iter_graphs",
-    "iter_sites",
-    "node_views",
-    "normalize_domain",
-    "onnx_opset",
-    "site_view",
-    "view_of",
-]
+#: Public name -> submodule that defines it (imported on first use: low-level modules
+#: such as ``tensors`` import ``qdq.graphs`` without pulling in inference and views).
+_API = {
+    **dict.fromkeys(("node_views", "site_view"), "binding"),
+    **dict.fromkeys(("MAX_VALUE_BYTES", "constant_tensor", "is_constant"), "constants"),
+    **dict.fromkeys(
+        (
+            "MAIN",
+            "MS_DOMAIN",
+            "ONNX_DOMAINS",
+            "GraphRef",
+            "GraphScope",
+            "drop_unused_domain",
+            "imported_version",
+            "iter_graphs",
+            "normalize_domain",
+            "onnx_opset",
+            "owner_label",
+        ),
+        "graphs",
+    ),
+    **dict.fromkeys(
+        (
+            "GATHER_BLOCK_QUANTIZED",
+            "MATMUL_NBITS",
+            "QDQ",
+            "QDQ_OPS",
+            "WEIGHT_ONLY",
+            "QuantizedSite",
+            "SiteKind",
+            "iter_sites",
+        ),
+        "sites",
+    ),
+    **dict.fromkeys(("Dims", "Granularity", "NodeView", "ValueView", "view_of"), "view"),
+    "Inference": "inference",
+}
+
+__all__ = sorted(_API)  # noqa: PLE0605
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"qlrewrite.qdq.{module}"), name)

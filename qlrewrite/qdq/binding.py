@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from qlrewrite.qdq.graphs import GraphRef, iter_graphs
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.qdq.sites import QDQ, QDQSite, SiteKind, iter_sites
+from qlrewrite.qdq.sites import QDQ, QuantizedSite, SiteKind, iter_sites
 from qlrewrite.qdq.view import NodeView, ValueView, view_of
 
 __all__ = ["node_views", "site_view"]
@@ -72,9 +72,9 @@ class _Builder:
         self.model = model
         self.inference = inference
         self.read = read
-        self.sites: dict[int, QDQSite] = {}
+        self.sites: dict[int, QuantizedSite] = {}
 
-    def view(self, site: QDQSite, binding: _Binding | None) -> NodeView:
+    def view(self, site: QuantizedSite, binding: _Binding | None) -> NodeView:
         inference = self.inference
         local = inference.scope(site.ref) if inference is not None else {}
         outer = inference.scope(binding.graph) if inference and binding else {}
@@ -106,7 +106,7 @@ def node_views(
     kinds: tuple[SiteKind, ...] = (QDQ,),
     read: bool = True,
     calls: bool = True,
-) -> Iterator[tuple[QDQSite, list[NodeView]]]:
+) -> Iterator[tuple[QuantizedSite, list[NodeView]]]:
     """Every node of ``kinds`` with its views: one per call site for a node inside a
     function, else one. Shape inference runs once, on first need (on ``weightless`` when
     given, see :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the
@@ -122,7 +122,7 @@ def node_views(
         yield site, [builder.view(site, binding) for binding in bindings]
 
 
-def site_view(model: ir.Model, site: QDQSite) -> NodeView:
+def site_view(model: ir.Model, site: QuantizedSite) -> NodeView:
     """The view of ``site`` from constants and declared types only: no inference, no call
     site (attribute references stay unresolved), no constant values read."""
     return _Builder(model, None, read=False).view(site, None)

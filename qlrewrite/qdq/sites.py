@@ -1,9 +1,10 @@
 """Quantized sites: the nodes qlrewrite understands, found in every graph and function.
 
 A :class:`SiteKind` says which ops (per domain) form one kind of quantized node and which
-input plays which role (``x``, ``scale``, ``zero_point``); :data:`QDQ` is
-QuantizeLinear / DequantizeLinear in ai.onnx and com.microsoft. :func:`iter_sites` yields
-a :class:`QDQSite` per node of the requested kinds, with its graph and the row of
+input plays which role (``x``: the quantized data, ``scale``, ``zero_point``): :data:`QDQ`
+is QuantizeLinear / DequantizeLinear in ai.onnx and com.microsoft; :data:`WEIGHT_ONLY` is
+com.microsoft MatMulNBits and GatherBlockQuantized. :func:`iter_sites` yields a
+:class:`QuantizedSite` per node of the requested kinds, with its graph and the row of
 :mod:`qlrewrite.opsets` in force for it (the one place the op version is decided).
 """
 
@@ -17,7 +18,16 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq.graphs import MS_DOMAIN, GraphRef, GraphScope, iter_graphs, normalize_domain
 
-__all__ = ["QDQ", "QDQ_OPS", "QDQSite", "SiteKind", "iter_sites"]
+__all__ = [
+    "GATHER_BLOCK_QUANTIZED",
+    "MATMUL_NBITS",
+    "QDQ",
+    "QDQ_OPS",
+    "WEIGHT_ONLY",
+    "QuantizedSite",
+    "SiteKind",
+    "iter_sites",
+]
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -39,8 +49,27 @@ QDQ = SiteKind(
 )
 
 
+def _weight_only(name: str, op_type: str) -> SiteKind:
+    """A weight-only op's kind; its roles are read from the table (x: the row's weight)."""
+    row = opsets.versions(MS_DOMAIN, op_type)[0]
+    roles = {"x": row.weight, "scale": "scales", "zero_point": "zero_points"}
+    return SiteKind(
+        name,
+        frozenset({(MS_DOMAIN, op_type)}),
+        {role: row.input_index(input_name) for role, input_name in roles.items()},
+    )
+
+
+#: com.microsoft MatMulNBits(A, B, scales, zero_points, g_idx, bias): x is the packed B.
+MATMUL_NBITS = _weight_only("matmul-nbits", "MatMulNBits")
+#: com.microsoft GatherBlockQuantized(data, indices, scales, zero_points).
+GATHER_BLOCK_QUANTIZED = _weight_only("gather-block-quantized", "GatherBlockQuantized")
+#: The weight-only kinds (rows: :class:`qlrewrite.opsets.WeightOnlyVersion`).
+WEIGHT_ONLY = (MATMUL_NBITS, GATHER_BLOCK_QUANTIZED)
+
+
 @dataclasses.dataclass(frozen=True)
-class QDQSite:
+class QuantizedSite:
     """One quantized node with where it sits and the operator version in force for it."""
 
     node: ir.Node
@@ -48,7 +77,9 @@ class QDQSite:
     kind: SiteKind
     domain: str  # normalized: "" for ai.onnx
     imported: int | None  # the version of the node's domain imported for its graph
-    row: opsets.OpVersion | None  # the version in force (None: no such op at that opset)
+    #: The version in force (None: no such op at that opset): OpVersion for Q/DQ,
+    #: WeightOnlyVersion for the weight-only kinds.
+    row: opsets.OpVersion | opsets.WeightOnlyVersion | None
 
     @property
     def graph(self) -> ir.Graph | ir.Function:
@@ -72,7 +103,7 @@ class QDQSite:
         return inputs[index] if index is not None and index < len(inputs) else None
 
 
-def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterator[QDQSite]:
+def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterator[QuantizedSite]:
     """Every node of ``kinds`` in all graphs, subgraphs and functions, in graph order."""
     for scope in iter_graphs(model):
         for node in scope.graph:
@@ -81,5 +112,5 @@ def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterato
                 if (domain, node.op_type) in kind.ops:
                     imported = scope.opset(domain)
                     row = opsets.lookup(domain, node.op_type, imported)
-                    yield QDQSite(node, scope, kind, domain, imported, row)
+                    yield QuantizedSite(node, scope, kind, domain, imported, row)
                     break

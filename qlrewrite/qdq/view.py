@@ -1,6 +1,6 @@
 """The per-node view: what one quantized node means, decided once and read everywhere.
 
-A :class:`NodeView` describes one node of a :class:`~qlrewrite.qdq.sites.QDQSite` as seen
+A :class:`NodeView` describes one node of a :class:`~qlrewrite.qdq.sites.QuantizedSite` as seen
 from one place (inside a model-local function: from one call site, with the function's
 inputs and attribute references replaced by the call's). It answers, without reading
 weights:
@@ -30,7 +30,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import Finding, Severity
 from qlrewrite.qdq.constants import constant_tensor, small_array
 from qlrewrite.qdq.graphs import GraphRef
-from qlrewrite.qdq.sites import QDQSite
+from qlrewrite.qdq.sites import QuantizedSite
 
 __all__ = ["Dims", "Granularity", "NodeView", "TypeShape", "ValueView", "view_of"]
 
@@ -135,7 +135,7 @@ class NodeView:
 
     def __init__(
         self,
-        site: QDQSite,
+        site: QuantizedSite,
         *,
         lookup: Lookup,
         attributes: dict[str, ir.Attr],
@@ -267,7 +267,9 @@ class NodeView:
         """The output's element type as the version in force decides it (None: cannot
         tell). See :func:`qlrewrite.opsets.output_type` for the rule of each version."""
         row, zp, scale = self.row, self.zero_point, self.scale
-        if row is None or ("zero_point" in row.output_from and zp is not None and zp.dtype is None):
+        if not isinstance(row, opsets.OpVersion):
+            return None  # no version in force, or a weight-only op (its output is float A's)
+        if "zero_point" in row.output_from and zp is not None and zp.dtype is None:
             return None
         try:
             return opsets.output_type(
@@ -293,7 +295,7 @@ class NodeView:
         if parent is not None and parent.output_type is not None:
             return parent.output_type
         scale, zp = self.scale, self.zero_point
-        shares_scale = self.row is not None and self.row.scale_matches_x
+        shares_scale = isinstance(self.row, opsets.OpVersion) and self.row.scale_matches_x
         if shares_scale and scale is not None and scale.dtype is not None:
             return scale.dtype
         if not self.is_quantize and zp is not None:

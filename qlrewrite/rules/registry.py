@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import onnx_ir as ir
 
-from qlrewrite import model_io
+from qlrewrite import tensors
 from qlrewrite.findings import Finding, Rule, Severity
 
 __all__ = ["CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
@@ -75,6 +75,6 @@ class ModelContext:
     path: str | None = None
 
     @functools.cached_property
-    def data_problems(self) -> list[model_io.DataProblem]:
+    def data_problems(self) -> list[tensors.DataProblem]:
         """Tensors whose data is missing, escapes the folder or has the wrong size."""
-        return model_io.data_problems(self.model)
+        return tensors.data_problems(self.model)
