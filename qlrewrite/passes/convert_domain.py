@@ -19,7 +19,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.results import ConvertResult
-from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domain, node_views
+from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 
 __all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert"]
 
@@ -209,7 +209,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         warnings: list[ConvertWarning] = []
         for plan in done:
             warnings.extend(self._apply(model, plan))
-        dropped = drop_unused_domain(model, self.source_domain) if done else False
+        dropped = drop_unused_domains(model) if done else 0
         raised = raise_ir_version(model) if done else False
         summary = {
             "nodes_converted": len(done),

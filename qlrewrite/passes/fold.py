@@ -27,7 +27,7 @@ from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
     QuantizedSite,
     constant_tensor,
-    drop_unused_domain,
+    drop_unused_domains,
     is_constant,
     iter_sites,
     site_view,
@@ -74,14 +74,12 @@ class FoldPass(ir.passes.InPlacePass):
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
         overridable = 0
-        folded_domains: set[str] = set()
         for site in list(iter_sites(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
             folded = _folded_tensor(model, site)
             if folded is not None:
                 self._replace(containers, site, folded)
-                folded_domains.add(site.domain)
             elif _overridable(site.node):
                 overridable += 1
         if overridable:
@@ -92,10 +90,7 @@ class FoldPass(ir.passes.InPlacePass):
             )
         if any(summary.values()):
             link_in_order(_initializer_order(model))
-            before = _opset_count(model)
-            for domain in folded_domains:
-                drop_unused_domain(model, domain)
-            summary["opsets_removed"] = before - _opset_count(model)
+            summary["opsets_removed"] = drop_unused_domains(model)
         return FoldResult(model, any(summary.values()), summary, warnings)
 
     def _replace(
@@ -207,7 +202,3 @@ def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
         for value in graph.initializers.values()
         if isinstance(value.const_value, StreamedTensor)
     ]
-
-
-def _opset_count(model: ir.Model) -> int:
-    return len(model.opset_imports) + sum(len(f.opset_imports) for f in model.functions.values())

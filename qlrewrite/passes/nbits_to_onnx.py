@@ -55,6 +55,7 @@ from qlrewrite.qdq import (
 __all__ = [
     "NBITS_OPS",
     "NBitsToOnnxPass",
+    "min_block",
 ]
 
 NBITS_OPS = opsets.WEIGHT_ONLY_OPS
@@ -73,7 +74,7 @@ def _input(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
-def _min_block(k: int) -> int:
+def min_block(k: int) -> int:
     """The smallest block size MatMulNBits allows that covers ``k`` in one block."""
     return max(16, 1 << max(0, (k - 1).bit_length()))
 
@@ -174,7 +175,7 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
         return plan
     x_type = int_type(layout.bits, signed=zero_points is None)
     per_axis = layout.k_blocks == 1 and (
-        layout.block_size == _min_block(layout.K) or (opset or 0) < 21
+        layout.block_size == min_block(layout.K) or (opset or 0) < 21
     )
     if not dequantize:
         _check_form(
@@ -522,6 +523,7 @@ def _replace(graph: ir.Graph | ir.Function, old: ir.Value, new: ir.Value) -> Non
     old.replace_all_uses_with(new, replace_graph_outputs=True)
     old.name = None
     new.name = name
-    new.dtype = dtype
+    if dtype is not None:
+        new.dtype = dtype
     if shape is not None:
         new.shape = shape

@@ -44,7 +44,9 @@ class ConvertResult(RewritePassResult):
 class NBitsResult(RewritePassResult):
     """:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`:
     ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
-    ``initializers_removed``, ``opset_imports_dropped``."""
+    ``initializers_removed``, ``opset_imports_dropped``;
+    :class:`~qlrewrite.passes.nbits_from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
+    ``gather_block_quantized_made``."""
 
 
 @dataclasses.dataclass

@@ -31,7 +31,7 @@ from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
-from qlrewrite.qdq import drop_unused_domain, imported_version, normalize_domain, onnx_opset
+from qlrewrite.qdq import drop_unused_domains, imported_version, normalize_domain, onnx_opset
 from qlrewrite.source import set_source, source_of
 from qlrewrite.weightless import weightless_proto
 
@@ -91,11 +91,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         new = _convert_weightless(model, self.opset)
         converted = ConvertDomainPass("onnx", strict=False)(new)
         nbits = NBitsToOnnxPass(strict=False)(new)
-        dropped = sum(
-            drop_unused_domain(new, domain)
-            for domain in list(new.opset_imports)
-            if normalize_domain(domain) != ""
-        )
+        dropped = drop_unused_domains(new)
         raise_ir_version(new)
         changes = converted.summary
         summary = {

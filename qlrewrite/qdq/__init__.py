@@ -55,6 +55,7 @@ _API = {
             "GraphRef",
             "GraphScope",
             "drop_unused_domain",
+            "drop_unused_domains",
             "imported_version",
             "iter_graphs",
             "normalize_domain",
