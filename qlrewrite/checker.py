@@ -10,7 +10,7 @@ modified.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -25,7 +25,7 @@ from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.weightless import weightless_from_source
 
-__all__ = ["check", "check_model", "check_path"]
+__all__ = ["check", "check_model", "check_path", "finish_report"]
 
 
 def check(
@@ -33,18 +33,22 @@ def check(
     *,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
 
     ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
-    check --select/--ignore``. A path that cannot be read gives a Report with
+    check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
+    name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
+    (see :mod:`qlrewrite.suppress`). A path that cannot be read gives a Report with
     ``load_error``; a ``ModelProto`` is checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
     if isinstance(model_or_path, ir.Model):
-        source = source_of(model_or_path)
+        model = model_or_path
+        source = source_of(model)
         path = str(source.path) if source is not None and source.path is not None else None
-        report = check_model(model_or_path, path=path)
+        report = check_model(model, path=path)
     elif isinstance(model_or_path, onnx.ModelProto):
         try:
             model = ir.serde.deserialize_model(model_or_path)
@@ -53,15 +57,33 @@ def check(
         set_source(model, Source(None, model_or_path))
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
-        report = check_path(model_or_path)
-    return filter_report(report, codes)
+        return check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+    return finish_report(report, model, codes, per_node_ignores)
 
 
-def check_path(path: str | os.PathLike) -> Report:
+def finish_report(
+    report: Report,
+    model: ir.Model,
+    codes: Collection[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """``report`` of ``model`` with only the rules in ``codes``, then suppressions applied."""
+    from qlrewrite.suppress import apply_suppressions
+
+    return apply_suppressions(filter_report(report, codes), model, per_node_ignores or {}, codes)
+
+
+def check_path(
+    path: str | os.PathLike,
+    *,
+    codes: Collection[str] | None = None,
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
     """Load and check one model file; an unreadable file gives a Report with ``load_error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
-    error is one line without the path (the Report has it).
+    error is one line without the path (the Report has it). With ``codes`` (the enabled
+    rules) the report is finished as :func:`finish_report` does.
     """
     try:
         model = model_io.load(path, check_data=False)
@@ -69,7 +91,10 @@ def check_path(path: str | os.PathLike) -> Report:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)
     weightless = weightless_from_source(source.proto) if source is not None else None
-    return check_model(model, path=str(path), weightless=weightless)
+    report = check_model(model, path=str(path), weightless=weightless)
+    if codes is None:
+        return report
+    return finish_report(report, model, codes, per_node_ignores)
 
 
 def check_model(

@@ -64,6 +64,8 @@ class RewriteResult:
     warnings: list[Any] = dataclasses.field(default_factory=list)
     verification: Verification | None = None
     target: Path | None = None  # where the output goes (or would go, on a dry run)
+    #: What each pass returned, in order (typed: see qlrewrite.passes.results).
+    pass_results: list[ir.passes.PassResult] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -223,6 +225,7 @@ def _rewrite_loaded(
             warnings=[*checker_warnings, *(w for r in results for w in _warnings(r))],
             verification=verifier.result if verifier is not None else None,
             target=target,
+            pass_results=results,
         )
 
     def before_commit(staged: Path) -> None:

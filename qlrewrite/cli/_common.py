@@ -36,6 +36,8 @@ __all__ = [
     "run_command",
     "run_rewrite",
     "show_progress",
+    "verify_from",
+    "verify_option_list",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -184,96 +186,107 @@ _VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
-    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)}
+    verify = verify_from(kwargs)
+    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)
+              if f.name != "verify"}  # fmt: skip
+    return RewriteOptions(**fields, verify=verify)
+
+
+def verify_option_list() -> list[Callable[[F], F]]:
+    """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
+    return [
+        click.option(
+            "--verify",
+            is_flag=True,
+            help="Run the input and the output in ONNX Runtime on generated inputs; write "
+            "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
+            "them (needs: pip install 'qlrewrite[verify]').",
+        ),
+        click.option(
+            "--verify-runs",
+            type=click.IntRange(min=1),
+            default=1,
+            show_default=True,
+            metavar="N",
+            help="Number of generated input sets for --verify.",
+        ),
+        click.option(
+            "--seed",
+            type=int,
+            default=0,
+            show_default=True,
+            help="Seed of the --verify input generator.",
+        ),
+        click.option(
+            "--input-shape",
+            multiple=True,
+            metavar="NAME=D1,D2,...",
+            callback=_input_shapes,
+            help="Shape of an input with unknown dimensions, for --verify (repeatable).",
+        ),
+        click.option(
+            "--verify-tolerance",
+            type=click.FloatRange(min=0),
+            default=None,
+            metavar="ABS",
+            help="With --verify, accept outputs that differ by at most ABS (reported).",
+        ),
+    ]
+
+
+def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
+    """Pop --verify and its details out of a command's keyword arguments (the details
+    without --verify are a usage error)."""
     details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
-    verify = None
-    if fields.pop("verify"):
-        verify = VerifyOptions(
+    if kwargs.pop("verify"):
+        return VerifyOptions(
             runs=details["verify_runs"],
             seed=details["seed"],
             input_shapes=details["input_shape"],
             tolerance=details["verify_tolerance"],
         )
-    else:
-        ctx = click.get_current_context()
-        given = [n for n in _VERIFY_DETAILS
-                 if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
-    return RewriteOptions(**fields, verify=verify)
-
-
-#: The options of every rewriting command (their values become a RewriteOptions).
-_REWRITE_OPTIONS = (
-    click.option(
-        "-o",
-        "--output",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Output model (default: <stem>.<command>.onnx beside the input).",
-    ),
-    click.option("--in-place", is_flag=True, help="Overwrite the input model."),
-    click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
-    click.option(
-        "--report",
-        "report_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Write a JSON summary of what changed to this file.",
-    ),
-    click.option(
-        "--external-data/--no-external-data",
-        default=None,
-        help="Force external data on or off (default: as the input, or above 1.8 GB).",
-    ),
-    click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
-    click.option(
-        "--verify",
-        is_flag=True,
-        help="Run the input and the output in ONNX Runtime on generated inputs; write "
-        "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
-        "them (needs: pip install 'qlrewrite[verify]').",
-    ),
-    click.option(
-        "--verify-runs",
-        type=click.IntRange(min=1),
-        default=1,
-        show_default=True,
-        metavar="N",
-        help="Number of generated input sets for --verify.",
-    ),
-    click.option(
-        "--seed",
-        type=int,
-        default=0,
-        show_default=True,
-        help="Seed of the --verify input generator.",
-    ),
-    click.option(
-        "--input-shape",
-        multiple=True,
-        metavar="NAME=D1,D2,...",
-        callback=_input_shapes,
-        help="Shape of an input with unknown dimensions, for --verify (repeatable).",
-    ),
-    click.option(
-        "--verify-tolerance",
-        type=click.FloatRange(min=0),
-        default=None,
-        metavar="ABS",
-        help="With --verify, accept outputs that differ by at most ABS (reported).",
-    ),
-    debug_option,
-)
+    ctx = click.get_current_context()
+    given = [n for n in _VERIFY_DETAILS
+             if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    return None
 
 
 def rewrite_options(func: F) -> F:
     """The options every rewriting command shares, handed to the command as one
     ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
+    options = [
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Output model (default: <stem>.<command>.onnx beside the input).",
+        ),
+        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
+        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
+        click.option(
+            "--report",
+            "report_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write a JSON summary of what changed to this file.",
+        ),
+        click.option(
+            "--external-data/--no-external-data",
+            default=None,
+            help="Force external data on or off (default: as the input, or above 1.8 GB).",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+        *verify_option_list(),
+        debug_option,
+    ]
 
     @functools.wraps(func)
     def command(*args: Any, **kwargs: Any) -> Any:
-        return func(*args, options=_rewrite_options_from(kwargs), **kwargs)
+        options = _rewrite_options_from(kwargs)
+        return func(*args, options=options, **kwargs)
 
-    for option in reversed(_REWRITE_OPTIONS):
+    for option in reversed(options):
         command = option(command)
     return command  # type: ignore[return-value]
 

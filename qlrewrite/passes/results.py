@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import Any
 
 import onnx_ir as ir
 
 __all__ = [
     "ConvertResult",
+    "FixResult",
     "FoldResult",
     "NBitsResult",
     "RepairsFindings",
@@ -26,6 +27,14 @@ class RewritePassResult(ir.passes.PassResult):
     summary: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FixResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
+    ``changes``: one ``(code, where, what)`` per repair, for ``check --diff``."""
+
+    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
@@ -59,4 +68,4 @@ class RepairsFindings:
     """Mixin of a pass that repairs input findings: the pipeline does not refuse an input
     for error findings of ``repairs_rules`` (the output is checked again in full)."""
 
-    repairs_rules: ClassVar[tuple[str, ...]] = ()
+    repairs_rules: tuple[str, ...] = ()

@@ -20,7 +20,6 @@ Views are built by :func:`qlrewrite.qdq.binding.node_views` (with type inference
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -153,6 +152,12 @@ class NodeView:
         self.call_site = call_site
         self._producer = producer
         self._read = read_constants
+        roles = site.kind.roles
+        self._x_index = roles.get("x")
+        self._scale_index = roles.get("scale")
+        self._zero_point_index = roles.get("zero_point")
+        self._inputs: list[ValueView | None] | None = None
+        self._cache: dict[str, object] = {}  # derived facts, computed once
 
     # ------------------------------------------------------------------ identity
 
@@ -203,40 +208,43 @@ class NodeView:
 
     # ------------------------------------------------------------------ values
 
-    @functools.cached_property
+    @property
     def inputs(self) -> list[ValueView | None]:
         """One view per input slot (None for an omitted one); the values of small constants
         other than x are read (unless the view was built not to read any)."""
-        x_index = self.site.kind.roles.get("x", 0)
-        return [
-            self._lookup(v, self._read and i != x_index) for i, v in enumerate(self.node.inputs)
-        ]
+        if self._inputs is None:
+            read, x_index = self._read, self._x_index
+            self._inputs = [
+                self._lookup(v, read and i != x_index) for i, v in enumerate(self.node.inputs)
+            ]
+        return self._inputs
 
-    def _role(self, role: str) -> ValueView | None:
-        index = self.site.kind.roles.get(role)
+    def _at(self, index: int | None) -> ValueView | None:
         inputs = self.inputs
         return inputs[index] if index is not None and index < len(inputs) else None
 
     @property
     def x(self) -> ValueView | None:
-        """The input to (de)quantize."""
-        return self._role("x")
+        """The quantized data: x of Q/DQ, the weight of a weight-only op."""
+        return self._at(self._x_index)
 
     @property
     def scale(self) -> ValueView | None:
         """The scale input."""
-        return self._role("scale")
+        return self._at(self._scale_index)
 
     @property
     def zero_point(self) -> ValueView | None:
         """The zero point input (None when omitted)."""
-        return self._role("zero_point")
+        return self._at(self._zero_point_index)
 
-    @functools.cached_property
+    @property
     def output(self) -> ValueView | None:
         """The first output."""
-        outputs = self.node.outputs
-        return self._lookup(outputs[0], False) if outputs else None
+        if "output" not in self._cache:
+            outputs = self.node.outputs
+            self._cache["output"] = self._lookup(outputs[0], False) if outputs else None
+        return self._cache["output"]  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ attributes
 
@@ -262,10 +270,15 @@ class NodeView:
 
     # ------------------------------------------------------------------ derived facts
 
-    @functools.cached_property
+    @property
     def output_type(self) -> ir.DataType | None:
         """The output's element type as the version in force decides it (None: cannot
         tell). See :func:`qlrewrite.opsets.output_type` for the rule of each version."""
+        if "output_type" not in self._cache:
+            self._cache["output_type"] = self._output_type()
+        return self._cache["output_type"]  # type: ignore[return-value]
+
+    def _output_type(self) -> ir.DataType | None:
         row, zp, scale = self.row, self.zero_point, self.scale
         if not isinstance(row, opsets.OpVersion):
             return None  # no version in force, or a weight-only op (its output is float A's)
@@ -281,11 +294,16 @@ class NodeView:
         except ValueError:  # output_dtype is not a data type (QL306)
             return None
 
-    @functools.cached_property
+    @property
     def x_type(self) -> ir.DataType | None:
         """x's element type: known from x itself, else the output type of the quantized node
         producing it (ONNX inference stops at com.microsoft nodes), else the type x shares
         with the scale (Q-19/21, com.microsoft Q) or the zero point (DequantizeLinear)."""
+        if "x_type" not in self._cache:
+            self._cache["x_type"] = self._x_type()
+        return self._cache["x_type"]  # type: ignore[return-value]
+
+    def _x_type(self) -> ir.DataType | None:
         x = self.x
         if x is not None and x.dtype is not None:
             return x.dtype
@@ -302,9 +320,14 @@ class NodeView:
             return zp.dtype
         return None
 
-    @functools.cached_property
+    @property
     def granularity(self) -> Granularity:
         """Per-tensor, per-axis or blocked, from block_size and the scale's shape."""
+        if "granularity" not in self._cache:
+            self._cache["granularity"] = self._granularity()
+        return self._cache["granularity"]  # type: ignore[return-value]
+
+    def _granularity(self) -> Granularity:
         axis = self.int_attr("axis")
         axis = 1 if axis is None else axis
         block = self.int_attr("block_size") or 0
@@ -361,4 +384,5 @@ class NodeView:
             domain=self.domain,
             opset=self.imported,
             graph=self.graph,
+            output=(self.node.outputs[0].name or "") if self.node.outputs else "",
         )

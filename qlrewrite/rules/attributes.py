@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.qdq import NodeView
 from qlrewrite.rules.registry import rule
 
@@ -38,6 +38,13 @@ def _first_version_with(ctx: NodeView, name: str) -> int | None:
     good: opset 13: DequantizeLinear(w_q, w_scale, w_zp, axis=0)  # qlrewrite upgrade --opset 13
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    fix=UNSAFE,
+    fix_summary="""
+    Below opset 13, an `axis` on DequantizeLinear (as ONNX Runtime's quantizer writes for
+    per_channel=True) is repaired by upgrading the model to opset 13, as `qlrewrite upgrade
+    --opset 13`. Unsafe: every node's op version changes, and ONNX Runtime does not load the
+    input to compare.
+    """,
 )
 def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row

@@ -11,11 +11,11 @@ from typing import Any, Literal
 import onnx_ir as ir
 
 from qlrewrite import tensors
-from qlrewrite.findings import Finding, Rule, Severity
+from qlrewrite.findings import Finding, FixKind, Rule, Severity
 
 __all__ = ["CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
 
-Scope = Literal["node", "model"]
+Scope = Literal["node", "model", "report"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +24,8 @@ class RuleCheck:
 
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
-    scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext
+    scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
+    # "report": findings made after the check, from the report (suppressions)
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
 
 
@@ -45,11 +46,16 @@ def rule(
     versions: str = "",
     scope: Scope = "node",
     needs_version: bool = True,
+    fix: FixKind | None = None,
+    fix_summary: str = "",
     opt_in: bool = False,
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
     An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
+    ``fix`` says whether ``check --fix`` repairs the findings ("safe": ONNX Runtime's
+    outputs stay bit-identical) or only ``--unsafe-fixes`` does; the repair itself is in
+    :mod:`qlrewrite.passes.fix`, and ``fix_summary`` says what it changes.
     """
 
     def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
@@ -63,6 +69,8 @@ def rule(
             explanation=" ".join(textwrap.dedent(explanation).split()),
             example=textwrap.dedent(example).strip("\n"),
             versions=versions,
+            fix=fix,
+            fix_summary=" ".join(textwrap.dedent(fix_summary).split()),
             opt_in=opt_in,
         )
         RULES[code] = entry
