@@ -44,7 +44,7 @@ __all__ = [
     "fsync_file",
     "is_data_name",
     "remove_stale",
-    "write_text",
+    "write_error",
 ]
 
 _STAGING = ".qlrewrite-staging-"
@@ -298,6 +298,13 @@ def _remove_old_data(
             os.unlink(entry.path)
 
 
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+
+
 class PendingFile:
     """A text file (a report) staged beside ``path``: :meth:`commit` moves it into place
     atomically; leaving the block without committing leaves ``path`` untouched.
@@ -329,10 +336,10 @@ class PendingFile:
 
     def write(self, text: str) -> None:
         """Stage ``text`` (flushed to disk): nothing is visible at ``path`` yet."""
-        with open(self._staged, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            _write_synced(self._staged, text)
+        except OSError as exc:
+            raise write_error(self.path, exc, "the report") from exc
 
     def commit(self) -> None:
         """Move the staged text to ``path`` (permissions: the replaced file's, else the
@@ -341,8 +348,11 @@ class PendingFile:
             mode = stat.S_IMODE(os.stat(self.path).st_mode)
         except OSError:
             mode = 0o666 & ~_umask()
-        os.chmod(self._staged, mode)
-        os.replace(self._staged, self.path)
+        try:
+            os.chmod(self._staged, mode)
+            os.replace(self._staged, self.path)
+        except OSError as exc:
+            raise write_error(self.path, exc, "the report") from exc
         fsync_dir(self.path.absolute().parent)
         self.discard()
 
@@ -351,8 +361,12 @@ class PendingFile:
         self._staging.__exit__(None, None, None)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically."""
-    with PendingFile(path) as pending:
-        pending.write(text)
-        pending.commit()
+def write_error(path: Path, exc: OSError, what: str = "the output") -> InputError:
+    """A failed write as one plain sentence (a full disk, a quota, permissions)."""
+    reason = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EACCES: "permission denied",
+        errno.EROFS: "the file system is read-only",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return InputError(f"{path}: cannot write {what}: {reason}; nothing written")

@@ -202,6 +202,8 @@ def _rewrite_loaded(
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     model, results = run_passes(model, passes)
+    if verifier is not None:
+        verifier.expect_differences(results)
     checker_warnings = validate_output(model, input_path, unchanged)
     bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:

@@ -29,6 +29,7 @@ __all__ = [
     "FORMATS",
     "FindingGroup",
     "finding_line",
+    "finding_lines",
     "group_findings",
     "print_rule",
     "print_rules_table",
@@ -93,7 +94,8 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
 GROUP_ABOVE = 5
 #: Nodes named on a group's line.
 GROUP_NODES = 3
-_NAMES = re.compile(r"'[^']*'|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+#: What differs between repeats of one finding: quoted names, "(TYPE [dims])", numbers.
+_NAMES = re.compile(r"'[^']*'|\([A-Z][A-Z0-9_]* \[[^\]]*\]\)|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,13 +171,31 @@ def summary_line(reports: Sequence[Report]) -> str:
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
 
 
-def _more_line(group: FindingGroup, path: str | None) -> str:
+def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
     prefix = f"{path}: " if path else ""
     first = group.first
     return (
         f"{prefix}{first.rule} {first.severity}: {len(group.findings) - 1} more like the line "
-        f"above, on {group.nodes()} (--show-all prints each)"
+        f"above, on {group.nodes()} ({every} prints each)"
     )
+
+
+def finding_lines(
+    findings: Sequence[Finding],
+    path: str | None = None,
+    *,
+    show_all: bool = False,
+    every: str = "--show-all",
+) -> list[str]:
+    """One line per finding, or per group of findings that differ only in names and
+    numbers (its first finding, then ``N more like the line above, on a, b, c, ...
+    (<every> prints each)``)."""
+    lines = []
+    for group in group_findings(findings, above=None if show_all else GROUP_ABOVE):
+        lines.append(finding_line(group.first, path))
+        if len(group.findings) > 1:
+            lines.append(_more_line(group, path, every))
+    return lines
 
 
 def text_lines(
@@ -187,10 +207,7 @@ def text_lines(
     for report in reports:
         if report.load_error:
             lines.append(f"{report.path}: cannot check: {report.load_error}")
-        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
-            lines.append(finding_line(group.first, report.path))
-            if len(group.findings) > 1:
-                lines.append(_more_line(group, report.path))
+        lines += finding_lines(report.findings, report.path, show_all=show_all)
     if summary:
         lines.append(summary_line(reports))
     return lines

@@ -256,3 +256,12 @@ def test_catalogue_and_fixes_agree() -> None:
     assert props["QL406"] == "safe" and props["QL201"] == "unsafe" and props["QL101"] == "none"
     lines = render.rules_lines(RULES.values())
     assert any(re.match(r"QL406  warning \(opt-in\)  safe ", line) for line in lines)
+
+
+def test_a_refused_rewrite_lists_its_findings_grouped(tmp_path: Path) -> None:
+    model = _save(quantized("cnn-opset12-per-channel"), tmp_path / "m.onnx")
+    result = CliRunner().invoke(main, ["fold", str(model), "--dry-run"])
+    lines = [line for line in result.stderr.splitlines() if line.startswith("  QL")]
+    assert result.exit_code == 1 and len(lines) == 6  # 21 findings, three patterns
+    assert "6 more like the line above, on b2_DequantizeLinear" in lines[1]
+    assert "(`qlrewrite check --show-all` prints each)" in lines[1]

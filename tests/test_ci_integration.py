@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,3 +162,26 @@ def test_action_script_checks_annotates_and_writes_sarif(tmp_path: Path) -> None
     done = _run(["bash", str(ROOT / "ci" / "action.sh"), "check"], repo, env)
     assert done.returncode == 0 and _outputs(outputs) == {
         "exit-code": "0", "sarif-written": "false"}  # fmt: skip
+
+
+def _blocks(kind: str) -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    return re.findall(rf"```{kind}\n(.*?)```", readme, re.S)
+
+
+def test_readme_snippets_match_the_hook_the_action_and_the_configuration(tmp_path: Path) -> None:
+    from qlrewrite import config
+
+    (toml,) = [b for b in _blocks("toml") if "[tool.qlrewrite]" in b]
+    path = tmp_path / "pyproject.toml"
+    path.write_text(toml)
+    config.forget()
+    settings = config.load_config(path)  # every key and code of the example is valid
+    assert settings.strict is True and settings.per_node_ignores
+    yamls = [yaml.safe_load(b) for b in _blocks("yaml")]
+    hook_ids = {h["id"] for h in _manifest()}
+    (pre_commit,) = [y for y in yamls if "repos" in y]
+    assert {h["id"] for h in pre_commit["repos"][0]["hooks"]} <= hook_ids
+    (workflow,) = [y for y in yamls if "jobs" in y]
+    step = next(s for s in workflow["jobs"]["qlrewrite"]["steps"] if "qlrewrite@" in s["uses"])
+    assert set(step["with"]) <= set(_action()["inputs"])

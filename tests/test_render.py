@@ -177,8 +177,15 @@ def test_repeated_findings_print_as_one_group_with_a_count_and_the_first_nodes()
 def test_a_handful_is_not_grouped_and_different_patterns_are_not_mixed() -> None:
     five = [_bias(i) for i in range(5)]
     assert [len(g.findings) for g in render.group_findings(five)] == [1] * 5
-    mixed = [_bias(i) for i in range(6)] + [_bias(i, "[1, 1]") for i in range(6, 12)]
+    import dataclasses
+
+    other = [dataclasses.replace(_bias(i), message=_bias(i).message.replace("rank", "size"))
+             for i in range(6, 12)]  # fmt: skip
+    mixed = [_bias(i) for i in range(6)] + other
     assert [len(g.findings) for g in render.group_findings(mixed)] == [6, 6]
+    # names, numbers and "(TYPE [dims])" descriptions do not split a group
+    shapes = [_bias(i) for i in range(6)] + [_bias(i, "[1, 1]") for i in range(6, 12)]
+    assert [len(g.findings) for g in render.group_findings(shapes)] == [12]
 
 
 def test_groups_in_terminal_tables_and_counts_in_json() -> None:

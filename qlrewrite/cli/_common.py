@@ -21,7 +21,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
-from qlrewrite.render import finding_line
+from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
 
 __all__ = [
@@ -301,10 +301,12 @@ def human_bytes(count: int) -> str:
 
 
 def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
-    for finding in findings[:limit]:
-        click.echo(f"  {finding_line(finding)}", err=True)
-    if len(findings) > limit:
-        click.echo(f"  ... and {len(findings) - limit} more", err=True)
+    """The findings behind a refusal, repeated ones grouped (at most ``limit`` lines)."""
+    lines = finding_lines(findings, every="`qlrewrite check --show-all`")
+    for line in lines[:limit]:
+        click.echo(f"  {line}", err=True)
+    if len(lines) > limit:
+        click.echo(f"  ... and {len(lines) - limit} more line(s)", err=True)
 
 
 def run_rewrite(

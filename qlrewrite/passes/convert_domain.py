@@ -158,13 +158,19 @@ def _derives(ctx: NodeView, scale_type: Any, zp_type: Any, out_type: Any) -> boo
     return derived == out_type
 
 
-def _describe(plans: list[_Plan], limit: int = 10) -> str:
+def _describe(plans: list[_Plan], nodes: int = 3) -> str:
+    """The refused nodes grouped by their reasons: ``8 nodes ('a' in main, 'b' in main,
+    'c' in main, ...): reason; reason`` (one node: ``'a' in main (reason)``)."""
+    groups: dict[str, list[str]] = {}
+    for plan in plans:
+        groups.setdefault("; ".join(dict.fromkeys(plan.problems)), []).append(plan.where)
     parts = []
-    for plan in plans[:limit]:
-        reasons = "; ".join(dict.fromkeys(plan.problems))
-        parts.append(f"{plan.where} ({reasons})")
-    if len(plans) > limit:
-        parts.append(f"and {len(plans) - limit} more")
+    for reasons, wheres in groups.items():
+        if len(wheres) == 1:
+            parts.append(f"{wheres[0]} ({reasons})")
+            continue
+        named = ", ".join(wheres[:nodes]) + (", ..." if len(wheres) > nodes else "")
+        parts.append(f"{len(wheres)} nodes ({named}): {reasons}")
     return "; ".join(parts)
 
 

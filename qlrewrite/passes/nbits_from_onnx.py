@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits_to_onnx import min_block
+from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
 from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
@@ -174,9 +174,11 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             raise ValueError(f"accuracy_level must be 0 to 4, got {accuracy_level}")
         self.accuracy_level = accuracy_level
         self._views: dict[int, NodeView] = {}
+        self._half = False
 
     def call(self, model: ir.Model) -> NBitsResult:
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
+        self._half = False
         self._views = {
             id(site.node): site_view(model, site)
             for site in iter_sites(model)
@@ -198,11 +200,15 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     if isinstance(graph, ir.Function):
                         graph.opset_imports.setdefault(MS_DOMAIN, 1)
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
-        summary = {
+        result = NBitsResult(model, any(counts.values()))
+        if self._half:
+            result.verify_note = HALF_NOTE
+            result.verify_relative_tolerance = HALF_RELATIVE_TOLERANCE
+        result.summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
         }
-        return NBitsResult(model, any(counts.values()), summary)
+        return result
 
     def _matmul(self, graph: ir.Graph | ir.Function, matmul: ir.Node) -> str | None:
         match = _match(matmul, 1, self._views)
@@ -241,6 +247,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             "MatMulNBits", inputs, attributes=attributes, domain=MS_DOMAIN, name=matmul.name
         )
         self._swap(graph, [n for n in (match.dq, match.transpose, matmul) if n], last, node)
+        self._half |= match.scale.dtype != _DT.FLOAT
         return "MatMulNBits"
 
     def _gather(self, graph: ir.Graph | ir.Function, gather: ir.Node) -> str | None:

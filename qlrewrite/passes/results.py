@@ -27,6 +27,10 @@ class RewritePassResult(ir.passes.PassResult):
     summary: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
+    #: Why ``--verify`` may see outputs that differ (None: it should not), and by how much
+    #: relative to each output's largest magnitude.
+    verify_note: str | None = None
+    verify_relative_tolerance: float | None = None
 
 
 @dataclasses.dataclass
