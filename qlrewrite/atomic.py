@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -55,6 +56,7 @@ _NEW_STALE_SECONDS = 3600
 #: How long a commit waits for another one in the same folder before refusing.
 COMMIT_LOCK_SECONDS = 120.0
 
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 #: Called with the name of each step of a commit (tests inject faults and kills here).
 _step: Callable[[str], None] = lambda name: None  # noqa: E731
 
@@ -117,22 +119,32 @@ class Staging:
 
     def __enter__(self) -> Path:
         remove_stale(self.folder)
+        # No signal between creating the folder and owning it: a leftover is always
+        # either locked by its live owner or provably stale.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            self.path = self._create()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return self.path
+
+    def _create(self) -> Path:
         try:
             new = tempfile.mkdtemp(prefix=_NEW, dir=self.folder)
         except OSError as exc:
             raise InputError(
                 f"{self.label}: cannot write in {self.folder} ({exc.strerror or exc})"
             ) from exc
+        path = self.folder / (_STAGING + Path(new).name.removeprefix(_NEW))
         try:
             self._fd = os.open(new, os.O_RDONLY | os.O_DIRECTORY)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
-            path = self.folder / (_STAGING + Path(new).name.removeprefix(_NEW))
             os.rename(new, path)  # only ever seen by others as a locked staging folder
         except BaseException:
             shutil.rmtree(new, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
             self._close()
             raise
-        self.path = path
         return path
 
     def __exit__(self, *exc: object) -> None:
@@ -189,10 +201,21 @@ def is_data_name(name: str, model_name: str) -> bool:
     return _data_names(model_name).fullmatch(name) is not None
 
 
+def _usable(folder: Path, name: str, model_name: str) -> bool:
+    """No file has ``name``, and the plain ``<model>.data`` only for a new model: a
+    reader that read an older model never opens a newer data file under the name it
+    remembers."""
+    plain = name == f"{model_name}.data"
+    return not os.path.lexists(folder / name) and not (
+        plain and os.path.lexists(folder / model_name)
+    )
+
+
 def free_data_name(folder: Path, model_name: str) -> str:
-    """``<model_name>.data``, or ``<model_name>.<8 hex>.data`` if that name is taken."""
+    """``<model_name>.data`` for a new model, else ``<model_name>.<8 hex>.data`` (random:
+    a name never used before)."""
     name = f"{model_name}.data"
-    while os.path.lexists(folder / name):
+    while not _usable(folder, name, model_name):
         name = f"{model_name}.{secrets.token_hex(4)}.data"
     return name
 
@@ -210,8 +233,9 @@ def _relocate(staged_model: Path, old: str, new: str) -> None:
     fsync_file(staged_model)
 
 
-def _link_new(source: Path, dest: Path) -> None:
-    """Put ``source`` at ``dest``, which must not exist (never replaces a file)."""
+def _move_new(source: Path, dest: Path) -> None:
+    """Move ``source`` to ``dest``, which must not exist (never replaces a file). The
+    file keeps one link (ONNX's loader refuses data files with several)."""
     try:
         os.link(source, dest)
     except FileExistsError:
@@ -222,6 +246,8 @@ def _link_new(source: Path, dest: Path) -> None:
         if os.path.lexists(dest):
             raise FileExistsError(errno.EEXIST, "exists", str(dest)) from exc
         os.rename(source, dest)
+        return
+    os.unlink(source)
 
 
 def commit_model(
@@ -249,14 +275,15 @@ def commit_model(
             old_mode = stat.S_IMODE(os.stat(dest).st_mode)
         try:
             if staged_data is not None:
-                name = free_data_name(folder, dest.name)
-                if name != staged_data.name:
+                name = staged_data.name
+                if not _usable(folder, name, dest.name):  # taken since it was staged
+                    name = free_data_name(folder, dest.name)
                     _relocate(staged_model, staged_data.name, name)
                     _step("relocated")
                 data_mode = _data_mode(folder, pattern)
                 if data_mode is not None:
                     os.chmod(staged_data, data_mode)
-                _link_new(staged_data, folder / name)
+                _move_new(staged_data, folder / name)
                 data_dest = folder / name
                 fsync_dir(folder)
                 _step("data-in-place")

@@ -322,6 +322,7 @@ def save(
             _write(model, staged_model, data_name if external_data else None, max_workers, callback)
         except OSError as exc:
             raise atomic.write_error(path, exc) from exc
+        atomic._step("staged")
         staged_data: Path | None = staging / data_name
         assert staged_data is not None
         if not staged_data.exists():

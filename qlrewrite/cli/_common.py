@@ -7,7 +7,9 @@ import dataclasses
 import functools
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import pipeline
-from qlrewrite.errors import EXIT_INPUT, QlrewriteError
+from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -78,6 +80,29 @@ def fail(message: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """While a command runs, SIGINT and SIGTERM raise (KeyboardInterrupt, Terminated):
+    every staged file is removed on the way out. Only in the main thread (where Python
+    runs signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_command(func: F) -> F:
     """Turn QlrewriteError into one line on stderr and its exit code; never a traceback.
 
@@ -90,9 +115,12 @@ def run_command(func: F) -> F:
         debug = debug_enabled()
         logging.getLogger("onnx_ir").setLevel(logging.NOTSET if debug else logging.ERROR)
         try:
-            return func(*args, **kwargs)
+            with _signals_unwind():
+                return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except Terminated:
+            fail("terminated", 128 + signal.SIGTERM)
         except QlrewriteError as exc:
             if debug:
                 traceback.print_exc()
