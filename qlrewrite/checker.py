@@ -16,6 +16,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import node_views
@@ -107,7 +108,7 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed.
     """
-    report = Report(path=path)
+    report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
     for rule_check in CHECKS.values():
         if rule_check.scope == "model":

@@ -87,6 +87,9 @@ class Report:
     suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
     #: per-node-ignores keys that named a node of this model (stale keys: QL901)
     matched_suppressions: frozenset[str] = frozenset()
+    #: Other producers' custom quantization operators seen, not checked (see
+    #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
+    custom_quant: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:
@@ -104,8 +107,10 @@ class Report:
             "path": self.path,
             "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
+            "custom_quant": [g.to_json() for g in self.custom_quant],
             "summary": {
                 "nodes_checked": self.nodes_checked,
+                "custom_quant_nodes": sum(g.nodes for g in self.custom_quant),
                 "errors": len(self.errors),
                 "warnings": len(self.warnings),
                 "suppressed": len(self.suppressed),

@@ -22,6 +22,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import atomic, model_io, tensors
+from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
@@ -187,6 +188,12 @@ def _rewrite_loaded(
     pending: atomic.PendingFile | None,
     started: float,
 ) -> RewriteResult:
+    if groups := custom_quant_groups(model):
+        raise Refusal(
+            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
+            "with the producer's custom-op library; qlrewrite rewrites standard "
+            "QuantizeLinear / DequantizeLinear only; nothing written"
+        )
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)

@@ -159,6 +159,7 @@ def summary_line(reports: Sequence[Report]) -> str:
     warnings = sum(len(r.warnings) for r in reports)
     suppressed = sum(len(r.suppressed) for r in reports)
     unreadable = sum(1 for r in reports if r.load_error)
+    custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
         f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
         f"{errors} error(s), {warnings} warning(s)"
@@ -168,7 +169,18 @@ def summary_line(reports: Sequence[Report]) -> str:
         line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
     if suppressed:
         line += f"; {suppressed} suppressed"
+    if custom:
+        line += f"; {custom} custom quantization node(s) not checked"
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
+
+
+def custom_quant_line(report: Report) -> str | None:
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
+    if not report.custom_quant:
+        return None
+    from qlrewrite.custom_quant import describe
+
+    return f"{report.path}: not checked: {describe(report.custom_quant)}"
 
 
 def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
@@ -208,6 +220,8 @@ def text_lines(
         if report.load_error:
             lines.append(f"{report.path}: cannot check: {report.load_error}")
         lines += finding_lines(report.findings, report.path, show_all=show_all)
+        if (custom := custom_quant_line(report)) is not None:
+            lines.append(custom)
     if summary:
         lines.append(summary_line(reports))
     return lines
@@ -229,6 +243,8 @@ def print_text_tables(
                 + Text(report.load_error)
             )
             continue
+        if (custom := custom_quant_line(report)) is not None:
+            console.print(Text(custom))
         if not report.findings:
             continue
         table = Table(
@@ -275,6 +291,7 @@ def render_json(reports: Sequence[Report]) -> str:
             "files": len(reports),
             "unreadable": sum(1 for r in reports if r.load_error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
+            "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
             "suppressed": sum(len(r.suppressed) for r in reports),

@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import tensors
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.qdq import NodeView, constant_tensor, is_constant, iter_graphs, node_views
 
 __all__ = ["QDQGroup", "model_summary"]
@@ -89,6 +90,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
             "bytes": tensors.initializer_bytes(model),
             "external_data": tensors.uses_external_data(model),
         },
+        "custom_quant": [g.to_json() for g in custom_quant_groups(model)],
         "qdq_nodes": sum(groups.values()),
         "qdq": [
             {

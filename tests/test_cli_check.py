@@ -82,7 +82,8 @@ def test_unreadable_file_wins_over_findings_and_others_are_still_reported(tmp_pa
     assert files["junk.onnx"]["findings"] == [] and files["junk.onnx"]["error"]
     assert "\n" not in files["junk.onnx"]["error"]
     assert files["junk.onnx"]["summary"] == {
-        "nodes_checked": 0, "errors": 0, "warnings": 0, "suppressed": 0
+        "nodes_checked": 0, "custom_quant_nodes": 0, "errors": 0, "warnings": 0,
+        "suppressed": 0
     }  # fmt: skip
     # text to a pipe: the unreadable file is a line of the report, not a traceback
     code, out, err = _run("check", bad, junk)
@@ -120,7 +121,9 @@ def test_json_shape_and_content(tmp_path: Path) -> None:
     entry = doc["files"][0]
     assert set(entry) >= {"path", "error", "findings", "summary"}
     assert entry["path"] == str(path) and entry["error"] is None
-    assert entry["summary"] == {"nodes_checked": 1, "errors": 1, "warnings": 1, "suppressed": 0}
+    assert entry["summary"] == {
+        "nodes_checked": 1, "custom_quant_nodes": 0, "errors": 1, "warnings": 1, "suppressed": 0
+    }  # fmt: skip
     by_rule = {f["rule"]: f for f in entry["findings"]}
     assert set(by_rule) == {"QL403", "QL501"}
     f = by_rule["QL403"]

@@ -98,7 +98,14 @@ def test_json_of_an_unreadable_file() -> None:
             "path": "x.onnx",
             "error": "empty file",
             "findings": [],
-            "summary": {"nodes_checked": 0, "errors": 0, "warnings": 0, "suppressed": 0},
+            "custom_quant": [],
+            "summary": {
+                "nodes_checked": 0,
+                "custom_quant_nodes": 0,
+                "errors": 0,
+                "warnings": 0,
+                "suppressed": 0,
+            },
         }
     ]
     assert doc["summary"]["unreadable"] == 1

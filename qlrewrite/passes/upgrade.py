@@ -27,15 +27,25 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.convert_domain import ConvertDomainPass, keep_float32_division
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
-from qlrewrite.qdq import drop_unused_domains, imported_version, normalize_domain, onnx_opset
+from qlrewrite.qdq import (
+    drop_unused_domains,
+    imported_version,
+    iter_sites,
+    normalize_domain,
+    onnx_opset,
+    site_view,
+)
 from qlrewrite.source import set_source, source_of
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "upgrade"]
+
+#: From this opset QuantizeLinear divides in the scale's type unless ``precision`` is set.
+_PRECISION_OPSET = 23
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -89,6 +99,12 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
     def call(self, model: ir.Model) -> UpgradeResult:
         before = onnx_opset(model) or 0
         new = _convert_weightless(model, self.opset)
+        pinned = 0
+        if before < _PRECISION_OPSET <= self.opset:  # QuantizeLinear-23 divides differently
+            for site in iter_sites(new):
+                scale = site_view(new, site).scale if site.domain == "" else None
+                if scale is not None:
+                    pinned += keep_float32_division(site.node, scale.dtype)
         converted = ConvertDomainPass("onnx", strict=False)(new)
         nbits = NBitsToOnnxPass(strict=False)(new)
         dropped = drop_unused_domains(new)
@@ -99,6 +115,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
             "opset_after": self.opset,
             "nodes_converted_to_onnx": changes["nodes_converted"],
             "com_microsoft_nodes_left": changes["nodes_left"],
+            "precision_set": pinned + changes["precision_set"],
             "matmul_nbits_converted": nbits.summary["matmul_nbits_converted"],
             "gather_block_quantized_converted": nbits.summary["gather_block_quantized_converted"],
             "nbits_nodes_left": nbits.summary["nbits_nodes_left"],
