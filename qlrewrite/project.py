@@ -164,15 +164,38 @@ def check_targets(
     workers = min(jobs, len(targets))
     chunk = max(1, min(16, len(targets) // (workers * 8)))
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        reports = []
-        mapped = pool.map(
-            check_one, targets, [selection] * len(targets), [debug] * len(targets), chunksize=chunk
-        )
-        for report in mapped:
-            reports.append(report)
+    reports = []
+    try:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            count = len(targets)
+            mapped = pool.map(
+                check_one, targets, [selection] * count, [debug] * count, chunksize=chunk
+            )
+            for report in mapped:
+                reports.append(report)
+                advance()
+    except concurrent.futures.process.BrokenProcessPool:
+        # A model killed its worker (an abort in native code on a hostile file): check the
+        # rest one per process, so that only the guilty file is reported and the others are.
+        for target in targets[len(reports) :]:
+            reports.append(_check_alone(target, selection, debug, context))
             advance()
     return reports
+
+
+def _check_alone(
+    target: Target, selection: Selection, debug: bool, context: multiprocessing.context.BaseContext
+) -> Report:
+    """:func:`check_one` in a process of its own; a crash of that process is the file's error."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            return pool.submit(check_one, target, selection, debug).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            return Report(
+                path=str(target.path),
+                error="the checker's process died on this model (a crash in native code); "
+                "please report it",
+            )
 
 
 def unused_suppressions(
