@@ -13,6 +13,11 @@ running a model its InsertCastTransformer (which runs whatever the optimization 
 3. removes each Cast pair f16 -> f32 -> f16 or f32 -> f16 -> f32 it can, the model's own
    f32 -> f16 Casts included (``RemoveDuplicateCastTransformer``).
 
+Before that, ``EnsureUniqueDQForNodeUnit`` gives each consumer of a DequantizeLinear its
+own copy of the node, so rule 2 is decided per consumer: a float16 DQ whose input comes
+from a node (a Q -> DQ chain) hands each consumer without a float16 kernel its float32
+value, and each consumer with one the float16 value.
+
 So in ``W(int8) -Q/DQ-> float16 -> MatMul`` the dequantized weight never exists in
 float16: ORT hands MatMul the float32 product. A rewrite that turns that DQ into a
 float16 constant rounds it, and changes the model's outputs in ORT. :func:`float32_in_ort`
@@ -73,8 +78,8 @@ def has_float16_kernel(domain: str, op_type: str, version: int | None) -> bool:
 
 
 def float32_in_ort(node: ir.Node, imports: dict[str, int], output_type: ir.DataType) -> bool:
-    """True if ORT's CPU provider computes the float16 output of single-output ``node``
-    in float32.
+    """True if, in ORT's CPU provider, some consumer of DequantizeLinear ``node``'s float16
+    output reads it as the unrounded float32 value (the others read it in float16).
 
     ``imports``: the opset imports in force for the node's graph (op versions of the node
     and its neighbours); ``output_type``: the node's output type (from the op's rules: a
@@ -85,19 +90,15 @@ def float32_in_ort(node: ir.Node, imports: dict[str, int], output_type: ir.DataT
         return False
     if not _kernel(node, imports):
         return any(_is_f16(v) for v in node.inputs)  # rule 1 (ORT casts inputs only)
-    return _isolated(node, imports)
-
-
-def _isolated(node: ir.Node, imports: dict[str, int]) -> bool:
-    """Rule 2: a node with a float16 kernel that ORT still runs in float32."""
     graph = node.graph
     edges = [v for v in node.inputs if v is not None and _is_edge(v, graph)]
-    if not edges or node.outputs[0].is_graph_output():
+    if not edges:
         return False
     if any(_is_f16(v) and not _runs_in_float32(v.producer(), imports) for v in edges):
         return False
-    # Each consumer has a float16 input (this output): it runs in float32 without a kernel.
-    return all(
+    # Rule 2 for the copy of each consumer in this graph (a consumer has a float16 input,
+    # this output: it runs in float32 when it has no float16 kernel).
+    return any(
         consumer.graph is graph and not _kernel(consumer, imports)
         for consumer, _ in node.outputs[0].uses()
     )

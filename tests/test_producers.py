@@ -382,3 +382,41 @@ def test_custom_quantization_is_reported_and_refused(
         (line,) = err.strip().splitlines()
         assert expected in line and "nothing written" in line, line
         assert not (tmp_path / "out.onnx").exists()
+
+
+def _weight_consumers(kind: str, n: int = 32) -> onnx.ModelProto:
+    """The float16 Q -> DQ weight of a ModelOpt model feeding other consumers: ORT decides
+    per consumer (it gives each its own DQ copy) whether it reads float16 or float32."""
+    model = modelopt_fp16(19, n=n)
+    graph = model.graph
+    matmul = next(node for node in graph.node if node.op_type == "MatMul")
+    if kind == "gemm":
+        matmul.op_type = "Gemm"
+        matmul.attribute.append(helper.make_attribute("transB", 1))
+    elif kind == "add":
+        matmul.op_type = "Add"
+        for info in (graph.input[0], graph.output[0]):
+            info.type.tensor_type.shape.dim[0].dim_value = n
+    elif kind == "transpose":  # Transpose has a float16 kernel: the weight is rounded
+        graph.node.insert(5, helper.make_node("Transpose", ["w_dq"], ["w_t"], perm=[1, 0]))
+        matmul.input[1] = "w_t"
+    elif kind == "shared":  # MatMul (float32) and Reshape (float16, a graph output)
+        graph.initializer.append(numpy_helper.from_array(np.array([n * n], np.int64), "shape"))
+        graph.node.append(helper.make_node("Reshape", ["w_dq", "shape"], ["flat"]))
+        graph.output.append(helper.make_tensor_value_info("flat", TensorProto.FLOAT16, [n * n]))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gemm", "add", "transpose", "shared"])
+@pytest.mark.parametrize("keep_dq", [False, True])
+def test_float16_fold_follows_each_consumer(tmp_path: Path, kind: str, keep_dq: bool) -> None:
+    model = _weight_consumers(kind)
+    onnx.checker.check_model(model, full_check=True)
+    code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
+    assert code == 0, err
+    rows = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    x = np.random.default_rng(3).normal(size=(rows, 32)).astype(np.float32)
+    from ort_quantized import run_ort
+
+    assert _same_bits(run_ort(model, {"x": x}), run_ort(onnx.load(out), {"x": x}))
+    assert ("float32 with cast" in err) == (kind != "transpose")
