@@ -41,6 +41,7 @@ __all__ = [
     "data_problems",
     "external_in_memory",
     "external_path",
+    "graphs_within",
     "initializer_bytes",
     "input_files",
     "ir_containers",
@@ -84,10 +85,15 @@ def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]
     """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
     :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
     each function and every subgraph nested in either."""
-    stack: list[tuple[GraphRef, ProtoGraph]] = [
-        (GraphRef.of_function(f.domain, f.name), f) for f in reversed(proto.functions)
-    ]
-    stack.append((MAIN, proto.graph))
+    yield from graphs_within(proto.graph, MAIN)
+    for function in proto.functions:
+        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
+
+
+def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
+    :func:`proto_graphs` does; parents before their subgraphs."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
     while stack:
         ref, graph = stack.pop()
         yield ref, graph
