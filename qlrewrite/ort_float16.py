@@ -33,6 +33,7 @@ import functools
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.constants import value_dtype
 from qlrewrite.qdq.graphs import imported_version, normalize_domain
 
 __all__ = ["FLOAT16_CPU_KERNELS", "float32_in_ort", "has_float16_kernel"]
@@ -138,4 +139,4 @@ def _is_edge(value: ir.Value, graph: ir.Graph | ir.Function | None) -> bool:
 
 
 def _is_f16(value: ir.Value | None) -> bool:
-    return value is not None and value.dtype == ir.DataType.FLOAT16
+    return value_dtype(value) == ir.DataType.FLOAT16

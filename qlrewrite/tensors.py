@@ -38,6 +38,7 @@ __all__ = [
     "ExternalDataError",
     "TensorSlot",
     "attribute_tensors",
+    "data_file",
     "data_problems",
     "external_in_memory",
     "external_path",
@@ -288,6 +289,16 @@ def external_path(location: str, folder: str | os.PathLike) -> Path:
             "external-missing", f"external data location '{location}' is not a regular file"
         )
     return Path(real)
+
+
+def data_file(tensor: ir.ExternalTensor) -> Path:
+    """The file an external tensor of a loaded model reads, through
+    :func:`external_path` (for code that maps the file itself)."""
+    if not tensor.base_dir:
+        raise ExternalDataError(
+            "external-missing", f"tensor '{tensor.name}': external data without a model folder"
+        )
+    return external_path(os.fspath(tensor.location), tensor.base_dir)
 
 
 class _FolderTensor(ir.ExternalTensor):

@@ -420,3 +420,36 @@ def test_float16_fold_follows_each_consumer(tmp_path: Path, kind: str, keep_dq: 
 
     assert _same_bits(run_ort(model, {"x": x}), run_ort(onnx.load(out), {"x": x}))
     assert ("float32 with cast" in err) == (kind != "transpose")
+
+
+def _with_constant_nodes(model: onnx.ModelProto, names: tuple[str, ...]) -> onnx.ModelProto:
+    """The initializers ``names`` as Constant nodes (as the TorchScript exporter writes
+    scales and zero points), with no declared type."""
+    graph = model.graph
+    moved = [t for t in graph.initializer if t.name in names]
+    kept = [t for t in graph.initializer if t.name not in names]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in moved]
+    nodes += list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+@pytest.mark.parametrize("keep_dq", [False, True])
+def test_float16_fold_with_constant_node_scales(tmp_path: Path, domain: str, keep_dq: bool) -> None:
+    """Scales and zero points in Constant nodes, Q/DQ in either domain (com.microsoft has
+    no float16 kernel: ORT computes every such DQ in float32)."""
+    model = _with_constant_nodes(modelopt_fp16(19), ("w_s", "w_zp", "x_s"))
+    if domain:
+        for node in model.graph.node:
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                node.domain = domain
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
+    assert code == 0, err
+    assert _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
+    # com.microsoft --keep-dq: the kept DQ computes in float32 in ORT anyway, unchanged
+    assert ("float32 with cast 1" in err) == (not (keep_dq and domain))

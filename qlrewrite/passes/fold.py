@@ -45,6 +45,7 @@ from qlrewrite.qdq import (
     is_constant,
     iter_sites,
     site_view,
+    value_dtype,
 )
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
@@ -190,7 +191,9 @@ class FoldPass(ir.passes.InPlacePass):
         mode nothing is changed: the caller counts it for the warning)."""
         node, graph = site.node, site.graph
         x, scale = node.inputs[0], node.inputs[1]
-        if x is None or scale is None or not is_constant(x) or scale.dtype != ir.DataType.FLOAT16:
+        if x is None or scale is None or not is_constant(x):
+            return False
+        if value_dtype(scale) != ir.DataType.FLOAT16:
             return False
         if not has_float16_kernel(site.domain, node.op_type, site.version):
             return False  # com.microsoft: ORT computes it in float32 wherever it is

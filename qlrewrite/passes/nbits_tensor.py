@@ -20,6 +20,7 @@ import mmap
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import tensors
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
 from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor
 
@@ -57,10 +58,10 @@ def raw_bytes(tensor: ir.TensorProtocol) -> np.ndarray:
     The map is closed when the array is dropped, so the pages read do not stay resident.
     """
     if isinstance(tensor, ir.ExternalTensor):
-        length = math.ceil(tensor.size * tensor.dtype.bitwidth / 8)
+        length = tensors.tensor_bytes(tensor)
         if length == 0:
             return np.empty(0, _U8)
-        with open(tensor.path, "rb") as file:
+        with open(tensors.data_file(tensor), "rb") as file:  # the model's folder only
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mapped, _U8, count=length, offset=tensor.offset or 0)
     if tensor.dtype.bitwidth >= 8:
