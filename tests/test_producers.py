@@ -453,3 +453,33 @@ def test_float16_fold_with_constant_node_scales(tmp_path: Path, domain: str, kee
     assert _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
     # com.microsoft --keep-dq: the kept DQ computes in float32 in ORT anyway, unchanged
     assert ("float32 with cast 1" in err) == (not (keep_dq and domain))
+
+
+def test_nncf_model_passes_strict_check_in_ci(tmp_path: Path) -> None:
+    path = nncf_int4_sym(tmp_path / "nncf.onnx")
+    code, out, err = _cli("check", str(path), "--strict")
+    assert code == 0, out + err
+    code, out, _ = _cli("check", str(path), "--strict", "--select", "QL504")
+    assert code == 1 and "QL504" in out
+    code, out, _ = _cli("rules", "QL504")
+    assert code == 0 and "warning (opt-in)" in out
+
+
+def test_convert_to_onnx_at_23_keeps_float32_division(tmp_path: Path) -> None:
+    """com.microsoft QuantizeLinear divides float16 in float32; as ai.onnx-23+ it needs
+    precision=FLOAT to do the same."""
+    model = modelopt_fp16(23)
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            node.domain = "com.microsoft"
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    code, _, err = _cli("convert", str(source), "--to", "onnx", "-o", str(out))
+    assert code == 0, err
+    assert "precision set 2" in err
+    for node in onnx.load(out).graph.node:
+        if node.op_type == "QuantizeLinear":
+            assert [(a.name, a.i) for a in node.attribute if a.name == "precision"] == [
+                ("precision", TensorProto.FLOAT)
+            ]

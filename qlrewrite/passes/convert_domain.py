@@ -21,14 +21,19 @@ from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 
-__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "keep_float32_division"]
+__all__ = [
+    "TARGETS",
+    "ConvertDomainPass",
+    "ConvertWarning",
+    "convert",
+    "divides_in_scale_type",
+    "keep_float32_division",
+]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
 
 _DT = ir.DataType
-#: The ai.onnx opset whose QuantizeLinear divides in the scale's type (``precision``).
-_PRECISION_OPSET = 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +72,13 @@ def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
         return None
     out_type = ctx.output.dtype if ctx.output is not None else None
     return ctx.x_type, scale.dtype, zp_type, out_type
+
+
+def divides_in_scale_type(opset: int | None) -> bool:
+    """True if ai.onnx QuantizeLinear at ``opset`` has ``precision`` (version 23 on): it
+    divides in the scale's type unless ``precision`` says otherwise."""
+    row = opsets.lookup("", "QuantizeLinear", opset) if opset is not None else None
+    return row is not None and "precision" in row.attributes
 
 
 def keep_float32_division(node: ir.Node, scale_type: ir.DataType | None) -> bool:
@@ -251,7 +263,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         for name in plan.drop:
             node.attributes.pop(name, None)
         pinned = False
-        if self.to == "onnx" and (plan.site.scope.opset("") or 0) >= _PRECISION_OPSET:
+        if self.to == "onnx" and divides_in_scale_type(plan.site.scope.opset("")):
             pinned = keep_float32_division(node, _DT.FLOAT16 if plan.float16 else None)
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)
