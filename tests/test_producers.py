@@ -475,7 +475,7 @@ def test_convert_to_onnx_at_23_keeps_float32_division(tmp_path: Path) -> None:
     model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
     onnx.save(model, source)
-    code, _, err = _cli("convert", str(source), "--to", "onnx", "-o", str(out))
+    code, _, err = _cli("convert", str(source), "--to", "onnx", "-o", str(out), "--allow-float16")
     assert code == 0, err
     assert "precision set 2" in err
     for node in onnx.load(out).graph.node:
@@ -483,3 +483,31 @@ def test_convert_to_onnx_at_23_keeps_float32_division(tmp_path: Path) -> None:
             assert [(a.name, a.i) for a in node.attribute if a.name == "precision"] == [
                 ("precision", TensorProto.FLOAT)
             ]
+
+
+def test_float16_convert_refuses_only_what_onnx_runtime_would_compute_otherwise(
+    tmp_path: Path,
+) -> None:
+    """ModelOpt's activation Q reads a Cast of a float32 input: as com.microsoft (no float16
+    kernel) ORT drops that Cast and quantizes the unrounded value. That node is refused;
+    with the input already float16 nothing changes and the conversion is exact."""
+    model = modelopt_fp16(19)
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    args = ["convert", str(source), "--to", "com.microsoft", "-o", str(out)]
+    code, _, err = _cli(*args)
+    assert code == 1 and "cannot convert 1 node(s) exactly" in err and "'x_q'" in err
+    assert not out.exists()
+    code, _, err = _cli(*args, "--allow-float16")
+    assert code == 0 and "converted with --allow-float16" in err
+    assert not _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))  # the premise
+    # float16 graph input straight into the Q: both domains read the same float16 x
+    graph = model.graph
+    del graph.node[0]  # the Cast
+    graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    graph.node[0].input[0] = "x"
+    onnx.save(model, source)
+    out.unlink()
+    code, _, err = _cli(*args, "--verify")
+    assert code == 0, err
+    assert "verify: exact" in err and "--allow-float16" not in err

@@ -35,7 +35,7 @@ from qlrewrite.passes.fold_tensor import (
     FoldSpec,
     Operand,
     StreamedTensor,
-    link_in_order,
+    link_initializers,
 )
 from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
@@ -133,7 +133,7 @@ class FoldPass(ir.passes.InPlacePass):
                 "export without keep_initializers_as_inputs to fold them"
             )
         if any(summary.values()):
-            link_in_order(_initializer_order(model))
+            link_initializers(model)
             summary["opsets_removed"] = drop_unused_domains(model)
         return FoldResult(model, any(summary.values()), summary, warnings)
 
@@ -338,13 +338,3 @@ def _replace_outputs(
         for index, value in enumerate(outputs):
             if value is old:
                 outputs[index] = new
-
-
-def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
-    """Streamed initializers in the order onnx_ir's save writes them."""
-    return [
-        value.const_value
-        for graph in model.graphs()
-        for value in graph.initializers.values()
-        if isinstance(value.const_value, StreamedTensor)
-    ]
