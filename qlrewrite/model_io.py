@@ -374,7 +374,7 @@ def save(
     max_workers: int | None = None,
     callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
-    keep: Collection[Path] = (),
+    keep: Collection[Path] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
@@ -382,7 +382,8 @@ def save(
     initializers exceed ``threshold`` bytes. The data file goes beside the output with
     a relative location, named ``<file name>.data`` (``<file name>.<8 hex>.data`` when
     that name is taken): see :func:`qlrewrite.atomic.commit_model`, which also removes
-    the replaced output's data files except those in ``keep``. On any failure nothing
+    the replaced output's data files except those in ``keep`` (default: the files
+    ``model`` itself still reads, so it stays usable). On any failure nothing
     is left behind: neither a partial output nor a temporary file. ``before_commit`` is
     called with the staged model file (data file beside it) before anything is moved
     into place; if it raises, nothing is written (``--verify`` uses it).
@@ -402,6 +403,8 @@ def save(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"
         )
+    if keep is None:
+        keep = tensors.files_held(model)
     data_name = atomic.free_data_name(folder, path.name)
     with atomic.Staging(folder, str(path)) as staging:
         staged_model = staging / path.name

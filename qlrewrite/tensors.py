@@ -42,6 +42,7 @@ __all__ = [
     "data_problems",
     "external_in_memory",
     "external_path",
+    "files_held",
     "graphs_within",
     "initializer_bytes",
     "input_files",
@@ -338,6 +339,17 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
         ])  # fmt: skip
         count += 1
     return count
+
+
+def files_held(model: ir.Model) -> list[Path]:
+    """The files the external tensors of an in-memory model still read (resolved)."""
+    found = {
+        os.path.realpath(tensor.path)
+        for slot in ir_tensor_slots(model)
+        for tensor in slot.tensors
+        if isinstance(tensor, ir.ExternalTensor)
+    }
+    return [Path(p) for p in sorted(found)]
 
 
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
