@@ -33,7 +33,15 @@ import functools
 import onnx
 import onnx_ir as ir
 
-__all__ = ["FLOAT16_CPU_KERNELS", "float32_in_ort", "has_float16_kernel"]
+from qlrewrite.qdq.constants import value_dtype
+from qlrewrite.qdq.graphs import imported_version, normalize_domain
+
+__all__ = [
+    "FLOAT16_CPU_KERNELS",
+    "domain_changes_result",
+    "float32_in_ort",
+    "has_float16_kernel",
+]
 
 _ANY = 1 << 31
 
@@ -111,8 +119,8 @@ def _runs_in_float32(node: ir.Node | None, imports: dict[str, int]) -> bool:
 
 
 def _kernel(node: ir.Node, imports: dict[str, int]) -> bool:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    imported = imports.get(domain, imports.get("ai.onnx") if domain == "" else None)
+    domain = normalize_domain(node.domain)
+    imported = imported_version(imports, domain)
     return has_float16_kernel(domain, node.op_type, _since(node.op_type, domain, imported))
 
 
@@ -136,4 +144,34 @@ def _is_edge(value: ir.Value, graph: ir.Graph | ir.Function | None) -> bool:
 
 
 def _is_f16(value: ir.Value | None) -> bool:
-    return value is not None and value.dtype == ir.DataType.FLOAT16
+    return value_dtype(value) == ir.DataType.FLOAT16
+
+
+def domain_changes_result(node: ir.Node, imports: dict[str, int]) -> bool:
+    """True if ORT's CPU provider computes float16 Q/DQ ``node`` differently as ai.onnx
+    (float16 kernels, version 19+) and as com.microsoft (none: always float32).
+
+    - DequantizeLinear: as com.microsoft every consumer without a float16 kernel reads the
+      float32 value; as ai.onnx only if the node's input comes from another node (rule 2
+      per consumer copy). They differ when it does not and such a consumer exists.
+    - QuantizeLinear: as com.microsoft ORT casts x to float32 and removes that Cast with
+      the one before it, so x is not rounded to float16 when it comes from a Cast of a
+      float32 value or from a node without a float16 kernel (run in float32); as ai.onnx
+      the float16 kernel reads the rounded x.
+    """
+    graph = node.graph
+    if node.op_type == "DequantizeLinear":
+        if any(v is not None and _is_edge(v, graph) for v in node.inputs):
+            return False
+        return any(
+            consumer.graph is graph and not _kernel(consumer, imports)
+            for consumer, _ in node.outputs[0].uses()
+        )
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not _is_edge(x, graph):
+        return False
+    producer = x.producer()
+    assert producer is not None  # an edge has one
+    if producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
+        return value_dtype(producer.inputs[0]) == ir.DataType.FLOAT
+    return not _kernel(producer, imports)

@@ -24,6 +24,9 @@ import onnx_ir as ir
 from qlrewrite import atomic, model_io, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
+from qlrewrite.findings import Report
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.source import source_of
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -40,7 +43,7 @@ __all__ = [
 class FindingsRefusal(Refusal):
     """Refused because a model (input or rewritten) has error findings."""
 
-    def __init__(self, message: str, report: Any) -> None:
+    def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
 
@@ -62,6 +65,8 @@ class RewriteResult:
     warnings: list[Any] = dataclasses.field(default_factory=list)
     verification: Verification | None = None
     target: Path | None = None  # where the output goes (or would go, on a dry run)
+    #: What each pass returned, in order (typed: see qlrewrite.passes.results).
+    pass_results: list[ir.passes.PassResult] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -99,8 +104,8 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Any:
-    from qlrewrite.passes.check import check_model
+def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Report:
+    from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
     return check_model(model, path=str(path) if path else None, weightless=weightless)
 
@@ -191,7 +196,8 @@ def _rewrite_loaded(
         )
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
+    source = source_of(model)
+    unchanged = weightless_from_source(source.proto) if source is not None else None
     report = unrepaired(_check(model, input_path, unchanged), passes)
     if report.errors:
         raise FindingsRefusal(
@@ -202,10 +208,11 @@ def _rewrite_loaded(
     bytes_before = tensors.initializer_bytes(model)
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
-    model = run_passes(model, passes)
+    runtime_ops = runtime_only_ops(model)
+    model, results = run_passes(model, passes)
     if verifier is not None:
-        verifier.expect_differences(passes)
-    checker_warnings = validate_output(model, input_path, unchanged)
+        verifier.expect_differences(results)
+    checker_warnings = validate_output(model, input_path, unchanged, runtime_ops=runtime_ops)
     bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
@@ -220,14 +227,15 @@ def _rewrite_loaded(
             output=None if dry_run else target,
             written=not dry_run,
             dry_run=dry_run,
-            changes={_pass_name(p): getattr(p, "summary", {}) for p in passes},
+            changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
             bytes_before=bytes_before,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - started,
             model=model,
-            warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
+            warnings=[*checker_warnings, *(w for r in results for w in _warnings(r))],
             verification=verifier.result if verifier is not None else None,
             target=target,
+            pass_results=results,
         )
 
     def before_commit(staged: Path) -> None:
@@ -295,41 +303,59 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
         raise InputError(f"{report}: the report would overwrite the output's external data")
 
 
-def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
+def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
     """``report`` without the error findings that one of ``passes`` repairs.
 
-    A pass lists the rule codes it repairs in its ``repairs_rules`` attribute (for example
-    the upgrade fixes attributes newer than the input's opset); the rewritten model is
-    checked again in full, so an input finding that was not actually repaired still refuses.
+    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
+    repairs (for example the upgrade fixes attributes newer than the input's opset); the
+    rewritten model is checked again in full, so an input finding that was not actually
+    repaired still refuses.
     """
-    repaired = {code for p in passes for code in getattr(p, "repairs_rules", ())}
+    repaired = {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
     if not repaired:
         return report
     kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
     return dataclasses.replace(report, findings=kept)
 
 
-def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """Run ``passes`` in order on ``model`` and return the resulting model.
+def run_passes(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+) -> tuple[ir.Model, list[ir.passes.PassResult]]:
+    """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
-    if not passes:
-        return model
-    try:
-        return ir.passes.PassManager(list(passes))(model).model
-    except ir.passes.PassError as exc:
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, QlrewriteError):
-            cause = cause.__cause__
-        if cause is None:
-            raise
-        raise cause from exc
+    results = []
+    for rewrite_pass in passes:
+        try:
+            result = rewrite_pass(model)
+        except (ir.passes.PassError, ir.passes.InvariantError) as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, QlrewriteError):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise cause from exc
+        results.append(result)
+        model = result.model
+    return model, results
+
+
+def _summary(result: ir.passes.PassResult) -> dict[str, int]:
+    return result.summary if isinstance(result, RewritePassResult) else {}
+
+
+def _warnings(result: ir.passes.PassResult) -> list[Any]:
+    return result.warnings if isinstance(result, RewritePassResult) else []
 
 
 def validate_output(
-    model: ir.Model, source: Path | None = None, original: onnx.ModelProto | None = None
+    model: ir.Model,
+    source: Path | None = None,
+    original: onnx.ModelProto | None = None,
+    *,
+    runtime_ops: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -337,12 +363,15 @@ def validate_output(
     as ONNX Runtime runs them) do not refuse it: see :func:`_full_check` (a warning).
     ``original``: a weight-free proto of the input; when onnx.checker rejects the output,
     it is checked too, and an input the checker rejects as well is named as the cause.
+    ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
+    had (:func:`runtime_only_ops`), checked as custom ops.
     """
     proto = weightless_proto(model)
     try:
-        warnings = _full_check(proto)
+        warnings = _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
-        if original is not None and (problem := _checker_problem(original)) is not None:
+        problem = _checker_problem(original, runtime_ops) if original is not None else None
+        if problem is not None:
             where = f"{source}: " if source else ""
             raise Refusal(
                 f"{where}the input model is invalid (onnx.checker: {problem}); nothing written"
@@ -368,20 +397,66 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _checker_problem(proto: onnx.ModelProto) -> str | None:
+def _checker_problem(proto: onnx.ModelProto, runtime_ops: frozenset[str]) -> str | None:
     """onnx.checker's first complaint about ``proto`` (checked as the output is), or None."""
     try:
-        _full_check(proto)
+        _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
         return _first_line(exc)
     return None
 
 
-def _full_check(proto: onnx.ModelProto) -> list[str]:
+def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()) -> list[str]:
     """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
     one for the structural check only, which requires the field; strict shape inference
-    (the rest of the full check) runs without it, as ONNX Runtime does. Returns a warning
-    naming them. ``proto`` is left as it came."""
+    (the rest of the full check) runs without it, as ONNX Runtime does. Nodes of the ONNX
+    domain that ONNX does not define and the input already had (``runtime_ops``: ONNX
+    Runtime registers a few there, e.g. the SimplifiedLayerNormalization of ONNX Runtime
+    GenAI's models) are checked as custom ops. Returns warnings naming both. ``proto`` is
+    left as it came."""
+    unknown = [
+        n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in runtime_ops
+    ]
+    for node in unknown:
+        node.domain = _UNCHECKED_DOMAIN
+    if unknown:
+        proto.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    try:
+        warnings = _checked(proto)
+    finally:
+        for node in unknown:
+            node.domain = ""
+        if unknown:
+            del proto.opset_import[-1]
+    if unknown:
+        ops = ", ".join(sorted({node.op_type for node in unknown}))
+        warnings.append(
+            f"{ops}: not ONNX operators (ONNX Runtime defines them in the ONNX domain); "
+            "onnx.checker checked them as custom operators"
+        )
+    return warnings
+
+
+_UNCHECKED_DOMAIN = "qlrewrite.unchecked"
+
+
+def runtime_only_ops(model: ir.Model) -> frozenset[str]:
+    """Ops of the model's main graph in the ONNX domain with no ONNX schema at its opset."""
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if opset is None:
+        return frozenset()
+    found = set()
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type in found:
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            found.add(node.op_type)
+    return frozenset(found)
+
+
+def _checked(proto: onnx.ModelProto) -> list[str]:
     shapeless = _shapeless_io(proto.graph)
     if not shapeless:
         onnx.checker.check_model(proto, full_check=True)

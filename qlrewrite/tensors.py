@@ -30,14 +30,20 @@ from typing import Union
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
+from qlrewrite.source import source_of
+
 __all__ = [
     "DataProblem",
     "ExternalDataError",
     "TensorSlot",
     "attribute_tensors",
+    "data_file",
     "data_problems",
     "external_in_memory",
     "external_path",
+    "files_held",
+    "graphs_within",
     "initializer_bytes",
     "input_files",
     "ir_containers",
@@ -77,40 +83,47 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
 # --------------------------------------------------------------------------- proto walks
 
 
-def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
-    """Every graph of ``proto`` with its label: the main graph ("main"), each function
-    ("function:<domain>.<name>") and every subgraph nested in either
-    ("<label>/<node name or op>.<attribute>[index]")."""
-    stack: list[tuple[str, ProtoGraph]] = [
-        (f"function:{f.domain}.{f.name}", f) for f in reversed(proto.functions)
-    ]
-    stack.append(("main", proto.graph))
+def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
+    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
+    each function and every subgraph nested in either."""
+    yield from graphs_within(proto.graph, MAIN)
+    for function in proto.functions:
+        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
+
+
+def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
+    :func:`proto_graphs` does; parents before their subgraphs."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
     while stack:
-        label, graph = stack.pop()
-        yield label, graph
-        found: list[tuple[str, ProtoGraph]] = []
+        ref, graph = stack.pop()
+        yield ref, graph
+        found: list[tuple[GraphRef, ProtoGraph]] = []
         for node in graph.node:
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
             for attr in node.attribute:
-                sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
                 if attr.HasField("g"):
-                    found.append((sub_label, attr.g))
-                found.extend((f"{sub_label}[{i}]", sub) for i, sub in enumerate(attr.graphs))
+                    found.append((ref.subgraph(owner, attr.name), attr.g))
+                found.extend(
+                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
+                )
         stack.extend(reversed(found))
 
 
-def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    """Every dense tensor of ``proto`` with its graph's label: initializers and TENSOR /
-    TENSORS attribute values, in every graph, function and subgraph."""
-    for label, graph in proto_graphs(proto):
+def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
+    """Every dense tensor of ``proto`` with its graph: initializers and TENSOR / TENSORS
+    attribute values, in every graph, function and subgraph."""
+    for ref, graph in proto_graphs(proto):
         if isinstance(graph, onnx.GraphProto):
             for tensor in graph.initializer:
-                yield label, tensor
+                yield ref, tensor
         for node in graph.node:
             for attr in node.attribute:
                 if attr.HasField("t"):
-                    yield label, attr.t
+                    yield ref, attr.t
                 for tensor in attr.tensors:
-                    yield label, tensor
+                    yield ref, tensor
 
 
 # --------------------------------------------------------------------------- ir walks
@@ -279,6 +292,16 @@ def external_path(location: str, folder: str | os.PathLike) -> Path:
     return Path(real)
 
 
+def data_file(tensor: ir.ExternalTensor) -> Path:
+    """The file an external tensor of a loaded model reads, through
+    :func:`external_path` (for code that maps the file itself)."""
+    if not tensor.base_dir:
+        raise ExternalDataError(
+            "external-missing", f"tensor '{tensor.name}': external data without a model folder"
+        )
+    return external_path(os.fspath(tensor.location), tensor.base_dir)
+
+
 class _FolderTensor(ir.ExternalTensor):
     """An external tensor whose file is checked by :func:`external_path` each time it
     is opened (instead of onnx_ir's check, which refuses hard links and the links of a
@@ -316,6 +339,17 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
         ])  # fmt: skip
         count += 1
     return count
+
+
+def files_held(model: ir.Model) -> list[Path]:
+    """The files the external tensors of an in-memory model still read (resolved)."""
+    found = {
+        os.path.realpath(tensor.path)
+        for slot in ir_tensor_slots(model)
+        for tensor in slot.tensors
+        if isinstance(tensor, ir.ExternalTensor)
+    }
+    return [Path(p) for p in sorted(found)]
 
 
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
@@ -418,18 +452,18 @@ def data_problems(
 
     Reads no tensor data: only sizes of files and of in-proto fields.
     """
-    if proto is None:
-        proto = model.meta.get("qlrewrite.proto")
+    source = source_of(model)
+    if proto is None and source is not None:
+        proto = source.proto
     if base_dir is None:
-        source = model.meta.get("qlrewrite.source")
-        base_dir = Path(source).absolute().parent if source else Path.cwd()
+        base_dir = source.folder if source is not None else Path.cwd()
     if proto is None:
         return []
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
     return [
         problem
-        for graph_label, tensor in proto_tensors(proto)
-        if (problem := _tensor_problem(tensor, graph_label, str(base_dir), files)) is not None
+        for ref, tensor in proto_tensors(proto)
+        if (problem := _tensor_problem(tensor, str(ref), str(base_dir), files)) is not None
     ]
 
 

@@ -135,20 +135,27 @@ def _float16_bias(domain: str = "") -> onnx.ModelProto:
     )
 
 
-def test_float16_convert_warns_that_onnx_runtime_computes_the_domains_differently(
+def test_float16_convert_is_refused_unless_allowed_as_onnx_runtime_computes_them_differently(
     tmp_path: Path,
 ) -> None:
     # ONNX Runtime (CPU) has float16 kernels for ai.onnx DQ-19 but not for com.microsoft DQ:
     # it inserts Casts around the contrib node and, the Add being float32-only too, removes
     # the float32 -> float16 -> float32 pair, so the Add sees the unrounded float32 value.
-    # Pinned here: the outputs differ (ORT's doing, not a conversion error), hence a warning.
+    # Pinned here: the outputs differ (ORT's doing, not a conversion error), hence a refusal,
+    # or with --allow-float16 a warning.
     feeds = {"x": np.array([[0.1257, -0.1321, 0.6406, 0.1049]] * 2, np.float16)}
     onnx_form, ms_form = _float16_bias(), _float16_bias("com.microsoft")
     assert not np.array_equal(run_ort(onnx_form, feeds)[0], run_ort(ms_form, feeds)[0])
     for model, target in ((onnx_form, "com.microsoft"), (ms_form, "onnx")):
         source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
         onnx.save(model, source)
-        result = CliRunner().invoke(main, ["convert", str(source), "--to", target, "-o", str(out)])
+        args = ["convert", str(source), "--to", target, "-o", str(out)]
+        out.unlink(missing_ok=True)
+        result = CliRunner().invoke(main, args)  # refused: the outputs would change
+        assert result.exit_code == 1, result.output
+        assert "cannot convert 1 node(s) exactly" in result.output
+        assert "--allow-float16" in result.output and not out.exists()
+        result = CliRunner().invoke(main, [*args, "--allow-float16"])
         assert result.exit_code == 0, result.output
         assert "no float16 kernel for com.microsoft" in result.output
     source.write_bytes(_qoperator_tail().SerializeToString())  # float32 scales: no warning
