@@ -276,3 +276,16 @@ def test_nothing_is_written_when_no_fix_applies(tmp_path: Path) -> None:
     assert code == 0 and "QL406" in out and "fixed" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
     assert _run(model, "--diff", "--extend-select", "QL406")[:2] == (0, "")
+
+
+def test_each_finding_says_its_fix_in_json_and_sarif(tmp_path: Path) -> None:
+    model = _save(quantized("cnn-opset12-per-channel"), tmp_path / "m.onnx")
+    int4 = _save(quantized("cnn-int4-per-channel-21"), tmp_path / "int4.onnx")
+    doc = json.loads(_run(model, int4, "--format", "json")[1])
+    fixes = {(f["rule"], f["fix"]) for file in doc["files"] for f in file["findings"]}
+    assert fixes == {("QL201", "unsafe"), ("QL402", "unsafe"), ("QL601", "safe")}
+    sarif = json.loads(_run(model, "--format", "sarif")[1])
+    assert {r["properties"]["fix"] for r in sarif["runs"][0]["results"]} == {"unsafe"}
+    bad = _save(qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0}), tmp_path / "bad.onnx")
+    doc = json.loads(_run(bad, "--format", "json")[1])
+    assert [f["fix"] for f in doc["files"][0]["findings"]] == [None]
