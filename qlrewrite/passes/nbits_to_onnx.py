@@ -17,7 +17,8 @@
 What a node needs that the target cannot express is refused with the node named and the
 lowest ai.onnx opset that would: int4 and blocks need opset 21, int2 opset 25.
 Not converted (bit-exactness could not hold): ``g_idx`` and zero points in the scale type
-(ONNX Runtime then computes ``q * scale - scale * zp``), prepacked B, FP8 / FP4 data.
+(ONNX Runtime then computes ``q * scale - scale * zp``; ``dequantize`` writes that value for
+the 4-bit float32 case ORT runs), prepacked B, FP8 / FP4 data.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from qlrewrite.passes.fold_tensor import (
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
+    MatMulNBitsFloat,
     MatMulNBitsWeight,
     RetypedTensor,
     int_type,
@@ -111,6 +113,8 @@ class _Weight:
     reuse_x: ir.Value | None = None  # GatherBlockQuantized int4/uint4: the data value itself
     reuse_scale: ir.Value | None = None
     reuse_zero_point: ir.Value | None = None
+    #: The float weight itself, when no DequantizeLinear computes it (dequantize only).
+    folded: StreamedTensor | None = None
 
 
 @dataclasses.dataclass
@@ -206,11 +210,11 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
         plan.problems.append(f"scales are not {layout.N} x {layout.k_blocks} floats")
     if zero_points is not None:
         if zero_points.dtype != _DT.UINT8:
-            plan.problems.append(
-                "zero points are given in the scale type: ONNX Runtime then dequantizes as "
-                "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
+            _plan_float_zero_points(
+                plan, layout, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
             )
-        elif zero_points.size != layout.N * layout.zero_point_row:
+            return plan
+        if zero_points.size != layout.N * layout.zero_point_row:
             plan.problems.append(f"zero points are not {layout.N} x {layout.zero_point_row} bytes")
     if plan.problems:
         return plan
@@ -251,6 +255,37 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
         out_type=scales.dtype,
     )
     return plan
+
+
+def _plan_float_zero_points(
+    plan: _Plan,
+    layout: MatMulNBitsLayout,
+    *,
+    b: ir.TensorProtocol,
+    scales: ir.TensorProtocol,
+    zero_points: ir.TensorProtocol,
+    dequantize: bool,
+) -> None:
+    """Zero points in the scale type: ONNX Runtime's kernel (4 bits, float32 only: for
+    float16 it ignores them) computes ``q * scale - scale * zp``. No DequantizeLinear
+    computes that; ``fold --dequantize-weights`` writes it."""
+    if not dequantize:
+        plan.problems.append(
+            "zero points are given in the scale type: ONNX Runtime then dequantizes as "
+            "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
+        )
+        return
+    if layout.bits != 4 or scales.dtype != _DT.FLOAT or zero_points.dtype != _DT.FLOAT:
+        plan.problems.append(
+            "zero points in the scale type are only computed by ONNX Runtime for 4 bits "
+            "and float32 (float16 ones it ignores)"
+        )
+        return
+    if zero_points.size != layout.N * layout.k_blocks:
+        plan.problems.append(f"zero points are not {layout.N} x {layout.k_blocks} floats")
+        return
+    folded = MatMulNBitsFloat(layout, b=b, scales=scales, zero_points=zero_points)
+    plan.weight = _Weight(b, scales, zero_points, 0, layout.block_size, _DT.FLOAT, folded=folded)
 
 
 def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
@@ -487,7 +522,9 @@ class _Rewriter:
         if key in self._cache:
             return self._cache[key]
         base = (node.name or node.outputs[0].name or "w") + "_w"
-        if self.dequantize:
+        if self.dequantize and weight.folded is not None:
+            value = self._constant(graph, weight.folded, base)
+        elif self.dequantize:
             x = weight.x
             folded = FoldedTensor(
                 FoldSpec(
