@@ -25,6 +25,8 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.qdq.graphs import GraphRef
+from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 
 __all__ = [
@@ -78,12 +80,12 @@ def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
     Stops as soon as a limit is passed: a refusal costs little whatever the file holds."""
     raise_it = "raise the limit with `qlrewrite --max-nodes N COMMAND ...`"
     nodes = len(proto.graph.node)
-    for label, graph in tensors.proto_graphs(proto):
+    for ref, graph in tensors.proto_graphs(proto):
         if graph is not proto.graph:
             nodes += len(graph.node)
         if nodes > limits.max_nodes:
             return f"more than {limits.max_nodes:,} nodes; {raise_it}"
-        if label.count("/") > limits.max_depth:
+        if ref.depth > limits.max_depth:
             return (
                 f"subgraphs nested more than {limits.max_depth} deep; raise the limit with "
                 "`qlrewrite --max-depth N COMMAND ...`"
@@ -99,7 +101,8 @@ def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | Non
         return None
     calls: dict[tuple[str, str], set[tuple[str, str]]] = {key: set() for key in keys}
     for function in proto.functions:
-        for _, graph in tensors.graphs_within(function, function.name):
+        root = GraphRef.of_function(function.domain, function.name)
+        for _, graph in tensors.graphs_within(function, root):
             calls[function.domain, function.name].update(
                 (node.domain, node.op_type)
                 for node in graph.node
@@ -154,8 +157,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise InputError(f"{path}: {first.message}{more}")
-    model.meta["qlrewrite.source"] = str(path)
-    model.meta["qlrewrite.proto"] = proto
+    set_source(model, Source(path, proto))
     return model
 
 
@@ -327,9 +329,11 @@ def files_read(model: ir.Model) -> list[Path]:
     """Every file a loaded model reads: the model file, then each external data file of
     its initializers, Constant values and other tensor attributes, in every graph,
     subgraph and function (resolved paths). Guards against overwriting an input use it."""
-    source = Path(model.meta["qlrewrite.source"])
-    found = tensors.input_files(model.meta["qlrewrite.proto"], source.absolute().parent)
-    return [Path(os.path.realpath(source)), *found]
+    source = source_of(model)
+    if source is None or source.path is None:
+        raise ValueError("files_read needs a model loaded from a file (model_io.load)")
+    found = tensors.input_files(source.proto, source.folder)
+    return [Path(os.path.realpath(source.path)), *found]
 
 
 def files_read_by(path: str | os.PathLike) -> list[Path]:
@@ -370,7 +374,7 @@ def save(
     max_workers: int | None = None,
     callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
-    keep: Collection[Path] = (),
+    keep: Collection[Path] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
@@ -378,7 +382,8 @@ def save(
     initializers exceed ``threshold`` bytes. The data file goes beside the output with
     a relative location, named ``<file name>.data`` (``<file name>.<8 hex>.data`` when
     that name is taken): see :func:`qlrewrite.atomic.commit_model`, which also removes
-    the replaced output's data files except those in ``keep``. On any failure nothing
+    the replaced output's data files except those in ``keep`` (default: the files
+    ``model`` itself still reads, so it stays usable). On any failure nothing
     is left behind: neither a partial output nor a temporary file. ``before_commit`` is
     called with the staged model file (data file beside it) before anything is moved
     into place; if it raises, nothing is written (``--verify`` uses it).
@@ -398,6 +403,8 @@ def save(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"
         )
+    if keep is None:
+        keep = tensors.files_held(model)
     data_name = atomic.free_data_name(folder, path.name)
     with atomic.Staging(folder, str(path)) as staging:
         staged_model = staging / path.name

@@ -13,10 +13,9 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import opsets, tensors
+from qlrewrite import tensors
 from qlrewrite.custom_quant import custom_quant_groups
-from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
-from qlrewrite.weightless import weightless_proto
+from qlrewrite.qdq import NodeView, constant_tensor, is_constant, iter_graphs, node_views
 
 __all__ = ["QDQGroup", "model_summary"]
 
@@ -34,152 +33,51 @@ class QDQGroup:
     constant: bool
 
 
-def _dtype(value: ir.Value | None) -> ir.DataType | None:
-    if value is None:
-        return None
-    if value.dtype is not None:
-        return value.dtype
-    if value.const_value is not None:
-        return value.const_value.dtype
-    return None
-
-
-def _output_type(site: QDQSite, zero_point: ir.Value | None) -> ir.DataType | None:
-    """The element type of a Q/DQ node's output as its opset decides it (no data read)."""
-    node = site.node
-    row = opsets.lookup(site.domain, node.op_type, site.imported)
-    if row is None:
-        return None
-    attr = node.attributes.get("output_dtype")
-    output_dtype = attr.as_int() if attr is not None and attr.type == ir.AttributeType.INT else None
-    try:
-        return opsets.output_type(
-            row,
-            scale_type=_dtype(node.inputs[1]) if len(node.inputs) > 1 else None,
-            zero_point_type=_dtype(zero_point),
-            output_dtype=output_dtype,
-        )
-    except ValueError:  # an output_dtype that is no data type
-        return None
-
-
-class _InferredTypes:
-    """Element types by value name from ONNX type inference on a weight-free copy of the
-    model; computed once, and only if a Q/DQ input has no declared type."""
-
-    def __init__(self, model: ir.Model, weightless: onnx.ModelProto | None = None) -> None:
-        self._model = model
-        self._weightless = weightless
-        self._types: dict[str, ir.DataType] | None = None
-
-    def get(self, name: str) -> ir.DataType | None:
-        if self._types is None:
-            self._types = self._infer()
-        return self._types.get(name)
-
-    def _infer(self) -> dict[str, ir.DataType]:
-        try:
-            proto = self._weightless
-            if proto is None:
-                proto = weightless_proto(self._model, max_inline_bytes=0)
-            proto = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
-        except Exception:  # an invalid model: fall back to the opset rules
-            return {}
-        types: dict[str, ir.DataType] = {}
-        for _, graph in tensors.graphs_within(proto.graph, "main"):
-            for info in (*graph.value_info, *graph.output):
-                elem = info.type.tensor_type.elem_type
-                if elem and elem in _KNOWN_TYPES:
-                    types.setdefault(info.name, ir.DataType(elem))
-        return types
-
-
-_KNOWN_TYPES = frozenset(int(t) for t in ir.DataType)
-
-
-def _declared_or_inferred(value: ir.Value | None, inferred: _InferredTypes) -> ir.DataType | None:
-    found = _dtype(value)
-    if found is None and value is not None and value.name:
-        found = inferred.get(value.name)
-    return found
-
-
-def _x_type(
-    site: QDQSite, sites: dict[int, QDQSite], inferred: _InferredTypes
-) -> ir.DataType | None:
-    """The type of x: declared, inferred, or implied by the zero point, the producing Q,
-    or the opset."""
-    node = site.node
-    x = node.inputs[0] if node.inputs else None
-    found = _declared_or_inferred(x, inferred)
-    if found is not None or x is None:
-        return found
-    zero_point = node.inputs[2] if len(node.inputs) > 2 else None
-    if node.op_type == "DequantizeLinear":
-        found = _dtype(zero_point)  # DQ: x and zero point share a type
-        producer = x.producer()
-        if found is None and producer is not None and id(producer) in sites:
-            parent = sites[id(producer)]
-            parent_zp = producer.inputs[2] if len(producer.inputs) > 2 else None
-            found = _output_type(parent, parent_zp)
-        return found
-    row = opsets.lookup(site.domain, node.op_type, site.imported)
-    if row is not None and row.scale_matches_x and len(node.inputs) > 1:
-        return _dtype(node.inputs[1])
-    if row is not None and len(row.x_types) == 1:
-        return next(iter(row.x_types))
-    return None
-
-
 def _name(dtype: ir.DataType | None) -> str:
     return dtype.name if dtype is not None else "?"
 
 
 def _constant_inputs(node: ir.Node) -> dict[int, int]:
-    """id -> bytes of the node's constant inputs (initializers or Constant outputs)."""
+    """id -> bytes of the node's initializers (overridable ones too) and Constant outputs."""
     found = {}
     for value in node.inputs:
         if value is None:
             continue
-        tensor = value.const_value
-        producer = value.producer()
-        if tensor is None and producer is not None and producer.op_type == "Constant":
-            attr = producer.attributes.get("value")
-            if attr is not None and attr.type == ir.AttributeType.TENSOR:
-                tensor = attr.value
+        tensor = value.const_value if value.const_value is not None else constant_tensor(value)
         if tensor is not None:
             found[id(value)] = tensors.tensor_bytes(tensor)
     return found
+
+
+def _group(view: NodeView) -> QDQGroup:
+    scale = view.scale
+    return QDQGroup(
+        domain=view.domain_label,
+        op_type=view.op_type,
+        version=view.site.version,
+        x_type=_name(view.x_type),
+        scale_type=_name(scale.dtype if scale is not None else None),
+        granularity=str(view.granularity),
+        constant=all(is_constant(v) for v in view.node.inputs),
+    )
 
 
 def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None) -> dict[str, Any]:
     """A JSON-ready description of ``model`` (the `info` command's content).
 
     ``weightless``: a weight-free proto of the model for type inference (see
-    :func:`qlrewrite.passes.check.check_model`); without it the model is serialized.
+    :class:`qlrewrite.qdq.inference.Inference`); without it the model is serialized.
 
     ``input_bytes`` of a group counts each constant input (weight, scale, zero point)
     once, however many of the group's nodes share it.
     """
-    all_sites = list(iter_qdq_nodes(model))
-    by_node = {id(site.node): site for site in all_sites}
-    inferred = _InferredTypes(model, weightless)
     groups: Counter[QDQGroup] = Counter()
     group_inputs: dict[QDQGroup, dict[int, int]] = {}
-    for site in all_sites:
-        node = site.node
-        scale = node.inputs[1] if len(node.inputs) > 1 else None
-        group = QDQGroup(
-            domain=site.domain or "ai.onnx",
-            op_type=node.op_type,
-            version=site.version,
-            x_type=_name(_x_type(site, by_node, inferred)),
-            scale_type=_name(_declared_or_inferred(scale, inferred)),
-            granularity=granularity(node),
-            constant=all(is_constant(v) for v in node.inputs),
-        )
+    for site, views in node_views(model, weightless=weightless, read=False, calls=False):
+        (view,) = views
+        group = _group(view)
         groups[group] += 1
-        group_inputs.setdefault(group, {}).update(_constant_inputs(node))
+        group_inputs.setdefault(group, {}).update(_constant_inputs(site.node))
     n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,

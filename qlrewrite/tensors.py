@@ -30,6 +30,9 @@ from typing import Union
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
+from qlrewrite.source import source_of
+
 __all__ = [
     "DataProblem",
     "ExternalDataError",
@@ -39,6 +42,7 @@ __all__ = [
     "data_problems",
     "external_in_memory",
     "external_path",
+    "files_held",
     "graphs_within",
     "initializer_bytes",
     "input_files",
@@ -79,53 +83,47 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
 # --------------------------------------------------------------------------- proto walks
 
 
-def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
-    """Every graph of ``proto`` with its label: the main graph ("main"), each function
-    ("function:<domain>.<name>") and every subgraph nested in either
-    ("<label>/<node name or op>.<attribute>[index]")."""
-    yield from graphs_within(proto.graph, "main")
+def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
+    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
+    each function and every subgraph nested in either."""
+    yield from graphs_within(proto.graph, MAIN)
     for function in proto.functions:
-        yield from graphs_within(function, f"function:{function.domain}.{function.name}")
+        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
 
 
-def _name_or_op(node: onnx.NodeProto) -> str:
-    return node.name or node.op_type
-
-
-def graphs_within(
-    root: ProtoGraph,
-    label: str,
-    owner: Callable[[onnx.NodeProto], str] = _name_or_op,
-) -> Iterator[tuple[str, ProtoGraph]]:
-    """``root`` and every subgraph nested in it, labelled as :func:`proto_graphs` does
-    (``owner`` names the node holding a subgraph); parents before their subgraphs."""
-    stack: list[tuple[str, ProtoGraph]] = [(label, root)]
+def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
+    :func:`proto_graphs` does; parents before their subgraphs."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
     while stack:
-        label, graph = stack.pop()
-        yield label, graph
-        found: list[tuple[str, ProtoGraph]] = []
+        ref, graph = stack.pop()
+        yield ref, graph
+        found: list[tuple[GraphRef, ProtoGraph]] = []
         for node in graph.node:
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
             for attr in node.attribute:
-                sub_label = f"{label}/{owner(node)}.{attr.name}"
                 if attr.HasField("g"):
-                    found.append((sub_label, attr.g))
-                found.extend((f"{sub_label}[{i}]", sub) for i, sub in enumerate(attr.graphs))
+                    found.append((ref.subgraph(owner, attr.name), attr.g))
+                found.extend(
+                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
+                )
         stack.extend(reversed(found))
 
 
-def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    """Every dense tensor of ``proto`` with its graph's label: initializers and TENSOR /
-    TENSORS attribute values, in every graph, function and subgraph."""
-    for label, graph in proto_graphs(proto):
+def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
+    """Every dense tensor of ``proto`` with its graph: initializers and TENSOR / TENSORS
+    attribute values, in every graph, function and subgraph."""
+    for ref, graph in proto_graphs(proto):
         if isinstance(graph, onnx.GraphProto):
             for tensor in graph.initializer:
-                yield label, tensor
+                yield ref, tensor
         for node in graph.node:
             for attr in node.attribute:
                 if attr.HasField("t"):
-                    yield label, attr.t
+                    yield ref, attr.t
                 for tensor in attr.tensors:
-                    yield label, tensor
+                    yield ref, tensor
 
 
 # --------------------------------------------------------------------------- ir walks
@@ -343,6 +341,17 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
     return count
 
 
+def files_held(model: ir.Model) -> list[Path]:
+    """The files the external tensors of an in-memory model still read (resolved)."""
+    found = {
+        os.path.realpath(tensor.path)
+        for slot in ir_tensor_slots(model)
+        for tensor in slot.tensors
+        if isinstance(tensor, ir.ExternalTensor)
+    }
+    return [Path(p) for p in sorted(found)]
+
+
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
     return {entry.key: entry.value for entry in tensor.external_data}
 
@@ -443,18 +452,18 @@ def data_problems(
 
     Reads no tensor data: only sizes of files and of in-proto fields.
     """
-    if proto is None:
-        proto = model.meta.get("qlrewrite.proto")
+    source = source_of(model)
+    if proto is None and source is not None:
+        proto = source.proto
     if base_dir is None:
-        source = model.meta.get("qlrewrite.source")
-        base_dir = Path(source).absolute().parent if source else Path.cwd()
+        base_dir = source.folder if source is not None else Path.cwd()
     if proto is None:
         return []
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
     return [
         problem
-        for graph_label, tensor in proto_tensors(proto)
-        if (problem := _tensor_problem(tensor, graph_label, str(base_dir), files)) is not None
+        for ref, tensor in proto_tensors(proto)
+        if (problem := _tensor_problem(tensor, str(ref), str(base_dir), files)) is not None
     ]
 
 

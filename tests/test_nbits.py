@@ -179,6 +179,24 @@ def test_g_idx_and_float_zero_points_are_refused():
         _converted(model)
 
 
+@pytest.mark.parametrize("k", [64, 100])
+def test_float_zero_points_fold_as_ort_computes_them(k):
+    """Zero points in the scale type: ORT computes q * scale - scale * zp (rounded twice);
+    --dequantize-weights writes exactly that, convert refuses (no DequantizeLinear does)."""
+    rng = np.random.default_rng(9)
+    model = matmul_nbits_model(rng, n=6, k=k, bits=4, block_size=32, zero_points=False)
+    k_blocks = -(-k // 32)
+    zp = (rng.integers(0, 16, (6, k_blocks)) + rng.random((6, k_blocks))).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(zp, "zpf"))
+    model.graph.node[0].input.append("zpf")
+    expected = _weight_in_ort(model, k)
+    folded = _converted(model, dequantize=True)
+    value = next(n for n in folded.graph if n.op_type == "MatMul").inputs[1].const_value
+    assert _bits_equal(value.numpy() + np.float32(0), expected)
+    with pytest.raises(Refusal, match="scale type"):
+        _converted(model)
+
+
 def test_shared_weight_is_converted_once():
     rng = np.random.default_rng(7)
     model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)

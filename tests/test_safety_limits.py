@@ -108,3 +108,21 @@ def test_deep_subgraphs_are_refused(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "subgraphs nested more than 5 deep" in result.stdout
     assert cli("--max-depth", "8", "check", str(path)).exit_code == 0
+
+
+def test_depth_counts_subgraph_levels_not_slashes_in_node_names(tmp_path: Path) -> None:
+    """PyTorch names nodes '/model/layers.0/If': the depth is two levels here, whatever
+    the names hold (a label string split on '/' counted eight)."""
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [_io("y")])
+    for level in range(2):
+        node = helper.make_node(
+            "If", ["c"], ["y"], then_branch=graph, else_branch=graph, name=f"/model/a/b/If_{level}"
+        )
+        graph = helper.make_graph([node], f"level{level}", [], [_io("y")])
+    main = helper.make_graph(
+        graph.node, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _io("x")],
+        [_io("y")],
+    )  # fmt: skip
+    path = _save(tmp_path / "named.onnx", main)
+    assert cli("--max-depth", "2", "check", str(path)).exit_code == 0
+    assert cli("--max-depth", "1", "check", str(path)).exit_code == 2

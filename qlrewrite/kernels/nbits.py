@@ -136,7 +136,7 @@ class MatMulNBitsLayout:
         blocks = np.asarray(b).reshape(self.b_shape)[:, kb0:kb1, :]
         values = unpack(blocks, self.bits).reshape(self.N, (kb1 - kb0) * bs)
         start = k0 - kb0 * bs
-        return values[:, start : start + (k1 - k0)].T
+        return transpose(values[:, start : start + (k1 - k0)])
 
     def block_rows(self, array: np.ndarray, kb0: int, kb1: int) -> np.ndarray:
         """Blocks ``[kb0, kb1)`` of scales (``[N, k_blocks]`` or flat) as ``[kb, N]``."""
@@ -230,22 +230,31 @@ def transpose_packed(
     if (n * bits) % 8 or k0 % per:
         return None
     i0, i1 = k0 // per, -(-k1 // per)
-    source = rows[:, i0:i1]  # [N, i]: byte i of each row holds k = per * i + r
-    mask = np.uint8((1 << bits) - 1)
+    # one transpose of the bytes: [i, N], byte i of row n holds k = per * i + r, r < per
+    by_k = transpose(rows[:, i0:i1])
     out = np.empty((i1 - i0, per, n // per), _U8)  # (i, residue r of k, byte of n)
-    for r in range(per):  # at most 4 residues, not a loop over elements
-        values = source if per == 1 else (source >> np.uint8(r * bits)) & mask
-        by_k = transpose(values)  # [i, N], one value (< 2**bits) per byte
-        if per == 1:
-            out[:, 0, :] = by_k
-            continue
-        # `per` consecutive n as one little-endian word (value t at bit 8 t): shifting by
-        # t * (8 - bits) brings value t to bit t * bits of the low byte
-        words = by_k.view(np.dtype(f"<u{per}"))
-        acc = words.copy()
-        for t in range(1, per):
-            acc |= words >> words.dtype.type(t * (8 - bits))
-        np.copyto(out[:, r, :], acc, casting="unsafe")  # keeps the low byte
+    if per == 1:
+        out[:, 0, :] = by_k
+    for r in range(per if per > 1 else 0):  # at most 4 residues, not a loop over elements
+        target = out[:, r, :]
+        for t in range(per):  # value r of byte n = per * j + t goes to bits t * bits of j
+            values = by_k[:, t::per]
+            shift = (t - r) * bits
+            mask = np.uint8(((1 << bits) - 1) << (t * bits))
+            term = target if t == 0 else None  # the first term is computed in place
+            if shift > 0:
+                term = np.left_shift(values, np.uint8(shift), out=term)
+                masked = not (t == per - 1 and r == 0)  # else the shift drops the rest
+            elif shift < 0:
+                term = np.right_shift(values, np.uint8(-shift), out=term)
+                masked = not (r == per - 1 and t == 0)  # else the shift drops the rest
+            else:
+                term = np.bitwise_and(values, mask, out=term)
+                masked = False
+            if masked:
+                np.bitwise_and(term, mask, out=term)
+            if t:
+                target |= term
     packed = out.reshape((i1 - i0) * per, n * bits // 8)[: k1 - k0]
     if flip:
         top = 1 << (bits - 1)

@@ -27,6 +27,7 @@ from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tens
 __all__ = [
     "MappedTensor",
     "MatMulNBitsB",
+    "MatMulNBitsFloat",
     "MatMulNBitsWeight",
     "RetypedTensor",
     "int_type",
@@ -127,6 +128,32 @@ class MatMulNBitsWeight(StreamedTensor):
             if packed is not None:
                 return memoryview(np.ascontiguousarray(packed).reshape(-1))
         return super()._compute(read, bounds)
+
+
+class MatMulNBitsFloat(StreamedTensor):
+    """A MatMulNBits weight dequantized to float32, laid out ``[K, N]``, as ONNX Runtime's
+    kernel computes it when DequantizeLinear cannot (zero points in the scale type:
+    :func:`~qlrewrite.kernels.nbits.dequantize_float_zero_point`)."""
+
+    __slots__ = ("b", "layout", "scales", "zero_points")
+
+    def __init__(
+        self,
+        layout: MatMulNBitsLayout,
+        *,
+        b: ir.TensorProtocol,
+        scales: ir.TensorProtocol,
+        zero_points: ir.TensorProtocol,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(_DT.FLOAT, ir.Shape([layout.K, layout.N]), name=name)
+        self.layout, self.b, self.scales, self.zero_points = layout, b, scales, zero_points
+
+    def rows(self) -> RowReader:
+        b, scales, zero_points = raw_bytes(self.b), _typed(self.scales), _typed(self.zero_points)
+        return lambda k0, k1: self.layout.dequantized_rows(
+            b, scales, zero_points, k0=k0, k1=k1, dtype=np.dtype(np.float32)
+        )
 
 
 class _QuantizedRows:

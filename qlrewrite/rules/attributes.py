@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.rules.context import NodeContext
+from qlrewrite.qdq import NodeView
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
 
 
-def _first_version_with(ctx: NodeContext, name: str) -> int | None:
+def _first_version_with(ctx: NodeView, name: str) -> int | None:
     for row in opsets.versions(ctx.domain, ctx.op_type):
         if name in row.attributes:
             return row.since
@@ -46,7 +46,7 @@ def _first_version_with(ctx: NodeContext, name: str) -> int | None:
     input to compare.
     """,
 )
-def unknown_attribute(ctx: NodeContext) -> Iterator[Finding]:
+def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
     for name, attr in ctx.attributes.items():
         if name in row.attributes:
@@ -86,7 +86,7 @@ def unknown_attribute(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 13+, com.microsoft 1",
 )
-def attribute_type(ctx: NodeContext) -> Iterator[Finding]:
+def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():
         spec = ctx.row.attributes.get(name)
         if spec is not None and attr.type != spec[0]:

@@ -8,8 +8,8 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
-from qlrewrite.rules.context import ModelContext, NodeContext
-from qlrewrite.rules.registry import rule
+from qlrewrite.qdq import NodeView
+from qlrewrite.rules.registry import ModelContext, rule
 
 __all__: list[str] = []
 
@@ -37,7 +37,7 @@ __all__: list[str] = []
     not depend on it: outputs are bit-identical).
     """,
 )
-def ir_version_too_old(ctx: NodeContext) -> Iterator[Finding]:
+def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}
     for role, view in (("x", ctx.x), ("scale", ctx.scale), ("zero point", ctx.zero_point),
                        ("output", ctx.output)):  # fmt: skip

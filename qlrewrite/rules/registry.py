@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
+import onnx_ir as ir
+
+from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 
-__all__ = ["CHECKS", "RULES", "RuleCheck", "Scope", "rule"]
+__all__ = ["CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
 
 Scope = Literal["node", "model", "report"]
 
@@ -20,7 +24,7 @@ class RuleCheck:
 
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
-    scope: Scope  # "node": called per Q/DQ node with a NodeContext; "model": once per model;
+    scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
     # "report": findings made after the check, from the report (suppressions)
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
 
@@ -74,3 +78,16 @@ def rule(
         return func
 
     return register
+
+
+@dataclasses.dataclass
+class ModelContext:
+    """The whole model, for rules about the file rather than one node."""
+
+    model: ir.Model
+    path: str | None = None
+
+    @functools.cached_property
+    def data_problems(self) -> list[tensors.DataProblem]:
+        """Tensors whose data is missing, escapes the folder or has the wrong size."""
+        return tensors.data_problems(self.model)
