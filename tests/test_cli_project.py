@@ -281,3 +281,10 @@ def test_a_progress_bar_on_a_terminal_only(
     monkeypatch.setenv("CI", "true")
     _run("models", "--jobs", jobs)
     assert bar.calls[-1] == ("checking", 5, False)
+
+
+def test_config_and_isolated_together_is_a_usage_error(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    (tmp_path / "qlrewrite.toml").write_text("strict = true\n")
+    code, _, err = _run("m.onnx", "--config", "qlrewrite.toml", "--isolated")
+    assert code == 2 and "--config and --isolated" in err
