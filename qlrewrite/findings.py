@@ -29,6 +29,12 @@ class Rule:
     explanation: str  # why this matters (a paragraph)
     example: str  # a short example of a node that breaks the rule and its fix
     versions: str = ""  # where it applies, e.g. "ai.onnx 13+, com.microsoft"
+    opt_in: bool = False  # off unless selected by code or prefix (``--select QL504``)
+
+    @property
+    def level(self) -> str:
+        """The severity as the catalogue shows it: ``warning (opt-in)`` for opt-in rules."""
+        return f"{self.severity} (opt-in)" if self.opt_in else self.severity
 
 
 @dataclasses.dataclass(frozen=True)

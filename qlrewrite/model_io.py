@@ -10,14 +10,13 @@ to the destination, flushed to disk, then renamed into place.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,23 +24,18 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
+from qlrewrite import tensors
 from qlrewrite.errors import InputError
-from qlrewrite.materialize import external_in_memory
+from qlrewrite.tensors import external_in_memory
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
-    "DataProblem",
     "SaveCallback",
-    "data_problems",
-    "external_data_files",
     "external_data_name",
-    "initializer_bytes",
     "load",
     "same_file",
     "save",
-    "tensor_bytes",
     "unwritable",
-    "uses_external_data",
 ]
 
 #: Called by :func:`save` before each tensor it writes to the external data file.
@@ -52,27 +46,6 @@ _STRING = google.protobuf.descriptor.FieldDescriptor.TYPE_STRING
 _MESSAGE = google.protobuf.descriptor.FieldDescriptor.TYPE_MESSAGE
 #: Tensors at least this large go to the external data file when one is written.
 EXTERNAL_TENSOR_MIN_BYTES = 1024
-
-_TYPED_FIELDS = (
-    "float_data",
-    "int32_data",
-    "string_data",
-    "int64_data",
-    "double_data",
-    "uint64_data",
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class DataProblem:
-    """A tensor whose data cannot be trusted: the model is unreadable as it stands."""
-
-    #: external-missing | external-escapes | external-range | negative-dims | data-length
-    #: (the data does not fit the dims and type: its size, its field, an unknown type)
-    kind: str
-    tensor: str
-    graph: str
-    message: str
 
 
 # --------------------------------------------------------------------------- loading
@@ -90,17 +63,12 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     path = Path(path)
     proto = _read_proto(path)
     model = _deserialize(proto, path)
-    base_dir = path.resolve().parent
-    ir.external_data.set_base_dir(model.graph, str(base_dir))
-    for function in model.functions.values():
-        for node in function:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.TENSOR and isinstance(
-                    attr.value, ir.ExternalTensor
-                ):
-                    attr.value.base_dir = str(base_dir)
+    # The folder as named, not through the model file's own link: ONNX Runtime resolves
+    # locations beside the path it was given (a Hugging Face cache links the file away).
+    base_dir = path.absolute().parent
+    tensors.resolve_external(model, base_dir)
     if check_data:
-        problems = data_problems(model, proto=proto, base_dir=base_dir)
+        problems = tensors.data_problems(model, proto=proto, base_dir=base_dir)
         if problems:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -193,20 +161,16 @@ def _read_proto(path: Path) -> onnx.ModelProto:
 
 def _sparse_tensor(proto: onnx.ModelProto) -> str | None:
     """The first sparse initializer or sparse attribute of any graph or function, or None."""
-    graphs: list[onnx.GraphProto] = [proto.graph]
-    nodes: list[onnx.NodeProto] = [n for f in proto.functions for n in f.node]
-    while graphs or nodes:
-        if graphs:
-            graph = graphs.pop()
-            if graph.sparse_initializer:
-                return f"initializer '{graph.sparse_initializer[0].values.name}'"
-            nodes.extend(graph.node)
-            continue
-        node = nodes.pop()
-        for attr in node.attribute:
-            if attr.type in (onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS):
-                return f"attribute '{attr.name}' of {node.op_type} '{node.name}'"
-            graphs.extend([attr.g] if attr.HasField("g") else attr.graphs)
+    for _, graph in tensors.proto_graphs(proto):
+        if isinstance(graph, onnx.GraphProto) and graph.sparse_initializer:
+            return f"initializer '{graph.sparse_initializer[0].values.name}'"
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type in (
+                    onnx.AttributeProto.SPARSE_TENSOR,
+                    onnx.AttributeProto.SPARSE_TENSORS,
+                ):
+                    return f"attribute '{attr.name}' of {node.op_type} '{node.name}'"
     return None
 
 
@@ -260,264 +224,19 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def data_problems(
-    model: ir.Model,
-    *,
-    proto: onnx.ModelProto | None = None,
-    base_dir: str | os.PathLike | None = None,
-) -> list[DataProblem]:
-    """Every tensor (initializers and tensor attributes, in all graphs and functions)
-    whose data is missing, out of bounds, escaping the model folder or of the wrong size.
-
-    Reads no tensor data: only sizes of files and of in-proto fields.
-    """
-    if proto is None:
-        proto = model.meta.get("qlrewrite.proto")
-    if base_dir is None:
-        source = model.meta.get("qlrewrite.source")
-        base_dir = Path(source).resolve().parent if source else Path.cwd()
-    if proto is None:
-        return []
-    base = Path(base_dir)
-    files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
-    return [
-        problem
-        for graph_label, tensor in _iter_tensor_protos(proto)
-        if (problem := _tensor_problem(tensor, graph_label, base, files)) is not None
-    ]
-
-
-def _iter_tensor_protos(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    yield from _graph_tensors(proto.graph, "main")
-    for function in proto.functions:
-        label = f"function:{function.domain}.{function.name}"
-        for node in function.node:
-            yield from _node_tensors(node, label)
-
-
-def _graph_tensors(graph: onnx.GraphProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
-    for tensor in graph.initializer:
-        yield label, tensor
-    for node in graph.node:
-        yield from _node_tensors(node, label)
-
-
-def _node_tensors(node: onnx.NodeProto, label: str) -> Iterator[tuple[str, onnx.TensorProto]]:
-    for attr in node.attribute:
-        if attr.HasField("t"):
-            yield label, attr.t
-        for tensor in attr.tensors:
-            yield label, tensor
-        sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
-        if attr.HasField("g"):
-            yield from _graph_tensors(attr.g, sub_label)
-        for index, sub in enumerate(attr.graphs):
-            yield from _graph_tensors(sub, f"{sub_label}[{index}]")
-
-
-_FIELD_OF_TYPE = {
-    ir.DataType.FLOAT: "float_data",
-    ir.DataType.COMPLEX64: "float_data",
-    ir.DataType.DOUBLE: "double_data",
-    ir.DataType.COMPLEX128: "double_data",
-    ir.DataType.INT64: "int64_data",
-    ir.DataType.UINT32: "uint64_data",
-    ir.DataType.UINT64: "uint64_data",
-    ir.DataType.STRING: "string_data",
-}
-
-
-def _typed_field(dtype: ir.DataType) -> str:
-    """The TensorProto field that holds ``dtype`` values when raw_data is not used."""
-    return _FIELD_OF_TYPE.get(dtype, "int32_data")  # every other type: int32_data
-
-
-def _expected_nbytes(dtype: ir.DataType, count: int) -> int | None:
-    if dtype == ir.DataType.STRING:
-        return None
-    return (count * dtype.bitwidth + 7) // 8
-
-
-def _tensor_problem(
-    tensor: onnx.TensorProto, graph: str, base: Path, files: dict[str, tuple[str, str] | int]
-) -> DataProblem | None:
-    name = tensor.name or "<unnamed>"
-
-    def problem(kind: str, message: str) -> DataProblem:
-        return DataProblem(kind, name, graph, f"tensor '{name}' ({graph}): {message}")
-
-    try:
-        dtype = ir.DataType(tensor.data_type)
-    except ValueError:
-        return problem("data-length", f"unknown data type {tensor.data_type}")
-    if dtype == ir.DataType.UNDEFINED:
-        return problem("data-length", "data type UNDEFINED (0)")
-    dims = list(tensor.dims)
-    if any(d < 0 for d in dims):
-        return problem("negative-dims", f"negative dimension in dims {dims}")
-    count = 1
-    for d in dims:
-        count *= d
-    expected = _expected_nbytes(dtype, count)
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
-            return problem("data-length", "holds STRING data in an external data file")
-        return _external_problem(tensor, expected, base, problem, files)
-    fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
-    if tensor.HasField("raw_data"):
-        if fields or dtype == ir.DataType.STRING:
-            return problem(
-                "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
-            )
-        if expected is not None and len(tensor.raw_data) != expected:
-            return problem(
-                "data-length",
-                f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
-                f"of {dtype.name} need {expected}",
-            )
-        return None
-    if not fields:
-        if count == 0:
-            return None
-        return problem("data-length", f"has no data but dims {dims} need {count} elements")
-    if len(fields) > 1 or _typed_field(dtype) != fields[0]:
-        return problem(
-            "data-length",
-            f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
-            f"{_typed_field(dtype)})",
-        )
-    n_values = len(getattr(tensor, fields[0]))
-    if dtype == ir.DataType.STRING:
-        wanted = count
-    elif dtype.bitwidth < 8:
-        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
-        wanted = (count + per_value - 1) // per_value
-    elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
-        wanted = 2 * count
-    else:
-        wanted = count
-    if n_values != wanted:
-        return problem(
-            "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
-        )
-    return None
-
-
-def _external_problem(
-    tensor: onnx.TensorProto,
-    expected: int | None,
-    base: Path,
-    problem: Callable[[str, str], DataProblem],
-    files: dict[str, tuple[str, str] | int],
-) -> DataProblem | None:
-    info = {entry.key: entry.value for entry in tensor.external_data}
-    location = info.get("location", "")
-    if not location:
-        return problem("external-missing", "external data without a location")
-    if location not in files:
-        try:
-            files[location] = _locate(location, base)
-        except (OSError, ValueError) as exc:  # a NUL byte, a name too long, a loop of links
-            files[location] = (
-                "external-missing",
-                f"external data location {location!r} cannot be used ({_one_line(exc)})",
-            )
-    found = files[location]
-    if not isinstance(found, int):
-        return problem(*found)
-    file_size = found
-    try:
-        offset = int(info.get("offset", "0") or 0)
-        length = int(info["length"]) if info.get("length") else None
-    except ValueError:
-        return problem("external-range", "external data offset/length are not integers")
-    if offset < 0 or (length is not None and length < 0):
-        return problem("external-range", f"negative external data offset/length in '{location}'")
-    available = file_size - offset
-    if length is not None and length > available:
-        return problem(
-            "external-range",
-            f"external data '{location}' has {max(available, 0)} bytes at offset {offset}, "
-            f"the tensor claims {length}",
-        )
-    size = length if length is not None else available
-    if expected is not None and size != expected and (length is not None or size < expected):
-        return problem(
-            "data-length",
-            f"external data holds {size} bytes but dims {list(tensor.dims)} need {expected}",
-        )
-    return None
-
-
-def _locate(location: str, base: Path) -> tuple[str, str] | int:
-    """The size of the external data file at ``location``, or the (kind, message) why not."""
-    if os.path.isabs(location) or Path(location).drive:
-        return "external-escapes", f"external data location '{location}' is an absolute path"
-    target = base / location
-    if not _inside(os.path.normpath(os.path.abspath(target)), os.path.abspath(base)):
-        return "external-escapes", f"external data location '{location}' escapes the model folder"
-    if not _inside(os.path.realpath(target), os.path.realpath(base)):
-        return (
-            "external-escapes",
-            f"external data location '{location}' is a link that leads out of the model folder",
-        )
-    if not target.is_file():
-        return "external-missing", f"external data file '{location}' not found"
-    return target.stat().st_size
-
-
-def _inside(path: str, folder: str) -> bool:
-    folder = folder.rstrip(os.sep) + os.sep
-    return path.startswith(folder)
-
-
 # --------------------------------------------------------------------------- facts
-
-
-def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            if value.const_value is not None:
-                yield value.const_value
-
-
-def uses_external_data(model: ir.Model) -> bool:
-    """True if any initializer of the model lives in an external data file."""
-    return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
-
-
-def tensor_bytes(tensor: ir.TensorProtocol) -> int:
-    """Bytes of ``tensor`` from its shape and type (0 for strings): reads no data."""
-    if tensor.dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED):
-        return 0
-    return tensor.nbytes
-
-
-def external_data_files(model: ir.Model) -> set[Path]:
-    """The files the model's external initializers live in (resolved paths)."""
-    return {
-        Path(os.path.realpath(t.path))
-        for t in _initializer_tensors(model)
-        if isinstance(t, ir.ExternalTensor)
-    }
 
 
 def unwritable(model: ir.Model) -> str | None:
     """Why onnx_ir could not write ``model`` back (an attribute of type UNDEFINED), or
     None. ``load`` accepts such models so that info and check can describe them."""
-    graphs = [model.graph, *model.functions.values()]
-    for graph in graphs:
-        for node in ir.traversal.RecursiveGraphIterator(graph):
+    for container in tensors.ir_containers(model):
+        for node in container:
             for attr in node.attributes.values():
                 if attr.type == ir.AttributeType.UNDEFINED:
                     name = node.name or node.op_type
                     return f"attribute '{attr.name}' of node '{name}' has no type"
     return None
-
-
-def initializer_bytes(model: ir.Model) -> int:
-    """Total bytes of the model's initializers (from shapes: reads no data)."""
-    return sum(tensor_bytes(t) for t in _initializer_tensors(model))
 
 
 def external_data_name(output: str | os.PathLike) -> str:
@@ -562,8 +281,10 @@ def save(
     if path.is_dir():
         raise InputError(f"{path}: is a directory; give a file name for the output")
     if external_data is None:
-        external_data = uses_external_data(model) or initializer_bytes(model) > threshold
-    if not external_data and initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        external_data = (
+            tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
+        )
+    if not external_data and tensors.initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
         raise InputError(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"

@@ -19,7 +19,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io
+from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.verify import Verification, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -140,12 +140,12 @@ def rewrite(
             "(run `qlrewrite check` for details)",
             report,
         )
-    bytes_before = model_io.initializer_bytes(model)
-    if external_data is None and model_io.uses_external_data(model):
+    bytes_before = tensors.initializer_bytes(model)
+    if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     model = run_passes(model, passes)
-    checker_warnings = validate_output(model, input_path)
-    bytes_after = model_io.initializer_bytes(model)
+    checker_warnings = validate_output(model, input_path, unchanged)
+    bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
@@ -185,7 +185,8 @@ def rewrite(
 
 def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool) -> None:
     """Neither the output nor its data file may be a file the input reads its weights from."""
-    inputs = model_io.external_data_files(model)
+    source = model.meta["qlrewrite.proto"]
+    inputs = tensors.input_files(source, Path(model.meta["qlrewrite.source"]).absolute().parent)
     if any(model_io.same_file(target, f) for f in inputs):
         raise InputError(f"{target}: the output would overwrite the input's external data")
     data = target.with_name(model_io.external_data_name(target))
@@ -229,18 +230,28 @@ def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Mode
         raise cause from exc
 
 
-def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
+def validate_output(
+    model: ir.Model, source: Path | None = None, original: onnx.ModelProto | None = None
+) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
     Graph inputs and outputs declared without a shape (as some exporters write them, and
     as ONNX Runtime runs them) do not refuse it: see :func:`_full_check` (a warning).
+    ``original``: a weight-free proto of the input; when onnx.checker rejects the output,
+    it is checked too, and an input the checker rejects as well is named as the cause.
     """
     proto = weightless_proto(model)
     try:
         warnings = _full_check(proto)
-    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Refusal(f"the rewritten model would be invalid (onnx.checker: {first})") from exc
+    except _CHECKER_ERRORS as exc:
+        if original is not None and (problem := _checker_problem(original)) is not None:
+            where = f"{source}: " if source else ""
+            raise Refusal(
+                f"{where}the input model is invalid (onnx.checker: {problem}); nothing written"
+            ) from exc
+        raise Refusal(
+            f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
+        ) from exc
     report = _check(model, source, proto)
     if report.errors:
         raise FindingsRefusal(
@@ -249,6 +260,23 @@ def validate_output(model: ir.Model, source: Path | None = None) -> list[str]:
             report,
         )
     return warnings
+
+
+_CHECKER_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _checker_problem(proto: onnx.ModelProto) -> str | None:
+    """onnx.checker's first complaint about ``proto`` (checked as the output is), or None."""
+    try:
+        _full_check(proto)
+    except _CHECKER_ERRORS as exc:
+        return _first_line(exc)
+    return None
 
 
 def _full_check(proto: onnx.ModelProto) -> list[str]:

@@ -137,24 +137,43 @@ def granularity(node: ir.Node) -> str:
 
 
 def drop_unused_domain(model: ir.Model, domain: str) -> bool:
-    """Remove the opset import of ``domain`` wherever no node (nor a function) uses it.
+    """Remove the opset import of ``domain`` wherever nothing uses it.
 
-    The ai.onnx import is always kept (it fixes the meaning of the model's opset).
+    Used means: a node of the graph or function importing it (nested subgraphs
+    included); for the model's own imports also a node in any function, and the domain of
+    a function (its call sites name it). The ai.onnx import is always kept (it fixes the
+    meaning of the model's opset).
     """
     if domain in ("", "ai.onnx"):
         return False
-    function_domains = {f.domain for f in model.functions.values()}
     changed = False
     graph_likes: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
     for graph_like in graph_likes:
         if domain not in graph_like.opset_imports:
             continue
-        if graph_like is model.graph and domain in function_domains:
-            continue
+        scope = graph_likes if graph_like is model.graph else [graph_like]
         used = any(
-            node.domain == domain for node in ir.traversal.RecursiveGraphIterator(graph_like)
+            node.domain == domain
+            for body in scope
+            for node in ir.traversal.RecursiveGraphIterator(body)
         )
+        if graph_like is model.graph:
+            used = used or any(f.domain == domain for f in model.functions.values())
         if not used:
             del graph_like.opset_imports[domain]
             changed = True
     return changed
+
+
+def drop_unused_domains(model: ir.Model) -> int:
+    """Remove every opset import nothing uses (see :func:`drop_unused_domain`); returns
+    how many imports were removed (model and functions)."""
+    before = _import_count(model)
+    domains = {d for g in (model.graph, *model.functions.values()) for d in g.opset_imports}
+    for domain in sorted(domains):
+        drop_unused_domain(model, domain)
+    return before - _import_count(model)
+
+
+def _import_count(model: ir.Model) -> int:
+    return len(model.opset_imports) + sum(len(f.opset_imports) for f in model.functions.values())

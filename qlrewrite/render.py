@@ -222,7 +222,7 @@ def _sarif_rule(rule: Rule) -> dict[str, Any]:
             "text": f"{rule.explanation}\n\nExample:\n{rule.example}",
             "markdown": f"{rule.explanation}\n\nExample:\n\n```\n{rule.example}\n```",
         },
-        "defaultConfiguration": {"level": rule.severity},
+        "defaultConfiguration": {"level": rule.severity, "enabled": not rule.opt_in},
         "properties": {"tags": ["onnx", "quantization"], "versions": rule.versions},
     }
 
@@ -332,7 +332,7 @@ def render(reports: Sequence[Report], fmt: str, *, codes: Iterable[str] | None =
 def rule_text(rule: Rule) -> str:
     """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example."""
     return (
-        f"{rule.code} {rule.name} ({rule.severity}; {rule.versions})\n\n"
+        f"{rule.code} {rule.name} ({rule.level}; {rule.versions})\n\n"
         f"{rule.summary}\n\n{rule.explanation}\n\nExample:\n"
         + "\n".join(f"  {line}" for line in rule.example.splitlines())
         + "\n"
@@ -347,7 +347,7 @@ def print_rule(rule: Rule, console: Console) -> None:
             " ",
             (rule.name, "bold"),
             " (",
-            (rule.severity, _SEVERITY_STYLE[rule.severity]),
+            (rule.level, _SEVERITY_STYLE[rule.severity]),
             f"; {rule.versions})",
         )
     )
@@ -365,9 +365,10 @@ def rules_lines(rules: Iterable[Rule]) -> list[str]:
     rules = list(rules)
     name_width = max((len(r.name) for r in rules), default=0)
     versions_width = max((len(r.versions) for r in rules), default=0)
+    level_width = max((len(r.level) for r in rules), default=0)
     return [
-        f"{r.code}  {r.severity:<7}  {r.name:<{name_width}}  {r.versions:<{versions_width}}  "
-        f"{r.summary}".rstrip()
+        f"{r.code}  {r.level:<{level_width}}  {r.name:<{name_width}}  "
+        f"{r.versions:<{versions_width}}  {r.summary}".rstrip()
         for r in rules
     ]
 
@@ -381,7 +382,7 @@ def print_rules_table(rules: Iterable[Rule], console: Console) -> None:
         table.add_row(
             r.code,
             r.name,
-            Text(r.severity, style=_SEVERITY_STYLE[r.severity]),
+            Text(r.level, style=_SEVERITY_STYLE[r.severity]),
             r.versions,
             Text(r.summary),
         )
@@ -414,14 +415,16 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "Every rule `qlrewrite check` applies to QuantizeLinear / DequantizeLinear nodes.",
         "Errors make `qlrewrite check` exit 1 (warnings only with `--strict`); select or",
         "ignore rules by code or prefix with `--select` / `--ignore` (for example",
-        "`--ignore QL5`). `qlrewrite rules CODE` prints one entry.",
+        "`--ignore QL5`). Opt-in rules run only when `--select` names them (their code or",
+        "category, as `--select QL504` or `--select QL5`; not `ALL`). `qlrewrite rules CODE`",
+        "prints one entry.",
         "",
         "| code | name | severity | versions | summary |",
         "|---|---|---|---|---|",
     ]
     for r in rules.values():
         out.append(
-            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.severity} | {_cell(r.versions)} "
+            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.level} | {_cell(r.versions)} "
             f"| {_cell(r.summary)} |"
         )
     category = None
@@ -433,7 +436,7 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             "",
             f"### {r.code} {r.name}",
             "",
-            f"Severity: **{r.severity}**. Applies to: {r.versions}.",
+            f"Severity: **{r.level}**. Applies to: {r.versions}.",
             "",
             r.summary,
             "",

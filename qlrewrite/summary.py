@@ -13,7 +13,7 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io, opsets
+from qlrewrite import opsets, tensors
 from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
 from qlrewrite.weightless import weightless_proto
 
@@ -153,7 +153,7 @@ def _constant_inputs(node: ir.Node) -> dict[int, int]:
             if attr is not None and attr.type == ir.AttributeType.TENSOR:
                 tensor = attr.value
         if tensor is not None:
-            found[id(value)] = model_io.tensor_bytes(tensor)
+            found[id(value)] = tensors.tensor_bytes(tensor)
     return found
 
 
@@ -194,8 +194,8 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
         "functions": len(model.functions),
         "initializers": {
             "count": sum(len(g.initializers) for g in model.graphs()),
-            "bytes": model_io.initializer_bytes(model),
-            "external_data": model_io.uses_external_data(model),
+            "bytes": tensors.initializer_bytes(model),
+            "external_data": tensors.uses_external_data(model),
         },
         "qdq_nodes": sum(groups.values()),
         "qdq": [

@@ -8,14 +8,14 @@ checker and shape inference see the same names, types and shapes without any dat
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.materialize import external_in_memory
+from qlrewrite import tensors
+from qlrewrite.tensors import external_in_memory
 
 __all__ = ["weightless_from_source", "weightless_proto"]
 
@@ -51,33 +51,31 @@ def weightless_proto(model: ir.Model, *, max_inline_bytes: int = 1024) -> onnx.M
     finally:
         for value, tensor in swapped:
             value.const_value = tensor
-    _hoist_placeholders(proto.graph, proto.graph)
+    _hoist_placeholders(proto)
     return proto
 
 
-def _hoist_placeholders(graph: onnx.GraphProto, main: onnx.GraphProto) -> None:
-    """Turn placeholder initializers of ``graph`` (and its subgraphs) into main inputs."""
+def _hoist_placeholders(proto: onnx.ModelProto) -> None:
+    """Turn placeholder initializers of every graph (subgraphs too) into main inputs."""
+    main = proto.graph
     input_names = {i.name for i in main.input}
-    kept = []
-    for tensor in graph.initializer:
-        location = {e.key: e.value for e in tensor.external_data}.get("location")
-        if tensor.data_location != onnx.TensorProto.EXTERNAL or location != _PLACEHOLDER:
-            kept.append(tensor)
+    for _, graph in tensors.proto_graphs(proto):
+        if not isinstance(graph, onnx.GraphProto):
             continue
-        if tensor.name not in input_names:
-            main.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
-            )
-            input_names.add(tensor.name)
-    if len(kept) != len(graph.initializer):
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                _hoist_placeholders(attr.g, main)
-            for sub in attr.graphs:
-                _hoist_placeholders(sub, main)
+        kept = []
+        for tensor in graph.initializer:
+            location = {e.key: e.value for e in tensor.external_data}.get("location")
+            if tensor.data_location != onnx.TensorProto.EXTERNAL or location != _PLACEHOLDER:
+                kept.append(tensor)
+                continue
+            if tensor.name not in input_names:
+                main.input.append(
+                    onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+                )
+                input_names.add(tensor.name)
+        if len(kept) != len(graph.initializer):
+            del graph.initializer[:]
+            graph.initializer.extend(kept)
 
 
 def weightless_from_source(
@@ -94,16 +92,14 @@ def weightless_from_source(
     large initializer in a subgraph): use :func:`weightless_proto` then.
     """
     main = source.graph
-    if len(main.sparse_initializer) or not _plain_subgraphs(main.node, max_inline_bytes):
-        return None
-    if not all(_plain_subgraphs(f.node, max_inline_bytes) for f in source.functions):
+    if not _plain_subgraphs(source, max_inline_bytes):
         return None
     kept, hoisted = [], []
     for tensor in main.initializer:
-        nbytes = _nbytes(tensor)
-        if nbytes is None:
+        size = tensors.nbytes(tensor.data_type, tensor.dims)
+        if size is None:
             return None
-        if nbytes > max_inline_bytes:
+        if size > max_inline_bytes:
             hoisted.append(tensor)
         elif tensor.data_location == onnx.TensorProto.EXTERNAL:
             return None
@@ -114,7 +110,8 @@ def weightless_from_source(
     _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
     proto.graph.initializer.extend(kept)
     proto.graph.value_info.extend(_live_value_info(main))
-    for sub in _subgraphs([*proto.graph.node, *(n for f in proto.functions for n in f.node)]):
+    subgraphs = [g for label, g in tensors.proto_graphs(proto) if "/" in label]
+    for sub in subgraphs:
         live = _live_value_info(sub)
         del sub.value_info[:]
         sub.value_info.extend(live)
@@ -164,48 +161,25 @@ def _live_value_info(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     return list({info.name: info for info in graph.value_info if info.name in live}.values())
 
 
-def _subgraphs(nodes: Iterable[onnx.NodeProto]) -> Iterator[onnx.GraphProto]:
-    """Every subgraph of ``nodes``, nested ones included."""
-    for node in nodes:
-        for attr in node.attribute:
-            subgraphs = [attr.g] if attr.HasField("g") else []
-            for sub in (*subgraphs, *attr.graphs):
-                yield sub
-                yield from _subgraphs(sub.node)
-
-
-def _plain_subgraphs(nodes: Iterable[onnx.NodeProto], max_inline_bytes: int) -> bool:
-    """No attribute tensor of ``nodes`` (nested) is external, and every subgraph
-    initializer is small, inline and dense: the copy keeps them as serializing would."""
-    for node in nodes:
-        for attr in node.attribute:
-            if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
-                return False
-            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attr.tensors):
-                return False
-            subgraphs = [attr.g] if attr.HasField("g") else []
-            for sub in (*subgraphs, *attr.graphs):
-                if len(sub.sparse_initializer):
+def _plain_subgraphs(source: onnx.ModelProto, max_inline_bytes: int) -> bool:
+    """No attribute tensor (anywhere) is external, and every subgraph initializer is
+    small, inline and dense: the copy keeps them as serializing would."""
+    for label, graph in tensors.proto_graphs(source):
+        if isinstance(graph, onnx.GraphProto) and len(graph.sparse_initializer):
+            return False
+        if "/" in label:  # a subgraph
+            for tensor in graph.initializer:
+                size = tensors.nbytes(tensor.data_type, tensor.dims)
+                if (
+                    size is None
+                    or size > max_inline_bytes
+                    or tensor.data_location == onnx.TensorProto.EXTERNAL
+                ):
                     return False
-                for tensor in sub.initializer:
-                    nbytes = _nbytes(tensor)
-                    if (
-                        nbytes is None
-                        or nbytes > max_inline_bytes
-                        or tensor.data_location == onnx.TensorProto.EXTERNAL
-                    ):
-                        return False
-                if not _plain_subgraphs(sub.node, max_inline_bytes):
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
+                    return False
+                if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attr.tensors):
                     return False
     return True
-
-
-def _nbytes(tensor: onnx.TensorProto) -> int | None:
-    """The tensor's size in bytes as onnx_ir counts it (None: a string or unknown type)."""
-    try:
-        dtype = ir.DataType(tensor.data_type)
-    except ValueError:
-        return None
-    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in tensor.dims):
-        return None
-    return math.ceil(dtype.bitwidth * math.prod(tensor.dims) / 8)

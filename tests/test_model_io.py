@@ -22,7 +22,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from test_model_io_models import cli, external_tensor, matmul_model, write_external_model
 
-from qlrewrite import model_io
+from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -426,7 +426,7 @@ def test_random_blobs_never_escape(tmp_path: Path) -> None:
 def test_check_data_false_leaves_problems_to_data_problems(tmp_path: Path) -> None:
     path = _raw_data_length(tmp_path)
     model = model_io.load(path, check_data=False)
-    problems = model_io.data_problems(model)
+    problems = tensors.data_problems(model)
     assert [(p.kind, p.tensor, p.graph) for p in problems] == [("data-length", "W", "main")]
 
 
@@ -550,10 +550,10 @@ def test_load_reads_no_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyP
     tracemalloc.stop()
     assert elapsed < 0.5
     assert peak < 2 * 1024**2  # Python allocations while loading: the graph, not the data
-    tensors = [v.const_value for v in model.graph.initializers.values()]
-    assert all(isinstance(t, ir.ExternalTensor) and t.raw is None for t in tensors)
-    assert model_io.initializer_bytes(model) == 8 * 64 * 1024**2
-    assert model_io.uses_external_data(model)
+    loaded = [v.const_value for v in model.graph.initializers.values()]
+    assert all(isinstance(t, ir.ExternalTensor) and t.raw is None for t in loaded)
+    assert tensors.initializer_bytes(model) == 8 * 64 * 1024**2
+    assert tensors.uses_external_data(model)
 
 
 # --------------------------------------------------------------------------- small facts
@@ -572,13 +572,13 @@ def test_external_data_name_and_same_file(tmp_path: Path) -> None:
 
 
 def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:
-    tensors = [
+    extra = [
         helper.make_tensor("i4", TensorProto.INT4, [5], [1, 2, 3, 4, 5]),  # 3 bytes
         helper.make_tensor("s", TensorProto.STRING, [2], [b"a", b"bc"]),  # not counted
         numpy_helper.from_array(np.zeros((3, 4), np.float16), "h"),  # 24 bytes
     ]
     proto = matmul_model()
-    proto.graph.initializer.extend(tensors)
+    proto.graph.initializer.extend(extra)
     model = model_io.load(_write(tmp_path / "m.onnx", proto))
-    assert model_io.initializer_bytes(model) == 64 * 32 * 4 + 3 + 24
-    assert not model_io.uses_external_data(model)
+    assert tensors.initializer_bytes(model) == 64 * 32 * 4 + 3 + 24
+    assert not tensors.uses_external_data(model)

@@ -15,7 +15,7 @@ import pytest
 from test_model_io import _sparse_external_model
 from test_model_io_models import matmul_model, weights, write_external_model
 
-from qlrewrite import model_io
+from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError
 
 
@@ -268,7 +268,7 @@ def test_round_trip_above_2gb(tmp_path: Path) -> None:
             handle.seek((i + 1) * tensor_bytes - 4)
             handle.write(np.float32(-(i + 1)).tobytes())
     model = model_io.load(path)
-    assert model_io.initializer_bytes(model) > 2**31
+    assert tensors.initializer_bytes(model) > 2**31
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     with pytest.raises(InputError):

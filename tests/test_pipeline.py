@@ -306,3 +306,20 @@ def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
 
     loaded = model_io.load(model)
     assert pipeline.run_passes(loaded, []) is loaded
+
+
+def test_an_input_the_checker_rejects_is_named_as_the_cause(tmp_path: Path) -> None:
+    """A model onnx.checker already rejects (here: an attribute Relu does not have) is
+    refused as an invalid input, not as an invalid rewrite."""
+    proto = onnx.load_model(str(EXAMPLES / "msdomain_int16_opset13.onnx"))
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    relu.attribute.append(onnx.helper.make_attribute("alpha", 0.5))
+    source = tmp_path / "model.onnx"
+    source.write_bytes(proto.SerializeToString())
+    with pytest.raises(onnx.checker.ValidationError):
+        onnx.checker.check_model(proto, full_check=True)  # the premise
+    result = run(str(source))
+    assert result.exit_code == 1
+    assert f"{source}: the input model is invalid (onnx.checker: " in result.stderr
+    assert "alpha" in result.stderr and "would be invalid" not in result.stderr
+    assert _listing(tmp_path) == ["model.onnx"]

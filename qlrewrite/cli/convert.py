@@ -8,6 +8,7 @@ import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.convert_domain import TARGETS, ConvertDomainPass
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 
 __all__ = ["convert_command"]
 
@@ -44,10 +45,18 @@ def convert_command(
     the opset to pass to `qlrewrite upgrade --opset N`. --to com.microsoft refuses what
     ONNX Runtime's contrib ops cannot express (blocked quantization, float8/float4/int2,
     bfloat16, saturate=0, ...). A refusal names the nodes, exits 1 and writes nothing.
+
+    --to onnx also rewrites com.microsoft MatMulNBits as DequantizeLinear -> MatMul (-> Add
+    for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
+    and GatherBlockQuantized as DequantizeLinear -> Gather; the dequantized weights are
+    bit-identical to ONNX Runtime's kernels'.
     """
+    passes: list = [ConvertDomainPass(to)]
+    if to == "onnx":
+        passes.insert(0, NBitsToOnnxPass())
     run_rewrite(
         model,
-        [ConvertDomainPass(to)],
+        passes,
         command="convert",
         options=options,
     )

@@ -9,6 +9,7 @@ import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
 
@@ -52,6 +53,7 @@ Examples:
   qlrewrite fold model.onnx                      # writes model.fold.onnx
   qlrewrite fold model.onnx -o folded.onnx --max-size 4GB
   qlrewrite fold model.onnx --keep-dq -o smaller.onnx
+  qlrewrite fold int4_llm.onnx --dequantize-weights -o float_baseline.onnx
   qlrewrite fold model.onnx --dry-run --report fold.json
 """,
 )
@@ -60,6 +62,12 @@ Examples:
     "--keep-dq",
     is_flag=True,
     help="Fold only QuantizeLinear of constants; keep every DequantizeLinear (QDQ form).",
+)
+@click.option(
+    "--dequantize-weights",
+    is_flag=True,
+    help="Also turn com.microsoft MatMulNBits / GatherBlockQuantized with constant weights "
+    "into MatMul / Gather of float initializers (an un-quantized accuracy baseline).",
 )
 @click.option(
     "--max-size",
@@ -73,6 +81,7 @@ Examples:
 def fold_command(
     model: Path,
     keep_dq: bool,
+    dequantize_weights: bool,
     max_size: int | None,
     options: RewriteOptions,
 ) -> None:
@@ -82,10 +91,18 @@ def fold_command(
     --keep-dq, quantized weights become quantized initializers). Values are computed
     while the output is written, tensor by tensor, so memory stays small at any model
     size. A model with error findings is refused (exit 1) and nothing is written.
+
+    --dequantize-weights also replaces each MatMulNBits / GatherBlockQuantized whose
+    weights are constant by MatMul / Gather of the float weight ONNX Runtime's kernel
+    computes (bit for bit); nodes it cannot (g_idx, zero points in the scale type) stay,
+    with a warning.
     """
+    passes = [FoldPass(keep_dq=keep_dq)]
+    if dequantize_weights:
+        passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True))
     run_rewrite(
         model,
-        [FoldPass(keep_dq=keep_dq)],
+        passes,
         command="fold",
         options=options,
         max_size=max_size,

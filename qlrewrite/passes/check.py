@@ -65,16 +65,20 @@ def check(
 def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:
     """The rule codes enabled by ``select`` / ``ignore`` codes or prefixes, as ruff does.
 
-    No ``select`` means every rule (``ALL`` too). When a code matches both lists, the longer
-    (more specific) prefix wins; on a tie ``ignore`` wins. An entry that matches no rule
-    code raises InputError naming it.
+    No ``select`` means every rule that is not opt-in (``ALL`` too); an opt-in rule needs a
+    select entry of at least its category (``QL5``, ``QL504``). When a code matches both
+    lists, the longer (more specific) prefix wins; on a tie ``ignore`` wins. An entry that
+    matches no rule code raises InputError naming it.
     """
     selected = _prefixes(select, "--select")
     ignored = _prefixes(ignore, "--ignore")
     enabled = set()
-    for code in RULES:
-        best_select = max((len(p) for p in selected if code.startswith(p)), default=-1)
-        if not selected:
+    for code, entry in RULES.items():
+        shortest = 3 if entry.opt_in else 0  # "QL5" names the category; "", "QL" do not
+        best_select = max(
+            (len(p) for p in selected if code.startswith(p) and len(p) >= shortest), default=-1
+        )
+        if not selected and not entry.opt_in:
             best_select = 0
         best_ignore = max((len(p) for p in ignored if code.startswith(p)), default=-1)
         if best_select >= 0 and best_select > best_ignore:

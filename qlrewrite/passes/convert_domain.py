@@ -19,7 +19,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.check import node_contexts
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domain
+from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domains
 from qlrewrite.rules.context import NodeContext, constant_tensor
 
 __all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert"]
@@ -273,7 +273,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         done = [p for p in plans if not p.problems]
         for plan in done:
             self._apply(model, plan)
-        dropped = drop_unused_domain(model, self.source_domain) if done else False
+        dropped = drop_unused_domains(model) if done else 0
         raised = raise_ir_version(model) if done else False
         self.summary = {
             "nodes_converted": len(done),

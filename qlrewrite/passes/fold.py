@@ -23,9 +23,10 @@ from qlrewrite.passes.fold_tensor import (
     FoldedTensor,
     FoldSpec,
     Operand,
+    StreamedTensor,
     link_in_order,
 )
-from qlrewrite.qdq import QDQSite, drop_unused_domain, is_constant, iter_qdq_nodes
+from qlrewrite.qdq import QDQSite, drop_unused_domains, is_constant, iter_qdq_nodes
 from qlrewrite.rules.context import constant_tensor
 
 __all__ = ["FoldPass", "fold"]
@@ -69,14 +70,12 @@ class FoldPass(ir.passes.InPlacePass):
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
         overridable = 0
-        folded_domains: set[str] = set()
         for site in list(iter_qdq_nodes(model)):
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 continue
             folded = _folded_tensor(site)
             if folded is not None:
                 self._replace(containers, site, folded)
-                folded_domains.add(site.domain)
             elif _overridable(site.node):
                 overridable += 1
         if overridable:
@@ -87,10 +86,7 @@ class FoldPass(ir.passes.InPlacePass):
             )
         if any(self.summary.values()):
             link_in_order(_initializer_order(model))
-            before = _opset_count(model)
-            for domain in folded_domains:
-                drop_unused_domain(model, domain)
-            self.summary["opsets_removed"] = before - _opset_count(model)
+            self.summary["opsets_removed"] = drop_unused_domains(model)
         return ir.passes.PassResult(model, modified=any(self.summary.values()))
 
     def _replace(
@@ -183,7 +179,7 @@ def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
         saturate=_int_attr(node, row, "saturate", 1),
         precision=_int_attr(node, row, "precision") or 0,
     )
-    operand: Operand = x_tensor if isinstance(x_tensor, FoldedTensor) else ConstOperand(x_tensor)
+    operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
 
 
@@ -208,15 +204,11 @@ def _replace_outputs(
                 outputs[index] = new
 
 
-def _initializer_order(model: ir.Model) -> list[FoldedTensor]:
-    """Folded initializers in the order onnx_ir's save writes them."""
+def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
+    """Streamed initializers in the order onnx_ir's save writes them."""
     return [
         value.const_value
         for graph in model.graphs()
         for value in graph.initializers.values()
-        if isinstance(value.const_value, FoldedTensor)
+        if isinstance(value.const_value, StreamedTensor)
     ]
-
-
-def _opset_count(model: ir.Model) -> int:
-    return len(model.opset_imports) + sum(len(f.opset_imports) for f in model.functions.values())

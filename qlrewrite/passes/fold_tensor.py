@@ -30,6 +30,7 @@ __all__ = [
     "FoldSpec",
     "FoldedTensor",
     "Operand",
+    "StreamedTensor",
     "link_in_order",
 ]
 
@@ -90,10 +91,108 @@ class FoldSpec:
     precision: int = 0
 
 
-class FoldedTensor(ir.LazyTensor):
+class StreamedTensor(ir.LazyTensor):
+    """A lazily computed tensor written to a file in chunks of rows (along axis 0).
+
+    Subclasses give :meth:`rows` (a reader of output row ranges), :meth:`release` (unmap
+    what the reader loaded) and optionally :meth:`row_multiple` (chunk boundaries).
+    Also usable as the x operand of a :class:`FoldedTensor` (it has ``shape`` and ``rows``).
+    """
+
+    __slots__ = ("_prefetched", "successor")
+
+    def __init__(self, dtype: ir.DataType, shape: ir.Shape, *, name: str | None = None) -> None:
+        super().__init__(self._whole, dtype, shape, name=name)
+        #: The streamed tensor written after this one, if known (see :meth:`iter_chunks`).
+        self.successor: StreamedTensor | None = None
+        self._prefetched: concurrent.futures.Future | None = None
+
+    def rows(self) -> RowReader:
+        """A reader of output rows; the data it needs stays loaded while it lives."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Unmap the external data :meth:`rows` read (it is mapped again when needed)."""
+
+    def row_multiple(self) -> int:
+        """Chunks start at multiples of this many rows (1: anywhere)."""
+        return 1
+
+    def _whole(self) -> ir.Tensor:
+        shape = self.shape.numpy()
+        array = self.rows()(0, shape[0] if shape else 0)
+        return ir.Tensor(np.asarray(array), dtype=self.dtype, name=self.name)
+
+    def chunk_rows(self) -> int:
+        """Rows per chunk: about CHUNK_BYTES of output, aligned to blocks and byte packing."""
+        shape = self.shape.numpy()
+        row_elements = math.prod(shape[1:])
+        row_bytes = max(1, math.ceil(row_elements * self.dtype.bitwidth / 8))
+        multiple = self.row_multiple()
+        if self.dtype.bitwidth < 8:  # packed types: whole bytes per chunk
+            multiple = math.lcm(multiple, 4)
+        rows = max(1, CHUNK_BYTES // row_bytes)
+        return max(multiple, rows // multiple * multiple)
+
+    def iter_chunks(self) -> Iterator[memoryview | bytes]:
+        """The tensor's bytes in chunks of rows, each computed ahead of its consumer.
+
+        Chunks are computed on one background thread while the previous chunk is being
+        written. Memory-mapped inputs are released once the last chunk is computed, so
+        the pages they brought in do not stay resident; then the :attr:`successor`
+        (the next folded tensor to be written) starts loading its input and its first
+        chunk while this tensor's last chunk is written.
+        """
+        try:
+            yield from self._chunks()
+        finally:
+            self.release()
+
+    def _streams(self) -> bool:
+        """True if written in chunks of rows (not a scalar, not empty)."""
+        return self.shape.rank() > 0 and self.size > 0
+
+    def _chunks(self) -> Iterator[memoryview | bytes]:
+        if not self._streams():
+            yield self._whole().tobytes()
+            return
+        prefetched, self._prefetched = self._prefetched, None
+        read, ranges, first = prefetched.result() if prefetched else self._open()
+        pool = _pool()
+        pending = None
+        for bounds in ranges[1:]:
+            pending = pool.submit(self._compute, read, bounds)
+            yield first
+            first = pending.result()
+        del read, pending, prefetched  # drop every view of the inputs, then unmap them
+        self.release()
+        if self.successor is not None and self.successor._streams():
+            self.successor._prefetched = pool.submit(self.successor._open)
+        yield first
+
+    def _open(self) -> tuple[RowReader, list[tuple[int, int]], memoryview | bytes]:
+        """Load the inputs; return the row reader, the chunk ranges and the first chunk."""
+        rows = self.shape.numpy()[0]
+        step = self.chunk_rows()
+        ranges = [(start, min(start + step, rows)) for start in range(0, rows, step)]
+        read = self.rows()
+        return read, ranges, self._compute(read, ranges[0])
+
+    def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
+        return _as_bytes(np.asarray(read(*bounds)), self.dtype)
+
+    def tofile(self, file) -> None:  # any binary file object
+        """Compute and write the tensor chunk by chunk."""
+        start = _position(file)
+        for data in self.iter_chunks():
+            file.write(data)
+        _drop_from_page_cache(file, start)
+
+
+class FoldedTensor(StreamedTensor):
     """``Q(x, scale, zero_point)`` or ``DQ(x, scale, zero_point)`` of constants, lazily."""
 
-    __slots__ = ("_prefetched", "scale", "spec", "successor", "x", "zero_point")
+    __slots__ = ("scale", "spec", "x", "zero_point")
 
     def __init__(
         self,
@@ -105,14 +204,11 @@ class FoldedTensor(ir.LazyTensor):
         name: str | None = None,
     ) -> None:
         shape = ir.Shape(x.shape.numpy())
-        super().__init__(self._whole, spec.output_dtype, shape, name=name)
+        super().__init__(spec.output_dtype, shape, name=name)
         self.spec = spec
         self.x = x
         self.scale = scale
         self.zero_point = zero_point
-        #: The folded tensor written after this one, if known (see :meth:`iter_chunks`).
-        self.successor: FoldedTensor | None = None
-        self._prefetched: concurrent.futures.Future | None = None
 
     def __repr__(self) -> str:
         op = "QuantizeLinear" if self.spec.quantize else "DequantizeLinear"
@@ -183,86 +279,16 @@ class FoldedTensor(ir.LazyTensor):
             output_dtype=spec.output_dtype,
         )
 
-    def _whole(self) -> ir.Tensor:
-        shape = self.shape.numpy()
-        array = self.rows()(0, shape[0] if shape else 0)
-        return ir.Tensor(np.asarray(array), dtype=self.dtype, name=self.name)
-
-    # ---------------------------------------------------------------- writing
-
-    def chunk_rows(self) -> int:
-        """Rows per chunk: about CHUNK_BYTES of output, aligned to blocks and byte packing."""
-        shape = self.shape.numpy()
-        row_elements = math.prod(shape[1:])
-        row_bytes = max(1, math.ceil(row_elements * self.dtype.bitwidth / 8))
-        multiple = 1
-        axis = self.spec.axis + len(shape) if self.spec.axis < 0 else self.spec.axis
-        if axis == 0 and self.spec.block_size > 0:
-            multiple = self.spec.block_size
-        if self.dtype.bitwidth < 8:  # packed types: whole bytes per chunk
-            multiple = math.lcm(multiple, 4)
-        rows = max(1, CHUNK_BYTES // row_bytes)
-        return max(multiple, rows // multiple * multiple)
-
-    def iter_chunks(self) -> Iterator[memoryview | bytes]:
-        """The tensor's bytes in chunks of rows, each computed ahead of its consumer.
-
-        Chunks are computed on one background thread while the previous chunk is being
-        written. Memory-mapped inputs are released once the last chunk is computed, so
-        the pages they brought in do not stay resident; then the :attr:`successor`
-        (the next folded tensor to be written) starts loading its input and its first
-        chunk while this tensor's last chunk is written.
-        """
-        try:
-            yield from self._chunks()
-        finally:
-            self.release()
-
-    def _streams(self) -> bool:
-        """True if written in chunks of rows (not a scalar, not empty)."""
-        return self.shape.rank() > 0 and self.size > 0
-
-    def _chunks(self) -> Iterator[memoryview | bytes]:
-        if not self._streams():
-            yield self._whole().tobytes()
-            return
-        prefetched, self._prefetched = self._prefetched, None
-        read, ranges, first = prefetched.result() if prefetched else self._open()
-        pool = _pool()
-        pending = None
-        for bounds in ranges[1:]:
-            pending = pool.submit(self._compute, read, bounds)
-            yield first
-            first = pending.result()
-        del read, pending, prefetched  # drop every view of the inputs, then unmap them
-        self.release()
-        if self.successor is not None and self.successor._streams():
-            self.successor._prefetched = pool.submit(self.successor._open)
-        yield first
-
-    def _open(self) -> tuple[RowReader, list[tuple[int, int]], memoryview | bytes]:
-        """Load the inputs; return the row reader, the chunk ranges and the first chunk."""
-        rows = self.shape.numpy()[0]
-        step = self.chunk_rows()
-        ranges = [(start, min(start + step, rows)) for start in range(0, rows, step)]
-        read = self.rows()
-        return read, ranges, self._compute(read, ranges[0])
-
-    def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
-        return _as_bytes(np.asarray(read(*bounds)), self.dtype)
+    def row_multiple(self) -> int:
+        """Blocked along axis 0: chunks hold whole blocks."""
+        axis = self.spec.axis + self.shape.rank() if self.spec.axis < 0 else self.spec.axis
+        return self.spec.block_size if axis == 0 and self.spec.block_size > 0 else 1
 
     def release(self) -> None:
         """Unmap the external data the operands read (it is mapped again when needed)."""
         self.x.release()
         _release(self.scale)
         _release(self.zero_point)
-
-    def tofile(self, file) -> None:  # any binary file object
-        """Compute and write the tensor chunk by chunk."""
-        start = _position(file)
-        for data in self.iter_chunks():
-            file.write(data)
-        _drop_from_page_cache(file, start)
 
 
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
@@ -275,7 +301,7 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     return _POOL[0]
 
 
-def link_in_order(tensors: Iterable[FoldedTensor]) -> None:
+def link_in_order(tensors: Iterable[StreamedTensor]) -> None:
     """Tell each tensor which one is written after it, so it can be prepared in advance."""
     previous = None
     for tensor in tensors:

@@ -6,7 +6,9 @@
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
 3. com.microsoft Q/DQ become ai.onnx where the new opset expresses them
-   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict).
+   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict), and so do
+   MatMulNBits / GatherBlockQuantized (DequantizeLinear -> MatMul / Gather,
+   :class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`, not strict).
 4. The IR version is raised to what the opset and the element types need, and opset
    imports nothing uses any more are dropped.
 
@@ -27,7 +29,8 @@ import onnx_ir as ir
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import drop_unused_domain
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.qdq import drop_unused_domains
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "current_opset", "upgrade"]
@@ -92,18 +95,21 @@ class UpgradePass(ir.passes.FunctionalPass):
         new = _convert_weightless(model, self.opset)
         convert = ConvertDomainPass("onnx", strict=False)
         convert(new)
-        self.warnings = list(convert.warnings)
-        dropped = sum(
-            drop_unused_domain(new, domain)
-            for domain in list(new.opset_imports)
-            if domain not in ("", "ai.onnx")
-        )
+        nbits = NBitsToOnnxPass(strict=False)
+        nbits(new)
+        self.warnings = [*convert.warnings, *nbits.warnings]
+        dropped = drop_unused_domains(new)
         raise_ir_version(new)
         self.summary = {
             "opset_before": before,
             "opset_after": self.opset,
             "nodes_converted_to_onnx": convert.summary.get("nodes_converted", 0),
             "com_microsoft_nodes_left": convert.summary.get("nodes_left", 0),
+            "matmul_nbits_converted": nbits.summary.get("matmul_nbits_converted", 0),
+            "gather_block_quantized_converted": nbits.summary.get(
+                "gather_block_quantized_converted", 0
+            ),
+            "nbits_nodes_left": nbits.summary.get("nbits_nodes_left", 0),
             "opset_imports_dropped": int(dropped) + convert.summary.get("opset_imports_dropped", 0),
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite import model_io, opsets
+from qlrewrite import opsets, tensors
 from qlrewrite.findings import Finding, Severity
 
 __all__ = [
@@ -255,6 +255,6 @@ class ModelContext:
     path: str | None = None
 
     @functools.cached_property
-    def data_problems(self) -> list[model_io.DataProblem]:
+    def data_problems(self) -> list[tensors.DataProblem]:
         """Tensors whose data is missing, escapes the folder or has the wrong size."""
-        return model_io.data_problems(self.model)
+        return tensors.data_problems(self.model)

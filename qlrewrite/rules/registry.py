@@ -41,8 +41,12 @@ def rule(
     versions: str = "",
     scope: Scope = "node",
     needs_version: bool = True,
+    opt_in: bool = False,
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
-    """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``."""
+    """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
+
+    An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
+    """
 
     def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
         if code in RULES:
@@ -55,6 +59,7 @@ def rule(
             explanation=" ".join(textwrap.dedent(explanation).split()),
             example=textwrap.dedent(example).strip("\n"),
             versions=versions,
+            opt_in=opt_in,
         )
         RULES[code] = entry
         CHECKS[code] = RuleCheck(entry, func, scope, needs_version)

@@ -219,13 +219,15 @@ def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     explanation="""
     Both mean per-tensor and every runtime accepts the pair, but the spec asks for equal
     shapes. ONNX Runtime's own quantizer writes bias DequantizeLinear nodes with a [1] scale
-    and a scalar zero point, so this is only a warning.
+    and a scalar zero point, so the rule is opt-in (`--select QL406`): a tool that needs
+    equal shapes can look for them.
     """,
     example="""
     warn: DequantizeLinear(b: int32 [64], scale: [1], zp: [])
     good: DequantizeLinear(b: int32 [64], scale: [], zp: [])
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    opt_in=True,
 )
 def zero_point_scalar_vs_1(ctx: NodeContext) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point

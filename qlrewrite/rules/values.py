@@ -29,33 +29,76 @@ def _sample(values: np.ndarray, limit: int = 4) -> str:
     "QL501",
     "scale-value",
     WARNING,
-    summary="A constant scale is zero, negative, NaN or infinite.",
+    summary="A constant scale is zero, NaN or infinite.",
     explanation="""
-    A scale maps integers to real values: it should be positive and finite. A zero scale
+    A scale maps integers to real values: it must be nonzero and finite. A zero scale
     makes QuantizeLinear divide by zero (every output saturates) and DequantizeLinear
-    return zeros; a negative scale flips signs; NaN or infinity poison every value computed
-    from it. Runtimes do not refuse these values, so the model runs and gives wrong numbers.
+    return zeros; NaN or infinity poison every value computed from it. Runtimes do not
+    refuse these values, so the model runs and gives wrong numbers. Negative scales are
+    allowed by the spec and written on purpose (see QL504).
     """,
     example="""
-    warn: DequantizeLinear(w, scale=[0.02, 0.0, -0.01], zp, axis=0)
+    warn: DequantizeLinear(w, scale=[0.02, 0.0, nan], zp, axis=0)
     good: DequantizeLinear(w, scale=[0.02, 0.01, 0.01], zp, axis=0)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
 def scale_value(ctx: NodeContext) -> Iterator[Finding]:
-    scale = ctx.scale
-    if scale is None or scale.array is None or scale.array.size == 0:
+    values = _scale_values(ctx)
+    if values is None:
         return
-    values = scale.array.ravel()
-    bad = values[~(np.isfinite(values) & (values > 0))]
+    bad = values[~(np.isfinite(values) & (values != 0))]
     if bad.size:
         yield ctx.finding(
             "QL501",
             WARNING,
-            f"scale {scale.describe()} has {bad.size} value(s) that are zero, negative, NaN or "
+            f"scale {ctx.scale.describe()} has {bad.size} value(s) that are zero, NaN or "
             f"infinite: {_sample(bad)}",
-            "recompute the scale (positive, finite) from the tensor's range",
+            "recompute the scale (nonzero, finite) from the tensor's range",
         )
+
+
+@rule(
+    "QL504",
+    "scale-negative",
+    WARNING,
+    summary="A constant scale is negative (opt-in: the spec allows it).",
+    explanation="""
+    The spec puts no sign on the scale, and quantizers write negative scales on purpose:
+    NNCF's symmetric weight compression (INT4_SYM / INT8_SYM) stores w[argmax |w|] / -8,
+    so about half the block scales are negative, and ONNX Runtime's MatMulNBits symmetric
+    quantizer does the same. Every runtime computes them as written. Select this rule
+    (`--select QL504`) to find them in a pipeline that assumes positive scales.
+    """,
+    example="""
+    warn: DequantizeLinear(w: int4, scale=[0.02, -0.01], zp, axis=0)
+    good: DequantizeLinear(w: int4, scale=[0.02, 0.01], zp, axis=0)   # w of row 1 negated
+    """,
+    versions="ai.onnx 10+, com.microsoft 1",
+    opt_in=True,
+)
+def scale_negative(ctx: NodeContext) -> Iterator[Finding]:
+    values = _scale_values(ctx)
+    if values is None:
+        return
+    negative = values[values < 0]
+    if negative.size:
+        yield ctx.finding(
+            "QL504",
+            WARNING,
+            f"scale {ctx.scale.describe()} has {negative.size} negative value(s): "
+            f"{_sample(negative)}",
+            "negate the scale and the quantized values of the slice, if a positive scale "
+            "is required",
+        )
+
+
+def _scale_values(ctx: NodeContext) -> np.ndarray | None:
+    """The constant scale's values, flat (None when not constant or empty)."""
+    scale = ctx.scale
+    if scale is None or scale.array is None or scale.array.size == 0:
+        return None
+    return scale.array.ravel()
 
 
 @rule(

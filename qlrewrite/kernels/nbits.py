@@ -1,0 +1,202 @@
+"""ONNX Runtime's weight-only forms on NumPy arrays: MatMulNBits and GatherBlockQuantized.
+
+Bit-exact with ONNX Runtime's CPU kernels (pinned by tests that run them):
+
+- Packing: ``bits`` (2, 4 or 8) values per byte, low bits first.
+- MatMulNBits: B is uint8 ``[N, k_blocks, block_size * bits / 8]``, the weight quantized
+  along K in blocks (the last block padded); scales ``[N, k_blocks]`` (or flat); zero points
+  packed uint8 ``[N, ceil(k_blocks * bits / 8)]`` (each row padded to whole bytes), default
+  ``2 ** (bits - 1)``. Weight ``W[k, n] = float32(q - zp) * scale``, the same formula as
+  DequantizeLinear. Zero points in the scale type (4 bits only in ORT) take another path
+  in ORT: ``q * scale + (-scale * zp)``, rounded twice (:func:`dequantize_float_zero_point`).
+- GatherBlockQuantized: int4 / uint4 data (default zero point 0) or uint8 data holding
+  ``8 / bits`` values per byte along the last axis (default zero point ``2 ** (bits - 1)``,
+  zero points packed the same way). ``float32(q - zp) * scale``, rounded once.
+
+Every function works on a slice of rows, so callers stream large tensors chunk by chunk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = [
+    "MatMulNBitsLayout",
+    "dequantize_float_zero_point",
+    "pack",
+    "take_bits",
+    "unpack",
+]
+
+_U8 = np.dtype(np.uint8)
+
+
+def _check_bits(bits: int) -> int:
+    if bits not in (2, 4, 8):
+        raise ValueError(f"bits must be 2, 4 or 8, got {bits}")
+    return bits
+
+
+def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 ``[..., n]`` holding ``8 / bits`` values per byte -> uint8 ``[..., n * 8 / bits]``."""
+    packed = np.asarray(packed, dtype=_U8)
+    if _check_bits(bits) == 8:
+        return packed
+    per = 8 // bits
+    shifts = (np.arange(per, dtype=_U8) * bits).astype(_U8)
+    values = (packed[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return values.reshape(*packed.shape[:-1], packed.shape[-1] * per)
+
+
+def pack(values: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 ``[..., n]`` (each < 2**bits) -> uint8 ``[..., ceil(n * bits / 8)]``, zero padded."""
+    values = np.asarray(values, dtype=_U8)
+    if _check_bits(bits) == 8:
+        return values
+    per = 8 // bits
+    n = values.shape[-1]
+    pad = -n % per
+    if pad:
+        widths = [(0, 0)] * (values.ndim - 1) + [(0, pad)]
+        values = np.pad(values, widths)
+    grouped = values.reshape(*values.shape[:-1], -1, per)
+    out = grouped[..., 0].copy()
+    for i in range(1, per):  # at most 4 shifts, not a loop over elements
+        out |= grouped[..., i] << np.uint8(i * bits)
+    return out
+
+
+def take_bits(raw: np.ndarray, bits: int, index: np.ndarray) -> np.ndarray:
+    """The values at flat element ``index`` of a tensor packed ``8 / bits`` per byte.
+
+    ``raw`` is the tensor's bytes (uint8, 1-D, e.g. memory-mapped), ``index`` any int array.
+    """
+    if _check_bits(bits) == 8:
+        return raw[index]
+    index = np.asarray(index, dtype=np.int64)
+    byte = raw[index * bits >> 3]
+    shift = ((index * bits) & 7).astype(_U8)
+    return (byte >> shift) & np.uint8((1 << bits) - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatMulNBitsLayout:
+    """The shapes of a MatMulNBits weight, from its attributes K, N, bits and block_size."""
+
+    K: int
+    N: int
+    bits: int
+    block_size: int
+
+    def __post_init__(self) -> None:
+        _check_bits(self.bits)
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of 2 >= 16, got {self.block_size}")
+        if self.K < 1 or self.N < 1:
+            raise ValueError(f"K and N must be >= 1, got K={self.K}, N={self.N}")
+
+    @property
+    def k_blocks(self) -> int:
+        """Blocks along K (the last one may be partial)."""
+        return -(-self.K // self.block_size)
+
+    @property
+    def blob(self) -> int:
+        """Bytes per block of B."""
+        return self.block_size * self.bits // 8
+
+    @property
+    def b_shape(self) -> tuple[int, int, int]:
+        """The shape of B."""
+        return (self.N, self.k_blocks, self.blob)
+
+    @property
+    def zero_point_row(self) -> int:
+        """Bytes per row (per n) of packed zero points."""
+        return -(-self.k_blocks * self.bits // 8)
+
+    @property
+    def default_zero_point(self) -> int:
+        """The zero point when none is given: ``2 ** (bits - 1)``."""
+        return 1 << (self.bits - 1)
+
+    # ------------------------------------------------------------ reading (B -> [K, N])
+
+    def quantized_rows(self, b: np.ndarray, k0: int, k1: int) -> np.ndarray:
+        """Quantized values of rows ``[k0, k1)`` of the weight laid out ``[K, N]`` (uint8)."""
+        bs = self.block_size
+        kb0, kb1 = k0 // bs, -(-k1 // bs)
+        blocks = np.asarray(b).reshape(self.b_shape)[:, kb0:kb1, :]
+        values = unpack(blocks, self.bits).reshape(self.N, (kb1 - kb0) * bs)
+        start = k0 - kb0 * bs
+        return values[:, start : start + (k1 - k0)].T
+
+    def block_rows(self, array: np.ndarray, kb0: int, kb1: int) -> np.ndarray:
+        """Blocks ``[kb0, kb1)`` of scales (``[N, k_blocks]`` or flat) as ``[kb, N]``."""
+        return np.asarray(array).reshape(self.N, self.k_blocks)[:, kb0:kb1].T
+
+    def zero_point_rows(self, zero_points: np.ndarray | None, kb0: int, kb1: int) -> np.ndarray:
+        """Zero points of blocks ``[kb0, kb1)`` as uint8 ``[kb, N]`` (the default if None)."""
+        if zero_points is None:
+            return np.full((kb1 - kb0, self.N), self.default_zero_point, _U8)
+        rows = np.asarray(zero_points, dtype=_U8).reshape(self.N, self.zero_point_row)
+        return unpack(rows, self.bits)[:, kb0:kb1].T
+
+    def dequantized_rows(
+        self,
+        b: np.ndarray,
+        scales: np.ndarray,
+        zero_points: np.ndarray | None,
+        *,
+        k0: int,
+        k1: int,
+        dtype: np.dtype,
+    ) -> np.ndarray:
+        """Rows ``[k0, k1)`` of the dequantized weight ``[K, N]`` in ``dtype``.
+
+        ``float32(q - zp) * float32(scale)`` rounded once to ``dtype``; zero points given
+        in the scale type use ONNX Runtime's other formula
+        (:func:`dequantize_float_zero_point`).
+        """
+        bs = self.block_size
+        kb0, kb1 = k0 // bs, -(-k1 // bs)
+        q = self.quantized_rows(b, k0, k1)
+        which = np.arange(k0, k1) // bs - kb0
+        scale = self.block_rows(scales, kb0, kb1).astype(np.float32)[which]
+        if zero_points is not None and np.asarray(zero_points).dtype != _U8:
+            zp = self.block_rows(zero_points, kb0, kb1).astype(np.float32)[which]
+            return dequantize_float_zero_point(q, scale, zp).astype(dtype, copy=False)
+        zp = self.zero_point_rows(zero_points, kb0, kb1)[which]
+        out = np.subtract(q, zp, dtype=np.int16).astype(np.float32)
+        out *= scale
+        return out.astype(dtype, copy=False)
+
+    # ------------------------------------------------------------ writing ([N, K] -> B)
+
+    def pack_rows(self, q: np.ndarray, fill: np.ndarray) -> np.ndarray:
+        """B rows (``[n, k_blocks, blob]``) from quantized values ``q`` of shape ``[n, K]``.
+
+        The padding of a partial last block takes ``fill`` (``[n]``: the block's zero point,
+        which is what ONNX Runtime's quantizer writes there: it quantizes zeros).
+        """
+        n = q.shape[0]
+        padded = np.empty((n, self.k_blocks * self.block_size), _U8)
+        padded[:, : self.K] = q
+        padded[:, self.K :] = np.asarray(fill, _U8)[:, None]
+        return pack(padded.reshape(n, self.k_blocks, self.block_size), self.bits)
+
+    def pack_zero_points(self, zp: np.ndarray) -> np.ndarray:
+        """Packed zero points ``[n, zero_point_row]`` from values ``[n, k_blocks]``."""
+        return pack(zp, self.bits)
+
+
+def dequantize_float_zero_point(q: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's MatMulNBits weight for zero points in the scale type (float32):
+    ``q * scale + (-scale * zp)``, each product rounded (not ``(q - zp) * scale``)."""
+    out = q.astype(np.float32)
+    out *= scale
+    adjust = np.multiply(scale, zp, dtype=np.float32)
+    np.subtract(out, adjust, out=out)
+    return out

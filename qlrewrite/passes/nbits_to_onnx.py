@@ -1,0 +1,555 @@
+"""MatMulNBits / GatherBlockQuantized (com.microsoft) -> standard ONNX.
+
+- ``MatMulNBits(A, B, scales, zero_points, bias)`` becomes
+  ``MatMul(A, DequantizeLinear(x, scale, zero_point))`` (then ``Add(bias)``): x is the
+  weight laid out ``[K, N]``, blocked along K (axis 0), or per-axis (axis 1, scale ``[N]``)
+  when one block covers K. With zero points x is unsigned (uint2 / uint4 / uint8) and the
+  zero points follow; without, x is signed (int2 / int4 / int8: ``q - 2**(bits-1)``, the
+  default zero point taken out) and has no zero point. Either way the dequantized weight is
+  bit-identical to the one ONNX Runtime's kernel computes (``float32(q - zp) * scale``).
+- ``GatherBlockQuantized(data, indices, scales, zero_points)`` becomes
+  ``Gather(DequantizeLinear(data, scales, zero_points), indices)``, blocked along
+  ``quantize_axis``; uint8 data holding 2 or 4 bits per value is read as uint2 / uint4
+  (int2 / int4 / int8 without zero points, as above).
+- ``dequantize=True`` (``fold --dequantize-weights``): the DequantizeLinear is not written;
+  its value is, as a float initializer computed while the model is saved.
+
+What a node needs that the target cannot express is refused with the node named and the
+lowest ai.onnx opset that would: int4 and blocks need opset 21, int2 opset 25.
+Not converted (bit-exactness could not hold): ``g_idx`` and zero points in the scale type
+(ONNX Runtime then computes ``q * scale - scale * zp``), prepacked B, FP8 / FP4 data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.errors import Refusal
+from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
+from qlrewrite.passes.fold_tensor import ConstOperand, FoldedTensor, FoldSpec, StreamedTensor
+from qlrewrite.passes.ir_version import raise_ir_version
+from qlrewrite.passes.nbits_tensor import (
+    MappedTensor,
+    MatMulNBitsWeight,
+    RetypedTensor,
+    int_type,
+)
+from qlrewrite.qdq import MS_DOMAIN, drop_unused_domain, is_constant, iter_graphs
+from qlrewrite.rules.context import constant_tensor
+
+__all__ = [
+    "NBITS_OPS",
+    "NBitsSite",
+    "NBitsToOnnxPass",
+    "attribute",
+    "iter_nbits_nodes",
+]
+
+NBITS_OPS = opsets.WEIGHT_ONLY_OPS
+
+_DT = ir.DataType
+_FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
+
+
+@dataclasses.dataclass(frozen=True)
+class NBitsSite:
+    """One MatMulNBits / GatherBlockQuantized node and the graph holding it."""
+
+    node: ir.Node
+    graph: ir.Graph | ir.Function
+    label: str
+    row: opsets.WeightOnlyVersion  # the operator version in force (attribute defaults)
+
+    @property
+    def where(self) -> str:
+        """How refusals name the node."""
+        name = self.node.name or f"({self.node.outputs[0].name})"
+        return f"{self.label}: {self.node.op_type} '{name}'"
+
+
+def iter_nbits_nodes(model: ir.Model) -> list[NBitsSite]:
+    """Every com.microsoft MatMulNBits / GatherBlockQuantized, in all graphs and functions,
+    whose version the rule table knows at the imported com.microsoft opset."""
+    sites = []
+    for label, graph in iter_graphs(model):
+        imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
+        for node in graph:
+            if node.domain != MS_DOMAIN or node.op_type not in NBITS_OPS:
+                continue
+            row = opsets.weight_only(MS_DOMAIN, node.op_type, imports.get(MS_DOMAIN))
+            if row is not None:
+                sites.append(NBitsSite(node, graph, label, row))
+    return sites
+
+
+def attribute(site: NBitsSite, name: str) -> int | None:
+    """An integer attribute of the node, else its default (None: required, absent)."""
+    attr = site.node.attributes.get(name)
+    if attr is not None and not attr.is_ref() and attr.type == ir.AttributeType.INT:
+        return attr.as_int()
+    return site.row.default(name)
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if index < len(node.inputs) else None
+
+
+def _onnx_opset(model: ir.Model, graph: ir.Graph | ir.Function) -> int | None:
+    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
+    found = imports.get("", imports.get("ai.onnx"))
+    if found is None and isinstance(graph, ir.Function):
+        found = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    return found
+
+
+def _min_block(k: int) -> int:
+    """The smallest block size MatMulNBits allows that covers ``k`` in one block."""
+    return max(16, 1 << max(0, (k - 1).bit_length()))
+
+
+@dataclasses.dataclass
+class _Weight:
+    """The DequantizeLinear a node's weight becomes: inputs and attributes."""
+
+    x: ir.TensorProtocol
+    scale: ir.TensorProtocol
+    zero_point: ir.TensorProtocol | None
+    axis: int
+    block_size: int  # 0: per-axis
+    out_type: ir.DataType
+    reuse_x: ir.Value | None = None  # GatherBlockQuantized int4/uint4: the data value itself
+    reuse_scale: ir.Value | None = None
+    reuse_zero_point: ir.Value | None = None
+
+
+@dataclasses.dataclass
+class _Plan:
+    site: NBitsSite
+    problems: list[str] = dataclasses.field(default_factory=list)
+    lowest_opset: int | None = None
+    weight: _Weight | None = None
+    gather_axis: int = 0
+
+
+def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
+    """The constant tensors of inputs ``indices`` (None for an omitted input)."""
+    found = []
+    for index in indices:
+        value = _input(node, index)
+        if value is None:
+            found.append(None)
+            continue
+        tensor = constant_tensor(value) if is_constant(value) else None
+        if tensor is None:
+            plan.problems.append(f"input {index} ('{value.name}') is not a constant")
+        found.append(tensor)
+    return found
+
+
+def _weight_indices(site: NBitsSite) -> tuple[int, int, int]:
+    """Positions of the quantized weight, its scales and its zero points."""
+    row = site.row
+    return row.input_index(row.weight), row.input_index("scales"), row.input_index("zero_points")
+
+
+def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
+    row = opsets.lookup("", "DequantizeLinear", opset)
+    problems = (
+        [f"ai.onnx opset {opset} has no DequantizeLinear"]
+        if row is None
+        else opsets.expression_problems(row, form)
+    )
+    if problems:
+        plan.problems.extend(problems)
+        plan.lowest_opset = opsets.lowest_onnx_opset("DequantizeLinear", form)
+
+
+def _plan_matmul_nbits(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
+    node, plan = site.node, _Plan(site)
+    values = {name: attribute(site, name) for name in site.row.attributes}
+    missing = [name for name, value in values.items() if value is None]
+    if missing:
+        plan.problems.append(f"attribute {', '.join(missing)} missing")
+        return plan
+    if values["weight_prepacked"]:
+        plan.problems.append("B is prepacked for a CUDA kernel (weight_prepacked)")
+    if _input(node, site.row.input_index("g_idx")) is not None:
+        plan.problems.append(
+            "g_idx is given: ONNX Runtime then dequantizes as q * scale - scale * zp (and "
+            "ignores uint8 zero points), which DequantizeLinear cannot reproduce"
+        )
+    b, scales, zero_points = _tensors(node, _weight_indices(site), plan)
+    if plan.problems:
+        return plan
+    try:
+        layout = MatMulNBitsLayout(values["K"], values["N"], values["bits"], values["block_size"])
+    except ValueError as err:
+        plan.problems.append(str(err))
+        return plan
+    if b.dtype != _DT.UINT8 or b.size != np.prod(layout.b_shape):
+        plan.problems.append(f"B is not uint8 of shape {list(layout.b_shape)}")
+    if scales.dtype not in _FLOATS or scales.size != layout.N * layout.k_blocks:
+        plan.problems.append(f"scales are not {layout.N} x {layout.k_blocks} floats")
+    if zero_points is not None:
+        if zero_points.dtype != _DT.UINT8:
+            plan.problems.append(
+                "zero points are given in the scale type: ONNX Runtime then dequantizes as "
+                "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
+            )
+        elif zero_points.size != layout.N * layout.zero_point_row:
+            plan.problems.append(f"zero points are not {layout.N} x {layout.zero_point_row} bytes")
+    if plan.problems:
+        return plan
+    x_type = int_type(layout.bits, signed=zero_points is None)
+    per_axis = layout.k_blocks == 1 and (
+        layout.block_size == _min_block(layout.K) or (opset or 0) < 21
+    )
+    if not dequantize:
+        _check_form(
+            plan,
+            opset,
+            opsets.NodeForm(
+                x_type=x_type,
+                scale_type=scales.dtype,
+                zero_point_type=x_type if zero_points is not None else None,
+                attributes=("axis",) if per_axis else ("axis", "block_size"),
+                blocked=not per_axis,
+                per_axis=per_axis,
+            ),
+        )
+    name = node.inputs[1].name or "B"
+    zp_type = int_type(layout.bits, signed=False)
+    sources = {"b": b, "scales": scales, "zero_points": zero_points}
+    x = MatMulNBitsWeight("x", layout, x_type, **sources, name=f"{name}_q")
+    scale = MatMulNBitsWeight("scale", layout, scales.dtype, **sources, name=f"{name}_s")
+    zp = None
+    if zero_points is not None:
+        zp = MatMulNBitsWeight("zero_point", layout, zp_type, **sources, name=f"{name}_zp")
+    if per_axis and not dequantize:
+        scale = _flattened(scale)
+        zp = _flattened(zp) if zp is not None else None
+    plan.weight = _Weight(
+        x,
+        scale,
+        zp,
+        axis=1 if per_axis and not dequantize else 0,
+        block_size=0 if per_axis and not dequantize else layout.block_size,
+        out_type=scales.dtype,
+    )
+    return plan
+
+
+def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    """A ``[1, N]`` lazy tensor as ``[N]`` (a per-axis scale or zero point)."""
+    n = tensor.shape[1]
+
+    def reader():
+        whole = np.asarray(tensor.numpy()).reshape(n)
+        return lambda r0, r1: whole[r0:r1]
+
+    return MappedTensor(reader, tensor.dtype, [n], name=tensor.name)
+
+
+def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
+    node, plan = site.node, _Plan(site)
+    bits, block = attribute(site, "bits"), attribute(site, "block_size")
+    data, scales, zero_points = _tensors(node, _weight_indices(site), plan)
+    if plan.problems:
+        return plan
+    rank = data.shape.rank()
+    gather_axis, quantize_axis = attribute(site, "gather_axis"), attribute(site, "quantize_axis")
+    if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
+        plan.problems.append("gather_axis or quantize_axis is out of range")
+        return plan
+    gather_axis %= rank
+    quantize_axis %= rank
+    plan.gather_axis = gather_axis
+    storage = site.row.storage.get(data.dtype)
+    if storage is None or storage.zero_point == "none":
+        plan.problems.append(f"{data.dtype.name} data is not supported (int4, uint4, uint8)")
+        return plan
+    packed = storage.packed
+    if bits not in storage.bits:
+        plan.problems.append(f"{data.dtype.name} data with bits={bits}")
+    if (storage.gather_axis_zero and gather_axis != 0) or (
+        storage.quantize_axis_last and quantize_axis != rank - 1
+    ):
+        plan.problems.append(f"{data.dtype.name} data needs gather_axis 0 and quantize_axis -1")
+    if block < site.row.min_block_size or block & (block - 1):
+        plan.problems.append(f"block_size must be a power of 2 >= 16, got {block}")
+    if scales.dtype not in _FLOATS:
+        plan.problems.append(f"scales of type {scales.dtype.name}")
+    if plan.problems:
+        return plan
+    per = 8 // bits if packed else 1
+    dims = list(data.shape.numpy())
+    dims[-1 if packed else quantize_axis] *= per
+    blocks = list(dims)
+    blocks[quantize_axis] = -(-dims[quantize_axis] // block)
+    if list(scales.shape.numpy()) != blocks:
+        plan.problems.append(f"scales of shape {list(scales.shape)}, expected {blocks}")
+        return plan
+    reuse_zp = None
+    if packed:
+        signed = zero_points is None and storage.default_zero_point(bits) != 0
+        x_type = int_type(bits, signed=signed)
+        x = RetypedTensor(data, x_type, bits, to_packed=False, name=f"{node.inputs[0].name}_q")
+        zp = None
+        if zero_points is not None:
+            zp = _unpacked_zero_points(zero_points, bits, blocks)
+    else:
+        x_type, x, zp = data.dtype, data, zero_points
+        reuse_zp = node.inputs[3] if zero_points is not None else None
+    if zp is not None and zp.dtype != (x_type if not packed else int_type(bits, False)):
+        plan.problems.append("zero points of another type than data")
+        return plan
+    if not dequantize:
+        _check_form(
+            plan,
+            opset,
+            opsets.NodeForm(
+                x_type=x_type,
+                scale_type=scales.dtype,
+                zero_point_type=x_type if zp is not None else None,
+                attributes=("axis", "block_size"),
+                blocked=True,
+            ),
+        )
+    plan.weight = _Weight(
+        x,
+        scales,
+        zp,
+        axis=quantize_axis,
+        block_size=block,
+        out_type=scales.dtype,
+        reuse_x=None if packed else node.inputs[0],
+        reuse_scale=node.inputs[2],
+        reuse_zero_point=reuse_zp,
+    )
+    return plan
+
+
+def _unpacked_zero_points(
+    zero_points: ir.TensorProtocol, bits: int, shape: list[int]
+) -> ir.TensorProtocol:
+    """uint8 zero points packed along the last axis as an unsigned ``bits``-wide tensor."""
+    last = shape[-1]
+
+    def reader():
+        values = unpack(np.asarray(zero_points.numpy(), dtype=np.uint8), bits)[..., :last]
+        return lambda r0, r1: values[r0:r1]
+
+    return MappedTensor(reader, int_type(bits, signed=False), shape)
+
+
+class NBitsToOnnxPass(ir.passes.InPlacePass):
+    """Rewrite MatMulNBits / GatherBlockQuantized as DequantizeLinear -> MatMul / Gather.
+
+    ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
+    be converted, before changing anything; ``strict=False`` converts what can be.
+    ``dequantize``: write the dequantized weight as a float initializer instead of the
+    DequantizeLinear (``fold --dequantize-weights``; no opset limit then).
+    ``.summary`` counts what changed; ``.warnings`` says what was left and why.
+    """
+
+    def __init__(self, *, strict: bool = True, dequantize: bool = False) -> None:
+        super().__init__()
+        self.strict = strict
+        self.dequantize = dequantize
+        self.summary: dict[str, int] = {}
+        self.warnings: list[str] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        plans = []
+        for site in iter_nbits_nodes(model):
+            opset = _onnx_opset(model, site.graph)
+            planner = _plan_matmul_nbits if site.node.op_type == "MatMulNBits" else _plan_gather
+            plans.append(planner(site, opset, self.dequantize))
+        failed = [p for p in plans if p.problems]
+        if failed and self.strict:
+            raise Refusal(_refusal(failed, self.dequantize))
+        self.warnings = [
+            f"{p.site.where} left as it is: {'; '.join(dict.fromkeys(p.problems))}" for p in failed
+        ]
+        done = [p for p in plans if not p.problems]
+        rewriter = _Rewriter(model, self.dequantize)
+        for plan in done:
+            rewriter.apply(plan)
+        dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
+        if done and not self.dequantize:
+            model.opset_imports.setdefault("", 21)
+            raise_ir_version(model)
+        count = {op: sum(p.site.node.op_type == op for p in done) for op in NBITS_OPS}
+        self.summary = {
+            "matmul_nbits_converted": count["MatMulNBits"],
+            "gather_block_quantized_converted": count["GatherBlockQuantized"],
+            "nbits_nodes_left": len(failed),
+            "initializers_removed": rewriter.removed,
+            "opset_imports_dropped": int(dropped),
+        }
+        return ir.passes.PassResult(model, modified=bool(done))
+
+
+def _refusal(failed: list[_Plan], dequantize: bool) -> str:
+    parts = [f"{p.site.where} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
+    if len(failed) > 10:
+        parts.append(f"and {len(failed) - 10} more")
+    lowest = [p.lowest_opset for p in failed]
+    hint = ""
+    if all(v is not None for v in lowest):
+        opset = max(v for v in lowest if v is not None)
+        hint = (
+            f"; the lowest ai.onnx opset that expresses them is {opset}: "
+            f"run `qlrewrite upgrade --opset {opset}`"
+        )
+    what = "dequantize" if dequantize else "convert"
+    return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {'; '.join(parts)}"
+
+
+class _Rewriter:
+    """Builds the replacement nodes and initializers, sharing converted weights."""
+
+    def __init__(self, model: ir.Model, dequantize: bool) -> None:
+        self.model = model
+        self.dequantize = dequantize
+        self.removed = 0
+        self._names: set[str] = set()
+        for _, graph in iter_graphs(model):
+            for node in graph:
+                self._names.update(v.name for v in node.outputs if v.name)
+            if isinstance(graph, ir.Graph):
+                self._names.update(graph.initializers)
+                self._names.update(v.name for v in graph.inputs if v.name)
+        self._cache: dict[tuple, ir.Value] = {}
+
+    def _name(self, base: str) -> str:
+        name, index = base, 1
+        while name in self._names:
+            name, index = f"{base}_{index}", index + 1
+        self._names.add(name)
+        return name
+
+    def _constant(
+        self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, base: str
+    ) -> ir.Value:
+        name = self._name(base)
+        tensor.name = name
+        if isinstance(graph, ir.Function):
+            node = ir.node("Constant", [], attributes={"value": tensor}, name=self._name(name))
+            node.outputs[0].name = name
+            graph.append(node)
+            return node.outputs[0]
+        value = ir.Value(
+            name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
+        )
+        graph.register_initializer(value)
+        return value
+
+    def _weight(self, plan: _Plan) -> ir.Value:
+        """The value standing for the float weight: a DQ output, or a folded initializer."""
+        site, weight = plan.site, plan.weight
+        assert weight is not None
+        graph, node = site.graph, site.node
+        attrs = tuple(sorted((k, attribute(site, k)) for k in site.row.attributes))
+        inputs = (_input(node, i) for i in _weight_indices(site))
+        key = (id(graph), tuple(id(v) for v in inputs), attrs)
+        if key in self._cache:
+            return self._cache[key]
+        base = (node.name or node.outputs[0].name or "w") + "_w"
+        if self.dequantize:
+            x = weight.x
+            folded = FoldedTensor(
+                FoldSpec(
+                    quantize=False,
+                    axis=weight.axis,
+                    block_size=weight.block_size,
+                    output_dtype=weight.out_type,
+                ),
+                x if isinstance(x, StreamedTensor) else ConstOperand(x),
+                weight.scale,
+                weight.zero_point,
+            )
+            value = self._constant(graph, folded, base)
+        else:
+            inputs = [
+                weight.reuse_x or self._constant(graph, weight.x, weight.x.name or base + "_q"),
+                weight.reuse_scale
+                or self._constant(graph, weight.scale, weight.scale.name or base + "_s"),
+            ]
+            if weight.zero_point is not None:
+                inputs.append(
+                    weight.reuse_zero_point
+                    or self._constant(graph, weight.zero_point, weight.zero_point.name or base)
+                )
+            attributes = {"axis": weight.axis}
+            if weight.block_size:
+                attributes["block_size"] = weight.block_size
+            dq = ir.node(
+                "DequantizeLinear", inputs, attributes=attributes, name=self._name(base + "_dq")
+            )
+            dq.outputs[0].name = self._name(base)
+            dq.outputs[0].dtype = weight.out_type
+            dq.outputs[0].shape = ir.Shape(weight.x.shape.numpy())
+            graph.insert_before(node, dq)
+            value = dq.outputs[0]
+        self._cache[key] = value
+        return value
+
+    def apply(self, plan: _Plan) -> None:
+        node, graph = plan.site.node, plan.site.graph
+        weight = self._weight(plan)
+        old_inputs = list(node.inputs)
+        output = node.outputs[0]
+        new_nodes: list[ir.Node] = []
+        if node.op_type == "MatMulNBits":
+            bias = _input(node, plan.site.row.input_index("bias"))
+            matmul = ir.node("MatMul", [node.inputs[0], weight], name=node.name or None)
+            new_nodes.append(matmul)
+            result = matmul.outputs[0]
+            if bias is not None:
+                add = ir.node("Add", [result, bias], name=self._name((node.name or "") + "_bias"))
+                result.name = self._name((output.name or "y") + "_matmul")
+                new_nodes.append(add)
+                result = add.outputs[0]
+        else:
+            gather = ir.node(
+                "Gather",
+                [weight, node.inputs[1]],
+                attributes={"axis": plan.gather_axis},
+                name=node.name or None,
+            )
+            new_nodes.append(gather)
+            result = gather.outputs[0]
+        graph.insert_after(node, new_nodes)
+        _replace(graph, output, result)
+        graph.remove(node, safe=True)
+        for value in old_inputs:
+            self._drop_if_unused(graph, value)
+
+    def _drop_if_unused(self, graph: ir.Graph | ir.Function, value: ir.Value | None) -> None:
+        if value is None or value.uses() or value.is_graph_output() or value.is_graph_input():
+            return
+        producer = value.producer()
+        if producer is not None:
+            if producer.op_type == "Constant" and producer.graph is not None:
+                producer.graph.remove(producer, safe=True)
+            return
+        owner = value.graph
+        if value.is_initializer() and owner is not None and value.name in owner.initializers:
+            del owner.initializers[value.name]
+            self.removed += 1
+
+
+def _replace(graph: ir.Graph | ir.Function, old: ir.Value, new: ir.Value) -> None:
+    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
+    name, dtype, shape = old.name, old.dtype, old.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    old.name = None
+    new.name = name
+    new.dtype = dtype
+    if shape is not None:
+        new.shape = shape

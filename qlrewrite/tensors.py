@@ -1,0 +1,564 @@
+"""Tensors and where their data lives: the one home of external data and model walks.
+
+- Walks: every graph of a ModelProto (main, functions, subgraphs nested anywhere) and
+  every tensor in it (initializers, TENSOR / TENSORS attributes); the same over an
+  ``ir.Model``, with a way to replace each tensor. Iterative: nesting depth costs no
+  recursion.
+- The size of a tensor from its type and dims (:func:`nbytes`).
+- External data: :func:`external_path` is the one function that turns a tensor's
+  ``location`` into a file, against the model's folder, or refuses it;
+  :func:`resolve_external` makes every external tensor of a loaded model open its data
+  through it; :func:`data_problems` validates every tensor without reading data;
+  :func:`input_files` lists every file a model reads (the guards against overwriting
+  an input use it).
+- :func:`external_in_memory`: external tensors held in memory where they cannot be
+  referenced (weight-free protos, attribute tensors of saved outputs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import stat
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Union
+
+import onnx
+import onnx_ir as ir
+
+__all__ = [
+    "DataProblem",
+    "ExternalDataError",
+    "TensorSlot",
+    "attribute_tensors",
+    "data_problems",
+    "external_in_memory",
+    "external_path",
+    "initializer_bytes",
+    "input_files",
+    "ir_containers",
+    "ir_tensor_slots",
+    "nbytes",
+    "proto_graphs",
+    "proto_tensors",
+    "resolve_external",
+    "tensor_bytes",
+    "uses_external_data",
+]
+
+ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
+
+# --------------------------------------------------------------------------- sizes
+
+
+def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
+    """Bytes of a tensor of ``dtype`` and ``dims`` (sub-byte types packed, as ONNX stores
+    them); None for strings, UNDEFINED, unknown types and negative dims."""
+    try:
+        dtype = ir.DataType(dtype)
+    except ValueError:
+        return None
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in dims):
+        return None
+    return (math.prod(dims) * dtype.bitwidth + 7) // 8
+
+
+def tensor_bytes(tensor: ir.TensorProtocol) -> int:
+    """Bytes of ``tensor`` from its shape and type (0 for strings): reads no data."""
+    size = nbytes(tensor.dtype, [d if isinstance(d, int) else 0 for d in tensor.shape])
+    return size or 0
+
+
+# --------------------------------------------------------------------------- proto walks
+
+
+def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
+    """Every graph of ``proto`` with its label: the main graph ("main"), each function
+    ("function:<domain>.<name>") and every subgraph nested in either
+    ("<label>/<node name or op>.<attribute>[index]")."""
+    stack: list[tuple[str, ProtoGraph]] = [
+        (f"function:{f.domain}.{f.name}", f) for f in reversed(proto.functions)
+    ]
+    stack.append(("main", proto.graph))
+    while stack:
+        label, graph = stack.pop()
+        yield label, graph
+        found: list[tuple[str, ProtoGraph]] = []
+        for node in graph.node:
+            for attr in node.attribute:
+                sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
+                if attr.HasField("g"):
+                    found.append((sub_label, attr.g))
+                found.extend((f"{sub_label}[{i}]", sub) for i, sub in enumerate(attr.graphs))
+        stack.extend(reversed(found))
+
+
+def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """Every dense tensor of ``proto`` with its graph's label: initializers and TENSOR /
+    TENSORS attribute values, in every graph, function and subgraph."""
+    for label, graph in proto_graphs(proto):
+        if isinstance(graph, onnx.GraphProto):
+            for tensor in graph.initializer:
+                yield label, tensor
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield label, attr.t
+                for tensor in attr.tensors:
+                    yield label, tensor
+
+
+# --------------------------------------------------------------------------- ir walks
+
+
+def ir_containers(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
+    """The main graph, every function and every subgraph nested in either."""
+    stack: list[ir.Graph | ir.Function] = [*reversed(model.functions.values()), model.graph]
+    while stack:
+        container = stack.pop()
+        yield container
+        found: list[ir.Graph] = []
+        for node in container:
+            for attr in node.attributes.values():
+                if attr.is_ref():
+                    continue
+                if attr.type == ir.AttributeType.GRAPH:
+                    found.append(attr.value)
+                elif attr.type == ir.AttributeType.GRAPHS:
+                    found.extend(attr.value)
+        stack.extend(reversed(found))
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSlot:
+    """Where a tensor of a model sits: an initializer's value or a node's attribute."""
+
+    tensors: tuple[ir.TensorProtocol, ...]
+    value: ir.Value | None = None  # an initializer
+    node: ir.Node | None = None  # a TENSOR / TENSORS attribute of this node
+    attr: ir.Attr | None = None
+
+    def replace(self, tensors: Sequence[ir.TensorProtocol]) -> None:
+        """Put ``tensors`` (one per tensor of the slot, in order) in the slot's place."""
+        if self.value is not None:
+            self.value.const_value = tensors[0]
+            return
+        assert self.node is not None and self.attr is not None
+        many = self.attr.type == ir.AttributeType.TENSORS
+        value = list(tensors) if many else tensors[0]
+        self.node.attributes[self.attr.name] = ir.Attr(self.attr.name, self.attr.type, value)
+
+
+def attribute_tensors(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
+    """Every TENSOR / TENSORS attribute of every node, in all graphs and functions."""
+    for container in ir_containers(model):
+        for node in container:
+            for attr in node.attributes.values():
+                if not attr.is_ref() and attr.type in (
+                    ir.AttributeType.TENSOR,
+                    ir.AttributeType.TENSORS,
+                ):
+                    yield node, attr
+
+
+def ir_tensor_slots(model: ir.Model, *, attributes: bool = True) -> Iterator[TensorSlot]:
+    """Every tensor the model holds: initializers of every graph (functions' subgraphs
+    included) and, with ``attributes``, every TENSOR / TENSORS attribute value."""
+    for container in ir_containers(model):
+        if isinstance(container, ir.Graph):
+            for value in container.initializers.values():
+                if value.const_value is not None:
+                    yield TensorSlot((value.const_value,), value=value)
+    if attributes:
+        for node, attr in attribute_tensors(model):
+            values = attr.value if attr.type == ir.AttributeType.TENSORS else [attr.value]
+            yield TensorSlot(tuple(values), node=node, attr=attr)
+
+
+def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
+    for slot in ir_tensor_slots(model, attributes=False):
+        yield slot.tensors[0]
+
+
+def uses_external_data(model: ir.Model) -> bool:
+    """True if any initializer of the model lives in an external data file."""
+    return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
+
+
+def initializer_bytes(model: ir.Model) -> int:
+    """Total bytes of the model's initializers (from shapes: reads no data)."""
+    return sum(tensor_bytes(t) for t in _initializer_tensors(model))
+
+
+# --------------------------------------------------------------------------- locations
+
+
+class ExternalDataError(ValueError):
+    """An external data location that cannot be used: ``kind`` is external-missing or
+    external-escapes (see :class:`DataProblem`)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _cache_repo_root(folder: str) -> str | None:
+    """The repository folder of a Hugging Face cache (``<repo>/snapshots/<revision>/...``
+    with ``<repo>/blobs``) that ``folder`` lies in, or None."""
+    parts = Path(folder).parts
+    for index in range(len(parts) - 2, 0, -1):
+        if parts[index] == "snapshots":
+            repo = os.path.join(*parts[:index])
+            if os.path.isdir(os.path.join(repo, "blobs")):
+                return repo
+    return None
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def external_path(location: str, folder: str | os.PathLike) -> Path:
+    """The file an external data ``location`` names, against the model's ``folder``.
+
+    The one place a location becomes a path. Refused (:class:`ExternalDataError`): an
+    absolute location, one that leaves ``folder`` by its name (``..``), one whose links
+    lead out of ``folder`` (in a Hugging Face cache, links into the repository's
+    ``blobs`` folder are followed, as ONNX Runtime does), a missing file, and anything
+    that is not a regular file (a FIFO or a device would block or never end). Hard
+    links are files of the folder, as for ONNX Runtime.
+    """
+    base = os.path.abspath(folder)
+    if not location:
+        raise ExternalDataError("external-missing", "external data without a location")
+    if "\0" in location:
+        raise ExternalDataError(
+            "external-missing",
+            f"external data location {location!r} cannot be used (it holds a NUL character)",
+        )
+    if os.path.isabs(location) or Path(location).drive:
+        raise ExternalDataError(
+            "external-escapes", f"external data location '{location}' is an absolute path"
+        )
+    target = os.path.normpath(os.path.join(base, location))
+    if not _inside(target, base):
+        raise ExternalDataError(
+            "external-escapes", f"external data location '{location}' escapes the model folder"
+        )
+    try:
+        real = os.path.realpath(target, strict=False)
+        root = _cache_repo_root(base) or base
+        if not _inside(real, os.path.realpath(root)):
+            raise ExternalDataError(
+                "external-escapes",
+                f"external data location '{location}' is a link that leads out of the model folder",
+            )
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        raise ExternalDataError(
+            "external-missing", f"external data file '{location}' not found"
+        ) from None
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise ExternalDataError(
+            "external-missing",
+            f"external data location '{location}' cannot be used ({exc.strerror or exc})",
+        ) from exc
+    if stat.S_ISDIR(mode):
+        raise ExternalDataError(
+            "external-missing", f"external data location '{location}' is a folder"
+        )
+    if not stat.S_ISREG(mode):
+        raise ExternalDataError(
+            "external-missing", f"external data location '{location}' is not a regular file"
+        )
+    return Path(real)
+
+
+class _FolderTensor(ir.ExternalTensor):
+    """An external tensor whose file is checked by :func:`external_path` each time it
+    is opened (instead of onnx_ir's check, which refuses hard links and the links of a
+    Hugging Face cache)."""
+
+    def _check_path_containment(self) -> None:
+        external_path(os.fspath(self.location), self.base_dir)
+
+
+def _anchored(tensor: ir.ExternalTensor, folder: str) -> ir.ExternalTensor:
+    return _FolderTensor(
+        tensor.location,
+        tensor.offset,
+        tensor.length,
+        tensor.dtype,
+        shape=tensor.shape,
+        name=tensor.name or "",
+        doc_string=tensor.doc_string,
+        metadata_props=dict(tensor.metadata_props) or None,
+        base_dir=folder,
+    )
+
+
+def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
+    """Make every external tensor ``model`` can reach (initializers and attribute
+    tensors, in graphs, subgraphs and functions, nested anywhere) open its data through
+    :func:`external_path` against ``folder``. Returns how many were anchored."""
+    folder = os.path.abspath(folder)
+    count = 0
+    for slot in list(ir_tensor_slots(model)):
+        if not any(isinstance(t, ir.ExternalTensor) for t in slot.tensors):
+            continue
+        slot.replace([
+            _anchored(t, folder) if isinstance(t, ir.ExternalTensor) else t for t in slot.tensors
+        ])  # fmt: skip
+        count += 1
+    return count
+
+
+def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
+    return {entry.key: entry.value for entry in tensor.external_data}
+
+
+def input_files(proto: onnx.ModelProto, folder: str | os.PathLike) -> list[Path]:
+    """Every file the model's tensors read (resolved), once each, in order: initializers,
+    Constant values and other tensor attributes, in every graph, subgraph and function.
+    Locations that :func:`external_path` refuses are left out (nothing reads them)."""
+    found: dict[str, Path] = {}
+    for _, tensor in proto_tensors(proto):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location = _external_info(tensor).get("location", "")
+        if location in found:
+            continue
+        with contextlib.suppress(ExternalDataError):
+            found[location] = external_path(location, folder)
+    return list(dict.fromkeys(found.values()))
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@dataclasses.dataclass(frozen=True)
+class DataProblem:
+    """A tensor whose data cannot be trusted: the model is unreadable as it stands."""
+
+    #: external-missing | external-escapes | external-range | negative-dims | data-length
+    #: (the data does not fit the dims and type: its size, its field, an unknown type)
+    kind: str
+    tensor: str
+    graph: str
+    message: str
+
+
+_TYPED_FIELDS = (
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+)
+_FIELD_OF_TYPE = {
+    ir.DataType.FLOAT: "float_data",
+    ir.DataType.COMPLEX64: "float_data",
+    ir.DataType.DOUBLE: "double_data",
+    ir.DataType.COMPLEX128: "double_data",
+    ir.DataType.INT64: "int64_data",
+    ir.DataType.UINT32: "uint64_data",
+    ir.DataType.UINT64: "uint64_data",
+    ir.DataType.STRING: "string_data",
+}
+#: An external data offset or length: decimal digits only (ONNX Runtime refuses "0_0",
+#: "+1" and " 1", which Python's int() accepts).
+_DECIMAL = re.compile(r"[0-9]+")
+#: The largest tensor any reader can hold (numpy's and onnx_ir's sizes are int64).
+_MAX_TENSOR_BYTES = 2**62
+
+
+def _typed_field(dtype: ir.DataType) -> str:
+    """The TensorProto field that holds ``dtype`` values when raw_data is not used."""
+    return _FIELD_OF_TYPE.get(dtype, "int32_data")  # every other type: int32_data
+
+
+def data_problems(
+    model: ir.Model,
+    *,
+    proto: onnx.ModelProto | None = None,
+    base_dir: str | os.PathLike | None = None,
+) -> list[DataProblem]:
+    """Every tensor (initializers and tensor attributes, in all graphs and functions)
+    whose data is missing, out of bounds, escaping the model folder or of the wrong size.
+
+    Reads no tensor data: only sizes of files and of in-proto fields.
+    """
+    if proto is None:
+        proto = model.meta.get("qlrewrite.proto")
+    if base_dir is None:
+        source = model.meta.get("qlrewrite.source")
+        base_dir = Path(source).absolute().parent if source else Path.cwd()
+    if proto is None:
+        return []
+    files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
+    return [
+        problem
+        for graph_label, tensor in proto_tensors(proto)
+        if (problem := _tensor_problem(tensor, graph_label, str(base_dir), files)) is not None
+    ]
+
+
+def _tensor_problem(
+    tensor: onnx.TensorProto, graph: str, base: str, files: dict[str, tuple[str, str] | int]
+) -> DataProblem | None:
+    name = tensor.name or "<unnamed>"
+
+    def problem(kind: str, message: str) -> DataProblem:
+        return DataProblem(kind, name, graph, f"tensor '{name}' ({graph}): {message}")
+
+    try:
+        dtype = ir.DataType(tensor.data_type)
+    except ValueError:
+        return problem("data-length", f"unknown data type {tensor.data_type}")
+    if dtype == ir.DataType.UNDEFINED:
+        return problem("data-length", "data type UNDEFINED (0)")
+    dims = list(tensor.dims)
+    if any(d < 0 for d in dims):
+        return problem("negative-dims", f"negative dimension in dims {dims}")
+    count = math.prod(dims)
+    expected = nbytes(dtype, dims)
+    if count >= _MAX_TENSOR_BYTES or (expected or 0) >= _MAX_TENSOR_BYTES:
+        return problem("data-length", f"dims {dims} are too large for any tensor")
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
+            return problem("data-length", "holds STRING data in an external data file")
+        return _external_problem(tensor, expected, base, problem, files)
+    fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
+    if tensor.HasField("raw_data"):
+        if fields or dtype == ir.DataType.STRING:
+            return problem(
+                "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
+            )
+        if expected is not None and len(tensor.raw_data) != expected:
+            return problem(
+                "data-length",
+                f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
+                f"of {dtype.name} need {expected}",
+            )
+        return None
+    if not fields:
+        if count == 0:
+            return None
+        return problem("data-length", f"has no data but dims {dims} need {count} elements")
+    if len(fields) > 1 or _typed_field(dtype) != fields[0]:
+        return problem(
+            "data-length",
+            f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
+            f"{_typed_field(dtype)})",
+        )
+    n_values = len(getattr(tensor, fields[0]))
+    if dtype == ir.DataType.STRING:
+        wanted = count
+    elif dtype.bitwidth < 8:
+        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
+        wanted = (count + per_value - 1) // per_value
+    elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
+        wanted = 2 * count
+    else:
+        wanted = count
+    if n_values != wanted:
+        return problem(
+            "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
+        )
+    return None
+
+
+def _external_problem(
+    tensor: onnx.TensorProto,
+    expected: int | None,
+    base: str,
+    problem: Callable[[str, str], DataProblem],
+    files: dict[str, tuple[str, str] | int],
+) -> DataProblem | None:
+    info = _external_info(tensor)
+    location = info.get("location", "")
+    if location not in files:
+        try:
+            files[location] = external_path(location, base).stat().st_size
+        except ExternalDataError as exc:
+            files[location] = (exc.kind, str(exc))
+        except OSError as exc:
+            files[location] = ("external-missing", f"external data file '{location}': {exc}")
+    found = files[location]
+    if not isinstance(found, int):
+        return problem(*found)
+    file_size = found
+    raw_offset, raw_length = info.get("offset", ""), info.get("length", "")
+    for key, text in (("offset", raw_offset), ("length", raw_length)):
+        if text and not _DECIMAL.fullmatch(text):
+            return problem(
+                "external-range",
+                f"external data {key} {text!r} in '{location}' is not a whole number of bytes",
+            )
+    offset = int(raw_offset or 0)
+    length = int(raw_length) if raw_length else None
+    available = file_size - offset
+    if length is not None and length > available:
+        return problem(
+            "external-range",
+            f"external data '{location}' has {max(available, 0)} bytes at offset {offset}, "
+            f"the tensor claims {length}",
+        )
+    if available < 0:
+        return problem(
+            "external-range",
+            f"external data offset {offset} is past the end of '{location}' ({file_size} bytes)",
+        )
+    size = length if length is not None else available
+    if expected is not None and size != expected and (length is not None or size < expected):
+        return problem(
+            "data-length",
+            f"external data holds {size} bytes but dims {list(tensor.dims)} need {expected}",
+        )
+    return None
+
+
+# --------------------------------------------------------------------------- in memory
+
+
+def _in_memory(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    if not isinstance(tensor, ir.ExternalTensor):
+        return tensor
+    return ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name)
+
+
+@contextlib.contextmanager
+def external_in_memory(
+    model: ir.Model,
+    *,
+    initializers: Callable[[ir.TensorProtocol], bool] = lambda tensor: False,
+) -> Iterator[None]:
+    """Within the block, external attribute tensors (and the external initializers for
+    which ``initializers(tensor)`` is true) are in-memory copies; restored afterwards.
+
+    A serialized proto handed to ONNX's checker, shape inference or version converter
+    has no folder to resolve external data against, and onnx_ir's save writes only
+    initializers to the external data file.
+    """
+    swapped: list[tuple[TensorSlot, Iterable[ir.TensorProtocol]]] = []
+    try:
+        for slot in list(ir_tensor_slots(model)):
+            external = [isinstance(t, ir.ExternalTensor) for t in slot.tensors]
+            if not any(external) or (slot.value is not None and not initializers(slot.tensors[0])):
+                continue
+            copies = [_in_memory(t) for t in slot.tensors]
+            swapped.append((slot, slot.tensors))
+            slot.replace(copies)
+        yield
+    finally:
+        for slot, tensors in reversed(swapped):
+            if slot.value is not None:
+                slot.value.const_value = next(iter(tensors))
+            else:
+                assert slot.node is not None and slot.attr is not None
+                slot.node.attributes[slot.attr.name] = slot.attr
