@@ -8,6 +8,7 @@ import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.passes.convert_domain import TARGETS, ConvertDomainPass
+from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 
 __all__ = ["convert_command"]
@@ -20,6 +21,7 @@ Examples:
   qlrewrite convert model.onnx --to onnx              # writes model.convert.onnx
   qlrewrite convert model.onnx --to onnx -o standard.onnx --report convert.json
   qlrewrite convert model.onnx --to com.microsoft --dry-run
+  qlrewrite convert qdq_int4.onnx --to com.microsoft --accuracy-level 4 -o nbits.onnx
 """,
 )
 @click.argument("model", type=click.Path(path_type=Path))
@@ -30,11 +32,20 @@ Examples:
     required=True,
     help="The domain every Q/DQ node is written in.",
 )
+@click.option(
+    "--accuracy-level",
+    type=click.IntRange(0, 4),
+    default=0,
+    show_default=True,
+    help="--to com.microsoft: accuracy_level of the MatMulNBits written (0 keeps float "
+    "math; 4 lets ONNX Runtime quantize A to int8).",
+)
 @rewrite_options
 @run_command
 def convert_command(
     model: Path,
     to: str,
+    accuracy_level: int,
     options: RewriteOptions,
 ) -> None:
     """Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.
@@ -49,11 +60,17 @@ def convert_command(
     --to onnx also rewrites com.microsoft MatMulNBits as DequantizeLinear -> MatMul (-> Add
     for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
     and GatherBlockQuantized as DequantizeLinear -> Gather; the dequantized weights are
-    bit-identical to ONNX Runtime's kernels'.
+    bit-identical to ONNX Runtime's kernels'. --to com.microsoft does the reverse where it
+    is exact: a constant int2/uint2/int4/uint4/int8/uint8 DequantizeLinear blocked along K
+    (or per output channel) feeding MatMul's B (also through a Transpose; a following Add
+    of a constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
+    int4/uint4 becomes GatherBlockQuantized.
     """
     passes: list = [ConvertDomainPass(to)]
     if to == "onnx":
         passes.insert(0, NBitsToOnnxPass())
+    else:
+        passes.insert(0, NBitsFromOnnxPass(accuracy_level=accuracy_level))
     run_rewrite(
         model,
         passes,

@@ -50,8 +50,9 @@ def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
     return values.reshape(*packed.shape[:-1], packed.shape[-1] * per)
 
 
-def pack(values: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 ``[..., n]`` (each < 2**bits) -> uint8 ``[..., ceil(n * bits / 8)]``, zero padded."""
+def pack(values: np.ndarray, bits: int, fill: int = 0) -> np.ndarray:
+    """uint8 ``[..., n]`` (each < 2**bits) -> uint8 ``[..., ceil(n * bits / 8)]``; the unused
+    slots of the last byte hold ``fill``."""
     values = np.asarray(values, dtype=_U8)
     if _check_bits(bits) == 8:
         return values
@@ -60,7 +61,7 @@ def pack(values: np.ndarray, bits: int) -> np.ndarray:
     pad = -n % per
     if pad:
         widths = [(0, 0)] * (values.ndim - 1) + [(0, pad)]
-        values = np.pad(values, widths)
+        values = np.pad(values, widths, constant_values=fill)
     grouped = values.reshape(*values.shape[:-1], -1, per)
     out = grouped[..., 0].copy()
     for i in range(1, per):  # at most 4 shifts, not a loop over elements
@@ -175,21 +176,21 @@ class MatMulNBitsLayout:
 
     # ------------------------------------------------------------ writing ([N, K] -> B)
 
-    def pack_rows(self, q: np.ndarray, fill: np.ndarray) -> np.ndarray:
+    def pack_rows(self, q: np.ndarray) -> np.ndarray:
         """B rows (``[n, k_blocks, blob]``) from quantized values ``q`` of shape ``[n, K]``.
 
-        The padding of a partial last block takes ``fill`` (``[n]``: the block's zero point,
-        which is what ONNX Runtime's quantizer writes there: it quantizes zeros).
+        The padding of a partial last block is zero bits (what ONNX Runtime's quantizer
+        leaves there; the kernels never read it).
         """
         n = q.shape[0]
-        padded = np.empty((n, self.k_blocks * self.block_size), _U8)
+        padded = np.zeros((n, self.k_blocks * self.block_size), _U8)
         padded[:, : self.K] = q
-        padded[:, self.K :] = np.asarray(fill, _U8)[:, None]
         return pack(padded.reshape(n, self.k_blocks, self.block_size), self.bits)
 
     def pack_zero_points(self, zp: np.ndarray) -> np.ndarray:
-        """Packed zero points ``[n, zero_point_row]`` from values ``[n, k_blocks]``."""
-        return pack(zp, self.bits)
+        """Packed zero points ``[n, zero_point_row]`` from values ``[n, k_blocks]``; unused
+        slots hold the default zero point (as ONNX Runtime's quantizer writes them)."""
+        return pack(zp, self.bits, fill=self.default_zero_point)
 
 
 def dequantize_float_zero_point(q: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:

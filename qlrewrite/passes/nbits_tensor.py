@@ -127,18 +127,16 @@ class MatMulNBitsB(StreamedTensor):
 
     ``x`` holds the quantized weight laid out ``[K, N]`` (``transposed=False``) or ``[N, K]``
     (behind a Transpose), of a ``bits``-wide type; a signed type (no zero point) is stored
-    as ``x + 2**(bits-1)`` (MatMulNBits' default zero point). ``zero_point`` (same layout as
-    the DQ's, blocks along K, unsigned) fills the padding of a partial last block; without
-    it the default zero point does (what ONNX Runtime's quantizer writes: quantized zeros).
+    as ``x + 2**(bits-1)`` (MatMulNBits' default zero point). The padding of a partial last
+    block is zero bits, what ONNX Runtime's quantizer leaves there.
     """
 
-    __slots__ = ("layout", "transposed", "x", "zero_point")
+    __slots__ = ("layout", "transposed", "x")
 
     def __init__(
         self,
         layout: MatMulNBitsLayout,
         x: ir.TensorProtocol,
-        zero_point: ir.TensorProtocol | None,
         *,
         transposed: bool,
         name: str | None = None,
@@ -146,16 +144,14 @@ class MatMulNBitsB(StreamedTensor):
         super().__init__(_DT.UINT8, ir.Shape(list(layout.b_shape)), name=name)
         self.layout = layout
         self.x = x
-        self.zero_point = zero_point
         self.transposed = transposed
 
     def rows(self) -> RowReader:
         layout = self.layout
         K, N, bits = layout.K, layout.N, layout.bits
         raw = raw_bytes(self.x)
-        offset = (1 << (bits - 1)) if self.x.dtype.is_signed() else 0
-        zp = _unsigned(self.zero_point, bits)
-        last = layout.k_blocks - 1
+        signed = self.x.dtype.is_signed()
+        offset = (1 << (bits - 1)) if signed else 0
 
         def read(n0: int, n1: int) -> np.ndarray:
             k = np.arange(K, dtype=np.int64)
@@ -164,23 +160,9 @@ class MatMulNBitsB(StreamedTensor):
             q = take_bits(raw, bits, index)  # [n, K]
             if offset:
                 q = (q + np.uint8(offset)) & np.uint8((1 << bits) - 1)
-            if zp is None:
-                fill = np.full(n1 - n0, layout.default_zero_point, _U8)
-            else:
-                fill = zp[n0:n1, last] if self.transposed else zp[last, n0:n1]
-            return layout.pack_rows(q, fill)
+            return layout.pack_rows(q)
 
         return read
-
-
-def _unsigned(tensor: ir.TensorProtocol | None, bits: int) -> np.ndarray | None:
-    """A small quantized tensor's values as uint8 (signed types shifted up by 2**(bits-1))."""
-    if tensor is None:
-        return None
-    values = np.asarray(tensor.numpy())
-    if tensor.dtype.is_signed():
-        return (values.astype(np.int16) + (1 << (bits - 1))).astype(_U8)
-    return values.astype(_U8)
 
 
 class RetypedTensor(StreamedTensor):

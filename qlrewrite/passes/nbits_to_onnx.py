@@ -47,6 +47,7 @@ __all__ = [
     "NBitsToOnnxPass",
     "attribute",
     "iter_nbits_nodes",
+    "min_block",
 ]
 
 NBITS_OPS = opsets.WEIGHT_ONLY_OPS
@@ -106,7 +107,7 @@ def _onnx_opset(model: ir.Model, graph: ir.Graph | ir.Function) -> int | None:
     return found
 
 
-def _min_block(k: int) -> int:
+def min_block(k: int) -> int:
     """The smallest block size MatMulNBits allows that covers ``k`` in one block."""
     return max(16, 1 << max(0, (k - 1).bit_length()))
 
@@ -206,7 +207,7 @@ def _plan_matmul_nbits(site: NBitsSite, opset: int | None, dequantize: bool) -> 
         return plan
     x_type = int_type(layout.bits, signed=zero_points is None)
     per_axis = layout.k_blocks == 1 and (
-        layout.block_size == _min_block(layout.K) or (opset or 0) < 21
+        layout.block_size == min_block(layout.K) or (opset or 0) < 21
     )
     if not dequantize:
         _check_form(
@@ -550,6 +551,7 @@ def _replace(graph: ir.Graph | ir.Function, old: ir.Value, new: ir.Value) -> Non
     old.replace_all_uses_with(new, replace_graph_outputs=True)
     old.name = None
     new.name = name
-    new.dtype = dtype
+    if dtype is not None:
+        new.dtype = dtype
     if shape is not None:
         new.shape = shape

@@ -26,9 +26,9 @@ MS = "com.microsoft"
 #: the opset to 21 for int16 even with contrib ops, so those convert to ai.onnx.)
 CONVERT_REFUSALS = {
     ("cnn-int4-per-channel-contrib", "onnx"): "int4 needs ai.onnx opset 21; the model has 13",
-    ("mlp-nbits-sym", MS): "blocked quantization has no com.microsoft form",
-    ("mlp-nbits-asym", MS): "blocked quantization has no com.microsoft form",
 }
+#: Configs whose blocked DQ -> MatMul become com.microsoft MatMulNBits (--to com.microsoft).
+TO_MATMUL_NBITS = ("mlp-nbits-sym", "mlp-nbits-asym")
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +116,10 @@ def test_convert(models: dict[str, Path], tmp_path: Path, config: str, to: str) 
         assert "nothing written" in err
         return
     assert code == 0, err
+    if to == MS and config in TO_MATMUL_NBITS:
+        ops = [n.op_type for n in onnx.load(out).graph.node]
+        assert "MatMulNBits" in ops and "DequantizeLinear" not in ops
+        return
     assert _domains(out) == {"" if to == "onnx" else MS}
 
 

@@ -1,0 +1,333 @@
+"""Standard ONNX -> MatMulNBits / GatherBlockQuantized (com.microsoft), where exact.
+
+- ``MatMul(A, DequantizeLinear(x, scale, zero_point))``, optionally through the
+  ``Transpose(perm=[1, 0])`` exporters put before MatMul's B, then optionally ``Add`` of a
+  constant ``[N]`` bias, becomes one MatMulNBits when x is a constant 2-D int2 / uint2 /
+  int4 / uint4 / int8 / uint8 tensor dequantized blockwise along K (block size a power of
+  two >= 16) or per output channel, to the type of A. Signed x without zero point is stored
+  as ``x + 2**(bits-1)`` (MatMulNBits' default zero point); signed x with one shifts both.
+  The dequantized weight is unchanged bit for bit (``float32(q - zp) * scale``).
+- ``Gather(DequantizeLinear(x, scale, zero_point), indices)`` of a constant int4 / uint4 x
+  dequantized blockwise becomes GatherBlockQuantized (same data, scales and zero points).
+
+Every other node keeps today's behaviour. ``accuracy_level`` (default 0: A is not
+quantized, float math) is written on every MatMulNBits made.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
+from qlrewrite.passes.nbits_to_onnx import min_block
+from qlrewrite.qdq import MS_DOMAIN, is_constant, iter_graphs
+from qlrewrite.rules.context import constant_tensor
+
+__all__ = ["NBitsFromOnnxPass"]
+
+_DT = ir.DataType
+_FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
+_NBITS_TYPES = (_DT.INT2, _DT.UINT2, _DT.INT4, _DT.UINT4, _DT.INT8, _DT.UINT8)
+_ONNX = ("", "ai.onnx")
+
+
+@dataclasses.dataclass
+class _Match:
+    """A DQ feeding a MatMul's B or a Gather's data, with everything it needs."""
+
+    consumer: ir.Node
+    dq: ir.Node
+    transpose: ir.Node | None
+    x: ir.TensorProtocol
+    scale: ir.TensorProtocol
+    zero_point: ir.TensorProtocol | None
+    axis: int
+    block_size: int
+
+
+def _int_attr(node: ir.Node, name: str, default: int | None) -> int | None:
+    attr = node.attributes.get(name)
+    if attr is None:
+        return default
+    if attr.is_ref() or attr.type != ir.AttributeType.INT:
+        return None
+    return attr.as_int()
+
+
+def _single_use(value: ir.Value) -> bool:
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def _match(consumer: ir.Node, index: int) -> _Match | None:
+    """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose)."""
+    value = consumer.inputs[index] if index < len(consumer.inputs) else None
+    if value is None or not _single_use(value):
+        return None
+    producer = value.producer()
+    transpose = None
+    if producer is not None and producer.op_type == "Transpose" and producer.domain in _ONNX:
+        perm = producer.attributes.get("perm")
+        if perm is None or list(perm.as_ints()) != [1, 0]:
+            return None
+        transpose = producer
+        value = producer.inputs[0]
+        if value is None or not _single_use(value):
+            return None
+        producer = value.producer()
+    if producer is None or producer.op_type != "DequantizeLinear" or producer.domain not in _ONNX:
+        return None
+    inputs = list(producer.inputs) + [None] * (3 - len(producer.inputs))
+    if not all(v is None or is_constant(v) for v in inputs[:3]) or inputs[0] is None:
+        return None
+    x, scale = constant_tensor(inputs[0]), constant_tensor(inputs[1])
+    zero_point = constant_tensor(inputs[2]) if inputs[2] is not None else None
+    if x is None or scale is None or (inputs[2] is not None and zero_point is None):
+        return None
+    axis = _int_attr(producer, "axis", 1)
+    block_size = _int_attr(producer, "block_size", 0)
+    output_dtype = _int_attr(producer, "output_dtype", 0)
+    if axis is None or block_size is None or output_dtype not in (0, int(scale.dtype)):
+        return None
+    rank = x.shape.rank()
+    if not -rank <= axis < rank:
+        return None
+    return _Match(consumer, producer, transpose, x, scale, zero_point, axis % rank, block_size)
+
+
+def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
+    """The MatMulNBits layout of a matched weight and whether x is laid out [N, K]."""
+    x, scale = match.x, match.scale
+    if x.dtype not in _NBITS_TYPES or x.shape.rank() != 2 or scale.dtype not in _FLOATS:
+        return None
+    transposed = match.transpose is not None
+    rows, cols = x.shape.numpy()
+    k, n = (cols, rows) if transposed else (rows, cols)
+    k_axis = 1 if transposed else 0
+    if match.block_size > 0:
+        block = match.block_size
+        if match.axis != k_axis or block < 16 or block & (block - 1):
+            return None
+        expected = [n, -(-k // block)] if transposed else [-(-k // block), n]
+    else:
+        block = min_block(k)
+        if match.axis == k_axis or scale.shape.rank() != 1:
+            return None
+        expected = [n]
+    if list(scale.shape.numpy()) != expected:
+        return None
+    zero_point = match.zero_point
+    if zero_point is not None and (
+        zero_point.dtype != x.dtype or list(zero_point.shape.numpy()) != expected
+    ):
+        return None
+    return MatMulNBitsLayout(K=k, N=n, bits=x.dtype.bitwidth, block_size=block), transposed
+
+
+def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Value] | None:
+    """An Add of a constant [N] bias of ``dtype`` consuming the MatMul output, if any."""
+    output = matmul.outputs[0]
+    if not _single_use(output):
+        return None
+    add, _ = next(iter(output.uses()))
+    if add.op_type != "Add" or add.domain not in _ONNX or len(add.inputs) != 2:
+        return None
+    other = add.inputs[1] if add.inputs[0] is output else add.inputs[0]
+    tensor = constant_tensor(other) if other is not None and is_constant(other) else None
+    if tensor is None or tensor.dtype != dtype or list(tensor.shape.numpy()) != [n]:
+        return None
+    return add, other
+
+
+class NBitsFromOnnxPass(ir.passes.InPlacePass):
+    """Rewrite constant DequantizeLinear -> MatMul / Gather as MatMulNBits /
+    GatherBlockQuantized where the weight stays bit-identical; ``.summary`` counts them."""
+
+    def __init__(self, *, accuracy_level: int = 0) -> None:
+        super().__init__()
+        if accuracy_level not in range(5):
+            raise ValueError(f"accuracy_level must be 0 to 4, got {accuracy_level}")
+        self.accuracy_level = accuracy_level
+        self.summary: dict[str, int] = {}
+        self.warnings: list[str] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
+        for _, graph in list(iter_graphs(model)):
+            for node in list(graph):
+                if node.domain not in _ONNX or node.graph is None:
+                    continue
+                if node.op_type == "MatMul":
+                    done = self._matmul(graph, node)
+                elif node.op_type == "Gather":
+                    done = self._gather(graph, node)
+                else:
+                    continue
+                if done:
+                    counts[done] += 1
+                    if isinstance(graph, ir.Function):
+                        graph.opset_imports.setdefault(MS_DOMAIN, 1)
+                    model.opset_imports.setdefault(MS_DOMAIN, 1)
+        self.summary = {
+            "matmul_nbits_made": counts["MatMulNBits"],
+            "gather_block_quantized_made": counts["GatherBlockQuantized"],
+        }
+        return ir.passes.PassResult(model, modified=any(counts.values()))
+
+    def _matmul(self, graph: ir.Graph | ir.Function, matmul: ir.Node) -> str | None:
+        match = _match(matmul, 1)
+        found = _nbits_layout(match) if match is not None else None
+        if match is None or found is None:
+            return None
+        layout, transposed = found
+        a = matmul.inputs[0]
+        if a is None or (a.dtype is not None and a.dtype != match.scale.dtype):
+            return None
+        base = match.dq.inputs[0].name or "B"
+        zero_point = match.zero_point
+        half = layout.default_zero_point
+        b = MatMulNBitsB(layout, match.x, transposed=transposed, name=f"{base}_nbits")
+        inputs: list[ir.Value | None] = [a, _constant(graph, b)]
+        inputs.append(
+            match.dq.inputs[1]
+            if transposed and match.block_size
+            else _constant(graph, _scales(match.scale, layout, transposed, f"{base}_scales"))
+        )
+        signed = match.x.dtype.is_signed()
+        if zero_point is not None or not signed:
+            zp = _zero_points(zero_point, layout, transposed, half if signed else 0)
+            zp.name = f"{base}_zero_points"
+            inputs.append(_constant(graph, zp))
+        bias = _bias(matmul, layout.N, match.scale.dtype)
+        last = matmul
+        if bias is not None:
+            inputs += [None] * (5 - len(inputs)) + [bias[1]]
+            last = bias[0]
+        attributes = {"K": layout.K, "N": layout.N, "bits": layout.bits}
+        attributes["block_size"] = layout.block_size
+        if self.accuracy_level:
+            attributes["accuracy_level"] = self.accuracy_level
+        node = ir.node(
+            "MatMulNBits", inputs, attributes=attributes, domain=MS_DOMAIN, name=matmul.name
+        )
+        self._swap(graph, [n for n in (match.dq, match.transpose, matmul) if n], last, node)
+        return "MatMulNBits"
+
+    def _gather(self, graph: ir.Graph | ir.Function, gather: ir.Node) -> str | None:
+        match = _match(gather, 0)
+        if match is None or match.transpose is not None or match.block_size < 16:
+            return None
+        x, scale = match.x, match.scale
+        block = match.block_size
+        if x.dtype not in (_DT.INT4, _DT.UINT4) or block & (block - 1):
+            return None
+        if scale.dtype not in _FLOATS:
+            return None
+        dims = list(x.shape.numpy())
+        dims[match.axis] = -(-dims[match.axis] // block)
+        if list(scale.shape.numpy()) != dims:
+            return None
+        gather_axis = _int_attr(gather, "axis", 0)
+        if gather_axis is None:
+            return None
+        inputs = [match.dq.inputs[0], gather.inputs[1], match.dq.inputs[1]]
+        if match.zero_point is not None:
+            inputs.append(match.dq.inputs[2])
+        attributes = {
+            "bits": 4,
+            "block_size": block,
+            "gather_axis": gather_axis % x.shape.rank(),
+            "quantize_axis": match.axis,
+        }
+        node = ir.node(
+            "GatherBlockQuantized",
+            inputs,
+            attributes=attributes,
+            domain=MS_DOMAIN,
+            name=gather.name,
+        )
+        self._swap(graph, [match.dq, gather], gather, node)
+        return "GatherBlockQuantized"
+
+    @staticmethod
+    def _swap(
+        graph: ir.Graph | ir.Function, old: list[ir.Node], last: ir.Node, new: ir.Node
+    ) -> None:
+        """Put ``new`` in place of the ``old`` chain ending at ``last``."""
+        graph.insert_after(last, new)
+        output = last.outputs[0]
+        name, dtype, shape = output.name, output.dtype, output.shape
+        output.replace_all_uses_with(new.outputs[0], replace_graph_outputs=True)
+        output.name = None
+        new.outputs[0].name = name
+        if dtype is not None:
+            new.outputs[0].dtype = dtype
+        if shape is not None:
+            new.outputs[0].shape = shape
+        removed = [*old, last] if last not in old else old
+        inputs = [v for n in removed for v in n.inputs if v is not None]
+        graph.remove(list(dict.fromkeys(removed)), safe=True)
+        for value in inputs:
+            if value.uses() or value.is_graph_input() or value.is_graph_output():
+                continue
+            owner = value.graph
+            if value.is_initializer() and owner is not None and value.name in owner.initializers:
+                del owner.initializers[value.name]
+
+
+def _constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol) -> ir.Value:
+    """``tensor`` as a new initializer (a Constant node in a function), uniquely named."""
+    taken = set(graph.initializers) if isinstance(graph, ir.Graph) else set()
+    taken |= {v.name for n in graph for v in n.outputs}
+    name, index = tensor.name or "w", 1
+    while name in taken:
+        name, index = f"{tensor.name}_{index}", index + 1
+    tensor.name = name
+    if isinstance(graph, ir.Function):
+        node = ir.node("Constant", [], attributes={"value": tensor})
+        node.outputs[0].name = name
+        graph.insert_before(next(iter(graph)), node)
+        return node.outputs[0]
+    value = ir.Value(
+        name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
+    )
+    graph.register_initializer(value)
+    return value
+
+
+def _scales(
+    scale: ir.TensorProtocol, layout: MatMulNBitsLayout, transposed: bool, name: str
+) -> MappedTensor:
+    """MatMulNBits scales ``[N, k_blocks]`` from the DQ scale (``[k_blocks, N]`` or ``[N]``)."""
+
+    def reader():
+        array = np.asarray(scale.numpy()).reshape(-1, layout.N if not transposed else 1)
+        whole = array.reshape(layout.N, -1) if transposed else array.T
+        return lambda r0, r1: whole[r0:r1]
+
+    return MappedTensor(reader, scale.dtype, [layout.N, layout.k_blocks], name=name)
+
+
+def _zero_points(
+    zero_point: ir.TensorProtocol | None,
+    layout: MatMulNBitsLayout,
+    transposed: bool,
+    shift: int,
+) -> MappedTensor:
+    """Packed uint8 zero points ``[N, ceil(k_blocks * bits / 8)]`` from the DQ's (0 if
+    None), plus ``shift`` (the default zero point, for signed types)."""
+
+    def reader():
+        if zero_point is None:
+            values = np.zeros((layout.N, layout.k_blocks), np.int16)
+        else:
+            values = np.asarray(zero_point.numpy()).astype(np.int16)
+            values = values.reshape(layout.N, -1) if transposed else values.reshape(-1, layout.N).T
+        packed = layout.pack_zero_points((values + shift).astype(np.uint8))
+        return lambda r0, r1: packed[r0:r1]
+
+    shape = [layout.N, layout.zero_point_row]
+    return MappedTensor(reader, _DT.UINT8, shape)
