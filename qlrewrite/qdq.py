@@ -86,12 +86,13 @@ def _subgraphs(node: ir.Node, label: str) -> Iterator[tuple[str, ir.Graph | ir.F
                 yield from _walk_graph(sub, f"{base}[{index}]")
 
 
-def iter_qdq_nodes(model: ir.Model) -> Iterator[QDQSite]:
-    """Every Q/DQ node of the ai.onnx and com.microsoft domains, in all graphs and functions."""
+def iter_qdq_nodes(model: ir.Model, ops: tuple[str, ...] = QDQ_OPS) -> Iterator[QDQSite]:
+    """Every Q/DQ node (or node of ``ops``) of the ai.onnx and com.microsoft domains, in all
+    graphs and functions."""
     for label, graph in iter_graphs(model):
         opsets = model.opset_imports if isinstance(graph, ir.Graph) else graph.opset_imports
         for node in graph:
-            if node.op_type not in QDQ_OPS:
+            if node.op_type not in ops:
                 continue
             domain = "" if node.domain in _ONNX_DOMAINS else node.domain
             if domain not in ("", MS_DOMAIN):

@@ -1,9 +1,11 @@
 """What a com.microsoft MatMulNBits / GatherBlockQuantized node's attributes mean.
 
-A :class:`MatMulNBitsForm` or :class:`GatherBlockForm` is built from a node's attributes
-(defaults from the :class:`~qlrewrite.opsets.WeightOnlyVersion` in force) and gives every
-fact derived from them: block counts, packing, and the shape each input must have, as
-ONNX Runtime's schema and CPU kernels define them. Nothing here reads a tensor.
+:func:`int_attributes` gives every attribute in force (defaults from the
+:class:`~qlrewrite.opsets.WeightOnlyVersion`); :func:`matmul_nbits_layout` turns them into
+the :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (block counts, packing, the shape
+of every input), :func:`gather_block_form` into a :class:`GatherBlockForm` (normalized
+axes, packing, the shapes of scales and zero points), as ONNX Runtime's schemas and CPU
+kernels define them. Nothing here reads a tensor.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from collections.abc import Mapping, Sequence
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
 
 __all__ = [
     "GatherBlockForm",
-    "MatMulNBitsForm",
     "ceil_div",
     "gather_block_form",
     "int_attributes",
-    "matmul_nbits_form",
+    "matmul_nbits_layout",
 ]
 
 Dims = tuple[int | None, ...]
@@ -49,75 +51,19 @@ def int_attributes(
     return values
 
 
-@dataclasses.dataclass(frozen=True)
-class MatMulNBitsForm:
-    """``Y = A @ W`` with W [K, N] stored as B [N, k_blocks, blob] (uint8, ``bits`` wide
-    values packed low bits first within each block of ``block_size`` along K)."""
-
-    k: int
-    n: int
-    bits: int
-    block_size: int
-    accuracy_level: int = 0
-    weight_prepacked: int = 0
-
-    @property
-    def k_blocks(self) -> int:
-        """Blocks along K: ceil(K / block_size)."""
-        return ceil_div(self.k, self.block_size)
-
-    @property
-    def blob_size(self) -> int:
-        """Bytes per block of B: block_size * bits / 8."""
-        return self.block_size * self.bits // 8
-
-    @property
-    def zero_point_blob(self) -> int:
-        """Bytes of packed uint8 zero points per row of N: ceil(k_blocks * bits / 8)."""
-        return ceil_div(self.k_blocks * self.bits, 8)
-
-    @property
-    def default_zero_point(self) -> int:
-        """The zero point when the input is absent: 2^(bits-1)."""
-        return 1 << (self.bits - 1)
-
-    @property
-    def b_shape(self) -> tuple[int, int, int]:
-        """The shape of B."""
-        return (self.n, self.k_blocks, self.blob_size)
-
-    @property
-    def scales_shapes(self) -> tuple[tuple[int, ...], ...]:
-        """The shapes scales may have: [N, k_blocks], or [N * k_blocks] (older models)."""
-        return ((self.n, self.k_blocks), (self.n * self.k_blocks,))
-
-    def zero_point_shapes(self, packed: bool) -> tuple[tuple[int, ...], ...]:
-        """The shapes zero_points may have: packed uint8 or in a float type."""
-        width = self.zero_point_blob if packed else self.k_blocks
-        return ((self.n, width), (self.n * width,))
-
-    @property
-    def g_idx_shapes(self) -> tuple[tuple[int, ...], ...]:
-        """g_idx: [K], or K padded to whole blocks."""
-        return tuple(dict.fromkeys(((self.k,), (self.k_blocks * self.block_size,))))
-
-    @property
-    def bias_shape(self) -> tuple[int]:
-        """bias: [N]."""
-        return (self.n,)
-
-
-def matmul_nbits_form(values: Mapping[str, int | None]) -> MatMulNBitsForm | None:
-    """The form of a MatMulNBits node from :func:`int_attributes` (None: K, N, bits or
-    block_size missing or unusable: not positive, or bits outside 1..8)."""
+def matmul_nbits_layout(
+    values: Mapping[str, int | None], row: opsets.WeightOnlyVersion
+) -> MatMulNBitsLayout | None:
+    """The layout of a MatMulNBits node from :func:`int_attributes` (None: K, N, bits or
+    block_size missing or outside what the operator allows)."""
     k, n, bits, block = (values.get(name) for name in ("K", "N", "bits", "block_size"))
-    if k is None or n is None or bits is None or block is None:
+    if k is None or n is None or bits is None or block is None or k < 1 or n < 1:
         return None
-    if k < 0 or n < 0 or block <= 0 or not 1 <= bits <= 8:
+    if bits not in row.storage[ir.DataType.UINT8].bits:
         return None
-    return MatMulNBitsForm(
-        k, n, bits, block, values.get("accuracy_level") or 0, values.get("weight_prepacked") or 0
-    )
+    if block < row.min_block_size or block & (block - 1):
+        return None
+    return MatMulNBitsLayout(K=k, N=n, bits=bits, block_size=block)
 
 
 @dataclasses.dataclass(frozen=True)

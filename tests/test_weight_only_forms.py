@@ -1,6 +1,6 @@
-"""qlrewrite.weight_only: what MatMulNBits / GatherBlockQuantized attributes mean. Shapes
-are checked against hand-computed values and against ONNX Runtime (a model built from
-the form's shapes runs there)."""
+"""qlrewrite.weight_only (and MatMulNBitsLayout's input shapes): what MatMulNBits /
+GatherBlockQuantized attributes mean. Shapes are checked against hand-computed values and
+against ONNX Runtime (a model built from the form's shapes runs there)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from nbits_models import gather_block_quantized_model, matmul_nbits_model, ort_runs
 
 from qlrewrite import opsets
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.weight_only import (
     GatherBlockForm,
-    MatMulNBitsForm,
     gather_block_form,
     int_attributes,
-    matmul_nbits_form,
+    matmul_nbits_layout,
 )
 
 DT = ir.DataType
@@ -25,18 +25,17 @@ GBQ = opsets.weight_only("com.microsoft", "GatherBlockQuantized", 1)
 
 
 def test_matmul_nbits_shapes_by_hand() -> None:
-    form = MatMulNBitsForm(k=40, n=8, bits=4, block_size=16)
-    assert (form.k_blocks, form.blob_size, form.zero_point_blob) == (3, 8, 2)
+    form = MatMulNBitsLayout(K=40, N=8, bits=4, block_size=16)
+    assert (form.k_blocks, form.blob, form.zero_point_row) == (3, 8, 2)
     assert form.b_shape == (8, 3, 8)
     assert form.scales_shapes == ((8, 3), (24,))
     assert form.zero_point_shapes(packed=True) == ((8, 2), (16,))
     assert form.zero_point_shapes(packed=False) == ((8, 3), (24,))
     assert form.g_idx_shapes == ((40,), (48,))
     assert form.bias_shape == (8,)
-    two = MatMulNBitsForm(k=40, n=8, bits=2, block_size=16)
-    assert (two.blob_size, two.zero_point_blob, two.default_zero_point) == (4, 1, 2)
-    assert MatMulNBitsForm(k=32, n=1, bits=8, block_size=32).g_idx_shapes == ((32,),)
-    assert MatMulNBitsForm(k=32, n=1, bits=8, block_size=32).default_zero_point == 128
+    two = MatMulNBitsLayout(K=40, N=8, bits=2, block_size=16)
+    assert (two.blob, two.zero_point_row, two.default_zero_point) == (4, 1, 2)
+    assert MatMulNBitsLayout(K=32, N=1, bits=8, block_size=32).g_idx_shapes == ((32,),)
 
 
 def test_int_attributes_defaults_and_bad_types() -> None:
@@ -46,11 +45,11 @@ def test_int_attributes_defaults_and_bad_types() -> None:
     values = int_attributes(attrs, MM)
     assert values == {"K": 64, "N": 8, "bits": None, "block_size": 32, "accuracy_level": 0,
                       "weight_prepacked": 0}  # fmt: skip
-    assert matmul_nbits_form(values) is None  # bits unusable
+    assert matmul_nbits_layout(values, MM) is None  # bits unusable
     values["bits"] = 4
-    assert matmul_nbits_form(values) == MatMulNBitsForm(64, 8, 4, 32)
-    assert matmul_nbits_form({**values, "K": None}) is None
-    assert matmul_nbits_form({**values, "block_size": 0}) is None
+    assert matmul_nbits_layout(values, MM) == MatMulNBitsLayout(64, 8, 4, 32)
+    for bad in ({"K": None}, {"K": 0}, {"block_size": 0}, {"block_size": 48}, {"bits": 3}):
+        assert matmul_nbits_layout({**values, **bad}, MM) is None
     assert int_attributes({}, GBQ) == {"bits": 4, "block_size": 128, "gather_axis": 0,
                                        "quantize_axis": 1}  # fmt: skip
 
@@ -88,7 +87,7 @@ pytest.importorskip("onnxruntime")
     list(itertools.product([17, 64], [2, 4, 8], [16, 64], [None, "packed", "float"])),
 )
 def test_matmul_nbits_form_shapes_run_in_ort(k: int, bits: int, block: int, zp: str) -> None:
-    form = MatMulNBitsForm(k=k, n=3, bits=bits, block_size=block)
+    form = MatMulNBitsLayout(K=k, N=3, bits=bits, block_size=block)
     if bits == 8 and zp == "float":
         pytest.skip("no CPU kernel (QL606)")
     zp_shape = None if zp is None else form.zero_point_shapes(zp == "packed")[0]

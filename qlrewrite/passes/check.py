@@ -22,6 +22,7 @@ from qlrewrite.findings import Report
 from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes, owner_label
 from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.context import Dims, ModelContext, NodeContext, view_of
+from qlrewrite.rules.registry import ALL_OPS, QDQ_OPS
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 __all__ = [
@@ -140,11 +141,11 @@ def check_model(
             report.findings.extend(check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
-    for site, contexts in node_contexts(model, weightless=weightless):
+    for site, contexts in node_contexts(model, weightless=weightless, ops=ALL_OPS):
         report.nodes_checked += 1
         for ctx in contexts:
             for check in node_checks:
-                if check.needs_version and ctx.row is None:
+                if ctx.op_type not in check.ops or (check.needs_version and ctx.row is None):
                     continue
                 for finding in check.func(ctx):
                     message = finding.message.replace(ctx.call_site_note, "", 1)
@@ -156,14 +157,17 @@ def check_model(
 
 
 def node_contexts(
-    model: ir.Model, *, weightless: onnx.ModelProto | None = None
+    model: ir.Model,
+    *,
+    weightless: onnx.ModelProto | None = None,
+    ops: tuple[str, ...] = QDQ_OPS,
 ) -> Iterator[tuple[QDQSite, list[NodeContext]]]:
-    """Every Q/DQ node with what the rules see of it: one context per call site for a
-    node inside a function, else one. Shape inference runs once, on first need (on
-    ``weightless`` when given, see :func:`check_model`)."""
+    """Every Q/DQ node (or node of ``ops``) with what the rules see of it: one context per
+    call site for a node inside a function, else one. Shape inference runs once, on first
+    need (on ``weightless`` when given, see :func:`check_model`)."""
     inference = _Inference(model, weightless)
     call_sites = _call_sites(model)
-    for site in iter_qdq_nodes(model):
+    for site in iter_qdq_nodes(model, ops):
         function = _function_label(site.label)
         bindings = call_sites.get(function, [None]) if function else [None]
         yield site, [_node_context(site, model, inference, b) for b in bindings]
@@ -251,7 +255,9 @@ def _node_context(
         return view_of(value, local, read=read)
 
     node = site.node
-    inputs = [view(v, read=i > 0) for i, v in enumerate(node.inputs)]
+    # Q/DQ: scales and zero points are read when small; weight-only ops: g_idx only.
+    read = [i > 0 if node.op_type in QDQ_OPS else i == 4 for i in range(len(node.inputs))]
+    inputs = [view(v, read=r) for v, r in zip(node.inputs, read, strict=True)]
     outputs = list(node.outputs)
     return NodeContext(
         node=node,

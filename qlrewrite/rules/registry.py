@@ -8,8 +8,13 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from qlrewrite.findings import Finding, Rule, Severity
+from qlrewrite.opsets import WEIGHT_ONLY_OPS
 
-__all__ = ["CHECKS", "RULES", "RuleCheck", "Scope", "rule"]
+QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: Every quantized op a node rule may apply to.
+ALL_OPS = (*QDQ_OPS, *WEIGHT_ONLY_OPS)
+
+__all__ = ["ALL_OPS", "CHECKS", "QDQ_OPS", "RULES", "RuleCheck", "Scope", "rule"]
 
 Scope = Literal["node", "model"]
 
@@ -22,6 +27,7 @@ class RuleCheck:
     func: Callable[[Any], Iterable[Finding]]
     scope: Scope  # "node": called per Q/DQ node with a NodeContext; "model": once per model
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
+    ops: tuple[str, ...]  # node rules: the op types they apply to
 
 
 #: The catalogue, ordered by code once every rule module is imported.
@@ -42,6 +48,7 @@ def rule(
     scope: Scope = "node",
     needs_version: bool = True,
     opt_in: bool = False,
+    ops: tuple[str, ...] = QDQ_OPS,
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -62,7 +69,7 @@ def rule(
             opt_in=opt_in,
         )
         RULES[code] = entry
-        CHECKS[code] = RuleCheck(entry, func, scope, needs_version)
+        CHECKS[code] = RuleCheck(entry, func, scope, needs_version, ops)
         return func
 
     return register
