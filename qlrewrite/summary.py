@@ -1,4 +1,5 @@
-"""What `qlrewrite info` reports: the model's Q/DQ nodes grouped, and model-level facts.
+"""What `qlrewrite info` reports: the model's Q/DQ nodes grouped, its weight-only nodes
+(com.microsoft MatMulNBits, GatherBlockQuantized) grouped, and model-level facts.
 
 Reads no weights: types and shapes come from the graph (with ONNX type inference on a
 weight-free copy where a type is not declared), byte counts from shapes.
@@ -15,9 +16,10 @@ import onnx_ir as ir
 
 from qlrewrite import opsets, tensors
 from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
+from qlrewrite.weight_only import int_attributes
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["QDQGroup", "model_summary"]
+__all__ = ["QDQGroup", "WeightOnlyGroup", "model_summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +32,31 @@ class QDQGroup:
     x_type: str
     scale_type: str
     granularity: str
+    constant: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightOnlyGroup:
+    """MatMulNBits / GatherBlockQuantized nodes that share op, version, weight type,
+    attributes, zero-point format, scale type and constness.
+
+    MatMulNBits: ``K`` x ``N`` weights; GatherBlockQuantized: ``shape``, the table's
+    logical shape (uint8 data unpacked to its values), quantized along ``quantize_axis``.
+    ``bits`` is None for float8 / float4 data (the type gives the width).
+    """
+
+    op_type: str
+    version: int | None
+    weight_type: str
+    bits: int | None
+    block_size: int | None
+    K: int | None
+    N: int | None
+    shape: tuple[int | None, ...] | None
+    quantize_axis: int | None
+    zero_points: str  # "none", "packed UINT8", or the element type (unpacked)
+    scale_type: str
+    accuracy_level: int | None
     constant: bool
 
 
@@ -157,6 +184,60 @@ def _constant_inputs(node: ir.Node) -> dict[int, int]:
     return found
 
 
+def _weight_only_group(site: QDQSite, inferred: _InferredTypes) -> WeightOnlyGroup:
+    node = site.node
+    row = opsets.weight_only(site.domain, node.op_type, site.imported)
+
+    def value(index: int) -> ir.Value | None:
+        return node.inputs[index] if index < len(node.inputs) else None
+
+    values = int_attributes(node.attributes, row) if row is not None else {}
+    activation = row.input_index(row.activation) if row is not None else -1
+    weight = value(row.input_index(row.weight)) if row is not None else value(0)
+    weight_type = _declared_or_inferred(weight, inferred)
+    storage = row.storage.get(weight_type) if row is not None and weight_type else None
+    zero_point = _declared_or_inferred(value(3), inferred)
+    if value(3) is None:
+        zero_points = "none"
+    elif zero_point == ir.DataType.UINT8 and storage is not None and storage.packed:
+        zero_points = f"packed {zero_point.name}"
+    else:
+        zero_points = _name(zero_point)
+    bits = values.get("bits") if storage is None or storage.bits else None
+    shape = quantize_axis = None
+    if node.op_type == "GatherBlockQuantized" and weight is not None and weight.shape is not None:
+        dims = [d if isinstance(d, int) else None for d in weight.shape]
+        if storage is not None and storage.packed and bits in storage.bits and dims:
+            dims[-1] = dims[-1] * (8 // bits) if dims[-1] is not None else None
+        shape = tuple(dims)
+        axis = values.get("quantize_axis")
+        if axis is not None and -len(dims) <= axis < len(dims):
+            quantize_axis = axis % len(dims)
+    return WeightOnlyGroup(
+        op_type=node.op_type,
+        version=site.version,
+        weight_type=_name(weight_type),
+        bits=bits,
+        block_size=values.get("block_size"),
+        K=values.get("K"),
+        N=values.get("N"),
+        shape=shape,
+        quantize_axis=quantize_axis,
+        zero_points=zero_points,
+        scale_type=_name(_declared_or_inferred(value(2), inferred)),
+        accuracy_level=values.get("accuracy_level"),
+        constant=all(is_constant(v) for i, v in enumerate(node.inputs) if i != activation),
+    )
+
+
+def _grouped(counts: Counter, inputs: dict[Any, dict[int, int]], key: Any) -> list[dict]:
+    """JSON rows of ``counts`` (group -> nodes), with the bytes of their constant inputs."""
+    return [
+        {**dataclasses.asdict(group), "nodes": count, "input_bytes": sum(inputs[group].values())}
+        for group, count in sorted(counts.items(), key=lambda kv: key(kv[0], kv[1]))
+    ]
+
+
 def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None) -> dict[str, Any]:
     """A JSON-ready description of ``model`` (the `info` command's content).
 
@@ -185,6 +266,12 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
         )
         groups[group] += 1
         group_inputs.setdefault(group, {}).update(_constant_inputs(node))
+    weight_groups: Counter[WeightOnlyGroup] = Counter()
+    weight_inputs: dict[WeightOnlyGroup, dict[int, int]] = {}
+    for site in iter_qdq_nodes(model, opsets.WEIGHT_ONLY_OPS):
+        group = _weight_only_group(site, inferred)
+        weight_groups[group] += 1
+        weight_inputs.setdefault(group, {}).update(_constant_inputs(site.node))
     n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,
@@ -198,14 +285,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
             "external_data": tensors.uses_external_data(model),
         },
         "qdq_nodes": sum(groups.values()),
-        "qdq": [
-            {
-                **dataclasses.asdict(group),
-                "nodes": count,
-                "input_bytes": sum(group_inputs[group].values()),
-            }
-            for group, count in sorted(
-                groups.items(), key=lambda kv: (kv[0].domain, kv[0].op_type, -kv[1])
-            )
-        ],
+        "qdq": _grouped(groups, group_inputs, lambda g, n: (g.domain, g.op_type, -n)),
+        "weight_only_nodes": sum(weight_groups.values()),
+        "weight_only": _grouped(weight_groups, weight_inputs, lambda g, n: (g.op_type, -n)),
     }
