@@ -85,13 +85,13 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
 
 
 def summary_line(reports: Sequence[Report]) -> str:
-    """``checked 3 file(s), 12 Q/DQ node(s): 2 error(s), 1 warning(s)[; 1 could not be ...]``."""
+    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s)[; 1 could not be ...]``."""
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
     unreadable = sum(1 for r in reports if r.error)
     line = (
-        f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
+        f"checked {len(reports)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
@@ -122,7 +122,7 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
             continue
         table = Table(
             title=f"{report.path}: {len(report.errors)} error(s), {len(report.warnings)} "
-            f"warning(s) in {report.nodes_checked} Q/DQ node(s)",
+            f"warning(s) in {report.nodes_checked} quantized node(s)",
             title_justify="left",
             show_lines=True,
         )

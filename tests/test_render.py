@@ -38,7 +38,7 @@ def test_finding_line_and_summary() -> None:
         Report("b.onnx", error="empty file"),
     ]
     assert render.summary_line(reports) == (
-        "checked 2 file(s), 3 Q/DQ node(s): 1 error(s), 1 warning(s); 1 could not be checked"
+        "checked 2 file(s), 3 quantized node(s): 1 error(s), 1 warning(s); 1 could not be checked"
     )
 
 

@@ -1,4 +1,5 @@
-"""`qlrewrite check`: validate every Q/DQ node of models and folders of models."""
+"""`qlrewrite check`: validate every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized)
+of models and folders of models."""
 
 from __future__ import annotations
 
@@ -146,7 +147,8 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     output: Path | None,
     quiet: bool,
 ) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node against its opset's rules.
+    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
+    GatherBlockQuantized, against its opset's rules.
 
     Reads no weights: a model of any size checks in about a second.
     """

@@ -308,8 +308,6 @@ def weight_only_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
     for spec, view in views:
         if view is None or view.dtype is None or view.dtype not in row.types_of(spec.name):
             continue
-        if spec.type_param == "T3":  # MatMulNBits zero points: their own parameter
-            continue
         seen = first.setdefault(spec.type_param, (spec.name, view.dtype))
         if seen[1] != view.dtype:
             yield ctx.finding(
