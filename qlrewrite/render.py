@@ -85,7 +85,7 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
 
 
 def summary_line(reports: Sequence[Report]) -> str:
-    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s)[; 1 could not be ...]``."""
+    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s)[; ...]``."""
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
