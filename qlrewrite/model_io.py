@@ -3,20 +3,18 @@
 Loading keeps external data on disk (onnx_ir memory-maps it on demand) and validates
 what can be validated without reading weights: the file is an ONNX model, every
 tensor's data fits its dims, and external data stays inside the model's folder and
-fits its file. Saving is atomic: everything is written into a temporary folder next
-to the destination, flushed to disk, then renamed into place.
+fits its file (resolution and validation live in :mod:`qlrewrite.tensors`). Saving is
+atomic: everything is written into a locked staging folder next to the destination,
+flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 """
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import logging
 import os
 import re
-import shutil
-import stat
-import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +22,18 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import tensors
+from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
 from qlrewrite.tensors import external_in_memory
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
     "SaveCallback",
-    "external_data_name",
+    "files_read",
+    "files_read_by",
     "load",
     "same_file",
+    "same_folder",
     "save",
     "unwritable",
 ]
@@ -239,9 +239,31 @@ def unwritable(model: ir.Model) -> str | None:
     return None
 
 
-def external_data_name(output: str | os.PathLike) -> str:
-    """The external data file written beside ``output``: ``<output file name>.data``."""
-    return Path(output).name + ".data"
+def files_read(model: ir.Model) -> list[Path]:
+    """Every file a loaded model reads: the model file, then each external data file of
+    its initializers, Constant values and other tensor attributes, in every graph,
+    subgraph and function (resolved paths). Guards against overwriting an input use it."""
+    source = Path(model.meta["qlrewrite.source"])
+    found = tensors.input_files(model.meta["qlrewrite.proto"], source.absolute().parent)
+    return [Path(os.path.realpath(source)), *found]
+
+
+def files_read_by(path: str | os.PathLike) -> list[Path]:
+    """:func:`files_read` of the model at ``path`` (parsed, no data read); an unreadable
+    file reads only itself."""
+    path = Path(path)
+    try:
+        proto = _read_proto(path)
+    except InputError:
+        return [Path(os.path.realpath(path))]
+    return [Path(os.path.realpath(path)), *tensors.input_files(proto, path.absolute().parent)]
+
+
+def same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True if both paths are in the same folder (resolving links of the folders)."""
+    return os.path.realpath(Path(a).absolute().parent) == os.path.realpath(
+        Path(b).absolute().parent
+    )
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -264,15 +286,18 @@ def save(
     max_workers: int | None = None,
     callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
+    keep: Collection[Path] = (),
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
     ``external_data=None`` decides: external data if the model already uses it or its
-    initializers exceed ``threshold`` bytes. The data file is ``<file name>.data``
-    beside the output with a relative location. On any failure nothing is left behind:
-    neither a partial output nor a temporary file. ``before_commit`` is called with the
-    staged model file (data file beside it) before anything is moved into place; if it
-    raises, nothing is written (``--verify`` uses it).
+    initializers exceed ``threshold`` bytes. The data file goes beside the output with
+    a relative location, named ``<file name>.data`` (``<file name>.<8 hex>.data`` when
+    that name is taken): see :func:`qlrewrite.atomic.commit_model`, which also removes
+    the replaced output's data files except those in ``keep``. On any failure nothing
+    is left behind: neither a partial output nor a temporary file. ``before_commit`` is
+    called with the staged model file (data file beside it) before anything is moved
+    into place; if it raises, nothing is written (``--verify`` uses it).
     """
     path = Path(path).absolute()
     folder = path.parent
@@ -289,81 +314,61 @@ def save(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"
         )
-    data_name = external_data_name(path)
-    try:
-        staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder))
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write in {folder} ({exc.strerror or exc})") from exc
-    try:
+    data_name = atomic.free_data_name(folder, path.name)
+    with atomic.Staging(folder, str(path)) as staging:
         staged_model = staging / path.name
-        # Node attribute tensors (Constant values) in external data are written into the
-        # model: onnx_ir's save moves only initializers to the new data file.
-        if external_data:
-            with external_in_memory(model):
-                ir.save(
-                    model,
-                    staged_model,
-                    external_data=data_name,
-                    size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES,
-                    max_workers=max_workers,
-                    callback=callback,
-                )
-        else:
-            with external_in_memory(model, initializers=lambda _: True):
-                ir.save(model, staged_model)
-        staged_data = staging / data_name
-        if staged_data.exists() and staged_data.stat().st_size == 0:
+        try:
+            _write(model, staged_model, data_name if external_data else None, max_workers, callback)
+        except OSError as exc:
+            raise _write_error(path, exc) from exc
+        staged_data: Path | None = staging / data_name
+        assert staged_data is not None
+        if not staged_data.exists():
+            staged_data = None
+        elif staged_data.stat().st_size == 0:
             staged_data.unlink()  # every tensor was small enough to stay in the model
-        written = [p for p in (staged_data, staged_model) if p.exists()]
-        for staged in written:
-            _fsync(staged)
+            staged_data = None
+        for staged in (staged_data, staged_model):
+            if staged is not None:
+                atomic.fsync_file(staged)
         if before_commit is not None:
             before_commit(staged_model)
-        _move_into_place(written, folder, staging)
-        _fsync_dir(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder / data_name if staged_data in written else None
-
-
-def _move_into_place(staged_files: list[Path], folder: Path, staging: Path) -> None:
-    """Rename the staged files into ``folder``, data first (the model never points at
-    missing data); if a later rename fails, the earlier ones are undone."""
-    done: list[tuple[Path, Path | None]] = []  # (destination, hard link to what it replaced)
-    try:
-        for staged in staged_files:
-            dest = folder / staged.name
-            backup: Path | None = None
-            if dest.exists():  # an overwritten file keeps its permissions
-                with contextlib.suppress(OSError):
-                    os.chmod(staged, stat.S_IMODE(dest.stat().st_mode))
-            if dest.exists() and staged is not staged_files[-1]:
-                backup = staging / (staged.name + ".previous")
-                try:
-                    os.link(dest, backup)
-                except OSError:
-                    backup = None
-            os.replace(staged, dest)
-            done.append((dest, backup))
-    except BaseException:
-        for dest, backup in reversed(done):
-            with contextlib.suppress(OSError):
-                if backup is not None:
-                    os.replace(backup, dest)
-                else:
-                    dest.unlink()
-        raise
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb+") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            return atomic.commit_model(staged_model, staged_data, path, keep=keep)
+        except OSError as exc:
+            raise _write_error(path, exc) from exc
+
+
+def _write(
+    model: ir.Model,
+    staged: Path,
+    data_name: str | None,
+    max_workers: int | None,
+    callback: SaveCallback | None,
+) -> None:
+    # Node attribute tensors (Constant values) in external data are written into the
+    # model: onnx_ir's save moves only initializers to the new data file.
+    if data_name is not None:
+        with external_in_memory(model):
+            ir.save(
+                model,
+                staged,
+                external_data=data_name,
+                size_threshold_bytes=EXTERNAL_TENSOR_MIN_BYTES,
+                max_workers=max_workers,
+                callback=callback,
+            )
+    else:
+        with external_in_memory(model, initializers=lambda _: True):
+            ir.save(model, staged)
+
+
+def _write_error(path: Path, exc: OSError) -> InputError:
+    """A failed write as one plain sentence (a full disk, a quota, permissions)."""
+    reason = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EACCES: "permission denied",
+        errno.EROFS: "the file system is read-only",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return InputError(f"{path}: cannot write the output: {reason}; nothing written")

@@ -9,7 +9,9 @@ ONNX Runtime computes something else with it (or cannot run it), or on ``dry_run
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import tempfile
 import time
 from collections.abc import Sequence
@@ -19,9 +21,9 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io, tensors
+from qlrewrite import atomic, model_io, tensors
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
-from qlrewrite.verify import Verification, Verifier, VerifyOptions
+from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 __all__ = [
@@ -114,10 +116,17 @@ def rewrite(
     max_size: int | None = None,
     verify: VerifyOptions | None = None,
     on_tensor_saved: model_io.SaveCallback | None = None,
+    report_path: str | Path | None = None,
 ) -> RewriteResult:
     """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``).
 
     ``on_tensor_saved`` is called after each tensor written to external data (progress).
+
+    ``report_path``: where the JSON of :meth:`RewriteResult.to_json` goes. It is refused
+    up front if it names a file the input reads, the output or the output's data file,
+    or cannot be created; it is staged before the output is moved into place and moved
+    into place right after it (a refusal writes nothing, a failed verification writes
+    only the report).
 
     With ``verify``, the staged output is run against the input in ONNX Runtime before it
     is moved into place (also on ``dry_run``, in a temporary folder); a difference raises
@@ -129,7 +138,50 @@ def rewrite(
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
-    _refuse_overwriting_input_data(model, target, in_place)
+    reads = model_io.files_read(model)
+    _refuse_overwriting_input(reads, target, in_place)
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if report_path is not None:
+            report_path = Path(report_path)
+            _refuse_report_path(report_path, reads, target)
+            pending = stack.enter_context(atomic.PendingFile(report_path))
+        result = _rewrite_loaded(
+            model,
+            input_path,
+            passes,
+            command=command,
+            target=target,
+            dry_run=dry_run,
+            external_data=external_data,
+            max_size=max_size,
+            verify=verify,
+            on_tensor_saved=on_tensor_saved,
+            keep=[] if in_place else reads,
+            pending=pending,
+            started=started,
+        )
+        if pending is not None:
+            pending.commit()
+    return result
+
+
+def _rewrite_loaded(
+    model: ir.Model,
+    input_path: Path,
+    passes: Sequence[ir.passes.PassBase],
+    *,
+    command: str,
+    target: Path,
+    dry_run: bool,
+    external_data: bool | None,
+    max_size: int | None,
+    verify: VerifyOptions | None,
+    on_tensor_saved: model_io.SaveCallback | None,
+    keep: Sequence[Path],
+    pending: atomic.PendingFile | None,
+    started: float,
+) -> RewriteResult:
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
@@ -151,50 +203,87 @@ def rewrite(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
             f"{max_size}; nothing written"
         )
-    changes = {_pass_name(p): getattr(p, "summary", {}) for p in passes}
-    written = False
+
+    def result() -> RewriteResult:
+        return RewriteResult(
+            command=command,
+            input=input_path,
+            output=None if dry_run else target,
+            written=not dry_run,
+            dry_run=dry_run,
+            changes={_pass_name(p): getattr(p, "summary", {}) for p in passes},
+            bytes_before=bytes_before,
+            bytes_after=bytes_after,
+            seconds=time.perf_counter() - started,
+            model=model,
+            warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
+            verification=verifier.result if verifier is not None else None,
+            target=target,
+        )
+
+    def before_commit(staged: Path) -> None:
+        if verifier is not None:
+            try:
+                verifier(staged)
+            except VerificationFailed as exc:
+                if pending is not None:  # the report says why nothing was written
+                    pending.write(_json({
+                        "version": 1, "command": command, "input": str(input_path),
+                        "written": False, "error": str(exc),
+                        "verify": exc.verification.to_json(),
+                    }))  # fmt: skip
+                    pending.commit()
+                raise
+        if pending is not None and not dry_run:
+            pending.write(_json(result().to_json()))  # staged: moved in after the output
+
     if not dry_run:
         model_io.save(
             model,
             target,
             external_data=external_data,
-            before_commit=verifier,
+            before_commit=before_commit,
             callback=on_tensor_saved,
+            keep=keep,
         )
-        written = True
     elif verifier is not None:
         with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
             staged = Path(folder) / target.name
-            model_io.save(model, staged, external_data=external_data, before_commit=verifier)
-    return RewriteResult(
-        command=command,
-        input=input_path,
-        output=None if dry_run else target,
-        written=written,
-        dry_run=dry_run,
-        changes=changes,
-        bytes_before=bytes_before,
-        bytes_after=bytes_after,
-        seconds=time.perf_counter() - started,
-        model=model,
-        warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
-        verification=verifier.result if verifier is not None else None,
-        target=target,
-    )
+            model_io.save(model, staged, external_data=external_data, before_commit=before_commit)
+    done = result()
+    if pending is not None and dry_run:
+        pending.write(_json(done.to_json()))
+    return done
 
 
-def _refuse_overwriting_input_data(model: ir.Model, target: Path, in_place: bool) -> None:
-    """Neither the output nor its data file may be a file the input reads its weights from."""
-    source = model.meta["qlrewrite.proto"]
-    inputs = tensors.input_files(source, Path(model.meta["qlrewrite.source"]).absolute().parent)
-    if any(model_io.same_file(target, f) for f in inputs):
-        raise InputError(f"{target}: the output would overwrite the input's external data")
-    data = target.with_name(model_io.external_data_name(target))
-    if not in_place and any(model_io.same_file(data, f) for f in inputs):
+def _json(document: Any) -> str:
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _refuse_overwriting_input(reads: Sequence[Path], target: Path, in_place: bool) -> None:
+    """The output may not be a file the input reads (its external data, Constant-node
+    data, attribute data, anywhere); in place, the input model itself is the output."""
+    for read in reads[0 if not in_place else 1 :]:
+        if model_io.same_file(target, read):
+            raise InputError(
+                f"{target}: the output would overwrite the input's external data "
+                "(a file the input reads)"
+            )
+
+
+def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> None:
+    """The report may not replace the input, a file it reads, the output or its data."""
+    if model_io.same_file(report, reads[0]):
+        raise InputError(f"{report}: the report would overwrite the input model")
+    if any(model_io.same_file(report, read) for read in reads[1:]):
         raise InputError(
-            f"{data}: the output's external data file would overwrite the input's; "
-            "choose another output name"
+            f"{report}: the report would overwrite the input's external data "
+            "(a file the input reads)"
         )
+    if model_io.same_file(report, target):
+        raise InputError(f"{report}: the report would overwrite the output")
+    if model_io.same_folder(report, target) and atomic.is_data_name(report.name, target.name):
+        raise InputError(f"{report}: the report would overwrite the output's external data")
 
 
 def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:

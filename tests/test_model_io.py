@@ -559,8 +559,7 @@ def test_load_reads_no_external_data(tmp_path: Path, monkeypatch: pytest.MonkeyP
 # --------------------------------------------------------------------------- small facts
 
 
-def test_external_data_name_and_same_file(tmp_path: Path) -> None:
-    assert model_io.external_data_name(tmp_path / "out.onnx") == "out.onnx.data"
+def test_same_file(tmp_path: Path) -> None:
     real = tmp_path / "a.onnx"
     real.write_bytes(b"x")
     (tmp_path / "link.onnx").symlink_to(real)

@@ -15,7 +15,7 @@ import pytest
 from test_model_io import _sparse_external_model
 from test_model_io_models import matmul_model, weights, write_external_model
 
-from qlrewrite import model_io, tensors
+from qlrewrite import atomic, model_io, tensors
 from qlrewrite.errors import InputError
 
 
@@ -78,59 +78,97 @@ def test_failure_mid_write_leaves_nothing(
         old = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != source.name}
     before = _listing(tmp_path)
     monkeypatch.setattr(model_io.ir, "save", _failing_save())
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(InputError, match="cannot write the output: the disk is full"):
         model_io.save(model, out, external_data=external)
     assert _listing(tmp_path) == before  # no partial output, no stray temporary
     for name, data in old.items():
         assert (tmp_path / name).read_bytes() == data
 
 
-@pytest.mark.parametrize("failing_call", [1, 2])
-def test_failed_rename_undoes_the_earlier_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing_call: int
+def _fail_at(step: str) -> Any:
+    """A commit step hook that raises at ``step`` (an I/O error there)."""
+
+    def hook(name: str) -> None:
+        if name == step:
+            raise OSError(5, "Input/output error")
+
+    return hook
+
+
+def _old_output(folder: Path) -> tuple[Path, np.ndarray]:
+    """An existing output (model + data) that a new save is about to replace."""
+    out, w = write_external_model(folder, "out.onnx", seed=7)
+    return out, w
+
+
+@pytest.mark.parametrize("step", ["locked", "data-in-place", "before-model-rename"])
+def test_failure_before_the_model_rename_leaves_the_old_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
 ) -> None:
-    """Data then model are renamed into place: if the model's rename fails, the old data
-    file comes back, so the existing output stays a consistent pair."""
+    """The model's rename fails after the new data file went into place (and earlier
+    steps): the old output and its data are exactly as they were, nothing else left."""
     source, _ = write_external_model(tmp_path, "in.onnx")
-    out = tmp_path / "out.onnx"
-    out.write_bytes(b"old model")
-    (tmp_path / "out.onnx.data").write_bytes(b"old data")
-    before = _listing(tmp_path)
+    out, old_w = _old_output(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    model = model_io.load(source)
+    monkeypatch.setattr(atomic, "_step", _fail_at(step))
+    with pytest.raises(InputError, match="Input/output error"):
+        model_io.save(model, out)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    np.testing.assert_array_equal(_weights_of(out), old_w)
+
+
+def test_real_model_rename_failure_rolls_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.replace of the model itself fails (only the commit's call is made to fail:
+    onnx_ir's own writes go through untouched)."""
+    source, _ = write_external_model(tmp_path, "in.onnx")
+    out, old_w = _old_output(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     model = model_io.load(source)
     real_replace = os.replace
-    calls = []
 
     def replace(src: Any, dst: Any) -> None:
-        calls.append(dst)
-        if len(calls) == failing_call:
+        if Path(dst) == out:
             raise OSError(5, "Input/output error")
         real_replace(src, dst)
 
-    monkeypatch.setattr(model_io.os, "replace", replace)
-    with pytest.raises(OSError, match="Input/output error"):
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with pytest.raises(InputError, match="Input/output error"):
         model_io.save(model, out)
-    assert _listing(tmp_path) == before
-    assert out.read_bytes() == b"old model"
-    assert (tmp_path / "out.onnx.data").read_bytes() == b"old data"
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    np.testing.assert_array_equal(_weights_of(out), old_w)
 
 
-def test_failed_rename_removes_a_new_data_file(
+def test_interrupted_data_write_leaves_the_old_pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The data file's write stops half way (an interrupt while a tensor is written):
+    the old output and its data are as they were, no temporary left."""
+    source, _ = write_external_model(tmp_path, "in.onnx")
+    out, old_w = _old_output(tmp_path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    model = model_io.load(source)
+
+    def interrupt(tensor: Any, info: Any) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        model_io.save(model, out, callback=interrupt)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    np.testing.assert_array_equal(_weights_of(out), old_w)
+
+
+def test_failed_commit_removes_a_new_data_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source, _ = write_external_model(tmp_path, "in.onnx")
     model = model_io.load(source)
     before = _listing(tmp_path)
-    real_replace = os.replace
-    calls = []
-
-    def replace(src: Any, dst: Any) -> None:
-        calls.append(dst)
-        if len(calls) == 2:  # the model, after its data file went into place
-            raise OSError(5, "Input/output error")
-        real_replace(src, dst)
-
-    monkeypatch.setattr(model_io.os, "replace", replace)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(atomic, "_step", _fail_at("before-model-rename"))
+    with pytest.raises(InputError):
         model_io.save(model, tmp_path / "out.onnx")
     assert _listing(tmp_path) == before
 
@@ -147,9 +185,9 @@ def test_overwritten_files_keep_their_permissions(tmp_path: Path) -> None:
     source, _ = write_external_model(tmp_path, "model.onnx")
     os.chmod(source, 0o640)
     os.chmod(tmp_path / "model.onnx.data", 0o600)
-    model_io.save(model_io.load(source), source)
+    data = model_io.save(model_io.load(source), source)
     assert source.stat().st_mode & 0o777 == 0o640
-    assert (tmp_path / "model.onnx.data").stat().st_mode & 0o777 == 0o600
+    assert data is not None and data.stat().st_mode & 0o777 == 0o600  # the data it replaced
 
 
 def test_save_refuses_missing_folder_and_directory_target(tmp_path: Path) -> None:
@@ -186,9 +224,10 @@ def test_external_model_saved_over_itself(tmp_path: Path) -> None:
     """In place: the new data file is written while the old one is still being read."""
     source, w = write_external_model(tmp_path, "model.onnx")
     model = model_io.load(source)
-    model_io.save(model, source)
-    assert _listing(tmp_path) == ["model.onnx", "model.onnx.data"]
-    assert _locations(source) == {"model.onnx.data"}
+    data = model_io.save(model, source)
+    assert data is not None and data.name != "model.onnx.data"  # the old one was in use
+    assert _listing(tmp_path) == ["model.onnx", data.name]  # the old data file removed
+    assert _locations(source) == {data.name}
     np.testing.assert_array_equal(_weights_of(source), w)
 
 

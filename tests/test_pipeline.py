@@ -4,6 +4,7 @@ output naming, in-place rules, --dry-run, --report, refusals (nothing written)."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -175,8 +176,9 @@ def test_in_place_with_another_output_is_refused(model: Path) -> None:
     assert run(str(model), "--in-place", "-o", str(model)).exit_code == 0
 
 
-def test_output_data_file_of_the_input_is_refused(tmp_path: Path) -> None:
-    """-o x.onnx would write x.onnx.data: refused when the input reads its weights there."""
+def test_output_beside_the_input_data_file_keeps_it(tmp_path: Path) -> None:
+    """-o x.onnx while the input reads its weights from x.onnx.data: the output's data
+    gets another name and the input's data file is neither replaced nor removed."""
     source, _ = write_external_model(tmp_path, "model.onnx")
     proto = onnx.load_model(str(source), load_external_data=False)
     proto.graph.initializer[0].external_data[0].value = "other.onnx.data"
@@ -184,10 +186,14 @@ def test_output_data_file_of_the_input_is_refused(tmp_path: Path) -> None:
     (tmp_path / "model.onnx.data").rename(tmp_path / "other.onnx.data")
     data = (tmp_path / "other.onnx.data").read_bytes()
     result = run(str(source), "-o", str(tmp_path / "other.onnx"))
-    assert result.exit_code == 2
-    assert "would overwrite the input's" in result.stderr
+    assert result.exit_code == 0, result.stderr
     assert (tmp_path / "other.onnx.data").read_bytes() == data
-    assert _listing(tmp_path) == ["model.onnx", "other.onnx.data"]
+    (new,) = set(_listing(tmp_path)) - {"model.onnx", "other.onnx", "other.onnx.data"}
+    assert len(_listing(tmp_path)) == 4 and re.fullmatch(r"other\.onnx\.[0-9a-f]{8}\.data", new)
+    saved = onnx.load_model(str(tmp_path / "other.onnx"), load_external_data=False)
+    locations = {e.value for t in saved.graph.initializer for e in t.external_data
+                 if e.key == "location"}  # fmt: skip
+    assert locations <= {new}
 
 
 def test_output_onto_the_input_data_file_is_refused(tmp_path: Path) -> None:

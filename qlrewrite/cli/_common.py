@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import sys
@@ -20,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import model_io, pipeline
-from qlrewrite.errors import EXIT_INPUT, InputError, QlrewriteError
+from qlrewrite.errors import EXIT_INPUT, QlrewriteError
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_line
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -296,12 +295,9 @@ def run_rewrite(
 ) -> RewriteResult:
     """Run a rewriting command's passes through :func:`qlrewrite.pipeline.rewrite`.
 
-    Prints the summary on stderr (unless quiet), writes the ``--report`` JSON, and on a
-    refusal prints the findings behind it before the error line (exit 1).
+    Prints the summary on stderr (unless quiet) and on a refusal the findings behind it
+    before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
-    report_path = options.report_path
-    if report_path is not None and model_io.same_file(report_path, model):
-        raise InputError(f"{report_path}: the report would overwrite the input model")
     try:
         with _save_progress(show_progress(options.quiet)) as on_tensor_saved:
             result = pipeline.rewrite(
@@ -315,19 +311,14 @@ def run_rewrite(
                 max_size=max_size,
                 verify=options.verify,
                 on_tensor_saved=on_tensor_saved,
+                report_path=options.report_path,
             )
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:
         _print_verification(exc.verification)
-        if report_path is not None:
-            failed = {"version": 1, "command": command, "input": str(model), "written": False,
-                      "error": str(exc), "verify": exc.verification.to_json()}  # fmt: skip
-            report_path.write_text(json.dumps(failed, indent=2) + "\n")
         raise
-    if report_path is not None:
-        report_path.write_text(json.dumps(result.to_json(), indent=2) + "\n")
     if not options.quiet:
         _print_summary(result)
     return result

@@ -6,13 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import click
 
-from qlrewrite import model_io, render
+from qlrewrite import atomic, model_io, render
 from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
@@ -69,22 +68,6 @@ def exit_code(reports: Sequence[Report], *, strict: bool = False) -> int:
     if any(r.errors or (strict and r.findings) for r in reports):
         return EXIT_FINDINGS
     return EXIT_OK
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    folder = path.absolute().parent
-    if not folder.is_dir():
-        raise InputError(f"{path}: output folder does not exist")
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
 
 
 @click.command(
@@ -154,10 +137,31 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     """
     codes = select_rules(select, ignore)
     targets = collect_models(models)
-    if output is not None and any(
-        isinstance(t, Path) and model_io.same_file(t, output) for t in targets
-    ):
-        raise InputError(f"-o {output} names a model being checked; choose another file")
+    with contextlib.ExitStack() as stack:
+        pending = None
+        if output is not None:
+            _refuse_input_file(output, [t for t in targets if isinstance(t, Path)])
+            pending = stack.enter_context(atomic.PendingFile(output))
+        reports = _check_all(targets, codes, quiet)
+        _report(reports, fmt, codes, quiet, pending)
+    if output is not None and not quiet:
+        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
+    sys.exit(exit_code(reports, strict=strict))
+
+
+def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
+    """``-o`` may not name a model being checked nor any file one of them reads."""
+    for model in models:
+        if any(model_io.same_file(output, read) for read in model_io.files_read_by(model)):
+            raise InputError(
+                f"-o {output} names a model being checked or a file it reads; choose another file"
+            )
+
+
+def _check_all(
+    targets: Sequence[Path | Report], codes: frozenset[str], quiet: bool
+) -> list[Report]:
+    """A report per target, in order (a progress bar for several files)."""
     reports: list[Report] = []
     files = sum(1 for t in targets if isinstance(t, Path))
     with progress("checking", files, show_progress(quiet) and files > 1) as advance:
@@ -167,6 +171,18 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
                 continue
             reports.append(_check_one(target, codes))
             advance()
+    return reports
+
+
+def _report(
+    reports: list[Report],
+    fmt: str,
+    codes: frozenset[str],
+    quiet: bool,
+    pending: atomic.PendingFile | None,
+) -> None:
+    """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
+    output = pending.path if pending is not None else None
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
         for report in reports:
@@ -176,12 +192,9 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         render.print_text_tables(reports, out_console, summary=not quiet)
     elif fmt == "text":
         text = "\n".join(render.text_lines(reports, summary=not quiet))
-        _emit(text + "\n" if text else "", output)
+        _emit(text + "\n" if text else "", pending)
     else:
-        _emit(render.render(reports, fmt, codes=codes), output)
-    if output is not None and not quiet:
-        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
-    sys.exit(exit_code(reports, strict=strict))
+        _emit(render.render(reports, fmt, codes=codes), pending)
 
 
 def _check_one(path: Path, codes: frozenset[str]) -> Report:
@@ -199,8 +212,9 @@ def _check_one(path: Path, codes: frozenset[str]) -> Report:
         )
 
 
-def _emit(text: str, output: Path | None) -> None:
-    if output is None:
+def _emit(text: str, pending: atomic.PendingFile | None) -> None:
+    if pending is None:
         click.echo(text, nl=False)
     else:
-        _write_atomic(output, text)
+        pending.write(text)
+        pending.commit()

@@ -1,0 +1,358 @@
+"""Writing files so that no reader ever sees a partial or mismatched state.
+
+- :class:`Staging`: a hidden folder beside the destination (``.qlrewrite-staging-*``)
+  where files are written and flushed before they are moved into place. Its owner holds
+  a lock on it for its whole life; a staging folder nobody holds is a leftover of a
+  killed run (the kernel drops the lock of a dead process), and the next run into the
+  same folder removes it.
+- :func:`commit_model`: moves a staged model and its external data file into place.
+  The data file gets a name no current file has (``<model>.data``, or
+  ``<model>.<8 hex>.data`` when that is taken) and goes in first; the model's rename is
+  the single commit point; only then are the data files of the replaced model removed.
+  A reader sees the old pair or the new pair, never one's model with the other's data,
+  whatever kills or concurrent writers do. Commits in one folder take turns (a lock
+  on the folder), which also makes removing leftovers safe.
+- :class:`PendingFile`: one text file (a report) written the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import re
+import secrets
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
+
+import onnx
+
+from qlrewrite.errors import InputError
+
+__all__ = [
+    "COMMIT_LOCK_SECONDS",
+    "PendingFile",
+    "Staging",
+    "commit_model",
+    "free_data_name",
+    "fsync_dir",
+    "fsync_file",
+    "is_data_name",
+    "remove_stale",
+    "write_text",
+]
+
+_STAGING = ".qlrewrite-staging-"
+_NEW = ".qlrewrite-new-"
+#: A half-created staging folder (killed between creating and locking it) is removed
+#: once it is this old: nothing creates one for longer than a moment.
+_NEW_STALE_SECONDS = 3600
+#: How long a commit waits for another one in the same folder before refusing.
+COMMIT_LOCK_SECONDS = 120.0
+
+#: Called with the name of each step of a commit (tests inject faults and kills here).
+_step: Callable[[str], None] = lambda name: None  # noqa: E731
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def remove_stale(folder: Path) -> list[str]:
+    """Remove the staging folders of killed runs in ``folder`` (those nobody holds);
+    return their names. A live run's staging folder is never touched."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        if entry.name.startswith(_NEW) and entry.is_dir(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                if time.time() - entry.stat(follow_symlinks=False).st_mtime > _NEW_STALE_SECONDS:
+                    shutil.rmtree(entry.path)
+                    removed.append(entry.name)
+            continue
+        if not entry.name.startswith(_STAGING) or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            if _try_lock(fd):  # its owner is gone
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(entry.name)
+        finally:
+            os.close(fd)
+    return removed
+
+
+class Staging:
+    """A locked hidden folder in ``folder`` for files about to be moved into place;
+    removed (with whatever is left in it) when the block ends."""
+
+    def __init__(self, folder: Path, label: str) -> None:
+        self.folder = folder
+        self.label = label
+        self.path: Path | None = None
+        self._fd: int | None = None
+
+    def __enter__(self) -> Path:
+        remove_stale(self.folder)
+        try:
+            new = tempfile.mkdtemp(prefix=_NEW, dir=self.folder)
+        except OSError as exc:
+            raise InputError(
+                f"{self.label}: cannot write in {self.folder} ({exc.strerror or exc})"
+            ) from exc
+        try:
+            self._fd = os.open(new, os.O_RDONLY | os.O_DIRECTORY)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            path = self.folder / (_STAGING + Path(new).name.removeprefix(_NEW))
+            os.rename(new, path)  # only ever seen by others as a locked staging folder
+        except BaseException:
+            shutil.rmtree(new, ignore_errors=True)
+            self._close()
+            raise
+        self.path = path
+        return path
+
+    def __exit__(self, *exc: object) -> None:
+        if self.path is not None:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path, label: str) -> Iterator[None]:
+    """Commits into ``folder`` take turns; refuse after waiting COMMIT_LOCK_SECONDS."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + COMMIT_LOCK_SECONDS
+        while not _try_lock(fd):
+            if time.monotonic() > deadline:
+                raise InputError(
+                    f"{label}: another qlrewrite has been committing into {folder} for "
+                    f"{COMMIT_LOCK_SECONDS:.0f} s; nothing written"
+                )
+            time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush ``path``'s data to disk."""
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush ``folder``'s entries (renames) to disk, where the system allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _data_names(model_name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(model_name) + r"(\.[0-9a-f]{8})?\.data")
+
+
+def is_data_name(name: str, model_name: str) -> bool:
+    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name``."""
+    return _data_names(model_name).fullmatch(name) is not None
+
+
+def free_data_name(folder: Path, model_name: str) -> str:
+    """``<model_name>.data``, or ``<model_name>.<8 hex>.data`` if that name is taken."""
+    name = f"{model_name}.data"
+    while os.path.lexists(folder / name):
+        name = f"{model_name}.{secrets.token_hex(4)}.data"
+    return name
+
+
+def _relocate(staged_model: Path, old: str, new: str) -> None:
+    """Point the staged model's external data at ``new`` instead of ``old``."""
+    proto = onnx.load_model(str(staged_model), load_external_data=False)
+    from qlrewrite.tensors import proto_tensors
+
+    for _, tensor in proto_tensors(proto):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+    staged_model.write_bytes(proto.SerializeToString())
+    fsync_file(staged_model)
+
+
+def _link_new(source: Path, dest: Path) -> None:
+    """Put ``source`` at ``dest``, which must not exist (never replaces a file)."""
+    try:
+        os.link(source, dest)
+    except FileExistsError:
+        raise
+    except OSError as exc:  # a file system without hard links
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        if os.path.lexists(dest):
+            raise FileExistsError(errno.EEXIST, "exists", str(dest)) from exc
+        os.rename(source, dest)
+
+
+def commit_model(
+    staged_model: Path,
+    staged_data: Path | None,
+    dest: Path,
+    *,
+    keep: Collection[Path] = (),
+) -> Path | None:
+    """Move ``staged_model`` (and ``staged_data``, the file its external data names) to
+    ``dest``; return where the data file went. See the module docstring for the order.
+
+    Afterwards the data files of the replaced model (``<name>.data`` and
+    ``<name>.<8 hex>.data`` beside it) and leftovers of killed commits are removed,
+    except the files in ``keep`` (what the input reads). On a failure before the model's
+    rename, the new data file is removed and the existing files are as they were.
+    """
+    folder = dest.parent
+    pattern = _data_names(dest.name)
+    with _folder_lock(folder, str(dest)):
+        _step("locked")
+        data_dest: Path | None = None
+        old_mode: int | None = None
+        with contextlib.suppress(OSError):
+            old_mode = stat.S_IMODE(os.stat(dest).st_mode)
+        try:
+            if staged_data is not None:
+                name = free_data_name(folder, dest.name)
+                if name != staged_data.name:
+                    _relocate(staged_model, staged_data.name, name)
+                    _step("relocated")
+                data_mode = _data_mode(folder, pattern)
+                if data_mode is not None:
+                    os.chmod(staged_data, data_mode)
+                _link_new(staged_data, folder / name)
+                data_dest = folder / name
+                fsync_dir(folder)
+                _step("data-in-place")
+            if old_mode is not None:  # an overwritten model keeps its permissions
+                os.chmod(staged_model, old_mode)
+            _step("before-model-rename")
+            os.replace(staged_model, dest)
+        except BaseException:
+            if data_dest is not None:
+                with contextlib.suppress(OSError):
+                    data_dest.unlink()
+            raise
+        fsync_dir(folder)
+        _step("model-in-place")
+        _remove_old_data(folder, pattern, data_dest, keep)
+        _step("cleaned")
+    return data_dest
+
+
+def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:
+    """The permissions of the data file being replaced (the new one keeps them)."""
+    for entry in sorted(os.scandir(folder), key=lambda e: len(e.name)):
+        if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(OSError):
+                return stat.S_IMODE(entry.stat().st_mode)
+    return None
+
+
+def _remove_old_data(
+    folder: Path, pattern: re.Pattern[str], new: Path | None, keep: Collection[Path]
+) -> None:
+    kept = {os.path.realpath(p) for p in keep}
+    for entry in list(os.scandir(folder)):
+        if not pattern.fullmatch(entry.name) or (new is not None and entry.name == new.name):
+            continue
+        if os.path.realpath(entry.path) in kept or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)
+
+
+class PendingFile:
+    """A text file (a report) staged beside ``path``: :meth:`commit` moves it into place
+    atomically; leaving the block without committing leaves ``path`` untouched.
+
+    Creating it checks that the folder exists and takes files, so a report that cannot
+    be written refuses before anything else is.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        folder = self.path.absolute().parent
+        if not folder.is_dir():
+            raise InputError(f"{path}: output folder does not exist")
+        if self.path.is_dir():
+            raise InputError(f"{path}: is a directory; give a file name")
+        self._staging = Staging(folder, str(path))
+        self._staged = self._staging.__enter__() / self.path.name
+        try:
+            self._staged.write_bytes(b"")
+        except OSError as exc:
+            self.discard()
+            raise InputError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+
+    def __enter__(self) -> PendingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()
+
+    def write(self, text: str) -> None:
+        """Stage ``text`` (flushed to disk): nothing is visible at ``path`` yet."""
+        with open(self._staged, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def commit(self) -> None:
+        """Move the staged text to ``path`` (permissions: the replaced file's, else the
+        umask's, as for any file the user creates)."""
+        try:
+            mode = stat.S_IMODE(os.stat(self.path).st_mode)
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(self._staged, mode)
+        os.replace(self._staged, self.path)
+        fsync_dir(self.path.absolute().parent)
+        self.discard()
+
+    def discard(self) -> None:
+        """Remove the staged file (``path`` as it was)."""
+        self._staging.__exit__(None, None, None)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically."""
+    with PendingFile(path) as pending:
+        pending.write(text)
+        pending.commit()
