@@ -171,11 +171,11 @@ def scales_shape(ctx: NodeContext) -> Iterator[Finding]:
             want = size
             ok = have == size or (form.storage.scale_broadcast and have == 1)
         if not ok:
-            what = "blocks on quantize_axis" if i == form.quantize_axis else "data's size"
+            what = "the block count on quantize_axis" if i == form.quantize_axis else "data's size"
             yield ctx.finding(
                 "QL432",
                 ERROR,
-                f"scales {scales.describe()} has {have} on axis {i}, {what} is {want} "
+                f"scales {scales.describe()} has {have} on axis {i}; {what} is {want} "
                 f"(data {data.describe()}, bits={form.bits}, block_size={form.block_size})",
                 "give scales data's shape with quantize_axis divided into blocks",
             )
