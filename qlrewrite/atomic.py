@@ -24,6 +24,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -44,7 +45,7 @@ __all__ = [
     "fsync_file",
     "is_data_name",
     "remove_stale",
-    "write_text",
+    "write_error",
 ]
 
 _STAGING = ".qlrewrite-staging-"
@@ -55,6 +56,7 @@ _NEW_STALE_SECONDS = 3600
 #: How long a commit waits for another one in the same folder before refusing.
 COMMIT_LOCK_SECONDS = 120.0
 
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 #: Called with the name of each step of a commit (tests inject faults and kills here).
 _step: Callable[[str], None] = lambda name: None  # noqa: E731
 
@@ -117,22 +119,32 @@ class Staging:
 
     def __enter__(self) -> Path:
         remove_stale(self.folder)
+        # No signal between creating the folder and owning it: a leftover is always
+        # either locked by its live owner or provably stale.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        try:
+            self.path = self._create()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return self.path
+
+    def _create(self) -> Path:
         try:
             new = tempfile.mkdtemp(prefix=_NEW, dir=self.folder)
         except OSError as exc:
             raise InputError(
                 f"{self.label}: cannot write in {self.folder} ({exc.strerror or exc})"
             ) from exc
+        path = self.folder / (_STAGING + Path(new).name.removeprefix(_NEW))
         try:
             self._fd = os.open(new, os.O_RDONLY | os.O_DIRECTORY)
             fcntl.flock(self._fd, fcntl.LOCK_EX)
-            path = self.folder / (_STAGING + Path(new).name.removeprefix(_NEW))
             os.rename(new, path)  # only ever seen by others as a locked staging folder
         except BaseException:
             shutil.rmtree(new, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
             self._close()
             raise
-        self.path = path
         return path
 
     def __exit__(self, *exc: object) -> None:
@@ -189,10 +201,21 @@ def is_data_name(name: str, model_name: str) -> bool:
     return _data_names(model_name).fullmatch(name) is not None
 
 
+def _usable(folder: Path, name: str, model_name: str) -> bool:
+    """No file has ``name``, and the plain ``<model>.data`` only for a new model: a
+    reader that read an older model never opens a newer data file under the name it
+    remembers."""
+    plain = name == f"{model_name}.data"
+    return not os.path.lexists(folder / name) and not (
+        plain and os.path.lexists(folder / model_name)
+    )
+
+
 def free_data_name(folder: Path, model_name: str) -> str:
-    """``<model_name>.data``, or ``<model_name>.<8 hex>.data`` if that name is taken."""
+    """``<model_name>.data`` for a new model, else ``<model_name>.<8 hex>.data`` (random:
+    a name never used before)."""
     name = f"{model_name}.data"
-    while os.path.lexists(folder / name):
+    while not _usable(folder, name, model_name):
         name = f"{model_name}.{secrets.token_hex(4)}.data"
     return name
 
@@ -210,8 +233,9 @@ def _relocate(staged_model: Path, old: str, new: str) -> None:
     fsync_file(staged_model)
 
 
-def _link_new(source: Path, dest: Path) -> None:
-    """Put ``source`` at ``dest``, which must not exist (never replaces a file)."""
+def _move_new(source: Path, dest: Path) -> None:
+    """Move ``source`` to ``dest``, which must not exist (never replaces a file). The
+    file keeps one link (ONNX's loader refuses data files with several)."""
     try:
         os.link(source, dest)
     except FileExistsError:
@@ -222,6 +246,8 @@ def _link_new(source: Path, dest: Path) -> None:
         if os.path.lexists(dest):
             raise FileExistsError(errno.EEXIST, "exists", str(dest)) from exc
         os.rename(source, dest)
+        return
+    os.unlink(source)
 
 
 def commit_model(
@@ -249,14 +275,15 @@ def commit_model(
             old_mode = stat.S_IMODE(os.stat(dest).st_mode)
         try:
             if staged_data is not None:
-                name = free_data_name(folder, dest.name)
-                if name != staged_data.name:
+                name = staged_data.name
+                if not _usable(folder, name, dest.name):  # taken since it was staged
+                    name = free_data_name(folder, dest.name)
                     _relocate(staged_model, staged_data.name, name)
                     _step("relocated")
                 data_mode = _data_mode(folder, pattern)
                 if data_mode is not None:
                     os.chmod(staged_data, data_mode)
-                _link_new(staged_data, folder / name)
+                _move_new(staged_data, folder / name)
                 data_dest = folder / name
                 fsync_dir(folder)
                 _step("data-in-place")
@@ -298,6 +325,13 @@ def _remove_old_data(
             os.unlink(entry.path)
 
 
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+
+
 class PendingFile:
     """A text file (a report) staged beside ``path``: :meth:`commit` moves it into place
     atomically; leaving the block without committing leaves ``path`` untouched.
@@ -329,10 +363,10 @@ class PendingFile:
 
     def write(self, text: str) -> None:
         """Stage ``text`` (flushed to disk): nothing is visible at ``path`` yet."""
-        with open(self._staged, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        try:
+            _write_synced(self._staged, text)
+        except OSError as exc:
+            raise write_error(self.path, exc, "the report") from exc
 
     def commit(self) -> None:
         """Move the staged text to ``path`` (permissions: the replaced file's, else the
@@ -341,8 +375,11 @@ class PendingFile:
             mode = stat.S_IMODE(os.stat(self.path).st_mode)
         except OSError:
             mode = 0o666 & ~_umask()
-        os.chmod(self._staged, mode)
-        os.replace(self._staged, self.path)
+        try:
+            os.chmod(self._staged, mode)
+            os.replace(self._staged, self.path)
+        except OSError as exc:
+            raise write_error(self.path, exc, "the report") from exc
         fsync_dir(self.path.absolute().parent)
         self.discard()
 
@@ -351,8 +388,12 @@ class PendingFile:
         self._staging.__exit__(None, None, None)
 
 
-def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically."""
-    with PendingFile(path) as pending:
-        pending.write(text)
-        pending.commit()
+def write_error(path: Path, exc: OSError, what: str = "the output") -> InputError:
+    """A failed write as one plain sentence (a full disk, a quota, permissions)."""
+    reason = {
+        errno.ENOSPC: "the disk is full",
+        errno.EDQUOT: "the disk quota is exceeded",
+        errno.EACCES: "permission denied",
+        errno.EROFS: "the file system is read-only",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return InputError(f"{path}: cannot write {what}: {reason}; nothing written")

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-__all__ = ["EXIT_FINDINGS", "EXIT_INPUT", "EXIT_OK", "InputError", "QlrewriteError", "Refusal"]
+__all__ = [
+    "EXIT_FINDINGS",
+    "EXIT_INPUT",
+    "EXIT_OK",
+    "InputError",
+    "QlrewriteError",
+    "Refusal",
+    "Terminated",
+]
 
 EXIT_OK = 0
 EXIT_FINDINGS = 1
@@ -25,3 +33,7 @@ class Refusal(QlrewriteError):
     """A rewrite that would be wrong or invalid was refused: exit code 1."""
 
     exit_code = EXIT_FINDINGS
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while a command runs: unwinds like Ctrl-C (staged files are removed)."""

@@ -11,11 +11,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-__all__ = ["ERROR", "WARNING", "Finding", "Report", "Rule", "Severity"]
+__all__ = ["ERROR", "SAFE", "UNSAFE", "WARNING", "Finding", "FixKind", "Report", "Rule", "Severity"]
 
 Severity = Literal["error", "warning"]
 ERROR: Severity = "error"
 WARNING: Severity = "warning"
+
+#: How a rule's fix may be applied: "safe" (ONNX Runtime computes bit-identical outputs;
+#: ``check --fix``) or "unsafe" (only with ``--unsafe-fixes``).
+FixKind = Literal["safe", "unsafe"]
+SAFE: FixKind = "safe"
+UNSAFE: FixKind = "unsafe"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +35,8 @@ class Rule:
     explanation: str  # why this matters (a paragraph)
     example: str  # a short example of a node that breaks the rule and its fix
     versions: str = ""  # where it applies, e.g. "ai.onnx 13+, com.microsoft"
+    fix: FixKind | None = None  # what `check --fix` can do about it (None: nothing)
+    fix_summary: str = ""  # what the fix changes, and when it applies
     opt_in: bool = False  # off unless selected by code or prefix (``--select QL504``)
 
     @property
@@ -50,6 +58,7 @@ class Finding:
     domain: str = ""  # "" for ai.onnx
     opset: int | None = None  # the imported opset version of the node's domain
     graph: str = "main"  # "main", "main/<node>.<attr>" or "function:<domain>.<name>"
+    output: str = ""  # the node's first output name ("" when not about a node)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``check --format json``."""
@@ -61,6 +70,7 @@ class Finding:
             "domain": self.domain,
             "opset": self.opset,
             "graph": self.graph,
+            "output": self.output,
             "message": self.message,
             "hint": self.hint,
         }
@@ -74,6 +84,12 @@ class Report:
     error: str | None = None  # why the model could not be read; then no findings
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
+    suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
+    #: per-node-ignores keys that named a node of this model (stale keys: QL901)
+    matched_suppressions: frozenset[str] = frozenset()
+    #: Other producers' custom quantization operators seen, not checked (see
+    #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
+    custom_quant: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def errors(self) -> list[Finding]:
@@ -91,9 +107,12 @@ class Report:
             "path": self.path,
             "error": self.error,
             "findings": [f.to_json() for f in self.findings],
+            "custom_quant": [g.to_json() for g in self.custom_quant],
             "summary": {
                 "nodes_checked": self.nodes_checked,
+                "custom_quant_nodes": sum(g.nodes for g in self.custom_quant),
                 "errors": len(self.errors),
                 "warnings": len(self.warnings),
+                "suppressed": len(self.suppressed),
             },
         }

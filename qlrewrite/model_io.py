@@ -10,7 +10,6 @@ flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import re
@@ -147,7 +146,7 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
-    problem = _malformed(proto)
+    problem = _malformed(proto) or tensors.malformed_external_numbers(proto)
     if problem is not None:
         raise InputError(f"{path}: not a valid ONNX model ({problem})")
     sparse = _sparse_tensor(proto)
@@ -320,7 +319,8 @@ def save(
         try:
             _write(model, staged_model, data_name if external_data else None, max_workers, callback)
         except OSError as exc:
-            raise _write_error(path, exc) from exc
+            raise atomic.write_error(path, exc) from exc
+        atomic._step("staged")
         staged_data: Path | None = staging / data_name
         assert staged_data is not None
         if not staged_data.exists():
@@ -336,7 +336,7 @@ def save(
         try:
             return atomic.commit_model(staged_model, staged_data, path, keep=keep)
         except OSError as exc:
-            raise _write_error(path, exc) from exc
+            raise atomic.write_error(path, exc) from exc
 
 
 def _write(
@@ -361,14 +361,3 @@ def _write(
     else:
         with external_in_memory(model, initializers=lambda _: True):
             ir.save(model, staged)
-
-
-def _write_error(path: Path, exc: OSError) -> InputError:
-    """A failed write as one plain sentence (a full disk, a quota, permissions)."""
-    reason = {
-        errno.ENOSPC: "the disk is full",
-        errno.EDQUOT: "the disk quota is exceeded",
-        errno.EACCES: "permission denied",
-        errno.EROFS: "the file system is read-only",
-    }.get(exc.errno or 0, exc.strerror or str(exc))
-    return InputError(f"{path}: cannot write the output: {reason}; nothing written")

@@ -22,6 +22,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import atomic, model_io, tensors
+from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -182,6 +183,12 @@ def _rewrite_loaded(
     pending: atomic.PendingFile | None,
     started: float,
 ) -> RewriteResult:
+    if groups := custom_quant_groups(model):
+        raise Refusal(
+            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
+            "with the producer's custom-op library; qlrewrite rewrites standard "
+            "QuantizeLinear / DequantizeLinear only; nothing written"
+        )
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
@@ -196,6 +203,8 @@ def _rewrite_loaded(
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     model = run_passes(model, passes)
+    if verifier is not None:
+        verifier.expect_differences(passes)
     checker_warnings = validate_output(model, input_path, unchanged)
     bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,10 @@ from qlrewrite.findings import Finding, Report, Rule
 
 __all__ = [
     "FORMATS",
+    "FindingGroup",
     "finding_line",
+    "finding_lines",
+    "group_findings",
     "print_rule",
     "print_rules_table",
     "print_text_tables",
@@ -34,6 +38,7 @@ __all__ = [
     "render_github",
     "render_json",
     "render_sarif",
+    "rule_counts",
     "rule_text",
     "rules_json",
     "rules_lines",
@@ -52,6 +57,7 @@ _CATEGORIES = {
     "QL4": "Granularity and shapes",
     "QL5": "Constant values",
     "QL6": "Model hygiene",
+    "QL9": "Suppressions",
 }
 
 
@@ -84,33 +90,152 @@ def finding_line(finding: Finding, path: str | None = None) -> str:
     return f"{prefix}{finding.rule} {finding.severity}: {finding.message}{hint}"
 
 
+#: More findings than this with one code and one message pattern print as a group.
+GROUP_ABOVE = 5
+#: Nodes named on a group's line.
+GROUP_NODES = 3
+#: What differs between repeats of one finding: quoted names, "(TYPE [dims])", numbers.
+_NAMES = re.compile(r"'[^']*'|\([A-Z][A-Z0-9_]* \[[^\]]*\]\)|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+
+
+@dataclasses.dataclass(frozen=True)
+class FindingGroup:
+    """Findings of one code whose messages differ only in names and numbers."""
+
+    findings: tuple[Finding, ...]
+
+    @property
+    def first(self) -> Finding:
+        """The finding printed in full."""
+        return self.findings[0]
+
+    def nodes(self, limit: int = GROUP_NODES) -> str:
+        """``a, b, c, ...``: the first ``limit`` nodes after the first finding's."""
+        labels = [_node_label(f) or f.graph for f in self.findings[1:]]
+        shown = ", ".join(labels[:limit])
+        return shown + (", ..." if len(labels) > limit else "")
+
+
+def _pattern(finding: Finding) -> tuple[str, str, str, str]:
+    return (finding.rule, finding.severity, _NAMES.sub("#", finding.message),
+            _NAMES.sub("#", finding.hint))  # fmt: skip
+
+
+def group_findings(
+    findings: Sequence[Finding], *, above: int | None = GROUP_ABOVE
+) -> list[FindingGroup]:
+    """Findings in their order, those sharing code and message pattern (names and numbers
+    aside) gathered in one group at the first one's place when there are more than
+    ``above`` of them (``None``: never group, as ``--show-all``)."""
+    if above is None:
+        return [FindingGroup((f,)) for f in findings]
+    by_pattern: dict[tuple[str, str, str, str], list[Finding]] = {}
+    for finding in findings:
+        by_pattern.setdefault(_pattern(finding), []).append(finding)
+    groups: list[FindingGroup] = []
+    for members in by_pattern.values():
+        if len(members) > above:
+            groups.append(FindingGroup(tuple(members)))
+        else:
+            groups.extend(FindingGroup((f,)) for f in members)
+    order = {id(f): i for i, f in enumerate(findings)}
+    return sorted(groups, key=lambda g: order[id(g.first)])
+
+
+def rule_counts(reports: Sequence[Report]) -> dict[str, int]:
+    """Findings per rule code over ``reports``, by code."""
+    counts: dict[str, int] = {}
+    for report in reports:
+        for finding in report.findings:
+            counts[finding.rule] = counts.get(finding.rule, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def summary_line(reports: Sequence[Report]) -> str:
-    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s)[; ...]``."""
+    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s) [QL403 x2, ...]``,
+    then ``; 4 suppressed`` and ``; 1 could not be checked`` when there are some."""
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
+    suppressed = sum(len(r.suppressed) for r in reports)
     unreadable = sum(1 for r in reports if r.error)
+    custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
         f"checked {len(reports)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
+    counts = rule_counts(reports)
+    if counts:
+        line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
+    if suppressed:
+        line += f"; {suppressed} suppressed"
+    if custom:
+        line += f"; {custom} custom quantization node(s) not checked"
     return line + (f"; {unreadable} could not be checked" if unreadable else "")
 
 
-def text_lines(reports: Sequence[Report], *, summary: bool = True) -> list[str]:
-    """The text report for logs and files: one line per finding or unreadable file."""
+def custom_quant_line(report: Report) -> str | None:
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
+    if not report.custom_quant:
+        return None
+    from qlrewrite.custom_quant import describe
+
+    return f"{report.path}: not checked: {describe(report.custom_quant)}"
+
+
+def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
+    prefix = f"{path}: " if path else ""
+    first = group.first
+    return (
+        f"{prefix}{first.rule} {first.severity}: {len(group.findings) - 1} more like the line "
+        f"above, on {group.nodes()} ({every} prints each)"
+    )
+
+
+def finding_lines(
+    findings: Sequence[Finding],
+    path: str | None = None,
+    *,
+    show_all: bool = False,
+    every: str = "--show-all",
+) -> list[str]:
+    """One line per finding, or per group of findings that differ only in names and
+    numbers (its first finding, then ``N more like the line above, on a, b, c, ...
+    (<every> prints each)``)."""
+    lines = []
+    for group in group_findings(findings, above=None if show_all else GROUP_ABOVE):
+        lines.append(finding_line(group.first, path))
+        if len(group.findings) > 1:
+            lines.append(_more_line(group, path, every))
+    return lines
+
+
+def text_lines(
+    reports: Sequence[Report], *, summary: bool = True, show_all: bool = False
+) -> list[str]:
+    """The text report for logs and files: one line per finding or unreadable file, or per
+    group of findings that differ only in names (see :func:`group_findings`)."""
     lines = []
     for report in reports:
         if report.error:
             lines.append(f"{report.path}: cannot check: {report.error}")
-        lines.extend(finding_line(f, report.path) for f in report.findings)
+        lines += finding_lines(report.findings, report.path, show_all=show_all)
+        if (custom := custom_quant_line(report)) is not None:
+            lines.append(custom)
     if summary:
         lines.append(summary_line(reports))
     return lines
 
 
-def print_text_tables(reports: Sequence[Report], console: Console, *, summary: bool = True) -> None:
-    """The text report for a terminal: one rich table per file with findings."""
+def print_text_tables(
+    reports: Sequence[Report],
+    console: Console,
+    *,
+    summary: bool = True,
+    show_all: bool = False,
+) -> None:
+    """The text report for a terminal: one rich table per file with findings (groups of
+    findings that differ only in names as one row and a row naming the other nodes)."""
     for report in reports:
         if report.error:
             console.print(
@@ -118,6 +243,8 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
                 + Text(report.error)
             )
             continue
+        if (custom := custom_quant_line(report)) is not None:
+            console.print(Text(custom))
         if not report.findings:
             continue
         table = Table(
@@ -128,7 +255,8 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
         )
         for column in ("rule", "severity", "graph", "node", "message", "hint"):
             table.add_column(column, overflow="fold")
-        for f in report.findings:
+        for group in group_findings(report.findings, above=None if show_all else GROUP_ABOVE):
+            f = group.first
             table.add_row(
                 f.rule,
                 Text(f.severity, style=_SEVERITY_STYLE[f.severity]),
@@ -137,6 +265,15 @@ def print_text_tables(reports: Sequence[Report], console: Console, *, summary: b
                 Text(f.message),
                 Text(f.hint),
             )
+            if len(group.findings) > 1:
+                table.add_row(
+                    f.rule,
+                    Text(f.severity, style=_SEVERITY_STYLE[f.severity]),
+                    "",
+                    Text(f"+{len(group.findings) - 1} more"),
+                    Text(f"like the row above, on {group.nodes()} (--show-all prints each)"),
+                    "",
+                )
         console.print(table)
     if summary:
         console.print(Text(summary_line(reports), style="bold"))
@@ -154,8 +291,11 @@ def render_json(reports: Sequence[Report]) -> str:
             "files": len(reports),
             "unreadable": sum(1 for r in reports if r.error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
+            "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
             "errors": sum(len(r.errors) for r in reports),
             "warnings": sum(len(r.warnings) for r in reports),
+            "suppressed": sum(len(r.suppressed) for r in reports),
+            "by_rule": rule_counts(reports),
         },
     }
     return json.dumps(document, indent=2) + "\n"
@@ -223,7 +363,12 @@ def _sarif_rule(rule: Rule) -> dict[str, Any]:
             "markdown": f"{rule.explanation}\n\nExample:\n\n```\n{rule.example}\n```",
         },
         "defaultConfiguration": {"level": rule.severity, "enabled": not rule.opt_in},
-        "properties": {"tags": ["onnx", "quantization"], "versions": rule.versions},
+        "properties": {
+            "tags": ["onnx", "quantization"],
+            "versions": rule.versions,
+            "fix": rule.fix or "none",
+            "fixSummary": rule.fix_summary,
+        },
     }
 
 
@@ -329,13 +474,21 @@ def render(reports: Sequence[Report], fmt: str, *, codes: Iterable[str] | None =
 # --------------------------------------------------------------------------- rules
 
 
+def _fix_text(rule: Rule) -> str:
+    """``Fix (safe, check --fix): ...``, ``Fix (unsafe, ...)`` or ``Fix: none``."""
+    if rule.fix is None:
+        return "Fix: none (repair it by hand)"
+    how = "check --fix" if rule.fix == "safe" else "check --fix --unsafe-fixes"
+    return f"Fix ({rule.fix}, {how}): {rule.fix_summary}"
+
+
 def rule_text(rule: Rule) -> str:
-    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example."""
+    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example, fix."""
     return (
         f"{rule.code} {rule.name} ({rule.level}; {rule.versions})\n\n"
         f"{rule.summary}\n\n{rule.explanation}\n\nExample:\n"
         + "\n".join(f"  {line}" for line in rule.example.splitlines())
-        + "\n"
+        + f"\n\n{_fix_text(rule)}\n"
     )
 
 
@@ -358,31 +511,34 @@ def print_rule(rule: Rule, console: Console) -> None:
     console.print()
     console.print("Example:")
     console.print(Text("\n".join(f"  {line}" for line in rule.example.splitlines())))
+    console.print()
+    console.print(Text(_fix_text(rule)))
 
 
 def rules_lines(rules: Iterable[Rule]) -> list[str]:
-    """The catalogue for logs: one aligned line per rule."""
+    """The catalogue for logs: one aligned line per rule (code, severity, fix, name, ...)."""
     rules = list(rules)
     name_width = max((len(r.name) for r in rules), default=0)
     versions_width = max((len(r.versions) for r in rules), default=0)
     level_width = max((len(r.level) for r in rules), default=0)
     return [
-        f"{r.code}  {r.level:<{level_width}}  {r.name:<{name_width}}  "
+        f"{r.code}  {r.level:<{level_width}}  {r.fix or '-':<6}  {r.name:<{name_width}}  "
         f"{r.versions:<{versions_width}}  {r.summary}".rstrip()
         for r in rules
     ]
 
 
 def print_rules_table(rules: Iterable[Rule], console: Console) -> None:
-    """The catalogue for a terminal: code, name, severity, versions, summary."""
+    """The catalogue for a terminal: code, name, severity, fix, versions, summary."""
     table = Table(title="qlrewrite check rules", title_justify="left")
-    for column in ("code", "name", "severity", "versions", "summary"):
+    for column in ("code", "name", "severity", "fix", "versions", "summary"):
         table.add_column(column, overflow="fold")
     for r in rules:
         table.add_row(
             r.code,
             r.name,
             Text(r.level, style=_SEVERITY_STYLE[r.severity]),
+            r.fix or "",
             r.versions,
             Text(r.summary),
         )
@@ -417,15 +573,16 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "ignore rules by code or prefix with `--select` / `--ignore` (for example",
         "`--ignore QL5`). Opt-in rules run only when `--select` names them (their code or",
         "category, as `--select QL504` or `--select QL5`; not `ALL`). `qlrewrite rules CODE`",
-        "prints one entry.",
+        "prints one entry. The fix column says what `qlrewrite check --fix` repairs: *safe*",
+        "fixes keep ONNX Runtime's outputs bit-identical; *unsafe* ones need `--unsafe-fixes`.",
         "",
-        "| code | name | severity | versions | summary |",
-        "|---|---|---|---|---|",
+        "| code | name | severity | fix | versions | summary |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rules.values():
         out.append(
-            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.level} | {_cell(r.versions)} "
-            f"| {_cell(r.summary)} |"
+            f"| [{r.code}](#{_anchor(r)}) | {r.name} | {r.level} | {r.fix or ''} "
+            f"| {_cell(r.versions)} | {_cell(r.summary)} |"
         )
     category = None
     for r in rules.values():
@@ -445,6 +602,8 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             "```text",
             r.example,
             "```",
+            "",
+            _fix_text(r),
         ]
     return "\n".join(out) + "\n"
 

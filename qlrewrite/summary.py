@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets, tensors
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.qdq import QDQSite, granularity, is_constant, iter_graphs, iter_qdq_nodes
 from qlrewrite.weight_only import int_attributes
 from qlrewrite.weightless import weightless_proto
@@ -284,6 +285,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
             "bytes": tensors.initializer_bytes(model),
             "external_data": tensors.uses_external_data(model),
         },
+        "custom_quant": [g.to_json() for g in custom_quant_groups(model)],
         "qdq_nodes": sum(groups.values()),
         "qdq": _grouped(groups, group_inputs, lambda g, n: (g.domain, g.op_type, -n)),
         "weight_only_nodes": sum(weight_groups.values()),

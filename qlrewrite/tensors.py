@@ -42,6 +42,7 @@ __all__ = [
     "input_files",
     "ir_containers",
     "ir_tensor_slots",
+    "malformed_external_numbers",
     "nbytes",
     "proto_graphs",
     "proto_tensors",
@@ -321,6 +322,31 @@ def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:
     return {entry.key: entry.value for entry in tensor.external_data}
 
 
+def _offset_length(info: dict[str, str]) -> tuple[int, int | None] | str:
+    """(offset, length or None) of an external tensor, or why they are not numbers of
+    bytes: decimal digits only (ONNX Runtime refuses "-1", "0_0", "+1" and " 1", some of
+    which Python's int() takes)."""
+    numbers = []
+    for key in ("offset", "length"):
+        text = info.get(key, "")
+        if text and not _DECIMAL.fullmatch(text):
+            location = info.get("location", "")
+            return f"external data {key} {text!r} in '{location}' is not a whole number of bytes"
+        numbers.append(int(text) if text else None)
+    return numbers[0] or 0, numbers[1]
+
+
+def malformed_external_numbers(proto: onnx.ModelProto) -> str | None:
+    """The first external tensor whose offset or length is not a number of bytes (no
+    reader can load the model: onnx_ir fails with an internal error), or None."""
+    for label, tensor in proto_tensors(proto):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            numbers = _offset_length(_external_info(tensor))
+            if isinstance(numbers, str):
+                return f"tensor '{tensor.name or '<unnamed>'}' ({label}): {numbers}"
+    return None
+
+
 def input_files(proto: onnx.ModelProto, folder: str | os.PathLike) -> list[Path]:
     """Every file the model's tensors read (resolved), once each, in order: initializers,
     Constant values and other tensor attributes, in every graph, subgraph and function.
@@ -370,8 +396,7 @@ _FIELD_OF_TYPE = {
     ir.DataType.UINT64: "uint64_data",
     ir.DataType.STRING: "string_data",
 }
-#: An external data offset or length: decimal digits only (ONNX Runtime refuses "0_0",
-#: "+1" and " 1", which Python's int() accepts).
+#: An external data offset or length: decimal digits only.
 _DECIMAL = re.compile(r"[0-9]+")
 #: The largest tensor any reader can hold (numpy's and onnx_ir's sizes are int64).
 _MAX_TENSOR_BYTES = 2**62
@@ -427,7 +452,9 @@ def _tensor_problem(
         return problem("negative-dims", f"negative dimension in dims {dims}")
     count = math.prod(dims)
     expected = nbytes(dtype, dims)
-    if count >= _MAX_TENSOR_BYTES or (expected or 0) >= _MAX_TENSOR_BYTES:
+    # numpy (and ONNX Runtime) refuse a shape whose non-zero dims overflow, even empty
+    width = 1 if dtype == ir.DataType.STRING else max(dtype.bitwidth // 8, 1)
+    if math.prod(max(d, 1) for d in dims) * width >= _MAX_TENSOR_BYTES:
         return problem("data-length", f"dims {dims} are too large for any tensor")
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
@@ -493,15 +520,10 @@ def _external_problem(
     if not isinstance(found, int):
         return problem(*found)
     file_size = found
-    raw_offset, raw_length = info.get("offset", ""), info.get("length", "")
-    for key, text in (("offset", raw_offset), ("length", raw_length)):
-        if text and not _DECIMAL.fullmatch(text):
-            return problem(
-                "external-range",
-                f"external data {key} {text!r} in '{location}' is not a whole number of bytes",
-            )
-    offset = int(raw_offset or 0)
-    length = int(raw_length) if raw_length else None
+    numbers = _offset_length(info)
+    if isinstance(numbers, str):
+        return problem("external-range", numbers)
+    offset, length = numbers
     available = file_size - offset
     if length is not None and length > available:
         return problem(

@@ -65,6 +65,10 @@ class VerifyOptions:
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
+    #: Accepted difference as a fraction of each output's largest magnitude, set by a rewrite
+    #: whose outputs ONNX Runtime does not compute bit-identically; ``note`` says why.
+    relative_tolerance: float | None = None
+    note: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +91,7 @@ class OutputVerdict:
     max_abs: float = 0.0
     max_ulp: int | None = None
     problem: str | None = None  # missing output, dtype or shape differs
+    max_ref: float = 0.0  # the largest finite magnitude of the expected output (on a mismatch)
 
     def merge(self, other: OutputVerdict) -> None:
         """Fold the verdict of another run of the same output into this one."""
@@ -97,12 +102,18 @@ class OutputVerdict:
         if other.max_ulp is not None:
             self.max_ulp = max(self.max_ulp or 0, other.max_ulp)
         self.problem = self.problem or other.problem
+        self.max_ref = max(self.max_ref, other.max_ref)
 
-    def within(self, tolerance: float | None) -> bool:
-        """Exact, or every difference at most ``tolerance`` (NaN against a number never is)."""
+    def within(self, tolerance: float | None, relative: float | None = None) -> bool:
+        """Exact, or every difference at most ``tolerance``, or at most ``relative`` times
+        the output's largest magnitude (NaN against a number never is)."""
         if self.exact:
             return True
-        return tolerance is not None and self.problem is None and self.max_abs <= tolerance
+        if self.problem is not None:
+            return False
+        if tolerance is not None and self.max_abs <= tolerance:
+            return True
+        return relative is not None and self.max_abs <= relative * self.max_ref
 
     def describe(self) -> str:
         """``exact`` or the differences, in words."""
@@ -111,6 +122,8 @@ class OutputVerdict:
         if self.exact:
             return "exact"
         ulp = f", max ulp {self.max_ulp}" if self.max_ulp is not None else ""
+        if self.max_ref > 0 and self.max_abs != float("inf"):
+            ulp += f", {self.max_abs / self.max_ref:.2g} of the largest |value|"
         return (
             f"{self.mismatched} of {self.elements} elements differ: max abs {self.max_abs:.6g}{ulp}"
         )
@@ -123,6 +136,7 @@ class OutputVerdict:
             "mismatched": self.mismatched,
             "max_abs": None if self.max_abs == float("inf") else self.max_abs,
             "max_ulp": self.max_ulp,
+            "max_ref": self.max_ref,
             "problem": self.problem,
         }
 
@@ -137,6 +151,8 @@ class Verification:
     tolerance: float | None = None
     outputs: list[OutputVerdict] = dataclasses.field(default_factory=list)
     reason: str | None = None
+    relative_tolerance: float | None = None
+    note: str | None = None  # why outputs may differ (set by the rewrite)
 
     @property
     def passed(self) -> bool:
@@ -151,9 +167,17 @@ class Verification:
         runs = f"{self.runs} input set{'s' if self.runs != 1 else ''}, seed {self.seed}"
         if self.status == EXACT:
             return f"exact: {len(self.outputs)} output(s) bit-identical ({runs})"
+        note = ""
+        if self.note and self.relative_tolerance is not None:
+            note = (
+                f"; {self.note}; accepted: differences up to {self.relative_tolerance:g} x "
+                "each output's largest magnitude"
+            )
         if self.status == WITHIN_TOLERANCE:
-            return f"within tolerance {self.tolerance:g} ({runs})"
-        return f"mismatch ({runs})"
+            if self.tolerance is None:
+                return f"within tolerance ({runs}){note}"
+            return f"within tolerance {self.tolerance:g} ({runs}){note}"
+        return f"mismatch ({runs}){note}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,6 +186,8 @@ class Verification:
             "runs": self.runs,
             "seed": self.seed,
             "tolerance": self.tolerance,
+            "relative_tolerance": self.relative_tolerance,
+            "note": self.note,
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
         }
@@ -177,7 +203,11 @@ class VerificationFailed(Refusal):
                 "(run without --verify to write the model unverified)"
             )
         else:
-            differing = [o for o in verification.outputs if not o.within(verification.tolerance)]
+            differing = [
+                o
+                for o in verification.outputs
+                if not o.within(verification.tolerance, verification.relative_tolerance)
+            ]
             detail = verification.reason or "; ".join(
                 f"{o.name}: {o.describe()}" for o in differing[:3]
             )
@@ -422,6 +452,9 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> Outpu
     diff[nan_a ^ nan_b] = np.inf
     verdict.max_abs = float(diff.max())
     if dtype.is_floating_point():
+        magnitude = np.abs(expected.astype(np.float64))
+        finite = magnitude[np.isfinite(magnitude)]
+        verdict.max_ref = float(finite.max()) if finite.size else 0.0
         verdict.max_ulp = _max_ulp(a[differs], b[differs], expected.dtype.itemsize * 8)
     return verdict
 
@@ -447,7 +480,14 @@ def verify_models(
 ) -> Verification:
     """Run both model files on ``options.runs`` generated input sets and compare outputs."""
     ort = require_onnxruntime()
-    result = Verification(UNVERIFIABLE, options.runs, options.seed, options.tolerance)
+    result = Verification(
+        UNVERIFIABLE,
+        options.runs,
+        options.seed,
+        options.tolerance,
+        relative_tolerance=options.relative_tolerance,
+        note=options.note,
+    )
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
     try:
@@ -490,7 +530,7 @@ def verify_models(
     result.outputs = _compare_runs(expected, actual)
     if all(o.exact for o in result.outputs):
         result.status = EXACT
-    elif all(o.within(options.tolerance) for o in result.outputs):
+    elif all(o.within(options.tolerance, options.relative_tolerance) for o in result.outputs):
         result.status = WITHIN_TOLERANCE
     else:
         result.status = MISMATCH
@@ -534,6 +574,19 @@ class Verifier:
             self._reason = ""
         except _Unverifiable as exc:
             self.specs, self._reason = None, str(exc)
+
+    def expect_differences(self, passes: Sequence[Any]) -> None:
+        """Take the ``verify_note`` / ``verify_relative_tolerance`` of passes whose rewrite
+        ONNX Runtime does not compute bit-identically (unless ``--verify-tolerance`` is
+        given: the user's tolerance wins)."""
+        notes = [p for p in passes if getattr(p, "verify_note", None)]
+        if not notes or self.options.tolerance is not None:
+            return
+        self.options = dataclasses.replace(
+            self.options,
+            relative_tolerance=max(p.verify_relative_tolerance for p in notes),
+            note="; ".join(p.verify_note for p in notes),
+        )
 
     def __call__(self, staged: Path) -> None:
         if self.specs is None:

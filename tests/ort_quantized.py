@@ -212,6 +212,14 @@ def model_name_of(config: str) -> str:
     return CONFIGS[config][0]
 
 
+def ort_version() -> tuple[int, int]:
+    """The installed onnxruntime's (major, minor): tests pin what each version computes."""
+    import onnxruntime as ort
+
+    major, minor = ort.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
 def run_ort(
     model: onnx.ModelProto | str | Path, feeds: Mapping[str, np.ndarray]
 ) -> list[np.ndarray]:

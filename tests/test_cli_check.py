@@ -81,7 +81,10 @@ def test_unreadable_file_wins_over_findings_and_others_are_still_reported(tmp_pa
     assert [f["rule"] for f in files["bad.onnx"]["findings"]] == ["QL403"]
     assert files["junk.onnx"]["findings"] == [] and files["junk.onnx"]["error"]
     assert "\n" not in files["junk.onnx"]["error"]
-    assert files["junk.onnx"]["summary"] == {"nodes_checked": 0, "errors": 0, "warnings": 0}
+    assert files["junk.onnx"]["summary"] == {
+        "nodes_checked": 0, "custom_quant_nodes": 0, "errors": 0, "warnings": 0,
+        "suppressed": 0
+    }  # fmt: skip
     # text to a pipe: the unreadable file is a line of the report, not a traceback
     code, out, err = _run("check", bad, junk)
     assert code == 2 and f"{junk}: cannot check: " in out and "QL403" in out
@@ -118,12 +121,14 @@ def test_json_shape_and_content(tmp_path: Path) -> None:
     entry = doc["files"][0]
     assert set(entry) >= {"path", "error", "findings", "summary"}
     assert entry["path"] == str(path) and entry["error"] is None
-    assert entry["summary"] == {"nodes_checked": 1, "errors": 1, "warnings": 1}
+    assert entry["summary"] == {
+        "nodes_checked": 1, "custom_quant_nodes": 0, "errors": 1, "warnings": 1, "suppressed": 0
+    }  # fmt: skip
     by_rule = {f["rule"]: f for f in entry["findings"]}
     assert set(by_rule) == {"QL403", "QL501"}
     f = by_rule["QL403"]
     assert set(f) == {"rule", "severity", "node", "op_type", "domain", "opset", "graph",
-                      "message", "hint"}  # fmt: skip
+                      "output", "message", "hint"}  # fmt: skip
     assert (f["severity"], f["node"], f["op_type"], f["domain"], f["opset"], f["graph"]) == (
         "error", "qdq", DQ, "", 13, "main"
     )  # fmt: skip
@@ -139,7 +144,9 @@ def test_text_lines_when_not_a_terminal(tmp_path: Path) -> None:
     assert code == 1 and len(lines) == 3  # one line per finding, then the summary
     assert lines[0].startswith(f"{path}: QL403 error: ") and "(hint: " in lines[0]
     assert lines[1].startswith(f"{path}: QL501 warning: ")
-    assert lines[2] == "checked 2 file(s), 2 quantized node(s): 1 error(s), 1 warning(s)"
+    assert lines[2] == (
+        "checked 2 file(s), 2 quantized node(s): 1 error(s), 1 warning(s) [QL403 x1, QL501 x1]"
+    )
     assert all(len(line) > 100 for line in lines[:2])  # not squeezed to 80 columns
     assert _run("check", "-q", good)[1] == ""
 
@@ -156,7 +163,7 @@ def test_text_tables_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert column in header
     assert f"{path}: 1 error(s), 1 warning(s) in 1 quantized node(s)" in text
     assert "QL403" in text and "QL501" in text and "give one scale per slice" in text
-    assert text.rstrip().endswith("1 error(s), 1 warning(s)")
+    assert text.rstrip().endswith("1 error(s), 1 warning(s) [QL403 x1, QL501 x1]")
 
 
 def test_github_annotations(tmp_path: Path) -> None:
@@ -269,7 +276,7 @@ def test_rules_lists_the_catalogue() -> None:
     code, out, _ = _run("rules")
     lines = out.splitlines()
     assert code == 0 and [line.split()[0] for line in lines] == list(RULES)
-    assert lines[0].split()[1:3] == ["error", "input-count"]
+    assert lines[0].split()[1:4] == ["error", "-", "input-count"]  # code, severity, fix, name
     code, out, _ = _run("rules", "--format", "json")
     entries = json.loads(out)
     assert [e["code"] for e in entries] == list(RULES)
@@ -345,12 +352,14 @@ def test_a_checker_crash_on_one_model_does_not_hide_the_others(
     bad = _save(_bad(), tmp_path / "a_bad.onnx")
     boom = _save(_good(), tmp_path / "b_boom.onnx")
 
-    def check_path(path: Path) -> object:
+    real = check_module.check_path
+
+    def check_path(path: Path, **kwargs: object) -> object:
         if Path(path).name == boom.name:
             raise ZeroDivisionError("rule bug\nsecond line")
-        return check_module.check_path(path)
+        return real(path, **kwargs)
 
-    monkeypatch.setattr("qlrewrite.cli.check.check_path", check_path)
+    monkeypatch.setattr(check_module, "check_path", check_path)
     code, doc = _json(bad, boom)
     assert code == 2
     assert [f["rule"] for f in doc["files"][0]["findings"]] == ["QL403"]

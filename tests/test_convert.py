@@ -441,3 +441,21 @@ def _wrap_4_bit(proto: onnx.ModelProto, op: str) -> None:
     graph.node.append(helper.make_node("Cast", ["y"], ["y8"], to=onnx.TensorProto.INT8))
     del graph.output[0]
     graph.output.append(helper.make_tensor_value_info("y8", onnx.TensorProto.INT8, [4, 3]))
+
+
+def test_refusal_groups_nodes_that_share_a_reason() -> None:
+    """Eight float8 DequantizeLinear nodes: one reason, said once, with a count."""
+    proto = qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN, zp_type=None)
+    node = proto.graph.node[-1]
+    for i in range(1, 8):
+        copy = proto.graph.node.add()
+        copy.CopyFrom(node)
+        copy.name, copy.output[0] = f"dq{i}", f"y{i}"
+    model = ir.serde.deserialize_model(proto)
+    with pytest.raises(Refusal) as info:
+        ConvertDomainPass("com.microsoft")(model)
+    message = str(info.value)
+    assert "cannot convert 8 node(s) to com.microsoft" in message
+    assert "8 nodes (" in message and ", ...): " in message
+    reason = message.split(", ...): ", 1)[1]
+    assert reason and reason.split(";")[0] not in message.split(", ...): ", 1)[0]

@@ -38,7 +38,8 @@ def test_finding_line_and_summary() -> None:
         Report("b.onnx", error="empty file"),
     ]
     assert render.summary_line(reports) == (
-        "checked 2 file(s), 3 quantized node(s): 1 error(s), 1 warning(s); 1 could not be checked"
+        "checked 2 file(s), 3 quantized node(s): 1 error(s), 1 warning(s) [QL403 x2]; "
+        "1 could not be checked"
     )
 
 
@@ -97,7 +98,14 @@ def test_json_of_an_unreadable_file() -> None:
             "path": "x.onnx",
             "error": "empty file",
             "findings": [],
-            "summary": {"nodes_checked": 0, "errors": 0, "warnings": 0},
+            "custom_quant": [],
+            "summary": {
+                "nodes_checked": 0,
+                "custom_quant_nodes": 0,
+                "errors": 0,
+                "warnings": 0,
+                "suppressed": 0,
+            },
         }
     ]
     assert doc["summary"]["unreadable"] == 1
@@ -140,3 +148,62 @@ def test_render_main_checks_and_writes(tmp_path: Path) -> None:
     assert render.main([str(target)]) == 0
     assert render.main([str(target), "--check"]) == 0
     assert target.read_text(encoding="utf-8") == render.rules_markdown()
+
+
+def _bias(i: int, scale_shape: str = "[1]") -> Finding:
+    return Finding(
+        rule="QL406",
+        severity="warning",
+        message=f"DequantizeLinear 'b{i}_DequantizeLinear' in main: zero point 'b{i}_zp' "
+        f"(INT32 []) and scale 'b{i}_scale' (FLOAT {scale_shape}) differ in rank",
+        hint="give both the same shape (both scalars)",
+        node=f"b{i}_DequantizeLinear",
+        op_type="DequantizeLinear",
+    )
+
+
+def test_repeated_findings_print_as_one_group_with_a_count_and_the_first_nodes() -> None:
+    other = _finding(message="DequantizeLinear 'dq' in main: other", hint="")
+    findings = [_bias(1), other, *(_bias(i) for i in range(2, 56))]
+    report = Report("m.onnx", findings=findings, nodes_checked=60)
+    lines = render.text_lines([report])
+    assert lines[0] == render.finding_line(findings[0], "m.onnx")
+    assert lines[1] == (
+        "m.onnx: QL406 warning: 54 more like the line above, on b2_DequantizeLinear, "
+        "b3_DequantizeLinear, b4_DequantizeLinear, ... (--show-all prints each)"
+    )
+    assert lines[2] == render.finding_line(other, "m.onnx")
+    assert lines[3] == (
+        "checked 1 file(s), 60 quantized node(s): 1 error(s), 55 warning(s) [QL403 x1, QL406 x55]"
+    )
+    assert len(lines) == 4
+    every = render.text_lines([report], show_all=True)
+    assert len(every) == 57 and every[:-1] == [render.finding_line(f, "m.onnx") for f in findings]
+
+
+def test_a_handful_is_not_grouped_and_different_patterns_are_not_mixed() -> None:
+    five = [_bias(i) for i in range(5)]
+    assert [len(g.findings) for g in render.group_findings(five)] == [1] * 5
+    import dataclasses
+
+    other = [dataclasses.replace(_bias(i), message=_bias(i).message.replace("rank", "size"))
+             for i in range(6, 12)]  # fmt: skip
+    mixed = [_bias(i) for i in range(6)] + other
+    assert [len(g.findings) for g in render.group_findings(mixed)] == [6, 6]
+    # names, numbers and "(TYPE [dims])" descriptions do not split a group
+    shapes = [_bias(i) for i in range(6)] + [_bias(i, "[1, 1]") for i in range(6, 12)]
+    assert [len(g.findings) for g in render.group_findings(shapes)] == [12]
+
+
+def test_groups_in_terminal_tables_and_counts_in_json() -> None:
+    from rich.console import Console
+
+    report = Report("m.onnx", findings=[_bias(i) for i in range(1, 9)], nodes_checked=8)
+    console = Console(width=200, record=True, force_terminal=False)
+    render.print_text_tables([report], console)
+    text = console.export_text()
+    assert "+7 more" in text and "b2_DequantizeLinear, b3_DequantizeLinear" in text
+    assert "b8_DequantizeLinear" not in text
+    summary = json.loads(render.render_json([report]))
+    assert summary["summary"]["by_rule"] == {"QL406": 8}
+    assert len(summary["files"][0]["findings"]) == 8  # machines get every finding

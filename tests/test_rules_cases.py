@@ -207,7 +207,7 @@ def test_rule_fires_on_bad_and_not_on_good(case: Case, version: Any) -> None:
 
 def test_every_rule_has_a_case() -> None:
     node_rules = {code for code in RULES if not code.startswith(("QL602", "QL603", "QL604",
-                                                                  "QL605"))}  # fmt: skip
+                                                                  "QL605", "QL9"))}  # fmt: skip
     assert node_rules == {case.code for case in CASES} | WEIGHT_ONLY_CODES
 
 
@@ -219,7 +219,7 @@ def test_catalogue_entries_are_complete() -> None:
     for code, entry in RULES.items():
         assert entry.code == code and entry.severity in ("error", "warning")
         assert entry.summary and len(entry.explanation) > 80 and entry.example and entry.versions
-        assert code[:3] in {"QL1", "QL2", "QL3", "QL4", "QL5", "QL6"}
+        assert code[:3] in {"QL1", "QL2", "QL3", "QL4", "QL5", "QL6", "QL9"}
 
 
 def test_opset12_per_channel_hint_says_upgrade_13() -> None:
@@ -236,3 +236,10 @@ def test_message_names_offending_values() -> None:
     (finding,) = check_model(load_ir(proto)).findings
     assert "[5]" in finding.message and "[4, 3]" in finding.message and "main" in finding.message
     assert finding.opset == 13 and finding.op_type == DQ and finding.domain == ""
+
+
+def test_a_negative_block_size_is_one_finding() -> None:
+    """Not "block_size is not set" (QL405) beside "block_size is negative" (QL407)."""
+    proto = qdq_model(DQ, 21, x_type=DT.INT8, x_shape=(4, 4), scale_shape=(4, 2), zp_shape=(4, 2),
+                      attrs={"axis": 1, "block_size": -2})  # fmt: skip
+    assert [f.rule for f in check_model(load_ir(proto)).findings] == ["QL407"]

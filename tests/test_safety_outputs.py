@@ -157,13 +157,15 @@ def test_report_write_failure_leaves_no_output(
     and no temporary is left anywhere."""
     model, _ = write_external_model(tmp_path, "m.onnx")
 
-    def full(self: atomic.PendingFile, text: str) -> None:
+    def full(path: Path, text: str) -> None:
+        path.write_text(text[:10])
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic.PendingFile, "write", full)
+    monkeypatch.setattr(atomic, "_write_synced", full)
     out = tmp_path / "o.onnx"
     result = cli("fold", str(model), "-o", str(out), "--report", str(tmp_path / "r.json"))
     assert result.exit_code == 2
+    assert "cannot write the report: the disk is full; nothing written" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
 
 

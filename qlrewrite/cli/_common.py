@@ -7,7 +7,9 @@ import dataclasses
 import functools
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -19,9 +21,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import model_io, pipeline
-from qlrewrite.errors import EXIT_INPUT, QlrewriteError
+from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.pipeline import RewriteResult
-from qlrewrite.render import finding_line
+from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
 
 __all__ = [
@@ -35,6 +37,8 @@ __all__ = [
     "run_command",
     "run_rewrite",
     "show_progress",
+    "verify_from",
+    "verify_option_list",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,6 +72,29 @@ def fail(message: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """While a command runs, SIGINT and SIGTERM raise (KeyboardInterrupt, Terminated):
+    every staged file is removed on the way out. Only in the main thread (where Python
+    runs signal handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def run_command(func: F) -> F:
     """Turn QlrewriteError into one line on stderr and its exit code; never a traceback.
 
@@ -79,9 +106,12 @@ def run_command(func: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         logging.getLogger("onnx_ir").setLevel(logging.NOTSET if _state["debug"] else logging.ERROR)
         try:
-            return func(*args, **kwargs)
+            with _signals_unwind():
+                return func(*args, **kwargs)
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
             raise
+        except Terminated:
+            fail("terminated", 128 + signal.SIGTERM)
         except QlrewriteError as exc:
             if _state["debug"]:
                 traceback.print_exc()
@@ -177,49 +207,15 @@ _VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
-    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)}
-    details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
-    verify = None
-    if fields.pop("verify"):
-        verify = VerifyOptions(
-            runs=details["verify_runs"],
-            seed=details["seed"],
-            input_shapes=details["input_shape"],
-            tolerance=details["verify_tolerance"],
-        )
-    else:
-        ctx = click.get_current_context()
-        given = [n for n in _VERIFY_DETAILS
-                 if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
-        if given:
-            raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    verify = verify_from(kwargs)
+    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)
+              if f.name != "verify"}  # fmt: skip
     return RewriteOptions(**fields, verify=verify)
 
 
-def rewrite_options(func: F) -> F:
-    """The options every rewriting command shares, handed to the command as one
-    ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
-    options = [
-        click.option(
-            "-o",
-            "--output",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Output model (default: <stem>.<command>.onnx beside the input).",
-        ),
-        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
-        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
-        click.option(
-            "--report",
-            "report_path",
-            type=click.Path(dir_okay=False, path_type=Path),
-            help="Write a JSON summary of what changed to this file.",
-        ),
-        click.option(
-            "--external-data/--no-external-data",
-            default=None,
-            help="Force external data on or off (default: as the input, or above 1.8 GB).",
-        ),
-        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+def verify_option_list() -> list[Callable[[F], F]]:
+    """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
+    return [
         click.option(
             "--verify",
             is_flag=True,
@@ -256,6 +252,53 @@ def rewrite_options(func: F) -> F:
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
+    ]
+
+
+def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
+    """Pop --verify and its details out of a command's keyword arguments (the details
+    without --verify are a usage error)."""
+    details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
+    if kwargs.pop("verify"):
+        return VerifyOptions(
+            runs=details["verify_runs"],
+            seed=details["seed"],
+            input_shapes=details["input_shape"],
+            tolerance=details["verify_tolerance"],
+        )
+    ctx = click.get_current_context()
+    given = [n for n in _VERIFY_DETAILS
+             if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+    if given:
+        raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
+    return None
+
+
+def rewrite_options(func: F) -> F:
+    """The options every rewriting command shares, handed to the command as one
+    ``options: RewriteOptions`` keyword argument (for :func:`run_rewrite`)."""
+    options = [
+        click.option(
+            "-o",
+            "--output",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Output model (default: <stem>.<command>.onnx beside the input).",
+        ),
+        click.option("--in-place", is_flag=True, help="Overwrite the input model."),
+        click.option("--dry-run", is_flag=True, help="Say what would change; write nothing."),
+        click.option(
+            "--report",
+            "report_path",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Write a JSON summary of what changed to this file.",
+        ),
+        click.option(
+            "--external-data/--no-external-data",
+            default=None,
+            help="Force external data on or off (default: as the input, or above 1.8 GB).",
+        ),
+        click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors."),
+        *verify_option_list(),
         debug_option,
     ]
 
@@ -279,10 +322,12 @@ def human_bytes(count: int) -> str:
 
 
 def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
-    for finding in findings[:limit]:
-        click.echo(f"  {finding_line(finding)}", err=True)
-    if len(findings) > limit:
-        click.echo(f"  ... and {len(findings) - limit} more", err=True)
+    """The findings behind a refusal, repeated ones grouped (at most ``limit`` lines)."""
+    lines = finding_lines(findings, every="`qlrewrite check --show-all`")
+    for line in lines[:limit]:
+        click.echo(f"  {line}", err=True)
+    if len(lines) > limit:
+        click.echo(f"  ... and {len(lines) - limit} more line(s)", err=True)
 
 
 def run_rewrite(

@@ -4,14 +4,13 @@ of models and folders of models."""
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
-from qlrewrite import atomic, model_io, render
+from qlrewrite import atomic, model_io, project, render
 from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
     debug_option,
@@ -20,54 +19,22 @@ from qlrewrite.cli._common import (
     progress,
     run_command,
     show_progress,
+    verify_from,
+    verify_option_list,
 )
+from qlrewrite.config import Settings, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.findings import Report
-from qlrewrite.passes.check import check_path, filter_report, select_rules
+from qlrewrite.project import enabled_codes
 
-__all__ = ["check_command", "collect_models", "exit_code"]
-
-
-def collect_models(paths: Iterable[Path]) -> list[Path | Report]:
-    """Model files to check, in order: files as given, folders searched recursively.
-
-    A folder's ``*.onnx`` files come sorted (hidden subfolders skipped); a folder without
-    any gives a Report with ``error`` (exit 2: a CI job pointed at nothing is a mistake).
-    Files named twice are checked once.
-    """
-    found: list[Path | Report] = []
-    seen: set[str] = set()
-    for path in paths:
-        if path.is_dir():
-            models = _models_under(path)
-            if not models:
-                found.append(Report(path=str(path), error="no .onnx files in folder"))
-            candidates: list[Path] = models
-        else:
-            candidates = [path]
-        for model in candidates:
-            key = os.path.realpath(model)
-            if key not in seen:
-                seen.add(key)
-                found.append(model)
-    return found
+__all__ = ["check_command"]
 
 
-def _models_under(folder: Path) -> list[Path]:
-    models = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        models += [Path(root, f) for f in files if f.lower().endswith(".onnx")]
-    return sorted(models, key=lambda p: p.parts)
-
-
-def exit_code(reports: Sequence[Report], *, strict: bool = False) -> int:
-    """2 if any model was unreadable, else 1 on an error finding (any with strict), else 0."""
-    if any(r.error for r in reports):
-        return EXIT_INPUT
-    if any(r.errors or (strict and r.findings) for r in reports):
-        return EXIT_FINDINGS
-    return EXIT_OK
+def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
+    """--verify and its details, for --fix."""
+    for option in reversed(verify_option_list()):
+        func = option(func)
+    return func
 
 
 @click.command(
@@ -75,11 +42,17 @@ def exit_code(reports: Sequence[Report], *, strict: bool = False) -> int:
     epilog="""\b
 Examples:
   qlrewrite check model.onnx
-  qlrewrite check models/ --strict
+  qlrewrite check models/ --strict --jobs 4
   qlrewrite check models/ --format sarif -o qlrewrite.sarif
   qlrewrite check models/ --format github          # annotations in GitHub Actions
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
+  qlrewrite check models/ --isolated               # no configuration file
+
+\b
+Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
+model's folder upwards (keys: select, extend-select, ignore, strict, exclude,
+per-file-ignores, per-node-ignores, output-format); the command line overrides it.
 
 \b
 Exit codes: 0 no error findings (warnings allowed); 1 at least one error finding
@@ -95,15 +68,22 @@ over 1). `qlrewrite rules` lists the rules.
     "--format",
     "fmt",
     type=click.Choice(render.FORMATS),
-    default="text",
-    show_default=True,
-    help="Output format (text: tables on a terminal, one line per finding otherwise).",
+    default=None,
+    help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
+    "output-format of the configuration, else text).",
 )
 @click.option(
     "--select",
     multiple=True,
     metavar="CODES",
-    help="Only these rule codes or prefixes (comma separated, repeatable), e.g. QL4,QL501.",
+    help="Only these rule codes or prefixes (comma separated, repeatable), e.g. QL4,QL501; "
+    "replaces the configuration's select.",
+)
+@click.option(
+    "--extend-select",
+    multiple=True,
+    metavar="CODES",
+    help="Rule codes or prefixes added to the selection.",
 )
 @click.option(
     "--ignore",
@@ -111,7 +91,37 @@ over 1). `qlrewrite rules` lists the rules.
     metavar="CODES",
     help="Skip these rule codes or prefixes (the more specific of select/ignore wins).",
 )
-@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option(
+    "--strict/--no-strict",
+    default=None,
+    help="Exit 1 on warnings too (default: strict of the configuration, else off).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Use this configuration file (a qlrewrite.toml, or a pyproject.toml with "
+    "[tool.qlrewrite]) for every model, instead of searching.",
+)
+@click.option("--isolated", is_flag=True, help="Ignore every configuration file.")
+@click.option(
+    "--force-exclude",
+    is_flag=True,
+    help="Apply exclude to models named on the command line too (for pre-commit).",
+)
+@click.option(
+    "--show-all",
+    is_flag=True,
+    help="Print every finding (by default findings repeated on many nodes print as a group).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Check N models at a time in worker processes (default: the usable cores).",
+)
 @click.option(
     "-o",
     "--output",
@@ -119,34 +129,109 @@ over 1). `qlrewrite rules` lists the rules.
     help="Write the report to this file (atomically) instead of stdout.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
+@click.option(
+    "--fix",
+    is_flag=True,
+    help="Repair the findings that have a safe fix (ONNX Runtime's outputs stay "
+    "bit-identical), write the model (default <stem>.fix.onnx beside it) and report "
+    "what remains.",
+)
+@click.option(
+    "--unsafe-fixes",
+    is_flag=True,
+    help="With --fix / --diff, also apply the unsafe fixes (`qlrewrite rules` lists them).",
+)
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Print what --fix would change, node by node; write nothing (exit 1 if anything "
+    "would change).",
+)
+@click.option("--in-place", is_flag=True, help="With --fix, overwrite the models.")
+@click.option(
+    "--fix-output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --fix and one model: write the fixed model here.",
+)
+@_verify_options
 @debug_option
 @run_command
 def check_command(  # noqa: PLR0917 (one parameter per click option)
     models: tuple[Path, ...],
-    fmt: str,
+    fmt: str | None,
     select: tuple[str, ...],
+    extend_select: tuple[str, ...],
     ignore: tuple[str, ...],
-    strict: bool,
+    strict: bool | None,
+    config_file: Path | None,
+    isolated: bool,
+    force_exclude: bool,
+    show_all: bool,
+    jobs: int | None,
     output: Path | None,
     quiet: bool,
+    fix: bool,
+    unsafe_fixes: bool,
+    diff: bool,
+    in_place: bool,
+    fix_output: Path | None,
+    **verify_args: object,
 ) -> None:
     """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
     GatherBlockQuantized, against its opset's rules.
 
-    Reads no weights: a model of any size checks in about a second.
+    Reads no weights: a model of any size checks in about a second. With --fix, the
+    findings that have a safe fix are repaired through the same path as the rewriting
+    commands (refusals, atomic write, --verify).
     """
-    codes = select_rules(select, ignore)
-    targets = collect_models(models)
+    verify = verify_from(verify_args)
+    _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
+    selection = project.Selection(select, ignore, extend_select, strict)
+    listed = enabled_codes(Settings(), selection, Path())  # a wrong code: exit 2 here
+    found = project.collect_models(
+        models, config=config_file, isolated=isolated, force_exclude=force_exclude
+    )
+    run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
+    fmt = fmt or run_settings.output_format or "text"
+    targets = [t for t in found if isinstance(t, project.Target)]
     with contextlib.ExitStack() as stack:
         pending = None
         if output is not None:
-            _refuse_input_file(output, [t for t in targets if isinstance(t, Path)])
+            _refuse_input_file(output, [t.path for t in targets])
             pending = stack.enter_context(atomic.PendingFile(output))
-        reports = _check_all(targets, codes, quiet)
-        _report(reports, fmt, codes, quiet, pending)
-    if output is not None and not quiet:
-        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
-    sys.exit(exit_code(reports, strict=strict))
+        enabled = show_progress(quiet) and len(targets) > 1
+        with progress("checking", len(targets), enabled) as advance:
+            checked = project.check_targets(
+                targets,
+                selection,
+                jobs=jobs or project.default_jobs(),
+                debug=bool(_common._state["debug"]),
+                advance=advance,
+            )
+        by_target = iter(checked)
+        reports = [t if isinstance(t, Report) else next(by_target) for t in found]
+        reports += project.unused_suppressions(targets, checked, selection)
+        refused = False
+        if fix or diff:
+            options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
+                       "dry_run": diff, "verify": verify}  # fmt: skip
+            outcomes = _fix_all(targets, checked, options, quiet=quiet)
+            refused = any(o.refused for o in outcomes)
+            if diff:
+                _print_diff(outcomes, quiet=quiet)
+                changed = any(o.changes for o in outcomes)
+                sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
+            reports = _after_fixes(reports, targets, outcomes, selection)
+        if targets:  # SARIF lists the rules checked on some model
+            listed = frozenset().union(
+                *(enabled_codes(t.settings, selection, t.path) for t in targets)
+            )
+        _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
+    if fmt == "text" and not quiet:
+        _print_fixable(reports, unsafe_fixes)
+    strict_of = _strictness(targets, selection)
+    code = project.exit_code(reports, strict=strict_of)
+    sys.exit(max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code)
 
 
 def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
@@ -158,28 +243,126 @@ def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
             )
 
 
-def _check_all(
-    targets: Sequence[Path | Report], codes: frozenset[str], quiet: bool
-) -> list[Report]:
-    """A report per target, in order (a progress bar for several files)."""
-    reports: list[Report] = []
-    files = sum(1 for t in targets if isinstance(t, Path))
-    with progress("checking", files, show_progress(quiet) and files > 1) as advance:
-        for target in targets:
-            if isinstance(target, Report):
-                reports.append(target)
-                continue
-            reports.append(_check_one(target, codes))
-            advance()
-    return reports
+def _check_fix_options(  # noqa: PLR0917 (the options, as given)
+    fix: bool, diff: bool, in_place: bool, fix_output: Path | None, verify: bool, models: int
+) -> None:
+    if fix and diff:
+        raise click.UsageError("--fix and --diff: give one of them")
+    for flag, given in (("--in-place", in_place), ("--fix-output", fix_output is not None),
+                        ("--verify", verify)):  # fmt: skip
+        if given and not fix and not (diff and flag == "--verify"):
+            raise click.UsageError(f"{flag} needs --fix")
+    if fix_output is not None and models != 1:
+        raise click.UsageError("--fix-output takes one model; use --in-place for several")
 
 
-def _report(
-    reports: list[Report],
-    fmt: str,
-    codes: frozenset[str],
+def _fix_all(
+    targets: Sequence[project.Target],
+    reports: Sequence[Report],
+    options: dict,
+    *,
     quiet: bool,
+) -> list[project.FixOutcome]:
+    """Fix each model that has fixable findings, one at a time; say what happened."""
+    outcomes = []
+    for target, report in zip(targets, reports, strict=True):
+        outcome = project.fix_target(target, report, **options)
+        if outcome is None:
+            continue
+        outcomes.append(outcome)
+        if outcome.refused:
+            click.echo(f"qlrewrite: {target.path}: fix refused: {outcome.refused}", err=True)
+        elif outcome.output is not None and not quiet:
+            counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
+            line = f"fixed {target.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
+            err_console.print(line + (f" [{counts}]" if counts else ""))
+        if outcome.verification is not None:
+            click.echo(f"  verify: {outcome.verification.describe()}", err=True)
+    return outcomes
+
+
+def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for code, _, _ in changes:
+        counts[code] = counts.get(code, 0) + 1
+    return counts
+
+
+def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
+    """``--diff``: per model, one line per change (code, where, what), then a count."""
+    lines = []
+    for outcome in outcomes:
+        if not outcome.changes:
+            continue
+        lines += [f"--- {outcome.path}", f"+++ {outcome.path} (fixed)"]
+        lines += [f"  {code} {where}: {what}" for code, where, what in outcome.changes]
+    if lines:
+        click.echo("\n".join(lines))
+    if not quiet:
+        changes = sum(len(o.changes) for o in outcomes)
+        models = sum(1 for o in outcomes if o.changes)
+        err_console.print(f"{changes} change(s) would be made to {models} model(s)")
+
+
+def _after_fixes(
+    reports: list[Report],
+    targets: Sequence[project.Target],
+    outcomes: Sequence[project.FixOutcome],
+    selection: project.Selection,
+) -> list[Report]:
+    """The reports with each fixed model replaced by its output's report (what remains)."""
+    written = {str(o.path): o.output for o in outcomes if o.output is not None}
+    settings = {str(t.path): t.settings for t in targets}
+    replaced = []
+    for report in reports:
+        output = written.get(str(report.path))
+        if output is None:
+            replaced.append(report)
+            continue
+        target = project.Target(Path(output), settings[str(report.path)])
+        replaced.append(project.check_one(target, selection))
+    return replaced
+
+
+def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
+    """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
+    from qlrewrite.passes.fix import fixable
+
+    findings = [f for r in reports for f in r.findings]
+    safe = len(fixable(findings))
+    more = len(fixable(findings, unsafe=True)) - safe
+    if not safe and not more:
+        return
+    if unsafe:
+        safe, more = safe + more, 0
+    line = f"{safe} fixable with --fix" + (" --unsafe-fixes" if unsafe else "") if safe else ""
+    if more:
+        extra = f"{more} more with --fix --unsafe-fixes"
+        line = f"{line} ({extra})" if line else f"{more} fixable with --fix --unsafe-fixes"
+    err_console.print(line)
+
+
+def _strictness(targets: Sequence[project.Target], selection: project.Selection):
+    """Per report: --strict / --no-strict, else the strict of the model's configuration."""
+    settings = {str(t.path): t.settings for t in targets}
+
+    def strict(report: Report) -> bool:
+        if selection.strict is not None:
+            return selection.strict
+        found = settings.get(str(report.path))
+        return bool(found.strict) if found is not None else False
+
+    return strict
+
+
+def _print_reports(
+    reports: Sequence[Report],
+    fmt: str,
     pending: atomic.PendingFile | None,
+    *,
+    quiet: bool,
+    show_all: bool,
+    codes: frozenset[str],
 ) -> None:
     """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
     output = pending.path if pending is not None else None
@@ -189,27 +372,14 @@ def _report(
             if report.error:
                 click.echo(f"qlrewrite: error: {report.path}: {report.error}", err=True)
     if fmt == "text" and to_terminal:
-        render.print_text_tables(reports, out_console, summary=not quiet)
+        render.print_text_tables(reports, out_console, summary=not quiet, show_all=show_all)
     elif fmt == "text":
-        text = "\n".join(render.text_lines(reports, summary=not quiet))
+        text = "\n".join(render.text_lines(reports, summary=not quiet, show_all=show_all))
         _emit(text + "\n" if text else "", pending)
     else:
         _emit(render.render(reports, fmt, codes=codes), pending)
-
-
-def _check_one(path: Path, codes: frozenset[str]) -> Report:
-    """One model's report; a crash of the checker on it is that file's error, not the run's."""
-    try:
-        return filter_report(check_path(path), codes)
-    except Exception as exc:  # a checker bug must not hide the other models' findings
-        if _common._state["debug"]:  # --debug: let run_command show the traceback
-            raise
-        detail = (str(exc).strip().splitlines() or [""])[0]
-        return Report(
-            path=str(path),
-            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
-            "run with --debug for the traceback and please report it",
-        )
+    if output is not None and not quiet:
+        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
 
 
 def _emit(text: str, pending: atomic.PendingFile | None) -> None:

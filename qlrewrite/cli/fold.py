@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
-from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold import FLOAT16_MODES, FoldPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
@@ -70,6 +70,15 @@ Examples:
     "into MatMul / Gather of float initializers (an un-quantized accuracy baseline).",
 )
 @click.option(
+    "--float16",
+    type=click.Choice(FLOAT16_MODES),
+    default="exact",
+    show_default=True,
+    help="float16 weights ONNX Runtime's CPU provider dequantizes in float32: 'exact' "
+    "writes the float32 value and a Cast to float16 (outputs stay bit-identical in ORT); "
+    "'compact' writes float16 (half the size; ORT's outputs may change, with a warning).",
+)
+@click.option(
     "--max-size",
     type=SIZE,
     default=None,
@@ -78,10 +87,11 @@ Examples:
 )
 @rewrite_options
 @run_command
-def fold_command(
+def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     model: Path,
     keep_dq: bool,
     dequantize_weights: bool,
+    float16: str,
     max_size: int | None,
     options: RewriteOptions,
 ) -> None:
@@ -96,8 +106,13 @@ def fold_command(
     weights are constant by MatMul / Gather of the float weight ONNX Runtime's kernel
     computes (bit for bit); nodes it cannot (g_idx, zero points in the scale type) stay,
     with a warning.
+
+    float16 models: ONNX Runtime's CPU provider has no float16 MatMul, Conv, Gemm...: it
+    computes a float16 DQ feeding them in float32 and never rounds the weight to float16.
+    Such a DQ is folded to a float32 value and a Cast to float16 (--float16 exact), which
+    ORT removes: its outputs stay bit-identical, and other runtimes get the float16 value.
     """
-    passes = [FoldPass(keep_dq=keep_dq)]
+    passes = [FoldPass(keep_dq=keep_dq, float16=float16)]  # type: ignore[arg-type]
     if dequantize_weights:
         passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True))
     run_rewrite(

@@ -62,6 +62,12 @@ def info_command(model: Path, fmt: str) -> None:
         f"{init['count']} initializer(s), {human_bytes(init['bytes'])}"
         + (" (external data)" if init["external_data"] else "")
     )
+    for group in summary["custom_quant"]:
+        console.print(
+            f"{group['nodes']} custom quantization node(s) {group['domain']} "
+            f"{group['op_type']} ({group['producer']}; not QuantizeLinear / DequantizeLinear: "
+            "qlrewrite does not check or rewrite them)"
+        )
     if not summary["qdq"] and not summary["weight_only"]:
         console.print(
             "No quantized nodes (QuantizeLinear / DequantizeLinear, MatMulNBits, "

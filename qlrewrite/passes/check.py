@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
 
 from qlrewrite import model_io, opsets
+from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import QDQSite, iter_graphs, iter_qdq_nodes, owner_label
@@ -31,7 +32,9 @@ __all__ = [
     "check_model",
     "check_path",
     "filter_report",
+    "finish_report",
     "node_contexts",
+    "parse_codes",
     "select_rules",
 ]
 
@@ -41,16 +44,20 @@ def check(
     *,
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
 
     ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
-    check --select/--ignore``. A path that cannot be read gives a Report with ``error``;
-    a ``ModelProto`` is checked as if its file were in the current folder.
+    check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
+    name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
+    (see :mod:`qlrewrite.suppress`). A path that cannot be read gives a Report with
+    ``error``; a ``ModelProto`` is checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
     if isinstance(model_or_path, ir.Model):
-        report = check_model(model_or_path, path=model_or_path.meta.get("qlrewrite.source"))
+        model = model_or_path
+        report = check_model(model, path=model.meta.get("qlrewrite.source"))
     elif isinstance(model_or_path, onnx.ModelProto):
         try:
             model = ir.serde.deserialize_model(model_or_path)
@@ -59,35 +66,65 @@ def check(
         model.meta["qlrewrite.proto"] = model_or_path
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
-        report = check_path(model_or_path)
-    return filter_report(report, codes)
+        return check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+    return finish_report(report, model, codes, per_node_ignores)
 
 
-def select_rules(select: Iterable[str] = (), ignore: Iterable[str] = ()) -> frozenset[str]:
+def finish_report(
+    report: Report,
+    model: ir.Model,
+    codes: Collection[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """``report`` of ``model`` with only the rules in ``codes``, then suppressions applied."""
+    from qlrewrite.suppress import apply_suppressions
+
+    return apply_suppressions(filter_report(report, codes), model, per_node_ignores or {}, codes)
+
+
+def select_rules(
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    *,
+    extend_select: Iterable[str] = (),
+    base: Collection[str] | None = None,
+) -> frozenset[str]:
     """The rule codes enabled by ``select`` / ``ignore`` codes or prefixes, as ruff does.
 
-    No ``select`` means every rule that is not opt-in (``ALL`` too); an opt-in rule needs a
-    select entry of at least its category (``QL5``, ``QL504``). When a code matches both
-    lists, the longer (more specific) prefix wins; on a tie ``ignore`` wins. An entry that
-    matches no rule code raises InputError naming it.
+    No ``select`` keeps ``base`` (default: every rule that is not opt-in); a ``select``
+    starts afresh from what it names (``ALL``: every rule that is not opt-in).
+    ``extend_select`` adds to either. An opt-in rule needs a select entry of at least its
+    category (``QL5``, ``QL504``). When a code matches both sides, the longer (more
+    specific) prefix wins; on a tie ``ignore`` wins. A code no entry matches keeps its
+    state in ``base``. Layers stack: the configuration's result is the ``base`` of the
+    command line's. An entry that matches no rule code raises InputError naming it.
     """
-    selected = _prefixes(select, "--select")
-    ignored = _prefixes(ignore, "--ignore")
+    selected = parse_codes(select, "--select")
+    enabling = selected + parse_codes(extend_select, "--extend-select")
+    ignored = parse_codes(ignore, "--ignore")
+    before = {c for c, e in RULES.items() if not e.opt_in} if base is None else set(base)
+    if selected:
+        before = set()
     enabled = set()
     for code, entry in RULES.items():
         shortest = 3 if entry.opt_in else 0  # "QL5" names the category; "", "QL" do not
         best_select = max(
-            (len(p) for p in selected if code.startswith(p) and len(p) >= shortest), default=-1
+            (len(p) for p in enabling if code.startswith(p) and len(p) >= shortest), default=-1
         )
-        if not selected and not entry.opt_in:
-            best_select = 0
         best_ignore = max((len(p) for p in ignored if code.startswith(p)), default=-1)
-        if best_select >= 0 and best_select > best_ignore:
+        if best_select < 0 and best_ignore < 0:
+            if code in before:
+                enabled.add(code)
+        elif best_select > best_ignore:
             enabled.add(code)
     return frozenset(enabled)
 
 
-def _prefixes(entries: Iterable[str], option: str) -> list[str]:
+def parse_codes(entries: Iterable[str], where: str) -> list[str]:
+    """Rule code prefixes from comma-separated entries (``ALL`` is ``""``, every code).
+
+    Raises InputError starting with ``where`` for an entry that matches no rule code.
+    """
     prefixes = []
     for entry in entries:
         for raw in entry.split(","):
@@ -97,7 +134,7 @@ def _prefixes(entries: Iterable[str], option: str) -> list[str]:
             if prefix == "ALL":
                 prefix = ""
             elif not any(code.startswith(prefix) for code in RULES):
-                raise InputError(f"{option}: unknown rule code or prefix '{raw.strip()}'")
+                raise InputError(f"{where}: unknown rule code or prefix '{raw.strip()}'")
             prefixes.append(prefix)
     return prefixes
 
@@ -109,11 +146,17 @@ def filter_report(report: Report, codes: Collection[str]) -> Report:
     return dataclasses.replace(report, findings=[f for f in report.findings if f.rule in codes])
 
 
-def check_path(path: str | os.PathLike) -> Report:
+def check_path(
+    path: str | os.PathLike,
+    *,
+    codes: Collection[str] | None = None,
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
     """Load and check one model file; an unreadable file gives a Report with ``error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
-    error is one line without the path (the Report has it).
+    error is one line without the path (the Report has it). With ``codes`` (the enabled
+    rules) the report is finished as :func:`finish_report` does.
     """
     try:
         model = model_io.load(path, check_data=False)
@@ -121,7 +164,10 @@ def check_path(path: str | os.PathLike) -> Report:
         return Report(path=str(path), error=str(exc).removeprefix(f"{path}: "))
     source = model.meta.get("qlrewrite.proto")
     weightless = weightless_from_source(source) if source is not None else None
-    return check_model(model, path=str(path), weightless=weightless)
+    report = check_model(model, path=str(path), weightless=weightless)
+    if codes is None:
+        return report
+    return finish_report(report, model, codes, per_node_ignores)
 
 
 def check_model(
@@ -134,7 +180,7 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed.
     """
-    report = Report(path=path)
+    report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
     for check in CHECKS.values():
         if check.scope == "model":

@@ -9,15 +9,26 @@ Q -> DQ chains fold into one float tensor computed without the intermediate. Wit
 ``keep_dq`` only Q nodes fold and the model stays in QDQ form. Nodes and initializers
 that only fed folded nodes are removed, then opset imports nothing uses any more.
 Attribute defaults and output types come from :mod:`qlrewrite.opsets`.
+
+float16: where ONNX Runtime's CPU provider computes a float16 DQ in float32 (see
+:mod:`qlrewrite.ort_float16`), ``float16="exact"`` (the default) folds it to a float32
+value followed by a Cast to float16: ORT removes that Cast before its float32 consumer
+and computes what it computed before, and every other runtime gets the same float16
+value as from the DQ. With ``keep_dq`` such a DQ, whose input was a folded Q, computes in
+float32 (its scale as a float32 copy) followed by the Cast. ``float16="compact"`` writes
+float16 values (half the size) and warns that ORT's outputs may change.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Literal
 
+import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
     FoldedTensor,
@@ -29,28 +40,38 @@ from qlrewrite.passes.fold_tensor import (
 from qlrewrite.qdq import QDQSite, drop_unused_domains, is_constant, iter_qdq_nodes
 from qlrewrite.rules.context import constant_tensor
 
-__all__ = ["FoldPass", "fold"]
+__all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
+
+#: How float16 DQ values that ONNX Runtime computes in float32 are folded.
+FLOAT16_MODES = ("exact", "compact")
+Float16Mode = Literal["exact", "compact"]
 
 
-def fold(model: ir.Model, *, keep_dq: bool = False) -> ir.Model:
+def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exact") -> ir.Model:
     """Fold the model's constant Q/DQ nodes in place and return it.
 
-    Values are computed lazily: when the model is saved or a tensor is read.
+    Values are computed lazily: when the model is saved or a tensor is read. ``float16``:
+    see the module docstring.
     """
-    return FoldPass(keep_dq=keep_dq)(model).model
+    return FoldPass(keep_dq=keep_dq, float16=float16)(model).model
 
 
 class FoldPass(ir.passes.InPlacePass):
     """Constant-fold Q/DQ nodes; ``.summary`` counts what was folded and removed.
 
     ``summary``: ``dq_folded`` and ``q_folded`` (nodes folded), ``chains_folded`` (DQ
-    nodes whose input was a folded Q), ``nodes_removed`` (folded nodes plus Constant
-    nodes nothing uses any more), ``initializers_removed``, ``opsets_removed``.
+    nodes whose input was a folded Q), ``float32_with_cast`` (float16 DQ values written
+    as float32 and a Cast, or with ``keep_dq`` DQ nodes made to compute in float32),
+    ``nodes_removed`` (folded nodes plus Constant nodes nothing uses any more),
+    ``initializers_removed``, ``opsets_removed``.
     """
 
-    def __init__(self, *, keep_dq: bool = False) -> None:
+    def __init__(self, *, keep_dq: bool = False, float16: Float16Mode = "exact") -> None:
         super().__init__()
+        if float16 not in FLOAT16_MODES:
+            raise ValueError(f"float16 must be one of {FLOAT16_MODES}, got {float16!r}")
         self.keep_dq = keep_dq
+        self.float16 = float16
         self.summary: dict[str, int] = {}
         self.warnings: list[str] = []
 
@@ -60,6 +81,7 @@ class FoldPass(ir.passes.InPlacePass):
                 "dq_folded",
                 "q_folded",
                 "chains_folded",
+                "float32_with_cast",
                 "nodes_removed",
                 "initializers_removed",
                 "opsets_removed",
@@ -69,15 +91,33 @@ class FoldPass(ir.passes.InPlacePass):
         self.warnings = []
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
-        overridable = 0
-        for site in list(iter_qdq_nodes(model)):
+        self._names = _value_names(containers)
+        sites = list(iter_qdq_nodes(model))
+        # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
+        in_float32 = {id(s.node) for s in sites if _dq_in_float32(model, s)}
+        overridable = rounded = 0
+        for site in sites:
+            widen = id(site.node) in in_float32
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
+                if widen and self._widen_kept_dq(site):
+                    rounded += self.float16 == "compact"
                 continue
             folded = _folded_tensor(site)
             if folded is not None:
+                if widen and folded.dtype == ir.DataType.FLOAT16:
+                    if self.float16 == "exact":
+                        folded = _as_float32(folded)
+                    else:
+                        rounded += 1
                 self._replace(containers, site, folded)
             elif _overridable(site.node):
                 overridable += 1
+        if rounded:
+            self.warnings.append(
+                f"{rounded} float16 value(s) that ONNX Runtime's CPU provider computes in "
+                "float32 were folded to float16 (--float16 compact): the model's outputs in "
+                "ONNX Runtime may change; the default --float16 exact keeps them"
+            )
         if overridable:
             self.warnings.append(
                 f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
@@ -100,26 +140,90 @@ class FoldPass(ir.passes.InPlacePass):
         if not quantize and isinstance(folded.x, FoldedTensor):
             self.summary["chains_folded"] += 1
         inputs = [v for v in node.inputs if v is not None]
-        if isinstance(graph, ir.Function):
-            constant = ir.node("Constant", [], attributes={"value": folded})
-            graph.insert_before(node, constant)
-            new = constant.outputs[0]
-        else:
-            new = ir.Value(
-                type=ir.TensorType(folded.dtype),
-                shape=ir.Shape(folded.shape.numpy()),
-                const_value=folded,
-            )
-        _replace_outputs(containers, old, new)
-        old.replace_all_uses_with(new)
+        new = self._constant(graph, node, folded)
+        result = new
+        if folded.widened:  # float32 in place of float16: Cast back
+            cast = ir.node("Cast", [new], attributes={"to": int(ir.DataType.FLOAT16)})
+            graph.insert_before(node, cast)
+            result = cast.outputs[0]
+            result.dtype, result.shape = ir.DataType.FLOAT16, new.shape
+            self.summary["float32_with_cast"] += 1
+        _replace_outputs(containers, old, result)
+        old.replace_all_uses_with(result)
         graph.remove(node, safe=True)
         self.summary["nodes_removed"] += 1
         old.name = None
-        new.name = name
+        result.name = name
+        if result is not new:
+            new.name = self._fresh_name(f"{name}_float32")
         if isinstance(graph, ir.Graph):
             graph.register_initializer(new)
         for value in [new, *inputs]:
             self._drop_if_unused(value)
+
+    def _constant(self, graph: ir.Graph | ir.Function, node: ir.Node, tensor: Any) -> ir.Value:
+        """A value holding ``tensor``: a Constant node before ``node`` in a function, else
+        an initializer-to-be (registered by the caller once named)."""
+        if isinstance(graph, ir.Function):
+            constant = ir.node("Constant", [], attributes={"value": tensor})
+            graph.insert_before(node, constant)
+            return constant.outputs[0]
+        return ir.Value(
+            type=ir.TensorType(tensor.dtype),
+            shape=ir.Shape(tensor.shape.numpy()),
+            const_value=tensor,
+        )
+
+    def _widen_kept_dq(self, site: QDQSite) -> bool:
+        """With ``keep_dq``: make a float16 DQ (ai.onnx, which has a float16 kernel in ORT)
+        whose input is now a folded constant compute in float32, followed by a Cast.
+
+        ORT ran it in float32 while its input came from a Q node; with a constant input it
+        would run the float16 kernel and round. Returns True if it applies (in "compact"
+        mode nothing is changed: the caller counts it for the warning)."""
+        node, graph = site.node, site.graph
+        x, scale = node.inputs[0], node.inputs[1]
+        if x is None or scale is None or not is_constant(x) or scale.dtype != ir.DataType.FLOAT16:
+            return False
+        if not has_float16_kernel(site.domain, node.op_type, site.version):
+            return False  # com.microsoft: ORT computes it in float32 wherever it is
+        if self.float16 == "compact":
+            return True
+        tensor = constant_tensor(scale)
+        if tensor is None:
+            return False
+        widened = ir.Tensor(np.asarray(tensor.numpy(), dtype=np.float32))
+        new_scale = self._constant(graph, node, widened)
+        new_scale.name = self._fresh_name(f"{scale.name or 'scale'}_float32")
+        if isinstance(graph, ir.Graph):
+            graph.register_initializer(new_scale)
+        node.replace_input_with(1, new_scale)
+        self._drop_if_unused(scale)
+        if "output_dtype" in node.attributes:
+            node.attributes["output_dtype"] = ir.AttrInt64("output_dtype", ir.DataType.FLOAT)
+        out = node.outputs[0]
+        cast = ir.node("Cast", [out], attributes={"to": int(ir.DataType.FLOAT16)})
+        graph.insert_after(node, cast)
+        casted = cast.outputs[0]
+        casted.dtype, casted.shape = ir.DataType.FLOAT16, out.shape
+        for consumer, index in list(out.uses()):
+            if consumer is not cast:
+                consumer.replace_input_with(index, casted)
+        name = out.name
+        out.name = self._fresh_name(f"{name}_float32")
+        out.dtype = ir.DataType.FLOAT
+        casted.name = name
+        self.summary["float32_with_cast"] += 1
+        return True
+
+    def _fresh_name(self, base: str) -> str:
+        """``base``, or ``base_N``, unused by any value of the model so far."""
+        name, n = base, 0
+        while name in self._names:
+            n += 1
+            name = f"{base}_{n}"
+        self._names.add(name)
+        return name
 
     def _drop_if_unused(self, value: ir.Value) -> None:
         """Remove ``value`` (Constant node or initializer) if nothing uses it any more."""
@@ -136,6 +240,45 @@ class FoldPass(ir.passes.InPlacePass):
         if value.is_initializer() and graph is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
             self.summary["initializers_removed"] += 1
+
+
+def _dq_in_float32(model: ir.Model, site: QDQSite) -> bool:
+    """True for a DequantizeLinear whose float16 output ORT's CPU provider computes in
+    float32 (see :mod:`qlrewrite.ort_float16`)."""
+    node = site.node
+    if node.op_type != "DequantizeLinear" or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    row = opsets.lookup(site.domain, node.op_type, site.imported)
+    if row is None:
+        return False
+    output_dtype = _int_attr(node, row, "output_dtype")
+    out_type = opsets.output_type(
+        row,
+        scale_type=node.inputs[1].dtype,
+        zero_point_type=None,
+        output_dtype=output_dtype or None,
+    )
+    graph = site.graph
+    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
+    return out_type is not None and float32_in_ort(node, dict(imports), out_type)
+
+
+def _as_float32(folded: FoldedTensor) -> FoldedTensor:
+    """The same folded DQ computed to float32 (the value before its rounding to float16)."""
+    spec = dataclasses.replace(folded.spec, output_dtype=ir.DataType.FLOAT, widened=True)
+    return FoldedTensor(spec, folded.x, folded.scale, folded.zero_point, name=folded.name)
+
+
+def _value_names(containers: list[ir.Graph | ir.Function]) -> set[str]:
+    """Every named value of the graphs and functions (inputs, initializers, node outputs)."""
+    names: set[str] = set()
+    for graph in containers:
+        names.update(v.name for v in graph.inputs if v.name)
+        if isinstance(graph, ir.Graph):
+            names.update(graph.initializers)
+        for node in graph:
+            names.update(v.name for v in node.outputs if v.name)
+    return names
 
 
 def _overridable(node: ir.Node) -> bool:
@@ -177,10 +320,18 @@ def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
         block_size=_int_attr(node, row, "block_size") or 0,
         output_dtype=out_type,
         saturate=_int_attr(node, row, "saturate", 1),
-        precision=_int_attr(node, row, "precision") or 0,
+        precision=_int_attr(node, row, "precision") or _scale_precision(row, scale_tensor.dtype),
     )
     operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
+
+
+def _scale_precision(row: opsets.OpVersion, scale_type: ir.DataType) -> int:
+    """QuantizeLinear-23+ without ``precision`` divides in the scale's type (the spec; ORT
+    from 1.32, ORT 1.31 divides float16 in float32); earlier versions leave it to the
+    kernel (0)."""
+    floats = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    return int(scale_type) if "precision" in row.attributes and scale_type in floats else 0
 
 
 def _int_attr(node: ir.Node, row: opsets.OpVersion, name: str, absent: Any = None) -> Any:

@@ -89,6 +89,7 @@ class FoldSpec:
     output_dtype: ir.DataType
     saturate: int = 1
     precision: int = 0
+    widened: bool = False  # a float16 DQ computed to float32 (the model Casts it back)
 
 
 class StreamedTensor(ir.LazyTensor):
@@ -209,6 +210,11 @@ class FoldedTensor(StreamedTensor):
         self.x = x
         self.scale = scale
         self.zero_point = zero_point
+
+    @property
+    def widened(self) -> bool:
+        """True for a float16 DQ folded to float32 (see :class:`FoldSpec`)."""
+        return self.spec.widened
 
     def __repr__(self) -> str:
         op = "QuantizeLinear" if self.spec.quantize else "DequantizeLinear"

@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits_to_onnx import min_block
+from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
 from qlrewrite.qdq import MS_DOMAIN, is_constant, iter_graphs
 from qlrewrite.rules.context import constant_tensor
 
@@ -153,9 +153,14 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self.summary: dict[str, int] = {}
         self.warnings: list[str] = []
+        #: Why --verify may see different outputs (None: it should not), and how much.
+        self.verify_note: str | None = None
+        self.verify_relative_tolerance: float | None = None
+        self._half = False
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
+        self._half = False
         for _, graph in list(iter_graphs(model)):
             for node in list(graph):
                 if node.domain not in _ONNX or node.graph is None:
@@ -171,6 +176,8 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     if isinstance(graph, ir.Function):
                         graph.opset_imports.setdefault(MS_DOMAIN, 1)
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
+        if self._half:
+            self.verify_note, self.verify_relative_tolerance = HALF_NOTE, HALF_RELATIVE_TOLERANCE
         self.summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
@@ -214,6 +221,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             "MatMulNBits", inputs, attributes=attributes, domain=MS_DOMAIN, name=matmul.name
         )
         self._swap(graph, [n for n in (match.dq, match.transpose, matmul) if n], last, node)
+        self._half |= match.scale.dtype != _DT.FLOAT
         return "MatMulNBits"
 
     def _gather(self, graph: ir.Graph | ir.Function, gather: ir.Node) -> str | None:

@@ -27,13 +27,20 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import ConvertDomainPass, ConvertWarning
+from qlrewrite.passes.convert_domain import (
+    ConvertDomainPass,
+    ConvertWarning,
+    keep_float32_division,
+)
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.qdq import drop_unused_domains
+from qlrewrite.qdq import drop_unused_domains, iter_qdq_nodes
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "current_opset", "upgrade"]
+
+#: From this opset QuantizeLinear divides in the scale's type unless ``precision`` is set.
+_PRECISION_OPSET = 23
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -93,6 +100,13 @@ class UpgradePass(ir.passes.FunctionalPass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         before = current_opset(model) or 0
         new = _convert_weightless(model, self.opset)
+        pinned = 0
+        if before < _PRECISION_OPSET <= self.opset:  # QuantizeLinear-23 divides differently
+            pinned = sum(
+                keep_float32_division(site.node)
+                for site in iter_qdq_nodes(new)
+                if site.domain == ""
+            )
         convert = ConvertDomainPass("onnx", strict=False)
         convert(new)
         nbits = NBitsToOnnxPass(strict=False)
@@ -105,6 +119,7 @@ class UpgradePass(ir.passes.FunctionalPass):
             "opset_after": self.opset,
             "nodes_converted_to_onnx": convert.summary.get("nodes_converted", 0),
             "com_microsoft_nodes_left": convert.summary.get("nodes_left", 0),
+            "precision_set": pinned + convert.summary.get("precision_set", 0),
             "matmul_nbits_converted": nbits.summary.get("matmul_nbits_converted", 0),
             "gather_block_quantized_converted": nbits.summary.get(
                 "gather_block_quantized_converted", 0

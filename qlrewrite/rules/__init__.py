@@ -1,9 +1,10 @@
 """Check rules for QuantizeLinear / DequantizeLinear, grouped by concern.
 
 Codes are stable and grouped: QL1xx structure, QL2xx attributes, QL3xx element types,
-QL4xx granularity and shapes, QL5xx constant values, QL6xx model hygiene. Each rule is
-a small function registered with :func:`rule`; :data:`RULES` is the catalogue that
-``qlrewrite rules`` prints and :data:`CHECKS` holds the functions the check pass runs.
+QL4xx granularity and shapes, QL5xx constant values, QL6xx model hygiene, QL9xx
+suppressions. Each rule is a small function registered with :func:`rule`; :data:`RULES`
+is the catalogue that ``qlrewrite rules`` prints and :data:`CHECKS` holds the functions
+the check pass runs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     matmul_nbits,
     shapes,
     structure,
+    suppressions,
     types,
     values,
     weight_only,

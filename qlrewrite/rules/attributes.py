@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.rules.context import NodeContext
 from qlrewrite.rules.registry import ALL_OPS, rule
 
@@ -41,6 +41,13 @@ def _first_version_with(ctx: NodeContext, name: str) -> int | None:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
     ops=ALL_OPS,
+    fix=UNSAFE,
+    fix_summary="""
+    Below opset 13, an `axis` on DequantizeLinear (as ONNX Runtime's quantizer writes for
+    per_channel=True) is repaired by upgrading the model to opset 13, as `qlrewrite upgrade
+    --opset 13`. Unsafe: every node's op version changes, and ONNX Runtime does not load the
+    input to compare.
+    """,
 )
 def unknown_attribute(ctx: NodeContext) -> Iterator[Finding]:
     row = ctx.row

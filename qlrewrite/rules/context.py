@@ -244,6 +244,7 @@ class NodeContext:
             domain=self.domain,
             opset=self.imported,
             graph=self.graph,
+            output=(self.node.outputs[0].name or "") if self.node.outputs else "",
         )
 
 

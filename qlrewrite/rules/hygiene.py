@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, WARNING, Finding
+from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.rules.context import ModelContext, NodeContext
 from qlrewrite.rules.registry import rule
 
@@ -31,6 +31,11 @@ __all__: list[str] = []
     """,
     versions="all",
     needs_version=False,
+    fix=SAFE,
+    fix_summary="""
+    Raises the model's ir_version to what its element types and opset need (computation does
+    not depend on it: outputs are bit-identical).
+    """,
 )
 def ir_version_too_old(ctx: NodeContext) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}

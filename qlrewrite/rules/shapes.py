@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, WARNING, Finding
+from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.rules.context import Dims, NodeContext
 from qlrewrite.rules.registry import rule
 
@@ -90,6 +90,11 @@ def axis_out_of_range(ctx: NodeContext) -> Iterator[Finding]:
     good: opset 13: DequantizeLinear(w, scale, zp, axis=0)   # qlrewrite upgrade --opset 13
     """,
     versions="ai.onnx 10-12",
+    fix=UNSAFE,
+    fix_summary="""
+    Below opset 13, a per-axis scale is repaired by upgrading the model to opset 13 (as for
+    QL201). Unsafe for the same reason.
+    """,
 )
 def opset10_scalar_only(ctx: NodeContext) -> Iterator[Finding]:
     if not ctx.row.scalar_only:
@@ -193,8 +198,8 @@ def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
 )
 def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     scale = ctx.scale
-    if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size > 0:
-        return
+    if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size != 0:
+        return  # a negative block_size is set, and wrong: QL407 says so
     if ctx.row.scalar_only:
         return  # QL402 reports it
     if ctx.row.has_block_size:
@@ -227,6 +232,13 @@ def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     good: DequantizeLinear(b: int32 [64], scale: [], zp: [])
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    fix=SAFE,
+    fix_summary="""
+    The 1-element [1] scale or zero point becomes a scalar (a new scalar initializer when
+    the tensor is shared with other nodes). ONNX Runtime treats both as per-tensor: outputs
+    are bit-identical. Not fixed when the tensor is a graph input or a Constant node's
+    output.
+    """,
     opt_in=True,
 )
 def zero_point_scalar_vs_1(ctx: NodeContext) -> Iterator[Finding]:
@@ -394,6 +406,11 @@ def block_size_range(ctx: NodeContext) -> Iterator[Finding]:
     good: com.microsoft.DequantizeLinear(w: [3, 64], scale: [64], zp: [64], axis=1)
     """,
     versions="com.microsoft 1",
+    fix=SAFE,
+    fix_summary="""
+    Writes axis=1, the axis ONNX Runtime's com.microsoft kernel applies to a 1-D scale:
+    outputs are bit-identical.
+    """,
 )
 def com_microsoft_1d_scale_without_axis(ctx: NodeContext) -> Iterator[Finding]:
     scale = ctx.scale

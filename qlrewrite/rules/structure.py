@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.rules.context import NodeContext
 from qlrewrite.rules.registry import ALL_OPS, rule
 
@@ -97,6 +97,12 @@ def output_count(ctx: NodeContext) -> Iterator[Finding]:
     versions="all",
     needs_version=False,
     ops=ALL_OPS,
+    fix=UNSAFE,
+    fix_summary="""
+    A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
+    Runtime does not load the model without it, so nothing proves its outputs unchanged. A
+    missing ai.onnx import is not fixed (which version was meant cannot be known).
+    """,
 )
 def domain_not_imported(ctx: NodeContext) -> Iterator[Finding]:
     if ctx.imported is None:

@@ -1,0 +1,292 @@
+"""Checking the models of a project: which files, under which settings, in how many processes.
+
+``qlrewrite check PATHS`` resolves each model's configuration (:mod:`qlrewrite.config`),
+layers the command line's rule selection over it, checks the files (in worker processes
+with ``jobs`` > 1, results in input order) and reports ``per-node-ignores`` keys that
+named no node of any model checked under their configuration (QL901).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from qlrewrite.config import Settings, forget, settings_for
+from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
+from qlrewrite.findings import Report
+
+__all__ = [
+    "FixOutcome",
+    "Selection",
+    "Target",
+    "check_targets",
+    "collect_models",
+    "default_jobs",
+    "enabled_codes",
+    "exit_code",
+    "fix_target",
+    "unused_suppressions",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The command line's rule options, layered over each model's configuration."""
+
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    extend_select: tuple[str, ...] = ()
+    strict: bool | None = None  # None: as the configuration says (default False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One model file to check, with the settings that apply to it."""
+
+    path: Path
+    settings: Settings
+
+
+def enabled_codes(settings: Settings, selection: Selection, path: Path) -> frozenset[str]:
+    """The rules checked on ``path``: the configuration's selection, the command line's over
+    it (as ruff layers them), less the file's ``per-file-ignores``."""
+    from qlrewrite.passes.check import parse_codes, select_rules
+
+    base = select_rules(settings.select, settings.ignore, extend_select=settings.extend_select)
+    codes = select_rules(
+        selection.select, selection.ignore, extend_select=selection.extend_select, base=base
+    )
+    dropped = parse_codes(settings.ignored_for(path), "per-file-ignores")
+    if not dropped:
+        return codes
+    return frozenset(c for c in codes if not any(c.startswith(p) for p in dropped))
+
+
+def collect_models(
+    paths: Iterable[Path],
+    *,
+    config: Path | None = None,
+    isolated: bool = False,
+    force_exclude: bool = False,
+) -> list[Target | Report]:
+    """Model files to check, in order, each with its settings.
+
+    Files come as given; folders are searched recursively (``*.onnx``, sorted, hidden
+    folders and ``exclude`` matches skipped). A folder without any model gives a Report
+    with ``error`` (exit 2: a CI job pointed at nothing is a mistake). A file named on the
+    command line is checked even if ``exclude`` matches it, unless ``force_exclude`` (as
+    ruff's ``--force-exclude``, for pre-commit). Files named twice are checked once.
+    """
+    forget()
+    found: list[Target | Report] = []
+    seen: set[str] = set()
+    for path in paths:
+        if path.is_dir():
+            models = [
+                m for m in _models_under(path) if not _settings(m, config, isolated).excluded(m)
+            ]
+            if not models:
+                found.append(Report(path=str(path), error="no .onnx files in folder"))
+        else:
+            models = [path]
+            if force_exclude and _settings(path, config, isolated).excluded(path):
+                models = []
+        for model in models:
+            key = os.path.realpath(model)
+            if key not in seen:
+                seen.add(key)
+                found.append(Target(model, _settings(model, config, isolated)))
+    return found
+
+
+def _settings(model: Path, config: Path | None, isolated: bool) -> Settings:
+    return settings_for(model, config=config, isolated=isolated)
+
+
+def _models_under(folder: Path) -> list[Path]:
+    models = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        models += [Path(root, f) for f in files if f.lower().endswith(".onnx")]
+    return sorted(models, key=lambda p: p.parts)
+
+
+def default_jobs() -> int:
+    """The cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def check_one(target: Target, selection: Selection, debug: bool = False) -> Report:
+    """One model's finished report; a crash of the checker is that file's error, not the
+    run's (``debug``: raise it)."""
+    from qlrewrite.passes.check import check_path
+
+    try:
+        codes = enabled_codes(target.settings, selection, target.path)
+        return check_path(
+            target.path, codes=codes, per_node_ignores=target.settings.per_node_ignores
+        )
+    except Exception as exc:  # a checker bug must not hide the other models' findings
+        if debug:
+            raise
+        detail = (str(exc).strip().splitlines() or [""])[0]
+        return Report(
+            path=str(target.path),
+            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
+            "run with --debug for the traceback and please report it",
+        )
+
+
+def check_targets(
+    targets: Sequence[Target],
+    selection: Selection,
+    *,
+    jobs: int = 1,
+    debug: bool = False,
+    advance: Callable[[], None] = lambda: None,
+) -> list[Report]:
+    """Reports of ``targets`` in their order; ``jobs`` > 1 checks in that many worker
+    processes (each file is independent). ``advance`` is called once per file done."""
+    if jobs <= 1 or len(targets) <= 1:
+        reports = []
+        for target in targets:
+            reports.append(check_one(target, selection, debug))
+            advance()
+        return reports
+    workers = min(jobs, len(targets))
+    chunk = max(1, min(16, len(targets) // (workers * 8)))
+    context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        reports = []
+        mapped = pool.map(
+            check_one, targets, [selection] * len(targets), [debug] * len(targets), chunksize=chunk
+        )
+        for report in mapped:
+            reports.append(report)
+            advance()
+    return reports
+
+
+def unused_suppressions(
+    targets: Sequence[Target], reports: Sequence[Report], selection: Selection
+) -> list[Report]:
+    """One report per configuration whose ``per-node-ignores`` keys named no Q/DQ node of
+    any model checked under it (QL901, when that rule is enabled for its models)."""
+    from qlrewrite.suppress import STALE_RULE, unused_key_finding
+
+    matched: dict[Path, set[str]] = {}
+    judged: dict[Path, Settings] = {}
+    by_path = {str(r.path): r for r in reports}
+    for target in targets:
+        settings = target.settings
+        report = by_path.get(str(target.path))
+        if settings.path is None or not settings.per_node_ignores or report is None:
+            continue
+        if report.error:
+            matched.setdefault(settings.path, set()).update(settings.per_node_ignores)
+            continue  # an unreadable model may hold the node: judge nothing on its account
+        codes = enabled_codes(settings, selection, target.path)
+        if STALE_RULE not in codes:
+            continue
+        judged[settings.path] = settings
+        matched.setdefault(settings.path, set()).update(report.matched_suppressions)
+    extra = []
+    for path, settings in judged.items():
+        unused = [k for k in settings.per_node_ignores if k not in matched.get(path, set())]
+        if unused:
+            findings = [
+                unused_key_finding(k, settings.per_node_ignores[k], str(path)) for k in unused
+            ]
+            extra.append(Report(path=str(path), findings=findings))
+    return extra
+
+
+def exit_code(reports: Sequence[Report], *, strict: bool | Callable[[Report], bool] = False) -> int:
+    """2 if any model was unreadable, else 1 on an error finding (any finding where
+    ``strict`` holds), else 0."""
+    is_strict = strict if callable(strict) else (lambda _report: strict)
+    if any(r.error for r in reports):
+        return EXIT_INPUT
+    if any(r.errors or (r.findings and is_strict(r)) for r in reports):
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+@dataclasses.dataclass
+class FixOutcome:
+    """What ``check --fix`` / ``--diff`` did to one model."""
+
+    path: Path
+    changes: list[tuple[str, str, str]]  # (code, where, what), in the order applied
+    fixable: int  # findings the fixes were for
+    output: Path | None = None  # the file written (None: --diff, or refused)
+    refused: str | None = None  # why nothing was written
+    verification: Any = None  # the --verify result, when asked
+
+
+def fix_target(
+    target: Target,
+    report: Report,
+    *,
+    unsafe: bool = False,
+    output: Path | None = None,
+    in_place: bool = False,
+    dry_run: bool = False,
+    verify: Any = None,
+) -> FixOutcome | None:
+    """Repair ``report``'s fixable findings of ``target`` through the rewrite path every
+    command takes (:func:`qlrewrite.pipeline.rewrite`: refusals, atomic write,
+    ``verify``); None when nothing is fixable. ``dry_run``: what would change (``--diff``).
+    """
+    from qlrewrite import pipeline
+    from qlrewrite.errors import Refusal
+    from qlrewrite.passes.fix import FixPass, fix_passes, fixable
+    from qlrewrite.verify import VerificationFailed
+
+    if report.error:
+        return None
+    wanted = fixable(report.findings, unsafe=unsafe)
+    passes = fix_passes(wanted, unsafe=unsafe)
+    if not passes:
+        return None
+    outcome = FixOutcome(target.path, [], len(wanted))
+    unfixed = sorted({f.rule for f in report.errors if f not in wanted})
+    if unfixed:  # the rewrite would refuse the input: say why in the words of check
+        outcome.refused = (
+            f"{len([f for f in report.errors if f not in wanted])} error finding(s) without "
+            f"a fix ({', '.join(unfixed)}); nothing written"
+        )
+        return outcome
+    try:
+        result = pipeline.rewrite(
+            target.path,
+            passes,
+            command="fix",
+            output=output,
+            in_place=in_place,
+            dry_run=dry_run,
+            verify=verify,
+        )
+    except VerificationFailed as exc:
+        outcome.refused, outcome.verification = str(exc), exc.verification
+        return outcome
+    except Refusal as exc:
+        outcome.refused = str(exc).removeprefix(f"{target.path}: ")
+        return outcome
+    for fix_pass in passes:
+        if isinstance(fix_pass, FixPass):
+            outcome.changes.extend(fix_pass.changes)
+        else:  # the upgrade to opset 13 (QL201 / QL402)
+            opset = getattr(fix_pass, "opset", "?")
+            outcome.changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
+    outcome.output = result.output
+    outcome.verification = result.verification
+    return outcome

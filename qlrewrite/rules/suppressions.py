@@ -1,0 +1,35 @@
+"""QL9xx: suppressions, judged after the check (:mod:`qlrewrite.suppress` makes them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from qlrewrite.findings import WARNING, Finding
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+
+@rule(
+    "QL901",
+    "unused-suppression",
+    WARNING,
+    summary="A per-node-ignores entry or a node's qlrewrite:ignore suppresses nothing.",
+    explanation="""
+    Suppressions accept a known finding on one node. Once the model is re-exported or the
+    node repaired, a suppression that matches nothing only hides the next real problem on
+    that node (or names a node that no longer exists); remove it. Like ruff's RUF100, only
+    codes of enabled rules are judged.
+    """,
+    example="""
+    warn: [tool.qlrewrite.per-node-ignores] "b1_DequantizeLinear" = ["QL406"]
+          (b1_DequantizeLinear has no QL406 finding any more)
+    good: the entry removed
+    """,
+    versions="all",
+    scope="report",
+    needs_version=False,
+)
+def unused_suppression(ctx: object) -> Iterator[Finding]:
+    """Made by :func:`qlrewrite.suppress.apply_suppressions`, not during the check."""
+    return iter(())

@@ -1,0 +1,177 @@
+"""`qlrewrite check` in a project: configuration files under the command line, exclude,
+per-node suppression with its summary count and QL901, many files with --jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+from qdq_models import DQ, qdq_model
+
+from qlrewrite import config
+from qlrewrite.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    config._find_config.cache_clear()
+    config.load_config.cache_clear()
+    monkeypatch.chdir(tmp_path)
+    yield
+    config._find_config.cache_clear()
+    config.load_config.cache_clear()
+
+
+def _warn() -> onnx.ModelProto:
+    """A DQ 'qdq' (output 'y') with a zero scale: QL501 (a warning) only."""
+    return qdq_model(DQ, 21, scale=0.0)
+
+
+def _ql403() -> onnx.ModelProto:
+    """QL403 (error): per-axis scale of 5 for a dimension of 4."""
+    return qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0})
+
+
+def _save(proto: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(proto, path)
+    return path
+
+
+def _run(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["check", *(str(a) for a in args)])
+    assert "Traceback" not in result.output + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _json(*args: str | Path) -> tuple[int, dict]:
+    code, out, _ = _run("--format", "json", *args)
+    return code, json.loads(out)
+
+
+def test_pyproject_settings_apply_and_the_command_line_overrides(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "models" / "m.onnx")
+    assert _run("models", "--strict")[0] == 1  # no configuration yet: QL501 fails --strict
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.qlrewrite]\nstrict = true\nignore = ["QL501"]\n'
+    )
+    code, doc = _json("models")
+    assert code == 0 and doc["files"][0]["findings"] == []
+    code, doc = _json("models", "--select", "QL5")  # --select replaces the config's selection
+    assert code == 1 and [f["rule"] for f in doc["files"][0]["findings"]] == ["QL501"]
+    assert _run("models", "--select", "QL5", "--no-strict")[0] == 0
+    assert _run("models", "--isolated", "--strict")[0] == 1
+    assert _run("models", "--isolated")[0] == 0
+
+
+def test_config_option_names_the_file(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    other = tmp_path / "ci" / "qlrewrite.toml"
+    other.parent.mkdir()
+    other.write_text("strict = true\n")
+    assert _run("m.onnx")[0] == 0
+    assert _run("m.onnx", "--config", other)[0] == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("stirct = true\n", "qlrewrite.toml: unknown key 'stirct'"),
+        ('ignore = ["QL4O6"]\n', "qlrewrite.toml: 'ignore': unknown rule code or prefix 'QL4O6'"),
+    ],
+)
+def test_a_wrong_configuration_is_one_line_and_exit_2(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    (tmp_path / "qlrewrite.toml").write_text(text)
+    code, out, err = _run("m.onnx")
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qlrewrite: error: ") and needle in lines[0]
+
+
+def test_unknown_code_on_the_command_line_is_exit_2(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    code, _, err = _run("m.onnx", "--extend-select", "QL99")
+    assert code == 2 and "--extend-select: unknown rule code or prefix 'QL99'" in err
+
+
+def test_output_format_from_the_configuration(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    (tmp_path / "qlrewrite.toml").write_text('output-format = "github"\n')
+    out = _run("m.onnx")[1]
+    assert out.startswith("::warning file=m.onnx,title=QL501 ")
+    assert json.loads(_run("m.onnx", "--format", "json")[1])["version"] == 1
+
+
+def test_exclude_and_force_exclude(tmp_path: Path) -> None:
+    _save(_ql403(), tmp_path / "models" / "legacy" / "old.onnx")
+    _save(_warn(), tmp_path / "models" / "new.onnx")
+    (tmp_path / "qlrewrite.toml").write_text('exclude = ["legacy"]\n')
+    code, doc = _json("models")
+    assert code == 0 and [Path(f["path"]).name for f in doc["files"]] == ["new.onnx"]
+    old = Path("models/legacy/old.onnx")
+    assert _run(old)[0] == 1  # named on the command line: checked, as ruff does
+    code, out, _ = _run(old, "--force-exclude")  # as the pre-commit hook runs it
+    assert code == 0 and "checked 0 file(s)" in out
+
+
+def test_per_file_ignores(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "det" / "a.onnx")
+    _save(_warn(), tmp_path / "rec" / "b.onnx")
+    toml = 'strict = true\n[per-file-ignores]\n"det/*" = ["QL5"]\n'
+    (tmp_path / "qlrewrite.toml").write_text(toml)
+    code, doc = _json(".")
+    assert code == 1
+    assert {Path(f["path"]).parent.name: len(f["findings"]) for f in doc["files"]} == {
+        "det": 0, "rec": 1}  # fmt: skip
+
+
+def test_per_node_ignores_are_counted_and_stale_keys_reported(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.qlrewrite]\nstrict = true\n[tool.qlrewrite.per-node-ignores]\n"y" = ["QL501"]\n'
+    )
+    code, out, _ = _run("m.onnx")
+    assert code == 0 and out.strip().endswith("0 error(s), 0 warning(s); 1 suppressed")
+    code, doc = _json("m.onnx")
+    assert doc["summary"]["suppressed"] == 1 and doc["files"][0]["summary"]["suppressed"] == 1
+    # the node is renamed in a re-export: the key names nothing any more
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.qlrewrite]\n[tool.qlrewrite.per-node-ignores]\n"old_name" = ["QL501"]\n'
+    )
+    code, doc = _json("m.onnx")
+    stale = [f for file in doc["files"] for f in file["findings"] if f["rule"] == "QL901"]
+    assert code == 0 and len(stale) == 1
+    assert doc["files"][-1]["path"] == str(tmp_path / "pyproject.toml")
+    assert "per-node-ignores 'old_name'" in stale[0]["message"]
+    assert _json("m.onnx", "--ignore", "QL901")[1]["summary"]["by_rule"] == {"QL501": 1}
+
+
+def test_many_files_in_worker_processes_keep_their_order(tmp_path: Path) -> None:
+    for i in range(12):
+        _save(_ql403() if i % 3 else _warn(), tmp_path / "models" / f"m{i:02d}.onnx")
+    one = _run("models", "--jobs", "1", "--show-all")
+    two = _run("models", "--jobs", "2", "--show-all")
+    assert one == two and one[0] == 1
+    paths = [line.split(":")[0] for line in one[1].splitlines()[:-1]]
+    assert paths == sorted(paths) and len(paths) == 12
+
+
+def test_a_folder_of_repeated_findings_prints_grouped(tmp_path: Path) -> None:
+    model = _warn()
+    node = model.graph.node[0]
+    for i in range(1, 8):  # 8 DQ nodes with the same warning
+        copy = model.graph.node.add()
+        copy.CopyFrom(node)
+        copy.name, copy.output[0] = f"qdq{i}", f"y{i}"
+    _save(model, tmp_path / "m.onnx")
+    out = _run("m.onnx")[1].splitlines()
+    assert len(out) == 3 and "7 more like the line above, on qdq1, qdq2, qdq3, ..." in out[1]
+    assert len(_run("m.onnx", "--show-all")[1].splitlines()) == 9
+    assert os.path.exists(tmp_path / "m.onnx")
