@@ -64,9 +64,9 @@ def _speed(folder: Path, repeat: int) -> None:
     tools: dict[str, list[str]] = {
         "qlrewrite check (CLI)": [exe, "check", path],
         "qlrewrite.check() alone": [py, "-c", (
-            "import sys, time, qlrewrite.passes.check as c; t = time.perf_counter(); "
+            "import sys, time, qlrewrite.checker as c; t = time.perf_counter(); "
             f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "
-            "sys.exit(1 if r.error or r.errors else 0)")],
+            "sys.exit(1 if r.load_error or r.errors else 0)")],
         "import qlrewrite.cli (no check)": [py, "-c", "import qlrewrite.cli"],
         "onnx.checker full_check": [py, "-c", (
             f"import onnx; onnx.checker.check_model({path!r}, full_check=True)")],
@@ -216,7 +216,7 @@ def _flags_reference(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
 def _detection(ort_quantizer: bool) -> None:
     from qdq_models import load_ir
 
-    from qlrewrite.passes.check import check_model
+    from qlrewrite.checker import check_model
 
     def flags_qlrewrite(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
         return bool(check_model(load_ir(proto)).errors)

@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _API = {
     "load": "qlrewrite.model_io",
     "save": "qlrewrite.model_io",
-    "check": "qlrewrite.passes.check",
+    "check": "qlrewrite.checker",
     "fold": "qlrewrite.passes.fold",
     "convert": "qlrewrite.passes.convert_domain",
     "upgrade": "qlrewrite.passes.upgrade",

@@ -235,7 +235,7 @@ class _Reader:
 
 def check_codes(entries: Iterable[str], where: str) -> None:
     """Raise InputError naming ``where`` for an entry that matches no rule code."""
-    from qlrewrite.passes.check import parse_codes
+    from qlrewrite.rules.selection import parse_codes
 
     parse_codes(entries, where)
 

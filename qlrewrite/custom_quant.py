@@ -73,7 +73,8 @@ def custom_quant_groups(model: ir.Model) -> list[CustomQuantGroup]:
     """The custom quantization nodes of ``model`` (main graph, subgraphs, functions),
     grouped by (domain, op) in domain then op order."""
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
-    for _, graph in iter_graphs(model):
+    for scope in iter_graphs(model):
+        graph = scope.graph
         counts.update((n.domain, n.op_type) for n in graph if _is_custom_quant(n))
     return [
         CustomQuantGroup(domain, op, CUSTOM_QUANT_DOMAINS[domain][0], count)

@@ -81,7 +81,7 @@ class Report:
     """The result of checking one model file."""
 
     path: str | None = None
-    error: str | None = None  # why the model could not be read; then no findings
+    load_error: str | None = None  # why the model could not be read; then no findings
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
     suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
@@ -105,7 +105,7 @@ class Report:
         """The per-file JSON object of ``check --format json``."""
         return {
             "path": self.path,
-            "error": self.error,
+            "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
             "custom_quant": [g.to_json() for g in self.custom_quant],
             "summary": {

@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 
 __all__ = [
@@ -72,8 +73,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise InputError(f"{path}: {first.message}{more}")
-    model.meta["qlrewrite.source"] = str(path)
-    model.meta["qlrewrite.proto"] = proto
+    set_source(model, Source(path, proto))
     return model
 
 
@@ -242,9 +242,11 @@ def files_read(model: ir.Model) -> list[Path]:
     """Every file a loaded model reads: the model file, then each external data file of
     its initializers, Constant values and other tensor attributes, in every graph,
     subgraph and function (resolved paths). Guards against overwriting an input use it."""
-    source = Path(model.meta["qlrewrite.source"])
-    found = tensors.input_files(model.meta["qlrewrite.proto"], source.absolute().parent)
-    return [Path(os.path.realpath(source)), *found]
+    source = source_of(model)
+    if source is None or source.path is None:
+        raise ValueError("files_read needs a model loaded from a file (model_io.load)")
+    found = tensors.input_files(source.proto, source.folder)
+    return [Path(os.path.realpath(source.path)), *found]
 
 
 def files_read_by(path: str | os.PathLike) -> list[Path]:

@@ -15,6 +15,7 @@ contrib operator schemas and, where the text leaves a point open, its CPU kernel
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,6 +24,8 @@ import onnx_ir as ir
 __all__ = [
     "BLOCKED",
     "FLOAT_TYPES",
+    "MS_DOMAIN",
+    "ONNX_DOMAINS",
     "ONNX_OPSETS",
     "PER_AXIS",
     "PER_TENSOR",
@@ -33,11 +36,12 @@ __all__ = [
     "Operand",
     "WeightOnlyVersion",
     "WeightStorage",
-    "com_microsoft_can_express",
+    "com_microsoft_problems",
     "expression_problems",
     "lookup",
     "lowest_onnx_opset",
     "min_ir_version",
+    "normalize_domain",
     "output_type",
     "versions",
     "weight_only",
@@ -46,6 +50,8 @@ __all__ = [
 DT = ir.DataType
 INT = ir.AttributeType.INT
 MS_DOMAIN = "com.microsoft"
+#: The two spellings of the ONNX domain.
+ONNX_DOMAINS = ("", "ai.onnx")
 
 PER_TENSOR = "per-tensor"
 PER_AXIS = "per-axis"
@@ -359,14 +365,15 @@ for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
 
-def _norm_domain(domain: str) -> str:
-    return "" if domain in ("", "ai.onnx") else domain
+def normalize_domain(domain: str) -> str:
+    """``""`` for the ONNX domain however it is spelled, else ``domain``."""
+    return "" if domain in ONNX_DOMAINS else domain
 
 
 def versions(domain: str, op_type: str) -> list[Any]:
     """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first:
     :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops."""
-    return list(_BY_OP.get((_norm_domain(domain), op_type), ()))
+    return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
 
 
 def weight_only(domain: str, op_type: str, imported: int | None) -> WeightOnlyVersion | None:
@@ -376,6 +383,7 @@ def weight_only(domain: str, op_type: str, imported: int | None) -> WeightOnlyVe
     return row if isinstance(row, WeightOnlyVersion) else None
 
 
+@functools.cache  # once per (domain, op, opset), not per node
 def lookup(domain: str, op_type: str, imported: int | None) -> Any:
     """The version in force when the model imports opset ``imported`` of ``domain``.
 
@@ -487,7 +495,7 @@ def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:
     return None
 
 
-def com_microsoft_can_express(op_type: str, form: NodeForm) -> list[str]:
+def com_microsoft_problems(op_type: str, form: NodeForm) -> list[str]:
     """Why the node cannot be a com.microsoft op (``[]``: it can)."""
     row = lookup(MS_DOMAIN, op_type, 1)
     if row is None:

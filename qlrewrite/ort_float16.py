@@ -28,6 +28,8 @@ import functools
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.graphs import imported_version, normalize_domain
+
 __all__ = ["FLOAT16_CPU_KERNELS", "float32_in_ort", "has_float16_kernel"]
 
 _ANY = 1 << 31
@@ -110,8 +112,8 @@ def _runs_in_float32(node: ir.Node | None, imports: dict[str, int]) -> bool:
 
 
 def _kernel(node: ir.Node, imports: dict[str, int]) -> bool:
-    domain = "" if node.domain == "ai.onnx" else node.domain
-    imported = imports.get(domain, imports.get("ai.onnx") if domain == "" else None)
+    domain = normalize_domain(node.domain)
+    imported = imported_version(imports, domain)
     return has_float16_kernel(domain, node.op_type, _since(node.op_type, domain, imported))
 
 

@@ -24,6 +24,9 @@ import onnx_ir as ir
 from qlrewrite import atomic, model_io, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
+from qlrewrite.findings import Report
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.source import source_of
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -40,7 +43,7 @@ __all__ = [
 class FindingsRefusal(Refusal):
     """Refused because a model (input or rewritten) has error findings."""
 
-    def __init__(self, message: str, report: Any) -> None:
+    def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
 
@@ -62,6 +65,8 @@ class RewriteResult:
     warnings: list[Any] = dataclasses.field(default_factory=list)
     verification: Verification | None = None
     target: Path | None = None  # where the output goes (or would go, on a dry run)
+    #: What each pass returned, in order (typed: see qlrewrite.passes.results).
+    pass_results: list[ir.passes.PassResult] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary."""
@@ -99,8 +104,8 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Any:
-    from qlrewrite.passes.check import check_model
+def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Report:
+    from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
     return check_model(model, path=str(path) if path else None, weightless=weightless)
 
@@ -191,7 +196,8 @@ def _rewrite_loaded(
         )
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    unchanged = weightless_from_source(model.meta["qlrewrite.proto"])
+    source = source_of(model)
+    unchanged = weightless_from_source(source.proto) if source is not None else None
     report = unrepaired(_check(model, input_path, unchanged), passes)
     if report.errors:
         raise FindingsRefusal(
@@ -202,9 +208,9 @@ def _rewrite_loaded(
     bytes_before = tensors.initializer_bytes(model)
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
-    model = run_passes(model, passes)
+    model, results = run_passes(model, passes)
     if verifier is not None:
-        verifier.expect_differences(passes)
+        verifier.expect_differences(results)
     checker_warnings = validate_output(model, input_path, unchanged)
     bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
@@ -220,14 +226,15 @@ def _rewrite_loaded(
             output=None if dry_run else target,
             written=not dry_run,
             dry_run=dry_run,
-            changes={_pass_name(p): getattr(p, "summary", {}) for p in passes},
+            changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
             bytes_before=bytes_before,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - started,
             model=model,
-            warnings=[*checker_warnings, *(w for p in passes for w in getattr(p, "warnings", []))],
+            warnings=[*checker_warnings, *(w for r in results for w in _warnings(r))],
             verification=verifier.result if verifier is not None else None,
             target=target,
+            pass_results=results,
         )
 
     def before_commit(staged: Path) -> None:
@@ -295,37 +302,51 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
         raise InputError(f"{report}: the report would overwrite the output's external data")
 
 
-def unrepaired(report: Any, passes: Sequence[ir.passes.PassBase]) -> Any:
+def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
     """``report`` without the error findings that one of ``passes`` repairs.
 
-    A pass lists the rule codes it repairs in its ``repairs_rules`` attribute (for example
-    the upgrade fixes attributes newer than the input's opset); the rewritten model is
-    checked again in full, so an input finding that was not actually repaired still refuses.
+    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
+    repairs (for example the upgrade fixes attributes newer than the input's opset); the
+    rewritten model is checked again in full, so an input finding that was not actually
+    repaired still refuses.
     """
-    repaired = {code for p in passes for code in getattr(p, "repairs_rules", ())}
+    repaired = {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
     if not repaired:
         return report
     kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
     return dataclasses.replace(report, findings=kept)
 
 
-def run_passes(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """Run ``passes`` in order on ``model`` and return the resulting model.
+def run_passes(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+) -> tuple[ir.Model, list[ir.passes.PassResult]]:
+    """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
-    if not passes:
-        return model
-    try:
-        return ir.passes.PassManager(list(passes))(model).model
-    except ir.passes.PassError as exc:
-        cause: BaseException | None = exc
-        while cause is not None and not isinstance(cause, QlrewriteError):
-            cause = cause.__cause__
-        if cause is None:
-            raise
-        raise cause from exc
+    results = []
+    for rewrite_pass in passes:
+        try:
+            result = rewrite_pass(model)
+        except (ir.passes.PassError, ir.passes.InvariantError) as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, QlrewriteError):
+                cause = cause.__cause__
+            if cause is None:
+                raise
+            raise cause from exc
+        results.append(result)
+        model = result.model
+    return model, results
+
+
+def _summary(result: ir.passes.PassResult) -> dict[str, int]:
+    return result.summary if isinstance(result, RewritePassResult) else {}
+
+
+def _warnings(result: ir.passes.PassResult) -> list[Any]:
+    return result.warnings if isinstance(result, RewritePassResult) else []
 
 
 def validate_output(

@@ -55,7 +55,7 @@ class Target:
 def enabled_codes(settings: Settings, selection: Selection, path: Path) -> frozenset[str]:
     """The rules checked on ``path``: the configuration's selection, the command line's over
     it (as ruff layers them), less the file's ``per-file-ignores``."""
-    from qlrewrite.passes.check import parse_codes, select_rules
+    from qlrewrite.rules.selection import parse_codes, select_rules
 
     base = select_rules(settings.select, settings.ignore, extend_select=settings.extend_select)
     codes = select_rules(
@@ -91,7 +91,7 @@ def collect_models(
                 m for m in _models_under(path) if not _settings(m, config, isolated).excluded(m)
             ]
             if not models:
-                found.append(Report(path=str(path), error="no .onnx files in folder"))
+                found.append(Report(path=str(path), load_error="no .onnx files in folder"))
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):
@@ -127,7 +127,7 @@ def default_jobs() -> int:
 def check_one(target: Target, selection: Selection, debug: bool = False) -> Report:
     """One model's finished report; a crash of the checker is that file's error, not the
     run's (``debug``: raise it)."""
-    from qlrewrite.passes.check import check_path
+    from qlrewrite.checker import check_path
 
     try:
         codes = enabled_codes(target.settings, selection, target.path)
@@ -140,7 +140,7 @@ def check_one(target: Target, selection: Selection, debug: bool = False) -> Repo
         detail = (str(exc).strip().splitlines() or [""])[0]
         return Report(
             path=str(target.path),
-            error=f"internal error while checking ({type(exc).__name__}: {detail}); "
+            load_error=f"internal error while checking ({type(exc).__name__}: {detail}); "
             "run with --debug for the traceback and please report it",
         )
 
@@ -164,15 +164,38 @@ def check_targets(
     workers = min(jobs, len(targets))
     chunk = max(1, min(16, len(targets) // (workers * 8)))
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        reports = []
-        mapped = pool.map(
-            check_one, targets, [selection] * len(targets), [debug] * len(targets), chunksize=chunk
-        )
-        for report in mapped:
-            reports.append(report)
+    reports = []
+    try:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+            count = len(targets)
+            mapped = pool.map(
+                check_one, targets, [selection] * count, [debug] * count, chunksize=chunk
+            )
+            for report in mapped:
+                reports.append(report)
+                advance()
+    except concurrent.futures.process.BrokenProcessPool:
+        # A model killed its worker (an abort in native code on a hostile file): check the
+        # rest one per process, so that only the guilty file is reported and the others are.
+        for target in targets[len(reports) :]:
+            reports.append(_check_alone(target, selection, debug, context))
             advance()
     return reports
+
+
+def _check_alone(
+    target: Target, selection: Selection, debug: bool, context: multiprocessing.context.BaseContext
+) -> Report:
+    """:func:`check_one` in a process of its own; a crash of that process is the file's error."""
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        try:
+            return pool.submit(check_one, target, selection, debug).result()
+        except concurrent.futures.process.BrokenProcessPool:
+            return Report(
+                path=str(target.path),
+                error="the checker's process died on this model (a crash in native code); "
+                "please report it",
+            )
 
 
 def unused_suppressions(
@@ -190,7 +213,7 @@ def unused_suppressions(
         report = by_path.get(str(target.path))
         if settings.path is None or not settings.per_node_ignores or report is None:
             continue
-        if report.error:
+        if report.load_error:
             matched.setdefault(settings.path, set()).update(settings.per_node_ignores)
             continue  # an unreadable model may hold the node: judge nothing on its account
         codes = enabled_codes(settings, selection, target.path)
@@ -213,7 +236,7 @@ def exit_code(reports: Sequence[Report], *, strict: bool | Callable[[Report], bo
     """2 if any model was unreadable, else 1 on an error finding (any finding where
     ``strict`` holds), else 0."""
     is_strict = strict if callable(strict) else (lambda _report: strict)
-    if any(r.error for r in reports):
+    if any(r.load_error for r in reports):
         return EXIT_INPUT
     if any(r.errors or (r.findings and is_strict(r)) for r in reports):
         return EXIT_FINDINGS
@@ -248,10 +271,11 @@ def fix_target(
     """
     from qlrewrite import pipeline
     from qlrewrite.errors import Refusal
-    from qlrewrite.passes.fix import FixPass, fix_passes, fixable
+    from qlrewrite.passes.fix import fix_passes, fixable
+    from qlrewrite.passes.results import FixResult, UpgradeResult
     from qlrewrite.verify import VerificationFailed
 
-    if report.error:
+    if report.load_error:
         return None
     wanted = fixable(report.findings, unsafe=unsafe)
     passes = fix_passes(wanted, unsafe=unsafe)
@@ -281,11 +305,11 @@ def fix_target(
     except Refusal as exc:
         outcome.refused = str(exc).removeprefix(f"{target.path}: ")
         return outcome
-    for fix_pass in passes:
-        if isinstance(fix_pass, FixPass):
-            outcome.changes.extend(fix_pass.changes)
-        else:  # the upgrade to opset 13 (QL201 / QL402)
-            opset = getattr(fix_pass, "opset", "?")
+    for pass_result in result.pass_results:
+        if isinstance(pass_result, FixResult):
+            outcome.changes.extend(pass_result.changes)
+        elif isinstance(pass_result, UpgradeResult):  # the upgrade to opset 13 (QL201 / QL402)
+            opset = pass_result.summary["opset_after"]
             outcome.changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
     outcome.output = result.output
     outcome.verification = result.verification

@@ -158,7 +158,7 @@ def summary_line(reports: Sequence[Report]) -> str:
     errors = sum(len(r.errors) for r in reports)
     warnings = sum(len(r.warnings) for r in reports)
     suppressed = sum(len(r.suppressed) for r in reports)
-    unreadable = sum(1 for r in reports if r.error)
+    unreadable = sum(1 for r in reports if r.load_error)
     custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
         f"checked {len(reports)} file(s), {nodes} quantized node(s): "
@@ -217,8 +217,8 @@ def text_lines(
     group of findings that differ only in names (see :func:`group_findings`)."""
     lines = []
     for report in reports:
-        if report.error:
-            lines.append(f"{report.path}: cannot check: {report.error}")
+        if report.load_error:
+            lines.append(f"{report.path}: cannot check: {report.load_error}")
         lines += finding_lines(report.findings, report.path, show_all=show_all)
         if (custom := custom_quant_line(report)) is not None:
             lines.append(custom)
@@ -237,10 +237,10 @@ def print_text_tables(
     """The text report for a terminal: one rich table per file with findings (groups of
     findings that differ only in names as one row and a row naming the other nodes)."""
     for report in reports:
-        if report.error:
+        if report.load_error:
             console.print(
                 Text.assemble((str(report.path), "bold"), ": ", ("cannot check", "bold red"), ": ")
-                + Text(report.error)
+                + Text(report.load_error)
             )
             continue
         if (custom := custom_quant_line(report)) is not None:
@@ -289,7 +289,7 @@ def render_json(reports: Sequence[Report]) -> str:
         "files": [r.to_json() for r in reports],
         "summary": {
             "files": len(reports),
-            "unreadable": sum(1 for r in reports if r.error),
+            "unreadable": sum(1 for r in reports if r.load_error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
             "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
             "errors": sum(len(r.errors) for r in reports),
@@ -318,9 +318,9 @@ def render_github(reports: Sequence[Report]) -> str:
     lines = []
     for report in reports:
         path = _escape_property(_relative_posix(report.path or ""))
-        if report.error:
+        if report.load_error:
             lines.append(
-                f"::error file={path},title=unreadable model::{_escape_data(report.error)}"
+                f"::error file={path},title=unreadable model::{_escape_data(report.load_error)}"
             )
         for f in report.findings:
             rule = rules.get(f.rule)
@@ -423,13 +423,13 @@ def render_sarif(reports: Sequence[Report], codes: Iterable[str] | None = None) 
     notifications = [
         {
             "level": "error",
-            "message": {"text": report.error},
+            "message": {"text": report.load_error},
             "locations": [
                 {"physicalLocation": {"artifactLocation": _artifact_location(report.path or "")}}
             ],
         }
         for report in reports
-        if report.error
+        if report.load_error
     ]
     document = {
         "$schema": SARIF_SCHEMA,

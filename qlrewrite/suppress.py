@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import onnx_ir as ir
 
 from qlrewrite.findings import WARNING, Finding, Report
-from qlrewrite.qdq import QDQSite, iter_qdq_nodes
+from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
 
 __all__ = ["IGNORE_KEY", "STALE_RULE", "apply_suppressions", "unused_key_finding"]
 
@@ -79,7 +79,7 @@ def apply_suppressions(
     ``enabled``: the rule codes checked; a suppression is judged stale (QL901, when
     enabled) only for codes of enabled rules, on a node it names.
     """
-    sites = {(s.label, s.node.name or "", _first_output(s.node)): s for s in iter_qdq_nodes(model)}
+    sites = {(str(s.ref), s.node.name or "", _first_output(s.node)): s for s in iter_sites(model)}
     entries: list[_Entry] = []
     for key, codes in per_node_ignores.items():
         entries.append(_Entry(f"per-node-ignores '{key}'", _parse(codes)[0], key=key))
@@ -95,7 +95,9 @@ def apply_suppressions(
         entry = _Entry(IGNORE_KEY, prefixes, node=site.node)
         entries.append(entry)
         by_node[id(site.node)] = entry
-        stale.extend(_finding(site, f"{IGNORE_KEY} names unknown rule code '{u}'") for u in unknown)
+        stale.extend(
+            _finding(model, site, f"{IGNORE_KEY} names unknown rule code '{u}'") for u in unknown
+        )
     if not entries:
         return report
     kept, suppressed = [], list(report.suppressed)
@@ -124,7 +126,9 @@ def apply_suppressions(
             own = by_node.get(id(site.node))
             for entry in [*named.get(id(site.node), []), *([own] if own else [])]:
                 stale.extend(
-                    _finding(site, f"{entry.source}: {prefix or 'ALL'} suppresses nothing here")
+                    _finding(
+                        model, site, f"{entry.source}: {prefix or 'ALL'} suppresses nothing here"
+                    )
                     for prefix in entry.prefixes
                     if prefix not in entry.used and any(c.startswith(prefix) for c in enabled)
                 )
@@ -138,21 +142,9 @@ def apply_suppressions(
     )
 
 
-def _finding(site: QDQSite, message: str) -> Finding:
-    node = site.node
-    name = node.name or ""
-    label = f"'{name}'" if name else f"(unnamed, output '{_first_output(node)}')"
-    return Finding(
-        rule=STALE_RULE,
-        severity=WARNING,
-        message=f"{node.op_type} {label} in {site.label}: {message}",
-        hint="remove the suppression (or the codes that no longer match)",
-        node=name,
-        op_type=node.op_type,
-        domain=site.domain,
-        opset=site.imported,
-        graph=site.label,
-        output=_first_output(node),
+def _finding(model: ir.Model, site: QuantizedSite, message: str) -> Finding:
+    return site_view(model, site).finding(
+        STALE_RULE, WARNING, message, "remove the suppression (or the codes that no longer match)"
     )
 
 

@@ -30,6 +30,9 @@ from typing import Union
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
+from qlrewrite.source import source_of
+
 __all__ = [
     "DataProblem",
     "ExternalDataError",
@@ -77,40 +80,42 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
 # --------------------------------------------------------------------------- proto walks
 
 
-def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[str, ProtoGraph]]:
-    """Every graph of ``proto`` with its label: the main graph ("main"), each function
-    ("function:<domain>.<name>") and every subgraph nested in either
-    ("<label>/<node name or op>.<attribute>[index]")."""
-    stack: list[tuple[str, ProtoGraph]] = [
-        (f"function:{f.domain}.{f.name}", f) for f in reversed(proto.functions)
+def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
+    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
+    each function and every subgraph nested in either."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [
+        (GraphRef.of_function(f.domain, f.name), f) for f in reversed(proto.functions)
     ]
-    stack.append(("main", proto.graph))
+    stack.append((MAIN, proto.graph))
     while stack:
-        label, graph = stack.pop()
-        yield label, graph
-        found: list[tuple[str, ProtoGraph]] = []
+        ref, graph = stack.pop()
+        yield ref, graph
+        found: list[tuple[GraphRef, ProtoGraph]] = []
         for node in graph.node:
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
             for attr in node.attribute:
-                sub_label = f"{label}/{node.name or node.op_type}.{attr.name}"
                 if attr.HasField("g"):
-                    found.append((sub_label, attr.g))
-                found.extend((f"{sub_label}[{i}]", sub) for i, sub in enumerate(attr.graphs))
+                    found.append((ref.subgraph(owner, attr.name), attr.g))
+                found.extend(
+                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
+                )
         stack.extend(reversed(found))
 
 
-def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
-    """Every dense tensor of ``proto`` with its graph's label: initializers and TENSOR /
-    TENSORS attribute values, in every graph, function and subgraph."""
-    for label, graph in proto_graphs(proto):
+def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
+    """Every dense tensor of ``proto`` with its graph: initializers and TENSOR / TENSORS
+    attribute values, in every graph, function and subgraph."""
+    for ref, graph in proto_graphs(proto):
         if isinstance(graph, onnx.GraphProto):
             for tensor in graph.initializer:
-                yield label, tensor
+                yield ref, tensor
         for node in graph.node:
             for attr in node.attribute:
                 if attr.HasField("t"):
-                    yield label, attr.t
+                    yield ref, attr.t
                 for tensor in attr.tensors:
-                    yield label, tensor
+                    yield ref, tensor
 
 
 # --------------------------------------------------------------------------- ir walks
@@ -418,18 +423,18 @@ def data_problems(
 
     Reads no tensor data: only sizes of files and of in-proto fields.
     """
-    if proto is None:
-        proto = model.meta.get("qlrewrite.proto")
+    source = source_of(model)
+    if proto is None and source is not None:
+        proto = source.proto
     if base_dir is None:
-        source = model.meta.get("qlrewrite.source")
-        base_dir = Path(source).absolute().parent if source else Path.cwd()
+        base_dir = source.folder if source is not None else Path.cwd()
     if proto is None:
         return []
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
     return [
         problem
-        for graph_label, tensor in proto_tensors(proto)
-        if (problem := _tensor_problem(tensor, graph_label, str(base_dir), files)) is not None
+        for ref, tensor in proto_tensors(proto)
+        if (problem := _tensor_problem(tensor, str(ref), str(base_dir), files)) is not None
     ]
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
+from qlrewrite.passes.results import RewritePassResult
 
 __all__ = [
     "INSTALL_HINT",
@@ -575,11 +576,11 @@ class Verifier:
         except _Unverifiable as exc:
             self.specs, self._reason = None, str(exc)
 
-    def expect_differences(self, passes: Sequence[Any]) -> None:
-        """Take the ``verify_note`` / ``verify_relative_tolerance`` of passes whose rewrite
-        ONNX Runtime does not compute bit-identically (unless ``--verify-tolerance`` is
-        given: the user's tolerance wins)."""
-        notes = [p for p in passes if getattr(p, "verify_note", None)]
+    def expect_differences(self, results: Sequence[ir.passes.PassResult]) -> None:
+        """Take the ``verify_note`` / ``verify_relative_tolerance`` of pass results whose
+        rewrite ONNX Runtime does not compute bit-identically (unless ``--verify-tolerance``
+        is given: the user's tolerance wins)."""
+        notes = [r for r in results if isinstance(r, RewritePassResult) and r.verify_note]
         if not notes or self.options.tolerance is not None:
             return
         self.options = dataclasses.replace(

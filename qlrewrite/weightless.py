@@ -110,7 +110,7 @@ def weightless_from_source(
     _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
     proto.graph.initializer.extend(kept)
     proto.graph.value_info.extend(_live_value_info(main))
-    subgraphs = [g for label, g in tensors.proto_graphs(proto) if "/" in label]
+    subgraphs = [g for ref, g in tensors.proto_graphs(proto) if ref.parent is not None]
     for sub in subgraphs:
         live = _live_value_info(sub)
         del sub.value_info[:]
@@ -164,10 +164,10 @@ def _live_value_info(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
 def _plain_subgraphs(source: onnx.ModelProto, max_inline_bytes: int) -> bool:
     """No attribute tensor (anywhere) is external, and every subgraph initializer is
     small, inline and dense: the copy keeps them as serializing would."""
-    for label, graph in tensors.proto_graphs(source):
+    for ref, graph in tensors.proto_graphs(source):
         if isinstance(graph, onnx.GraphProto) and len(graph.sparse_initializer):
             return False
-        if "/" in label:  # a subgraph
+        if ref.parent is not None:  # a subgraph
             for tensor in graph.initializer:
                 size = tensors.nbytes(tensor.data_type, tensor.dims)
                 if (

@@ -18,8 +18,8 @@ from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
 from qdq_models import DQ, DT, qdq_model
 
 from qlrewrite import config, render
+from qlrewrite.checker import check_path
 from qlrewrite.cli import main
-from qlrewrite.passes.check import check_path
 from qlrewrite.passes.fix import FIXES, fixable
 from qlrewrite.rules import RULES
 
@@ -42,7 +42,7 @@ def _run(*args: str | Path) -> tuple[int, str, str]:
 
 def _rules(path: Path) -> list[str]:
     report = check_path(path)
-    assert report.error is None, report.error
+    assert report.load_error is None, report.load_error
     return [f.rule for f in report.findings]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import onnx
 import pytest
 import yaml
+from ort_quantized import quantized
 from qdq_models import DQ, qdq_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,15 +51,20 @@ def _warn() -> onnx.ModelProto:
 
 
 def _project(tmp_path: Path) -> Path:
-    """A repository with ORT-style models, a pyproject.toml and nothing else of qlrewrite."""
+    """A repository with models ORT's quantizer wrote, a pyproject.toml and nothing else
+    of qlrewrite: the int4 model's QL601 (IR version 7 for int4) is accepted in the config,
+    a zero-scale model's QL501 on one node, and a legacy folder is excluded."""
     repo = tmp_path / "repo"
     (repo / "models" / "legacy").mkdir(parents=True)
+    onnx.save(quantized("cnn-u8s8"), repo / "models" / "cnn_u8s8.onnx")
+    onnx.save(quantized("cnn-int4-per-channel-21"), repo / "models" / "cnn_int4.onnx")
     onnx.save(_warn(), repo / "models" / "detector.onnx")
-    onnx.save(_bad(), repo / "models" / "legacy" / "broken.onnx")
+    onnx.save(quantized("cnn-opset12-per-channel"), repo / "models" / "legacy" / "old.onnx")
     (repo / "models" / "notes.onnx.txt").write_text("not a model")
     (repo / "pyproject.toml").write_text(
         '[project]\nname = "demo"\n\n[tool.qlrewrite]\nstrict = true\n'
-        'exclude = ["legacy"]\n[tool.qlrewrite.per-file-ignores]\n"models/*" = ["QL501"]\n'
+        'exclude = ["legacy"]\n[tool.qlrewrite.per-file-ignores]\n"models/cnn_int4*" = ["QL601"]\n'
+        '[tool.qlrewrite.per-node-ignores]\n"qdq" = ["QL501"]\n'
     )
     return repo
 
@@ -107,7 +113,8 @@ def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
     done = run()
     assert done.returncode == 0, done.stdout + done.stderr
     assert "qlrewrite check" in done.stdout and "Passed" in done.stdout
-    assert "checked 1 file(s)" in done.stdout and "notes" not in done.stdout
+    assert "checked 3 file(s)" in done.stdout and "notes" not in done.stdout
+    assert "1 suppressed" in done.stdout
     # a new model with an error fails the commit, naming the rule
     onnx.save(_bad(), repo / "models" / "new.onnx")
     _git(repo, "add", "-A", env=env)
@@ -144,17 +151,17 @@ def test_action_script_checks_annotates_and_writes_sarif(tmp_path: Path) -> None
     repo = _project(tmp_path)
     onnx.save(_bad(), repo / "models" / "new.onnx")
     outputs = tmp_path / "github_output"
-    env.update(GITHUB_OUTPUT=str(outputs), INPUT_PATHS="models\nmodels/legacy/broken.onnx",
+    env.update(GITHUB_OUTPUT=str(outputs), INPUT_PATHS="models\nmodels/legacy/old.onnx",
                INPUT_ARGS="--ignore QL5", INPUT_SARIF="true",
                INPUT_SARIF_FILE="out.sarif")  # fmt: skip
     done = _run(["bash", str(ROOT / "ci" / "action.sh"), "check"], repo, env)
     assert done.returncode == 0, done.stderr  # the step records the code; a later one fails
     assert _outputs(outputs) == {"exit-code": "1", "sarif-written": "true"}
     assert "::error file=models/new.onnx,title=QL403 per-axis-scale-length::" in done.stdout
-    assert "::error file=models/legacy/broken.onnx" in done.stdout  # named: checked
+    assert "::error file=models/legacy/old.onnx,title=QL201" in done.stdout  # named: checked
     sarif = json.loads((repo / "out.sarif").read_text())
     results = sarif["runs"][0]["results"]
-    assert sorted(r["ruleId"] for r in results) == ["QL403", "QL403"]
+    assert sorted({r["ruleId"] for r in results}) == ["QL201", "QL402", "QL403"]
     # a clean project: exit code 0, no SARIF unless asked
     (repo / "models" / "new.onnx").unlink()
     outputs.unlink()

@@ -309,7 +309,7 @@ def test_api_gives_the_cli_findings(tmp_path: Path) -> None:
         assert report.nodes_checked == 1
     assert [f.rule for f in qlrewrite.check(path, select=["QL5"]).findings] == ["QL501"]
     missing = qlrewrite.check(tmp_path / "missing.onnx")
-    assert missing.error == "no such file" and not missing.findings
+    assert missing.load_error == "no such file" and not missing.findings
     with pytest.raises(qlrewrite.errors.InputError, match="QL0"):
         qlrewrite.check(path, ignore=["QL0"])
 
@@ -347,7 +347,7 @@ def test_refused_rewrite_prints_findings_one_line_each(tmp_path: Path) -> None:
 def test_a_checker_crash_on_one_model_does_not_hide_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qlrewrite.passes import check as check_module
+    from qlrewrite import checker as check_module
 
     bad = _save(_bad(), tmp_path / "a_bad.onnx")
     boom = _save(_good(), tmp_path / "b_boom.onnx")

@@ -512,3 +512,49 @@ def test_info_reads_no_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     text = cli("info", str(path))
     assert text.exit_code == 0, text.output
     assert "(external data)" in text.stdout
+
+
+def _constant_node_scales(tmp_path: Path) -> Path:
+    """As the TorchScript exporter writes them: scale and zero point are Constant nodes
+    (no value_info), the weight an initializer; one per-axis DQ and one per-tensor DQ."""
+    weight = numpy_helper.from_array(np.arange(12, dtype=np.int8).reshape(4, 3), "w")
+    nodes = [
+        helper.make_node(
+            "Constant", [], ["s"],
+            value=numpy_helper.from_array(np.array([0.5, 1, 2, 4], np.float32)),
+        ),
+        helper.make_node(
+            "Constant", [], ["zp"], value=numpy_helper.from_array(np.zeros(4, np.int8))
+        ),
+        helper.make_node("DequantizeLinear", ["w", "s", "zp"], ["y"], axis=0),
+        helper.make_node("Constant", [], ["s1"], value_float=0.25),
+        helper.make_node(
+            "Constant", [], ["zp1"], value=numpy_helper.from_array(np.array(3, np.int8))
+        ),
+        helper.make_node("DequantizeLinear", ["w", "s1", "zp1"], ["y1"]),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 3]) for n in ("y", "y1")],
+        initializer=[weight],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(proto, full_check=True)
+    path = tmp_path / "constants.onnx"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def test_constant_node_scale_and_zero_point_give_the_granularity(tmp_path: Path) -> None:
+    """Issue 16 finding 2: info read the scale's shape from the graph only and printed
+    '?'; it resolves Constant nodes as check does."""
+    path = _constant_node_scales(tmp_path)
+    # bytes by hand: w 12 (counted once per group), s 16 + zp 4; s1 4 + zp1 1
+    assert _rows(_json(path)) == {
+        ("ai.onnx", "DequantizeLinear", 13, "INT8", "FLOAT", "per-axis(axis=0)", True, 1, 32),
+        ("ai.onnx", "DequantizeLinear", 13, "INT8", "FLOAT", "per-tensor", True, 1, 17),
+    }
+    result = cli("check", str(path), "--format", "json")
+    assert json.loads(result.stdout)["files"][0]["findings"] == []

@@ -175,3 +175,31 @@ def test_a_folder_of_repeated_findings_prints_grouped(tmp_path: Path) -> None:
     assert len(out) == 3 and "7 more like the line above, on qdq1, qdq2, qdq3, ..." in out[1]
     assert len(_run("m.onnx", "--show-all")[1].splitlines()) == 9
     assert os.path.exists(tmp_path / "m.onnx")
+
+
+_REAL_CHECK_ONE = None
+
+
+def _dying_check_one(target, selection, debug=False):
+    """check_one, except that m2.onnx kills its process (as an abort in native code)."""
+    if target.path.name == "m2.onnx":
+        os._exit(1)
+    return _REAL_CHECK_ONE(target, selection, debug)
+
+
+def test_a_model_that_kills_its_worker_is_that_files_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qlrewrite import project
+
+    global _REAL_CHECK_ONE  # noqa: PLW0603 (read by the worker processes, forked)
+    _REAL_CHECK_ONE = project.check_one
+    for i in range(6):
+        _save(_warn(), tmp_path / "models" / f"m{i}.onnx")
+    monkeypatch.setattr(project, "check_one", _dying_check_one)
+    code, doc = _json("models", "--jobs", "2")
+    assert code == 2
+    errors = {Path(f["path"]).name: f["error"] for f in doc["files"]}
+    assert list(errors) == [f"m{i}.onnx" for i in range(6)]
+    assert "process died" in errors["m2.onnx"]
+    assert all(errors[f"m{i}.onnx"] is None for i in (0, 1, 3, 4, 5))

@@ -9,8 +9,8 @@ import pytest
 
 from qlrewrite import config
 from qlrewrite.errors import InputError
-from qlrewrite.passes.check import select_rules
 from qlrewrite.rules import RULES
+from qlrewrite.rules.selection import select_rules
 
 
 @pytest.fixture(autouse=True)

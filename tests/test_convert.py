@@ -18,10 +18,11 @@ from onnx import helper
 from ort_quantized import CONFIGS, INVALID_CONFIGS, inputs_for, model_name_of, quantized, run_ort
 from qdq_models import DQ, MS, Q, qdq_model
 
+from qlrewrite.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.check import check_model
 from qlrewrite.passes.convert_domain import ConvertDomainPass, convert
+from qlrewrite.passes.results import ConvertResult
 from qlrewrite.pipeline import validate_output
 
 DT = ir.DataType
@@ -139,11 +140,11 @@ def test_round_trip_microsoft_onnx_microsoft_is_identity_on_nodes() -> None:
 # --------------------------------------------------------------------------- one-node cases
 
 
-def _convert_one(proto: onnx.ModelProto, target: str) -> tuple[ir.Model, ConvertDomainPass]:
+def _convert_one(proto: onnx.ModelProto, target: str) -> tuple[ir.Model, ConvertResult]:
     model = ir.serde.deserialize_model(proto)
-    conv = ConvertDomainPass(target)
-    conv(model)
-    return model, conv
+    result = ConvertDomainPass(target)(model)
+    assert isinstance(result, ConvertResult)
+    return model, result
 
 
 def test_microsoft_without_axis_and_1d_scale_gets_axis_1_and_a_warning() -> None:

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from qlrewrite.passes.check import check_path
+from qlrewrite.checker import check_path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VALID = [
@@ -159,7 +159,7 @@ def test_invalid_example_fails_in_onnxruntime_and_check() -> None:
 @pytest.mark.parametrize("name", VALID)
 def test_valid_examples_pass_check(name: str) -> None:
     report = check_path(EXAMPLES / name)
-    assert report.error is None
+    assert report.load_error is None
     assert [f for f in report.findings if f.severity == "error"] == []
 
 

@@ -28,7 +28,7 @@ from qlrewrite.passes import fold_tensor
 from qlrewrite.passes.fold import FoldPass, fold
 from qlrewrite.passes.fold_tensor import FoldedTensor
 from qlrewrite.pipeline import validate_output
-from qlrewrite.qdq import is_constant, iter_qdq_nodes
+from qlrewrite.qdq import is_constant, iter_sites
 
 VALID_CONFIGS = [c for c in CONFIGS if c not in INVALID_CONFIGS]
 MODES = pytest.mark.parametrize("keep_dq", [False, True], ids=["default", "keep-dq"])
@@ -105,10 +105,9 @@ def test_quantizer_outputs_fold_like_ort(config: str, keep_dq: bool, tmp_path: P
     feeds = inputs_for(model_name_of(config))
     model = ir.serde.deserialize_model(proto)
     dq_before = sum(n.op_type == "DequantizeLinear" for n in proto.graph.node)
-    fold_pass = FoldPass(keep_dq=keep_dq)
-    fold_pass(model)
+    fold_pass = FoldPass(keep_dq=keep_dq)(model)
     folded = _folded(model)
-    remaining = list(iter_qdq_nodes(model))
+    remaining = list(iter_sites(model))
     constant = [s for s in remaining if all(is_constant(v) for v in s.node.inputs if v is not None)]
     if keep_dq:
         assert not [s for s in constant if s.node.op_type == "QuantizeLinear"]
@@ -136,10 +135,9 @@ def test_quantizer_outputs_fold_like_ort(config: str, keep_dq: bool, tmp_path: P
 def test_folding_is_idempotent(keep_dq: bool) -> None:
     model = fold(ir.serde.deserialize_model(quantized("mlp-qdq-pair-weights")), keep_dq=keep_dq)
     once = ir.serde.serialize_model(model).SerializeToString()
-    second = FoldPass(keep_dq=keep_dq)
-    result = second(model)
+    result = FoldPass(keep_dq=keep_dq)(model)
     assert not result.modified
-    assert not any(second.summary.values())
+    assert not any(result.summary.values())
     assert ir.serde.serialize_model(model).SerializeToString() == once
 
 
@@ -311,10 +309,10 @@ def _if_model() -> onnx.ModelProto:
 
 def test_constants_inside_if_branches_fold() -> None:
     proto = _if_model()
-    fold_pass = FoldPass()
-    model = fold_pass(ir.serde.deserialize_model(proto)).model
+    fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
+    model = fold_pass.model
     assert fold_pass.summary["dq_folded"] == 2
-    assert not list(iter_qdq_nodes(model))
+    assert not list(iter_sites(model))
     assert "outer_x" not in model.graph.initializers  # only the folded else-branch used it
     validate_output(model)
     out = ir.serde.serialize_model(model)
@@ -343,17 +341,16 @@ def _graph_input_model(overridable: str) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("overridable", ["x", "scale", "zp"])
 def test_inputs_overridable_by_graph_inputs_do_not_fold(overridable: str) -> None:
-    fold_pass = FoldPass()
-    model = fold_pass(ir.serde.deserialize_model(_graph_input_model(overridable))).model
+    fold_pass = FoldPass()(ir.serde.deserialize_model(_graph_input_model(overridable)))
+    model = fold_pass.model
     assert not any(fold_pass.summary.values())
-    assert [s.node.op_type for s in iter_qdq_nodes(model)] == ["DequantizeLinear"]
+    assert [s.node.op_type for s in iter_sites(model)] == ["DequantizeLinear"]
     assert len(model.graph.initializers) == 3
     assert len(fold_pass.warnings) == 1 and "1 Q/DQ node(s) not folded" in fold_pass.warnings[0]
 
 
 def test_activation_q_says_nothing_about_overriding() -> None:
-    fold_pass = FoldPass()
-    fold_pass(ir.serde.deserialize_model(quantized("cnn-u8s8")))
+    fold_pass = FoldPass()(ir.serde.deserialize_model(quantized("cnn-u8s8")))
     assert fold_pass.summary["dq_folded"] > 0
     assert fold_pass.warnings == []
 
@@ -385,8 +382,8 @@ def _function_model() -> onnx.ModelProto:
 
 def test_function_bodies_fold_into_constant_nodes() -> None:
     proto = _function_model()
-    fold_pass = FoldPass()
-    model = fold_pass(ir.serde.deserialize_model(proto)).model
+    fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
+    model = fold_pass.model
     assert fold_pass.summary["dq_folded"] == 1
     function = next(iter(model.functions.values()))
     ops = [n.op_type for n in function]
@@ -409,8 +406,8 @@ def test_unused_com_microsoft_import_is_dropped() -> None:
         graph, ir_version=8,
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
     )  # fmt: skip
-    fold_pass = FoldPass()
-    model = fold_pass(ir.serde.deserialize_model(proto)).model
+    fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
+    model = fold_pass.model
     assert "com.microsoft" not in model.opset_imports
     assert fold_pass.summary["opsets_removed"] == 1
     assert _same_bits(_folded(model)["y"].numpy(), run_ort(proto, {})[0])
@@ -455,7 +452,7 @@ def test_public_api() -> None:
 
     model = ir.serde.deserialize_model(quantized("cnn-u8s8"))
     assert qlrewrite.fold(model) is model
-    assert not [s for s in iter_qdq_nodes(model) if is_constant(s.node.inputs[0])]
+    assert not [s for s in iter_sites(model) if is_constant(s.node.inputs[0])]
 
 
 def test_quantized_weight_also_used_elsewhere_is_kept() -> None:
@@ -471,8 +468,8 @@ def test_quantized_weight_also_used_elsewhere_is_kept() -> None:
                      _t("z", I8, np.array([0, 1, -1, 2, -2, 3]))],
     )  # fmt: skip
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    fold_pass = FoldPass()
-    model = fold_pass(ir.serde.deserialize_model(proto)).model
+    fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
+    model = fold_pass.model
     assert sorted(_folded(model)) == ["q", "y"]  # q still feeds the Cast
     assert fold_pass.summary["chains_folded"] == 1
     assert "w" not in model.graph.initializers and "s" not in model.graph.initializers

@@ -244,7 +244,7 @@ def ort_verdict(case: dict[str, Any], proto: onnx.ModelProto) -> str:
 
 def _error_codes(proto: onnx.ModelProto) -> set[str]:
     report = qlrewrite.check(proto)
-    if report.error:
+    if report.load_error:
         return {"unreadable"}
     return {f.rule for f in report.errors}
 

@@ -13,7 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import quantized
 from qdq_models import DQ, load_ir
 
-from qlrewrite.passes.check import _infer, check_model, check_path
+from qlrewrite.checker import check_model, check_path
+from qlrewrite.qdq import MAIN
+from qlrewrite.qdq.inference import infer
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 FLOAT = TensorProto.FLOAT
@@ -102,8 +104,8 @@ def test_inference_on_the_source_copy_matches_the_serialized_model(name: str) ->
     copy = weightless_from_source(proto)
     assert copy is not None
     assert not any(t.name == "w" for t in copy.graph.initializer)  # the large weight left out
-    serialized = _infer(model, weightless_proto(model))
-    shortcut = _infer(model, copy)
+    serialized = infer(model, weightless_proto(model))
+    shortcut = infer(model, copy)
     initializers = _initializer_names(proto)
     assert serialized.keys() == shortcut.keys()
     for label, table in serialized.items():
@@ -116,9 +118,9 @@ def test_inference_on_the_source_copy_matches_the_serialized_model(name: str) ->
 def test_mixed_model_needs_inference() -> None:
     """The mixed model's activation facts come from inference: the test above compares
     something (a shape the model does not declare reaches the rules)."""
-    table = _infer(load_ir(_mixed()))
-    assert table["main"]["xr"] == (FLOAT, (1, 64))
-    assert table["main/if.then_branch"]["then_r"] == (FLOAT, (1, 64))
+    table = infer(load_ir(_mixed()))
+    assert table[MAIN]["xr"] == (FLOAT, (1, 64))
+    assert table[MAIN.subgraph("if", "then_branch")]["then_r"] == (FLOAT, (1, 64))
 
 
 def test_no_source_copy_when_a_kept_tensor_is_external() -> None:
@@ -172,7 +174,7 @@ def test_check_grows_linearly_with_the_node_count(tmp_path: Path) -> None:
             start = time.perf_counter()
             report = check_path(path)
             times.append(time.perf_counter() - start)
-        assert report.error is None and report.findings == []
+        assert report.load_error is None and report.findings == []
         return min(times)
 
     small, large = _layers(tmp_path / "small.onnx", 150), _layers(tmp_path / "large.onnx", 600)

@@ -360,7 +360,7 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "string-length": (_string_length, "holds 1 values but dims [2] need 2"),
     "subgraph-tensor": (
         _bad_tensor_in_subgraph,
-        "'c' (main/If.else_branch): holds 1 values but dims [3] need 3 values (and 1 more)",
+        "'c' (main/If(y).else_branch): holds 1 values but dims [3] need 3 values (and 1 more)",
     ),
 }
 

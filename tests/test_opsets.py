@@ -109,9 +109,9 @@ def test_lowest_onnx_opset() -> None:
     assert low("DequantizeLinear", x_type=DT.INT64, scale_type=DT.FLOAT) is None
 
 
-def test_com_microsoft_can_express() -> None:
+def test_com_microsoft_problems() -> None:
     def can(op_type: str, **form: Any) -> list[str]:
-        return opsets.com_microsoft_can_express(op_type, opsets.NodeForm(**form))
+        return opsets.com_microsoft_problems(op_type, opsets.NodeForm(**form))
 
     assert can("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT, attributes=("axis",)) == []
     assert can("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16,

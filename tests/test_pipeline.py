@@ -18,6 +18,7 @@ from test_model_io_models import write_external_model
 from qlrewrite import pipeline
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.errors import InputError, Refusal
+from qlrewrite.passes.results import RewritePassResult
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -25,17 +26,12 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 class RenamePass(ir.passes.InPlacePass):
     """Appends '_renamed' to every node name of the main graph."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.summary: dict[str, int] = {}
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> RewritePassResult:
         count = 0
         for node in model.graph:
             node.name = f"{node.name}_renamed"
             count += 1
-        self.summary = {"renamed_nodes": count}
-        return ir.passes.PassResult(model, modified=count > 0)
+        return RewritePassResult(model, count > 0, {"renamed_nodes": count})
 
 
 class BreakPass(ir.passes.InPlacePass):
@@ -311,7 +307,8 @@ def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
     from qlrewrite import model_io
 
     loaded = model_io.load(model)
-    assert pipeline.run_passes(loaded, []) is loaded
+    model, results = pipeline.run_passes(loaded, [])
+    assert model is loaded and results == []
 
 
 def test_an_input_the_checker_rejects_is_named_as_the_cause(tmp_path: Path) -> None:

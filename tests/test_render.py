@@ -35,7 +35,7 @@ def test_finding_line_and_summary() -> None:
     assert render.finding_line(_finding(message="m", hint="")) == "QL403 error: m"
     reports = [
         Report("a.onnx", findings=[f, _finding(severity="warning")], nodes_checked=3),
-        Report("b.onnx", error="empty file"),
+        Report("b.onnx", load_error="empty file"),
     ]
     assert render.summary_line(reports) == (
         "checked 2 file(s), 3 quantized node(s): 1 error(s), 1 warning(s) [QL403 x2]; "
@@ -52,7 +52,7 @@ def test_github_escapes_data_and_properties() -> None:
         "DequantizeLinear 'dq' in main: 100%25 wrong,%0Areally: yes%0D%0Ahint: fix: it, now"
     )
     assert "\n" not in line and "\r" not in line
-    unreadable = render.render_github([Report("m.onnx", error="bad\nthing")]).splitlines()[0]
+    unreadable = render.render_github([Report("m.onnx", load_error="bad\nthing")]).splitlines()[0]
     assert unreadable == "::error file=m.onnx,title=unreadable model::bad%0Athing"
 
 
@@ -67,7 +67,7 @@ def test_sarif_locations_and_unreadable_files(
     reports = [
         Report(inside, findings=[unnamed]),
         Report(outside, findings=[tensor]),
-        Report("c.onnx", error="empty file"),
+        Report("c.onnx", load_error="empty file"),
     ]
     doc = json.loads(render.render_sarif(reports, codes=["QL605", "QL403"]))
     run = doc["runs"][0]
@@ -92,7 +92,7 @@ def test_sarif_locations_and_unreadable_files(
 
 
 def test_json_of_an_unreadable_file() -> None:
-    doc = json.loads(render.render_json([Report("x.onnx", error="empty file")]))
+    doc = json.loads(render.render_json([Report("x.onnx", load_error="empty file")]))
     assert doc["files"] == [
         {
             "path": "x.onnx",

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 from qdq_models import DQ, DT, load_ir, qdq_model
 
-from qlrewrite.passes.check import CheckPass, check_model, check_path
+from qlrewrite.checker import check_model, check_path
 
 FLOAT = TensorProto.FLOAT
 
@@ -160,13 +160,11 @@ def test_symbolic_dims_never_alarm() -> None:
     assert _rules(load_ir(proto)) == []
 
 
-def test_check_pass_changes_nothing() -> None:
+def test_check_changes_nothing() -> None:
     model = load_ir(qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0}))
     before = ir.serde.serialize_model(model).SerializeToString()
-    check = CheckPass()
-    result = check(model)
-    assert result.modified is False
-    assert [f.rule for f in check.report.findings] == ["QL403"]
+    report = check_model(model)
+    assert [f.rule for f in report.findings] == ["QL403"]
     assert ir.serde.serialize_model(model).SerializeToString() == before
 
 
@@ -204,7 +202,7 @@ def _weights_model(rows: int = 64, cols: int = 64) -> onnx.ModelProto:
 def test_check_path_clean_file(tmp_path: Path) -> None:
     path = _save_external(_weights_model(), tmp_path)
     report = check_path(path)
-    assert report.error is None and report.findings == [] and report.nodes_checked == 1
+    assert report.load_error is None and report.findings == [] and report.nodes_checked == 1
     assert report.path == str(path)
 
 
@@ -212,8 +210,8 @@ def test_check_path_unreadable_file_is_an_error(tmp_path: Path) -> None:
     path = tmp_path / "junk.onnx"
     path.write_bytes(b"\x00not a model")
     report = check_path(path)
-    assert report.error and report.findings == []
-    assert check_path(tmp_path / "missing.onnx").error
+    assert report.load_error and report.findings == []
+    assert check_path(tmp_path / "missing.onnx").load_error
 
 
 @pytest.mark.parametrize(
@@ -239,7 +237,7 @@ def test_check_path_data_problems_are_findings(tmp_path: Path, damage: str, code
         proto.graph.initializer[0].dims[0] = 65
         onnx.save_model(proto, path)
     report = check_path(path)
-    assert report.error is None
+    assert report.load_error is None
     hits = [f for f in report.findings if f.rule == code]
     assert hits and hits[0].severity == "error" and "'w'" in hits[0].message
 
@@ -273,7 +271,7 @@ def test_large_external_model_is_checked_without_reading_weights(
     started = time.perf_counter()
     report = check_path(path)
     elapsed = time.perf_counter() - started
-    assert report.error is None and report.nodes_checked == 16 and report.findings == []
+    assert report.load_error is None and report.nodes_checked == 16 and report.findings == []
     assert reads == []
     assert elapsed < 2.0
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 from qdq_models import DQ, DT, MS, Q, load_ir, qdq_model
 
-from qlrewrite.passes.check import check_model
+from qlrewrite.checker import check_model
 
 ort = pytest.importorskip("onnxruntime")
 

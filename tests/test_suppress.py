@@ -6,7 +6,8 @@ from __future__ import annotations
 import onnx
 from qdq_models import DQ, load_ir, qdq_model
 
-from qlrewrite.passes.check import check_model, select_rules
+from qlrewrite.checker import check_model
+from qlrewrite.rules.selection import select_rules
 from qlrewrite.suppress import IGNORE_KEY, apply_suppressions
 
 ALL = select_rules()

@@ -20,7 +20,7 @@ from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qlrewrite import model_io, pipeline
+from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
@@ -28,6 +28,7 @@ from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, pa
 
 __all__ = [
     "RewriteOptions",
+    "debug_enabled",
     "debug_option",
     "err_console",
     "human_bytes",
@@ -46,12 +47,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 out_console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-_state = {"debug": bool(os.environ.get("QLREWRITE_DEBUG"))}
+_DEBUG_KEY = "qlrewrite.debug"
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
-        _state["debug"] = True
+        ctx.meta[_DEBUG_KEY] = True  # meta is shared by the group's and the command's context
+
+
+def debug_enabled() -> bool:
+    """True with ``--debug`` (on the group or the command) or $QLREWRITE_DEBUG set."""
+    ctx = click.get_current_context(silent=True)
+    given = ctx is not None and ctx.meta.get(_DEBUG_KEY, False)
+    return bool(given or os.environ.get("QLREWRITE_DEBUG"))
 
 
 def debug_option(func: F) -> F:
@@ -104,7 +112,8 @@ def run_command(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        logging.getLogger("onnx_ir").setLevel(logging.NOTSET if _state["debug"] else logging.ERROR)
+        debug = debug_enabled()
+        logging.getLogger("onnx_ir").setLevel(logging.NOTSET if debug else logging.ERROR)
         try:
             with _signals_unwind():
                 return func(*args, **kwargs)
@@ -113,13 +122,13 @@ def run_command(func: F) -> F:
         except Terminated:
             fail("terminated", 128 + signal.SIGTERM)
         except QlrewriteError as exc:
-            if _state["debug"]:
+            if debug:
                 traceback.print_exc()
             fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as exc:  # a bug or an input nothing anticipated
-            if _state["debug"]:
+            if debug:
                 traceback.print_exc()
             detail = str(exc).strip().splitlines()
             text = detail[0] if detail else type(exc).__name__
@@ -134,14 +143,36 @@ def show_progress(quiet: bool = False) -> bool:
     return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
 
 
+class ProgressBar:
+    """A progress bar on stderr (or nothing, when disabled)."""
+
+    def __init__(self, bar: Progress | None, task: Any = None) -> None:
+        self._bar = bar
+        self._task = task
+
+    def advance(self) -> None:
+        """One more item done."""
+        if self._bar is not None:
+            self._bar.advance(self._task)
+
+    def update(self, completed: int, total: int | None, item: str = "") -> None:
+        """``completed`` of ``total`` done; ``item`` is shown after the description."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=completed, total=total, item=item)
+
+    def on_tensor_saved(self, tensor: Any, info: Any) -> None:
+        """A :data:`qlrewrite.model_io.SaveCallback`: the tensor being written."""
+        self.update(info.index, info.total, tensor.name or "")
+
+
 @contextlib.contextmanager
-def progress(description: str, total: int | None, enabled: bool) -> Iterator[Callable[[], None]]:
-    """A progress bar on stderr when ``enabled``; yields a function that advances it."""
+def progress(description: str, total: int | None, enabled: bool) -> Iterator[ProgressBar]:
+    """A transient progress bar on stderr when ``enabled`` (see :func:`show_progress`)."""
     if not enabled:
-        yield lambda: None
+        yield ProgressBar(None)
         return
     bar = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description} {task.fields[item]}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total}"),
         TimeElapsedColumn(),
@@ -149,31 +180,7 @@ def progress(description: str, total: int | None, enabled: bool) -> Iterator[Cal
         transient=True,
     )
     with bar:
-        task = bar.add_task(description, total=total)
-        yield lambda: bar.advance(task)
-
-
-@contextlib.contextmanager
-def _save_progress(enabled: bool) -> Iterator[model_io.SaveCallback | None]:
-    """A progress bar over the tensors being written (folded tensors compute then)."""
-    if not enabled:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("writing {task.fields[tensor]}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
-
-    def advance(tensor: Any, info: Any) -> None:
-        bar.update(task, total=info.total, completed=info.index, tensor=tensor.name or "")
-
-    with bar:
-        task = bar.add_task("save", total=None, tensor="")
-        yield advance
+        yield ProgressBar(bar, bar.add_task(description, total=total, item=""))
 
 
 def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Any:
@@ -344,7 +351,8 @@ def run_rewrite(
     before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
     try:
-        with _save_progress(show_progress(options.quiet)) as on_tensor_saved:
+        enabled = show_progress(options.quiet)
+        with progress("writing", None, enabled) as bar:
             result = pipeline.rewrite(
                 model,
                 passes,
@@ -355,7 +363,7 @@ def run_rewrite(
                 external_data=options.external_data,
                 max_size=max_size,
                 verify=options.verify,
-                on_tensor_saved=on_tensor_saved,
+                on_tensor_saved=bar.on_tensor_saved if enabled else None,
                 report_path=options.report_path,
             )
     except pipeline.FindingsRefusal as exc:

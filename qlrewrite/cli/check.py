@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from qlrewrite import atomic, model_io, project, render
-from qlrewrite.cli import _common
 from qlrewrite.cli._common import (
+    debug_enabled,
     debug_option,
     err_console,
     out_console,
@@ -200,13 +200,13 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             _refuse_input_file(output, [t.path for t in targets])
             pending = stack.enter_context(atomic.PendingFile(output))
         enabled = show_progress(quiet) and len(targets) > 1
-        with progress("checking", len(targets), enabled) as advance:
+        with progress("checking", len(targets), enabled) as bar:
             checked = project.check_targets(
                 targets,
                 selection,
                 jobs=jobs or project.default_jobs(),
-                debug=bool(_common._state["debug"]),
-                advance=advance,
+                debug=debug_enabled(),
+                advance=bar.advance,
             )
         by_target = iter(checked)
         reports = [t if isinstance(t, Report) else next(by_target) for t in found]
@@ -369,8 +369,8 @@ def _print_reports(
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
         for report in reports:
-            if report.error:
-                click.echo(f"qlrewrite: error: {report.path}: {report.error}", err=True)
+            if report.load_error:
+                click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
     if fmt == "text" and to_terminal:
         render.print_text_tables(reports, out_console, summary=not quiet, show_all=show_all)
     elif fmt == "text":

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from qlrewrite import model_io
 from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
+from qlrewrite.source import source_of
 from qlrewrite.summary import model_summary
 from qlrewrite.weightless import weightless_from_source
 
@@ -45,7 +46,8 @@ def info_command(model: Path, fmt: str) -> None:
     opsets and initializers (reads no weights)."""
     loaded = model_io.load(model)
     # Just loaded: type inference can run on a copy of the file's nodes.
-    weightless = weightless_from_source(loaded.meta["qlrewrite.proto"], max_inline_bytes=0)
+    source = source_of(loaded)
+    weightless = weightless_from_source(source.proto, max_inline_bytes=0) if source else None
     summary = {"path": str(model), **model_summary(loaded, weightless=weightless)}
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))

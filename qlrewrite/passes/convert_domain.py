@@ -17,10 +17,9 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.check import node_contexts
 from qlrewrite.passes.ir_version import raise_ir_version
-from qlrewrite.qdq import MS_DOMAIN, QDQSite, drop_unused_domains
-from qlrewrite.rules.context import NodeContext, constant_tensor
+from qlrewrite.passes.results import ConvertResult
+from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 
 __all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "keep_float32_division"]
 
@@ -49,7 +48,7 @@ class ConvertWarning:
 class _Plan:
     """What to do with one node: the new domain, attributes to set and drop, or problems."""
 
-    site: QDQSite
+    site: QuantizedSite
     where: str
     problems: list[str] = dataclasses.field(default_factory=list)
     set_axis: bool = False
@@ -58,107 +57,45 @@ class _Plan:
     float16: bool = False  # a float16 scale: ONNX Runtime computes the domains differently
 
 
-def _scale_form(ctx: NodeContext) -> tuple[bool, bool]:
-    """(per_axis, blocked) of the node as it is written."""
-    blocked = (ctx.int_attr("block_size") or 0) > 0
-    scale = ctx.scale
-    per_axis = False
-    if scale is not None and scale.rank is not None:
-        if scale.rank == 1:
-            per_axis = scale.shape[0] != 1  # unknown length counts as per-axis
-        elif scale.rank >= 2 and not blocked:
-            per_axis = True  # not expressible anywhere; the check reports it
-    return per_axis, blocked
-
-
-def _types(model: ir.Model, ctx: NodeContext) -> tuple[Any, Any, Any, Any] | None:
+def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
     """(x, scale, zero point, output) element types; None when x or scale is unknown."""
-    x, scale, zero_point = ctx.x, ctx.scale, ctx.zero_point
-    if x is None or scale is None or scale.dtype is None:
-        return None
-    x_type = x.dtype
-    if x_type is None and len(ctx.node.inputs) > 0:
-        # ONNX shape inference stops at com.microsoft nodes: Q -> DQ needs the Q's type.
-        x_type = _produced_type(model, ctx.node.inputs[0])
-    if x_type is None and ctx.row is not None and ctx.row.scale_matches_x:
-        x_type = scale.dtype  # Q-19/21 and com.microsoft Q: x and scale share one type (T1)
-    if x_type is None and not ctx.is_quantize and zero_point is not None:
-        x_type = zero_point.dtype  # DQ (both domains): x and zero point share one type
-    if x_type is None:
+    scale, zero_point = ctx.scale, ctx.zero_point
+    if ctx.x is None or scale is None or scale.dtype is None or ctx.x_type is None:
         return None
     zp_type = zero_point.dtype if zero_point is not None else None
     if zero_point is not None and zp_type is None:
         return None
     out_type = ctx.output.dtype if ctx.output is not None else None
-    return x_type, scale.dtype, zp_type, out_type
+    return ctx.x_type, scale.dtype, zp_type, out_type
 
 
-def _dtype(value: ir.Value | None) -> ir.DataType | None:
-    if value is None:
-        return None
-    if value.dtype is not None:
-        return value.dtype
-    tensor = constant_tensor(value)
-    return tensor.dtype if tensor is not None else None
-
-
-def _produced_type(model: ir.Model, value: ir.Value | None) -> ir.DataType | None:
-    """The output type of a Q/DQ node producing ``value``, from its inputs' types."""
-    producer = value.producer() if value is not None else None
-    if producer is None or producer.op_type not in ("QuantizeLinear", "DequantizeLinear"):
-        return None
-    domain = "" if producer.domain in ("", "ai.onnx") else producer.domain
-    imported = 1 if domain == MS_DOMAIN else model.opset_imports.get("")
-    row = opsets.lookup(domain, producer.op_type, imported)
-    inputs = producer.inputs
-    if row is None or len(inputs) < 2:
-        return None
-    attr = producer.attributes.get("output_dtype")
-    return opsets.output_type(
-        row,
-        scale_type=_dtype(inputs[1]),
-        zero_point_type=_dtype(inputs[2]) if len(inputs) > 2 else None,
-        output_dtype=attr.as_int() if attr is not None and not attr.is_ref() else None,
-    )
-
-
-def _onnx_opset(model: ir.Model, site: QDQSite) -> int | None:
-    graph = site.graph
-    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
-    found = imports.get("", imports.get("ai.onnx"))
-    if found is None and isinstance(graph, ir.Function):
-        found = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-    return found
-
-
-def keep_float32_division(node: ir.Node) -> bool:
-    """Give an ai.onnx QuantizeLinear-23+ with a float16 scale ``precision=FLOAT`` unless
-    it has a precision; True if set. For a node that was QuantizeLinear-19/21 or
-    com.microsoft: ONNX Runtime divided float16 in float32 there, while from version 23
-    the division is in the scale's type (the spec; ORT from 1.32), which rounds the
-    quotient to float16 first and changes some quantized values."""
-    scale = node.inputs[1] if len(node.inputs) > 1 else None
+def keep_float32_division(node: ir.Node, scale_type: ir.DataType | None) -> bool:
+    """Give an ai.onnx QuantizeLinear-23+ with a float16 scale (``scale_type``)
+    ``precision=FLOAT`` unless it has a precision; True if set. For a node that was
+    QuantizeLinear-19/21 or com.microsoft: ONNX Runtime divided float16 in float32 there,
+    while from version 23 the division is in the scale's type (the spec; ORT from 1.32),
+    which rounds the quotient to float16 first and changes some quantized values."""
     if node.op_type != "QuantizeLinear" or "precision" in node.attributes:
         return False
-    if _dtype(scale) != _DT.FLOAT16:
+    if scale_type != _DT.FLOAT16:
         return False
     node.attributes["precision"] = ir.AttrInt64("precision", int(_DT.FLOAT))
     return True
 
 
-def _plan_to_onnx(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -> _Plan:
+def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where)
-    opset = _onnx_opset(model, site)
+    opset = site.scope.opset("")
     op = site.node.op_type
     row = opsets.lookup("", op, opset)
     for ctx in contexts:
-        types = _types(model, ctx)
+        types = _types(ctx)
         if types is None:
             plan.problems.append("the element types of x, scale or zero point are unknown")
             continue
         x_type, scale_type, zp_type, _ = types
         plan.float16 |= scale_type == _DT.FLOAT16
-        per_axis, blocked = _scale_form(ctx)
+        per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
         attributes = list(ctx.attributes)
         if "axis" not in ctx.attributes and per_axis and ctx.scale and ctx.scale.rank == 1:
             plan.set_axis = True
@@ -185,17 +122,17 @@ def _plan_to_onnx(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -
     return plan
 
 
-def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContext]) -> _Plan:
+def _plan_to_microsoft(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where)
     op = site.node.op_type
     for ctx in contexts:
-        types = _types(model, ctx)
+        types = _types(ctx)
         if types is None:
             plan.problems.append("the element types of x, scale or zero point are unknown")
             continue
         x_type, scale_type, zp_type, out_type = types
         plan.float16 |= scale_type == _DT.FLOAT16
-        per_axis, blocked = _scale_form(ctx)
+        per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
         kept = []
         for name in ctx.attributes:
             value = ctx.int_attr(name)
@@ -212,7 +149,7 @@ def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContex
             else:
                 kept.append(name)
         plan.problems.extend(
-            opsets.com_microsoft_can_express(
+            opsets.com_microsoft_problems(
                 op,
                 opsets.NodeForm(
                     x_type=x_type,
@@ -228,7 +165,7 @@ def _plan_to_microsoft(model: ir.Model, site: QDQSite, contexts: list[NodeContex
     return plan
 
 
-def _derives(ctx: NodeContext, scale_type: Any, zp_type: Any, out_type: Any) -> bool:
+def _derives(ctx: NodeView, scale_type: Any, zp_type: Any, out_type: Any) -> bool:
     """True if com.microsoft derives ``out_type`` without an output_dtype attribute."""
     row = opsets.lookup(MS_DOMAIN, ctx.op_type, 1)
     if row is None or out_type is None:
@@ -258,7 +195,8 @@ class ConvertDomainPass(ir.passes.InPlacePass):
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
     be expressed, before changing anything. ``strict=False``: convert what can be, leave
-    the rest. ``.summary`` counts what changed; ``.warnings`` lists :class:`ConvertWarning`.
+    the rest. The :class:`~qlrewrite.passes.results.ConvertResult` counts what changed
+    and lists :class:`ConvertWarning`.
     """
 
     def __init__(self, to: str, *, strict: bool = True) -> None:
@@ -269,9 +207,6 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             raise ValueError(f"unknown target domain {to!r}; expected one of {TARGETS}")
         self.to = to
         self.strict = strict
-        self.summary: dict[str, int] = {}
-        self.warnings: list[ConvertWarning] = []
-        self.precision_pinned = 0
 
     @property
     def source_domain(self) -> str:
@@ -283,51 +218,53 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         """The domain nodes are converted to ('' for ai.onnx)."""
         return "" if self.to == "onnx" else MS_DOMAIN
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> ConvertResult:
         plans = [
-            _plan_to_onnx(model, site, ctxs)
-            if self.to == "onnx"
-            else _plan_to_microsoft(model, site, ctxs)
-            for site, ctxs in node_contexts(model)
+            _plan_to_onnx(site, ctxs) if self.to == "onnx" else _plan_to_microsoft(site, ctxs)
+            for site, ctxs in node_views(model)
             if site.domain == self.source_domain
         ]
         failed = [p for p in plans if p.problems]
         if failed and self.strict:
             raise Refusal(self._refusal(failed))
         done = [p for p in plans if not p.problems]
-        self.precision_pinned = 0
+        warnings: list[ConvertWarning] = []
+        pinned = 0
         for plan in done:
-            self._apply(model, plan)
+            pinned += self._apply(model, plan, warnings)
         dropped = drop_unused_domains(model) if done else 0
         raised = raise_ir_version(model) if done else False
-        self.summary = {
+        summary = {
             "nodes_converted": len(done),
             "nodes_left": len(failed),
-            "precision_set": self.precision_pinned,
+            "precision_set": pinned,
             "opset_imports_dropped": int(dropped),
             "ir_version_raised": int(raised),
         }
-        return ir.passes.PassResult(model, modified=bool(done))
+        return ConvertResult(model, bool(done), summary, warnings)
 
-    def _apply(self, model: ir.Model, plan: _Plan) -> None:
+    def _apply(self, model: ir.Model, plan: _Plan, warnings: list[ConvertWarning]) -> bool:
+        """Rewrite the node of ``plan``, adding the warnings it deserves; True if it got
+        ``precision`` (see :func:`keep_float32_division`)."""
         node = plan.site.node
         node.domain = self.target_domain
         for name in plan.drop:
             node.attributes.pop(name, None)
-        if self.to == "onnx" and (_onnx_opset(model, plan.site) or 0) >= _PRECISION_OPSET:
-            self.precision_pinned += keep_float32_division(node)
+        pinned = False
+        if self.to == "onnx" and (plan.site.scope.opset("") or 0) >= _PRECISION_OPSET:
+            pinned = keep_float32_division(node, _DT.FLOAT16 if plan.float16 else None)
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)
-            self.warnings.append(
+            warnings.append(
                 ConvertWarning(
                     f"{plan.where}: com.microsoft without axis and a 1-D scale; ONNX Runtime "
                     "applies it on axis 1, so the ai.onnx node gets axis=1",
                     node.name or "",
-                    plan.site.label,
+                    str(plan.site.ref),
                 )
             )
         if plan.float16:
-            self.warnings.append(
+            warnings.append(
                 ConvertWarning(
                     f"{plan.where}: float16 scale; ONNX Runtime's CPU provider has no float16 "
                     "kernel for com.microsoft Q/DQ (it has for ai.onnx): it runs them in float32 "
@@ -335,7 +272,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
                     "float16 included, so the model's outputs in ONNX Runtime can change (by "
                     "0.09 on a ModelOpt float16 model); --verify measures it",
                     node.name or "",
-                    plan.site.label,
+                    str(plan.site.ref),
                 )
             )
         if self.to == "com.microsoft":
@@ -344,6 +281,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             model.opset_imports.setdefault(MS_DOMAIN, 1)
             if imports is not None:
                 imports.setdefault(MS_DOMAIN, 1)
+        return pinned
 
     def _refusal(self, failed: list[_Plan]) -> str:
         count = f"{len(failed)} node(s)"

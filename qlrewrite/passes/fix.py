@@ -22,8 +22,8 @@ import onnx_ir as ir
 
 from qlrewrite.findings import SAFE, UNSAFE, Finding, FixKind
 from qlrewrite.passes.ir_version import needed_ir_version
-from qlrewrite.qdq import MS_DOMAIN, QDQSite, is_constant
-from qlrewrite.rules.context import NodeContext
+from qlrewrite.passes.results import FixResult, RepairsFindings
+from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, is_constant, node_views
 
 __all__ = ["FIXES", "Fix", "FixPass", "fix_kind", "fix_passes", "fixable"]
 
@@ -44,11 +44,11 @@ class Fix:
     line for ``--diff``) or None when it does not apply; ``applies`` says from the finding
     alone whether it can (for the counts of fixable findings)."""
 
-    apply: Callable[[ir.Model, QDQSite, NodeContext, _Fixer], str | None]
+    apply: Callable[[ir.Model, QuantizedSite, NodeView, _Fixer], str | None]
     applies: Callable[[Finding], bool] = lambda _finding: True
 
 
-def _ql406_scalar(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixer) -> str | None:
+def _ql406_scalar(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
     """The [1] one of scale / zero point becomes a scalar (ONNX Runtime: per-tensor both)."""
     node = site.node
     for index in (1, 2):
@@ -72,7 +72,7 @@ def _ql406_scalar(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixe
     return None
 
 
-def _ql411_axis(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixer) -> str | None:
+def _ql411_axis(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
     """com.microsoft Q/DQ with a 1-D scale and no axis: ONNX Runtime applies axis 1."""
     if site.domain != MS_DOMAIN or "axis" in site.node.attributes:
         return None
@@ -82,7 +82,7 @@ def _ql411_axis(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixer)
     return "axis made explicit: axis=1 (what ONNX Runtime applies to a 1-D scale)"
 
 
-def _ql103_import(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixer) -> str | None:
+def _ql103_import(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
     """A com.microsoft node in a graph that does not import the domain: import version 1."""
     if site.domain != MS_DOMAIN:
         return None  # which ai.onnx version was meant cannot be known
@@ -95,7 +95,7 @@ def _ql103_import(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixe
     return f"{where} opset import added: com.microsoft 1"
 
 
-def _upgraded(model: ir.Model, site: QDQSite, ctx: NodeContext, fixer: _Fixer) -> str | None:
+def _upgraded(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
     """Repaired by the UpgradePass that :func:`fix_passes` runs first (nothing to do here)."""
     return None
 
@@ -182,11 +182,11 @@ def _unique_name(graph: ir.Graph, base: str) -> str:
     return name
 
 
-class FixPass(ir.passes.InPlacePass):
+class FixPass(ir.passes.InPlacePass, RepairsFindings):
     """Apply the fixes of ``codes`` to the findings ``wanted`` accepts (default: all).
 
-    ``.changes`` lists what changed, one ``(code, where, what)`` per repair, for
-    ``--diff``; ``.summary`` counts them per code.
+    The :class:`~qlrewrite.passes.results.FixResult` lists what changed, one
+    ``(code, where, what)`` per repair, for ``--diff``, and counts them per code.
     """
 
     def __init__(
@@ -196,18 +196,16 @@ class FixPass(ir.passes.InPlacePass):
         self.codes = frozenset(codes)
         self.repairs_rules = tuple(sorted(self.codes))
         self.wanted = wanted or (lambda _finding: True)
-        self.changes: list[tuple[str, str, str]] = []
-        self.summary: dict[str, int] = {}
-        self.warnings: list[str] = []
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        from qlrewrite.passes.check import node_contexts
+    def call(self, model: ir.Model) -> FixResult:
         from qlrewrite.rules import CHECKS
+
+        result = FixResult(model, False)
 
         node_codes = [c for c in sorted(self.codes) if c in CHECKS and c not in UPGRADE_FIXES]
         node_codes = [c for c in node_codes if c != "QL601"]
-        planned: list[tuple[QDQSite, NodeContext, Finding]] = []
-        for site, contexts in node_contexts(model):
+        planned: list[tuple[QuantizedSite, NodeView, Finding]] = []
+        for site, contexts in node_views(model):
             for code in node_codes:
                 check = CHECKS[code]
                 for ctx in contexts[:1]:  # a function node: its first call site
@@ -222,19 +220,21 @@ class FixPass(ir.passes.InPlacePass):
             change = FIXES[finding.rule].apply(model, site, ctx, fixer)
             if change is not None:
                 done.add((id(site.node), finding.rule))
-                where = f"{site.label}/{site.node.name or '<' + site.node.op_type + '>'}"
-                self._record(finding.rule, where, change)
+                where = f"{site.ref}/{site.node.name or '<' + site.node.op_type + '>'}"
+                _record(result, finding.rule, where, change)
         if "QL601" in self.codes:
             before = model.ir_version
             after = needed_ir_version(model)
             if after > before:
                 model.ir_version = after
-                self._record("QL601", "model", f"ir_version {before} -> {after}")
-        return ir.passes.PassResult(model, modified=bool(self.changes))
+                _record(result, "QL601", "model", f"ir_version {before} -> {after}")
+        result.modified = bool(result.changes)
+        return result
 
-    def _record(self, code: str, where: str, what: str) -> None:
-        self.changes.append((code, where, what))
-        self.summary[code] = self.summary.get(code, 0) + 1
+
+def _record(result: FixResult, code: str, where: str, what: str) -> None:
+    result.changes.append((code, where, what))
+    result.summary[code] = result.summary.get(code, 0) + 1
 
 
 def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.passes.PassBase]:

@@ -37,8 +37,15 @@ from qlrewrite.passes.fold_tensor import (
     StreamedTensor,
     link_in_order,
 )
-from qlrewrite.qdq import QDQSite, drop_unused_domains, is_constant, iter_qdq_nodes
-from qlrewrite.rules.context import constant_tensor
+from qlrewrite.passes.results import FoldResult
+from qlrewrite.qdq import (
+    QuantizedSite,
+    constant_tensor,
+    drop_unused_domains,
+    is_constant,
+    iter_sites,
+    site_view,
+)
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 
@@ -57,7 +64,8 @@ def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exac
 
 
 class FoldPass(ir.passes.InPlacePass):
-    """Constant-fold Q/DQ nodes; ``.summary`` counts what was folded and removed.
+    """Constant-fold Q/DQ nodes; the :class:`~qlrewrite.passes.results.FoldResult` counts
+    what was folded and removed.
 
     ``summary``: ``dq_folded`` and ``q_folded`` (nodes folded), ``chains_folded`` (DQ
     nodes whose input was a folded Q), ``float32_with_cast`` (float16 DQ values written
@@ -72,11 +80,10 @@ class FoldPass(ir.passes.InPlacePass):
             raise ValueError(f"float16 must be one of {FLOAT16_MODES}, got {float16!r}")
         self.keep_dq = keep_dq
         self.float16 = float16
-        self.summary: dict[str, int] = {}
-        self.warnings: list[str] = []
+        self._summary: dict[str, int] = {}
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.summary = dict.fromkeys(
+    def call(self, model: ir.Model) -> FoldResult:
+        self._summary = summary = dict.fromkeys(
             (
                 "dq_folded",
                 "q_folded",
@@ -88,11 +95,11 @@ class FoldPass(ir.passes.InPlacePass):
             ),
             0,
         )
-        self.warnings = []
+        warnings: list[str] = []
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = [*model.graphs(), *model.functions.values()]
         self._names = _value_names(containers)
-        sites = list(iter_qdq_nodes(model))
+        sites = list(iter_sites(model))
         # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
         in_float32 = {id(s.node) for s in sites if _dq_in_float32(model, s)}
         overridable = rounded = 0
@@ -102,7 +109,7 @@ class FoldPass(ir.passes.InPlacePass):
                 if widen and self._widen_kept_dq(site):
                     rounded += self.float16 == "compact"
                 continue
-            folded = _folded_tensor(site)
+            folded = _folded_tensor(model, site)
             if folded is not None:
                 if widen and folded.dtype == ir.DataType.FLOAT16:
                     if self.float16 == "exact":
@@ -113,32 +120,32 @@ class FoldPass(ir.passes.InPlacePass):
             elif _overridable(site.node):
                 overridable += 1
         if rounded:
-            self.warnings.append(
+            warnings.append(
                 f"{rounded} float16 value(s) that ONNX Runtime's CPU provider computes in "
                 "float32 were folded to float16 (--float16 compact): the model's outputs in "
                 "ONNX Runtime may change; the default --float16 exact keeps them"
             )
         if overridable:
-            self.warnings.append(
+            warnings.append(
                 f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
                 "initializer listed as a graph input can be overridden by the caller); "
                 "export without keep_initializers_as_inputs to fold them"
             )
-        if any(self.summary.values()):
+        if any(summary.values()):
             link_in_order(_initializer_order(model))
-            self.summary["opsets_removed"] = drop_unused_domains(model)
-        return ir.passes.PassResult(model, modified=any(self.summary.values()))
+            summary["opsets_removed"] = drop_unused_domains(model)
+        return FoldResult(model, any(summary.values()), summary, warnings)
 
     def _replace(
-        self, containers: list[ir.Graph | ir.Function], site: QDQSite, folded: FoldedTensor
+        self, containers: list[ir.Graph | ir.Function], site: QuantizedSite, folded: FoldedTensor
     ) -> None:
         node, graph = site.node, site.graph
         old = node.outputs[0]
         name = old.name
         quantize = node.op_type == "QuantizeLinear"
-        self.summary["q_folded" if quantize else "dq_folded"] += 1
+        self._summary["q_folded" if quantize else "dq_folded"] += 1
         if not quantize and isinstance(folded.x, FoldedTensor):
-            self.summary["chains_folded"] += 1
+            self._summary["chains_folded"] += 1
         inputs = [v for v in node.inputs if v is not None]
         new = self._constant(graph, node, folded)
         result = new
@@ -147,11 +154,11 @@ class FoldPass(ir.passes.InPlacePass):
             graph.insert_before(node, cast)
             result = cast.outputs[0]
             result.dtype, result.shape = ir.DataType.FLOAT16, new.shape
-            self.summary["float32_with_cast"] += 1
+            self._summary["float32_with_cast"] += 1
         _replace_outputs(containers, old, result)
         old.replace_all_uses_with(result)
         graph.remove(node, safe=True)
-        self.summary["nodes_removed"] += 1
+        self._summary["nodes_removed"] += 1
         old.name = None
         result.name = name
         if result is not new:
@@ -174,7 +181,7 @@ class FoldPass(ir.passes.InPlacePass):
             const_value=tensor,
         )
 
-    def _widen_kept_dq(self, site: QDQSite) -> bool:
+    def _widen_kept_dq(self, site: QuantizedSite) -> bool:
         """With ``keep_dq``: make a float16 DQ (ai.onnx, which has a float16 kernel in ORT)
         whose input is now a folded constant compute in float32, followed by a Cast.
 
@@ -213,7 +220,7 @@ class FoldPass(ir.passes.InPlacePass):
         out.name = self._fresh_name(f"{name}_float32")
         out.dtype = ir.DataType.FLOAT
         casted.name = name
-        self.summary["float32_with_cast"] += 1
+        self._summary["float32_with_cast"] += 1
         return True
 
     def _fresh_name(self, base: str) -> str:
@@ -234,33 +241,22 @@ class FoldPass(ir.passes.InPlacePass):
             unused = not any(o.uses() or o.is_graph_output() for o in producer.outputs)
             if producer.op_type == "Constant" and producer.graph is not None and unused:
                 producer.graph.remove(producer, safe=True)
-                self.summary["nodes_removed"] += 1
+                self._summary["nodes_removed"] += 1
             return
         graph = value.graph
         if value.is_initializer() and graph is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
-            self.summary["initializers_removed"] += 1
+            self._summary["initializers_removed"] += 1
 
 
-def _dq_in_float32(model: ir.Model, site: QDQSite) -> bool:
+def _dq_in_float32(model: ir.Model, site: QuantizedSite) -> bool:
     """True for a DequantizeLinear whose float16 output ORT's CPU provider computes in
     float32 (see :mod:`qlrewrite.ort_float16`)."""
     node = site.node
     if node.op_type != "DequantizeLinear" or len(node.inputs) < 2 or node.inputs[1] is None:
         return False
-    row = opsets.lookup(site.domain, node.op_type, site.imported)
-    if row is None:
-        return False
-    output_dtype = _int_attr(node, row, "output_dtype")
-    out_type = opsets.output_type(
-        row,
-        scale_type=node.inputs[1].dtype,
-        zero_point_type=None,
-        output_dtype=output_dtype or None,
-    )
-    graph = site.graph
-    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
-    return out_type is not None and float32_in_ort(node, dict(imports), out_type)
+    out_type = site_view(model, site).output_type
+    return out_type is not None and float32_in_ort(node, dict(site.scope.imports), out_type)
 
 
 def _as_float32(folded: FoldedTensor) -> FoldedTensor:
@@ -288,10 +284,10 @@ def _overridable(node: ir.Node) -> bool:
     return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
-def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
+def _folded_tensor(model: ir.Model, site: QuantizedSite) -> FoldedTensor | None:
     """The lazy value of a foldable node, None if it cannot fold."""
     node = site.node
-    row = opsets.lookup(site.domain, node.op_type, site.imported)
+    row = site.row
     if row is None or len(node.outputs) != 1 or len(node.inputs) < 2:
         return None
     if any(attr.is_ref() for attr in node.attributes.values()):
@@ -304,23 +300,19 @@ def _folded_tensor(site: QDQSite) -> FoldedTensor | None:
     zp_tensor = constant_tensor(zero_point) if zero_point is not None else None
     if x_tensor is None or scale_tensor is None or (zero_point is not None and zp_tensor is None):
         return None
-    output_dtype = _int_attr(node, row, "output_dtype")
-    out_type = opsets.output_type(
-        row,
-        scale_type=scale_tensor.dtype,
-        zero_point_type=zp_tensor.dtype if zp_tensor is not None else None,
-        output_dtype=output_dtype or None,
-    )
+    view = site_view(model, site)
+    out_type = view.output_type
     if out_type is None:
         return None
-    axis = _int_attr(node, row, "axis")
+    axis = view.attr_or_default("axis")
+    saturate = view.attr_or_default("saturate")
     spec = FoldSpec(
         quantize=row.is_quantize,
         axis=1 if axis is None else axis,  # com.microsoft: no default; ORT applies axis 1
-        block_size=_int_attr(node, row, "block_size") or 0,
+        block_size=view.block_size,
         output_dtype=out_type,
-        saturate=_int_attr(node, row, "saturate", 1),
-        precision=_int_attr(node, row, "precision") or _scale_precision(row, scale_tensor.dtype),
+        saturate=1 if saturate is None else saturate,
+        precision=view.attr_or_default("precision") or _scale_precision(row, scale_tensor.dtype),
     )
     operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
@@ -332,16 +324,6 @@ def _scale_precision(row: opsets.OpVersion, scale_type: ir.DataType) -> int:
     kernel (0)."""
     floats = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
     return int(scale_type) if "precision" in row.attributes and scale_type in floats else 0
-
-
-def _int_attr(node: ir.Node, row: opsets.OpVersion, name: str, absent: Any = None) -> Any:
-    """The attribute's value, else the row's default, else ``absent`` (not in this version)."""
-    if name not in row.attributes:
-        return absent
-    attr = node.attributes.get(name)
-    if attr is not None:
-        return attr.as_int()
-    return row.default(name)
 
 
 def _replace_outputs(

@@ -6,6 +6,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.qdq import onnx_opset
 
 __all__ = ["element_types", "ir_version_for_opset", "needed_ir_version", "raise_ir_version"]
 
@@ -42,7 +43,7 @@ def element_types(model: ir.Model) -> set[ir.DataType]:
 def needed_ir_version(model: ir.Model) -> int:
     """The lowest IR version that has the model's ai.onnx opset and all its element types."""
     needed = max((opsets.min_ir_version(t) for t in element_types(model)), default=3)
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    opset = onnx_opset(model)
     if opset is not None:
         needed = max(needed, ir_version_for_opset(opset) or 0)
     return needed

@@ -24,15 +24,26 @@ import onnx_ir as ir
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
-from qlrewrite.qdq import MS_DOMAIN, is_constant, iter_graphs
-from qlrewrite.rules.context import constant_tensor
+from qlrewrite.passes.results import NBitsResult
+from qlrewrite.qdq import (
+    MS_DOMAIN,
+    ONNX_DOMAINS,
+    NodeView,
+    constant_tensor,
+    is_constant,
+    iter_graphs,
+    iter_sites,
+    site_view,
+)
 
 __all__ = ["NBitsFromOnnxPass"]
 
 _DT = ir.DataType
 _FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
 _NBITS_TYPES = (_DT.INT2, _DT.UINT2, _DT.INT4, _DT.UINT4, _DT.INT8, _DT.UINT8)
-_ONNX = ("", "ai.onnx")
+_ONNX = ONNX_DOMAINS
+#: The attributes of a DequantizeLinear this pass reads: refused when not plain integers.
+_DQ_ATTRIBUTES = ("axis", "block_size", "output_dtype")
 
 
 @dataclasses.dataclass
@@ -49,10 +60,11 @@ class _Match:
     block_size: int
 
 
-def _int_attr(node: ir.Node, name: str, default: int | None) -> int | None:
-    attr = node.attributes.get(name)
+def _gather_axis(gather: ir.Node) -> int | None:
+    """Gather's axis (default 0); None when it is not a plain integer."""
+    attr = gather.attributes.get("axis")
     if attr is None:
-        return default
+        return 0
     if attr.is_ref() or attr.type != ir.AttributeType.INT:
         return None
     return attr.as_int()
@@ -62,8 +74,9 @@ def _single_use(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def _match(consumer: ir.Node, index: int) -> _Match | None:
-    """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose)."""
+def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:
+    """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose);
+    ``views``: the view of every DequantizeLinear by ``id(node)``."""
     value = consumer.inputs[index] if index < len(consumer.inputs) else None
     if value is None or not _single_use(value):
         return None
@@ -87,10 +100,18 @@ def _match(consumer: ir.Node, index: int) -> _Match | None:
     zero_point = constant_tensor(inputs[2]) if inputs[2] is not None else None
     if x is None or scale is None or (inputs[2] is not None and zero_point is None):
         return None
-    axis = _int_attr(producer, "axis", 1)
-    block_size = _int_attr(producer, "block_size", 0)
-    output_dtype = _int_attr(producer, "output_dtype", 0)
-    if axis is None or block_size is None or output_dtype not in (0, int(scale.dtype)):
+    view = views.get(id(producer))
+    if view is None or view.row is None:
+        return None
+    for name in _DQ_ATTRIBUTES:
+        attr = producer.attributes.get(name)
+        if attr is not None and (attr.is_ref() or attr.type != ir.AttributeType.INT):
+            return None
+    axis = view.attr_or_default("axis")
+    axis = 1 if axis is None else axis
+    block_size = view.block_size
+    output_dtype = view.attr_or_default("output_dtype") or 0
+    if output_dtype not in (0, int(scale.dtype)):
         return None
     rank = x.shape.rank()
     if not -rank <= axis < rank:
@@ -144,24 +165,27 @@ def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Valu
 
 class NBitsFromOnnxPass(ir.passes.InPlacePass):
     """Rewrite constant DequantizeLinear -> MatMul / Gather as MatMulNBits /
-    GatherBlockQuantized where the weight stays bit-identical; ``.summary`` counts them."""
+    GatherBlockQuantized where the weight stays bit-identical; the
+    :class:`~qlrewrite.passes.results.NBitsResult` counts them."""
 
     def __init__(self, *, accuracy_level: int = 0) -> None:
         super().__init__()
         if accuracy_level not in range(5):
             raise ValueError(f"accuracy_level must be 0 to 4, got {accuracy_level}")
         self.accuracy_level = accuracy_level
-        self.summary: dict[str, int] = {}
-        self.warnings: list[str] = []
-        #: Why --verify may see different outputs (None: it should not), and how much.
-        self.verify_note: str | None = None
-        self.verify_relative_tolerance: float | None = None
+        self._views: dict[int, NodeView] = {}
         self._half = False
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> NBitsResult:
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
         self._half = False
-        for _, graph in list(iter_graphs(model)):
+        self._views = {
+            id(site.node): site_view(model, site)
+            for site in iter_sites(model)
+            if site.node.op_type == "DequantizeLinear" and site.domain == ""
+        }
+        for scope in list(iter_graphs(model)):
+            graph = scope.graph
             for node in list(graph):
                 if node.domain not in _ONNX or node.graph is None:
                     continue
@@ -176,16 +200,18 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     if isinstance(graph, ir.Function):
                         graph.opset_imports.setdefault(MS_DOMAIN, 1)
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
+        result = NBitsResult(model, any(counts.values()))
         if self._half:
-            self.verify_note, self.verify_relative_tolerance = HALF_NOTE, HALF_RELATIVE_TOLERANCE
-        self.summary = {
+            result.verify_note = HALF_NOTE
+            result.verify_relative_tolerance = HALF_RELATIVE_TOLERANCE
+        result.summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
         }
-        return ir.passes.PassResult(model, modified=any(counts.values()))
+        return result
 
     def _matmul(self, graph: ir.Graph | ir.Function, matmul: ir.Node) -> str | None:
-        match = _match(matmul, 1)
+        match = _match(matmul, 1, self._views)
         found = _nbits_layout(match) if match is not None else None
         if match is None or found is None:
             return None
@@ -225,7 +251,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         return "MatMulNBits"
 
     def _gather(self, graph: ir.Graph | ir.Function, gather: ir.Node) -> str | None:
-        match = _match(gather, 0)
+        match = _match(gather, 0, self._views)
         if match is None or match.transpose is not None or match.block_size < 16:
             return None
         x, scale = match.x, match.scale
@@ -238,7 +264,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         dims[match.axis] = -(-dims[match.axis] // block)
         if list(scale.shape.numpy()) != dims:
             return None
-        gather_axis = _int_attr(gather, "axis", 0)
+        gather_axis = _gather_axis(gather)
         if gather_axis is None:
             return None
         inputs = [match.dq.inputs[0], gather.inputs[1], match.dq.inputs[1]]

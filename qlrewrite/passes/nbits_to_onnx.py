@@ -38,17 +38,25 @@ from qlrewrite.passes.nbits_tensor import (
     RetypedTensor,
     int_type,
 )
-from qlrewrite.qdq import MS_DOMAIN, drop_unused_domain, is_constant, iter_graphs
-from qlrewrite.rules.context import constant_tensor
+from qlrewrite.passes.results import NBitsResult
+from qlrewrite.qdq import (
+    MS_DOMAIN,
+    WEIGHT_ONLY,
+    NodeView,
+    QuantizedSite,
+    constant_tensor,
+    drop_unused_domain,
+    is_constant,
+    iter_graphs,
+    iter_sites,
+    site_view,
+)
 
 __all__ = [
     "HALF_NOTE",
     "HALF_RELATIVE_TOLERANCE",
     "NBITS_OPS",
-    "NBitsSite",
     "NBitsToOnnxPass",
-    "attribute",
-    "iter_nbits_nodes",
     "min_block",
 ]
 
@@ -69,55 +77,14 @@ _DT = ir.DataType
 _FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
 
 
-@dataclasses.dataclass(frozen=True)
-class NBitsSite:
-    """One MatMulNBits / GatherBlockQuantized node and the graph holding it."""
-
-    node: ir.Node
-    graph: ir.Graph | ir.Function
-    label: str
-    row: opsets.WeightOnlyVersion  # the operator version in force (attribute defaults)
-
-    @property
-    def where(self) -> str:
-        """How refusals name the node."""
-        name = self.node.name or f"({self.node.outputs[0].name})"
-        return f"{self.label}: {self.node.op_type} '{name}'"
-
-
-def iter_nbits_nodes(model: ir.Model) -> list[NBitsSite]:
-    """Every com.microsoft MatMulNBits / GatherBlockQuantized, in all graphs and functions,
-    whose version the rule table knows at the imported com.microsoft opset."""
-    sites = []
-    for label, graph in iter_graphs(model):
-        imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
-        for node in graph:
-            if node.domain != MS_DOMAIN or node.op_type not in NBITS_OPS:
-                continue
-            row = opsets.weight_only(MS_DOMAIN, node.op_type, imports.get(MS_DOMAIN))
-            if row is not None:
-                sites.append(NBitsSite(node, graph, label, row))
-    return sites
-
-
-def attribute(site: NBitsSite, name: str) -> int | None:
-    """An integer attribute of the node, else its default (None: required, absent)."""
-    attr = site.node.attributes.get(name)
-    if attr is not None and not attr.is_ref() and attr.type == ir.AttributeType.INT:
-        return attr.as_int()
-    return site.row.default(name)
+def _where(site: QuantizedSite) -> str:
+    """How refusals name the node."""
+    name = site.node.name or f"({site.node.outputs[0].name})"
+    return f"{site.ref}: {site.node.op_type} '{name}'"
 
 
 def _input(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
-
-
-def _onnx_opset(model: ir.Model, graph: ir.Graph | ir.Function) -> int | None:
-    imports = graph.opset_imports if isinstance(graph, ir.Function) else model.opset_imports
-    found = imports.get("", imports.get("ai.onnx"))
-    if found is None and isinstance(graph, ir.Function):
-        found = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-    return found
 
 
 def min_block(k: int) -> int:
@@ -142,7 +109,7 @@ class _Weight:
 
 @dataclasses.dataclass
 class _Plan:
-    site: NBitsSite
+    view: NodeView
     problems: list[str] = dataclasses.field(default_factory=list)
     lowest_opset: int | None = None
     weight: _Weight | None = None
@@ -164,10 +131,10 @@ def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
     return found
 
 
-def _weight_indices(site: NBitsSite) -> tuple[int, int, int]:
+def _weight_indices(site: QuantizedSite) -> tuple[int, int, int]:
     """Positions of the quantized weight, its scales and its zero points."""
-    row = site.row
-    return row.input_index(row.weight), row.input_index("scales"), row.input_index("zero_points")
+    roles = site.kind.roles
+    return roles["x"], roles["scale"], roles["zero_point"]
 
 
 def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
@@ -182,9 +149,10 @@ def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
         plan.lowest_opset = opsets.lowest_onnx_opset("DequantizeLinear", form)
 
 
-def _plan_matmul_nbits(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
-    node, plan = site.node, _Plan(site)
-    values = {name: attribute(site, name) for name in site.row.attributes}
+def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+    site = view.site
+    node, plan = site.node, _Plan(view)
+    values = {name: view.attr_or_default(name) for name in site.row.attributes}
     missing = [name for name, value in values.items() if value is None]
     if missing:
         plan.problems.append(f"attribute {', '.join(missing)} missing")
@@ -268,14 +236,16 @@ def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
     return MappedTensor(reader, tensor.dtype, [n], name=tensor.name)
 
 
-def _plan_gather(site: NBitsSite, opset: int | None, dequantize: bool) -> _Plan:
-    node, plan = site.node, _Plan(site)
-    bits, block = attribute(site, "bits"), attribute(site, "block_size")
+def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+    site = view.site
+    node, plan = site.node, _Plan(view)
+    bits, block = view.attr_or_default("bits"), view.attr_or_default("block_size")
     data, scales, zero_points = _tensors(node, _weight_indices(site), plan)
     if plan.problems:
         return plan
     rank = data.shape.rank()
-    gather_axis, quantize_axis = attribute(site, "gather_axis"), attribute(site, "quantize_axis")
+    gather_axis = view.attr_or_default("gather_axis")
+    quantize_axis = view.attr_or_default("quantize_axis")
     if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
         plan.problems.append("gather_axis or quantize_axis is out of range")
         return plan
@@ -374,23 +344,20 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         super().__init__()
         self.strict = strict
         self.dequantize = dequantize
-        self.summary: dict[str, int] = {}
-        self.warnings: list[str] = []
-        #: Why --verify may see different outputs (None: it should not), and how much.
-        self.verify_note: str | None = None
-        self.verify_relative_tolerance: float | None = None
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
+    def call(self, model: ir.Model) -> NBitsResult:
         plans = []
-        for site in iter_nbits_nodes(model):
-            opset = _onnx_opset(model, site.graph)
+        for site in iter_sites(model, WEIGHT_ONLY):
+            if site.row is None:
+                continue  # no version the table knows at the imported com.microsoft opset
             planner = _plan_matmul_nbits if site.node.op_type == "MatMulNBits" else _plan_gather
-            plans.append(planner(site, opset, self.dequantize))
+            plans.append(planner(site_view(model, site), site.scope.opset(""), self.dequantize))
         failed = [p for p in plans if p.problems]
         if failed and self.strict:
             raise Refusal(_refusal(failed, self.dequantize))
-        self.warnings = [
-            f"{p.site.where} left as it is: {'; '.join(dict.fromkeys(p.problems))}" for p in failed
+        warnings = [
+            f"{_where(p.view.site)} left as it is: {'; '.join(dict.fromkeys(p.problems))}"
+            for p in failed
         ]
         done = [p for p in plans if not p.problems]
         rewriter = _Rewriter(model, self.dequantize)
@@ -400,23 +367,21 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         if done and not self.dequantize:
             model.opset_imports.setdefault("", 21)
             raise_ir_version(model)
-        count = {op: sum(p.site.node.op_type == op for p in done) for op in NBITS_OPS}
-        if any(
-            p.site.node.op_type == "MatMulNBits" and p.weight.out_type != _DT.FLOAT for p in done
-        ):
-            self.verify_note, self.verify_relative_tolerance = HALF_NOTE, HALF_RELATIVE_TOLERANCE
-        self.summary = {
+        count = {op: sum(p.view.op_type == op for p in done) for op in NBITS_OPS}
+        half = any(p.view.op_type == "MatMulNBits" and p.weight.out_type != _DT.FLOAT for p in done)
+        summary = {
             "matmul_nbits_converted": count["MatMulNBits"],
             "gather_block_quantized_converted": count["GatherBlockQuantized"],
             "nbits_nodes_left": len(failed),
             "initializers_removed": rewriter.removed,
             "opset_imports_dropped": int(dropped),
         }
-        return ir.passes.PassResult(model, modified=bool(done))
+        note, tolerance = (HALF_NOTE, HALF_RELATIVE_TOLERANCE) if half else (None, None)
+        return NBitsResult(model, bool(done), summary, warnings, note, tolerance)
 
 
 def _refusal(failed: list[_Plan], dequantize: bool) -> str:
-    parts = [f"{p.site.where} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
+    parts = [f"{_where(p.view.site)} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
     if len(failed) > 10:
         parts.append(f"and {len(failed) - 10} more")
     lowest = [p.lowest_opset for p in failed]
@@ -439,7 +404,8 @@ class _Rewriter:
         self.dequantize = dequantize
         self.removed = 0
         self._names: set[str] = set()
-        for _, graph in iter_graphs(model):
+        for scope in iter_graphs(model):
+            graph = scope.graph
             for node in graph:
                 self._names.update(v.name for v in node.outputs if v.name)
             if isinstance(graph, ir.Graph):
@@ -472,10 +438,11 @@ class _Rewriter:
 
     def _weight(self, plan: _Plan) -> ir.Value:
         """The value standing for the float weight: a DQ output, or a folded initializer."""
-        site, weight = plan.site, plan.weight
+        view, weight = plan.view, plan.weight
+        site = view.site
         assert weight is not None
         graph, node = site.graph, site.node
-        attrs = tuple(sorted((k, attribute(site, k)) for k in site.row.attributes))
+        attrs = tuple(sorted((k, view.attr_or_default(k)) for k in site.row.attributes))
         inputs = (_input(node, i) for i in _weight_indices(site))
         key = (id(graph), tuple(id(v) for v in inputs), attrs)
         if key in self._cache:
@@ -521,13 +488,13 @@ class _Rewriter:
         return value
 
     def apply(self, plan: _Plan) -> None:
-        node, graph = plan.site.node, plan.site.graph
+        node, graph = plan.view.node, plan.view.site.graph
         weight = self._weight(plan)
         old_inputs = list(node.inputs)
         output = node.outputs[0]
         new_nodes: list[ir.Node] = []
         if node.op_type == "MatMulNBits":
-            bias = _input(node, plan.site.row.input_index("bias"))
+            bias = _input(node, plan.view.row.input_index("bias"))
             matmul = ir.node("MatMul", [node.inputs[0], weight], name=node.name or None)
             new_nodes.append(matmul)
             result = matmul.outputs[0]

@@ -27,17 +27,22 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import (
-    ConvertDomainPass,
-    ConvertWarning,
-    keep_float32_division,
-)
+from qlrewrite.passes.convert_domain import ConvertDomainPass, keep_float32_division
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.qdq import drop_unused_domains, iter_qdq_nodes
+from qlrewrite.passes.results import RepairsFindings, UpgradeResult
+from qlrewrite.qdq import (
+    drop_unused_domains,
+    imported_version,
+    iter_sites,
+    normalize_domain,
+    onnx_opset,
+    site_view,
+)
+from qlrewrite.source import set_source, source_of
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["UpgradePass", "current_opset", "upgrade"]
+__all__ = ["UpgradePass", "upgrade"]
 
 #: From this opset QuantizeLinear divides in the scale's type unless ``precision`` is set.
 _PRECISION_OPSET = 23
@@ -60,16 +65,12 @@ class _Weight:
     is_input: bool  # also a main-graph input (an overridable initializer)
 
 
-def current_opset(model: ir.Model) -> int | None:
-    """The ai.onnx opset the model imports (None: none)."""
-    return model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
-
-
-class UpgradePass(ir.passes.FunctionalPass):
+class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
     """Convert the model to ai.onnx opset ``opset`` (>= the current one); a new model.
 
     Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
-    converter cannot convert the model. ``.summary`` and ``.warnings`` say what changed.
+    converter cannot convert the model. The
+    :class:`~qlrewrite.passes.results.UpgradeResult` says what changed.
     """
 
     repairs_rules = REPAIRS
@@ -77,11 +78,9 @@ class UpgradePass(ir.passes.FunctionalPass):
     def __init__(self, opset: int) -> None:
         super().__init__()
         self.opset = int(opset)
-        self.summary: dict[str, int] = {}
-        self.warnings: list[ConvertWarning] = []
 
     def requires(self, model: ir.Model) -> None:
-        current = current_opset(model)
+        current = onnx_opset(model)
         if current is None:
             raise InputError("the model imports no ai.onnx opset; nothing to upgrade")
         if self.opset < current:
@@ -97,39 +96,34 @@ class UpgradePass(ir.passes.FunctionalPass):
                 f"({onnx.__version__}) knows"
             )
 
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        before = current_opset(model) or 0
+    def call(self, model: ir.Model) -> UpgradeResult:
+        before = onnx_opset(model) or 0
         new = _convert_weightless(model, self.opset)
         pinned = 0
         if before < _PRECISION_OPSET <= self.opset:  # QuantizeLinear-23 divides differently
-            pinned = sum(
-                keep_float32_division(site.node)
-                for site in iter_qdq_nodes(new)
-                if site.domain == ""
-            )
-        convert = ConvertDomainPass("onnx", strict=False)
-        convert(new)
-        nbits = NBitsToOnnxPass(strict=False)
-        nbits(new)
-        self.warnings = [*convert.warnings, *nbits.warnings]
+            for site in iter_sites(new):
+                scale = site_view(new, site).scale if site.domain == "" else None
+                if scale is not None:
+                    pinned += keep_float32_division(site.node, scale.dtype)
+        converted = ConvertDomainPass("onnx", strict=False)(new)
+        nbits = NBitsToOnnxPass(strict=False)(new)
         dropped = drop_unused_domains(new)
         raise_ir_version(new)
-        self.summary = {
+        changes = converted.summary
+        summary = {
             "opset_before": before,
             "opset_after": self.opset,
-            "nodes_converted_to_onnx": convert.summary.get("nodes_converted", 0),
-            "com_microsoft_nodes_left": convert.summary.get("nodes_left", 0),
-            "precision_set": pinned + convert.summary.get("precision_set", 0),
-            "matmul_nbits_converted": nbits.summary.get("matmul_nbits_converted", 0),
-            "gather_block_quantized_converted": nbits.summary.get(
-                "gather_block_quantized_converted", 0
-            ),
-            "nbits_nodes_left": nbits.summary.get("nbits_nodes_left", 0),
-            "opset_imports_dropped": int(dropped) + convert.summary.get("opset_imports_dropped", 0),
+            "nodes_converted_to_onnx": changes["nodes_converted"],
+            "com_microsoft_nodes_left": changes["nodes_left"],
+            "precision_set": pinned + changes["precision_set"],
+            "matmul_nbits_converted": nbits.summary["matmul_nbits_converted"],
+            "gather_block_quantized_converted": nbits.summary["gather_block_quantized_converted"],
+            "nbits_nodes_left": nbits.summary["nbits_nodes_left"],
+            "opset_imports_dropped": int(dropped) + changes["opset_imports_dropped"],
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,
         }
-        return ir.passes.PassResult(new, modified=True)
+        return UpgradeResult(new, True, summary, [*converted.warnings, *nbits.warnings])
 
 
 def _large_weights(model: ir.Model) -> list[_Weight]:
@@ -185,9 +179,7 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     original_inputs = [v.name for v in model.graph.inputs]
     if [v.name for v in new.graph.inputs] != original_inputs:
         raise Refusal("ONNX's version converter changed the graph inputs; nothing written")
-    for key in ("qlrewrite.source", "qlrewrite.proto"):
-        if key in model.meta:
-            new.meta[key] = model.meta[key]
+    set_source(new, source_of(model))
     return new
 
 
@@ -222,8 +214,7 @@ def _convert_function(
     function: onnx.FunctionProto, opset: int, ir_version: int
 ) -> onnx.FunctionProto:
     """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model)."""
-    imports = {o.domain: o.version for o in function.opset_import}
-    current = imports.get("", imports.get("ai.onnx"))
+    current = imported_version({o.domain: o.version for o in function.opset_import}, "")
     if current is None or current >= opset:
         return function
     label = f"function {function.domain}.{function.name}"
@@ -254,7 +245,7 @@ def _refuse_attribute_references(
     ReduceMean referring to a function attribute becomes an empty tensor): refuse them on
     any op whose version changes between the two opsets."""
     for node in function.node:
-        if node.domain not in ("", "ai.onnx"):
+        if normalize_domain(node.domain) != "":
             continue
         if not any(attr.ref_attr_name for attr in node.attribute):
             continue

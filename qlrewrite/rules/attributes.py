@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.rules.context import NodeContext
-from qlrewrite.rules.registry import ALL_OPS, rule
+from qlrewrite.qdq import NodeView
+from qlrewrite.rules.registry import ALL_KINDS, rule
 
 __all__: list[str] = []
 
 
-def _first_version_with(ctx: NodeContext, name: str) -> int | None:
+def _first_version_with(ctx: NodeView, name: str) -> int | None:
     for row in opsets.versions(ctx.domain, ctx.op_type):
         if name in row.attributes:
             return row.since
@@ -40,7 +40,7 @@ def _first_version_with(ctx: NodeContext, name: str) -> int | None:
     good: opset 13: DequantizeLinear(w_q, w_scale, w_zp, axis=0)  # qlrewrite upgrade --opset 13
     """,
     versions="ai.onnx 10+, com.microsoft 1",
-    ops=ALL_OPS,
+    kinds=ALL_KINDS,
     fix=UNSAFE,
     fix_summary="""
     Below opset 13, an `axis` on DequantizeLinear (as ONNX Runtime's quantizer writes for
@@ -49,7 +49,7 @@ def _first_version_with(ctx: NodeContext, name: str) -> int | None:
     input to compare.
     """,
 )
-def unknown_attribute(ctx: NodeContext) -> Iterator[Finding]:
+def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
     for name, attr in ctx.attributes.items():
         if name in row.attributes:
@@ -92,9 +92,9 @@ def unknown_attribute(ctx: NodeContext) -> Iterator[Finding]:
     good: DequantizeLinear(x, s, zp, axis=1)
     """,
     versions="ai.onnx 13+, com.microsoft 1",
-    ops=ALL_OPS,
+    kinds=ALL_KINDS,
 )
-def attribute_type(ctx: NodeContext) -> Iterator[Finding]:
+def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():
         spec = ctx.row.attributes.get(name)
         if spec is not None and attr.type != spec[0]:

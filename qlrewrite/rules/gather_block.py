@@ -6,27 +6,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.rules.context import NodeContext
+from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, NodeView
 from qlrewrite.rules.registry import rule
-from qlrewrite.rules.weight_only import operand
-from qlrewrite.weight_only import GatherBlockForm, gather_block_form, int_attributes
+from qlrewrite.weight_only import GatherBlockForm
 
 __all__: list[str] = []
 
-_OPS = ("GatherBlockQuantized",)
+_KINDS = (GATHER_BLOCK_QUANTIZED,)
 _VERSIONS = "com.microsoft GatherBlockQuantized 1"
 
 
-def _form(ctx: NodeContext) -> GatherBlockForm | None:
-    if ctx.op_type != "GatherBlockQuantized":
+def _form(ctx: NodeView) -> GatherBlockForm | None:
+    """The form (None: rank below 2, or attributes other rules report)."""
+    form = ctx.weight_layout
+    if not isinstance(form, GatherBlockForm) or form.rank < 2:
         return None
-    data = operand(ctx, "data")
-    if data is None or data.rank is None or data.rank < 2:
-        return None
-    values = int_attributes(ctx.attributes, ctx.row)
-    form = gather_block_form(values, ctx.row, data.dtype, data.rank)
-    block = form.block_size if form is not None else 0
-    if form is None or (block == 0 and not form.storage.block_size_zero):
+    block = form.block_size
+    if block == 0 and not form.storage.block_size_zero:
         return None
     if block and (block < ctx.row.min_block_size or block & (block - 1)):
         return None  # QL205 reports it
@@ -53,11 +49,11 @@ def _dims(shape: tuple[int | None, ...]) -> str:
     good: GatherBlockQuantized(data: [32, 128], indices, scales: [32, 4])
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def data_rank(ctx: NodeContext) -> Iterator[Finding]:
-    data = operand(ctx, "data")
-    if ctx.op_type != "GatherBlockQuantized" or data is None or data.rank is None:
+def data_rank(ctx: NodeView) -> Iterator[Finding]:
+    data = ctx.operand("data")
+    if data is None or data.rank is None:
         return
     if data.rank < 2:
         yield ctx.finding(
@@ -86,16 +82,16 @@ def data_rank(ctx: NodeContext) -> Iterator[Finding]:
     good: GatherBlockQuantized(data: uint8 [64, 32], ..., gather_axis=0, quantize_axis=1)
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def axis(ctx: NodeContext) -> Iterator[Finding]:
-    data = operand(ctx, "data")
-    if ctx.op_type != "GatherBlockQuantized" or data is None or data.rank is None:
+def axis(ctx: NodeView) -> Iterator[Finding]:
+    data = ctx.operand("data")
+    if data is None or data.rank is None:
         return
     rank = data.rank
     if rank < 1:
         return
-    values = int_attributes(ctx.attributes, ctx.row)
+    values = ctx.weight_attributes
     out_of_range = False
     for name in ("gather_axis", "quantize_axis"):
         value = values[name]
@@ -145,11 +141,11 @@ def axis(ctx: NodeContext) -> Iterator[Finding]:
     good: scales: [32000, 128]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def scales_shape(ctx: NodeContext) -> Iterator[Finding]:
+def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
-    data, scales = operand(ctx, "data"), operand(ctx, "scales")
+    data, scales = ctx.operand("data"), ctx.operand("scales")
     if form is None or data is None or scales is None or scales.shape is None:
         return
     if scales.rank != data.rank:
@@ -198,11 +194,11 @@ def scales_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: zero_points: [32000, 64]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
-    scales, zp = operand(ctx, "scales"), operand(ctx, "zero_points")
+    scales, zp = ctx.operand("scales"), ctx.operand("zero_points")
     if form is None or scales is None or zp is None or scales.shape is None or zp.shape is None:
         return
     if form.storage.zero_point == "none" or scales.rank != form.rank:

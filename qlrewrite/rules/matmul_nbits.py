@@ -9,22 +9,19 @@ import numpy as np
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
-from qlrewrite.rules.context import NodeContext, ValueView
+from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
 from qlrewrite.rules.registry import rule
-from qlrewrite.rules.weight_only import operand
-from qlrewrite.weight_only import int_attributes, matmul_nbits_layout
 
 __all__: list[str] = []
 
-_OPS = ("MatMulNBits",)
+_KINDS = (MATMUL_NBITS,)
 _VERSIONS = "com.microsoft MatMulNBits 1"
 
 
-def _form(ctx: NodeContext) -> MatMulNBitsLayout | None:
-    """The layout (None: not MatMulNBits, or attributes other rules report)."""
-    if ctx.op_type != "MatMulNBits":
-        return None
-    return matmul_nbits_layout(int_attributes(ctx.attributes, ctx.row), ctx.row)
+def _form(ctx: NodeView) -> MatMulNBitsLayout | None:
+    """The layout (None: attributes other rules report)."""
+    layout = ctx.weight_layout
+    return layout if isinstance(layout, MatMulNBitsLayout) else None
 
 
 def _shape_text(shapes: Sequence[tuple[int, ...]]) -> str:
@@ -43,9 +40,9 @@ def _mismatch(view: ValueView | None, shapes: Sequence[tuple[int, ...]]) -> bool
 
 
 def _shape_finding(
-    ctx: NodeContext, code: str, name: str, shapes: Sequence[tuple[int, ...]], why: str
+    ctx: NodeView, code: str, name: str, shapes: Sequence[tuple[int, ...]], why: str
 ) -> Iterator[Finding]:
-    view = operand(ctx, name)
+    view = ctx.operand(name)
     if _mismatch(view, shapes):
         yield ctx.finding(
             code,
@@ -75,12 +72,12 @@ def _attrs(form: MatMulNBitsLayout) -> str:
     good: MatMulNBits(A: [1, 4096], B, scales, K=4096, N=4096, block_size=32)
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def a_shape(ctx: NodeContext) -> Iterator[Finding]:
-    values = int_attributes(ctx.attributes, ctx.row)
-    a, k = operand(ctx, "A"), values.get("K")
-    if ctx.op_type != "MatMulNBits" or a is None or a.shape is None or k is None:
+def a_shape(ctx: NodeView) -> Iterator[Finding]:
+    values = ctx.weight_attributes
+    a, k = ctx.operand("A"), values.get("K")
+    if a is None or a.shape is None or k is None:
         return
     if a.rank == 0:
         yield ctx.finding("QL420", ERROR, f"A {a.describe()} is a scalar", "give A rank >= 1")
@@ -110,9 +107,9 @@ def a_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: B: [4096, 128, 16]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def b_shape(ctx: NodeContext) -> Iterator[Finding]:
+def b_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "QL421", "B", [form.b_shape], _attrs(form))
@@ -133,9 +130,9 @@ def b_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: scales: [4096, 128]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def scales_shape(ctx: NodeContext) -> Iterator[Finding]:
+def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "QL422", "scales", form.scales_shapes, _attrs(form))
@@ -158,11 +155,11 @@ def scales_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: zero_points: uint8 [4096, 64]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
-    zp = operand(ctx, "zero_points")
+    zp = ctx.operand("zero_points")
     if form is None or zp is None or zp.dtype is None:
         return
     packed = zp.dtype.name == "UINT8"
@@ -185,9 +182,9 @@ def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: g_idx: [4096]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def g_idx_shape(ctx: NodeContext) -> Iterator[Finding]:
+def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "QL424", "g_idx", form.g_idx_shapes, _attrs(form))
@@ -207,11 +204,11 @@ def g_idx_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: bias: [4096]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def bias_shape(ctx: NodeContext) -> Iterator[Finding]:
-    n = int_attributes(ctx.attributes, ctx.row).get("N")
-    if ctx.op_type == "MatMulNBits" and n is not None and n >= 0:
+def bias_shape(ctx: NodeView) -> Iterator[Finding]:
+    n = ctx.weight_attributes.get("N")
+    if n is not None and n >= 0:
         yield from _shape_finding(ctx, "QL425", "bias", [(n,)], f"N={n}")
 
 
@@ -230,11 +227,11 @@ def bias_shape(ctx: NodeContext) -> Iterator[Finding]:
     good: g_idx: [0, 0, ..., 127]
     """,
     versions=_VERSIONS,
-    ops=_OPS,
+    kinds=_KINDS,
 )
-def g_idx_range(ctx: NodeContext) -> Iterator[Finding]:
+def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
-    g_idx = operand(ctx, "g_idx")
+    g_idx = ctx.operand("g_idx")
     if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:
         return
     bad = (g_idx.array < 0) | (g_idx.array >= form.k_blocks)

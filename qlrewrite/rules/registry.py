@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
+import onnx_ir as ir
+
+from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
-from qlrewrite.opsets import WEIGHT_ONLY_OPS
+from qlrewrite.qdq.sites import QDQ, WEIGHT_ONLY, SiteKind
 
-QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
-#: Every quantized op a node rule may apply to.
-ALL_OPS = (*QDQ_OPS, *WEIGHT_ONLY_OPS)
+#: Every kind of quantized node a node rule may apply to.
+ALL_KINDS = (QDQ, *WEIGHT_ONLY)
 
-__all__ = ["ALL_OPS", "CHECKS", "QDQ_OPS", "RULES", "RuleCheck", "Scope", "rule"]
+__all__ = ["ALL_KINDS", "CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
 
 Scope = Literal["node", "model", "report"]
 
@@ -25,10 +28,10 @@ class RuleCheck:
 
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
-    scope: Scope  # "node": called per Q/DQ node with a NodeContext; "model": once per model;
+    scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
     # "report": findings made after the check, from the report (suppressions)
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
-    ops: tuple[str, ...]  # node rules: the op types they apply to
+    kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
 
 
 #: The catalogue, ordered by code once every rule module is imported.
@@ -51,7 +54,7 @@ def rule(
     fix: FixKind | None = None,
     fix_summary: str = "",
     opt_in: bool = False,
-    ops: tuple[str, ...] = QDQ_OPS,
+    kinds: tuple[SiteKind, ...] = (QDQ,),
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -77,7 +80,20 @@ def rule(
             opt_in=opt_in,
         )
         RULES[code] = entry
-        CHECKS[code] = RuleCheck(entry, func, scope, needs_version, ops)
+        CHECKS[code] = RuleCheck(entry, func, scope, needs_version, kinds)
         return func
 
     return register
+
+
+@dataclasses.dataclass
+class ModelContext:
+    """The whole model, for rules about the file rather than one node."""
+
+    model: ir.Model
+    path: str | None = None
+
+    @functools.cached_property
+    def data_problems(self) -> list[tensors.DataProblem]:
+        """Tensors whose data is missing, escapes the folder or has the wrong size."""
+        return tensors.data_problems(self.model)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.rules.context import Dims, NodeContext
+from qlrewrite.qdq import Dims, NodeView
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
@@ -17,13 +17,13 @@ def _per_tensor_shape(shape: Dims | None) -> bool:
     return shape in ((), (1,))
 
 
-def _axis(ctx: NodeContext) -> int:
+def _axis(ctx: NodeView) -> int:
     """The axis applied: the attribute, else the default (1; com.microsoft's kernel uses 1)."""
     axis = ctx.attr_or_default("axis")
     return 1 if axis is None else axis
 
 
-def _axis_used(ctx: NodeContext) -> bool:
+def _axis_used(ctx: NodeView) -> bool:
     """True when the axis matters: blocked, or a 1-D scale of known length other than 1."""
     scale = ctx.scale
     if scale is None or scale.shape is None or ctx.row.scalar_only:
@@ -33,7 +33,7 @@ def _axis_used(ctx: NodeContext) -> bool:
     return scale.rank == 1 and scale.shape[0] is not None and scale.shape[0] != 1
 
 
-def _axis_in_range(ctx: NodeContext) -> int | None:
+def _axis_in_range(ctx: NodeView) -> int | None:
     """The axis normalized to [0, r) when x's rank is known and the axis is valid."""
     x = ctx.x
     if x is None or x.rank is None:
@@ -59,7 +59,7 @@ def _axis_in_range(ctx: NodeContext) -> int | None:
     """,
     versions="ai.onnx 13+, com.microsoft 1",
 )
-def axis_out_of_range(ctx: NodeContext) -> Iterator[Finding]:
+def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     x = ctx.x
     if x is None or x.rank is None or not _axis_used(ctx):
         return
@@ -96,7 +96,7 @@ def axis_out_of_range(ctx: NodeContext) -> Iterator[Finding]:
     QL201). Unsafe for the same reason.
     """,
 )
-def opset10_scalar_only(ctx: NodeContext) -> Iterator[Finding]:
+def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
     if not ctx.row.scalar_only:
         return
     for role, view in (("scale", ctx.scale), ("zero point", ctx.zero_point)):
@@ -126,7 +126,7 @@ def opset10_scalar_only(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 13+, com.microsoft 1",
 )
-def per_axis_scale_length(ctx: NodeContext) -> Iterator[Finding]:
+def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
     if ctx.block_size > 0 or not _axis_used(ctx) or scale.rank != 1:
         return
@@ -164,7 +164,7 @@ def _known(shape: Dims | None) -> bool:
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
 )
-def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
     if scale is None or zp is None or not _known(scale.shape) or not _known(zp.shape):
         return
@@ -196,7 +196,7 @@ def zero_point_shape(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
 )
-def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
+def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale
     if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size != 0:
         return  # a negative block_size is set, and wrong: QL407 says so
@@ -241,7 +241,7 @@ def scale_rank_needs_block_size(ctx: NodeContext) -> Iterator[Finding]:
     """,
     opt_in=True,
 )
-def zero_point_scalar_vs_1(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
     if scale is None or zp is None or scale.shape is None or zp.shape is None:
         return
@@ -269,7 +269,7 @@ def zero_point_scalar_vs_1(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 21+",
 )
-def block_size_negative(ctx: NodeContext) -> Iterator[Finding]:
+def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
     if not ctx.row.has_block_size:
         return
     value = ctx.int_attr("block_size")
@@ -296,7 +296,7 @@ def block_size_negative(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 21+",
 )
-def blocked_scale_rank(ctx: NodeContext) -> Iterator[Finding]:
+def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
     if ctx.block_size <= 0 or scale is None or x is None:
         return
@@ -325,7 +325,7 @@ def blocked_scale_rank(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 21+",
 )
-def blocked_scale_dims(ctx: NodeContext) -> Iterator[Finding]:
+def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
     if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
         return
@@ -364,7 +364,7 @@ def blocked_scale_dims(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 21+",
 )
-def block_size_range(ctx: NodeContext) -> Iterator[Finding]:
+def block_size_range(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
     if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
         return
@@ -412,7 +412,7 @@ def block_size_range(ctx: NodeContext) -> Iterator[Finding]:
     outputs are bit-identical.
     """,
 )
-def com_microsoft_1d_scale_without_axis(ctx: NodeContext) -> Iterator[Finding]:
+def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale
     if ctx.domain != opsets.MS_DOMAIN or "axis" in ctx.attributes or scale is None:
         return

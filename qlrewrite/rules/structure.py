@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.rules.context import NodeContext
-from qlrewrite.rules.registry import ALL_OPS, rule
+from qlrewrite.qdq import NodeView
+from qlrewrite.rules.registry import ALL_KINDS, rule
 
 __all__: list[str] = []
 
@@ -29,7 +29,7 @@ __all__: list[str] = []
     versions="all",
     needs_version=False,
 )
-def input_count(ctx: NodeContext) -> Iterator[Finding]:
+def input_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
     if count not in (2, 3):
         yield ctx.finding(
@@ -66,9 +66,9 @@ def input_count(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
-    ops=ALL_OPS,
+    kinds=ALL_KINDS,
 )
-def output_count(ctx: NodeContext) -> Iterator[Finding]:
+def output_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.outputs)
     if count != 1:
         yield ctx.finding(
@@ -96,7 +96,7 @@ def output_count(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
-    ops=ALL_OPS,
+    kinds=ALL_KINDS,
     fix=UNSAFE,
     fix_summary="""
     A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
@@ -104,7 +104,7 @@ def output_count(ctx: NodeContext) -> Iterator[Finding]:
     missing ai.onnx import is not fixed (which version was meant cannot be known).
     """,
 )
-def domain_not_imported(ctx: NodeContext) -> Iterator[Finding]:
+def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None:
         yield ctx.finding(
             "QL103",
@@ -132,9 +132,9 @@ def domain_not_imported(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
-    ops=ALL_OPS,
+    kinds=ALL_KINDS,
 )
-def op_not_in_opset(ctx: NodeContext) -> Iterator[Finding]:
+def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None or ctx.row is not None:
         return
     first = opsets.versions(ctx.domain, ctx.op_type)

@@ -8,7 +8,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.rules.context import NodeContext, ValueView
+from qlrewrite.qdq import NodeView, ValueView
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
@@ -18,14 +18,14 @@ def _names(types: frozenset[ir.DataType]) -> str:
     return ", ".join(sorted(t.name for t in types))
 
 
-def _first_version_allowing(ctx: NodeContext, role: str, dtype: ir.DataType) -> int | None:
+def _first_version_allowing(ctx: NodeView, role: str, dtype: ir.DataType) -> int | None:
     for row in opsets.versions(ctx.domain, ctx.op_type):
         if dtype in getattr(row, role):
             return row.since
     return None
 
 
-def _type_hint(ctx: NodeContext, role: str, dtype: ir.DataType, what: str) -> str:
+def _type_hint(ctx: NodeView, role: str, dtype: ir.DataType, what: str) -> str:
     since = _first_version_allowing(ctx, role, dtype)
     if since is not None and since > ctx.row.since:
         return f"{dtype.name} {what} needs opset {since}: run `qlrewrite upgrade --opset {since}`"
@@ -36,7 +36,7 @@ def _type_hint(ctx: NodeContext, role: str, dtype: ir.DataType, what: str) -> st
     return f"use one of: {_names(getattr(ctx.row, role))}"
 
 
-def _role_type(ctx: NodeContext, code: str, role: str, view: ValueView | None, what: str):
+def _role_type(ctx: NodeView, code: str, role: str, view: ValueView | None, what: str):
     if view is None or view.dtype is None:
         return
     allowed = getattr(ctx.row, role)
@@ -68,7 +68,7 @@ def _role_type(ctx: NodeContext, code: str, role: str, view: ValueView | None, w
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def x_type(ctx: NodeContext) -> Iterator[Finding]:
+def x_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL301", "x_types", ctx.x, "x")
 
 
@@ -89,7 +89,7 @@ def x_type(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def scale_type(ctx: NodeContext) -> Iterator[Finding]:
+def scale_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL302", "scale_types", ctx.scale, "scale")
 
 
@@ -109,7 +109,7 @@ def scale_type(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def zero_point_type(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL303", "zero_point_types", ctx.zero_point, "zero point")
 
 
@@ -129,7 +129,7 @@ def zero_point_type(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def zero_point_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, zp = ctx.x, ctx.zero_point
     if ctx.is_quantize or x is None or zp is None or x.dtype is None or zp.dtype is None:
         return
@@ -159,7 +159,7 @@ def zero_point_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx QuantizeLinear 19-22, com.microsoft QuantizeLinear 1",
 )
-def scale_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+def scale_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, scale = ctx.x, ctx.scale
     if not ctx.row.scale_matches_x or x is None or scale is None:
         return
@@ -200,7 +200,7 @@ def _dtype_name(value: int) -> str:
     """,
     versions="ai.onnx QuantizeLinear 21+, DequantizeLinear 23+",
 )
-def output_dtype(ctx: NodeContext) -> Iterator[Finding]:
+def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     if "output_dtype" not in ctx.row.attributes:
         return
     value = ctx.int_attr("output_dtype")
@@ -247,7 +247,7 @@ def output_dtype(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx DequantizeLinear 24+",
 )
-def scale_needs_output_dtype(ctx: NodeContext) -> Iterator[Finding]:
+def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale
     if scale is None or scale.dtype not in ctx.row.scale_needs_output_dtype:
         return
@@ -258,22 +258,6 @@ def scale_needs_output_dtype(ctx: NodeContext) -> Iterator[Finding]:
             f"scale {scale.describe()} is {scale.dtype.name} and output_dtype is not set",
             "add output_dtype=1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16)",
         )
-
-
-def derived_output_type(ctx: NodeContext) -> ir.DataType | None:
-    """The output type the version in force gives the node (None: cannot tell)."""
-    zp, scale = ctx.zero_point, ctx.scale
-    if "zero_point" in ctx.row.output_from and zp is not None and zp.dtype is None:
-        return None
-    try:
-        return opsets.output_type(
-            ctx.row,
-            scale_type=scale.dtype if scale is not None else None,
-            zero_point_type=zp.dtype if zp is not None else None,
-            output_dtype=ctx.int_attr("output_dtype"),
-        )
-    except ValueError:  # output_dtype is not a data type (QL306)
-        return None
 
 
 @rule(
@@ -294,11 +278,11 @@ def derived_output_type(ctx: NodeContext) -> ir.DataType | None:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def output_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     out = ctx.output
     if out is None or out.dtype is None:
         return
-    derived = derived_output_type(ctx)
+    derived = ctx.output_type
     if derived is not None and derived != out.dtype:
         yield ctx.finding(
             "QL308",
@@ -325,7 +309,7 @@ def output_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx QuantizeLinear 23+",
 )
-def precision_not_float(ctx: NodeContext) -> Iterator[Finding]:
+def precision_not_float(ctx: NodeView) -> Iterator[Finding]:
     if "precision" not in ctx.row.attributes:
         return
     value = ctx.int_attr("precision")

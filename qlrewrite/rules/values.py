@@ -8,7 +8,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.findings import WARNING, Finding
-from qlrewrite.rules.context import NodeContext
+from qlrewrite.qdq import NodeView
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
@@ -43,7 +43,7 @@ def _sample(values: np.ndarray, limit: int = 4) -> str:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def scale_value(ctx: NodeContext) -> Iterator[Finding]:
+def scale_value(ctx: NodeView) -> Iterator[Finding]:
     values = _scale_values(ctx)
     if values is None:
         return
@@ -77,7 +77,7 @@ def scale_value(ctx: NodeContext) -> Iterator[Finding]:
     versions="ai.onnx 10+, com.microsoft 1",
     opt_in=True,
 )
-def scale_negative(ctx: NodeContext) -> Iterator[Finding]:
+def scale_negative(ctx: NodeView) -> Iterator[Finding]:
     values = _scale_values(ctx)
     if values is None:
         return
@@ -93,7 +93,7 @@ def scale_negative(ctx: NodeContext) -> Iterator[Finding]:
         )
 
 
-def _scale_values(ctx: NodeContext) -> np.ndarray | None:
+def _scale_values(ctx: NodeView) -> np.ndarray | None:
     """The constant scale's values, flat (None when not constant or empty)."""
     scale = ctx.scale
     if scale is None or scale.array is None or scale.array.size == 0:
@@ -117,7 +117,7 @@ def _scale_values(ctx: NodeContext) -> np.ndarray | None:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
 )
-def int32_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
+def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.zero_point
     if ctx.is_quantize or zp is None or zp.array is None or zp.dtype != ir.DataType.INT32:
         return
@@ -148,7 +148,7 @@ def int32_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
     """,
     versions="ai.onnx 19+",
 )
-def float_zero_point_nonzero(ctx: NodeContext) -> Iterator[Finding]:
+def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.zero_point
     if zp is None or zp.array is None or zp.dtype not in _FLOAT_ZERO_POINT:
         return

@@ -10,28 +10,17 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.rules.context import NodeContext, ValueView
+from qlrewrite.qdq import MATMUL_NBITS, WEIGHT_ONLY, NodeView
 from qlrewrite.rules.registry import rule
-from qlrewrite.weight_only import int_attributes
 
-__all__ = ["operand"]
+__all__: list[str] = []
 
-WEIGHT_ONLY = opsets.WEIGHT_ONLY_OPS
 _VERSIONS = "com.microsoft MatMulNBits 1, GatherBlockQuantized 1"
 _FP_TYPES = "float8 / float4"
 
 
-def operand(ctx: NodeContext, name: str) -> ValueView | None:
-    """The view of input ``name`` of a weight-only node (None: omitted, or the operator
-    has no such input)."""
-    if all(o.name != name for o in ctx.row.inputs):
-        return None
-    index = ctx.row.input_index(name)
-    return ctx.inputs[index] if index < len(ctx.inputs) else None
-
-
-def _weight_storage(ctx: NodeContext) -> opsets.WeightStorage | None:
-    view = operand(ctx, ctx.row.weight)
+def _weight_storage(ctx: NodeView) -> opsets.WeightStorage | None:
+    view = ctx.operand(ctx.row.weight)
     if view is None or view.dtype is None:
         return None
     return ctx.row.storage.get(view.dtype)
@@ -58,9 +47,9 @@ def _names(types: frozenset[ir.DataType]) -> str:
     good: MatMulNBits(A, B, scales, "", "", bias)          # zero_points and g_idx skipped
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_only_input_count(ctx: NodeContext) -> Iterator[Finding]:
+def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
     low, high = ctx.row.input_range
     count = len(ctx.node.inputs)
     names = [o.name for o in ctx.row.inputs]
@@ -100,9 +89,9 @@ def weight_only_input_count(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, K=4096, N=4096, bits=4, block_size=32)
     """,
     versions="com.microsoft MatMulNBits 1",
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def required_attribute(ctx: NodeContext) -> Iterator[Finding]:
+def required_attribute(ctx: NodeView) -> Iterator[Finding]:
     missing = sorted(set(ctx.row.required) - set(ctx.attributes))
     if missing:
         yield ctx.finding(
@@ -131,14 +120,14 @@ def required_attribute(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, K=64, N=64, bits=4, block_size=32)
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_bits(ctx: NodeContext) -> Iterator[Finding]:
+def weight_bits(ctx: NodeView) -> Iterator[Finding]:
     storage = _weight_storage(ctx)
-    bits = int_attributes(ctx.attributes, ctx.row)["bits"]
+    bits = ctx.weight_attributes["bits"]
     if storage is None or bits is None or not storage.bits or bits in storage.bits:
         return
-    dtype = operand(ctx, ctx.row.weight).dtype  # type: ignore[union-attr]
+    dtype = ctx.operand(ctx.row.weight).dtype  # type: ignore[union-attr]
     *head, last = [str(b) for b in sorted(storage.bits)]
     allowed = f"{', '.join(head)} or {last}" if head else last
     how = "" if "bits" in ctx.attributes else " (the default)"
@@ -168,10 +157,10 @@ def weight_bits(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, K=96, N=64, bits=4, block_size=32)
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_block_size(ctx: NodeContext) -> Iterator[Finding]:
-    block = int_attributes(ctx.attributes, ctx.row)["block_size"]
+def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
+    block = ctx.weight_attributes["block_size"]
     if block is None:
         return
     minimum = ctx.row.min_block_size
@@ -181,7 +170,8 @@ def weight_block_size(ctx: NodeContext) -> Iterator[Finding]:
     if block == 0 and storage is not None and storage.block_size_zero:
         return
     how = "" if "block_size" in ctx.attributes else " (the default)"
-    zero = f", or 0 for {_FP_TYPES} data" if ctx.op_type == "GatherBlockQuantized" else ""
+    zero_ok = any(storage.block_size_zero for storage in ctx.row.storage.values())
+    zero = f", or 0 for {_FP_TYPES} data" if zero_ok else ""
     yield ctx.finding(
         "QL205",
         ERROR,
@@ -207,11 +197,11 @@ def weight_block_size(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, K=64, N=64, block_size=32, accuracy_level=4)
     """,
     versions="com.microsoft MatMulNBits 1",
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def accuracy_level(ctx: NodeContext) -> Iterator[Finding]:
+def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
     levels = ctx.row.accuracy_levels
-    value = int_attributes(ctx.attributes, ctx.row).get("accuracy_level")
+    value = ctx.weight_attributes.get("accuracy_level")
     if levels and value is not None and value not in levels:
         yield ctx.finding(
             "QL206",
@@ -235,10 +225,10 @@ def accuracy_level(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, K=64, N=64, block_size=32)
     """,
     versions="com.microsoft MatMulNBits 1",
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_dimension_negative(ctx: NodeContext) -> Iterator[Finding]:
-    values = int_attributes(ctx.attributes, ctx.row)
+def weight_dimension_negative(ctx: NodeView) -> Iterator[Finding]:
+    values = ctx.weight_attributes
     for name in ("K", "N"):
         value = values.get(name)
         if name in ctx.row.attributes and value is not None and value < 0:
@@ -264,9 +254,9 @@ def weight_dimension_negative(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A: float, B: uint8, ...)
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_only_type(ctx: NodeContext) -> Iterator[Finding]:
+def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
     views = [*zip(row.inputs, ctx.inputs, strict=False), (row.output, ctx.output)]
     for spec, view in views:
@@ -299,9 +289,9 @@ def weight_only_type(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A: float16, B, scales: float16, ...)
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def weight_only_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
+def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
     first: dict[str, tuple[str, ir.DataType]] = {}
     views = [*zip(row.inputs, ctx.inputs, strict=False), (row.output, ctx.output)]
@@ -336,12 +326,10 @@ def weight_only_type_mismatch(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A: float, B, scales: float, zero_points: float, ...)
     """,
     versions="com.microsoft MatMulNBits 1",
-    ops=WEIGHT_ONLY,
+    kinds=(MATMUL_NBITS,),
 )
-def zero_point_float_type(ctx: NodeContext) -> Iterator[Finding]:
-    if ctx.op_type != "MatMulNBits":
-        return
-    zp, a = operand(ctx, "zero_points"), operand(ctx, "A")
+def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
+    zp, a = ctx.operand("zero_points"), ctx.operand("A")
     if zp is None or a is None or zp.dtype is None or a.dtype is None:
         return
     if zp.dtype in opsets.FLOAT_TYPES and zp.dtype != a.dtype:
@@ -368,13 +356,13 @@ def zero_point_float_type(ctx: NodeContext) -> Iterator[Finding]:
     good: GatherBlockQuantized(data: float8e4m3fn, indices, scales)
     """,
     versions="com.microsoft GatherBlockQuantized 1",
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def zero_point_not_allowed(ctx: NodeContext) -> Iterator[Finding]:
+def zero_point_not_allowed(ctx: NodeView) -> Iterator[Finding]:
     storage = _weight_storage(ctx)
-    zp = operand(ctx, "zero_points")
+    zp = ctx.operand("zero_points")
     if storage is not None and storage.zero_point == "none" and zp is not None:
-        dtype = operand(ctx, ctx.row.weight).dtype  # type: ignore[union-attr]
+        dtype = ctx.operand(ctx.row.weight).dtype  # type: ignore[union-attr]
         yield ctx.finding(
             "QL313",
             ERROR,
@@ -402,9 +390,9 @@ def zero_point_not_allowed(ctx: NodeContext) -> Iterator[Finding]:
     good: MatMulNBits(A, B, scales, zero_points: uint8 (packed), ..., bits=8, block_size=32)
     """,
     versions=_VERSIONS,
-    ops=WEIGHT_ONLY,
+    kinds=WEIGHT_ONLY,
 )
-def onnxruntime_cpu_unsupported(ctx: NodeContext) -> Iterator[Finding]:
+def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
     for reason in _cpu_limits(ctx):
         yield ctx.finding(
             "QL606",
@@ -414,18 +402,18 @@ def onnxruntime_cpu_unsupported(ctx: NodeContext) -> Iterator[Finding]:
         )
 
 
-def _cpu_limits(ctx: NodeContext) -> Iterator[str]:
+def _cpu_limits(ctx: NodeView) -> Iterator[str]:
     row = ctx.row
-    values = int_attributes(ctx.attributes, row)
+    values = ctx.weight_attributes
     block = values.get("block_size")
     valid = block is not None and block >= row.min_block_size and block & (block - 1) == 0
     if row.cpu_block_sizes and valid and block not in row.cpu_block_sizes:
         sizes = ", ".join(str(b) for b in sorted(row.cpu_block_sizes))
         yield f"block_size={block} (it runs {sizes})"
     if ctx.op_type == "MatMulNBits":
-        zp = operand(ctx, "zero_points")
+        zp = ctx.operand("zero_points")
         float_zp = zp is not None and zp.dtype in opsets.FLOAT_TYPES
-        g_idx = operand(ctx, "g_idx") is not None
+        g_idx = ctx.operand("g_idx") is not None
         bits = values.get("bits")
         if bits == 8 and float_zp:
             yield "8 bits with float zero points (pack them as uint8)"
@@ -434,7 +422,7 @@ def _cpu_limits(ctx: NodeContext) -> Iterator[str]:
         if bits == 2 and float_zp and g_idx:
             yield "2 bits with float zero points and g_idx"
     for name in ("A", "scales", "zero_points"):
-        view = operand(ctx, name)
+        view = ctx.operand(name)
         if view is not None and view.dtype == ir.DataType.BFLOAT16:
             yield f"{name} is BFLOAT16 (no CPU kernel)"
             return

@@ -1,0 +1,131 @@
+"""`check` as a library: every rule of :mod:`qlrewrite.rules` on every Q/DQ node.
+
+Nodes are found in the main graph, every nested subgraph and every model-local function
+(:func:`qlrewrite.qdq.node_views`); a function's nodes are checked once per call site.
+Types and shapes come from the model, then from ONNX shape inference on a weight-free
+copy; values are read only for small constant scales and zero points. Nothing is
+modified.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite import model_io
+from qlrewrite.custom_quant import custom_quant_groups
+from qlrewrite.errors import InputError
+from qlrewrite.findings import Report
+from qlrewrite.qdq import node_views
+from qlrewrite.rules import CHECKS
+from qlrewrite.rules.registry import ALL_KINDS, ModelContext
+from qlrewrite.rules.selection import filter_report, select_rules
+from qlrewrite.source import Source, set_source, source_of
+from qlrewrite.weightless import weightless_from_source
+
+__all__ = ["check", "check_model", "check_path", "finish_report"]
+
+
+def check(
+    model_or_path: ir.Model | onnx.ModelProto | str | os.PathLike,
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
+
+    ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
+    check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
+    name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
+    (see :mod:`qlrewrite.suppress`). A path that cannot be read gives a Report with
+    ``load_error``; a ``ModelProto`` is checked as if its file were in the current folder.
+    """
+    codes = select_rules(select, ignore)
+    if isinstance(model_or_path, ir.Model):
+        model = model_or_path
+        source = source_of(model)
+        path = str(source.path) if source is not None and source.path is not None else None
+        report = check_model(model, path=path)
+    elif isinstance(model_or_path, onnx.ModelProto):
+        try:
+            model = ir.serde.deserialize_model(model_or_path)
+        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
+            return Report(load_error=f"not a valid ONNX model ({exc})".splitlines()[0])
+        set_source(model, Source(None, model_or_path))
+        report = check_model(model, weightless=weightless_from_source(model_or_path))
+    else:
+        return check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+    return finish_report(report, model, codes, per_node_ignores)
+
+
+def finish_report(
+    report: Report,
+    model: ir.Model,
+    codes: Collection[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """``report`` of ``model`` with only the rules in ``codes``, then suppressions applied."""
+    from qlrewrite.suppress import apply_suppressions
+
+    return apply_suppressions(filter_report(report, codes), model, per_node_ignores or {}, codes)
+
+
+def check_path(
+    path: str | os.PathLike,
+    *,
+    codes: Collection[str] | None = None,
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """Load and check one model file; an unreadable file gives a Report with ``load_error``.
+
+    Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
+    error is one line without the path (the Report has it). With ``codes`` (the enabled
+    rules) the report is finished as :func:`finish_report` does.
+    """
+    try:
+        model = model_io.load(path, check_data=False)
+    except InputError as exc:
+        return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
+    source = source_of(model)
+    weightless = weightless_from_source(source.proto) if source is not None else None
+    report = check_model(model, path=str(path), weightless=weightless)
+    if codes is None:
+        return report
+    return finish_report(report, model, codes, per_node_ignores)
+
+
+def check_model(
+    model: ir.Model, *, path: str | None = None, weightless: onnx.ModelProto | None = None
+) -> Report:
+    """Every finding of every rule on ``model`` (which is not modified).
+
+    ``weightless``: a weight-free proto of ``model`` as it is now (from
+    :func:`~qlrewrite.weightless.weightless_proto` or, for a model just loaded,
+    :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
+    it the model is serialized again if inference is needed.
+    """
+    report = Report(path=path, custom_quant=custom_quant_groups(model))
+    model_ctx = ModelContext(model, path)
+    for rule_check in CHECKS.values():
+        if rule_check.scope == "model":
+            report.findings.extend(rule_check.func(model_ctx))
+    node_checks = [c for c in CHECKS.values() if c.scope == "node"]
+    seen: set[tuple[str, str, int, str]] = set()
+    for site, views in node_views(model, weightless=weightless, kinds=ALL_KINDS):
+        report.nodes_checked += 1
+        checks = [c for c in node_checks if site.kind in c.kinds]
+        for view in views:
+            for rule_check in checks:
+                if rule_check.needs_version and view.row is None:
+                    continue
+                for finding in rule_check.func(view):
+                    message = finding.message.replace(view.call_site_note, "", 1)
+                    key = (finding.rule, finding.graph, id(site.node), message)
+                    if key not in seen:
+                        seen.add(key)
+                        report.findings.append(finding)
+    return report

@@ -1,0 +1,75 @@
+"""What the rewriting passes return: typed :class:`~onnx_ir.passes.PassResult` subclasses
+(as onnxscript's ``FoldConstantsResult``), and the mark of a pass that repairs findings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import onnx_ir as ir
+
+__all__ = [
+    "ConvertResult",
+    "FixResult",
+    "FoldResult",
+    "NBitsResult",
+    "RepairsFindings",
+    "RewritePassResult",
+    "UpgradeResult",
+]
+
+
+@dataclasses.dataclass
+class RewritePassResult(ir.passes.PassResult):
+    """A rewrite's result: the model, whether it changed, counts of what changed (the
+    summary line and ``--report``'s ``changes``) and warnings for the reader."""
+
+    summary: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: Strings, or objects with ``message`` and ``to_json()``.
+    warnings: list[Any] = dataclasses.field(default_factory=list)
+    #: Why ``--verify`` may see outputs that differ (None: it should not), and by how much
+    #: relative to each output's largest magnitude.
+    verify_note: str | None = None
+    verify_relative_tolerance: float | None = None
+
+
+@dataclasses.dataclass
+class FixResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
+    ``changes``: one ``(code, where, what)`` per repair, for ``check --diff``."""
+
+    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FoldResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.fold.FoldPass`: ``dq_folded``, ``q_folded``,
+    ``chains_folded``, ``nodes_removed``, ``initializers_removed``, ``opsets_removed``."""
+
+
+@dataclasses.dataclass
+class ConvertResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`: ``nodes_converted``,
+    ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
+
+
+@dataclasses.dataclass
+class NBitsResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`:
+    ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
+    ``initializers_removed``, ``opset_imports_dropped``;
+    :class:`~qlrewrite.passes.nbits_from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
+    ``gather_block_quantized_made``."""
+
+
+@dataclasses.dataclass
+class UpgradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.upgrade.UpgradePass`: opsets and IR versions before and
+    after, nodes converted to ai.onnx and com.microsoft nodes left."""
+
+
+class RepairsFindings:
+    """Mixin of a pass that repairs input findings: the pipeline does not refuse an input
+    for error findings of ``repairs_rules`` (the output is checked again in full)."""
+
+    repairs_rules: tuple[str, ...] = ()

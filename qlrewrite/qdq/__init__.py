@@ -1,0 +1,91 @@
+"""What a quantized node means: the one home of every fact about one.
+
+Everything that reads a QuantizeLinear / DequantizeLinear node (the check rules, fold,
+convert, upgrade, ``info``) reads it through this package; nothing derives these facts a
+second time. The operator rules themselves are data in :mod:`qlrewrite.opsets`.
+
+=================  ===============================================================
+module             decides
+=================  ===============================================================
+``graphs``         where graphs sit (:class:`GraphRef`: main, subgraph, function;
+                   ``str()`` is the label of findings) and the opset in force for
+                   each (:meth:`GraphScope.opset`; :func:`imported_version` is the
+                   one reader of an opset import table)
+``sites``          which nodes are quantized sites (:class:`SiteKind`), their input
+                   roles, and the operator version in force (:class:`QuantizedSite`.row)
+``constants``      is an input constant, and its tensor (initializers, Constant nodes)
+``view``           the per-node view (:class:`NodeView`): attributes with defaults,
+                   x / scale / zero-point / output types and shapes, the output type
+                   (:attr:`NodeView.output_type`), x's type, granularity
+``inference``      ONNX type and shape inference per graph, run once on first need
+``binding``        building views: :func:`node_views` (one per call site inside a
+                   function), :func:`site_view` (constants and declarations only)
+=================  ===============================================================
+
+Adding a kind of quantized node (as com.microsoft MatMulNBits and GatherBlockQuantized
+were added, :data:`~qlrewrite.qdq.sites.WEIGHT_ONLY`):
+
+1. add its operator versions to :data:`qlrewrite.opsets.TABLE` (attributes with defaults,
+   types per role; a row class with ``attributes`` and ``default(name)``);
+2. declare a :class:`~qlrewrite.qdq.sites.SiteKind` in ``sites.py`` naming its ops and the
+   input index of each role (``x`` is the quantized data: MatMulNBits' ``B``,
+   GatherBlockQuantized's ``data``; then ``scale``, ``zero_point``);
+3. callers that handle it pass ``kinds=(...)`` to :func:`iter_sites` / :func:`node_views`
+   / :func:`site_view`; the sites carry the row in force, the views answer attributes with
+   defaults, types and shapes per role from it, as for Q/DQ. (``output_type``,
+   ``x_type`` and ``granularity`` are the Q/DQ rules: a new kind whose output is decided
+   otherwise adds its rule there, keyed on ``site.kind``.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> submodule that defines it (imported on first use: low-level modules
+#: such as ``tensors`` import ``qdq.graphs`` without pulling in inference and views).
+_API = {
+    **dict.fromkeys(("node_views", "site_view"), "binding"),
+    **dict.fromkeys(("MAX_VALUE_BYTES", "constant_tensor", "is_constant"), "constants"),
+    **dict.fromkeys(
+        (
+            "MAIN",
+            "MS_DOMAIN",
+            "ONNX_DOMAINS",
+            "GraphRef",
+            "GraphScope",
+            "drop_unused_domain",
+            "drop_unused_domains",
+            "imported_version",
+            "iter_graphs",
+            "normalize_domain",
+            "onnx_opset",
+            "owner_label",
+        ),
+        "graphs",
+    ),
+    **dict.fromkeys(
+        (
+            "GATHER_BLOCK_QUANTIZED",
+            "MATMUL_NBITS",
+            "QDQ",
+            "QDQ_OPS",
+            "WEIGHT_ONLY",
+            "QuantizedSite",
+            "SiteKind",
+            "iter_sites",
+        ),
+        "sites",
+    ),
+    **dict.fromkeys(("Dims", "Granularity", "NodeView", "ValueView", "view_of"), "view"),
+    "Inference": "inference",
+}
+
+__all__ = sorted(_API)  # noqa: PLE0605
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"qlrewrite.qdq.{module}"), name)

@@ -1,0 +1,128 @@
+"""Building node views: every quantized node with what it means at each place it runs.
+
+A node in the main graph or a subgraph has one view. A node inside a model-local function
+has one view per call site anywhere in the model: the function's inputs are replaced by
+the call's actual values (with their inferred types) and its attribute references by the
+call's attributes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite.qdq.graphs import GraphRef, iter_graphs
+from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.sites import QDQ, QuantizedSite, SiteKind, iter_sites
+from qlrewrite.qdq.view import NodeView, ValueView, view_of
+
+__all__ = ["node_views", "site_view"]
+
+
+@dataclasses.dataclass
+class _Binding:
+    """One call site of a function: actual values and attributes for the formal ones."""
+
+    values: dict[int, ir.Value | None]  # id(formal input) -> actual value
+    attributes: Mapping[str, ir.Attr]
+    where: str  # "'<call node>' in <graph label>"
+    graph: GraphRef  # the graph of the call node
+
+
+def _call_sites(model: ir.Model) -> dict[tuple[str, str], list[_Binding | None]]:
+    """Per function (domain, name), one binding per call site anywhere in the model."""
+    if not model.functions:
+        return {}
+    sites: dict[tuple[str, str], list[_Binding | None]] = {}
+    for scope in iter_graphs(model):
+        for node in scope.graph:
+            function = model.functions.get((node.domain, node.op_type, node.overload))
+            if function is None:
+                continue
+            values = {
+                id(formal): (node.inputs[i] if i < len(node.inputs) else None)
+                for i, formal in enumerate(function.inputs)
+            }
+            attrs = {**function.attributes, **node.attributes}
+            where = f"'{node.name or node.op_type}' in {scope.ref}"
+            key = (function.domain, function.name)
+            sites.setdefault(key, []).append(_Binding(values, attrs, where, scope.ref))
+    return sites
+
+
+def _resolve_attributes(node: ir.Node, binding: _Binding | None) -> dict[str, ir.Attr]:
+    attrs: dict[str, ir.Attr] = {}
+    for name, attr in node.attributes.items():
+        if attr.is_ref():
+            actual = binding.attributes.get(attr.ref_attr_name) if binding else None
+            if isinstance(actual, ir.Attr) and actual.value is not None:
+                attrs[name] = ir.Attr(name, actual.type, actual.value)
+            continue
+        attrs[name] = attr
+    return attrs
+
+
+class _Builder:
+    """Makes the views of one model, sharing one inference and the site of every node."""
+
+    def __init__(self, model: ir.Model, inference: Inference | None, read: bool = True) -> None:
+        self.model = model
+        self.inference = inference
+        self.read = read
+        self.sites: dict[int, QuantizedSite] = {}
+
+    def view(self, site: QuantizedSite, binding: _Binding | None) -> NodeView:
+        inference = self.inference
+        local = inference.scope(site.ref) if inference is not None else {}
+        outer = inference.scope(binding.graph) if inference and binding else {}
+
+        def lookup(value: ir.Value | None, read: bool) -> ValueView | None:
+            if value is not None and binding is not None and id(value) in binding.values:
+                return view_of(binding.values[id(value)], outer, read=read)
+            return view_of(value, local, read=read)
+
+        def producer(node: ir.Node) -> NodeView | None:
+            parent = self.sites.get(id(node))
+            return self.view(parent, binding) if parent is not None else None
+
+        return NodeView(
+            site,
+            lookup=lookup,
+            attributes=_resolve_attributes(site.node, binding),
+            ir_version=self.model.ir_version,
+            call_site=binding.where if binding is not None else "",
+            producer=producer,
+            read_constants=self.read,
+        )
+
+
+def node_views(
+    model: ir.Model,
+    *,
+    weightless: onnx.ModelProto | None = None,
+    kinds: tuple[SiteKind, ...] = (QDQ,),
+    read: bool = True,
+    calls: bool = True,
+) -> Iterator[tuple[QuantizedSite, list[NodeView]]]:
+    """Every node of ``kinds`` with its views: one per call site for a node inside a
+    function, else one. Shape inference runs once, on first need (on ``weightless`` when
+    given, see :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the
+    values of small constant scales and zero points (the rules need them). ``calls=False``:
+    a node inside a function gets one view, from the function's own declarations."""
+    builder = _Builder(model, Inference(model, weightless), read)
+    sites = list(iter_sites(model, kinds))
+    builder.sites = {id(site.node): site for site in sites}
+    call_sites = _call_sites(model) if calls else {}
+    for site in sites:
+        function = site.ref.root.function
+        bindings = call_sites.get(function, [None]) if function is not None else [None]
+        yield site, [builder.view(site, binding) for binding in bindings]
+
+
+def site_view(model: ir.Model, site: QuantizedSite) -> NodeView:
+    """The view of ``site`` from constants and declared types only: no inference, no call
+    site (attribute references stay unresolved), no constant values read."""
+    return _Builder(model, None, read=False).view(site, None)

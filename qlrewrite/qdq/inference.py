@@ -1,0 +1,128 @@
+"""Type and shape inference: ONNX shape inference on a weight-free copy, per graph.
+
+Run at most once per model, and only when a view asks for a value that is neither
+constant nor declared. Results are kept per :class:`~qlrewrite.qdq.graphs.GraphRef`
+(subgraphs see their outer scopes' names). Model-local functions get nothing here: inside
+them only the call site's actual values have inferred facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
+from qlrewrite.qdq.view import TypeShape
+from qlrewrite.weightless import weightless_proto
+
+__all__ = ["Inference"]
+
+
+class Inference:
+    """Inferred (type, shape) by value name, per graph; inference runs on first need.
+
+    ``weightless``: a weight-free proto of the model as it is now (from
+    :func:`~qlrewrite.weightless.weightless_proto`, or for a model just loaded
+    :func:`~qlrewrite.weightless.weightless_from_source`); without it the model is
+    serialized again if inference is needed.
+    """
+
+    def __init__(self, model: ir.Model, weightless: onnx.ModelProto | None = None) -> None:
+        self._model = model
+        self._weightless = weightless
+        self._tables: dict[GraphRef, dict[str, TypeShape]] | None = None
+        self._visible: dict[GraphRef, dict[str, TypeShape]] = {}
+
+    def table(self, ref: GraphRef) -> dict[str, TypeShape]:
+        """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
+        once per graph."""
+        if ref in self._visible:
+            return self._visible[ref]
+        if self._tables is None:
+            self._tables = infer(self._model, self._weightless)
+        outer = self.table(ref.parent) if ref.parent is not None else {}
+        merged = {**outer, **self._tables.get(ref, {})}
+        self._visible[ref] = merged
+        return merged
+
+    def scope(self, ref: GraphRef) -> Mapping[str, TypeShape]:
+        """A lazy mapping for graph ``ref`` (empty inside a function)."""
+        if ref.in_function:
+            return {}
+        return _Scope(self, ref)
+
+
+class _Scope(Mapping[str, TypeShape]):
+    """The names visible in one graph; inference runs only if a lookup needs it."""
+
+    def __init__(self, inference: Inference, ref: GraphRef) -> None:
+        self._inference = inference
+        self._ref = ref
+        self._table: dict[str, TypeShape] | None = None
+
+    @property
+    def _names(self) -> dict[str, TypeShape]:
+        if self._table is None:
+            self._table = self._inference.table(self._ref)
+        return self._table
+
+    def __getitem__(self, key: str) -> TypeShape:
+        return self._names[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._names
+
+
+def infer(
+    model: ir.Model, weightless: onnx.ModelProto | None = None
+) -> dict[GraphRef, dict[str, TypeShape]]:
+    """Graph -> name -> (type, shape) from ONNX shape inference; {} when it cannot run."""
+    try:
+        proto = onnx.shape_inference.infer_shapes(
+            weightless if weightless is not None else weightless_proto(model),
+            check_type=False,
+            strict_mode=False,
+            data_prop=False,
+        )
+    except Exception:  # inference is a bonus: never fail on it
+        return {}
+    tables: dict[GraphRef, dict[str, TypeShape]] = {}
+    _collect(proto.graph, MAIN, tables)
+    return tables
+
+
+def _collect(
+    graph: onnx.GraphProto, ref: GraphRef, tables: dict[GraphRef, dict[str, TypeShape]]
+) -> None:
+    """Fill ``tables[ref]`` and the tables of its subgraphs (references as
+    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them)."""
+    table = tables.setdefault(ref, {})
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        if info.name in table or not info.type.HasField("tensor_type"):
+            continue
+        tensor_type = info.type.tensor_type
+        try:
+            dtype = ir.DataType(tensor_type.elem_type) if tensor_type.elem_type else None
+        except ValueError:
+            dtype = None
+        shape = None
+        if tensor_type.HasField("shape"):
+            shape = tuple(
+                d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
+            )
+        table[info.name] = (dtype, shape)
+    for node in graph.node:
+        for attr in node.attribute:
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
+            if attr.HasField("g"):
+                _collect(attr.g, ref.subgraph(owner, attr.name), tables)
+            for index, sub in enumerate(attr.graphs):
+                _collect(sub, ref.subgraph(owner, attr.name, index), tables)

@@ -1,0 +1,450 @@
+"""The per-node view: what one quantized node means, decided once and read everywhere.
+
+A :class:`NodeView` describes one node of a :class:`~qlrewrite.qdq.sites.QuantizedSite` as seen
+from one place (inside a model-local function: from one call site, with the function's
+inputs and attribute references replaced by the call's). It answers, without reading
+weights:
+
+- the attributes in force (:meth:`NodeView.attr_or_default`: as written, else the
+  default of the operator version, from :mod:`qlrewrite.opsets`);
+- x / scale / zero point / output as :class:`ValueView` (element type, shape, the values of
+  a small constant), from constants, declarations and type inference;
+- :attr:`NodeView.output_type`: the output's element type as the version in force decides
+  it; :attr:`NodeView.x_type`: x's element type, also where only the producer or the
+  operator's type constraints tell it; :attr:`NodeView.granularity`;
+- for com.microsoft MatMulNBits / GatherBlockQuantized: every input by its schema name
+  (:meth:`NodeView.operand`), the attributes in force (:attr:`NodeView.weight_attributes`)
+  and the weights' layout (:attr:`NodeView.weight_layout`).
+
+Views are built by :func:`qlrewrite.qdq.binding.node_views` (with type inference) or
+:func:`qlrewrite.qdq.binding.site_view` (constants and declarations only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.findings import Finding, Severity
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.qdq.constants import constant_tensor, small_array
+from qlrewrite.qdq.graphs import GraphRef
+from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.weight_only import (
+    GatherBlockForm,
+    gather_block_form,
+    int_attributes,
+    matmul_nbits_layout,
+)
+
+__all__ = ["Dims", "Granularity", "NodeView", "TypeShape", "ValueView", "view_of"]
+
+Dims = tuple[int | None, ...]
+#: What type inference knows of a value: (element type, dims); either may be None.
+TypeShape = tuple[ir.DataType | None, Dims | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueView:
+    """What is known statically about one input or output of a node."""
+
+    name: str
+    dtype: ir.DataType | None = None
+    shape: Dims | None = None  # None: rank unknown; None entries: unknown dims
+    array: np.ndarray | None = None  # the value (as float64) when constant, small and read
+
+    @property
+    def rank(self) -> int | None:
+        """The rank, when known."""
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def size(self) -> int | None:
+        """The element count, when every dim is known."""
+        if self.shape is None or any(d is None for d in self.shape):
+            return None
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def describe(self) -> str:
+        """``'name' (FLOAT [3, 4])`` for messages."""
+        dtype = self.dtype.name if self.dtype is not None else "?"
+        shape = "?" if self.shape is None else "[" + ", ".join(
+            "?" if d is None else str(d) for d in self.shape) + "]"  # fmt: skip
+        return f"'{self.name}' ({dtype} {shape})"
+
+
+def _dims(shape: ir.Shape | None) -> Dims | None:
+    if shape is None:
+        return None
+    return tuple(d if isinstance(d, int) else None for d in shape)
+
+
+def view_of(
+    value: ir.Value | None, inferred: Mapping[str, TypeShape], *, read: bool = False
+) -> ValueView | None:
+    """The :class:`ValueView` of ``value`` (None for an omitted optional input): the
+    constant's tensor, else the declared type and shape, completed from ``inferred``.
+
+    ``read``: also read the value of a small constant (scales and zero points only).
+    """
+    if value is None:
+        return None
+    name = value.name or ""
+    dtype = value.dtype
+    shape = _dims(value.shape)
+    array = None
+    tensor = constant_tensor(value)
+    if tensor is not None:
+        dtype = tensor.dtype
+        shape = _dims(tensor.shape)
+        array = small_array(tensor) if read else None
+    if (dtype is None or shape is None) and name in inferred:
+        inf_dtype, inf_shape = inferred[name]
+        dtype = dtype if dtype is not None else inf_dtype
+        shape = shape if shape is not None else inf_shape
+    return ValueView(name, dtype, shape, array)
+
+
+#: Granularity kinds besides opsets.PER_TENSOR / PER_AXIS / BLOCKED.
+RANK_N = "rank-n"  # a scale of rank >= 2 without block_size: no valid granularity
+UNKNOWN = "?"  # the scale's shape is unknown
+
+
+@dataclasses.dataclass(frozen=True)
+class Granularity:
+    """How a node's scale applies to x; ``str()`` is what ``info`` prints."""
+
+    kind: str  # opsets.PER_TENSOR, PER_AXIS, BLOCKED, RANK_N or UNKNOWN
+    text: str
+
+    @property
+    def per_axis(self) -> bool:
+        """A 1-D scale (of length other than 1), or a scale of rank >= 2 without blocks."""
+        return self.kind in (opsets.PER_AXIS, RANK_N)
+
+    @property
+    def blocked(self) -> bool:
+        """block_size > 0."""
+        return self.kind == opsets.BLOCKED
+
+    def __str__(self) -> str:
+        return self.text
+
+
+#: Builds the ValueView of a node's value (``read``: read a small constant's values).
+Lookup = Callable[[ir.Value | None, bool], ValueView | None]
+
+
+def _weight_only(row: object) -> bool:
+    return isinstance(row, opsets.WeightOnlyVersion)
+
+
+class NodeView:
+    """One quantized node as rules, passes and ``info`` see it."""
+
+    def __init__(
+        self,
+        site: QuantizedSite,
+        *,
+        lookup: Lookup,
+        attributes: dict[str, ir.Attr],
+        ir_version: int,
+        call_site: str = "",
+        producer: Callable[[ir.Node], NodeView | None] = lambda node: None,
+        read_constants: bool = True,
+    ) -> None:
+        self.site = site
+        self._lookup = lookup
+        #: The node's attributes after resolving function attribute references.
+        self.attributes = attributes
+        self.ir_version = ir_version
+        #: Inside a function: "'<call node>' in <graph>" of the call this view is from.
+        self.call_site = call_site
+        self._producer = producer
+        self._read = read_constants
+        roles = site.kind.roles
+        self._x_index = roles.get("x")
+        self._scale_index = roles.get("scale")
+        self._zero_point_index = roles.get("zero_point")
+        self._inputs: list[ValueView | None] | None = None
+        self._cache: dict[str, object] = {}  # derived facts, computed once
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def node(self) -> ir.Node:
+        """The node."""
+        return self.site.node
+
+    @property
+    def op_type(self) -> str:
+        """The node's op type."""
+        return self.site.node.op_type
+
+    @property
+    def domain(self) -> str:
+        """The node's domain, "" for ai.onnx."""
+        return self.site.domain
+
+    @property
+    def imported(self) -> int | None:
+        """The opset of the node's domain imported for its graph."""
+        return self.site.imported
+
+    @property
+    def row(self) -> opsets.OpVersion | None:
+        """The operator version in force (None: none at that opset)."""
+        return self.site.row
+
+    @property
+    def ref(self) -> GraphRef:
+        """Where the node's graph sits."""
+        return self.site.ref
+
+    @property
+    def graph(self) -> str:
+        """The graph label findings show."""
+        return str(self.site.ref)
+
+    @property
+    def is_quantize(self) -> bool:
+        """True for QuantizeLinear."""
+        return self.op_type == "QuantizeLinear"
+
+    @property
+    def domain_label(self) -> str:
+        """'ai.onnx' or 'com.microsoft'."""
+        return self.domain or "ai.onnx"
+
+    # ------------------------------------------------------------------ values
+
+    @property
+    def inputs(self) -> list[ValueView | None]:
+        """One view per input slot (None for an omitted one); the values of small constants
+        other than x are read (unless the view was built not to read any)."""
+        if self._inputs is None:
+            read, x_index = self._read, self._x_index
+            self._inputs = [
+                self._lookup(v, read and i != x_index) for i, v in enumerate(self.node.inputs)
+            ]
+        return self._inputs
+
+    def _at(self, index: int | None) -> ValueView | None:
+        inputs = self.inputs
+        return inputs[index] if index is not None and index < len(inputs) else None
+
+    @property
+    def x(self) -> ValueView | None:
+        """The quantized data: x of Q/DQ, the weight of a weight-only op."""
+        return self._at(self._x_index)
+
+    @property
+    def scale(self) -> ValueView | None:
+        """The scale input."""
+        return self._at(self._scale_index)
+
+    @property
+    def zero_point(self) -> ValueView | None:
+        """The zero point input (None when omitted)."""
+        return self._at(self._zero_point_index)
+
+    def operand(self, name: str) -> ValueView | None:
+        """The input the schema of a weight-only op names ``name`` ("A", "g_idx", "bias",
+        "indices", ...); None when omitted, or for Q/DQ."""
+        for index, spec in enumerate(getattr(self.row, "inputs", ())):
+            if spec.name == name:
+                return self._at(index)
+        return None
+
+    @property
+    def output(self) -> ValueView | None:
+        """The first output."""
+        if "output" not in self._cache:
+            outputs = self.node.outputs
+            self._cache["output"] = self._lookup(outputs[0], False) if outputs else None
+        return self._cache["output"]  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ attributes
+
+    def int_attr(self, name: str) -> int | None:
+        """The value of an INT attribute as written, or None when absent or not INT."""
+        attr = self.attributes.get(name)
+        if attr is None or attr.type != ir.AttributeType.INT:
+            return None
+        return attr.as_int()
+
+    def attr_or_default(self, name: str) -> int | None:
+        """The value the version in force gives attribute ``name``: as written, else its
+        default. None when the version has no such attribute (or no default)."""
+        if self.row is None or name not in self.row.attributes:
+            return None
+        value = self.int_attr(name)
+        return value if value is not None else self.row.default(name)
+
+    @property
+    def block_size(self) -> int:
+        """block_size (0 when absent or not part of the version in force)."""
+        return self.attr_or_default("block_size") or 0
+
+    # ------------------------------------------------------------------ derived facts
+
+    @property
+    def weight_attributes(self) -> dict[str, int | None]:
+        """A weight-only op's attributes in force (as written, else the default; None:
+        absent without a default, or not an INT); {} for Q/DQ."""
+        if "weight_attributes" not in self._cache:
+            row = self.row
+            found = int_attributes(self.attributes, row) if _weight_only(row) else {}
+            self._cache["weight_attributes"] = found
+        return self._cache["weight_attributes"]  # type: ignore[return-value]
+
+    @property
+    def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
+        """How a weight-only op's weights are laid out: a
+        :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
+        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
+        scale and zero-point shapes). None for Q/DQ, or attributes / a data type that
+        describe none (the check rules say why)."""
+        if "weight_layout" not in self._cache:
+            self._cache["weight_layout"] = self._weight_layout()
+        return self._cache["weight_layout"]  # type: ignore[return-value]
+
+    def _weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
+        row, values, x = self.row, self.weight_attributes, self.x
+        if not _weight_only(row):
+            return None
+        if self.op_type == "MatMulNBits":
+            return matmul_nbits_layout(values, row)
+        dtype = x.dtype if x is not None else None
+        return gather_block_form(values, row, dtype, x.rank if x is not None else None)
+
+    @property
+    def output_type(self) -> ir.DataType | None:
+        """The output's element type as the version in force decides it (None: cannot
+        tell). See :func:`qlrewrite.opsets.output_type` for the rule of each version."""
+        if "output_type" not in self._cache:
+            self._cache["output_type"] = self._output_type()
+        return self._cache["output_type"]  # type: ignore[return-value]
+
+    def _output_type(self) -> ir.DataType | None:
+        row, zp, scale = self.row, self.zero_point, self.scale
+        if not isinstance(row, opsets.OpVersion):
+            return None  # no version in force, or a weight-only op (its output is float A's)
+        if "zero_point" in row.output_from and zp is not None and zp.dtype is None:
+            return None
+        try:
+            return opsets.output_type(
+                row,
+                scale_type=scale.dtype if scale is not None else None,
+                zero_point_type=zp.dtype if zp is not None else None,
+                output_dtype=self.int_attr("output_dtype"),
+            )
+        except ValueError:  # output_dtype is not a data type (QL306)
+            return None
+
+    @property
+    def x_type(self) -> ir.DataType | None:
+        """x's element type: known from x itself, else the output type of the quantized node
+        producing it (ONNX inference stops at com.microsoft nodes), else the type x shares
+        with the scale (Q-19/21, com.microsoft Q) or the zero point (DequantizeLinear)."""
+        if "x_type" not in self._cache:
+            self._cache["x_type"] = self._x_type()
+        return self._cache["x_type"]  # type: ignore[return-value]
+
+    def _x_type(self) -> ir.DataType | None:
+        x = self.x
+        if x is not None and x.dtype is not None:
+            return x.dtype
+        value = self.node.inputs[0] if self.node.inputs else None
+        producer = value.producer() if value is not None else None
+        parent = self._producer(producer) if producer is not None else None
+        if parent is not None and parent.output_type is not None:
+            return parent.output_type
+        scale, zp = self.scale, self.zero_point
+        shares_scale = isinstance(self.row, opsets.OpVersion) and self.row.scale_matches_x
+        if shares_scale and scale is not None and scale.dtype is not None:
+            return scale.dtype
+        if not self.is_quantize and zp is not None:
+            return zp.dtype
+        return None
+
+    @property
+    def granularity(self) -> Granularity:
+        """Per-tensor, per-axis or blocked, from block_size and the scale's shape."""
+        if "granularity" not in self._cache:
+            self._cache["granularity"] = self._granularity()
+        return self._cache["granularity"]  # type: ignore[return-value]
+
+    def _granularity(self) -> Granularity:
+        layout = self.weight_layout
+        if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
+            return Granularity(opsets.BLOCKED, f"blocked(K, block={layout.block_size})")
+        if isinstance(layout, GatherBlockForm):
+            axis, block = layout.quantize_axis, layout.block_size
+            if block == 0:
+                return Granularity(opsets.PER_AXIS, f"one block per row (axis={axis})")
+            return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+        if _weight_only(self.row):
+            return Granularity(UNKNOWN, "?")
+        axis = self.int_attr("axis")
+        axis = 1 if axis is None else axis
+        block = self.int_attr("block_size") or 0
+        scale = self.scale
+        shape = scale.shape if scale is not None else None
+        if block > 0:
+            found = Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+        elif shape is None:
+            found = Granularity(UNKNOWN, "?")
+        elif len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
+            found = Granularity(opsets.PER_TENSOR, "per-tensor")
+        elif len(shape) == 1:
+            found = Granularity(opsets.PER_AXIS, f"per-axis(axis={axis})")
+        else:
+            found = Granularity(RANK_N, f"rank-{len(shape)} scale")
+        for name in ("axis", "block_size"):
+            attr = self.attributes.get(name)
+            if attr is not None and attr.type != ir.AttributeType.INT:
+                return dataclasses.replace(found, text=f"? ({name} is {attr.type.name})")
+        return found
+
+    # ------------------------------------------------------------------ messages
+
+    @property
+    def where(self) -> str:
+        """``DequantizeLinear 'name' in main`` for messages."""
+        if self.node.name:
+            label = f"'{self.node.name}'"
+        else:
+            outputs = [v.name for v in self.node.outputs if v is not None and v.name]
+            label = f"(unnamed, output '{outputs[0]}')" if outputs else "(unnamed)"
+        return f"{self.op_type} {label} in {self.graph}{self.call_site_note}"
+
+    @property
+    def call_site_note(self) -> str:
+        """``" (called from 'f1' in main)"`` inside a function with call sites, else ''."""
+        return f" (called from {self.call_site})" if self.call_site else ""
+
+    @property
+    def version_label(self) -> str:
+        """``ai.onnx opset 13 (DequantizeLinear-13)`` for messages."""
+        text = f"{self.domain_label} opset {self.imported}"
+        return f"{text} ({self.op_type}-{self.row.since})" if self.row else text
+
+    def finding(self, code: str, severity: Severity, message: str, hint: str = "") -> Finding:
+        """A finding about this node; ``message`` follows ``where``."""
+        return Finding(
+            rule=code,
+            severity=severity,
+            message=f"{self.where}: {message}",
+            hint=hint,
+            node=self.node.name or "",
+            op_type=self.op_type,
+            domain=self.domain,
+            opset=self.imported,
+            graph=self.graph,
+            output=(self.node.outputs[0].name or "") if self.node.outputs else "",
+        )
