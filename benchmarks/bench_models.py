@@ -3,6 +3,11 @@
 ``matmul_chain``: the fold issue's model. A chain of 4096 x 4096 MatMuls whose weights are
 8 int8 per-axis DQ, 8 int4 blocked-32 DQ (axis 0, int4 zero points) and 2 float -> Q -> DQ
 pairs, at opset 21, stored as external data: about 340 MiB in, 1.15 GiB once folded.
+
+``nbits_chain``: the MatMulNBits issue's model. A chain of ``count`` com.microsoft
+MatMulNBits (4 bits, block 32, K = N = ``size``, float32 scales, packed uint8 zero points)
+with random weights, written tensor by tensor (the generator never holds the model): with
+the defaults 128 x 4096 x 4096, 1.0 GiB of B plus 0.25 GiB of scales and zero points.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["matmul_chain"]
+__all__ = ["matmul_chain", "nbits_chain"]
 
 DT = ir.DataType
 
@@ -89,6 +94,64 @@ def matmul_chain(
     graph = ir.Graph(
         [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="chain"
     )
+    model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
+    ir.save(model, path, external_data=path.name + ".data")
+    return path
+
+
+def nbits_chain(folder: str | Path, *, size: int = 4096, count: int = 128) -> Path:
+    """Write the model to ``folder/nbits_chain_<size>x<count>.onnx`` (+ ``.data``) unless
+    it exists."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"nbits_chain_{size}x{count}.onnx"
+    if path.exists():
+        return path
+    bits, block = 4, 32
+    k_blocks = size // block
+    shapes = {
+        "B": ((size, k_blocks, block * bits // 8), DT.UINT8),
+        "scales": ((size, k_blocks), DT.FLOAT),
+        "zp": ((size, k_blocks * bits // 8), DT.UINT8),
+    }
+
+    def lazy(name: str, seed: int) -> ir.Value:
+        shape, dtype = shapes[name]
+
+        def make() -> ir.Tensor:
+            rng = np.random.default_rng(seed)
+            if dtype == DT.FLOAT:
+                array = ((rng.random(shape, dtype=np.float32) + 0.5) / 512).astype(np.float32)
+            else:
+                array = rng.integers(0, 256, shape, dtype=np.uint8)
+            return ir.Tensor(array)
+
+        tensor = ir.LazyTensor(make, dtype, ir.Shape(shape), name=f"{name}_{seed // 3}")
+        return ir.Value(name=tensor.name, type=ir.TensorType(dtype), shape=tensor.shape,
+                        const_value=tensor)  # fmt: skip
+
+    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
+    current, nodes, inits = x, [], []
+    for i in range(count):
+        weights = [lazy(name, 3 * i + j) for j, name in enumerate(shapes)]
+        inits += weights
+        node = ir.node(
+            "MatMulNBits",
+            [current, *weights],
+            attributes={"K": size, "N": size, "bits": bits, "block_size": block},
+            domain="com.microsoft",
+            name=f"matmul_{i}",
+        )
+        node.outputs[0].name = f"h_{i}"
+        nodes.append(node)
+        current = node.outputs[0]
+    current.name = "y"
+    current.type = ir.TensorType(DT.FLOAT)
+    current.shape = ir.Shape([1, size])
+    graph = ir.Graph(
+        [x], [current], nodes=nodes, initializers=inits,
+        opset_imports={"": 21, "com.microsoft": 1}, name="nbits_chain",
+    )  # fmt: skip
     model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
     ir.save(model, path, external_data=path.name + ".data")
     return path

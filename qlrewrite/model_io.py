@@ -10,6 +10,8 @@ flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import logging
 import os
 import re
@@ -23,11 +25,14 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.qdq.graphs import GraphRef
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
+    "LIMITS",
+    "Limits",
     "SaveCallback",
     "files_read",
     "files_read_by",
@@ -49,6 +54,85 @@ EXTERNAL_TENSOR_MIN_BYTES = 1024
 
 
 # --------------------------------------------------------------------------- loading
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What a model file may hold before it is refused, read or not (a 2 MB file of a
+    million empty nodes would take a minute and gigabytes to check). Raise them with
+    ``qlrewrite --max-nodes N --max-depth N COMMAND`` or ``LIMITS.set(Limits(...))``."""
+
+    #: Nodes in all graphs, subgraphs and functions together.
+    max_nodes: int = 500_000
+    #: Subgraphs nested in subgraphs, and functions calling functions.
+    max_depth: int = 64
+
+
+#: The limits :func:`load` applies (a context variable: set per thread or task).
+LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar(
+    "qlrewrite_limits",
+    default=Limits(),  # noqa: B039 (frozen)
+)
+
+
+def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
+    """Why ``proto`` is beyond ``limits`` (or calls functions in a cycle), or None.
+    Stops as soon as a limit is passed: a refusal costs little whatever the file holds."""
+    raise_it = "raise the limit with `qlrewrite --max-nodes N COMMAND ...`"
+    nodes = len(proto.graph.node)
+    for ref, graph in tensors.proto_graphs(proto):
+        if graph is not proto.graph:
+            nodes += len(graph.node)
+        if nodes > limits.max_nodes:
+            return f"more than {limits.max_nodes:,} nodes; {raise_it}"
+        if ref.depth > limits.max_depth:
+            return (
+                f"subgraphs nested more than {limits.max_depth} deep; raise the limit with "
+                "`qlrewrite --max-depth N COMMAND ...`"
+            )
+    return _function_chain_problem(proto, limits.max_depth)
+
+
+def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | None:
+    """A function that calls itself (directly or not: ONNX forbids it), or a chain of
+    calls longer than ``max_depth``; in time linear in the calls."""
+    keys = {(f.domain, f.name) for f in proto.functions}
+    if not keys:
+        return None
+    calls: dict[tuple[str, str], set[tuple[str, str]]] = {key: set() for key in keys}
+    for function in proto.functions:
+        root = GraphRef.of_function(function.domain, function.name)
+        for _, graph in tensors.graphs_within(function, root):
+            calls[function.domain, function.name].update(
+                (node.domain, node.op_type)
+                for node in graph.node
+                if (node.domain, node.op_type) in keys
+            )
+    # Longest chain by Kahn's order over "is called by": what is left over is a cycle.
+    callers = {key: 0 for key in keys}
+    for callees in calls.values():
+        for callee in callees:
+            callers[callee] += 1
+    depth = dict.fromkeys(keys, 1)
+    ready = [key for key, count in callers.items() if count == 0]
+    done = 0
+    while ready:
+        key = ready.pop()
+        done += 1
+        for callee in calls[key]:
+            depth[callee] = max(depth[callee], depth[key] + 1)
+            if depth[callee] > max_depth:
+                return (
+                    f"functions call functions more than {max_depth} deep; raise the limit "
+                    "with `qlrewrite --max-depth N COMMAND ...`"
+                )
+            callers[callee] -= 1
+            if callers[callee] == 0:
+                ready.append(callee)
+    if done < len(keys):
+        cycle = sorted(f"{d}.{n}" for (d, n), count in callers.items() if count > 0)
+        return f"not a valid ONNX model (function {cycle[0]} calls itself, through its calls)"
+    return None
 
 
 def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
@@ -146,6 +230,9 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
+    over = _over_limits(proto, LIMITS.get())
+    if over is not None:
+        raise InputError(f"{path}: {over}")
     problem = _malformed(proto) or tensors.malformed_external_numbers(proto)
     if problem is not None:
         raise InputError(f"{path}: not a valid ONNX model ({problem})")
@@ -287,7 +374,7 @@ def save(
     max_workers: int | None = None,
     callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
-    keep: Collection[Path] = (),
+    keep: Collection[Path] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
@@ -295,7 +382,8 @@ def save(
     initializers exceed ``threshold`` bytes. The data file goes beside the output with
     a relative location, named ``<file name>.data`` (``<file name>.<8 hex>.data`` when
     that name is taken): see :func:`qlrewrite.atomic.commit_model`, which also removes
-    the replaced output's data files except those in ``keep``. On any failure nothing
+    the replaced output's data files except those in ``keep`` (default: the files
+    ``model`` itself still reads, so it stays usable). On any failure nothing
     is left behind: neither a partial output nor a temporary file. ``before_commit`` is
     called with the staged model file (data file beside it) before anything is moved
     into place; if it raises, nothing is written (``--verify`` uses it).
@@ -315,6 +403,8 @@ def save(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"
         )
+    if keep is None:
+        keep = tensors.files_held(model)
     data_name = atomic.free_data_name(folder, path.name)
     with atomic.Staging(folder, str(path)) as staging:
         staged_model = staging / path.name

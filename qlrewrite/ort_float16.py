@@ -13,6 +13,11 @@ running a model its InsertCastTransformer (which runs whatever the optimization 
 3. removes each Cast pair f16 -> f32 -> f16 or f32 -> f16 -> f32 it can, the model's own
    f32 -> f16 Casts included (``RemoveDuplicateCastTransformer``).
 
+Before that, ``EnsureUniqueDQForNodeUnit`` gives each consumer of a DequantizeLinear its
+own copy of the node, so rule 2 is decided per consumer: a float16 DQ whose input comes
+from a node (a Q -> DQ chain) hands each consumer without a float16 kernel its float32
+value, and each consumer with one the float16 value.
+
 So in ``W(int8) -Q/DQ-> float16 -> MatMul`` the dequantized weight never exists in
 float16: ORT hands MatMul the float32 product. A rewrite that turns that DQ into a
 float16 constant rounds it, and changes the model's outputs in ORT. :func:`float32_in_ort`
@@ -28,9 +33,15 @@ import functools
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.qdq.constants import value_dtype
 from qlrewrite.qdq.graphs import imported_version, normalize_domain
 
-__all__ = ["FLOAT16_CPU_KERNELS", "float32_in_ort", "has_float16_kernel"]
+__all__ = [
+    "FLOAT16_CPU_KERNELS",
+    "domain_changes_result",
+    "float32_in_ort",
+    "has_float16_kernel",
+]
 
 _ANY = 1 << 31
 
@@ -73,8 +84,8 @@ def has_float16_kernel(domain: str, op_type: str, version: int | None) -> bool:
 
 
 def float32_in_ort(node: ir.Node, imports: dict[str, int], output_type: ir.DataType) -> bool:
-    """True if ORT's CPU provider computes the float16 output of single-output ``node``
-    in float32.
+    """True if, in ORT's CPU provider, some consumer of DequantizeLinear ``node``'s float16
+    output reads it as the unrounded float32 value (the others read it in float16).
 
     ``imports``: the opset imports in force for the node's graph (op versions of the node
     and its neighbours); ``output_type``: the node's output type (from the op's rules: a
@@ -85,19 +96,15 @@ def float32_in_ort(node: ir.Node, imports: dict[str, int], output_type: ir.DataT
         return False
     if not _kernel(node, imports):
         return any(_is_f16(v) for v in node.inputs)  # rule 1 (ORT casts inputs only)
-    return _isolated(node, imports)
-
-
-def _isolated(node: ir.Node, imports: dict[str, int]) -> bool:
-    """Rule 2: a node with a float16 kernel that ORT still runs in float32."""
     graph = node.graph
     edges = [v for v in node.inputs if v is not None and _is_edge(v, graph)]
-    if not edges or node.outputs[0].is_graph_output():
+    if not edges:
         return False
     if any(_is_f16(v) and not _runs_in_float32(v.producer(), imports) for v in edges):
         return False
-    # Each consumer has a float16 input (this output): it runs in float32 without a kernel.
-    return all(
+    # Rule 2 for the copy of each consumer in this graph (a consumer has a float16 input,
+    # this output: it runs in float32 when it has no float16 kernel).
+    return any(
         consumer.graph is graph and not _kernel(consumer, imports)
         for consumer, _ in node.outputs[0].uses()
     )
@@ -137,4 +144,34 @@ def _is_edge(value: ir.Value, graph: ir.Graph | ir.Function | None) -> bool:
 
 
 def _is_f16(value: ir.Value | None) -> bool:
-    return value is not None and value.dtype == ir.DataType.FLOAT16
+    return value_dtype(value) == ir.DataType.FLOAT16
+
+
+def domain_changes_result(node: ir.Node, imports: dict[str, int]) -> bool:
+    """True if ORT's CPU provider computes float16 Q/DQ ``node`` differently as ai.onnx
+    (float16 kernels, version 19+) and as com.microsoft (none: always float32).
+
+    - DequantizeLinear: as com.microsoft every consumer without a float16 kernel reads the
+      float32 value; as ai.onnx only if the node's input comes from another node (rule 2
+      per consumer copy). They differ when it does not and such a consumer exists.
+    - QuantizeLinear: as com.microsoft ORT casts x to float32 and removes that Cast with
+      the one before it, so x is not rounded to float16 when it comes from a Cast of a
+      float32 value or from a node without a float16 kernel (run in float32); as ai.onnx
+      the float16 kernel reads the rounded x.
+    """
+    graph = node.graph
+    if node.op_type == "DequantizeLinear":
+        if any(v is not None and _is_edge(v, graph) for v in node.inputs):
+            return False
+        return any(
+            consumer.graph is graph and not _kernel(consumer, imports)
+            for consumer, _ in node.outputs[0].uses()
+        )
+    x = node.inputs[0] if node.inputs else None
+    if x is None or not _is_edge(x, graph):
+        return False
+    producer = x.producer()
+    assert producer is not None  # an edge has one
+    if producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
+        return value_dtype(producer.inputs[0]) == ir.DataType.FLOAT
+    return not _kernel(producer, imports)

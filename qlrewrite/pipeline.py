@@ -208,10 +208,11 @@ def _rewrite_loaded(
     bytes_before = tensors.initializer_bytes(model)
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
+    runtime_ops = runtime_only_ops(model)
     model, results = run_passes(model, passes)
     if verifier is not None:
         verifier.expect_differences(results)
-    checker_warnings = validate_output(model, input_path, unchanged)
+    checker_warnings = validate_output(model, input_path, unchanged, runtime_ops=runtime_ops)
     bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
@@ -350,7 +351,11 @@ def _warnings(result: ir.passes.PassResult) -> list[Any]:
 
 
 def validate_output(
-    model: ir.Model, source: Path | None = None, original: onnx.ModelProto | None = None
+    model: ir.Model,
+    source: Path | None = None,
+    original: onnx.ModelProto | None = None,
+    *,
+    runtime_ops: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -358,12 +363,15 @@ def validate_output(
     as ONNX Runtime runs them) do not refuse it: see :func:`_full_check` (a warning).
     ``original``: a weight-free proto of the input; when onnx.checker rejects the output,
     it is checked too, and an input the checker rejects as well is named as the cause.
+    ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
+    had (:func:`runtime_only_ops`), checked as custom ops.
     """
     proto = weightless_proto(model)
     try:
-        warnings = _full_check(proto)
+        warnings = _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
-        if original is not None and (problem := _checker_problem(original)) is not None:
+        problem = _checker_problem(original, runtime_ops) if original is not None else None
+        if problem is not None:
             where = f"{source}: " if source else ""
             raise Refusal(
                 f"{where}the input model is invalid (onnx.checker: {problem}); nothing written"
@@ -389,20 +397,66 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _checker_problem(proto: onnx.ModelProto) -> str | None:
+def _checker_problem(proto: onnx.ModelProto, runtime_ops: frozenset[str]) -> str | None:
     """onnx.checker's first complaint about ``proto`` (checked as the output is), or None."""
     try:
-        _full_check(proto)
+        _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
         return _first_line(exc)
     return None
 
 
-def _full_check(proto: onnx.ModelProto) -> list[str]:
+def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()) -> list[str]:
     """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
     one for the structural check only, which requires the field; strict shape inference
-    (the rest of the full check) runs without it, as ONNX Runtime does. Returns a warning
-    naming them. ``proto`` is left as it came."""
+    (the rest of the full check) runs without it, as ONNX Runtime does. Nodes of the ONNX
+    domain that ONNX does not define and the input already had (``runtime_ops``: ONNX
+    Runtime registers a few there, e.g. the SimplifiedLayerNormalization of ONNX Runtime
+    GenAI's models) are checked as custom ops. Returns warnings naming both. ``proto`` is
+    left as it came."""
+    unknown = [
+        n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in runtime_ops
+    ]
+    for node in unknown:
+        node.domain = _UNCHECKED_DOMAIN
+    if unknown:
+        proto.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
+    try:
+        warnings = _checked(proto)
+    finally:
+        for node in unknown:
+            node.domain = ""
+        if unknown:
+            del proto.opset_import[-1]
+    if unknown:
+        ops = ", ".join(sorted({node.op_type for node in unknown}))
+        warnings.append(
+            f"{ops}: not ONNX operators (ONNX Runtime defines them in the ONNX domain); "
+            "onnx.checker checked them as custom operators"
+        )
+    return warnings
+
+
+_UNCHECKED_DOMAIN = "qlrewrite.unchecked"
+
+
+def runtime_only_ops(model: ir.Model) -> frozenset[str]:
+    """Ops of the model's main graph in the ONNX domain with no ONNX schema at its opset."""
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if opset is None:
+        return frozenset()
+    found = set()
+    for node in model.graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type in found:
+            continue
+        try:
+            onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            found.add(node.op_type)
+    return frozenset(found)
+
+
+def _checked(proto: onnx.ModelProto) -> list[str]:
     shapeless = _shapeless_io(proto.graph)
     if not shapeless:
         onnx.checker.check_model(proto, full_check=True)

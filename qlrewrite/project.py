@@ -193,7 +193,7 @@ def _check_alone(
         except concurrent.futures.process.BrokenProcessPool:
             return Report(
                 path=str(target.path),
-                error="the checker's process died on this model (a crash in native code); "
+                load_error="the checker's process died on this model (a crash in native code); "
                 "please report it",
             )
 

@@ -38,9 +38,12 @@ __all__ = [
     "ExternalDataError",
     "TensorSlot",
     "attribute_tensors",
+    "data_file",
     "data_problems",
     "external_in_memory",
     "external_path",
+    "files_held",
+    "graphs_within",
     "initializer_bytes",
     "input_files",
     "ir_containers",
@@ -84,10 +87,15 @@ def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]
     """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
     :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
     each function and every subgraph nested in either."""
-    stack: list[tuple[GraphRef, ProtoGraph]] = [
-        (GraphRef.of_function(f.domain, f.name), f) for f in reversed(proto.functions)
-    ]
-    stack.append((MAIN, proto.graph))
+    yield from graphs_within(proto.graph, MAIN)
+    for function in proto.functions:
+        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
+
+
+def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
+    :func:`proto_graphs` does; parents before their subgraphs."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
     while stack:
         ref, graph = stack.pop()
         yield ref, graph
@@ -284,6 +292,16 @@ def external_path(location: str, folder: str | os.PathLike) -> Path:
     return Path(real)
 
 
+def data_file(tensor: ir.ExternalTensor) -> Path:
+    """The file an external tensor of a loaded model reads, through
+    :func:`external_path` (for code that maps the file itself)."""
+    if not tensor.base_dir:
+        raise ExternalDataError(
+            "external-missing", f"tensor '{tensor.name}': external data without a model folder"
+        )
+    return external_path(os.fspath(tensor.location), tensor.base_dir)
+
+
 class _FolderTensor(ir.ExternalTensor):
     """An external tensor whose file is checked by :func:`external_path` each time it
     is opened (instead of onnx_ir's check, which refuses hard links and the links of a
@@ -321,6 +339,17 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
         ])  # fmt: skip
         count += 1
     return count
+
+
+def files_held(model: ir.Model) -> list[Path]:
+    """The files the external tensors of an in-memory model still read (resolved)."""
+    found = {
+        os.path.realpath(tensor.path)
+        for slot in ir_tensor_slots(model)
+        for tensor in slot.tensors
+        if isinstance(tensor, ir.ExternalTensor)
+    }
+    return [Path(p) for p in sorted(found)]
 
 
 def _external_info(tensor: onnx.TensorProto) -> dict[str, str]:

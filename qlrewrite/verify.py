@@ -154,6 +154,7 @@ class Verification:
     reason: str | None = None
     relative_tolerance: float | None = None
     note: str | None = None  # why outputs may differ (set by the rewrite)
+    runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
 
     @property
     def passed(self) -> bool:
@@ -166,6 +167,8 @@ class Verification:
         if self.reason:
             return f"{self.status}: {self.reason}"
         runs = f"{self.runs} input set{'s' if self.runs != 1 else ''}, seed {self.seed}"
+        if self.runtime:
+            runs += f"; {self.runtime} CPU, graph optimizations off"
         if self.status == EXACT:
             return f"exact: {len(self.outputs)} output(s) bit-identical ({runs})"
         note = ""
@@ -189,6 +192,7 @@ class Verification:
             "tolerance": self.tolerance,
             "relative_tolerance": self.relative_tolerance,
             "note": self.note,
+            "runtime": self.runtime,
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
         }
@@ -488,6 +492,7 @@ def verify_models(
         options.tolerance,
         relative_tolerance=options.relative_tolerance,
         note=options.note,
+        runtime=f"ONNX Runtime {ort.__version__}",
     )
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]

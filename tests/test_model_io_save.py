@@ -226,8 +226,14 @@ def test_external_model_saved_over_itself(tmp_path: Path) -> None:
     model = model_io.load(source)
     data = model_io.save(model, source)
     assert data is not None and data.name != "model.onnx.data"  # the old one was in use
-    assert _listing(tmp_path) == ["model.onnx", data.name]  # the old data file removed
+    # The in-memory model still reads the old data file: it is kept (the default)...
+    assert sorted(_listing(tmp_path)) == sorted(["model.onnx", "model.onnx.data", data.name])
     assert _locations(source) == {data.name}
+    np.testing.assert_array_equal(_weights_of(source), w)
+    np.testing.assert_array_equal(model.graph.initializers["W"].const_value.numpy(), w)
+    # ...unless the caller is done with it (as --in-place is): then it is removed.
+    again = model_io.save(model_io.load(source), source, keep=[])
+    assert again is not None and _listing(tmp_path) == ["model.onnx", again.name]
     np.testing.assert_array_equal(_weights_of(source), w)
 
 

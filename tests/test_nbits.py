@@ -65,6 +65,25 @@ def test_packing_is_low_bits_first():
     assert take_bits(raw, 4, np.array([3, 0, 2])).tolist() == [4, 1, 3]
 
 
+@pytest.mark.parametrize("bits", [2, 4, 8])
+@pytest.mark.parametrize(("n", "k"), [(8, 100), (12, 64), (7, 40), (4, 33)])
+@pytest.mark.parametrize("flip", [False, True])
+def test_packed_rows_equal_the_values_packed(bits, n, k, flip):
+    """The byte-level path (streaming --to onnx) equals unpack -> transpose -> pack."""
+    layout = MatMulNBitsLayout(K=k, N=n, bits=bits, block_size=16)
+    b = np.random.default_rng(bits + n + k).integers(0, 256, layout.b_shape, dtype=np.uint8)
+    for k0, k1 in ((0, k), (4, min(k, 36)), (k - (k % 4 or 4), k)):
+        packed = layout.packed_rows(b, k0, k1, flip=flip)
+        if (n * bits) % 8:
+            assert packed is None
+            continue
+        q = layout.quantized_rows(b, k0, k1)
+        if flip:
+            q = q ^ np.uint8(1 << (bits - 1))
+        expected = pack(q.reshape(1, -1), bits).reshape(k1 - k0, -1)
+        assert np.array_equal(packed, expected), (k0, k1)
+
+
 def test_layout_refuses_invalid_attributes():
     with pytest.raises(ValueError, match="power of 2"):
         MatMulNBitsLayout(K=32, N=4, bits=4, block_size=24)
@@ -156,6 +175,24 @@ def test_g_idx_and_float_zero_points_are_refused():
     zp = onnx.numpy_helper.from_array(np.full((4, 4), 8, np.float32), "zpf")
     model.graph.initializer.append(zp)
     model.graph.node[0].input.append("zpf")
+    with pytest.raises(Refusal, match="scale type"):
+        _converted(model)
+
+
+@pytest.mark.parametrize("k", [64, 100])
+def test_float_zero_points_fold_as_ort_computes_them(k):
+    """Zero points in the scale type: ORT computes q * scale - scale * zp (rounded twice);
+    --dequantize-weights writes exactly that, convert refuses (no DequantizeLinear does)."""
+    rng = np.random.default_rng(9)
+    model = matmul_nbits_model(rng, n=6, k=k, bits=4, block_size=32, zero_points=False)
+    k_blocks = -(-k // 32)
+    zp = (rng.integers(0, 16, (6, k_blocks)) + rng.random((6, k_blocks))).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(zp, "zpf"))
+    model.graph.node[0].input.append("zpf")
+    expected = _weight_in_ort(model, k)
+    folded = _converted(model, dequantize=True)
+    value = next(n for n in folded.graph if n.op_type == "MatMul").inputs[1].const_value
+    assert _bits_equal(value.numpy() + np.float32(0), expected)
     with pytest.raises(Refusal, match="scale type"):
         _converted(model)
 

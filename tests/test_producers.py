@@ -382,3 +382,132 @@ def test_custom_quantization_is_reported_and_refused(
         (line,) = err.strip().splitlines()
         assert expected in line and "nothing written" in line, line
         assert not (tmp_path / "out.onnx").exists()
+
+
+def _weight_consumers(kind: str, n: int = 32) -> onnx.ModelProto:
+    """The float16 Q -> DQ weight of a ModelOpt model feeding other consumers: ORT decides
+    per consumer (it gives each its own DQ copy) whether it reads float16 or float32."""
+    model = modelopt_fp16(19, n=n)
+    graph = model.graph
+    matmul = next(node for node in graph.node if node.op_type == "MatMul")
+    if kind == "gemm":
+        matmul.op_type = "Gemm"
+        matmul.attribute.append(helper.make_attribute("transB", 1))
+    elif kind == "add":
+        matmul.op_type = "Add"
+        for info in (graph.input[0], graph.output[0]):
+            info.type.tensor_type.shape.dim[0].dim_value = n
+    elif kind == "transpose":  # Transpose has a float16 kernel: the weight is rounded
+        graph.node.insert(5, helper.make_node("Transpose", ["w_dq"], ["w_t"], perm=[1, 0]))
+        matmul.input[1] = "w_t"
+    elif kind == "shared":  # MatMul (float32) and Reshape (float16, a graph output)
+        graph.initializer.append(numpy_helper.from_array(np.array([n * n], np.int64), "shape"))
+        graph.node.append(helper.make_node("Reshape", ["w_dq", "shape"], ["flat"]))
+        graph.output.append(helper.make_tensor_value_info("flat", TensorProto.FLOAT16, [n * n]))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["gemm", "add", "transpose", "shared"])
+@pytest.mark.parametrize("keep_dq", [False, True])
+def test_float16_fold_follows_each_consumer(tmp_path: Path, kind: str, keep_dq: bool) -> None:
+    model = _weight_consumers(kind)
+    onnx.checker.check_model(model, full_check=True)
+    code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
+    assert code == 0, err
+    rows = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    x = np.random.default_rng(3).normal(size=(rows, 32)).astype(np.float32)
+    from ort_quantized import run_ort
+
+    assert _same_bits(run_ort(model, {"x": x}), run_ort(onnx.load(out), {"x": x}))
+    assert ("float32 with cast" in err) == (kind != "transpose")
+
+
+def _with_constant_nodes(model: onnx.ModelProto, names: tuple[str, ...]) -> onnx.ModelProto:
+    """The initializers ``names`` as Constant nodes (as the TorchScript exporter writes
+    scales and zero points), with no declared type."""
+    graph = model.graph
+    moved = [t for t in graph.initializer if t.name in names]
+    kept = [t for t in graph.initializer if t.name not in names]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    nodes = [helper.make_node("Constant", [], [t.name], value=t) for t in moved]
+    nodes += list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize("domain", ["", "com.microsoft"])
+@pytest.mark.parametrize("keep_dq", [False, True])
+def test_float16_fold_with_constant_node_scales(tmp_path: Path, domain: str, keep_dq: bool) -> None:
+    """Scales and zero points in Constant nodes, Q/DQ in either domain (com.microsoft has
+    no float16 kernel: ORT computes every such DQ in float32)."""
+    model = _with_constant_nodes(modelopt_fp16(19), ("w_s", "w_zp", "x_s"))
+    if domain:
+        for node in model.graph.node:
+            if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+                node.domain = domain
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    code, err, out = _fold(model, tmp_path, *(["--keep-dq"] if keep_dq else []))
+    assert code == 0, err
+    assert _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))
+    # com.microsoft --keep-dq: the kept DQ computes in float32 in ORT anyway, unchanged
+    assert ("float32 with cast 1" in err) == (not (keep_dq and domain))
+
+
+def test_nncf_model_passes_strict_check_in_ci(tmp_path: Path) -> None:
+    path = nncf_int4_sym(tmp_path / "nncf.onnx")
+    code, out, err = _cli("check", str(path), "--strict")
+    assert code == 0, out + err
+    code, out, _ = _cli("check", str(path), "--strict", "--select", "QL504")
+    assert code == 1 and "QL504" in out
+    code, out, _ = _cli("rules", "QL504")
+    assert code == 0 and "warning (opt-in)" in out
+
+
+def test_convert_to_onnx_at_23_keeps_float32_division(tmp_path: Path) -> None:
+    """com.microsoft QuantizeLinear divides float16 in float32; as ai.onnx-23+ it needs
+    precision=FLOAT to do the same."""
+    model = modelopt_fp16(23)
+    for node in model.graph.node:
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            node.domain = "com.microsoft"
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    code, _, err = _cli("convert", str(source), "--to", "onnx", "-o", str(out), "--allow-float16")
+    assert code == 0, err
+    assert "precision set 2" in err
+    for node in onnx.load(out).graph.node:
+        if node.op_type == "QuantizeLinear":
+            assert [(a.name, a.i) for a in node.attribute if a.name == "precision"] == [
+                ("precision", TensorProto.FLOAT)
+            ]
+
+
+def test_float16_convert_refuses_only_what_onnx_runtime_would_compute_otherwise(
+    tmp_path: Path,
+) -> None:
+    """ModelOpt's activation Q reads a Cast of a float32 input: as com.microsoft (no float16
+    kernel) ORT drops that Cast and quantizes the unrounded value. That node is refused;
+    with the input already float16 nothing changes and the conversion is exact."""
+    model = modelopt_fp16(19)
+    source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
+    onnx.save(model, source)
+    args = ["convert", str(source), "--to", "com.microsoft", "-o", str(out)]
+    code, _, err = _cli(*args)
+    assert code == 1 and "cannot convert 1 node(s) exactly" in err and "'x_q'" in err
+    assert not out.exists()
+    code, _, err = _cli(*args, "--allow-float16")
+    assert code == 0 and "converted with --allow-float16" in err
+    assert not _same_bits(_ort_outputs(model), _ort_outputs(onnx.load(out)))  # the premise
+    # float16 graph input straight into the Q: both domains read the same float16 x
+    graph = model.graph
+    del graph.node[0]  # the Cast
+    graph.input[0].type.tensor_type.elem_type = TensorProto.FLOAT16
+    graph.node[0].input[0] = "x"
+    onnx.save(model, source)
+    out.unlink()
+    code, _, err = _cli(*args, "--verify")
+    assert code == 0, err
+    assert "verify: exact" in err and "--allow-float16" not in err

@@ -135,20 +135,27 @@ def _float16_bias(domain: str = "") -> onnx.ModelProto:
     )
 
 
-def test_float16_convert_warns_that_onnx_runtime_computes_the_domains_differently(
+def test_float16_convert_is_refused_unless_allowed_as_onnx_runtime_computes_them_differently(
     tmp_path: Path,
 ) -> None:
     # ONNX Runtime (CPU) has float16 kernels for ai.onnx DQ-19 but not for com.microsoft DQ:
     # it inserts Casts around the contrib node and, the Add being float32-only too, removes
     # the float32 -> float16 -> float32 pair, so the Add sees the unrounded float32 value.
-    # Pinned here: the outputs differ (ORT's doing, not a conversion error), hence a warning.
+    # Pinned here: the outputs differ (ORT's doing, not a conversion error), hence a refusal,
+    # or with --allow-float16 a warning.
     feeds = {"x": np.array([[0.1257, -0.1321, 0.6406, 0.1049]] * 2, np.float16)}
     onnx_form, ms_form = _float16_bias(), _float16_bias("com.microsoft")
     assert not np.array_equal(run_ort(onnx_form, feeds)[0], run_ort(ms_form, feeds)[0])
     for model, target in ((onnx_form, "com.microsoft"), (ms_form, "onnx")):
         source, out = tmp_path / "in.onnx", tmp_path / "out.onnx"
         onnx.save(model, source)
-        result = CliRunner().invoke(main, ["convert", str(source), "--to", target, "-o", str(out)])
+        args = ["convert", str(source), "--to", target, "-o", str(out)]
+        out.unlink(missing_ok=True)
+        result = CliRunner().invoke(main, args)  # refused: the outputs would change
+        assert result.exit_code == 1, result.output
+        assert "cannot convert 1 node(s) exactly" in result.output
+        assert "--allow-float16" in result.output and not out.exists()
+        result = CliRunner().invoke(main, [*args, "--allow-float16"])
         assert result.exit_code == 0, result.output
         assert "no float16 kernel for com.microsoft" in result.output
     source.write_bytes(_qoperator_tail().SerializeToString())  # float32 scales: no warning
@@ -179,10 +186,10 @@ def test_sparse_initializers_are_refused_not_dropped(tmp_path: Path) -> None:
 
 def test_float16_weight_qdq_pair_folds_to_onnx_runtimes_values(tmp_path: Path) -> None:
     # A float16 model quantized with QDQ pairs on weights (Q of a float16 constant, DQ with a
-    # float16 per-channel scale). The folded weight is ONNX Runtime's DQ output, bit for bit.
-    # Not compared: the MatMul after it. ORT's CPU provider computes float16 MatMul in
-    # float32 and its cast insertion decides per graph shape whether the DQ before it runs
-    # in float16 or float32 (unrounded), so the same weight can give different last bits.
+    # float16 per-channel scale). ORT's CPU provider gives the MatMul (no float16 kernel)
+    # its own copy of the DQ, computed in float32 (unrounded), and the graph output the
+    # float16 one: the fold writes the float32 weight and a Cast to float16, and both
+    # outputs stay bit for bit what ORT computed.
     rng = np.random.default_rng(5)
     weight = (rng.standard_normal((6, 5)) * 3).astype(np.float16)
     inits = [
@@ -211,12 +218,15 @@ def test_float16_weight_qdq_pair_folds_to_onnx_runtimes_values(tmp_path: Path) -
     result = CliRunner().invoke(main, ["fold", str(source), "-o", str(target)])
     assert result.exit_code == 0, result.output
     folded = onnx.load(target)
-    assert [n.op_type for n in folded.graph.node] == ["MatMul"]
-    feeds = {"x": np.ones((2, 6), np.float16)}
-    expected = run_ort(source, feeds)[1]
-    got = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}["wd"]
-    assert got.dtype == np.float16
-    np.testing.assert_array_equal(got, expected)
+    assert [n.op_type for n in folded.graph.node] == ["Cast", "MatMul"]
+    feeds = {"x": (rng.standard_normal((2, 6)) * 2).astype(np.float16)}
+    expected = run_ort(source, feeds)
+    got = run_ort(target, feeds)
+    for want, have in zip(expected, got, strict=True):
+        assert want.dtype == have.dtype and want.tobytes() == have.tobytes()
+    weight32 = {t.name: numpy_helper.to_array(t) for t in folded.graph.initializer}["wd_float32"]
+    assert weight32.dtype == np.float32
+    np.testing.assert_array_equal(weight32.astype(np.float16), expected[1])
 
 
 def test_two_unnamed_ifs_with_same_inner_names_are_told_apart(tmp_path: Path) -> None:

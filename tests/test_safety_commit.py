@@ -267,3 +267,42 @@ def test_ctrl_c_while_starting_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in stderr
     assert process.returncode == 130
     assert stderr == "qlrewrite: error: interrupted\n"
+
+
+def test_data_name_taken_while_staging_is_relocated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer commits out.onnx + out.onnx.data while this one stages (it chose
+    out.onnx.data for a new output): the commit moves its data in under a fresh name,
+    points the model at it, and replaces the other writer's pair whole."""
+    source, w = write_external_model(tmp_path, "in.onnx", seed=3)
+    model = model_io.load(source)
+    out = tmp_path / "out.onnx"
+
+    def other_writer(name: str) -> None:
+        if name == "staged":
+            write_external_model(tmp_path, "out.onnx", seed=4)
+
+    steps: list[str] = []
+    monkeypatch.setattr(atomic, "_step", lambda name: (steps.append(name), other_writer(name)))
+    data = model_io.save(model, out)
+    assert "relocated" in steps
+    assert data is not None and re.fullmatch(r"out\.onnx\.[0-9a-f]{8}\.data", data.name)
+    assert _data_files(tmp_path, "out.onnx") == [data.name]
+    np.testing.assert_array_equal(_pair_weights(out), w)
+
+
+def test_library_save_keeps_the_files_the_model_still_reads(tmp_path: Path) -> None:
+    """qlrewrite.save(model, "b.onnx") where the loaded model reads b.onnx.data: that
+    file is not removed with the replaced b.onnx, and the model stays usable."""
+    source, w = write_external_model(tmp_path, "a.onnx")
+    proto = onnx.load_model(str(source), load_external_data=False)
+    proto.graph.initializer[0].external_data[0].value = "b.onnx.data"
+    source.write_bytes(proto.SerializeToString())
+    (tmp_path / "a.onnx.data").rename(tmp_path / "b.onnx.data")
+    (tmp_path / "b.onnx").write_bytes(proto.SerializeToString())  # an older b.onnx
+    model = model_io.load(source)
+    model_io.save(model, tmp_path / "b.onnx")
+    assert (tmp_path / "b.onnx.data").exists()
+    np.testing.assert_array_equal(model.graph.initializers["W"].const_value.numpy(), w)
+    np.testing.assert_array_equal(_pair_weights(tmp_path / "b.onnx"), w)

@@ -70,15 +70,19 @@ def _nested_model(folder: Path) -> Path:
     return path
 
 
-def test_every_tensor_reads_the_model_folder_not_the_working_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def downloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The nested model in downloads/, run from home/ where a decoy w.bin lies."""
     model_dir, elsewhere = tmp_path / "downloads", tmp_path / "home"
     model_dir.mkdir()
     elsewhere.mkdir()
-    path = _nested_model(model_dir)
     (elsewhere / "w.bin").write_bytes(DECOY.tobytes())
     monkeypatch.chdir(elsewhere)
+    return _nested_model(model_dir)
+
+
+def test_every_tensor_reads_the_model_folder_not_the_working_folder(downloaded: Path) -> None:
+    path = downloaded
     model = model_io.load(path)
     slots = list(tensors.ir_tensor_slots(model))
     assert len(slots) == 4  # k, the If branch's c (twice: then and else), the TENSORS attr
@@ -87,16 +91,9 @@ def test_every_tensor_reads_the_model_folder_not_the_working_folder(
             np.testing.assert_array_equal(tensor.numpy(), GOOD)
 
 
-def test_fold_output_copies_the_model_folder_data(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """cd ~ && qlrewrite fold /downloads/m.onnx: the decoy in ~ is never read."""
-    model_dir, elsewhere = tmp_path / "downloads", tmp_path / "home"
-    model_dir.mkdir()
-    elsewhere.mkdir()
-    path = _nested_model(model_dir)
-    (elsewhere / "w.bin").write_bytes(DECOY.tobytes())
-    monkeypatch.chdir(elsewhere)
+def test_fold_output_copies_the_model_folder_data(downloaded: Path) -> None:
+    """cd ~ && qlrewrite convert /downloads/m.onnx: the decoy in ~ is never read."""
+    path, elsewhere = downloaded, Path.cwd()
     result = cli("convert", str(path), "--to", "onnx", "-o", "o.onnx")
     assert result.exit_code == 0, result.stderr
     saved = onnx.load_model(str(elsewhere / "o.onnx"))

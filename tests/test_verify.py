@@ -124,7 +124,8 @@ def test_exact_rewrite_is_written_and_reported(tmp_path: Path) -> None:
                         "--report", report)  # fmt: skip
     assert code == 0, err
     assert out.exists()
-    assert "verify: exact: 2 output(s) bit-identical (3 input sets, seed 0)" in err
+    assert "verify: exact: 2 output(s) bit-identical (3 input sets, seed 0; ONNX Runtime " in err
+    assert "CPU, graph optimizations off)" in err
     verify = json.loads(report.read_text())["verify"]
     assert verify["status"] == "exact" and verify["passed"] and verify["runs"] == 3
     assert {o["name"]: o["exact"] for o in verify["outputs"]} == {"y": True, "z": True}

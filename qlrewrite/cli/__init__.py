@@ -12,6 +12,7 @@ from qlrewrite.cli.fold import fold_command
 from qlrewrite.cli.info import info_command
 from qlrewrite.cli.rules import rules_command
 from qlrewrite.cli.upgrade import upgrade_command
+from qlrewrite.model_io import LIMITS, Limits
 
 __all__ = ["main"]
 
@@ -45,9 +46,28 @@ Exit codes: 0 ok, 1 findings or refusal, 2 usage error or unreadable input.
 """,
 )
 @click.version_option(__version__, "-V", "--version", prog_name="qlrewrite")
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1),
+    default=Limits.max_nodes,
+    show_default=True,
+    metavar="N",
+    help="Refuse a model with more nodes (all graphs and functions together).",
+)
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=1),
+    default=Limits.max_depth,
+    show_default=True,
+    metavar="N",
+    help="Refuse subgraphs nested, or functions calling functions, deeper than N.",
+)
 @debug_option
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context, max_nodes: int, max_depth: int) -> None:
     """Validate, constant-fold, convert and upgrade quantized (QDQ) ONNX models."""
+    token = LIMITS.set(Limits(max_nodes=max_nodes, max_depth=max_depth))
+    ctx.call_on_close(lambda: LIMITS.reset(token))
 
 
 # --- command registration (one line per command) ---

@@ -40,12 +40,19 @@ Examples:
     help="--to com.microsoft: accuracy_level of the MatMulNBits written (0 keeps float "
     "math; 4 lets ONNX Runtime quantize A to int8).",
 )
+@click.option(
+    "--allow-float16",
+    is_flag=True,
+    help="Convert float16 Q/DQ too: ONNX Runtime's CPU provider computes them differently "
+    "in the two domains, so its outputs can change (a warning says so).",
+)
 @rewrite_options
 @run_command
 def convert_command(
     model: Path,
     to: str,
     accuracy_level: int,
+    allow_float16: bool,
     options: RewriteOptions,
 ) -> None:
     """Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.
@@ -56,6 +63,9 @@ def convert_command(
     the opset to pass to `qlrewrite upgrade --opset N`. --to com.microsoft refuses what
     ONNX Runtime's contrib ops cannot express (blocked quantization, float8/float4/int2,
     bfloat16, saturate=0, ...). A refusal names the nodes, exits 1 and writes nothing.
+    float16 Q/DQ are refused unless --allow-float16: ONNX Runtime's CPU provider has no
+    float16 kernel for the com.microsoft ones and computes them, and the Casts next to
+    them, differently, so its outputs would change.
 
     --to onnx also rewrites com.microsoft MatMulNBits as DequantizeLinear -> MatMul (-> Add
     for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
@@ -66,7 +76,7 @@ def convert_command(
     of a constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
     int4/uint4 becomes GatherBlockQuantized.
     """
-    passes: list = [ConvertDomainPass(to)]
+    passes: list = [ConvertDomainPass(to, allow_float16=allow_float16)]
     if to == "onnx":
         passes.insert(0, NBitsToOnnxPass())
     else:

@@ -17,18 +17,24 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
+from qlrewrite.ort_float16 import domain_changes_result
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 
-__all__ = ["TARGETS", "ConvertDomainPass", "ConvertWarning", "convert", "keep_float32_division"]
+__all__ = [
+    "TARGETS",
+    "ConvertDomainPass",
+    "ConvertWarning",
+    "convert",
+    "divides_in_scale_type",
+    "keep_float32_division",
+]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
 
 _DT = ir.DataType
-#: The ai.onnx opset whose QuantizeLinear divides in the scale's type (``precision``).
-_PRECISION_OPSET = 23
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +60,8 @@ class _Plan:
     set_axis: bool = False
     drop: set[str] = dataclasses.field(default_factory=set)
     lowest_opset: int | None = None  # --to onnx: the lowest ai.onnx opset expressing it
-    float16: bool = False  # a float16 scale: ONNX Runtime computes the domains differently
+    float16: bool = False  # float16: ONNX Runtime computes it differently in the other domain
+    float16_scale: bool = False  # the scale is float16 (in some call site)
 
 
 def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
@@ -67,6 +74,13 @@ def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
         return None
     out_type = ctx.output.dtype if ctx.output is not None else None
     return ctx.x_type, scale.dtype, zp_type, out_type
+
+
+def divides_in_scale_type(opset: int | None) -> bool:
+    """True if ai.onnx QuantizeLinear at ``opset`` has ``precision`` (version 23 on): it
+    divides in the scale's type unless ``precision`` says otherwise."""
+    row = opsets.lookup("", "QuantizeLinear", opset) if opset is not None else None
+    return row is not None and "precision" in row.attributes
 
 
 def keep_float32_division(node: ir.Node, scale_type: ir.DataType | None) -> bool:
@@ -174,6 +188,14 @@ def _derives(ctx: NodeView, scale_type: Any, zp_type: Any, out_type: Any) -> boo
     return derived == out_type
 
 
+#: Why a float16 Q/DQ does not change domain unless allowed (measured with ORT 1.31/1.32).
+_FLOAT16_PROBLEM = (
+    "float16 scale: ONNX Runtime's CPU provider has float16 kernels for ai.onnx Q/DQ but "
+    "not for com.microsoft ones, which it runs in float32, removing the model's Casts to "
+    "float16 next to them, so the model's outputs in ONNX Runtime would change"
+)
+
+
 def _describe(plans: list[_Plan], nodes: int = 3) -> str:
     """The refused nodes grouped by their reasons: ``8 nodes ('a' in main, 'b' in main,
     'c' in main, ...): reason; reason`` (one node: ``'a' in main (reason)``)."""
@@ -199,7 +221,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
     and lists :class:`ConvertWarning`.
     """
 
-    def __init__(self, to: str, *, strict: bool = True) -> None:
+    def __init__(self, to: str, *, strict: bool = True, allow_float16: bool = False) -> None:
         super().__init__()
         if to in ("ai.onnx", ""):
             to = "onnx"
@@ -207,6 +229,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             raise ValueError(f"unknown target domain {to!r}; expected one of {TARGETS}")
         self.to = to
         self.strict = strict
+        self.allow_float16 = allow_float16
 
     @property
     def source_domain(self) -> str:
@@ -224,11 +247,25 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             for site, ctxs in node_views(model)
             if site.domain == self.source_domain
         ]
+        for plan in plans:
+            plan.float16_scale = plan.float16
+            plan.float16 = plan.float16 and self._float16_changes(plan)
+            if plan.float16 and not self.allow_float16:
+                plan.problems.append(_FLOAT16_PROBLEM)
         failed = [p for p in plans if p.problems]
         if failed and self.strict:
             raise Refusal(self._refusal(failed))
-        done = [p for p in plans if not p.problems]
         warnings: list[ConvertWarning] = []
+        if failed:
+            warnings.append(
+                ConvertWarning(
+                    f"{len(failed)} {self.source_domain or 'ai.onnx'} node(s) left as they "
+                    f"are: {_describe(failed)}",
+                    "",
+                    "",
+                )
+            )
+        done = [p for p in plans if not p.problems]
         pinned = 0
         for plan in done:
             pinned += self._apply(model, plan, warnings)
@@ -251,8 +288,8 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         for name in plan.drop:
             node.attributes.pop(name, None)
         pinned = False
-        if self.to == "onnx" and (plan.site.scope.opset("") or 0) >= _PRECISION_OPSET:
-            pinned = keep_float32_division(node, _DT.FLOAT16 if plan.float16 else None)
+        if self.to == "onnx" and divides_in_scale_type(plan.site.scope.opset("")):
+            pinned = keep_float32_division(node, _DT.FLOAT16 if plan.float16_scale else None)
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)
             warnings.append(
@@ -266,11 +303,11 @@ class ConvertDomainPass(ir.passes.InPlacePass):
         if plan.float16:
             warnings.append(
                 ConvertWarning(
-                    f"{plan.where}: float16 scale; ONNX Runtime's CPU provider has no float16 "
-                    "kernel for com.microsoft Q/DQ (it has for ai.onnx): it runs them in float32 "
-                    "between inserted Casts and removes Cast pairs, the model's own Casts to "
-                    "float16 included, so the model's outputs in ONNX Runtime can change (by "
-                    "0.09 on a ModelOpt float16 model); --verify measures it",
+                    f"{plan.where}: converted with --allow-float16; ONNX Runtime's CPU provider "
+                    "has no float16 kernel for com.microsoft Q/DQ (it has for ai.onnx): it runs "
+                    "them in float32 between inserted Casts and removes Cast pairs, the model's "
+                    "own Casts to float16 included, so the model's outputs in ONNX Runtime "
+                    "change (by 0.09 on a ModelOpt float16 model); --verify measures it",
                     node.name or "",
                     str(plan.site.ref),
                 )
@@ -283,11 +320,30 @@ class ConvertDomainPass(ir.passes.InPlacePass):
                 imports.setdefault(MS_DOMAIN, 1)
         return pinned
 
+    def _float16_changes(self, plan: _Plan) -> bool:
+        """True if ORT computes this float16 node differently after the conversion."""
+        site = plan.site
+        node = site.node
+        if (
+            self.to == "com.microsoft"
+            and node.op_type == "QuantizeLinear"
+            and divides_in_scale_type(site.scope.opset(""))
+        ):
+            attr = node.attributes.get("precision")
+            if attr is None or attr.is_ref() or attr.as_int() != int(_DT.FLOAT):
+                return True  # ai.onnx divides in float16 there, com.microsoft in float32
+        return domain_changes_result(node, dict(site.scope.imports))
+
     def _refusal(self, failed: list[_Plan]) -> str:
         count = f"{len(failed)} node(s)"
+        if all(p.problems == [_FLOAT16_PROBLEM] for p in failed):
+            return (
+                f"cannot convert {count} exactly; nothing written (--allow-float16 converts "
+                f"them anyway): {_describe(failed)}"
+            )
         if self.to == "com.microsoft":
             return f"cannot convert {count} to com.microsoft; nothing written: {_describe(failed)}"
-        lowest = [p.lowest_opset for p in failed]
+        lowest = [p.lowest_opset for p in failed if p.problems != [_FLOAT16_PROBLEM]]
         if all(v is not None for v in lowest):
             opset = max(v for v in lowest if v is not None)
             hint = (

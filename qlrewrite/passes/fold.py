@@ -35,7 +35,7 @@ from qlrewrite.passes.fold_tensor import (
     FoldSpec,
     Operand,
     StreamedTensor,
-    link_in_order,
+    link_initializers,
 )
 from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
@@ -45,6 +45,7 @@ from qlrewrite.qdq import (
     is_constant,
     iter_sites,
     site_view,
+    value_dtype,
 )
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
@@ -132,7 +133,7 @@ class FoldPass(ir.passes.InPlacePass):
                 "export without keep_initializers_as_inputs to fold them"
             )
         if any(summary.values()):
-            link_in_order(_initializer_order(model))
+            link_initializers(model)
             summary["opsets_removed"] = drop_unused_domains(model)
         return FoldResult(model, any(summary.values()), summary, warnings)
 
@@ -190,7 +191,9 @@ class FoldPass(ir.passes.InPlacePass):
         mode nothing is changed: the caller counts it for the warning)."""
         node, graph = site.node, site.graph
         x, scale = node.inputs[0], node.inputs[1]
-        if x is None or scale is None or not is_constant(x) or scale.dtype != ir.DataType.FLOAT16:
+        if x is None or scale is None or not is_constant(x):
+            return False
+        if value_dtype(scale) != ir.DataType.FLOAT16:
             return False
         if not has_float16_kernel(site.domain, node.op_type, site.version):
             return False  # com.microsoft: ORT computes it in float32 wherever it is
@@ -335,13 +338,3 @@ def _replace_outputs(
         for index, value in enumerate(outputs):
             if value is old:
                 outputs[index] = new
-
-
-def _initializer_order(model: ir.Model) -> list[StreamedTensor]:
-    """Streamed initializers in the order onnx_ir's save writes them."""
-    return [
-        value.const_value
-        for graph in model.graphs()
-        for value in graph.initializers.values()
-        if isinstance(value.const_value, StreamedTensor)
-    ]

@@ -32,6 +32,8 @@ __all__ = [
     "Operand",
     "StreamedTensor",
     "link_in_order",
+    "link_initializers",
+    "release_tensor",
 ]
 
 #: Output bytes computed per chunk when a folded tensor is written to a file.
@@ -76,7 +78,7 @@ class ConstOperand:
 
     def release(self) -> None:
         """Unmap the tensor's external data, if any."""
-        _release(self.tensor)
+        release_tensor(self.tensor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,8 +295,8 @@ class FoldedTensor(StreamedTensor):
     def release(self) -> None:
         """Unmap the external data the operands read (it is mapped again when needed)."""
         self.x.release()
-        _release(self.scale)
-        _release(self.zero_point)
+        release_tensor(self.scale)
+        release_tensor(self.zero_point)
 
 
 _POOL: list[concurrent.futures.ThreadPoolExecutor] = []
@@ -305,6 +307,16 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
     if not _POOL:
         _POOL.append(concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="qlrewrite-fold"))
     return _POOL[0]
+
+
+def link_initializers(model: ir.Model) -> None:
+    """Link the model's streamed initializers in the order onnx_ir's save writes them."""
+    link_in_order(
+        value.const_value
+        for graph in model.graphs()
+        for value in graph.initializers.values()
+        if isinstance(value.const_value, StreamedTensor)
+    )
 
 
 def link_in_order(tensors: Iterable[StreamedTensor]) -> None:
@@ -347,7 +359,8 @@ def _drop_from_page_cache(file: Any, start: int | None) -> None:
         return
 
 
-def _release(tensor: ir.TensorProtocol | None) -> None:
+def release_tensor(tensor: ir.TensorProtocol | None) -> None:
+    """Unmap an external tensor's data if nothing holds a view of it (else keep the map)."""
     if isinstance(tensor, ir.ExternalTensor):
         with contextlib.suppress(BufferError):  # someone still holds a view: keep the map
             tensor.release()

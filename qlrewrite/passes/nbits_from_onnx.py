@@ -22,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
 from qlrewrite.passes.results import NBitsResult
@@ -200,6 +201,8 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     if isinstance(graph, ir.Function):
                         graph.opset_imports.setdefault(MS_DOMAIN, 1)
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
+        if any(counts.values()):
+            link_initializers(model)
         result = NBitsResult(model, any(counts.values()))
         if self._half:
             result.verify_note = HALF_NOTE
@@ -342,7 +345,8 @@ def _scales(
         whole = array.reshape(layout.N, -1) if transposed else array.T
         return lambda r0, r1: whole[r0:r1]
 
-    return MappedTensor(reader, scale.dtype, [layout.N, layout.k_blocks], name=name)
+    shape = [layout.N, layout.k_blocks]
+    return MappedTensor(reader, scale.dtype, shape, sources=(scale,), name=name)
 
 
 def _zero_points(
@@ -364,4 +368,5 @@ def _zero_points(
         return lambda r0, r1: packed[r0:r1]
 
     shape = [layout.N, layout.zero_point_row]
-    return MappedTensor(reader, _DT.UINT8, shape)
+    sources = (zero_point,) if zero_point is not None else ()
+    return MappedTensor(reader, _DT.UINT8, shape, sources=sources)

@@ -9,7 +9,7 @@ input (never a whole-tensor copy) by the NumPy functions of :mod:`qlrewrite.kern
 - :class:`MatMulNBitsB`: the reverse: B ``[N, k_blocks, blob]`` from a DequantizeLinear
   input laid out ``[K, N]`` (or ``[N, K]`` behind a Transpose).
 - :class:`RetypedTensor`: uint8 data of GatherBlockQuantized holding ``8 / bits`` values
-  per byte, as the 2-, 4- or 8-bit tensor it is (or the reverse).
+  per byte, as the 2-, 4- or 8-bit tensor it is.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ import mmap
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
-from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor
+from qlrewrite import tensors
+from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
+from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 
 __all__ = [
     "MappedTensor",
     "MatMulNBitsB",
+    "MatMulNBitsFloat",
     "MatMulNBitsWeight",
     "RetypedTensor",
     "int_type",
@@ -57,10 +59,10 @@ def raw_bytes(tensor: ir.TensorProtocol) -> np.ndarray:
     The map is closed when the array is dropped, so the pages read do not stay resident.
     """
     if isinstance(tensor, ir.ExternalTensor):
-        length = math.ceil(tensor.size * tensor.dtype.bitwidth / 8)
+        length = tensors.tensor_bytes(tensor)
         if length == 0:
             return np.empty(0, _U8)
-        with open(tensor.path, "rb") as file:
+        with open(tensors.data_file(tensor), "rb") as file:  # the model's folder only
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mapped, _U8, count=length, offset=tensor.offset or 0)
     if tensor.dtype.bitwidth >= 8:
@@ -110,16 +112,70 @@ class MatMulNBitsWeight(StreamedTensor):
 
     def rows(self) -> RowReader:
         layout = self.layout
-        if self.role == "x":
-            b = raw_bytes(self.b)
-            return lambda k0, k1: _values(layout.quantized_rows(b, k0, k1), self.dtype, layout.bits)
         if self.role == "scale":
-            scales = np.asarray(self.scales.numpy())
+            scales = _typed(self.scales)
             return lambda kb0, kb1: layout.block_rows(scales, kb0, kb1)
-        zero_points = None if self.zero_points is None else raw_bytes(self.zero_points)
-        return lambda kb0, kb1: _values(
-            layout.zero_point_rows(zero_points, kb0, kb1), self.dtype, layout.bits
+        source = self.b if self.role == "x" else self.zero_points
+        return _QuantizedRows(self, None if source is None else raw_bytes(source))
+
+    def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
+        """Quantized rows straight from the packed input to the output's packing."""
+        if isinstance(read, _QuantizedRows) and read.raw is not None:
+            if self.role == "x":
+                packed = self.layout.packed_rows(read.raw, *bounds, flip=self.dtype.is_signed())
+            else:
+                packed = self.layout.packed_zero_point_rows(read.raw, *bounds)
+            if packed is not None:
+                return memoryview(np.ascontiguousarray(packed).reshape(-1))
+        return super()._compute(read, bounds)
+
+
+class MatMulNBitsFloat(StreamedTensor):
+    """A MatMulNBits weight dequantized to float32, laid out ``[K, N]``, as ONNX Runtime's
+    kernel computes it when DequantizeLinear cannot (zero points in the scale type:
+    :func:`~qlrewrite.kernels.nbits.dequantize_float_zero_point`)."""
+
+    __slots__ = ("b", "layout", "scales", "zero_points")
+
+    def __init__(
+        self,
+        layout: MatMulNBitsLayout,
+        *,
+        b: ir.TensorProtocol,
+        scales: ir.TensorProtocol,
+        zero_points: ir.TensorProtocol,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(_DT.FLOAT, ir.Shape([layout.K, layout.N]), name=name)
+        self.layout, self.b, self.scales, self.zero_points = layout, b, scales, zero_points
+
+    def rows(self) -> RowReader:
+        b, scales, zero_points = raw_bytes(self.b), _typed(self.scales), _typed(self.zero_points)
+        return lambda k0, k1: self.layout.dequantized_rows(
+            b, scales, zero_points, k0=k0, k1=k1, dtype=np.dtype(np.float32)
         )
+
+
+class _QuantizedRows:
+    """Reader of a MatMulNBits weight's quantized rows ``[k, N]`` (or its zero points'
+    ``[k_blocks, N]``), one value per element; ``raw`` is the packed input (None: the
+    default zero points)."""
+
+    def __init__(self, tensor: MatMulNBitsWeight, raw: np.ndarray | None) -> None:
+        self.tensor, self.raw = tensor, raw
+
+    def __call__(self, r0: int, r1: int) -> np.ndarray:
+        layout, dtype = self.tensor.layout, self.tensor.dtype
+        if self.tensor.role == "x":
+            q = layout.quantized_rows(self.raw, r0, r1)
+        else:
+            q = layout.zero_point_rows(self.raw, r0, r1)
+        return _values(q, dtype, layout.bits)
+
+
+def _typed(tensor: ir.TensorProtocol) -> np.ndarray:
+    """A float tensor's values, memory-mapped when external (unmapped when dropped)."""
+    return raw_bytes(tensor).view(np.dtype(tensor.dtype.numpy()).newbyteorder("<"))
 
 
 class MatMulNBitsB(StreamedTensor):
@@ -166,15 +222,15 @@ class MatMulNBitsB(StreamedTensor):
 
 
 class RetypedTensor(StreamedTensor):
-    """A tensor's values in another packing: uint8 bytes holding ``8 / bits`` values each
-    along the last axis (GatherBlockQuantized's uint8 data) <-> a ``bits``-wide tensor.
+    """GatherBlockQuantized's uint8 data (``8 / bits`` values per byte along the last axis)
+    as the ``bits``-wide tensor it holds: shape ``[..., D]`` -> ``[..., D * 8 / bits]``; a
+    signed ``dtype`` subtracts ``2**(bits-1)`` (the default zero point).
 
-    ``to_packed=False``: the packed uint8 ``source`` (shape ``[..., D]``) read as ``dtype``
-    (``[..., D * 8 / bits]``; a signed ``dtype`` subtracts ``2**(bits-1)``, the default zero
-    point). ``to_packed=True``: the reverse (a signed source adds it back).
+    ``source_dims`` reads the source with another shape of the same size (the data reaches
+    the node through a Reshape, as ONNX Runtime GenAI's tied embeddings do).
     """
 
-    __slots__ = ("bits", "source", "to_packed")
+    __slots__ = ("bits", "source", "source_dims")
 
     def __init__(
         self,
@@ -182,35 +238,18 @@ class RetypedTensor(StreamedTensor):
         dtype: ir.DataType,
         bits: int,
         *,
-        to_packed: bool,
+        source_dims: list[int] | None = None,
         name: str | None = None,
     ) -> None:
-        dims = list(source.shape.numpy())
-        per = 8 // bits
-        dims[-1] = -(-dims[-1] // per) if to_packed else dims[-1] * per
+        self.source_dims = list(source_dims or source.shape.numpy())
+        dims = [*self.source_dims[:-1], self.source_dims[-1] * (8 // bits)]
         super().__init__(dtype, ir.Shape(dims), name=name)
         self.source = source
         self.bits = bits
-        self.to_packed = to_packed
 
     def rows(self) -> RowReader:
-        bits = self.bits
-        source_dims = list(self.source.shape.numpy())
+        bits, source_dims = self.bits, self.source_dims
         row = math.prod(source_dims[1:])
-        if self.to_packed:
-            half = (1 << (bits - 1)) if self.source.dtype.is_signed() else 0
-            mask = np.uint8((1 << bits) - 1)
-            values = raw_bytes(self.source)
-            shape = self.shape.numpy()
-
-            def read_packed(r0: int, r1: int) -> np.ndarray:
-                index = np.arange(r0 * row, r1 * row, dtype=np.int64)
-                q = take_bits(values, bits, index) if bits < 8 else values[index]
-                q = (q + np.uint8(half)) & mask if half else q
-                q = q.reshape(r1 - r0, -1, source_dims[-1])
-                return pack(q, bits).reshape(r1 - r0, *shape[1:])
-
-            return read_packed
         raw = raw_bytes(self.source)
         out_dims = list(self.shape.numpy())
 
@@ -229,7 +268,7 @@ class MappedTensor(StreamedTensor):
     for the small companions of a weight (scales transposed, zero points repacked).
     """
 
-    __slots__ = ("make_reader",)
+    __slots__ = ("make_reader", "sources")
 
     def __init__(
         self,
@@ -237,10 +276,17 @@ class MappedTensor(StreamedTensor):
         dtype: ir.DataType,
         shape: list[int],
         *,
+        sources: tuple[ir.TensorProtocol, ...] = (),
         name: str | None = None,
     ) -> None:
         super().__init__(dtype, ir.Shape(shape), name=name)
         self.make_reader = make_reader
+        self.sources = sources
 
     def rows(self) -> RowReader:
         return self.make_reader()
+
+    def release(self) -> None:
+        """Unmap the external data of the sources (``numpy()`` keeps it mapped)."""
+        for source in self.sources:
+            release_tensor(source)

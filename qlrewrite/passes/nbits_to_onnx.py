@@ -17,7 +17,8 @@
 What a node needs that the target cannot express is refused with the node named and the
 lowest ai.onnx opset that would: int4 and blocks need opset 21, int2 opset 25.
 Not converted (bit-exactness could not hold): ``g_idx`` and zero points in the scale type
-(ONNX Runtime then computes ``q * scale - scale * zp``), prepacked B, FP8 / FP4 data.
+(ONNX Runtime then computes ``q * scale - scale * zp``; ``dequantize`` writes that value for
+the 4-bit float32 case ORT runs), prepacked B, FP8 / FP4 data.
 """
 
 from __future__ import annotations
@@ -30,10 +31,17 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
-from qlrewrite.passes.fold_tensor import ConstOperand, FoldedTensor, FoldSpec, StreamedTensor
+from qlrewrite.passes.fold_tensor import (
+    ConstOperand,
+    FoldedTensor,
+    FoldSpec,
+    StreamedTensor,
+    link_initializers,
+)
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
+    MatMulNBitsFloat,
     MatMulNBitsWeight,
     RetypedTensor,
     int_type,
@@ -105,6 +113,8 @@ class _Weight:
     reuse_x: ir.Value | None = None  # GatherBlockQuantized int4/uint4: the data value itself
     reuse_scale: ir.Value | None = None
     reuse_zero_point: ir.Value | None = None
+    #: The float weight itself, when no DequantizeLinear computes it (dequantize only).
+    folded: StreamedTensor | None = None
 
 
 @dataclasses.dataclass
@@ -129,6 +139,28 @@ def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
             plan.problems.append(f"input {index} ('{value.name}') is not a constant")
         found.append(tensor)
     return found
+
+
+def _reshaped_constant(value: ir.Value) -> tuple[ir.TensorProtocol | None, list[int]]:
+    """The constant tensor of ``value`` and the dims it is read with: an initializer or
+    Constant, or a Reshape of one to constant positive dims (ONNX Runtime GenAI's model
+    builder feeds its tied embeddings' GatherBlockQuantized with ``Reshape(lm_head B)``)."""
+    tensor = constant_tensor(value) if is_constant(value) else None
+    if tensor is not None:
+        return tensor, list(tensor.shape.numpy())
+    producer = value.producer()
+    if producer is None or producer.op_type != "Reshape" or producer.domain not in ("", "ai.onnx"):
+        return None, []
+    source, shape = [*producer.inputs, None, None][:2]
+    if source is None or shape is None or not (is_constant(source) and is_constant(shape)):
+        return None, []
+    tensor, dims = constant_tensor(source), constant_tensor(shape)
+    if tensor is None or dims is None or tensor.dtype.bitwidth < 8:
+        return None, []
+    dims = [int(d) for d in np.asarray(dims.numpy()).reshape(-1)]
+    if any(d <= 0 for d in dims) or int(np.prod(dims)) != tensor.size:
+        return None, []
+    return tensor, dims
 
 
 def _weight_indices(site: QuantizedSite) -> tuple[int, int, int]:
@@ -178,11 +210,11 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
         plan.problems.append(f"scales are not {layout.N} x {layout.k_blocks} floats")
     if zero_points is not None:
         if zero_points.dtype != _DT.UINT8:
-            plan.problems.append(
-                "zero points are given in the scale type: ONNX Runtime then dequantizes as "
-                "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
+            _plan_float_zero_points(
+                plan, layout, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
             )
-        elif zero_points.size != layout.N * layout.zero_point_row:
+            return plan
+        if zero_points.size != layout.N * layout.zero_point_row:
             plan.problems.append(f"zero points are not {layout.N} x {layout.zero_point_row} bytes")
     if plan.problems:
         return plan
@@ -225,6 +257,37 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
     return plan
 
 
+def _plan_float_zero_points(
+    plan: _Plan,
+    layout: MatMulNBitsLayout,
+    *,
+    b: ir.TensorProtocol,
+    scales: ir.TensorProtocol,
+    zero_points: ir.TensorProtocol,
+    dequantize: bool,
+) -> None:
+    """Zero points in the scale type: ONNX Runtime's kernel (4 bits, float32 only: for
+    float16 it ignores them) computes ``q * scale - scale * zp``. No DequantizeLinear
+    computes that; ``fold --dequantize-weights`` writes it."""
+    if not dequantize:
+        plan.problems.append(
+            "zero points are given in the scale type: ONNX Runtime then dequantizes as "
+            "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
+        )
+        return
+    if layout.bits != 4 or scales.dtype != _DT.FLOAT or zero_points.dtype != _DT.FLOAT:
+        plan.problems.append(
+            "zero points in the scale type are only computed by ONNX Runtime for 4 bits "
+            "and float32 (float16 ones it ignores)"
+        )
+        return
+    if zero_points.size != layout.N * layout.k_blocks:
+        plan.problems.append(f"zero points are not {layout.N} x {layout.k_blocks} floats")
+        return
+    folded = MatMulNBitsFloat(layout, b=b, scales=scales, zero_points=zero_points)
+    plan.weight = _Weight(b, scales, zero_points, 0, layout.block_size, _DT.FLOAT, folded=folded)
+
+
 def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
     """A ``[1, N]`` lazy tensor as ``[N]`` (a per-axis scale or zero point)."""
     n = tensor.shape[1]
@@ -240,10 +303,14 @@ def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
     site = view.site
     node, plan = site.node, _Plan(view)
     bits, block = view.attr_or_default("bits"), view.attr_or_default("block_size")
-    data, scales, zero_points = _tensors(node, _weight_indices(site), plan)
+    indices = _weight_indices(site)
+    data, data_dims = _reshaped_constant(node.inputs[indices[0]])
+    scales, zero_points = _tensors(node, indices[1:], plan)
+    if data is None:
+        plan.problems.append(f"data ('{node.inputs[indices[0]].name}') is not a constant")
     if plan.problems:
         return plan
-    rank = data.shape.rank()
+    rank = len(data_dims)
     gather_axis = view.attr_or_default("gather_axis")
     quantize_axis = view.attr_or_default("quantize_axis")
     if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
@@ -269,8 +336,11 @@ def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
         plan.problems.append(f"scales of type {scales.dtype.name}")
     if plan.problems:
         return plan
+    if data_dims != list(data.shape.numpy()) and not packed:
+        plan.problems.append(f"{data.dtype.name} data behind a Reshape")
+        return plan
     per = 8 // bits if packed else 1
-    dims = list(data.shape.numpy())
+    dims = list(data_dims)
     dims[-1 if packed else quantize_axis] *= per
     blocks = list(dims)
     blocks[quantize_axis] = -(-dims[quantize_axis] // block)
@@ -281,7 +351,9 @@ def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
     if packed:
         signed = zero_points is None and storage.default_zero_point(bits) != 0
         x_type = int_type(bits, signed=signed)
-        x = RetypedTensor(data, x_type, bits, to_packed=False, name=f"{node.inputs[0].name}_q")
+        x = RetypedTensor(
+            data, x_type, bits, source_dims=data_dims, name=f"{node.inputs[0].name}_q"
+        )
         zp = None
         if zero_points is not None:
             zp = _unpacked_zero_points(zero_points, bits, blocks)
@@ -327,7 +399,7 @@ def _unpacked_zero_points(
         values = unpack(np.asarray(zero_points.numpy(), dtype=np.uint8), bits)[..., :last]
         return lambda r0, r1: values[r0:r1]
 
-    return MappedTensor(reader, int_type(bits, signed=False), shape)
+    return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
 class NBitsToOnnxPass(ir.passes.InPlacePass):
@@ -363,6 +435,8 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         rewriter = _Rewriter(model, self.dequantize)
         for plan in done:
             rewriter.apply(plan)
+        if done:
+            link_initializers(model)
         dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
         if done and not self.dequantize:
             model.opset_imports.setdefault("", 21)
@@ -448,7 +522,9 @@ class _Rewriter:
         if key in self._cache:
             return self._cache[key]
         base = (node.name or node.outputs[0].name or "w") + "_w"
-        if self.dequantize:
+        if self.dequantize and weight.folded is not None:
+            value = self._constant(graph, weight.folded, base)
+        elif self.dequantize:
             x = weight.x
             folded = FoldedTensor(
                 FoldSpec(
@@ -523,8 +599,12 @@ class _Rewriter:
             return
         producer = value.producer()
         if producer is not None:
-            if producer.op_type == "Constant" and producer.graph is not None:
+            unused = not any(o.uses() or o.is_graph_output() for o in producer.outputs)
+            if producer.op_type in ("Constant", "Reshape") and producer.graph and unused:
+                inputs = list(producer.inputs)
                 producer.graph.remove(producer, safe=True)
+                for source in inputs:  # a Reshape's data and shape
+                    self._drop_if_unused(graph, source)
             return
         owner = value.graph
         if value.is_initializer() and owner is not None and value.name in owner.initializers:

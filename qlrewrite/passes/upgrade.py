@@ -27,7 +27,11 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.convert_domain import ConvertDomainPass, keep_float32_division
+from qlrewrite.passes.convert_domain import (
+    ConvertDomainPass,
+    divides_in_scale_type,
+    keep_float32_division,
+)
 from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
@@ -43,9 +47,6 @@ from qlrewrite.source import set_source, source_of
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "upgrade"]
-
-#: From this opset QuantizeLinear divides in the scale's type unless ``precision`` is set.
-_PRECISION_OPSET = 23
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -100,7 +101,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         before = onnx_opset(model) or 0
         new = _convert_weightless(model, self.opset)
         pinned = 0
-        if before < _PRECISION_OPSET <= self.opset:  # QuantizeLinear-23 divides differently
+        if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             for site in iter_sites(new):
                 scale = site_view(new, site).scale if site.domain == "" else None
                 if scale is not None:

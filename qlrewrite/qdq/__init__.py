@@ -46,7 +46,9 @@ from typing import Any
 #: such as ``tensors`` import ``qdq.graphs`` without pulling in inference and views).
 _API = {
     **dict.fromkeys(("node_views", "site_view"), "binding"),
-    **dict.fromkeys(("MAX_VALUE_BYTES", "constant_tensor", "is_constant"), "constants"),
+    **dict.fromkeys(
+        ("MAX_VALUE_BYTES", "constant_tensor", "is_constant", "value_dtype"), "constants"
+    ),
     **dict.fromkeys(
         (
             "MAIN",

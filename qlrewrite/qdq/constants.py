@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from qlrewrite.qdq.graphs import ONNX_DOMAINS
 
-__all__ = ["MAX_VALUE_BYTES", "constant_tensor", "is_constant", "small_array"]
+__all__ = ["MAX_VALUE_BYTES", "constant_tensor", "is_constant", "small_array", "value_dtype"]
 
 #: Constants above this size are never read (their shape and type are enough).
 MAX_VALUE_BYTES = 1 << 20
@@ -41,6 +41,17 @@ def constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
         return _constant_tensor(value)
     except Exception:  # a malformed Constant node: treat the value as unknown
         return None
+
+
+def value_dtype(value: ir.Value | None) -> ir.DataType | None:
+    """The element type of ``value``: declared, else its constant's (initializer or
+    Constant node: exporters often declare neither), else None."""
+    if value is None:
+        return None
+    if value.dtype is not None:
+        return value.dtype
+    tensor = constant_tensor(value)
+    return tensor.dtype if tensor is not None else None
 
 
 def _constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:

@@ -83,6 +83,14 @@ class GraphRef:
         return ref
 
     @property
+    def depth(self) -> int:
+        """How many subgraph levels below the main graph or its function (0 at the root)."""
+        depth, ref = 0, self
+        while ref.parent is not None:
+            depth, ref = depth + 1, ref.parent
+        return depth
+
+    @property
     def in_function(self) -> bool:
         """True for a function and the subgraphs nested in one."""
         return self.root.function is not None

@@ -13,7 +13,8 @@ from collections.abc import Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
+from qlrewrite import tensors
+from qlrewrite.qdq.graphs import MAIN, GraphRef
 from qlrewrite.qdq.view import TypeShape
 from qlrewrite.weightless import weightless_proto
 
@@ -95,16 +96,13 @@ def infer(
     except Exception:  # inference is a bonus: never fail on it
         return {}
     tables: dict[GraphRef, dict[str, TypeShape]] = {}
-    _collect(proto.graph, MAIN, tables)
+    for ref, graph in tensors.graphs_within(proto.graph, MAIN):
+        _collect(graph, tables.setdefault(ref, {}))
     return tables
 
 
-def _collect(
-    graph: onnx.GraphProto, ref: GraphRef, tables: dict[GraphRef, dict[str, TypeShape]]
-) -> None:
-    """Fill ``tables[ref]`` and the tables of its subgraphs (references as
-    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them)."""
-    table = tables.setdefault(ref, {})
+def _collect(graph: onnx.GraphProto, table: dict[str, TypeShape]) -> None:
+    """Fill ``table`` with the declared or inferred (type, shape) of ``graph``'s values."""
     for info in (*graph.input, *graph.value_info, *graph.output):
         if info.name in table or not info.type.HasField("tensor_type"):
             continue
@@ -119,10 +117,3 @@ def _collect(
                 d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim
             )
         table[info.name] = (dtype, shape)
-    for node in graph.node:
-        for attr in node.attribute:
-            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
-            if attr.HasField("g"):
-                _collect(attr.g, ref.subgraph(owner, attr.name), tables)
-            for index, sub in enumerate(attr.graphs):
-                _collect(sub, ref.subgraph(owner, attr.name, index), tables)
