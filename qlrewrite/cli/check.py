@@ -1,4 +1,5 @@
-"""`qlrewrite check`: validate every Q/DQ node of models and folders of models."""
+"""`qlrewrite check`: validate every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized)
+of models and folders of models."""
 
 from __future__ import annotations
 
@@ -179,7 +180,8 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     fix_output: Path | None,
     **verify_args: object,
 ) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node against its opset's rules.
+    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
+    GatherBlockQuantized, against its opset's rules.
 
     Reads no weights: a model of any size checks in about a second. With --fix, the
     findings that have a safe fix are repaired through the same path as the rewriting
