@@ -265,3 +265,14 @@ def test_a_refused_rewrite_lists_its_findings_grouped(tmp_path: Path) -> None:
     assert result.exit_code == 1 and len(lines) == 6  # 21 findings, three patterns
     assert "6 more like the line above, on b2_DequantizeLinear" in lines[1]
     assert "(`qlrewrite check --show-all` prints each)" in lines[1]
+
+
+def test_nothing_is_written_when_no_fix_applies(tmp_path: Path) -> None:
+    """A [1] scale that is a graph input cannot become a scalar: no copy is written."""
+    proto = qdq_model(DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=(),
+                      scale_as="input")  # fmt: skip
+    model = _save(proto, tmp_path / "m.onnx")
+    code, out, err = _run(model, "--fix", "--extend-select", "QL406")
+    assert code == 0 and "QL406" in out and "fixed" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert _run(model, "--diff", "--extend-select", "QL406")[:2] == (0, "")

@@ -203,3 +203,11 @@ def test_a_model_that_kills_its_worker_is_that_files_error(
     assert list(errors) == [f"m{i}.onnx" for i in range(6)]
     assert "process died" in errors["m2.onnx"]
     assert all(errors[f"m{i}.onnx"] is None for i in (0, 1, 3, 4, 5))
+
+
+def test_a_folder_whose_models_are_all_excluded_says_so(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "legacy" / "a.onnx")
+    (tmp_path / "qlrewrite.toml").write_text('exclude = ["legacy"]\n')
+    code, _, err = _run("legacy", "--format", "json")
+    assert code == 2
+    assert f"every .onnx file in the folder is excluded (exclude in {tmp_path}" in err
