@@ -61,7 +61,10 @@ class Finding:
     output: str = ""  # the node's first output name ("" when not about a node)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of ``check --format json``."""
+        """The JSON object of ``check --format json``; ``fix`` is what ``check --fix`` can do
+        ("safe", "unsafe" or None)."""
+        from qlrewrite.passes.fix import finding_fix
+
         return {
             "rule": self.rule,
             "severity": self.severity,
@@ -73,6 +76,7 @@ class Finding:
             "output": self.output,
             "message": self.message,
             "hint": self.hint,
+            "fix": finding_fix(self),
         }
 
 

@@ -87,11 +87,14 @@ def collect_models(
     seen: set[str] = set()
     for path in paths:
         if path.is_dir():
-            models = [
-                m for m in _models_under(path) if not _settings(m, config, isolated).excluded(m)
-            ]
-            if not models:
+            every = _models_under(path)
+            models = [m for m in every if not _settings(m, config, isolated).excluded(m)]
+            if not every:
                 found.append(Report(path=str(path), load_error="no .onnx files in folder"))
+            elif not models:
+                where = _settings(every[0], config, isolated).path
+                found.append(Report(path=str(path), load_error=f"every .onnx file in the folder "
+                                    f"is excluded (exclude in {where})"))  # fmt: skip
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):
@@ -272,7 +275,6 @@ def fix_target(
     from qlrewrite import pipeline
     from qlrewrite.errors import Refusal
     from qlrewrite.passes.fix import fix_passes, fixable
-    from qlrewrite.passes.results import FixResult, UpgradeResult
     from qlrewrite.verify import VerificationFailed
 
     if report.load_error:
@@ -289,28 +291,47 @@ def fix_target(
             f"a fix ({', '.join(unfixed)}); nothing written"
         )
         return outcome
-    try:
-        result = pipeline.rewrite(
+
+    def run(passes: list, dry: bool, verify_with: Any) -> Any:
+        return pipeline.rewrite(
             target.path,
             passes,
             command="fix",
             output=output,
             in_place=in_place,
-            dry_run=dry_run,
-            verify=verify,
+            dry_run=dry,
+            verify=verify_with,
         )
+
+    try:
+        # A dry run first when writing: a fix may find nothing to change on its node (a
+        # [1] scale that is a graph input), and an unchanged copy is not worth writing.
+        result = run(passes, True, None if not dry_run else verify)
+        outcome.changes = _changes(result)
+        if not dry_run and outcome.changes:
+            passes = fix_passes(wanted, unsafe=unsafe)
+            result = run(passes, False, verify)
+            outcome.changes = _changes(result)
+            outcome.output = result.output
     except VerificationFailed as exc:
         outcome.refused, outcome.verification = str(exc), exc.verification
         return outcome
     except Refusal as exc:
         outcome.refused = str(exc).removeprefix(f"{target.path}: ")
         return outcome
-    for pass_result in result.pass_results:
-        if isinstance(pass_result, FixResult):
-            outcome.changes.extend(pass_result.changes)
-        elif isinstance(pass_result, UpgradeResult):  # the upgrade to opset 13 (QL201 / QL402)
-            opset = pass_result.summary["opset_after"]
-            outcome.changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
-    outcome.output = result.output
     outcome.verification = result.verification
     return outcome
+
+
+def _changes(result: Any) -> list[tuple[str, str, str]]:
+    """What the fix passes of a rewrite changed: (code, where, what)."""
+    from qlrewrite.passes.results import FixResult, UpgradeResult
+
+    changes: list[tuple[str, str, str]] = []
+    for pass_result in result.pass_results:
+        if isinstance(pass_result, FixResult):
+            changes.extend(pass_result.changes)
+        elif isinstance(pass_result, UpgradeResult):  # the upgrade to opset 13 (QL201 / QL402)
+            opset = pass_result.summary["opset_after"]
+            changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
+    return changes

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import onnx_ir as ir
 
+from qlrewrite.errors import InputError
 from qlrewrite.findings import WARNING, Finding, Report
 from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
 
@@ -44,20 +45,16 @@ class _Entry:
 
 
 def _parse(codes: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Upper-cased prefixes ("" for ALL), and the entries that match no rule code."""
-    from qlrewrite.rules import RULES
+    """Prefixes ("" for ALL) as :func:`~qlrewrite.rules.selection.parse_codes` reads them
+    (spaces separate too), and the entries that match no rule code."""
+    from qlrewrite.rules.selection import parse_codes
 
     prefixes, unknown = [], []
     for entry in codes:
         for raw in _SPLIT.split(entry.strip()):
-            code = raw.upper()
-            if not code:
-                continue
-            if code == "ALL":
-                prefixes.append("")
-            elif any(rule.startswith(code) for rule in RULES):
-                prefixes.append(code)
-            else:
+            try:
+                prefixes += parse_codes([raw], IGNORE_KEY)
+            except InputError:
                 unknown.append(raw)
     return prefixes, unknown
 

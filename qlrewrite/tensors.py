@@ -147,7 +147,7 @@ def ir_containers(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
         stack.extend(reversed(found))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class TensorSlot:
     """Where a tensor of a model sits: an initializer's value or a node's attribute."""
 
@@ -179,23 +179,33 @@ def attribute_tensors(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
                     yield node, attr
 
 
-def ir_tensor_slots(model: ir.Model, *, attributes: bool = True) -> Iterator[TensorSlot]:
+def ir_tensor_slots(
+    model: ir.Model, *, attributes: bool = True, external_only: bool = False
+) -> Iterator[TensorSlot]:
     """Every tensor the model holds: initializers of every graph (functions' subgraphs
-    included) and, with ``attributes``, every TENSOR / TENSORS attribute value."""
+    included) and, with ``attributes``, every TENSOR / TENSORS attribute value. With
+    ``external_only``, only the slots holding an external tensor."""
     for container in ir_containers(model):
         if isinstance(container, ir.Graph):
             for value in container.initializers.values():
-                if value.const_value is not None:
-                    yield TensorSlot((value.const_value,), value=value)
+                tensor = value.const_value
+                if tensor is None or (external_only and not isinstance(tensor, ir.ExternalTensor)):
+                    continue
+                yield TensorSlot((tensor,), value=value)
     if attributes:
         for node, attr in attribute_tensors(model):
             values = attr.value if attr.type == ir.AttributeType.TENSORS else [attr.value]
+            if external_only and not any(isinstance(t, ir.ExternalTensor) for t in values):
+                continue
             yield TensorSlot(tuple(values), node=node, attr=attr)
 
 
 def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
-    for slot in ir_tensor_slots(model, attributes=False):
-        yield slot.tensors[0]
+    for container in ir_containers(model):
+        if isinstance(container, ir.Graph):
+            for value in container.initializers.values():
+                if value.const_value is not None:
+                    yield value.const_value
 
 
 def uses_external_data(model: ir.Model) -> bool:
@@ -331,9 +341,7 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
     :func:`external_path` against ``folder``. Returns how many were anchored."""
     folder = os.path.abspath(folder)
     count = 0
-    for slot in list(ir_tensor_slots(model)):
-        if not any(isinstance(t, ir.ExternalTensor) for t in slot.tensors):
-            continue
+    for slot in list(ir_tensor_slots(model, external_only=True)):
         slot.replace([
             _anchored(t, folder) if isinstance(t, ir.ExternalTensor) else t for t in slot.tensors
         ])  # fmt: skip
@@ -345,7 +353,7 @@ def files_held(model: ir.Model) -> list[Path]:
     """The files the external tensors of an in-memory model still read (resolved)."""
     found = {
         os.path.realpath(tensor.path)
-        for slot in ir_tensor_slots(model)
+        for slot in ir_tensor_slots(model, external_only=True)
         for tensor in slot.tensors
         if isinstance(tensor, ir.ExternalTensor)
     }
@@ -603,9 +611,8 @@ def external_in_memory(
     """
     swapped: list[tuple[TensorSlot, Iterable[ir.TensorProtocol]]] = []
     try:
-        for slot in list(ir_tensor_slots(model)):
-            external = [isinstance(t, ir.ExternalTensor) for t in slot.tensors]
-            if not any(external) or (slot.value is not None and not initializers(slot.tensors[0])):
+        for slot in list(ir_tensor_slots(model, external_only=True)):
+            if slot.value is not None and not initializers(slot.tensors[0]):
                 continue
             copies = [_in_memory(t) for t in slot.tensors]
             swapped.append((slot, slot.tensors))

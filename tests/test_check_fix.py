@@ -265,3 +265,27 @@ def test_a_refused_rewrite_lists_its_findings_grouped(tmp_path: Path) -> None:
     assert result.exit_code == 1 and len(lines) == 6  # 21 findings, three patterns
     assert "6 more like the line above, on b2_DequantizeLinear" in lines[1]
     assert "(`qlrewrite check --show-all` prints each)" in lines[1]
+
+
+def test_nothing_is_written_when_no_fix_applies(tmp_path: Path) -> None:
+    """A [1] scale that is a graph input cannot become a scalar: no copy is written."""
+    proto = qdq_model(DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=(),
+                      scale_as="input")  # fmt: skip
+    model = _save(proto, tmp_path / "m.onnx")
+    code, out, err = _run(model, "--fix", "--extend-select", "QL406")
+    assert code == 0 and "QL406" in out and "fixed" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    assert _run(model, "--diff", "--extend-select", "QL406")[:2] == (0, "")
+
+
+def test_each_finding_says_its_fix_in_json_and_sarif(tmp_path: Path) -> None:
+    model = _save(quantized("cnn-opset12-per-channel"), tmp_path / "m.onnx")
+    int4 = _save(quantized("cnn-int4-per-channel-21"), tmp_path / "int4.onnx")
+    doc = json.loads(_run(model, int4, "--format", "json")[1])
+    fixes = {(f["rule"], f["fix"]) for file in doc["files"] for f in file["findings"]}
+    assert fixes == {("QL201", "unsafe"), ("QL402", "unsafe"), ("QL601", "safe")}
+    sarif = json.loads(_run(model, "--format", "sarif")[1])
+    assert {r["properties"]["fix"] for r in sarif["runs"][0]["results"]} == {"unsafe"}
+    bad = _save(qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0}), tmp_path / "bad.onnx")
+    doc = json.loads(_run(bad, "--format", "json")[1])
+    assert [f["fix"] for f in doc["files"][0]["findings"]] == [None]

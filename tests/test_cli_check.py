@@ -128,7 +128,7 @@ def test_json_shape_and_content(tmp_path: Path) -> None:
     assert set(by_rule) == {"QL403", "QL501"}
     f = by_rule["QL403"]
     assert set(f) == {"rule", "severity", "node", "op_type", "domain", "opset", "graph",
-                      "output", "message", "hint"}  # fmt: skip
+                      "output", "message", "hint", "fix"}  # fmt: skip
     assert (f["severity"], f["node"], f["op_type"], f["domain"], f["opset"], f["graph"]) == (
         "error", "qdq", DQ, "", 13, "main"
     )  # fmt: skip

@@ -203,3 +203,57 @@ def test_a_model_that_kills_its_worker_is_that_files_error(
     assert list(errors) == [f"m{i}.onnx" for i in range(6)]
     assert "process died" in errors["m2.onnx"]
     assert all(errors[f"m{i}.onnx"] is None for i in (0, 1, 3, 4, 5))
+
+
+def test_a_folder_whose_models_are_all_excluded_says_so(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "legacy" / "a.onnx")
+    (tmp_path / "qlrewrite.toml").write_text('exclude = ["legacy"]\n')
+    code, _, err = _run("legacy", "--format", "json")
+    assert code == 2
+    assert f"every .onnx file in the folder is excluded (exclude in {tmp_path}" in err
+
+
+class _Bar:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int | None, bool]] = []
+        self.advanced = 0
+
+    def __call__(self, description: str, total: int | None, enabled: bool):
+        import contextlib
+
+        self.calls.append((description, total, enabled))
+        bar = self
+
+        class Handle:
+            def advance(self) -> None:
+                bar.advanced += 1
+
+        return contextlib.nullcontext(Handle())
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_progress_bar_on_a_terminal_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    import sys
+
+    from qlrewrite.cli import _common
+    from qlrewrite.cli import check as check_cli
+
+    for i in range(5):
+        _save(_warn(), tmp_path / "models" / f"m{i}.onnx")
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert _common.show_progress() and not _common.show_progress(quiet=True)
+    bar = _Bar()
+    monkeypatch.setattr(check_cli, "progress", bar)
+    # CliRunner swaps sys.stderr for its own stream: a terminal's answer for that run
+    monkeypatch.setattr(check_cli, "show_progress",
+                        lambda quiet=False: not quiet and not os.environ.get("CI"))  # fmt: skip
+    _run("models", "--jobs", jobs)
+    assert bar.calls == [("checking", 5, True)] and bar.advanced == 5
+    _run("models", "--jobs", jobs, "-q")
+    assert bar.calls[-1] == ("checking", 5, False)
+    monkeypatch.setenv("CI", "true")
+    _run("models", "--jobs", jobs)
+    assert bar.calls[-1] == ("checking", 5, False)

@@ -25,7 +25,7 @@ from qlrewrite.passes.ir_version import needed_ir_version
 from qlrewrite.passes.results import FixResult, RepairsFindings
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, is_constant, node_views
 
-__all__ = ["FIXES", "Fix", "FixPass", "fix_kind", "fix_passes", "fixable"]
+__all__ = ["FIXES", "Fix", "FixPass", "finding_fix", "fix_kind", "fix_passes", "fixable"]
 
 #: The opset that gives Q/DQ per-axis quantization (and the ``axis`` attribute).
 PER_AXIS_OPSET = 13
@@ -129,6 +129,12 @@ def fix_kind(code: str) -> FixKind | None:
 
     rule = RULES.get(code)
     return rule.fix if rule is not None else None
+
+
+def finding_fix(finding: Finding) -> FixKind | None:
+    """The fix ``check --fix`` has for this finding ("safe" / "unsafe"), or None."""
+    kind = fix_kind(finding.rule)
+    return kind if kind is not None and FIXES[finding.rule].applies(finding) else None
 
 
 def fixable(findings: Iterable[Finding], *, unsafe: bool = False) -> list[Finding]:
