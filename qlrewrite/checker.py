@@ -21,7 +21,7 @@ from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import node_views
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import ModelContext
+from qlrewrite.rules.registry import ALL_KINDS, ModelContext
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.weightless import weightless_from_source
@@ -115,10 +115,11 @@ def check_model(
             report.findings.extend(rule_check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
-    for site, views in node_views(model, weightless=weightless):
+    for site, views in node_views(model, weightless=weightless, kinds=ALL_KINDS):
         report.nodes_checked += 1
+        checks = [c for c in node_checks if site.kind in c.kinds]
         for view in views:
-            for rule_check in node_checks:
+            for rule_check in checks:
                 if rule_check.needs_version and view.row is None:
                     continue
                 for finding in rule_check.func(view):

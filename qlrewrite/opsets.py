@@ -233,6 +233,7 @@ class WeightOnlyVersion:
     attributes: Mapping[str, tuple[ir.AttributeType, int | None]]  # name -> (type, default)
     required: frozenset[str]  # attributes without a default that must be given
     weight: str  # the input holding the quantized weights
+    activation: str  # the input that is not part of the weights (A, indices)
     storage: Mapping[ir.DataType, WeightStorage]  # per element type of ``weight``
     #: block_size: a power of two at least this (0 allowed where the storage says so).
     min_block_size: int = 16
@@ -288,6 +289,7 @@ MATMUL_NBITS_1 = WeightOnlyVersion(
                      ("accuracy_level", 0), ("weight_prepacked", 0)),
     required=frozenset({"K", "N", "block_size"}),
     weight="B",
+    activation="A",
     storage={DT.UINT8: _PACKED_UINT8},
     cpu_block_sizes=frozenset({16, 32, 64, 128, 256}),
     accuracy_levels=frozenset(range(5)),
@@ -308,6 +310,7 @@ GATHER_BLOCK_QUANTIZED_1 = WeightOnlyVersion(
                      ("quantize_axis", 1)),
     required=frozenset(),
     weight="data",
+    activation="indices",
     storage={
         DT.UINT8: dataclasses.replace(_PACKED_UINT8, gather_axis_zero=True,
                                       quantize_axis_last=True),

@@ -156,8 +156,8 @@ def domain_changes_result(node: ir.Node, imports: dict[str, int]) -> bool:
       per consumer copy). They differ when it does not and such a consumer exists.
     - QuantizeLinear: as com.microsoft ORT casts x to float32 and removes that Cast with
       the one before it, so x is not rounded to float16 when it comes from a Cast of a
-      float32 value or from a node without a float16 kernel (run in float32); as ai.onnx
-      the float16 kernel reads the rounded x.
+      float32 value (or of a value of unknown type) or from a node without a float16
+      kernel (run in float32); as ai.onnx the float16 kernel reads the rounded x.
     """
     graph = node.graph
     if node.op_type == "DequantizeLinear":
@@ -171,7 +171,7 @@ def domain_changes_result(node: ir.Node, imports: dict[str, int]) -> bool:
     if x is None or not _is_edge(x, graph):
         return False
     producer = x.producer()
-    assert producer is not None  # an edge has one
-    if producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
-        return value_dtype(producer.inputs[0]) == ir.DataType.FLOAT
-    return not _kernel(producer, imports)
+    if producer is not None and producer.op_type == "Cast" and producer.domain in ("", "ai.onnx"):
+        source = value_dtype(producer.inputs[0]) if producer.inputs else None
+        return source in (ir.DataType.FLOAT, None)  # unknown: assume the pair ORT removes
+    return producer is not None and not _kernel(producer, imports)

@@ -8,9 +8,9 @@ named no node of any model checked under their configuration (QL901).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import multiprocessing
+import multiprocessing.connection
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -164,41 +164,109 @@ def check_targets(
             reports.append(check_one(target, selection, debug))
             advance()
         return reports
-    workers = min(jobs, len(targets))
-    chunk = max(1, min(16, len(targets) // (workers * 8)))
+    done: dict[int, Report] = {}
+    common = {"selection": selection, "debug": debug, "done": done, "advance": advance}
+    suspects = _run_workers(targets, range(len(targets)), workers=min(jobs, len(targets)), **common)
+    for index in sorted(suspects):
+        # A model killed its worker (an abort in native code on a hostile file): each file
+        # that worker held is checked again in a process of its own, so that only the
+        # guilty file is reported and the others are.
+        if not _run_workers(targets, [index], workers=1, **common):
+            continue
+        done[index] = Report(
+            path=str(targets[index].path),
+            load_error="the checker's process died on this model (a crash in native code); "
+            "please report it",
+        )
+        advance()
+    return [done[index] for index in range(len(targets))]
+
+
+#: Files handed to a worker before it has answered for the previous ones.
+_IN_FLIGHT = 2
+
+
+def _run_workers(
+    targets: Sequence[Target],
+    indices: Iterable[int],
+    *,
+    selection: Selection,
+    debug: bool,
+    workers: int,
+    done: dict[int, Report],
+    advance: Callable[[], None],
+) -> set[int]:
+    """Check ``targets[indices]`` in ``workers`` processes into ``done``; the indices a
+    worker held when it died are returned.
+
+    Each worker has a pipe of its own and the parent hands out the files, so no lock is
+    shared between processes: a worker that dies (even mid-write) cannot block the others,
+    which a shared result queue (``ProcessPoolExecutor``) does on CPython 3.11.
+    """
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    reports = []
+    pending = list(indices)[::-1]  # popped from the end: input order
+    held: dict[Any, list[int]] = {}
+    processes: dict[Any, Any] = {}
+    dead: set[int] = set()
+
+    def hand_out(conn: Any) -> None:
+        while pending and len(held[conn]) < _IN_FLIGHT:
+            index = pending.pop()
+            held[conn].append(index)
+            conn.send(index)
+        if not held[conn]:
+            conn.send(None)
+            retire(conn)
+
+    def retire(conn: Any) -> None:
+        conn.close()
+        processes.pop(conn).join()
+        del held[conn]
+
     try:
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-            count = len(targets)
-            mapped = pool.map(
-                check_one, targets, [selection] * count, [debug] * count, chunksize=chunk
+        for _ in range(min(workers, len(pending))):
+            parent, child = context.Pipe()
+            process = context.Process(
+                target=_worker, args=(child, targets, selection, debug), daemon=True
             )
-            for report in mapped:
-                reports.append(report)
+            process.start()
+            child.close()
+            held[parent], processes[parent] = [], process
+            hand_out(parent)
+        while held:
+            for conn in multiprocessing.connection.wait(list(held)):
+                try:
+                    index, report = conn.recv()
+                except (EOFError, OSError):  # the worker died
+                    dead.update(held[conn])
+                    retire(conn)
+                    continue
+                held[conn].remove(index)
+                done[index] = report
                 advance()
-    except concurrent.futures.process.BrokenProcessPool:
-        # A model killed its worker (an abort in native code on a hostile file): check the
-        # rest one per process, so that only the guilty file is reported and the others are.
-        for target in targets[len(reports) :]:
-            reports.append(_check_alone(target, selection, debug, context))
-            advance()
-    return reports
+                hand_out(conn)
+            if pending and not held:  # every worker died: the rest go to a fresh one
+                rest = pending[::-1]
+                pending.clear()
+                return dead | _run_workers(
+                    targets,
+                    rest,
+                    selection=selection,
+                    debug=debug,
+                    workers=1,
+                    done=done,
+                    advance=advance,
+                )
+    finally:
+        for process in processes.values():
+            process.kill()
+    return dead
 
 
-def _check_alone(
-    target: Target, selection: Selection, debug: bool, context: multiprocessing.context.BaseContext
-) -> Report:
-    """:func:`check_one` in a process of its own; a crash of that process is the file's error."""
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        try:
-            return pool.submit(check_one, target, selection, debug).result()
-        except concurrent.futures.process.BrokenProcessPool:
-            return Report(
-                path=str(target.path),
-                load_error="the checker's process died on this model (a crash in native code); "
-                "please report it",
-            )
+def _worker(conn: Any, targets: Sequence[Target], selection: Selection, debug: bool) -> None:
+    """A worker process: check the files whose indices arrive on ``conn`` until None."""
+    while (index := conn.recv()) is not None:
+        conn.send((index, check_one(targets[index], selection, debug)))
 
 
 def unused_suppressions(

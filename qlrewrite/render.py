@@ -152,7 +152,7 @@ def rule_counts(reports: Sequence[Report]) -> dict[str, int]:
 
 
 def summary_line(reports: Sequence[Report]) -> str:
-    """``checked 3 file(s), 12 Q/DQ node(s): 2 error(s), 1 warning(s) [QL403 x2, QL406 x1]``,
+    """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s) [QL403 x2, ...]``,
     then ``; 4 suppressed`` and ``; 1 could not be checked`` when there are some."""
     nodes = sum(r.nodes_checked for r in reports)
     errors = sum(len(r.errors) for r in reports)
@@ -161,7 +161,7 @@ def summary_line(reports: Sequence[Report]) -> str:
     unreadable = sum(1 for r in reports if r.load_error)
     custom = sum(g.nodes for r in reports for g in r.custom_quant)
     line = (
-        f"checked {len(reports)} file(s), {nodes} Q/DQ node(s): "
+        f"checked {len(reports)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
     counts = rule_counts(reports)
@@ -249,7 +249,7 @@ def print_text_tables(
             continue
         table = Table(
             title=f"{report.path}: {len(report.errors)} error(s), {len(report.warnings)} "
-            f"warning(s) in {report.nodes_checked} Q/DQ node(s)",
+            f"warning(s) in {report.nodes_checked} quantized node(s)",
             title_justify="left",
             show_lines=True,
         )

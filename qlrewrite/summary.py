@@ -1,4 +1,5 @@
-"""What `qlrewrite info` reports: the model's Q/DQ nodes grouped, and model-level facts.
+"""What `qlrewrite info` reports: the model's Q/DQ nodes grouped, its weight-only nodes
+(com.microsoft MatMulNBits, GatherBlockQuantized) grouped, and model-level facts.
 
 Reads no weights: types and shapes come from the graph (with ONNX type inference on a
 weight-free copy where a type is not declared), byte counts from shapes.
@@ -15,9 +16,17 @@ import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.custom_quant import custom_quant_groups
-from qlrewrite.qdq import NodeView, constant_tensor, is_constant, iter_graphs, node_views
+from qlrewrite.qdq import (
+    QDQ,
+    WEIGHT_ONLY,
+    NodeView,
+    constant_tensor,
+    is_constant,
+    iter_graphs,
+    node_views,
+)
 
-__all__ = ["QDQGroup", "model_summary"]
+__all__ = ["QDQGroup", "WeightOnlyGroup", "model_summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +39,31 @@ class QDQGroup:
     x_type: str
     scale_type: str
     granularity: str
+    constant: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightOnlyGroup:
+    """MatMulNBits / GatherBlockQuantized nodes that share op, version, weight type,
+    attributes, zero-point format, scale type and constness.
+
+    MatMulNBits: ``K`` x ``N`` weights; GatherBlockQuantized: ``shape``, the table's
+    logical shape (uint8 data unpacked to its values), quantized along ``quantize_axis``.
+    ``bits`` is None for float8 / float4 data (the type gives the width).
+    """
+
+    op_type: str
+    version: int | None
+    weight_type: str
+    bits: int | None
+    block_size: int | None
+    K: int | None
+    N: int | None
+    shape: tuple[int | None, ...] | None
+    quantize_axis: int | None
+    zero_points: str  # "none", "packed UINT8", or the element type (unpacked)
+    scale_type: str
+    accuracy_level: int | None
     constant: bool
 
 
@@ -62,6 +96,55 @@ def _group(view: NodeView) -> QDQGroup:
     )
 
 
+def _weight_only_group(view: NodeView) -> WeightOnlyGroup:
+    row, values = view.row, view.weight_attributes
+    weight, zero_point, scale = view.x, view.zero_point, view.scale
+    weight_type = weight.dtype if weight is not None else None
+    storage = row.storage.get(weight_type) if row is not None and weight_type else None
+    zp_type = zero_point.dtype if zero_point is not None else None
+    if zero_point is None:
+        zero_points = "none"
+    elif zp_type == ir.DataType.UINT8 and storage is not None and storage.packed:
+        zero_points = f"packed {zp_type.name}"
+    else:
+        zero_points = _name(zp_type)
+    bits = values.get("bits") if storage is None or storage.bits else None
+    shape = quantize_axis = None
+    if view.op_type == "GatherBlockQuantized" and weight is not None and weight.shape is not None:
+        dims = list(weight.shape)
+        if storage is not None and storage.packed and bits in storage.bits and dims:
+            dims[-1] = dims[-1] * (8 // bits) if dims[-1] is not None else None
+        shape = tuple(dims)
+        axis = values.get("quantize_axis")
+        if axis is not None and -len(dims) <= axis < len(dims):
+            quantize_axis = axis % len(dims)
+    activation = row.input_index(row.activation) if row is not None else -1
+    inputs = view.node.inputs
+    return WeightOnlyGroup(
+        op_type=view.op_type,
+        version=view.site.version,
+        weight_type=_name(weight_type),
+        bits=bits,
+        block_size=values.get("block_size"),
+        K=values.get("K"),
+        N=values.get("N"),
+        shape=shape,
+        quantize_axis=quantize_axis,
+        zero_points=zero_points,
+        scale_type=_name(scale.dtype if scale is not None else None),
+        accuracy_level=values.get("accuracy_level"),
+        constant=all(is_constant(v) for i, v in enumerate(inputs) if i != activation),
+    )
+
+
+def _grouped(counts: Counter, inputs: dict[Any, dict[int, int]], key: Any) -> list[dict]:
+    """JSON rows of ``counts`` (group -> nodes), with the bytes of their constant inputs."""
+    return [
+        {**dataclasses.asdict(group), "nodes": count, "input_bytes": sum(inputs[group].values())}
+        for group, count in sorted(counts.items(), key=lambda kv: key(kv[0], kv[1]))
+    ]
+
+
 def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None) -> dict[str, Any]:
     """A JSON-ready description of ``model`` (the `info` command's content).
 
@@ -71,13 +154,18 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
     ``input_bytes`` of a group counts each constant input (weight, scale, zero point)
     once, however many of the group's nodes share it.
     """
-    groups: Counter[QDQGroup] = Counter()
-    group_inputs: dict[QDQGroup, dict[int, int]] = {}
-    for site, views in node_views(model, weightless=weightless, read=False, calls=False):
+    groups: Counter[Any] = Counter()
+    group_inputs: dict[Any, dict[int, int]] = {}
+    kinds = (QDQ, *WEIGHT_ONLY)
+    for site, views in node_views(
+        model, weightless=weightless, read=False, calls=False, kinds=kinds
+    ):
         (view,) = views
-        group = _group(view)
+        group = _group(view) if site.kind == QDQ else _weight_only_group(view)
         groups[group] += 1
         group_inputs.setdefault(group, {}).update(_constant_inputs(site.node))
+    qdq = Counter({g: n for g, n in groups.items() if isinstance(g, QDQGroup)})
+    weight_only = Counter({g: n for g, n in groups.items() if isinstance(g, WeightOnlyGroup)})
     n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,
@@ -91,15 +179,8 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
             "external_data": tensors.uses_external_data(model),
         },
         "custom_quant": [g.to_json() for g in custom_quant_groups(model)],
-        "qdq_nodes": sum(groups.values()),
-        "qdq": [
-            {
-                **dataclasses.asdict(group),
-                "nodes": count,
-                "input_bytes": sum(group_inputs[group].values()),
-            }
-            for group, count in sorted(
-                groups.items(), key=lambda kv: (kv[0].domain, kv[0].op_type, -kv[1])
-            )
-        ],
+        "qdq_nodes": sum(qdq.values()),
+        "qdq": _grouped(qdq, group_inputs, lambda g, n: (g.domain, g.op_type, -n)),
+        "weight_only_nodes": sum(weight_only.values()),
+        "weight_only": _grouped(weight_only, group_inputs, lambda g, n: (g.op_type, -n)),
     }

@@ -67,6 +67,7 @@ def matmul_nbits_model(
     g_idx: bool = False,
     g_idx_shape: Sequence[int] | None = None,
     g_idx_type: DT = DT.INT32,
+    g_idx_values: Sequence[int] | None = None,
     bias: bool = False,
     bias_shape: Sequence[int] | None = None,
     bias_type: DT | None = None,
@@ -107,6 +108,8 @@ def matmul_nbits_model(
     if g_idx:
         blocks = np.arange(k, dtype=np.int64) // block_size
         shape = tuple(g_idx_shape or shapes["g_idx"])
+        if g_idx_values is not None:
+            blocks = np.asarray(g_idx_values, dtype=np.int64)
         values = np.resize(blocks, int(np.prod(shape, dtype=np.int64))).reshape(shape)
         inits.append(onnx.numpy_helper.from_array(values.astype(g_idx_type.numpy()), "g_idx"))
     if bias:
@@ -198,3 +201,42 @@ def gather_block_quantized_model(
     if ms_opset is not None:
         imports.append(helper.make_opsetid(MS, ms_opset))
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+
+
+_NUMPY = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
+
+
+def ort_runs(proto: onnx.ModelProto, *, prepack: bool = False) -> bool:
+    """True when ONNX Runtime's CPU provider loads the model and runs it on ones / zeros
+    (unknown dims: 2; indices: 0).
+
+    Weight prepacking is off unless ``prepack``: with it, ORT packs B at load and its
+    kernel's input check no longer sees B (a float16 MatMulNBits then runs with a B of
+    any shape, reading it by K and N; see test_prepacking_hides_wrong_b_shape).
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 4
+    if not prepack:
+        options.add_session_config_entry("session.disable_prepacking", "1")
+    try:
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+        feeds = {}
+        for info in session.get_inputs():
+            shape = [d if isinstance(d, int) else 2 for d in info.shape]
+            dtype = _NUMPY[info.type]
+            fill = 0 if np.issubdtype(dtype, np.integer) else 1
+            feeds[info.name] = np.full(shape, fill, dtype=dtype)
+        session.run(None, feeds)
+    except Exception:
+        return False
+    return True

@@ -289,3 +289,46 @@ def test_each_finding_says_its_fix_in_json_and_sarif(tmp_path: Path) -> None:
     bad = _save(qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0}), tmp_path / "bad.onnx")
     doc = json.loads(_run(bad, "--format", "json")[1])
     assert [f["fix"] for f in doc["files"][0]["findings"]] == [None]
+
+
+def test_the_opset12_upgrade_fix_computes_what_the_quantizer_writes_at_opset_13(
+    tmp_path: Path,
+) -> None:
+    """ORT cannot load the opset-12 input, so --verify cannot compare; the fixed model is
+    compared instead with ORT's quantizer's own output for the same float model at opset
+    13 (same calibration): bit-identical outputs."""
+    from ort_quantized import inputs_for, run_ort
+
+    model = _save(quantized("cnn-opset12-per-channel"), tmp_path / "m.onnx")
+    out = tmp_path / "fixed.onnx"
+    assert _run(model, "--fix", "--unsafe-fixes", "--fix-output", out)[0] == 0
+    for seed in (1, 2, 3):
+        feeds = inputs_for("cnn", seed)
+        fixed = run_ort(out, feeds)
+        reference = run_ort(quantized("cnn-per-channel"), feeds)
+        assert all(np.array_equal(a, b) for a, b in zip(fixed, reference, strict=True))
+
+
+def test_ql406_scale_shared_with_a_consistent_q_is_copied_not_reshaped(tmp_path: Path) -> None:
+    """Q(x, s[1], zp[1]) -> DQ(., s[1], zp2[]): reshaping s would give the Q a new
+    scalar-vs-[1] pair; the DQ gets its own scalar instead and the check is clean."""
+    inits = [
+        numpy_helper.from_array(np.array([0.02], np.float32), "s"),
+        numpy_helper.from_array(np.array([7], np.uint8), "zp"),
+        numpy_helper.from_array(np.array(7, np.uint8), "zp2"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp2"], ["y"], name="dq"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], initializer=inits,
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    model = _save(proto, tmp_path / "m.onnx")
+    assert [f.rule for f in check_path(model).findings] == ["QL406"]
+    out = _verified(model)
+    fixed = onnx.load(out)
+    assert [list(n.input) for n in fixed.graph.node] == [["x", "s", "zp"], ["q", "s_scalar", "zp2"]]
+    assert _rules(out) == []

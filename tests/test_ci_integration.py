@@ -79,6 +79,7 @@ def test_the_manifest_is_valid_for_pre_commit() -> None:
     hooks = load_manifest(str(ROOT / ".pre-commit-hooks.yaml"))
     (hook,) = [h for h in hooks if h["id"] == "qlrewrite-check"]
     assert hook["pass_filenames"] is True and hook["language"] == "python"
+    assert hook["require_serial"] is True  # QL901 judges keys against every model at once
     assert hook["types_or"] == ["binary"] and hook["entry"] == "qlrewrite check"
     assert "--force-exclude" in hook["args"]
 

@@ -51,8 +51,8 @@ def _check_group_help(text: str) -> None:
         # the whole first sentence: not cut at the terminal width
         assert summary == command.get_short_help_str(limit=200), name
     assert (
-        "Summarise a model's Q/DQ nodes, opsets and initializers (reads no weights)."
-        in (commands["info"])
+        "Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized), "
+        "opsets and initializers (reads no weights)." in (commands["info"])
     )
     assert "Examples:" in text and "qlrewrite info model.onnx" in text
     assert "Exit codes: 0 ok, 1 findings or refusal, 2 usage error or unreadable input." in text

@@ -145,7 +145,7 @@ def test_text_lines_when_not_a_terminal(tmp_path: Path) -> None:
     assert lines[0].startswith(f"{path}: QL403 error: ") and "(hint: " in lines[0]
     assert lines[1].startswith(f"{path}: QL501 warning: ")
     assert lines[2] == (
-        "checked 2 file(s), 2 Q/DQ node(s): 1 error(s), 1 warning(s) [QL403 x1, QL501 x1]"
+        "checked 2 file(s), 2 quantized node(s): 1 error(s), 1 warning(s) [QL403 x1, QL501 x1]"
     )
     assert all(len(line) > 100 for line in lines[:2])  # not squeezed to 80 columns
     assert _run("check", "-q", good)[1] == ""
@@ -161,7 +161,7 @@ def test_text_tables_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     header = next(line for line in text.splitlines() if "severity" in line)
     for column in ("rule", "severity", "graph", "node", "message", "hint"):
         assert column in header
-    assert f"{path}: 1 error(s), 1 warning(s) in 1 Q/DQ node(s)" in text
+    assert f"{path}: 1 error(s), 1 warning(s) in 1 quantized node(s)" in text
     assert "QL403" in text and "QL501" in text and "give one scale per slice" in text
     assert text.rstrip().endswith("1 error(s), 1 warning(s) [QL403 x1, QL501 x1]")
 

@@ -452,8 +452,8 @@ def test_model_without_qdq(tmp_path: Path) -> None:
     path.write_bytes(helper.make_model(graph).SerializeToString())
     result = cli("info", str(path))
     assert result.exit_code == 0
-    assert "No QuantizeLinear / DequantizeLinear nodes." in result.stdout
-    assert _json(path)["qdq"] == []
+    assert "No quantized nodes (QuantizeLinear / DequantizeLinear" in result.stdout
+    assert _json(path)["qdq"] == _json(path)["weight_only"] == []
 
 
 # --------------------------------------------------------------------------- no weights

@@ -181,8 +181,9 @@ _REAL_CHECK_ONE = None
 
 
 def _dying_check_one(target, selection, debug=False):
-    """check_one, except that m2.onnx kills its process (as an abort in native code)."""
-    if target.path.name == "m2.onnx":
+    """check_one, except that m2.onnx and m7.onnx kill their process (as an abort in
+    native code)."""
+    if target.path.name in ("m2.onnx", "m7.onnx"):
         os._exit(1)
     return _REAL_CHECK_ONE(target, selection, debug)
 
@@ -203,6 +204,29 @@ def test_a_model_that_kills_its_worker_is_that_files_error(
     assert list(errors) == [f"m{i}.onnx" for i in range(6)]
     assert "process died" in errors["m2.onnx"]
     assert all(errors[f"m{i}.onnx"] is None for i in (0, 1, 3, 4, 5))
+
+
+@pytest.mark.parametrize("jobs", ["2", "3"])
+def test_workers_dying_among_many_files_never_hang_and_blame_only_the_guilty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: str
+) -> None:
+    # ProcessPoolExecutor hung here (a worker blocked on the shared result queue's lock
+    # after another died); each worker now has a pipe of its own.
+    from qlrewrite import project
+
+    global _REAL_CHECK_ONE  # noqa: PLW0603 (read by the worker processes, forked)
+    _REAL_CHECK_ONE = project.check_one
+    for i in range(12):
+        _save(_warn(), tmp_path / "models" / f"m{i}.onnx")
+    monkeypatch.setattr(project, "check_one", _dying_check_one)
+    code, doc = _json("models", "--jobs", jobs)
+    assert code == 2
+    errors = {Path(f["path"]).name: f["error"] for f in doc["files"]}
+    assert sorted(errors) == sorted(p.name for p in (tmp_path / "models").iterdir())
+    assert list(errors) == sorted(errors)
+    died = {name for name, error in errors.items() if error}
+    assert died == {"m2.onnx", "m7.onnx"}
+    assert all("process died" in errors[name] for name in died)
 
 
 def test_a_folder_whose_models_are_all_excluded_says_so(tmp_path: Path) -> None:
@@ -257,3 +281,10 @@ def test_a_progress_bar_on_a_terminal_only(
     monkeypatch.setenv("CI", "true")
     _run("models", "--jobs", jobs)
     assert bar.calls[-1] == ("checking", 5, False)
+
+
+def test_config_and_isolated_together_is_a_usage_error(tmp_path: Path) -> None:
+    _save(_warn(), tmp_path / "m.onnx")
+    (tmp_path / "qlrewrite.toml").write_text("strict = true\n")
+    code, _, err = _run("m.onnx", "--config", "qlrewrite.toml", "--isolated")
+    assert code == 2 and "--config and --isolated" in err

@@ -275,9 +275,11 @@ def _onnx_type(dtype):
 
 def _dq_reference_deviation(x, scale, zp, attrs) -> np.ndarray | None:
     """Positions where onnx.reference's DQ is known to differ (see dequantize.py)."""
-    # float4 x: the reference ignores the zero point the spec formula subtracts
+    # float4 x: the reference ignores the zero point the spec formula subtracts (a -0.0
+    # zero point too: x = -0.0 minus -0.0 is +0.0 by the formula, -0.0 in the reference)
     if x.dtype == np.dtype(ml_dtypes.float4_e2m1fn) and zp is not None:
-        return np.ones(x.shape, bool) if np.any(zp.astype(F32)) else None
+        zp32 = zp.astype(F32)
+        return np.ones(x.shape, bool) if np.any(zp32) or np.any(np.signbit(zp32)) else None
     # NaN x times a NaN scale (float8e8m0 0xFF): IEEE 754 leaves open which NaN's sign
     # and payload the product keeps
     with np.errstate(all="ignore"):

@@ -511,3 +511,28 @@ def test_float16_convert_refuses_only_what_onnx_runtime_would_compute_otherwise(
     code, _, err = _cli(*args, "--verify")
     assert code == 0, err
     assert "verify: exact" in err and "--allow-float16" not in err
+
+
+def test_float16_kernel_table_matches_the_installed_onnxruntime() -> None:
+    """Every float16 CPU kernel of the installed ORT is in the table ort_float16 decides
+    with; the ops float16 graphs hinge on agree both ways."""
+    pytest.importorskip("onnxruntime")
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    from qlrewrite.ort_float16 import has_float16_kernel
+
+    installed: set[tuple[str, str, int]] = set()
+    for kernel in state.get_all_opkernel_def():
+        constraints = kernel.type_constraints.values()
+        if kernel.provider == "CPUExecutionProvider" and any(
+            "tensor(float16)" in types for types in constraints
+        ):
+            low, high = kernel.version_range
+            for version in range(low, min(high, 30) + 1):
+                installed.add((kernel.domain, kernel.op_name, version))
+    missing = [k for k in installed if not has_float16_kernel(*k)]
+    assert not missing, sorted(missing)[:10]
+    for op in ("QuantizeLinear", "DequantizeLinear", "MatMul", "Gemm", "Conv", "Add", "Mul"):
+        for version in (13, 19, 21, 23, 25):
+            assert has_float16_kernel("", op, version) == (("", op, version) in installed)
+    assert not has_float16_kernel("com.microsoft", "DequantizeLinear", 1)

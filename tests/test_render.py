@@ -38,7 +38,7 @@ def test_finding_line_and_summary() -> None:
         Report("b.onnx", load_error="empty file"),
     ]
     assert render.summary_line(reports) == (
-        "checked 2 file(s), 3 Q/DQ node(s): 1 error(s), 1 warning(s) [QL403 x2]; "
+        "checked 2 file(s), 3 quantized node(s): 1 error(s), 1 warning(s) [QL403 x2]; "
         "1 could not be checked"
     )
 
@@ -174,7 +174,7 @@ def test_repeated_findings_print_as_one_group_with_a_count_and_the_first_nodes()
     )
     assert lines[2] == render.finding_line(other, "m.onnx")
     assert lines[3] == (
-        "checked 1 file(s), 60 Q/DQ node(s): 1 error(s), 55 warning(s) [QL403 x1, QL406 x55]"
+        "checked 1 file(s), 60 quantized node(s): 1 error(s), 55 warning(s) [QL403 x1, QL406 x55]"
     )
     assert len(lines) == 4
     every = render.text_lines([report], show_all=True)

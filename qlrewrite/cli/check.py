@@ -1,4 +1,5 @@
-"""`qlrewrite check`: validate every Q/DQ node of models and folders of models."""
+"""`qlrewrite check`: validate every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized)
+of models and folders of models."""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ Examples:
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
+  qlrewrite check models/ --diff                   # what --fix would change
+  qlrewrite check model.onnx --fix --verify        # writes model.fix.onnx, proven in ORT
+  qlrewrite check models/ --fix --in-place --unsafe-fixes
 
 \b
 Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
@@ -176,13 +180,16 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     fix_output: Path | None,
     **verify_args: object,
 ) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node against its opset's rules.
+    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
+    GatherBlockQuantized, against its opset's rules.
 
     Reads no weights: a model of any size checks in about a second. With --fix, the
     findings that have a safe fix are repaired through the same path as the rewriting
     commands (refusals, atomic write, --verify).
     """
     verify = verify_from(verify_args)
+    if config_file is not None and isolated:
+        raise click.UsageError("--config and --isolated: give one of them")
     _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
     selection = project.Selection(select, ignore, extend_select, strict)
     listed = enabled_codes(Settings(), selection, Path())  # a wrong code: exit 2 here

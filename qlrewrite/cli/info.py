@@ -1,9 +1,11 @@
-"""`qlrewrite info`: what Q/DQ a model holds."""
+"""`qlrewrite info`: what Q/DQ and weight-only (MatMulNBits, GatherBlockQuantized) nodes a
+model holds."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -25,6 +27,7 @@ __all__ = ["info_command"]
 Examples:
   qlrewrite info model.onnx
   qlrewrite info model.onnx --format json | jq '.qdq'
+  qlrewrite info llm.onnx --format json | jq '.weight_only[] | {K, N, bits, nodes}'
 """,
 )
 @click.argument("model", type=click.Path(path_type=Path))
@@ -39,7 +42,8 @@ Examples:
 @debug_option
 @run_command
 def info_command(model: Path, fmt: str) -> None:
-    """Summarise a model's Q/DQ nodes, opsets and initializers (reads no weights)."""
+    """Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized),
+    opsets and initializers (reads no weights)."""
     loaded = model_io.load(model)
     # Just loaded: type inference can run on a copy of the file's nodes.
     source = source_of(loaded)
@@ -66,20 +70,31 @@ def info_command(model: Path, fmt: str) -> None:
             f"{group['op_type']} ({group['producer']}; not QuantizeLinear / DequantizeLinear: "
             "qlrewrite does not check or rewrite them)"
         )
-    if not summary["qdq"]:
-        console.print("No QuantizeLinear / DequantizeLinear nodes.")
+    if not summary["qdq"] and not summary["weight_only"]:
+        console.print(
+            "No quantized nodes (QuantizeLinear / DequantizeLinear, MatMulNBits, "
+            "GatherBlockQuantized)."
+        )
         return
-    console.print(f"{summary['qdq_nodes']} Q/DQ node(s):")
+    if summary["qdq"]:
+        console.print(f"{summary['qdq_nodes']} Q/DQ node(s):")
+        console.print(_qdq_table(summary["qdq"]))
+    if summary["weight_only"]:
+        console.print(f"{summary['weight_only_nodes']} weight-only node(s):")
+        console.print(_weight_only_table(summary["weight_only"]))
+
+
+def _qdq_table(rows: list[dict[str, Any]]) -> Table:
     table = Table()
     for column in ("domain", "op", "version", "x type", "scale type", "granularity", "constant"):
         table.add_column(column, no_wrap=True)
     table.add_column("nodes", justify="right")
     table.add_column("const bytes", justify="right", no_wrap=True)
-    for row in summary["qdq"]:
+    for row in rows:
         table.add_row(
             row["domain"],
             row["op_type"],
-            str(row["version"]) if row["version"] is not None else "none",
+            _text(row["version"], "none"),
             row["x_type"],
             row["scale_type"],
             row["granularity"],
@@ -87,4 +102,38 @@ def info_command(model: Path, fmt: str) -> None:
             str(row["nodes"]),
             human_bytes(row["input_bytes"]),
         )
-    console.print(table)
+    return table
+
+
+def _weight_only_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table()
+    columns = ("op", "weight", "bits", "block", "K x N / shape", "zero points", "scale type",
+               "accuracy", "constant")  # fmt: skip
+    for column in columns:
+        table.add_column(column, no_wrap=True)
+    table.add_column("nodes", justify="right")
+    table.add_column("const bytes", justify="right", no_wrap=True)
+    for row in rows:
+        if row["shape"] is not None:
+            size = " x ".join(_text(d) for d in row["shape"])
+            size += f" (axis {_text(row['quantize_axis'])})"
+        else:
+            size = f"{_text(row['K'])} x {_text(row['N'])}"
+        table.add_row(
+            f"{row['op_type']}-{_text(row['version'], 'none')}",
+            row["weight_type"],
+            _text(row["bits"], "-"),
+            _text(row["block_size"]),
+            size,
+            row["zero_points"],
+            row["scale_type"],
+            _text(row["accuracy_level"], "-"),
+            "yes" if row["constant"] else "no",
+            str(row["nodes"]),
+            human_bytes(row["input_bytes"]),
+        )
+    return table
+
+
+def _text(value: Any, missing: str = "?") -> str:
+    return missing if value is None else str(value)

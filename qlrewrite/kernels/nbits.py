@@ -127,6 +127,29 @@ class MatMulNBitsLayout:
         """The zero point when none is given: ``2 ** (bits - 1)``."""
         return 1 << (self.bits - 1)
 
+    # ------------------------------------------------------------ the other inputs' shapes
+
+    @property
+    def scales_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """The shapes scales may have: ``[N, k_blocks]``, or flat (older models)."""
+        return ((self.N, self.k_blocks), (self.N * self.k_blocks,))
+
+    def zero_point_shapes(self, packed: bool) -> tuple[tuple[int, ...], ...]:
+        """The shapes zero points may have: packed uint8 ``[N, zero_point_row]``, or in a
+        float type ``[N, k_blocks]``; either also flat."""
+        width = self.zero_point_row if packed else self.k_blocks
+        return ((self.N, width), (self.N * width,))
+
+    @property
+    def g_idx_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """g_idx: ``[K]``, or K rounded up to whole blocks."""
+        return tuple(dict.fromkeys(((self.K,), (self.k_blocks * self.block_size,))))
+
+    @property
+    def bias_shape(self) -> tuple[int]:
+        """bias: ``[N]``."""
+        return (self.N,)
+
     # ------------------------------------------------------------ reading (B -> [K, N])
 
     def quantized_rows(self, b: np.ndarray, k0: int, k1: int) -> np.ndarray:

@@ -164,11 +164,16 @@ class _Fixer:
             return None  # an outer-scope initializer: left alone
         tensor = value.const_value
         array = np.asarray(tensor.numpy()).reshape(())
-        only_qdq = all(
-            user.op_type in ("QuantizeLinear", "DequantizeLinear") and index in (1, 2)
+        # Reshaped in place only when every reader is a Q/DQ scale / zero point slot whose
+        # counterpart is a scalar too: no other node sees the shape change, and no Q/DQ
+        # gets a new scalar-vs-[1] pair (a Q sharing the [1] scale with a [1] zero point).
+        in_place = all(
+            user.op_type in ("QuantizeLinear", "DequantizeLinear")
+            and index in (1, 2)
+            and _is_scalar_or_absent(user, 3 - index)
             for user, index in value.uses()
         )
-        if only_qdq and not value.is_graph_output():
+        if in_place and not value.is_graph_output():
             value.const_value = ir.Tensor(array, name=value.name)
             value.shape = ir.Shape([])
             return value
@@ -177,6 +182,17 @@ class _Fixer:
         scalar.const_value = ir.Tensor(array, name=name)
         graph.register_initializer(scalar)
         return scalar
+
+
+def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
+    """Input ``index`` of ``node`` is omitted or a known scalar."""
+    if index >= len(node.inputs) or node.inputs[index] is None:
+        return True
+    value = node.inputs[index]
+    shape = value.shape
+    if shape is None and value.const_value is not None:
+        shape = value.const_value.shape
+    return shape is not None and len(shape) == 0
 
 
 def _unique_name(graph: ir.Graph, base: str) -> str:

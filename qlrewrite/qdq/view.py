@@ -11,7 +11,10 @@ weights:
   a small constant), from constants, declarations and type inference;
 - :attr:`NodeView.output_type`: the output's element type as the version in force decides
   it; :attr:`NodeView.x_type`: x's element type, also where only the producer or the
-  operator's type constraints tell it; :attr:`NodeView.granularity`.
+  operator's type constraints tell it; :attr:`NodeView.granularity`;
+- for com.microsoft MatMulNBits / GatherBlockQuantized: every input by its schema name
+  (:meth:`NodeView.operand`), the attributes in force (:attr:`NodeView.weight_attributes`)
+  and the weights' layout (:attr:`NodeView.weight_layout`).
 
 Views are built by :func:`qlrewrite.qdq.binding.node_views` (with type inference) or
 :func:`qlrewrite.qdq.binding.site_view` (constants and declarations only).
@@ -27,9 +30,16 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import Finding, Severity
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
 from qlrewrite.qdq.graphs import GraphRef
 from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.weight_only import (
+    GatherBlockForm,
+    gather_block_form,
+    int_attributes,
+    matmul_nbits_layout,
+)
 
 __all__ = ["Dims", "Granularity", "NodeView", "TypeShape", "ValueView", "view_of"]
 
@@ -127,6 +137,10 @@ class Granularity:
 
 #: Builds the ValueView of a node's value (``read``: read a small constant's values).
 Lookup = Callable[[ir.Value | None, bool], ValueView | None]
+
+
+def _weight_only(row: object) -> bool:
+    return isinstance(row, opsets.WeightOnlyVersion)
 
 
 class NodeView:
@@ -238,6 +252,14 @@ class NodeView:
         """The zero point input (None when omitted)."""
         return self._at(self._zero_point_index)
 
+    def operand(self, name: str) -> ValueView | None:
+        """The input the schema of a weight-only op names ``name`` ("A", "g_idx", "bias",
+        "indices", ...); None when omitted, or for Q/DQ."""
+        for index, spec in enumerate(getattr(self.row, "inputs", ())):
+            if spec.name == name:
+                return self._at(index)
+        return None
+
     @property
     def output(self) -> ValueView | None:
         """The first output."""
@@ -269,6 +291,36 @@ class NodeView:
         return self.attr_or_default("block_size") or 0
 
     # ------------------------------------------------------------------ derived facts
+
+    @property
+    def weight_attributes(self) -> dict[str, int | None]:
+        """A weight-only op's attributes in force (as written, else the default; None:
+        absent without a default, or not an INT); {} for Q/DQ."""
+        if "weight_attributes" not in self._cache:
+            row = self.row
+            found = int_attributes(self.attributes, row) if _weight_only(row) else {}
+            self._cache["weight_attributes"] = found
+        return self._cache["weight_attributes"]  # type: ignore[return-value]
+
+    @property
+    def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
+        """How a weight-only op's weights are laid out: a
+        :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
+        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
+        scale and zero-point shapes). None for Q/DQ, or attributes / a data type that
+        describe none (the check rules say why)."""
+        if "weight_layout" not in self._cache:
+            self._cache["weight_layout"] = self._weight_layout()
+        return self._cache["weight_layout"]  # type: ignore[return-value]
+
+    def _weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
+        row, values, x = self.row, self.weight_attributes, self.x
+        if not _weight_only(row):
+            return None
+        if self.op_type == "MatMulNBits":
+            return matmul_nbits_layout(values, row)
+        dtype = x.dtype if x is not None else None
+        return gather_block_form(values, row, dtype, x.rank if x is not None else None)
 
     @property
     def output_type(self) -> ir.DataType | None:
@@ -328,6 +380,16 @@ class NodeView:
         return self._cache["granularity"]  # type: ignore[return-value]
 
     def _granularity(self) -> Granularity:
+        layout = self.weight_layout
+        if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
+            return Granularity(opsets.BLOCKED, f"blocked(K, block={layout.block_size})")
+        if isinstance(layout, GatherBlockForm):
+            axis, block = layout.quantize_axis, layout.block_size
+            if block == 0:
+                return Granularity(opsets.PER_AXIS, f"one block per row (axis={axis})")
+            return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+        if _weight_only(self.row):
+            return Granularity(UNKNOWN, "?")
         axis = self.int_attr("axis")
         axis = 1 if axis is None else axis
         block = self.int_attr("block_size") or 0

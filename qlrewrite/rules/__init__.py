@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     attributes,
+    gather_block,
     hygiene,
+    matmul_nbits,
     shapes,
     structure,
     suppressions,
     types,
     values,
+    weight_only,
 )
 from qlrewrite.rules.registry import CHECKS, RULES, RuleCheck, rule
 

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.registry import ALL_KINDS, rule
 
 __all__: list[str] = []
 
@@ -28,7 +28,9 @@ def _first_version_with(ctx: NodeView, name: str) -> int | None:
     Each version of QuantizeLinear / DequantizeLinear defines its own attributes: `axis`
     from opset 13, `saturate` from 19, `block_size` and QuantizeLinear's `output_dtype` from
     21, DequantizeLinear's `output_dtype` and QuantizeLinear's `precision` from 23;
-    com.microsoft knows only `axis`. An attribute the version does not define is rejected by
+    com.microsoft Q/DQ know only `axis`; MatMulNBits has K, N, bits, block_size,
+    accuracy_level and weight_prepacked, GatherBlockQuantized bits, block_size, gather_axis
+    and quantize_axis. An attribute the version does not define is rejected by
     ONNX's checker and by ONNX Runtime, and its intent is silently lost by tools that ignore
     it. A common case: onnxruntime.quantization with per_channel=True on an opset-12 model
     writes DequantizeLinear nodes with `axis`, which neither ONNX nor ONNX Runtime loads.
@@ -38,6 +40,7 @@ def _first_version_with(ctx: NodeView, name: str) -> int | None:
     good: opset 13: DequantizeLinear(w_q, w_scale, w_zp, axis=0)  # qlrewrite upgrade --opset 13
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    kinds=ALL_KINDS,
     fix=UNSAFE,
     fix_summary="""
     Below opset 13, an `axis` on DequantizeLinear (as ONNX Runtime's quantizer writes for
@@ -61,6 +64,8 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
                     " (onnxruntime.quantization writes this for per_channel=True on a model"
                     " below opset 13)"
                 )
+        elif ctx.domain == opsets.MS_DOMAIN and ctx.op_type in opsets.WEIGHT_ONLY_OPS:
+            hint = f"remove it: {ctx.op_type} has {', '.join(row.attributes)}"
         elif ctx.domain == opsets.MS_DOMAIN:
             hint = "remove it: com.microsoft Q/DQ know only 'axis'"
             if name == "block_size":
@@ -74,9 +79,11 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     "QL202",
     "attribute-type",
     ERROR,
-    summary="An attribute has the wrong type (all Q/DQ attributes are integers).",
+    summary="An attribute has the wrong type (all attributes of the quantized ops are integers).",
     explanation="""
-    `axis`, `saturate`, `block_size`, `output_dtype` and `precision` are INT attributes.
+    `axis`, `saturate`, `block_size`, `output_dtype` and `precision` are INT attributes,
+    and so is every attribute of MatMulNBits and GatherBlockQuantized (`K`, `N`, `bits`,
+    ...).
     An attribute of another type (a float, a list, a string) is rejected by ONNX's checker;
     runtimes that read it with the wrong type either fail or read garbage.
     """,
@@ -85,6 +92,7 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(x, s, zp, axis=1)
     """,
     versions="ai.onnx 13+, com.microsoft 1",
+    kinds=ALL_KINDS,
 )
 def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import ModelContext, rule
+from qlrewrite.rules.registry import ALL_KINDS, ModelContext, rule
 
 __all__: list[str] = []
 
@@ -21,7 +21,8 @@ __all__: list[str] = []
     summary="The model's IR version predates an element type the node uses.",
     explanation="""
     Element types arrived with IR versions: float8 with IR 9, int4/uint4 with 10, float4
-    with 11, float8e8m0 with 12, int2/uint2 with 13, float6 with 14. A model declaring an
+    with 11, float8e8m0 with 12, int2/uint2 with 13, float6 with 14 (for Q/DQ and for
+    GatherBlockQuantized's int4 / float8 / float4 data alike). A model declaring an
     older IR version uses a type its own format version does not know; strict loaders and
     older runtimes refuse it.
     """,
@@ -31,6 +32,7 @@ __all__: list[str] = []
     """,
     versions="all",
     needs_version=False,
+    kinds=ALL_KINDS,
     fix=SAFE,
     fix_summary="""
     Raises the model's ir_version to what its element types and opset need (computation does
@@ -39,7 +41,8 @@ __all__: list[str] = []
 )
 def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}
-    for role, view in (("x", ctx.x), ("scale", ctx.scale), ("zero point", ctx.zero_point),
+    x_name = getattr(ctx.row, "weight", "x")  # a weight-only op's weight: "B", "data"
+    for role, view in ((x_name, ctx.x), ("scale", ctx.scale), ("zero point", ctx.zero_point),
                        ("output", ctx.output)):  # fmt: skip
         if view is not None and view.dtype is not None:
             types.setdefault(view.dtype, role)

@@ -12,8 +12,12 @@ import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
+from qlrewrite.qdq.sites import QDQ, WEIGHT_ONLY, SiteKind
 
-__all__ = ["CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
+#: Every kind of quantized node a node rule may apply to.
+ALL_KINDS = (QDQ, *WEIGHT_ONLY)
+
+__all__ = ["ALL_KINDS", "CHECKS", "RULES", "ModelContext", "RuleCheck", "Scope", "rule"]
 
 Scope = Literal["node", "model", "report"]
 
@@ -27,6 +31,7 @@ class RuleCheck:
     scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
     # "report": findings made after the check, from the report (suppressions)
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
+    kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
 
 
 #: The catalogue, ordered by code once every rule module is imported.
@@ -49,6 +54,7 @@ def rule(
     fix: FixKind | None = None,
     fix_summary: str = "",
     opt_in: bool = False,
+    kinds: tuple[SiteKind, ...] = (QDQ,),
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -74,7 +80,7 @@ def rule(
             opt_in=opt_in,
         )
         RULES[code] = entry
-        CHECKS[code] = RuleCheck(entry, func, scope, needs_version)
+        CHECKS[code] = RuleCheck(entry, func, scope, needs_version, kinds)
         return func
 
     return register

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.registry import ALL_KINDS, rule
 
 __all__: list[str] = []
 
@@ -54,9 +54,10 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     "QL102",
     "output-count",
     ERROR,
-    summary="A Q/DQ node has exactly one output.",
+    summary="A quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized) has exactly one output.",
     explanation="""
-    Both operators produce exactly one output. Extra outputs are refused by ONNX's checker
+    QuantizeLinear, DequantizeLinear, MatMulNBits and GatherBlockQuantized each produce
+    exactly one output. Extra outputs are refused by ONNX's checker
     and by ONNX Runtime; a node without an output computes nothing.
     """,
     example="""
@@ -65,6 +66,7 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
+    kinds=ALL_KINDS,
 )
 def output_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.outputs)
@@ -85,7 +87,8 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
     com.microsoft QuantizeLinear in a model that does not import com.microsoft (or an ONNX
     node in a model without an ai.onnx import) has no defined meaning: ONNX's checker
     rejects it, and tools that convert or optimize the model cannot know which version
-    applies, even if ONNX Runtime happens to load it.
+    applies, even if ONNX Runtime happens to load it (it does, for com.microsoft
+    MatMulNBits and GatherBlockQuantized too).
     """,
     example="""
     bad:  opset_import: [ai.onnx 13]      node: com.microsoft.DequantizeLinear(...)
@@ -93,6 +96,7 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
+    kinds=ALL_KINDS,
     fix=UNSAFE,
     fix_summary="""
     A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
@@ -117,9 +121,10 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     ERROR,
     summary="The imported opset has no version of the operator (ai.onnx before 10).",
     explanation="""
-    QuantizeLinear and DequantizeLinear entered ai.onnx at opset 10 (com.microsoft at
-    version 1). A model importing an older opset refers to an operator that does not exist
-    there, so no runtime can resolve it.
+    QuantizeLinear and DequantizeLinear entered ai.onnx at opset 10 (com.microsoft ops,
+    MatMulNBits and GatherBlockQuantized included, at version 1). A model importing an
+    older opset refers to an operator that does not exist there, so no runtime can
+    resolve it.
     """,
     example="""
     bad:  opset_import: [ai.onnx 9]   node: DequantizeLinear(x, scale)
@@ -127,6 +132,7 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
+    kinds=ALL_KINDS,
 )
 def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None or ctx.row is not None:

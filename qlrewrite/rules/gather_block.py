@@ -1,0 +1,225 @@
+"""QL430-QL434: com.microsoft GatherBlockQuantized: data rank, the gather and quantize
+axes, and the shapes of scales and zero points against data, bits and block_size."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from qlrewrite.findings import ERROR, Finding
+from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, NodeView
+from qlrewrite.rules.registry import rule
+from qlrewrite.weight_only import GatherBlockForm
+
+__all__: list[str] = []
+
+_KINDS = (GATHER_BLOCK_QUANTIZED,)
+_VERSIONS = "com.microsoft GatherBlockQuantized 1"
+
+
+def _form(ctx: NodeView) -> GatherBlockForm | None:
+    """The form (None: rank below 2, or attributes other rules report)."""
+    form = ctx.weight_layout
+    if not isinstance(form, GatherBlockForm) or form.rank < 2:
+        return None
+    block = form.block_size
+    if block == 0 and not form.storage.block_size_zero:
+        return None
+    if block and (block < ctx.row.min_block_size or block & (block - 1)):
+        return None  # QL205 reports it
+    return form
+
+
+def _dims(shape: tuple[int | None, ...]) -> str:
+    return "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+
+
+@rule(
+    "QL430",
+    "gather-block-data-rank",
+    ERROR,
+    summary="GatherBlockQuantized's data has rank below 2.",
+    explanation="""
+    The schema text allows data of rank 1, but ONNX Runtime's shape inference requires
+    rank 2 or more ("data tensor must have rank > 1") and refuses the model when it loads
+    it. An embedding table is [vocabulary, hidden]: gather on one axis, quantize on the
+    other.
+    """,
+    example="""
+    bad:  GatherBlockQuantized(data: [4096], indices, scales: [128])
+    good: GatherBlockQuantized(data: [32, 128], indices, scales: [32, 4])
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def data_rank(ctx: NodeView) -> Iterator[Finding]:
+    data = ctx.operand("data")
+    if data is None or data.rank is None:
+        return
+    if data.rank < 2:
+        yield ctx.finding(
+            "QL430",
+            ERROR,
+            f"data {data.describe()} has rank {data.rank}; ONNX Runtime needs rank >= 2",
+            "reshape the table to [rows, values] (one row per index)",
+        )
+
+
+@rule(
+    "QL431",
+    "gather-block-axis",
+    ERROR,
+    summary="gather_axis or quantize_axis is outside [-r, r-1], or uint8 data has its "
+    "axes elsewhere than gather_axis 0 and quantize_axis last.",
+    explanation="""
+    Both axes must name a dimension of data. uint8 data packs 8 / bits values per byte
+    along its last dimension: ONNX Runtime then requires quantize_axis to be the last axis
+    and gather_axis 0 (they differ, so rows are gathered whole). It refuses other axes
+    when it loads the model (or runs it). int4 / uint4 and float8 / float4 data take any
+    axes.
+    """,
+    example="""
+    bad:  GatherBlockQuantized(data: uint8 [64, 32], ..., gather_axis=1, quantize_axis=0)
+    good: GatherBlockQuantized(data: uint8 [64, 32], ..., gather_axis=0, quantize_axis=1)
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def axis(ctx: NodeView) -> Iterator[Finding]:
+    data = ctx.operand("data")
+    if data is None or data.rank is None:
+        return
+    rank = data.rank
+    if rank < 1:
+        return
+    values = ctx.weight_attributes
+    out_of_range = False
+    for name in ("gather_axis", "quantize_axis"):
+        value = values[name]
+        if value is not None and not -rank <= value < rank:
+            out_of_range = True
+            how = "" if name in ctx.attributes else " (the default)"
+            yield ctx.finding(
+                "QL431",
+                ERROR,
+                f"{name}={value}{how} is out of range for data {data.describe()}",
+                f"set {name} in [{-rank}, {rank - 1}]",
+            )
+    storage = ctx.row.storage.get(data.dtype) if data.dtype is not None else None
+    if out_of_range or storage is None or rank < 2:
+        return
+    gather, quantize = values["gather_axis"], values["quantize_axis"]
+    if storage.gather_axis_zero and gather is not None and gather % rank != 0:
+        yield ctx.finding(
+            "QL431",
+            ERROR,
+            f"gather_axis={gather}; uint8 data must be gathered on axis 0",
+            "store the table with the gathered axis first",
+        )
+    if storage.quantize_axis_last and quantize is not None and quantize % rank != rank - 1:
+        yield ctx.finding(
+            "QL431",
+            ERROR,
+            f"quantize_axis={quantize}; uint8 data is packed along its last axis ({rank - 1})",
+            f"set quantize_axis to {rank - 1} (or -1)",
+        )
+
+
+@rule(
+    "QL432",
+    "gather-block-scales-shape",
+    ERROR,
+    summary="GatherBlockQuantized's scales are not data's shape with the quantize axis "
+    "divided into blocks.",
+    explanation="""
+    scales has data's rank: on quantize_axis one entry per block (ceil(values /
+    block_size), where uint8 data holds 8 / bits values per byte; one block when
+    block_size is 0), on every other axis data's size (float8 / float4 data may also give
+    1 there, broadcast). ONNX Runtime refuses other shapes when it loads the model.
+    """,
+    example="""
+    bad:  data: uint8 [32000, 2048] (bits=4, 4096 values), block_size=32, scales: [32000, 64]
+    good: scales: [32000, 128]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def scales_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    data, scales = ctx.operand("data"), ctx.operand("scales")
+    if form is None or data is None or scales is None or scales.shape is None:
+        return
+    if scales.rank != data.rank:
+        yield ctx.finding(
+            "QL432",
+            ERROR,
+            f"scales {scales.describe()} has rank {scales.rank}, data {data.describe()} "
+            f"has rank {data.rank}",
+            "give scales the rank of data",
+        )
+        return
+    for i, (have, size) in enumerate(zip(scales.shape, data.shape, strict=True)):
+        if have is None or size is None:
+            continue
+        if i == form.quantize_axis:
+            want = form.blocks(data.shape)  # type: ignore[arg-type]
+            ok = have == want
+        else:
+            want = size
+            ok = have == size or (form.storage.scale_broadcast and have == 1)
+        if not ok:
+            what = "the block count on quantize_axis" if i == form.quantize_axis else "data's size"
+            yield ctx.finding(
+                "QL432",
+                ERROR,
+                f"scales {scales.describe()} has {have} on axis {i}; {what} is {want} "
+                f"(data {data.describe()}, bits={form.bits}, block_size={form.block_size})",
+                "give scales data's shape with quantize_axis divided into blocks",
+            )
+            return
+
+
+@rule(
+    "QL433",
+    "gather-block-zero-point-shape",
+    ERROR,
+    summary="GatherBlockQuantized's zero points do not have the scales' shape (packed "
+    "along the quantize axis for uint8 data).",
+    explanation="""
+    One zero point per scale: the scales' shape, except that uint8 zero points pack
+    8 / bits values per byte along quantize_axis (ceil(blocks * bits / 8) there). ONNX
+    Runtime refuses other shapes when it loads or runs the model.
+    """,
+    example="""
+    bad:  data: uint8 [32000, 2048], bits=4, scales: [32000, 128], zero_points: [32000, 128]
+    good: zero_points: [32000, 64]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    scales, zp = ctx.operand("scales"), ctx.operand("zero_points")
+    if form is None or scales is None or zp is None or scales.shape is None or zp.shape is None:
+        return
+    if form.storage.zero_point == "none" or scales.rank != form.rank:
+        return  # QL313 / QL432
+    if zp.rank != scales.rank:
+        yield ctx.finding(
+            "QL433",
+            ERROR,
+            f"zero_points {zp.describe()} has rank {zp.rank}, scales has rank {scales.rank}",
+            "give zero_points the rank of scales",
+        )
+        return
+    if any(d is None for d in scales.shape):
+        return
+    want = form.zero_point_shape(scales.shape)  # type: ignore[arg-type]
+    if any(have is not None and have != w for have, w in zip(zp.shape, want, strict=True)):
+        packed = " (packed, 8 / bits per byte)" if form.storage.packed else ""
+        yield ctx.finding(
+            "QL433",
+            ERROR,
+            f"zero_points {zp.describe()} should be {_dims(want)}{packed} for scales "
+            f"{scales.describe()}",
+            f"give zero_points the shape {_dims(want)}",
+        )

@@ -1,0 +1,247 @@
+"""QL420-QL425, QL510: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
+block_size, and its g_idx values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from qlrewrite.findings import ERROR, Finding
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
+from qlrewrite.rules.registry import rule
+
+__all__: list[str] = []
+
+_KINDS = (MATMUL_NBITS,)
+_VERSIONS = "com.microsoft MatMulNBits 1"
+
+
+def _form(ctx: NodeView) -> MatMulNBitsLayout | None:
+    """The layout (None: attributes other rules report)."""
+    layout = ctx.weight_layout
+    return layout if isinstance(layout, MatMulNBitsLayout) else None
+
+
+def _shape_text(shapes: Sequence[tuple[int, ...]]) -> str:
+    return " or ".join("[" + ", ".join(str(d) for d in shape) + "]" for shape in shapes)
+
+
+def _mismatch(view: ValueView | None, shapes: Sequence[tuple[int, ...]]) -> bool:
+    """True when ``view``'s shape is known and is none of ``shapes`` (unknown dims match)."""
+    if view is None or view.shape is None:
+        return False
+    return not any(
+        len(shape) == len(view.shape)
+        and all(d is None or d == want for d, want in zip(view.shape, shape, strict=True))
+        for shape in shapes
+    )
+
+
+def _shape_finding(
+    ctx: NodeView, code: str, name: str, shapes: Sequence[tuple[int, ...]], why: str
+) -> Iterator[Finding]:
+    view = ctx.operand(name)
+    if _mismatch(view, shapes):
+        yield ctx.finding(
+            code,
+            ERROR,
+            f"{name} {view.describe()} should be {_shape_text(shapes)} ({why})",  # type: ignore[union-attr]
+            f"give {name} the shape {_shape_text(shapes[:1])}, or fix the attributes",
+        )
+
+
+def _attrs(form: MatMulNBitsLayout) -> str:
+    return f"K={form.K}, N={form.N}, bits={form.bits}, block_size={form.block_size}"
+
+
+@rule(
+    "QL420",
+    "matmul-nbits-a-shape",
+    ERROR,
+    summary="MatMulNBits' A is a scalar, or its last dimension differs from K.",
+    explanation="""
+    MatMulNBits multiplies A [..., K] by the weight matrix [K, N], giving [..., N]. A
+    scalar A, or a last dimension other than K, cannot be multiplied: ONNX Runtime's shape
+    inference refuses the model when it loads it (or the run fails, for a dimension known
+    only then).
+    """,
+    example="""
+    bad:  MatMulNBits(A: [1, 2048], B, scales, K=4096, N=4096, block_size=32)
+    good: MatMulNBits(A: [1, 4096], B, scales, K=4096, N=4096, block_size=32)
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def a_shape(ctx: NodeView) -> Iterator[Finding]:
+    values = ctx.weight_attributes
+    a, k = ctx.operand("A"), values.get("K")
+    if a is None or a.shape is None or k is None:
+        return
+    if a.rank == 0:
+        yield ctx.finding("QL420", ERROR, f"A {a.describe()} is a scalar", "give A rank >= 1")
+    elif a.shape[-1] is not None and a.shape[-1] != k:
+        yield ctx.finding(
+            "QL420",
+            ERROR,
+            f"A {a.describe()} has last dimension {a.shape[-1]}, K={k}",
+            "set K to A's last dimension (the weight's input features)",
+        )
+
+
+@rule(
+    "QL421",
+    "matmul-nbits-b-shape",
+    ERROR,
+    summary="MatMulNBits' B is not [N, ceil(K / block_size), block_size * bits / 8].",
+    explanation="""
+    B holds the quantized weights, transposed and packed: one row per output feature (N),
+    one block of `block_size` values along K per entry, each block packed into
+    block_size * bits / 8 bytes. Any other shape means the attributes and the data
+    disagree; ONNX Runtime fails when it runs the node (or when it prepacks the weights at
+    load), and a converter would read the weights at the wrong offsets.
+    """,
+    example="""
+    bad:  B: [4096, 128, 32] with K=4096, N=4096, bits=4, block_size=32   # blob is 16
+    good: B: [4096, 128, 16]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def b_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    if form is not None:
+        yield from _shape_finding(ctx, "QL421", "B", [form.b_shape], _attrs(form))
+
+
+@rule(
+    "QL422",
+    "matmul-nbits-scales-shape",
+    ERROR,
+    summary="MatMulNBits' scales are not [N, ceil(K / block_size)] (or that many in 1-D).",
+    explanation="""
+    Every block of every output feature has one scale: [N, k_blocks] with k_blocks =
+    ceil(K / block_size). Older models store the same values as 1-D [N * k_blocks], which
+    ONNX Runtime still accepts. Other shapes fail when the node runs.
+    """,
+    example="""
+    bad:  scales: [4096, 64] with K=4096, N=4096, block_size=32
+    good: scales: [4096, 128]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def scales_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    if form is not None:
+        yield from _shape_finding(ctx, "QL422", "scales", form.scales_shapes, _attrs(form))
+
+
+@rule(
+    "QL423",
+    "matmul-nbits-zero-point-shape",
+    ERROR,
+    summary="MatMulNBits' zero points do not have the shape of their format (packed uint8 "
+    "or float).",
+    explanation="""
+    uint8 zero points are packed like B: bits-wide values, low bits first, so each output
+    feature takes ceil(k_blocks * bits / 8) bytes: [N, ceil(k_blocks * bits / 8)] or 1-D.
+    Zero points in a float type are not packed: [N, k_blocks] or 1-D. ONNX Runtime fails
+    when the node runs on any other shape; a converter would read the wrong zero points.
+    """,
+    example="""
+    bad:  zero_points: uint8 [4096, 128] with K=4096, bits=4, block_size=32  # not packed
+    good: zero_points: uint8 [4096, 64]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    zp = ctx.operand("zero_points")
+    if form is None or zp is None or zp.dtype is None:
+        return
+    packed = zp.dtype.name == "UINT8"
+    why = f"{'packed uint8' if packed else zp.dtype.name}, {_attrs(form)}"
+    yield from _shape_finding(ctx, "QL423", "zero_points", form.zero_point_shapes(packed), why)
+
+
+@rule(
+    "QL424",
+    "matmul-nbits-g-idx-shape",
+    ERROR,
+    summary="MatMulNBits' g_idx is not [K] (or K rounded up to whole blocks).",
+    explanation="""
+    g_idx (deprecated, from GPTQ act-order) gives the block of each of the K input
+    features: [K], or [ceil(K / block_size) * block_size]. ONNX Runtime fails when the node
+    runs on any other shape.
+    """,
+    example="""
+    bad:  g_idx: [4095] with K=4096
+    good: g_idx: [4096]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    if form is not None:
+        yield from _shape_finding(ctx, "QL424", "g_idx", form.g_idx_shapes, _attrs(form))
+
+
+@rule(
+    "QL425",
+    "matmul-nbits-bias-shape",
+    ERROR,
+    summary="MatMulNBits' bias is not [N].",
+    explanation="""
+    The bias adds one value per output feature. ONNX Runtime's shape inference refuses any
+    other shape when it loads the model.
+    """,
+    example="""
+    bad:  bias: [1, 4096] with N=4096
+    good: bias: [4096]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def bias_shape(ctx: NodeView) -> Iterator[Finding]:
+    n = ctx.weight_attributes.get("N")
+    if n is not None and n >= 0:
+        yield from _shape_finding(ctx, "QL425", "bias", [(n,)], f"N={n}")
+
+
+@rule(
+    "QL510",
+    "matmul-nbits-g-idx-range",
+    ERROR,
+    summary="A constant g_idx names a block outside [0, ceil(K / block_size)).",
+    explanation="""
+    Each g_idx entry is the block whose scale and zero point dequantize that input feature.
+    A value outside the blocks reads another row's parameters or past the end: ONNX
+    Runtime's kernel refuses it when the node runs.
+    """,
+    example="""
+    bad:  g_idx: [0, 0, ..., 128] with K=4096, block_size=32   # 128 blocks: 0..127
+    good: g_idx: [0, 0, ..., 127]
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+)
+def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
+    form = _form(ctx)
+    g_idx = ctx.operand("g_idx")
+    if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:
+        return
+    bad = (g_idx.array < 0) | (g_idx.array >= form.k_blocks)
+    if bad.any():
+        first = int(np.flatnonzero(bad.ravel())[0])
+        value = int(g_idx.array.ravel()[first])
+        yield ctx.finding(
+            "QL510",
+            ERROR,
+            f"g_idx[{first}] = {value} is outside [0, {form.k_blocks}) ({int(bad.sum())} "
+            f"entries out of range; {_attrs(form)})",
+            "recompute g_idx from the quantizer, or drop it when it is arange(K) // block_size",
+        )
