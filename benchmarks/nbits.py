@@ -13,7 +13,9 @@ time from outside (interpreter start-up and imports included), peak RSS is the c
 - ``olive``: Olive's ``MatMulNBitsToQDQ`` pass (``olive-ai``, run with ``--olive-python``,
   an interpreter where it is installed; skipped when it cannot be imported);
 - ``io-floor``: a plain ``ir.load`` + ``ir.save`` of qlrewrite's output (the cost of
-  writing the output at all; no fsync).
+  writing the output at all; no fsync);
+- ``io-floor-fsync``: the same, then ``fsync`` of the data file (qlrewrite's atomic save
+  flushes its output to disk before renaming it into place).
 
 Afterwards the first MatMul weights of qlrewrite's and Olive's outputs are compared (x,
 scale and zero point of each DequantizeLinear, bit for bit). Targets: within 1.5x of the
@@ -50,10 +52,15 @@ def _work(tool: str, source: Path, target: Path) -> None:
 
         olive_pass = create_pass_from_dict(MatMulNBitsToQDQ, {}, disable_search=True)
         olive_pass.run(ONNXModelHandler(model_path=str(source)), str(target))
-    else:  # io-floor
+    else:  # io-floor, io-floor-fsync
+        import os
+
         import onnx_ir as ir
 
         ir.save(ir.load(source), target, external_data=target.name + ".data")
+        if tool == "io-floor-fsync":
+            with open(target.with_name(target.name + ".data"), "rb+") as data:
+                os.fsync(data.fileno())
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"peak_rss": peak}))
 
@@ -107,7 +114,7 @@ def main() -> None:
     from bench_models import nbits_chain
 
     source = nbits_chain(args.folder)
-    pythons = {"qlrewrite": sys.executable, "io-floor": sys.executable}
+    pythons = {tool: sys.executable for tool in ("qlrewrite", "io-floor", "io-floor-fsync")}
     probe = subprocess.run([args.olive_python, "-c", "import olive.passes.onnx.mnb_to_qdq"],
                            capture_output=True, check=False)  # fmt: skip
     if probe.returncode == 0:
@@ -119,7 +126,7 @@ def main() -> None:
     peaks: dict[str, list[int]] = {tool: [] for tool in pythons}
     for round_ in range(args.rounds):
         for tool, python in pythons.items():
-            src = outputs["qlrewrite"] if tool == "io-floor" else source
+            src = outputs["qlrewrite"] if tool.startswith("io-floor") else source
             seconds, peak = _run(python, tool, src, outputs[tool])
             times[tool].append(seconds)
             peaks[tool].append(peak)
@@ -128,10 +135,11 @@ def main() -> None:
     for tool in pythons:
         print(f"| {tool} | {min(times[tool]):.2f} | {statistics.median(times[tool]):.2f} | "
               f"{max(peaks[tool]) / 2**20:.0f} |")  # fmt: skip
-    ratio = min(times["qlrewrite"]) / min(times["io-floor"])
     rss = max(peaks["qlrewrite"]) / 2**20
-    print(f"\nqlrewrite / io-floor: {ratio:.2f}x (target <= {TARGET_FLOOR_RATIO}); "
-          f"qlrewrite peak RSS {rss:.0f} MiB (target <= {TARGET_RSS_MB})")  # fmt: skip
+    for floor in ("io-floor", "io-floor-fsync"):
+        ratio = min(times["qlrewrite"]) / min(times[floor])
+        print(f"qlrewrite / {floor}: {ratio:.2f}x (target <= {TARGET_FLOOR_RATIO})")
+    print(f"qlrewrite peak RSS {rss:.0f} MiB (target <= {TARGET_RSS_MB})")
     if "olive" in pythons:
         speedup = min(times["olive"]) / min(times["qlrewrite"])
         print(f"qlrewrite vs olive: {speedup:.2f}x faster (best vs best)")

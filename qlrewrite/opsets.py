@@ -241,6 +241,8 @@ class WeightOnlyVersion:
     cpu_block_sizes: frozenset[int] | None = None
     #: accuracy_level values the schema defines (empty: no such attribute).
     accuracy_levels: frozenset[int] = frozenset()
+    #: Inputs whose values the check rules read when small (the rest: shapes and types).
+    read_values: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -293,6 +295,7 @@ MATMUL_NBITS_1 = WeightOnlyVersion(
     storage={DT.UINT8: _PACKED_UINT8},
     cpu_block_sizes=frozenset({16, 32, 64, 128, 256}),
     accuracy_levels=frozenset(range(5)),
+    read_values=frozenset({"g_idx"}),
 )  # fmt: skip
 
 #: com.microsoft GatherBlockQuantized-1: Gather of data quantized blockwise along

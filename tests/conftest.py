@@ -1,5 +1,5 @@
 """Shared pytest set-up. Model builders live in tests/qdq_models.py (one-node models),
-tests/ort_quantized.py (ONNX Runtime's quantizer) and tests/test_model_io_models.py.
+tests/ort_quantized.py (ONNX Runtime's quantizer) and tests/model_io_fixtures.py.
 
 Hypothesis runs derandomized in CI (``CI`` set), so a landing is reproducible; locally
 each run explores new examples. ``HYPOTHESIS_PROFILE`` picks a profile explicitly.

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from test_model_io_models import cli
+from model_io_fixtures import cli
 
 from qlrewrite import __version__
 from qlrewrite.cli import main

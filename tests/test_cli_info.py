@@ -15,8 +15,8 @@ import onnx
 import onnx_ir as ir
 import ort_quantized
 import pytest
+from model_io_fixtures import cli, external_tensor
 from onnx import TensorProto, helper, numpy_helper
-from test_model_io_models import cli, external_tensor
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

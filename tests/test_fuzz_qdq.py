@@ -30,7 +30,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import helper
 from ort_quantized import ort_version
-from qdq_models import DQ, DT, IR_OF_OPSET, MS, Q, default_output_type
+from qdq_models import (
+    DQ,
+    DT,
+    IR_OF_OPSET,
+    MS,
+    Q,
+    blocked_with_one_element_scale,
+    default_output_type,
+)
 
 import qlrewrite
 
@@ -264,8 +272,7 @@ def _mixed_q23(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:
 
 
 def _blocked_one_element(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:
-    return (case["attrs"].get("block_size", 0) > 0 and case["scale_shape"]
-            and int(np.prod(case["scale_shape"])) == 1 and verdict == "rejects")  # fmt: skip
+    return blocked_with_one_element_scale(case) and verdict == "rejects"
 
 
 def _float4_dq_half(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:

@@ -13,8 +13,8 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 import pytest
+from model_io_fixtures import cli
 from nbits_models import DT, gather_block_quantized_model, matmul_nbits_model
-from test_model_io_models import cli
 
 
 def _info(tmp_path: Path, proto: onnx.ModelProto, *args: str) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from kernel_fixtures import build_model, run_ort, same_bits
 from ort_quantized import ort_version
-from test_kernels_helpers import build_model, run_ort, same_bits
 
 from qlrewrite.kernels import dequantize, quantize
 
@@ -92,7 +92,7 @@ def test_invalid_combinations_raise(call):
 def _ref(op, x, scale, zp, out, **attrs):
     import warnings
 
-    from test_kernels_helpers import run_reference
+    from kernel_fixtures import run_reference
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

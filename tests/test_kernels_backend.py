@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from kernel_fixtures import bits
 from onnx import helper
-from test_kernels_helpers import bits
 
 from qlrewrite.kernels import dequantize, quantize
 

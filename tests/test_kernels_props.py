@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_kernels_helpers import bits, build_model, run_ort, run_reference
+from kernel_fixtures import bits, build_model, run_ort, run_reference
 
 import qlrewrite.kernels._chunks as chunking
 from qlrewrite.kernels import dequantize, quantize

@@ -12,8 +12,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from model_io_fixtures import matmul_model, weights, write_external_model
 from test_model_io import _sparse_external_model
-from test_model_io_models import matmul_model, weights, write_external_model
 
 from qlrewrite import atomic, model_io, tensors
 from qlrewrite.errors import InputError

@@ -96,6 +96,23 @@ def test_fold_dequantize_weights(tmp_path, external):
     assert code == 0 and _ops(tmp_path / "g.onnx") == ["MatMulNBits"]
 
 
+def test_fold_float16_weights_keep_ort_outputs(tmp_path):
+    """ORT's float16 MatMulNBits keeps its weight in float32: --float16 exact (the default)
+    folds it to float32 and a Cast, and ORT's outputs stay bit-identical; compact writes
+    float16 (outputs within the explained tolerance)."""
+    model = matmul_nbits_model(np.random.default_rng(5), n=32, k=256, bits=4, block_size=32,
+                               scale_dtype=np.float16, bias=True)  # fmt: skip
+    source = _save(tmp_path, model)
+    code, out = _cli("fold", source, "--dequantize-weights", "-o", tmp_path / "e.onnx",
+                     "--verify", "--input-shape", "A=4,256")  # fmt: skip
+    assert code == 0 and "verify: exact" in out, out
+    assert _ops(tmp_path / "e.onnx") == ["Cast", "MatMul", "Add"]
+    code, out = _cli("fold", source, "--dequantize-weights", "--float16", "compact", "-o",
+                     tmp_path / "c.onnx", "--verify", "--input-shape", "A=4,256")  # fmt: skip
+    assert code == 0 and "within tolerance" in out, out
+    assert _ops(tmp_path / "c.onnx") == ["MatMul", "Add"]
+
+
 def test_gather_round_trip_through_the_commands(tmp_path):
     model, indices = gather_block_quantized_model(
         np.random.default_rng(4), dtype="uint4", shape=(12, 64), bits=4, block_size=32,

@@ -13,7 +13,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from click.testing import CliRunner, Result
-from test_model_io_models import write_external_model
+from model_io_fixtures import write_external_model
 
 from qlrewrite import pipeline
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite

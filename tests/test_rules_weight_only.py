@@ -378,3 +378,24 @@ def test_matmul_nbits_quantizer_output_has_no_findings(
     assert report.nodes_checked == 2 + (bits == 4)
     assert not report.findings, report.findings
     assert ort_runs(proto)
+
+
+def test_check_reads_only_g_idx(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Static: of a MatMulNBits / GatherBlockQuantized node only a small g_idx is read (an
+    LLM's scales, up to 1 MiB each, are not), and QL510 still sees g_idx's values."""
+    import onnx_ir as ir
+
+    read: list[str] = []
+    real = ir.serde.TensorProtoTensor.numpy
+
+    def numpy(self: Any) -> Any:
+        read.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(ir.serde.TensorProtoTensor, "numpy", numpy)
+    proto = matmul_nbits_model(zp="float", bias=True, g_idx=True, g_idx_values=[0] * 31 + [2])
+    codes = [f.rule for f in check_model(load_ir(proto)).findings]
+    assert codes == ["QL510"] and read == ["g_idx"]
+    read.clear()
+    assert not check_model(load_ir(gather_block_quantized_model(zp=True))).findings
+    assert read == []

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from test_model_io_models import matmul_model, weights, write_external_model
+from model_io_fixtures import matmul_model, weights, write_external_model
 
 from qlrewrite import atomic, model_io
 

@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from model_io_fixtures import cli, external_tensor, matmul_model, weights
 from onnx import TensorProto, helper, numpy_helper
-from test_model_io_models import cli, external_tensor, matmul_model, weights
 
 from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError

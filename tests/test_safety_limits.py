@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from model_io_fixtures import cli
 from onnx import TensorProto, helper
-from test_model_io_models import cli
 
 OPSETS = [helper.make_opsetid("", 21), helper.make_opsetid("local", 1)]
 

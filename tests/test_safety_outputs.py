@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from model_io_fixtures import cli, external_tensor, write_external_model
 from onnx import TensorProto, helper, numpy_helper
-from test_model_io_models import cli, external_tensor, write_external_model
 
 from qlrewrite import atomic, model_io
 

@@ -114,7 +114,7 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     """
     passes = [FoldPass(keep_dq=keep_dq, float16=float16)]  # type: ignore[arg-type]
     if dequantize_weights:
-        passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True))
+        passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))
     run_rewrite(
         model,
         passes,

@@ -1,4 +1,6 @@
-"""Element types of the Q/DQ kernels: dtype normalisation, integer ranges, float maxima."""
+"""Element types of the Q/DQ kernels: which types they take (read from the rule table,
+:mod:`qlrewrite.opsets`: the union over the ai.onnx versions, which com.microsoft's are a
+subset of), dtype normalisation, integer ranges, float maxima."""
 
 from __future__ import annotations
 
@@ -8,16 +10,38 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import opsets
+
 __all__ = [
+    "DQ_OUTPUT_TYPES",
+    "DQ_SCALE_TYPES",
+    "DQ_X_TYPES",
     "FLOAT8_TYPES",
     "FLOAT_TYPES",
     "INT_RANGES",
     "MINIFLOAT_TYPES",
-    "SCALE_TYPES",
+    "Q_OUTPUT_TYPES",
+    "Q_SCALE_TYPES",
+    "Q_X_TYPES",
     "code_table",
     "float_max",
     "to_dtype",
 ]
+
+
+def _union(op_type: str, role: str) -> frozenset[np.dtype]:
+    """Every numpy dtype some ai.onnx version of ``op_type`` allows for ``role``."""
+    rows = opsets.versions("", op_type)
+    return frozenset(np.dtype(t.numpy()) for row in rows for t in getattr(row, role))
+
+
+#: What the kernels take and give, per role (the table decides; the rules check the version).
+DQ_X_TYPES = _union("DequantizeLinear", "x_types")
+DQ_SCALE_TYPES = _union("DequantizeLinear", "scale_types")
+DQ_OUTPUT_TYPES = _union("DequantizeLinear", "output_types")
+Q_X_TYPES = _union("QuantizeLinear", "x_types")
+Q_SCALE_TYPES = _union("QuantizeLinear", "scale_types")
+Q_OUTPUT_TYPES = _union("QuantizeLinear", "output_types")
 
 #: Integer element types and their saturation range [lo, hi].
 INT_RANGES: dict[np.dtype, tuple[int, int]] = {
@@ -48,11 +72,8 @@ MINIFLOAT_TYPES = FLOAT8_TYPES | frozenset(
     np.dtype(t) for t in (ml_dtypes.float4_e2m1fn, ml_dtypes.float6_e2m3fn, ml_dtypes.float6_e3m2fn)
 )
 
-#: Scale types, and the float types a DQ may output / a Q may read.
-SCALE_TYPES = frozenset(
-    np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e8m0fnu)
-)
-FLOAT_TYPES = frozenset(np.dtype(t) for t in (np.float32, np.float16, ml_dtypes.bfloat16))
+#: The float types (computations, ``precision``).
+FLOAT_TYPES = frozenset(np.dtype(t.numpy()) for t in opsets.FLOAT_TYPES)
 
 
 def to_dtype(value: Any) -> np.dtype | None:

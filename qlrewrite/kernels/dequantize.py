@@ -28,11 +28,11 @@ from qlrewrite.kernels._chunks import (
     scratch,
 )
 from qlrewrite.kernels._types import (
+    DQ_OUTPUT_TYPES,
+    DQ_SCALE_TYPES,
+    DQ_X_TYPES,
     FLOAT8_TYPES,
-    FLOAT_TYPES,
-    INT_RANGES,
     MINIFLOAT_TYPES,
-    SCALE_TYPES,
     code_table,
     to_dtype,
 )
@@ -139,17 +139,17 @@ def _checked_zero_point(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray | No
 def _output_type(
     x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, output_dtype: Any
 ) -> np.dtype:
-    if x.dtype not in INT_RANGES and x.dtype not in MINIFLOAT_TYPES:
+    if x.dtype not in DQ_X_TYPES:
         raise ValueError(f"DequantizeLinear cannot read x of type {x.dtype}")
     if zp is not None and zp.dtype != x.dtype:
         raise ValueError(f"zero point type {zp.dtype} differs from x type {x.dtype}")
-    if scale.dtype not in SCALE_TYPES:
+    if scale.dtype not in DQ_SCALE_TYPES:
         raise ValueError(f"DequantizeLinear scale type {scale.dtype} is not supported")
     out = to_dtype(output_dtype)
     if out is None:
-        if scale.dtype not in FLOAT_TYPES:
+        if scale.dtype not in DQ_OUTPUT_TYPES:
             raise ValueError(f"a {scale.dtype} scale needs output_dtype")
         return scale.dtype
-    if out not in FLOAT_TYPES:
+    if out not in DQ_OUTPUT_TYPES:
         raise ValueError(f"DequantizeLinear cannot output {out}")
     return out

@@ -43,8 +43,9 @@ from qlrewrite.kernels._types import (
     FLOAT8_TYPES,
     FLOAT_TYPES,
     INT_RANGES,
-    MINIFLOAT_TYPES,
-    SCALE_TYPES,
+    Q_OUTPUT_TYPES,
+    Q_SCALE_TYPES,
+    Q_X_TYPES,
     float_max,
     to_dtype,
 )
@@ -164,9 +165,9 @@ def _finisher(out_dtype: np.dtype, saturate: bool):
 def _output_type(
     x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, output_dtype: Any
 ) -> np.dtype:
-    if x.dtype not in FLOAT_TYPES and x.dtype != np.int32:
+    if x.dtype not in Q_X_TYPES:
         raise ValueError(f"QuantizeLinear cannot read x of type {x.dtype}")
-    if scale.dtype not in SCALE_TYPES and scale.dtype != np.int32:
+    if scale.dtype not in Q_SCALE_TYPES:
         raise ValueError(f"QuantizeLinear scale type {scale.dtype} is not supported")
     out = to_dtype(output_dtype)
     if zp is not None:
@@ -175,7 +176,7 @@ def _output_type(
         out = zp.dtype
     if out is None:
         out = np.dtype(np.uint8)
-    if (out not in INT_RANGES and out not in MINIFLOAT_TYPES) or out == np.int32:
+    if out not in Q_OUTPUT_TYPES:
         raise ValueError(f"QuantizeLinear cannot output {out}")
     return out
 

@@ -11,6 +11,7 @@ upgrade) leaves those nodes as they are.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import onnx_ir as ir
@@ -97,18 +98,24 @@ def keep_float32_division(node: ir.Node, scale_type: ir.DataType | None) -> bool
     return True
 
 
-def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
-    plan = _Plan(site, contexts[0].where)
-    opset = site.scope.opset("")
-    op = site.node.op_type
-    row = opsets.lookup("", op, opset)
+def _typed(plan: _Plan, contexts: list[NodeView]) -> Iterator[tuple[NodeView, tuple]]:
+    """Each view with its (x, scale, zero point, output) types; a view whose types are
+    unknown is a problem of ``plan`` instead. Notes a float16 scale in ``plan``."""
     for ctx in contexts:
         types = _types(ctx)
         if types is None:
             plan.problems.append("the element types of x, scale or zero point are unknown")
             continue
-        x_type, scale_type, zp_type, _ = types
-        plan.float16 |= scale_type == _DT.FLOAT16
+        plan.float16 |= types[1] == _DT.FLOAT16
+        yield ctx, types
+
+
+def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
+    plan = _Plan(site, contexts[0].where)
+    opset = site.scope.opset("")
+    op = site.node.op_type
+    row = opsets.lookup("", op, opset)
+    for ctx, (x_type, scale_type, zp_type, _) in _typed(plan, contexts):
         per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
         attributes = list(ctx.attributes)
         if "axis" not in ctx.attributes and per_axis and ctx.scale and ctx.scale.rank == 1:
@@ -139,13 +146,7 @@ def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
 def _plan_to_microsoft(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where)
     op = site.node.op_type
-    for ctx in contexts:
-        types = _types(ctx)
-        if types is None:
-            plan.problems.append("the element types of x, scale or zero point are unknown")
-            continue
-        x_type, scale_type, zp_type, out_type = types
-        plan.float16 |= scale_type == _DT.FLOAT16
+    for ctx, (x_type, scale_type, zp_type, out_type) in _typed(plan, contexts):
         per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
         kept = []
         for name in ctx.attributes:

@@ -408,14 +408,21 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
     be converted, before changing anything; ``strict=False`` converts what can be.
     ``dequantize``: write the dequantized weight as a float initializer instead of the
-    DequantizeLinear (``fold --dequantize-weights``; no opset limit then).
+    DequantizeLinear (``fold --dequantize-weights``; no opset limit then). ``float16``
+    (with ``dequantize``): "exact" writes a float16 MatMulNBits weight as ONNX Runtime's
+    kernel holds it, in float32, then a Cast to float16; "compact" writes float16.
     ``.summary`` counts what changed; ``.warnings`` says what was left and why.
     """
 
-    def __init__(self, *, strict: bool = True, dequantize: bool = False) -> None:
+    def __init__(
+        self, *, strict: bool = True, dequantize: bool = False, float16: str = "exact"
+    ) -> None:
         super().__init__()
+        if float16 not in ("exact", "compact"):
+            raise ValueError(f"float16 must be 'exact' or 'compact', got {float16!r}")
         self.strict = strict
         self.dequantize = dequantize
+        self.float16 = float16
 
     def call(self, model: ir.Model) -> NBitsResult:
         plans = []
@@ -432,7 +439,7 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
             for p in failed
         ]
         done = [p for p in plans if not p.problems]
-        rewriter = _Rewriter(model, self.dequantize)
+        rewriter = _Rewriter(model, self.dequantize, widen=self.float16 == "exact")
         for plan in done:
             rewriter.apply(plan)
         if done:
@@ -442,7 +449,11 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
             model.opset_imports.setdefault("", 21)
             raise_ir_version(model)
         count = {op: sum(p.view.op_type == op for p in done) for op in NBITS_OPS}
-        half = any(p.view.op_type == "MatMulNBits" and p.weight.out_type != _DT.FLOAT for p in done)
+        # float16 weights written in float32 (fold, --float16 exact) keep ORT's outputs
+        widened = self.dequantize and self.float16 == "exact"
+        half = not widened and any(
+            p.view.op_type == "MatMulNBits" and p.weight.out_type != _DT.FLOAT for p in done
+        )
         summary = {
             "matmul_nbits_converted": count["MatMulNBits"],
             "gather_block_quantized_converted": count["GatherBlockQuantized"],
@@ -473,9 +484,10 @@ def _refusal(failed: list[_Plan], dequantize: bool) -> str:
 class _Rewriter:
     """Builds the replacement nodes and initializers, sharing converted weights."""
 
-    def __init__(self, model: ir.Model, dequantize: bool) -> None:
+    def __init__(self, model: ir.Model, dequantize: bool, *, widen: bool = True) -> None:
         self.model = model
         self.dequantize = dequantize
+        self.widen = widen
         self.removed = 0
         self._names: set[str] = set()
         for scope in iter_graphs(model):
@@ -526,18 +538,31 @@ class _Rewriter:
             value = self._constant(graph, weight.folded, base)
         elif self.dequantize:
             x = weight.x
+            # ORT's MatMulNBits keeps a float16 weight in float32 (its GatherBlockQuantized
+            # rounds each value to float16): float32, then a Cast, keeps that value
+            widen = self.widen and node.op_type == "MatMulNBits" and weight.out_type != _DT.FLOAT
             folded = FoldedTensor(
                 FoldSpec(
                     quantize=False,
                     axis=weight.axis,
                     block_size=weight.block_size,
-                    output_dtype=weight.out_type,
+                    output_dtype=_DT.FLOAT if widen else weight.out_type,
                 ),
                 x if isinstance(x, StreamedTensor) else ConstOperand(x),
                 weight.scale,
                 weight.zero_point,
             )
-            value = self._constant(graph, folded, base)
+            value = self._constant(graph, folded, base + ("_float32" if widen else ""))
+            if widen:
+                cast = ir.node(
+                    "Cast", [value], attributes={"to": weight.out_type},
+                    name=self._name(base + "_cast"),
+                )  # fmt: skip
+                cast.outputs[0].name = self._name(base)
+                cast.outputs[0].dtype = weight.out_type
+                cast.outputs[0].shape = value.shape
+                graph.insert_before(node, cast)
+                value = cast.outputs[0]
         else:
             inputs = [
                 weight.reuse_x or self._constant(graph, weight.x, weight.x.name or base + "_q"),

@@ -42,52 +42,21 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: Public name -> submodule that defines it (imported on first use: low-level modules
-#: such as ``tensors`` import ``qdq.graphs`` without pulling in inference and views).
-_API = {
-    **dict.fromkeys(("node_views", "site_view"), "binding"),
-    **dict.fromkeys(
-        ("MAX_VALUE_BYTES", "constant_tensor", "is_constant", "value_dtype"), "constants"
-    ),
-    **dict.fromkeys(
-        (
-            "MAIN",
-            "MS_DOMAIN",
-            "ONNX_DOMAINS",
-            "GraphRef",
-            "GraphScope",
-            "drop_unused_domain",
-            "drop_unused_domains",
-            "imported_version",
-            "iter_graphs",
-            "normalize_domain",
-            "onnx_opset",
-            "owner_label",
-        ),
-        "graphs",
-    ),
-    **dict.fromkeys(
-        (
-            "GATHER_BLOCK_QUANTIZED",
-            "MATMUL_NBITS",
-            "QDQ",
-            "QDQ_OPS",
-            "WEIGHT_ONLY",
-            "QuantizedSite",
-            "SiteKind",
-            "iter_sites",
-        ),
-        "sites",
-    ),
-    **dict.fromkeys(("Dims", "Granularity", "NodeView", "ValueView", "view_of"), "view"),
-    "Inference": "inference",
-}
-
-__all__ = sorted(_API)  # noqa: PLE0605
+#: The submodules, lightest first: a name is looked up in each on first use, so modules
+#: low in the stack (``tensors``, ``model_io``) can import ``qdq.graphs`` without pulling
+#: in inference and views.
+_MODULES = ("graphs", "sites", "constants", "view", "inference", "binding")
 
 
 def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"qlrewrite.qdq.{module}"), name)
+    for module_name in _MODULES:
+        module = importlib.import_module(f"qlrewrite.qdq.{module_name}")
+        if name in module.__all__:
+            return getattr(module, name)
+    raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(
+        name for m in _MODULES for name in importlib.import_module(f"qlrewrite.qdq.{m}").__all__
+    )

@@ -18,7 +18,7 @@ from qlrewrite.qdq.graphs import MAIN, GraphRef
 from qlrewrite.qdq.view import TypeShape
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["Inference"]
+__all__ = ["Inference", "infer"]
 
 
 class Inference:

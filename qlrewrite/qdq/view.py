@@ -225,11 +225,17 @@ class NodeView:
     @property
     def inputs(self) -> list[ValueView | None]:
         """One view per input slot (None for an omitted one); the values of small constants
-        other than x are read (unless the view was built not to read any)."""
+        other than x are read (unless the view was built not to read any); of a weight-only
+        op, only those its row names (``read_values``: g_idx)."""
         if self._inputs is None:
-            read, x_index = self._read, self._x_index
+            read, x_index, row = self._read, self._x_index, self.row
+            if _weight_only(row):  # only what a rule reads: g_idx (never scales of LLMs)
+                names = [spec.name for spec in row.inputs]
+                wanted = {i for i, name in enumerate(names) if name in row.read_values}
+            else:
+                wanted = set(range(len(self.node.inputs))) - {x_index}
             self._inputs = [
-                self._lookup(v, read and i != x_index) for i, v in enumerate(self.node.inputs)
+                self._lookup(v, read and i in wanted) for i, v in enumerate(self.node.inputs)
             ]
         return self._inputs
 
