@@ -26,6 +26,7 @@ from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.qdq.graphs import normalize_domain, onnx_opset
 from qlrewrite.source import source_of
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -442,12 +443,12 @@ _UNCHECKED_DOMAIN = "qlrewrite.unchecked"
 
 def runtime_only_ops(model: ir.Model) -> frozenset[str]:
     """Ops of the model's main graph in the ONNX domain with no ONNX schema at its opset."""
-    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    opset = onnx_opset(model)
     if opset is None:
         return frozenset()
     found = set()
     for node in model.graph:
-        if node.domain not in ("", "ai.onnx") or node.op_type in found:
+        if normalize_domain(node.domain) != "" or node.op_type in found:
             continue
         try:
             onnx.defs.get_schema(node.op_type, opset, "")
