@@ -13,13 +13,13 @@ import onnx_ir as ir
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from nbits_weights import gather_block_quantized_model, matmul_nbits_model, session
 
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
 from qlrewrite.passes import fold_tensor
 from qlrewrite.passes.fold_tensor import StreamedTensor
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from tests.nbits_weights import gather_block_quantized_model, matmul_nbits_model, session
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:

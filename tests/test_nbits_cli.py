@@ -10,9 +10,9 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from nbits_weights import gather_block_quantized_model, matmul_nbits_model, session
 
 from qlrewrite.cli import main
-from tests.nbits_weights import gather_block_quantized_model, matmul_nbits_model, session
 
 
 def _cli(*args) -> tuple[int, str]:

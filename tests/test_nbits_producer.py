@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
+from nbits_weights import session
 
 from qlrewrite.cli import main
-from tests.nbits_weights import session
 
 pytestmark = pytest.mark.slow
 

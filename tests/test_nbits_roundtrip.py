@@ -10,6 +10,7 @@ import logging
 import numpy as np
 import onnx
 import pytest
+from nbits_weights import session
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import QuantFormat
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
@@ -18,7 +19,6 @@ from qlrewrite import pipeline
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from tests.nbits_weights import session
 
 K, N = 160, 24  # K not a multiple of 128: a ragged last block
 
