@@ -21,7 +21,7 @@ from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import node_views
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import ALL_KINDS, ModelContext
+from qlrewrite.rules.registry import ALL_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.weightless import weightless_from_source
@@ -115,9 +115,14 @@ def check_model(
             report.findings.extend(rule_check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
+    checks_of: dict[int, list[RuleCheck]] = {}
     for site, views in node_views(model, weightless=weightless, kinds=ALL_KINDS):
         report.nodes_checked += 1
-        checks = [c for c in node_checks if site.kind in c.kinds]
+        checks = checks_of.get(id(site.kind))
+        if checks is None:  # once per kind, not per node
+            checks = checks_of[id(site.kind)] = [
+                c for c in node_checks if any(k is site.kind for k in c.kinds)
+            ]
         for view in views:
             for rule_check in checks:
                 if rule_check.needs_version and view.row is None:
