@@ -39,6 +39,7 @@ from qlrewrite.passes.fold_tensor import (
 )
 from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
+    NodeView,
     QuantizedSite,
     constant_tensor,
     drop_unused_domains,
@@ -102,7 +103,8 @@ class FoldPass(ir.passes.InPlacePass):
         self._names = _value_names(containers)
         sites = list(iter_sites(model))
         # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
-        in_float32 = {id(s.node) for s in sites if _dq_in_float32(model, s)}
+        views = {id(s.node): site_view(model, s) for s in sites}  # one view per node
+        in_float32 = {id(s.node) for s in sites if _dq_in_float32(views[id(s.node)])}
         overridable = rounded = 0
         for site in sites:
             widen = id(site.node) in in_float32
@@ -110,7 +112,7 @@ class FoldPass(ir.passes.InPlacePass):
                 if widen and self._widen_kept_dq(site):
                     rounded += self.float16 == "compact"
                 continue
-            folded = _folded_tensor(model, site)
+            folded = _folded_tensor(views[id(site.node)])
             if folded is not None:
                 if widen and folded.dtype == ir.DataType.FLOAT16:
                     if self.float16 == "exact":
@@ -252,13 +254,14 @@ class FoldPass(ir.passes.InPlacePass):
             self._summary["initializers_removed"] += 1
 
 
-def _dq_in_float32(model: ir.Model, site: QuantizedSite) -> bool:
+def _dq_in_float32(view: NodeView) -> bool:
     """True for a DequantizeLinear whose float16 output ORT's CPU provider computes in
     float32 (see :mod:`qlrewrite.ort_float16`)."""
+    site = view.site
     node = site.node
     if node.op_type != "DequantizeLinear" or len(node.inputs) < 2 or node.inputs[1] is None:
         return False
-    out_type = site_view(model, site).output_type
+    out_type = view.output_type
     return out_type is not None and float32_in_ort(node, dict(site.scope.imports), out_type)
 
 
@@ -287,8 +290,9 @@ def _overridable(node: ir.Node) -> bool:
     return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
-def _folded_tensor(model: ir.Model, site: QuantizedSite) -> FoldedTensor | None:
+def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     """The lazy value of a foldable node, None if it cannot fold."""
+    site = view.site
     node = site.node
     row = site.row
     if row is None or len(node.outputs) != 1 or len(node.inputs) < 2:
@@ -303,7 +307,6 @@ def _folded_tensor(model: ir.Model, site: QuantizedSite) -> FoldedTensor | None:
     zp_tensor = constant_tensor(zero_point) if zero_point is not None else None
     if x_tensor is None or scale_tensor is None or (zero_point is not None and zp_tensor is None):
         return None
-    view = site_view(model, site)
     out_type = view.output_type
     if out_type is None:
         return None
