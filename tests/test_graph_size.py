@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import quantized
@@ -183,3 +184,30 @@ def test_check_grows_linearly_with_the_node_count(tmp_path: Path) -> None:
     seconds_small, seconds_large = best(small), best(large)
     assert seconds_large < 30
     assert seconds_large / seconds_small < 8, (seconds_small, seconds_large)
+
+
+def test_convert_to_com_microsoft_keeps_the_types_downstream_of_matmul_nbits(
+    tmp_path: Path,
+) -> None:
+    """Weights become MatMulNBits first; ONNX inference stops at that node, so the
+    activation Q/DQ after it were refused ('element types ... unknown') until the new
+    node's output kept the type inferred before the change."""
+    from qlrewrite import model_io
+    from qlrewrite.passes.convert_domain import ConvertDomainPass
+    from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
+
+    model = model_io.load(_layers(tmp_path / "layers.onnx", 40))
+    made = NBitsFromOnnxPass()(model)
+    assert made.summary["matmul_nbits_made"] == 40
+    converted = ConvertDomainPass("com.microsoft")(model)  # strict: raises on a refusal
+    assert converted.summary["nodes_converted"] == 80  # every activation Q and DQ
+    ops = {(n.domain, n.op_type) for n in model.graph}
+    assert ops == {
+        ("com.microsoft", "QuantizeLinear"),
+        ("com.microsoft", "DequantizeLinear"),
+        ("com.microsoft", "MatMulNBits"),
+        ("", "Relu"),
+    }
+    output = next(n for n in model.graph if n.op_type == "MatMulNBits").outputs[0]
+    assert output.dtype == ir.DataType.FLOAT
+    assert list(output.shape) == [1, 16]

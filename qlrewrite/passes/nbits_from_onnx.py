@@ -36,6 +36,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
+from qlrewrite.qdq.inference import Inference
 
 __all__ = ["NBitsFromOnnxPass"]
 
@@ -185,8 +186,14 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             for site in iter_sites(model)
             if site.node.op_type == "DequantizeLinear" and site.domain == ""
         }
+        # Types and shapes of the outputs it replaces, inferred before the first change:
+        # ONNX inference stops at MatMulNBits, so later passes (convert's Q/DQ planning)
+        # would no longer know the types downstream of a shapeless output.
+        self._inference = Inference(model)
+        self._names: dict[int, set[str]] = {}
         for scope in list(iter_graphs(model)):
             graph = scope.graph
+            self._ref = scope.ref
             for node in list(graph):
                 if node.domain not in _ONNX or node.graph is None:
                     continue
@@ -226,17 +233,17 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         zero_point = match.zero_point
         half = layout.default_zero_point
         b = MatMulNBitsB(layout, match.x, transposed=transposed, name=f"{base}_nbits")
-        inputs: list[ir.Value | None] = [a, _constant(graph, b)]
+        inputs: list[ir.Value | None] = [a, self._constant(graph, b)]
         inputs.append(
             match.dq.inputs[1]
             if transposed and match.block_size
-            else _constant(graph, _scales(match.scale, layout, transposed, f"{base}_scales"))
+            else self._constant(graph, _scales(match.scale, layout, transposed, f"{base}_scales"))
         )
         signed = match.x.dtype.is_signed()
         if zero_point is not None or not signed:
             zp = _zero_points(zero_point, layout, transposed, half if signed else 0)
             zp.name = f"{base}_zero_points"
-            inputs.append(_constant(graph, zp))
+            inputs.append(self._constant(graph, zp))
         bias = _bias(matmul, layout.N, match.scale.dtype)
         last = matmul
         if bias is not None:
@@ -289,14 +296,19 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         self._swap(graph, [match.dq, gather], gather, node)
         return "GatherBlockQuantized"
 
-    @staticmethod
     def _swap(
-        graph: ir.Graph | ir.Function, old: list[ir.Node], last: ir.Node, new: ir.Node
+        self, graph: ir.Graph | ir.Function, old: list[ir.Node], last: ir.Node, new: ir.Node
     ) -> None:
-        """Put ``new`` in place of the ``old`` chain ending at ``last``."""
-        graph.insert_after(last, new)
+        """Put ``new`` in place of the ``old`` chain ending at ``last``; its output keeps the
+        declared, else the inferred, type and shape of ``last``'s."""
         output = last.outputs[0]
         name, dtype, shape = output.name, output.dtype, output.shape
+        if dtype is None or shape is None:
+            inferred_type, dims = self._inference.table(self._ref).get(name or "", (None, None))
+            dtype = dtype if dtype is not None else inferred_type
+            if shape is None and dims is not None:
+                shape = ir.Shape(dims)
+        graph.insert_after(last, new)
         output.replace_all_uses_with(new.outputs[0], replace_graph_outputs=True)
         output.name = None
         new.outputs[0].name = name
@@ -314,15 +326,25 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             if value.is_initializer() and owner is not None and value.name in owner.initializers:
                 del owner.initializers[value.name]
 
+    def _constant(self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol) -> ir.Value:
+        """``tensor`` as a new initializer (a Constant node in a function), uniquely named
+        (the names of each graph are gathered once, not per tensor)."""
+        taken = self._names.get(id(graph))
+        if taken is None:
+            taken = set(graph.initializers) if isinstance(graph, ir.Graph) else set()
+            taken |= {v.name for n in graph for v in n.outputs}
+            self._names[id(graph)] = taken
+        name, index = tensor.name or "w", 1
+        while name in taken:
+            name, index = f"{tensor.name}_{index}", index + 1
+        taken.add(name)
+        tensor.name = name
+        return _add_constant(graph, tensor, name)
 
-def _constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol) -> ir.Value:
-    """``tensor`` as a new initializer (a Constant node in a function), uniquely named."""
-    taken = set(graph.initializers) if isinstance(graph, ir.Graph) else set()
-    taken |= {v.name for n in graph for v in n.outputs}
-    name, index = tensor.name or "w", 1
-    while name in taken:
-        name, index = f"{tensor.name}_{index}", index + 1
-    tensor.name = name
+
+def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name: str) -> ir.Value:
+    """Add ``tensor`` (already named ``name``) to ``graph``: an initializer, or a Constant
+    node in a function."""
     if isinstance(graph, ir.Function):
         node = ir.node("Constant", [], attributes={"value": tensor})
         node.outputs[0].name = name
