@@ -12,13 +12,18 @@ the defaults 128 x 4096 x 4096, 1.0 GiB of B plus 0.25 GiB of scales and zero po
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["matmul_chain", "nbits_chain"]
+__all__ = ["matmul_chain", "nbits_chain", "run_worker"]
 
 DT = ir.DataType
 
@@ -161,3 +166,24 @@ if __name__ == "__main__":
     import sys
 
     print(matmul_chain(sys.argv[1] if len(sys.argv) > 1 else "/tmp/qlrewrite-bench"))
+
+
+def run_worker(
+    script: str, tool: str, source: Path, target: Path, python: str = sys.executable
+) -> tuple[float, int]:
+    """Run ``script --worker tool source target`` in a fresh ``python`` process (``target``'s
+    folder emptied first): wall seconds from outside and the peak RSS the worker prints."""
+    if target.parent.exists():
+        shutil.rmtree(target.parent)
+    target.parent.mkdir(parents=True)
+    started = time.perf_counter()
+    done = subprocess.run(
+        [python, script, "--worker", tool, str(source), str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return seconds, json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]

@@ -25,11 +25,8 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -127,23 +124,6 @@ def _declare_output_type(path: Path) -> None:
         onnx.save_model(proto, path)
 
 
-def _run(tool: str, source: Path, target: Path) -> tuple[float, int]:
-    if target.parent.exists():
-        shutil.rmtree(target.parent)
-    target.parent.mkdir(parents=True)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, __file__, "--worker", tool, str(source), str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return seconds, json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]
-
-
 def _matmul_weights(path: Path) -> dict[str, np.ndarray]:
     """The B input of every MatMul (by node name), read from the model's initializers."""
     import onnx_ir as ir
@@ -176,6 +156,8 @@ def main() -> None:
     parser.add_argument("--skip", action="append", default=[], choices=TOOLS)
     args = parser.parse_args()
     source = _model(args.folder)
+    from bench_models import run_worker  # on the path once _model put it there
+
     tools = [t for t in TOOLS if t not in args.skip]
     outputs = {t: args.folder / f"out-{t}" / f"{t}.onnx" for t in tools}
     load_before = os.getloadavg()
@@ -184,8 +166,8 @@ def main() -> None:
         for tool in tools:
             source_of = outputs["qlrewrite"] if tool == "io-floor" else source
             if tool == "io-floor" and not outputs["qlrewrite"].exists():
-                _run("qlrewrite", source, outputs["qlrewrite"])
-            seconds, rss = _run(tool, source_of, outputs[tool])
+                run_worker(__file__, "qlrewrite", source, outputs["qlrewrite"])
+            seconds, rss = run_worker(__file__, tool, source_of, outputs[tool])
             results[tool].append((seconds, rss))
             print(f"round {round_index + 1} {tool:<10} {seconds:6.2f} s {rss / 2**20:7.0f} MiB")
     load_after = os.getloadavg()

@@ -27,11 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -65,23 +63,6 @@ def _work(tool: str, source: Path, target: Path) -> None:
     print(json.dumps({"peak_rss": peak}))
 
 
-def _run(python: str, tool: str, source: Path, target: Path) -> tuple[float, int]:
-    if target.parent.exists():
-        shutil.rmtree(target.parent)
-    target.parent.mkdir(parents=True)
-    started = time.perf_counter()
-    done = subprocess.run(
-        [python, __file__, "--worker", tool, str(source), str(target)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    seconds = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-2000:]}")
-    return seconds, json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]
-
-
 def _dq_weights(path: Path, count: int = 4) -> list[tuple]:
     """(type, shape, bytes) of x, scale, zero point of the DequantizeLinear feeding each of
     the first ``count`` MatMuls (in chain order: the tools name nodes differently)."""
@@ -111,7 +92,7 @@ def main() -> None:
         _work(args.worker[0], Path(args.worker[1]), Path(args.worker[2]))
         return
     sys.path.insert(0, str(HERE))
-    from bench_models import nbits_chain
+    from bench_models import nbits_chain, run_worker
 
     source = nbits_chain(args.folder)
     pythons = {tool: sys.executable for tool in ("qlrewrite", "io-floor", "io-floor-fsync")}
@@ -127,7 +108,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         for tool, python in pythons.items():
             src = outputs["qlrewrite"] if tool.startswith("io-floor") else source
-            seconds, peak = _run(python, tool, src, outputs[tool])
+            seconds, peak = run_worker(__file__, tool, src, outputs[tool], python)
             times[tool].append(seconds)
             peaks[tool].append(peak)
             print(f"round {round_ + 1} {tool}: {seconds:.2f} s, peak RSS {peak / 2**20:.0f} MiB")
