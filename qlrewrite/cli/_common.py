@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
+from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -76,7 +77,7 @@ def debug_option(func: F) -> F:
 
 def fail(message: str, exit_code: int) -> None:
     """Print one error line on stderr and exit."""
-    click.echo(f"qlrewrite: error: {message}", err=True)
+    click.echo(f"qlrewrite: error: {escape(message)}", err=True)
     sys.exit(exit_code)
 
 
