@@ -80,8 +80,9 @@ def test_the_manifest_is_valid_for_pre_commit() -> None:
     (hook,) = [h for h in hooks if h["id"] == "qlrewrite-check"]
     assert hook["pass_filenames"] is True and hook["language"] == "python"
     assert hook["require_serial"] is True  # QL901 judges keys against every model at once
-    assert hook["types_or"] == ["binary"] and hook["entry"] == "qlrewrite check"
-    assert "--force-exclude" in hook["args"]
+    assert hook["types_or"] == ["binary"] and hook["entry"].startswith("qlrewrite check")
+    # options end before the file names pre-commit appends (entry + args + file names)
+    assert "--force-exclude" in hook["entry"].split() and hook["args"][-1] == "--"
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -122,6 +123,26 @@ def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
     done = run()
     assert done.returncode == 1 and "Failed" in done.stdout
     assert "models/new.onnx: QL403 error" in done.stdout
+
+
+def test_pre_commit_reads_a_file_named_like_an_option_as_a_file(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    onnx.save(_bad(), repo / "--config=cfg.onnx")
+    onnx.save(_bad(), repo / "--isolated.onnx")
+    (hook,) = _manifest()
+    local = {**hook, "language": "system"}
+    local.pop("minimum_pre_commit_version", None)
+    config = {"repos": [{"repo": "local", "hooks": [local]}]}
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    _git(repo, "init", "-q", env=env)
+    _git(repo, "add", "-A", env=env)
+    command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--verbose"]
+    done = _run(command, repo, env)
+    assert done.returncode == 1 and "Failed" in done.stdout, done.stdout + done.stderr
+    assert "--config=cfg.onnx: QL403 error" in done.stdout
+    assert "--isolated.onnx: QL403 error" in done.stdout
 
 
 def _action() -> dict:
