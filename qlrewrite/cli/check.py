@@ -289,11 +289,14 @@ def _fix_all(
             continue
         outcomes.append(outcome)
         if outcome.refused:
-            click.echo(f"qlrewrite: {target.path}: fix refused: {outcome.refused}", err=True)
+            click.echo(
+                f"qlrewrite: {escape(str(target.path))}: fix refused: {escape(outcome.refused)}",
+                err=True,
+            )
         elif outcome.output is not None and not quiet:
             counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
             line = f"fixed {target.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
-            err_console.print(line + (f" [{counts}]" if counts else ""))
+            err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
         if outcome.verification is not None:
             click.echo(f"  verify: {outcome.verification.describe()}", err=True)
     return outcomes
@@ -312,8 +315,11 @@ def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
     for outcome in outcomes:
         if not outcome.changes:
             continue
-        lines += [f"--- {outcome.path}", f"+++ {outcome.path} (fixed)"]
-        lines += [f"  {code} {where}: {what}" for code, where, what in outcome.changes]
+        path = escape(str(outcome.path))
+        lines += [f"--- {path}", f"+++ {path} (fixed)"]
+        lines += [
+            f"  {code} {escape(where)}: {escape(what)}" for code, where, what in outcome.changes
+        ]
     if lines:
         click.echo("\n".join(lines))
     if not quiet:
@@ -398,7 +404,8 @@ def _print_reports(
     else:
         _emit(render.render(reports, fmt, codes=codes), pending)
     if output is not None and not quiet:
-        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
+        line = f"{render.summary_line(reports)}; report written to {escape(str(output))}"
+        err_console.print(line, markup=False)
 
 
 def _emit(text: str, pending: atomic.PendingFile | None) -> None:
