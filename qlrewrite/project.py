@@ -130,8 +130,8 @@ def _models_under(folder: Path) -> tuple[list[Path], list[str]]:
             unreadable.append(f"{root}: cannot read folder ({exc.strerror or exc})")
             continue
         for entry in listed:
-            if _is_dir(entry):
-                if not entry.name.startswith("."):
+            if _is_dir(entry):  # a link to a folder is not followed (no loops)
+                if not entry.name.startswith(".") and not entry.is_symlink():
                     stack.append(entry.path)
             elif entry.name.lower().endswith(".onnx"):
                 models.append(Path(entry.path))
@@ -140,7 +140,7 @@ def _models_under(folder: Path) -> tuple[list[Path], list[str]]:
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
     try:
-        return entry.is_dir(follow_symlinks=False)
+        return entry.is_dir()
     except OSError:
         return False
 

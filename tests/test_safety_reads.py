@@ -189,6 +189,7 @@ def test_a_folder_symlink_loop_is_not_followed(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     onnx.save(_ql403(), tmp_path / "a" / "m.onnx")
     (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "dir.onnx").symlink_to(tmp_path / "a")  # a folder, not a model
     code, out, _ = _run("--format", "json", tmp_path)
     assert code == 1 and len(json.loads(out)["files"]) == 1
 
@@ -284,3 +285,18 @@ def test_an_unreadable_file_name_with_a_newline_is_one_line_on_stderr(tmp_path: 
         assert code == 2
         assert not any(line.startswith("::error file=y") for line in (out + err).splitlines())
         assert len([line for line in err.splitlines() if line.strip()]) <= 2
+
+
+def test_an_external_data_location_with_a_newline_is_one_line(tmp_path: Path) -> None:
+    proto = qdq_model(DQ, 21)
+    tensor = proto.graph.initializer[0]
+    tensor.ClearField("raw_data")
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "../w\n::error file=z::forged\nqlrewrite: error: x"
+    onnx.save(proto, tmp_path / "m.onnx")
+    for command in (["check"], ["fold", "-o", str(tmp_path / "o.onnx")]):
+        result = CliRunner().invoke(main, [*command, str(tmp_path / "m.onnx")])
+        assert result.exit_code in (1, 2), result.output
+        lines = (result.stdout + result.stderr).splitlines()
+        assert not any(line.startswith(("::error file=z", "qlrewrite: error: x")) for line in lines)
