@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -164,7 +165,10 @@ def test_diff_keeps_the_exit_codes_of_check(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- 11 deep trees
 
 
-def test_a_model_deep_in_folders_is_checked(tmp_path: Path) -> None:
+def test_a_model_deep_in_folders_is_checked() -> None:
+    # Outside pytest's temporary folders: their clean-up recurses and would fail on a
+    # tree left by a killed run.
+    tmp_path = Path(tempfile.mkdtemp(prefix="qlrewrite-deep-"))
     deep = str(tmp_path)
     for _ in range(1200):  # Path.mkdir(parents=True) itself recurses
         deep = os.path.join(deep, "d")
@@ -178,11 +182,13 @@ def test_a_model_deep_in_folders_is_checked(tmp_path: Path) -> None:
         code, out, err = _run("m.onnx")
         assert code == 1 and "QL403" in out, err
     finally:  # pytest's clean-up of old temporary folders recurses: leave no deep tree
-        os.chdir(tmp_path)
+        os.chdir(tmp_path.parent)
         os.remove(os.path.join(deep, "m.onnx"))
         while deep != str(tmp_path):
             os.rmdir(deep)
             deep = os.path.dirname(deep)
+        (tmp_path / "qlrewrite.toml").unlink()
+        tmp_path.rmdir()
 
 
 def test_a_folder_symlink_loop_is_not_followed(tmp_path: Path) -> None:
