@@ -207,6 +207,8 @@ MALFORMED = [
     ("pyproject.toml", 'tool = "x"\n', "tool"),
     ("pyproject.toml", "tool = [1, 2]\n", "tool"),
     ("pyproject.toml", "[tool]\nqlrewrite = 3\n", "qlrewrite"),
+    ("pyproject.toml", "[tool.qlrewrite]\nselect = 1\n", "select"),
+    ("pyproject.toml", "[tool.qlrewrite]\nper-node-ignores = {a = 2}\n", "per-node-ignores"),
     ("pyproject.toml", "x = " + "[" * 3000 + "]" * 3000 + "\n", "nested"),
     ("qlrewrite.toml", "x = " + "[" * 3000 + "]" * 3000 + "\n", "nested"),
     ("qlrewrite.toml", "select = 1\n", "select"),
