@@ -126,15 +126,20 @@ def find_config(start: Path) -> Path | None:
 
 @functools.cache
 def _find_config(folder: Path) -> Path | None:
-    for name in CONFIG_NAMES:
-        candidate = folder / name
-        if candidate.is_file() and (name != "pyproject.toml" or _has_tool_table(candidate)):
-            return candidate
-    return None if folder.parent == folder else _find_config(folder.parent)
+    # A loop, not recursion: a model may sit any number of folders deep.
+    for parent in (folder, *folder.parents):
+        for name in CONFIG_NAMES:
+            candidate = parent / name
+            if candidate.is_file() and (name != "pyproject.toml" or _has_tool_table(candidate)):
+                return candidate
+    return None
 
 
 def _has_tool_table(pyproject: Path) -> bool:
-    return "qlrewrite" in _read_toml(pyproject).get("tool", {})
+    tool = _read_toml(pyproject).get("tool", {})
+    if not isinstance(tool, dict):
+        raise InputError(f"{pyproject}: 'tool' must be a table")
+    return "qlrewrite" in tool
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -145,6 +150,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read configuration ({exc.strerror or exc})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from exc
+    except RecursionError as exc:  # an array or table nested thousands deep
+        raise InputError(f"{path}: not valid TOML (nested too deeply)") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid TOML (not UTF-8)") from exc
 
 
 @functools.cache
@@ -156,7 +165,10 @@ def load_config(path: Path) -> Settings:
     """
     document = _read_toml(path)
     if path.name == "pyproject.toml":
-        table = document.get("tool", {}).get("qlrewrite")
+        tool = document.get("tool", {})
+        if not isinstance(tool, dict):
+            raise InputError(f"{path}: 'tool' must be a table")
+        table = tool.get("qlrewrite")
         where = f"{path}: [tool.qlrewrite]"
         if table is None:
             raise InputError(f"{where} table not found")
@@ -217,6 +229,8 @@ class _Reader:
             raise self._fail(key, "a table of name = [codes]")
         table = {}
         for name, entry in value.items():
+            if not isinstance(name, str) or not name:
+                raise self._fail(key, "a table of name = [codes]")
             codes = [entry] if isinstance(entry, str) else entry
             if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
                 raise self._fail(f"{key}.{name}", "a list of rule codes")
@@ -228,7 +242,7 @@ class _Reader:
         from qlrewrite.render import FORMATS
 
         value = self.table.get("output-format")
-        if value is not None and value not in FORMATS:
+        if value is not None and (not isinstance(value, str) or value not in FORMATS):
             raise self._fail("output-format", " or ".join(FORMATS))
         return value
 

@@ -87,9 +87,10 @@ def collect_models(
     seen: set[str] = set()
     for path in paths:
         if path.is_dir():
-            every = _models_under(path)
+            every, unreadable = _models_under(path)
+            found += [Report(path=str(path), load_error=error) for error in unreadable]
             models = [m for m in every if not _settings(m, config, isolated).excluded(m)]
-            if not every:
+            if not every and not unreadable:
                 found.append(Report(path=str(path), load_error="no .onnx files in folder"))
             elif not models:
                 where = _settings(every[0], config, isolated).path
@@ -111,12 +112,37 @@ def _settings(model: Path, config: Path | None, isolated: bool) -> Settings:
     return settings_for(model, config=config, isolated=isolated)
 
 
-def _models_under(folder: Path) -> list[Path]:
-    models = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        models += [Path(root, f) for f in files if f.lower().endswith(".onnx")]
-    return sorted(models, key=lambda p: p.parts)
+def _models_under(folder: Path) -> tuple[list[Path], list[str]]:
+    """The ``*.onnx`` files under ``folder`` and the folders that could not be read.
+
+    Iterative (any depth); symbolic links to folders are not followed (no loops); hidden
+    folders are skipped.
+    """
+    models: list[Path] = []
+    unreadable: list[str] = []
+    stack = [str(folder)]
+    while stack:
+        root = stack.pop()
+        try:
+            with os.scandir(root) as entries:
+                listed = list(entries)
+        except OSError as exc:
+            unreadable.append(f"{root}: cannot read folder ({exc.strerror or exc})")
+            continue
+        for entry in listed:
+            if _is_dir(entry):  # a link to a folder is not followed (no loops)
+                if not entry.name.startswith(".") and not entry.is_symlink():
+                    stack.append(entry.path)
+            elif entry.name.lower().endswith(".onnx"):
+                models.append(Path(entry.path))
+    return sorted(models, key=lambda p: p.parts), sorted(unreadable)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def default_jobs() -> int:

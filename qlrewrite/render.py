@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from qlrewrite import __version__
+from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 
 __all__ = [
@@ -59,6 +60,31 @@ _CATEGORIES = {
     "QL6": "Model hygiene",
     "QL9": "Suppressions",
 }
+
+
+def escaped_report(report: Report) -> Report:
+    """``report`` with every name and message escaped (:func:`~qlrewrite.escape.escape`):
+    one finding one line, in every format, whatever bytes a model or a file name holds."""
+
+    def finding(f: Finding) -> Finding:
+        return dataclasses.replace(
+            f,
+            message=escape(f.message),
+            hint=escape(f.hint),
+            node=escape(f.node),
+            op_type=escape(f.op_type),
+            domain=escape(f.domain),
+            graph=escape(f.graph),
+            output=escape(f.output),
+        )
+
+    return dataclasses.replace(
+        report,
+        path=None if report.path is None else escape(report.path),
+        load_error=None if report.load_error is None else escape(report.load_error),
+        findings=[finding(f) for f in report.findings],
+        suppressed=[finding(f) for f in report.suppressed],
+    )
 
 
 def _rules() -> Mapping[str, Rule]:

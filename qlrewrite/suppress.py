@@ -59,9 +59,61 @@ def _parse(codes: Iterable[str]) -> tuple[list[str], list[str]]:
     return prefixes, unknown
 
 
+#: Codes read from one ``qlrewrite:ignore`` value; the rest is one finding, not work.
+MAX_CODES = 64
+#: Unknown codes reported one by one per node; the rest are counted in one finding.
+MAX_UNKNOWN_REPORTED = 5
+
+_Key = tuple[str, str, str, str, str]
+
+
 def _matches_key(finding: Finding, key: str) -> bool:
     names = [n for n in (finding.node, finding.output) if n]
     return any(fnmatch.fnmatchcase(name, key) for name in names)
+
+
+def _site_key(site: QuantizedSite) -> _Key:
+    node = site.node
+    return (str(site.ref), node.name or "", _first_output(node), node.op_type, node.domain)
+
+
+def _finding_key(finding: Finding) -> _Key | None:
+    """The node a finding is about, or None for a finding about the model or a tensor
+    (those are never suppressed by a node's suppression)."""
+    if not finding.op_type:
+        return None
+    return (finding.graph, finding.node, finding.output, finding.op_type, finding.domain)
+
+
+def _read_ignore(model: ir.Model, site: QuantizedSite, value: str) -> tuple[_Entry, list[Finding]]:
+    """The entry of a node's ``qlrewrite:ignore`` and its QL901 findings for unknown codes
+    (bounded: at most :data:`MAX_CODES` read, :data:`MAX_UNKNOWN_REPORTED` named)."""
+    raws = _SPLIT.split(value.strip(), maxsplit=MAX_CODES)
+    rest = raws[MAX_CODES:]
+    prefixes, unknown = _parse(raws[:MAX_CODES])
+    if not value.strip():
+        prefixes = [""]
+    stale = [
+        _finding(model, site, f"{IGNORE_KEY} names unknown rule code '{_short(u)}'")
+        for u in unknown[:MAX_UNKNOWN_REPORTED]
+    ]
+    if len(unknown) > MAX_UNKNOWN_REPORTED:
+        more = len(unknown) - MAX_UNKNOWN_REPORTED
+        stale.append(_finding(model, site, f"{IGNORE_KEY} names {more} more unknown rule codes"))
+    if rest:
+        stale.append(
+            _finding(
+                model,
+                site,
+                f"{IGNORE_KEY} holds more than {MAX_CODES} codes; only the "
+                f"first {MAX_CODES} are read",
+            )
+        )
+    return _Entry(IGNORE_KEY, prefixes, node=site.node), stale
+
+
+def _short(text: str, limit: int = 40) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def apply_suppressions(
@@ -72,63 +124,36 @@ def apply_suppressions(
 ) -> Report:
     """``report`` with the findings a suppression accepts moved to ``.suppressed``.
 
-    ``.matched_suppressions`` gets the ``per_node_ignores`` keys that named a node.
-    ``enabled``: the rule codes checked; a suppression is judged stale (QL901, when
-    enabled) only for codes of enabled rules, on a node it names.
+    A suppression accepts only findings about the node it names: findings about the model
+    or a tensor are never accepted, and a node's ``qlrewrite:ignore`` accepts a finding
+    only when no other Q/DQ node shares its graph, name, output and op (then the finding
+    cannot be told apart and stays). ``.matched_suppressions`` gets the
+    ``per_node_ignores`` keys that named a node. ``enabled``: the rule codes checked; a
+    suppression is judged stale (QL901, when enabled) only for codes of enabled rules.
     """
-    sites = {(str(s.ref), s.node.name or "", _first_output(s.node)): s for s in iter_sites(model)}
-    entries: list[_Entry] = []
-    for key, codes in per_node_ignores.items():
-        entries.append(_Entry(f"per-node-ignores '{key}'", _parse(codes)[0], key=key))
+    sites: dict[_Key, list[QuantizedSite]] = {}
+    for site in iter_sites(model):
+        sites.setdefault(_site_key(site), []).append(site)
+    keyed = [
+        _Entry(f"per-node-ignores '{key}'", _parse(codes)[0], key=key)
+        for key, codes in per_node_ignores.items()
+    ]
     stale: list[Finding] = []
     by_node: dict[int, _Entry] = {}
-    for site in sites.values():
+    for site in (s for group in sites.values() for s in group):
         value = site.node.metadata_props.get(IGNORE_KEY)
-        if value is None:
-            continue
-        prefixes, unknown = _parse([value])
-        if not value.strip():
-            prefixes = [""]
-        entry = _Entry(IGNORE_KEY, prefixes, node=site.node)
-        entries.append(entry)
-        by_node[id(site.node)] = entry
-        stale.extend(
-            _finding(model, site, f"{IGNORE_KEY} names unknown rule code '{u}'") for u in unknown
-        )
-    if not entries:
+        if value is not None:
+            by_node[id(site.node)], unknown = _read_ignore(model, site, value)
+            stale += unknown
+    if not keyed and not by_node:
         return report
+    named, matched_keys = _named(sites, keyed)
     kept, suppressed = [], list(report.suppressed)
-    matched_keys: set[str] = set()
-    named: dict[int, list[_Entry]] = {}  # id(node) -> the per-node entries naming it
-    for site in sites.values():
-        probe = Finding("", WARNING, "", node=site.node.name or "", output=_first_output(site.node))
-        for entry in entries:
-            if entry.key is not None and _matches_key(probe, entry.key):
-                matched_keys.add(entry.key)
-                named.setdefault(id(site.node), []).append(entry)
     for finding in report.findings:
-        site = sites.get((finding.graph, finding.node, finding.output))
-        candidates = list(named.get(id(site.node), [])) if site is not None else []
-        if site is not None and id(site.node) in by_node:
-            candidates.append(by_node[id(site.node)])
-        accepted = False
-        for entry in candidates:
-            for prefix in entry.prefixes:
-                if finding.rule.startswith(prefix):
-                    entry.used.add(prefix)
-                    accepted = True
+        accepted = _accept(finding, _candidates(finding, sites, named, by_node))
         (suppressed if accepted and finding.rule != STALE_RULE else kept).append(finding)
     if STALE_RULE in enabled:
-        for site in sites.values():
-            own = by_node.get(id(site.node))
-            for entry in [*named.get(id(site.node), []), *([own] if own else [])]:
-                stale.extend(
-                    _finding(
-                        model, site, f"{entry.source}: {prefix or 'ALL'} suppresses nothing here"
-                    )
-                    for prefix in entry.prefixes
-                    if prefix not in entry.used and any(c.startswith(prefix) for c in enabled)
-                )
+        stale += _stale(model, sites, named, by_node, enabled)
     else:
         stale = []
     return dataclasses.replace(
@@ -137,6 +162,71 @@ def apply_suppressions(
         suppressed=suppressed,
         matched_suppressions=frozenset(matched_keys),
     )
+
+
+def _named(
+    sites: Mapping[_Key, list[QuantizedSite]], keyed: Sequence[_Entry]
+) -> tuple[dict[int, list[_Entry]], set[str]]:
+    """id(node) -> the per-node-ignores entries naming it, and the keys that named one."""
+    named: dict[int, list[_Entry]] = {}
+    matched: set[str] = set()
+    for group in sites.values():
+        for site in group:
+            probe = Finding(
+                "", WARNING, "", node=site.node.name or "", output=_first_output(site.node)
+            )
+            for entry in keyed:
+                if entry.key is not None and _matches_key(probe, entry.key):
+                    matched.add(entry.key)
+                    named.setdefault(id(site.node), []).append(entry)
+    return named, matched
+
+
+def _candidates(
+    finding: Finding,
+    sites: Mapping[_Key, list[QuantizedSite]],
+    named: Mapping[int, list[_Entry]],
+    by_node: Mapping[int, _Entry],
+) -> list[_Entry]:
+    """The suppressions that may accept ``finding``: those of the one node it is about."""
+    key = _finding_key(finding)
+    group = sites.get(key, []) if key is not None else []
+    if len(group) != 1:  # about no node, or about one of several nodes alike
+        # per-node-ignores name nodes by name: every node alike is named alike
+        return list(named.get(id(group[0].node), [])) if group else []
+    node = group[0].node
+    own = [by_node[id(node)]] if id(node) in by_node else []
+    return [*named.get(id(node), []), *own]
+
+
+def _accept(finding: Finding, candidates: Sequence[_Entry]) -> bool:
+    accepted = False
+    for entry in candidates:
+        for prefix in entry.prefixes:
+            if finding.rule.startswith(prefix):
+                entry.used.add(prefix)
+                accepted = True
+    return accepted
+
+
+def _stale(
+    model: ir.Model,
+    sites: Mapping[_Key, list[QuantizedSite]],
+    named: Mapping[int, list[_Entry]],
+    by_node: Mapping[int, _Entry],
+    enabled: Collection[str],
+) -> list[Finding]:
+    """QL901 for each prefix of a suppression on a node that accepted nothing."""
+    stale = []
+    for site in (s for group in sites.values() for s in group):
+        own = by_node.get(id(site.node))
+        for entry in [*named.get(id(site.node), []), *([own] if own else [])]:
+            stale.extend(
+                _finding(model, site, f"{entry.source}: {prefix or 'ALL'} suppresses nothing here")
+                for prefix in entry.prefixes
+                if prefix not in entry.used and any(c.startswith(prefix) for c in enabled)
+            )
+    return stale
 
 
 def _finding(model: ir.Model, site: QuantizedSite, message: str) -> Finding:

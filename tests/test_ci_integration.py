@@ -80,8 +80,9 @@ def test_the_manifest_is_valid_for_pre_commit() -> None:
     (hook,) = [h for h in hooks if h["id"] == "qlrewrite-check"]
     assert hook["pass_filenames"] is True and hook["language"] == "python"
     assert hook["require_serial"] is True  # QL901 judges keys against every model at once
-    assert hook["types_or"] == ["binary"] and hook["entry"] == "qlrewrite check"
-    assert "--force-exclude" in hook["args"]
+    assert hook["types_or"] == ["binary"] and hook["entry"].startswith("qlrewrite check")
+    # options end before the file names pre-commit appends (entry + args + file names)
+    assert "--force-exclude" in hook["entry"].split() and hook["args"][-1] == "--"
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -94,9 +95,9 @@ def _git(repo: Path, *args: str, env: dict[str, str]) -> None:
     subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
-def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
-    env = _env(tmp_path)
-    repo = _project(tmp_path)
+def _use_the_hook(repo: Path, env: dict[str, str]) -> None:
+    """A git repository at ``repo`` whose pre-commit configuration runs the manifest's hook
+    (as a local hook: tests never download), everything staged."""
     (hook,) = _manifest()
     local = {**hook, "language": "system"}
     local.pop("minimum_pre_commit_version", None)
@@ -104,6 +105,12 @@ def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
     (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
     _git(repo, "init", "-q", env=env)
     _git(repo, "add", "-A", env=env)
+
+
+def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    repo = _project(tmp_path)
+    _use_the_hook(repo, env)
 
     def run() -> subprocess.CompletedProcess:
         command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--verbose"]
@@ -122,6 +129,20 @@ def test_pre_commit_runs_the_hook_on_onnx_files(tmp_path: Path) -> None:
     done = run()
     assert done.returncode == 1 and "Failed" in done.stdout
     assert "models/new.onnx: QL403 error" in done.stdout
+
+
+def test_pre_commit_reads_a_file_named_like_an_option_as_a_file(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    onnx.save(_bad(), repo / "--config=cfg.onnx")
+    onnx.save(_bad(), repo / "--isolated.onnx")
+    _use_the_hook(repo, env)
+    command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--verbose"]
+    done = _run(command, repo, env)
+    assert done.returncode == 1 and "Failed" in done.stdout, done.stdout + done.stderr
+    assert "--config=cfg.onnx: QL403 error" in done.stdout
+    assert "--isolated.onnx: QL403 error" in done.stdout
 
 
 def _action() -> dict:

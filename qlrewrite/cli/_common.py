@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import pipeline
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
+from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
@@ -76,7 +77,7 @@ def debug_option(func: F) -> F:
 
 def fail(message: str, exit_code: int) -> None:
     """Print one error line on stderr and exit."""
-    click.echo(f"qlrewrite: error: {message}", err=True)
+    click.echo(f"qlrewrite: error: {escape(message)}", err=True)
     sys.exit(exit_code)
 
 
@@ -332,7 +333,7 @@ def _print_findings(findings: Sequence[Any], limit: int = 20) -> None:
     """The findings behind a refusal, repeated ones grouped (at most ``limit`` lines)."""
     lines = finding_lines(findings, every="`qlrewrite check --show-all`")
     for line in lines[:limit]:
-        click.echo(f"  {line}", err=True)
+        click.echo(f"  {escape(line)}", err=True)
     if len(lines) > limit:
         click.echo(f"  ... and {len(lines) - limit} more line(s)", err=True)
 
@@ -389,10 +390,13 @@ def _print_summary(result: RewriteResult) -> None:
     err_console.print(
         f"{result.command}: {changed or 'nothing to change'}; initializers "
         f"{human_bytes(result.bytes_before)} -> {human_bytes(result.bytes_after)}; "
-        f"{verb} {target} in {result.seconds:.2f} s"
+        f"{verb} {escape(str(target))} in {result.seconds:.2f} s",
+        markup=False,
     )
     for warning in result.warnings:
-        err_console.print(f"  warning: {getattr(warning, 'message', warning)}")
+        err_console.print(
+            f"  warning: {escape(str(getattr(warning, 'message', warning)))}", markup=False
+        )
     if result.verification is not None:
         _print_verification(result.verification)
 
@@ -401,4 +405,4 @@ def _print_verification(verification: Verification) -> None:
     click.echo(f"  verify: {verification.describe()}", err=True)
     for output in verification.outputs:
         if not output.exact:
-            click.echo(f"    {output.name}: {output.describe()}", err=True)
+            click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)

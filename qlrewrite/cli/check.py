@@ -7,6 +7,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -24,6 +25,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.config import Settings, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
+from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.project import enabled_codes
 
@@ -225,7 +227,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             if diff:
                 _print_diff(outcomes, quiet=quiet)
                 changed = any(o.changes for o in outcomes)
-                sys.exit(EXIT_FINDINGS if changed or refused else EXIT_OK)
+                sys.exit(_diff_exit(reports, _strictness(targets, selection), changed or refused))
             reports = _after_fixes(reports, targets, outcomes, selection)
         if targets:  # SARIF lists the rules checked on some model
             listed = frozenset().union(
@@ -237,6 +239,17 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     strict_of = _strictness(targets, selection)
     code = project.exit_code(reports, strict=strict_of)
     sys.exit(max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code)
+
+
+def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
+    """``--diff`` keeps the exit codes of ``check``: an unreadable input (shown on stderr)
+    is 2, a remaining error finding or a change to make is 1."""
+    for report in reports:
+        if report.load_error:
+            click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
+                       f"{escape(report.load_error)}", err=True)  # fmt: skip
+    code = project.exit_code(reports, strict=strict_of)
+    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
 
 
 def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
@@ -276,11 +289,14 @@ def _fix_all(
             continue
         outcomes.append(outcome)
         if outcome.refused:
-            click.echo(f"qlrewrite: {target.path}: fix refused: {outcome.refused}", err=True)
+            click.echo(
+                f"qlrewrite: {escape(str(target.path))}: fix refused: {escape(outcome.refused)}",
+                err=True,
+            )
         elif outcome.output is not None and not quiet:
             counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
             line = f"fixed {target.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
-            err_console.print(line + (f" [{counts}]" if counts else ""))
+            err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
         if outcome.verification is not None:
             click.echo(f"  verify: {outcome.verification.describe()}", err=True)
     return outcomes
@@ -299,8 +315,11 @@ def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
     for outcome in outcomes:
         if not outcome.changes:
             continue
-        lines += [f"--- {outcome.path}", f"+++ {outcome.path} (fixed)"]
-        lines += [f"  {code} {where}: {what}" for code, where, what in outcome.changes]
+        path = escape(str(outcome.path))
+        lines += [f"--- {path}", f"+++ {path} (fixed)"]
+        lines += [
+            f"  {code} {escape(where)}: {escape(what)}" for code, where, what in outcome.changes
+        ]
     if lines:
         click.echo("\n".join(lines))
     if not quiet:
@@ -370,6 +389,7 @@ def _print_reports(
     codes: frozenset[str],
 ) -> None:
     """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
+    reports = [render.escaped_report(r) for r in reports]
     output = pending.path if pending is not None else None
     to_terminal = output is None and out_console.is_terminal
     if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
@@ -384,7 +404,8 @@ def _print_reports(
     else:
         _emit(render.render(reports, fmt, codes=codes), pending)
     if output is not None and not quiet:
-        err_console.print(f"{render.summary_line(reports)}; report written to {output}")
+        line = f"{render.summary_line(reports)}; report written to {escape(str(output))}"
+        err_console.print(line, markup=False)
 
 
 def _emit(text: str, pending: atomic.PendingFile | None) -> None:

@@ -1,0 +1,34 @@
+"""One escaping for every name that reaches an output: node names, file names, messages.
+
+A name read from a model or a file system may hold a newline (a forged report line, a
+forged ``::warning`` workflow command), other control characters, or bytes that are not
+UTF-8 (a file name decoded with ``surrogateescape``). :func:`escape` turns each of those
+into a visible backslash escape, so that one finding stays one line and every output
+encodes.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["escape"]
+
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, lone surrogates.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _one(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8 (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character, line separator and undecodable byte shown
+    as a backslash escape (printable text unchanged)."""
+    return _UNSAFE.sub(_one, text)
