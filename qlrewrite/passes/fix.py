@@ -82,17 +82,22 @@ def _ql411_axis(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fix
     return "axis made explicit: axis=1 (what ONNX Runtime applies to a 1-D scale)"
 
 
-def _ql103_import(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
-    """A com.microsoft node in a graph that does not import the domain: import version 1."""
+def _import_ms(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
+    """A com.microsoft node whose graph does not import the domain: import version 1 in the
+    model (main graph and its subgraphs, QL103) or in the function holding it (QL106)."""
     if site.domain != MS_DOMAIN:
         return None  # which ai.onnx version was meant cannot be known
-    imports = site.graph.opset_imports if isinstance(site.graph, ir.Function) else None
-    imports = imports if imports is not None else model.opset_imports
-    if MS_DOMAIN in imports:
+    root = site.ref.root.function
+    owner = model if root is None else _function(model, root)
+    if owner is None or MS_DOMAIN in owner.opset_imports:
         return None  # already added for an earlier node
-    imports[MS_DOMAIN] = 1
-    where = "function" if isinstance(site.graph, ir.Function) else "model"
+    owner.opset_imports[MS_DOMAIN] = 1
+    where = "model" if root is None else "function"
     return f"{where} opset import added: com.microsoft 1"
+
+
+def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
+    return next((f for f in model.functions.values() if (f.domain, f.name) == ref), None)
 
 
 def _upgraded(model: ir.Model, site: QuantizedSite, ctx: NodeView, fixer: _Fixer) -> str | None:
@@ -112,7 +117,8 @@ def _below_per_axis_opset(finding: Finding) -> bool:
 
 
 FIXES: dict[str, Fix] = {
-    "QL103": Fix(_ql103_import, lambda f: f.domain == MS_DOMAIN),
+    "QL103": Fix(_import_ms),
+    "QL106": Fix(_import_ms, lambda f: f.domain == MS_DOMAIN),
     "QL201": Fix(_upgraded, _below_per_axis_opset),
     "QL402": Fix(_upgraded, _below_per_axis_opset),
     "QL406": Fix(_ql406_scalar),
@@ -227,11 +233,12 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
         node_codes = [c for c in sorted(self.codes) if c in CHECKS and c not in UPGRADE_FIXES]
         node_codes = [c for c in node_codes if c != "QL601"]
         planned: list[tuple[QuantizedSite, NodeView, Finding]] = []
-        for site, contexts in node_views(model):
+        kinds = tuple({id(k): k for c in node_codes for k in CHECKS[c].kinds}.values())
+        for site, contexts in node_views(model, kinds=kinds):
             for code in node_codes:
                 check = CHECKS[code]
                 for ctx in contexts[:1]:  # a function node: its first call site
-                    if check.needs_version and ctx.row is None:
+                    if site.kind not in check.kinds or (check.needs_version and ctx.row is None):
                         continue
                     planned.extend((site, ctx, f) for f in check.func(ctx) if self.wanted(f))
         fixer = _Fixer()

@@ -475,7 +475,7 @@ def _refusal(failed: list[_Plan], dequantize: bool) -> str:
         opset = max(v for v in lowest if v is not None)
         hint = (
             f"; the lowest ai.onnx opset that expresses them is {opset}: "
-            f"run `qlrewrite upgrade --opset {opset}`"
+            f"run `qlrewrite upgrade --opset {opset} --convert-weight-only`"
         )
     what = "dequantize" if dequantize else "convert"
     return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {'; '.join(parts)}"

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.qdq import NodeView
+from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
+from qlrewrite.qdq import MS_DOMAIN, NodeView
 from qlrewrite.rules.registry import ALL_KINDS, rule
 
 __all__: list[str] = []
@@ -80,38 +80,81 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
 @rule(
     "QL103",
     "domain-not-imported",
-    ERROR,
-    summary="The node's domain is not in the model's (or function's) opset imports.",
+    WARNING,
+    summary="A com.microsoft node in a model that does not import com.microsoft.",
     explanation="""
-    Every operator is resolved through the opset the model imports for its domain. A
-    com.microsoft QuantizeLinear in a model that does not import com.microsoft (or an ONNX
-    node in a model without an ai.onnx import) has no defined meaning: ONNX's checker
-    rejects it, and tools that convert or optimize the model cannot know which version
-    applies, even if ONNX Runtime happens to load it (it does, for com.microsoft
-    MatMulNBits and GatherBlockQuantized too).
+    ONNX Runtime's own weight-only quantizer (MatMulNBitsQuantizer with GPTQ, k-quant or
+    INC RTN) writes MatMulNBits nodes without adding the com.microsoft opset import. ONNX
+    Runtime runs such models: it gives every domain the model does not import the newest
+    version it knows, and com.microsoft has only version 1, so the nodes are read as
+    com.microsoft 1 (qlrewrite reads them so too, and checks them as such). ONNX's checker
+    and tools that read the imports refuse or misread the model, so the import should be
+    there. Every rewrite adds it to its output. Where no runtime reads a defined version
+    (a function without the import, an ai.onnx node without an ai.onnx import) the finding
+    is QL106, an error.
     """,
     example="""
-    bad:  opset_import: [ai.onnx 13]      node: com.microsoft.DequantizeLinear(...)
-    good: opset_import: [ai.onnx 13, com.microsoft 1]
+    bad:  opset_import: [ai.onnx 17]      node: com.microsoft.MatMulNBits(...)
+    good: opset_import: [ai.onnx 17, com.microsoft 1]
+    """,
+    versions="com.microsoft, main graph and its subgraphs",
+    needs_version=False,
+    kinds=ALL_KINDS,
+    fix=SAFE,
+    fix_summary="""
+    The model gets the opset import com.microsoft 1, the version ONNX Runtime already reads
+    the nodes as: its outputs stay bit-identical.
+    """,
+)
+def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
+    if ctx.imported is None and ctx.domain == MS_DOMAIN and not ctx.site.ref.in_function:
+        yield ctx.finding(
+            "QL103",
+            WARNING,
+            f"the domain {ctx.domain_label} is not imported by the model; ONNX Runtime reads "
+            f"the node as {ctx.domain_label} 1, onnx.checker refuses the model",
+            f"add the opset import {ctx.domain_label} 1 (`qlrewrite check --fix`)",
+        )
+
+
+@rule(
+    "QL106",
+    "domain-import-required",
+    ERROR,
+    summary="A node whose domain its graph does not import, where runtimes refuse it.",
+    explanation="""
+    Every operator is resolved through the opset its graph imports for its domain. A
+    model-local function has its own imports: ONNX Runtime refuses a function with a
+    com.microsoft node that does not import com.microsoft ("No opset registered for domain
+    com.microsoft in function f"), whatever the model imports. An ai.onnx node in a model
+    without an ai.onnx import has no defined version: ONNX's checker refuses it, and ONNX
+    Runtime reads it as the newest opset it knows, which changes with each release.
+    (A com.microsoft node of the main graph without the import is QL103, a warning.)
+    """,
+    example="""
+    bad:  function f: opset_import: [ai.onnx 21]      node: com.microsoft.MatMulNBits(...)
+    good: function f: opset_import: [ai.onnx 21, com.microsoft 1]
     """,
     versions="all",
     needs_version=False,
     kinds=ALL_KINDS,
     fix=UNSAFE,
     fix_summary="""
-    A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
-    Runtime does not load the model without it, so nothing proves its outputs unchanged. A
-    missing ai.onnx import is not fixed (which version was meant cannot be known).
+    A com.microsoft node in a function gets the import com.microsoft 1 in that function
+    (the only version). Unsafe: ONNX Runtime does not load the model without it, so nothing
+    proves its outputs unchanged. A missing ai.onnx import is not fixed (which version was
+    meant cannot be known).
     """,
 )
-def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
-    if ctx.imported is None:
+def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
+    if ctx.imported is None and (ctx.domain != MS_DOMAIN or ctx.site.ref.in_function):
+        where = "the function" if ctx.site.ref.in_function else "the model"
         yield ctx.finding(
-            "QL103",
+            "QL106",
             ERROR,
-            f"the domain {ctx.domain_label} is not imported by the model",
+            f"the domain {ctx.domain_label} is not imported by {where}",
             f"add an opset import for {ctx.domain_label}"
-            + (" version 1" if ctx.domain else " (e.g. version 13)"),
+            + (f" version 1 to {where}" if ctx.domain else " (e.g. version 13)"),
         )
 
 
