@@ -30,6 +30,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
+from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
@@ -38,7 +39,6 @@ from qlrewrite.passes.fold_tensor import (
     StreamedTensor,
     link_initializers,
 )
-from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
     MatMulNBitsFloat,
