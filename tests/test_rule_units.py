@@ -1,0 +1,165 @@
+"""Every rule is one unit (qlrewrite/rules/qlNxx_*.py): its own examples run here.
+
+For each rule in the registry and each of its :class:`~qlrewrite.rules.Example` models:
+the bad model gives exactly the rule's code (with every default rule and this one
+enabled); the good one does not, and has no error; both good and fixed models pass
+onnx.checker and run in ONNX Runtime where the example says so. A rule with a fix
+repairs its bad model into one without the code (``pytest -k QL406`` runs one rule).
+The layout is tested too: a rule lives in the module named after its code, and
+findings.py stays below rules and passes.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+
+from qlrewrite.checker import check
+from qlrewrite.findings import Finding
+from qlrewrite.passes.fix import fix_passes
+from qlrewrite.rules import CHECKS, Example, RuleCheck
+
+ROOT = Path(__file__).resolve().parents[1]
+PARAMS = [
+    pytest.param(unit, example, id=f"{code}-{example.label}")
+    for code, unit in CHECKS.items()
+    for example in unit.examples
+]
+
+
+def _save(proto: onnx.ModelProto, folder: Path, example: Example) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in example.files.items():
+        (folder / name).write_bytes(data)
+    path = folder / "model.onnx"
+    path.write_bytes(proto.SerializeToString())  # external references kept as written
+    return path
+
+
+def _codes(path: Path, code: str) -> list[str]:
+    report = check(path, select=["ALL", code])
+    assert report.load_error is None, report.load_error
+    return sorted({f.rule for f in report.findings})
+
+
+def _ort_runs(path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    feeds = {}
+    for value in onnx.load(path, load_external_data=False).graph.input:
+        tensor_type = value.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 2 for d in tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        feeds[value.name] = np.ones(shape, dtype=dtype)
+    session.run(None, feeds)
+
+
+def _valid(path: Path, example: Example) -> None:
+    """The model at ``path`` passes onnx.checker and runs in ONNX Runtime (as asked)."""
+    if example.checker:
+        onnx.checker.check_model(str(path), full_check=True)
+    if example.ort:
+        _ort_runs(path)
+
+
+def test_every_rule_has_examples() -> None:
+    missing = [code for code, unit in CHECKS.items() if not unit.examples]
+    assert not missing, f"rules without a bad / good example: {missing}"
+
+
+@pytest.mark.parametrize(("unit", "example"), PARAMS)
+def test_bad_gives_exactly_the_code_and_good_does_not(
+    unit: RuleCheck, example: Example, tmp_path: Path
+) -> None:
+    code = unit.rule.code
+    bad = _save(example.bad(), tmp_path / "bad", example)
+    assert _codes(bad, code) == [code]
+    good = _save(example.good(), tmp_path / "good", example)
+    report = check(good, select=["ALL", code])
+    assert code not in {f.rule for f in report.findings}, report.findings
+    assert not report.errors, report.errors
+    _valid(good, example)
+
+
+FIX_PARAMS = [p for p in PARAMS if p.values[0].fix is not None]
+
+
+@pytest.mark.parametrize(("unit", "example"), FIX_PARAMS)
+def test_fix_repairs_the_bad_example(unit: RuleCheck, example: Example, tmp_path: Path) -> None:
+    code = unit.rule.code
+    path = _save(example.bad(), tmp_path, example)
+    findings = check(path, select=["ALL", code]).findings
+    hits = [f for f in findings if f.rule == code]
+    assert hits and all(f.fix == unit.rule.fix for f in hits)
+    model = ir.serde.deserialize_model(onnx.load(path))
+    for fix_pass in fix_passes(findings, unsafe=True):
+        model = fix_pass(model).model
+    out = _save(ir.serde.serialize_model(model), tmp_path / "fixed", example)
+    assert code not in _codes(out, code)
+    _valid(out, example)
+
+
+def test_a_fix_decides_from_the_findings_fields_not_its_text() -> None:
+    """QL201's fix (the upgrade to opset 13) applies to ``axis`` below 13, whatever the
+    message and hint say; not to an attribute the upgrade does not bring."""
+    applies = CHECKS["QL201"].fix.applies  # type: ignore[union-attr]
+    axis = Finding("QL201", "error", "", op_type="DequantizeLinear", opset=12, attribute="axis")
+    assert applies(axis)
+    assert not applies(dataclasses.replace(axis, attribute="saturate", hint="upgrade --opset 13"))
+    assert not applies(dataclasses.replace(axis, opset=13))
+    assert not applies(dataclasses.replace(axis, domain="com.microsoft"))
+
+
+# --------------------------------------------------------------------------- layout
+
+_FAMILY = re.compile(r"^ql(\d)(\d|x)x_\w+$")
+
+
+def _family(module: str) -> re.Match[str] | None:
+    return _FAMILY.match(module.rsplit(".", 1)[-1])
+
+
+def test_each_rule_lives_in_the_module_named_after_its_code() -> None:
+    """``QL423`` is in ``ql42x_*.py`` when such a module exists, else in ``ql4xx_*.py``."""
+    modules = {unit.module for unit in CHECKS.values()}
+    families = {m: _family(m) for m in modules}
+    assert all(families.values()), f"rule modules not named qlNxx_ / qlNNx_: {families}"
+    specific = {"QL" + f[1] + f[2] for f in families.values() if f and f[2] != "x"}
+    for code, unit in CHECKS.items():
+        family = families[unit.module]
+        assert family is not None and code[2] == family[1], (code, unit.module)
+        if family[2] == "x":
+            assert code[:4] not in specific, f"{code} belongs in the ql{code[2:4]}x module"
+        else:
+            assert code[3] == family[2], (code, unit.module)
+        assert unit.rule.source == unit.module.replace(".", "/") + ".py"
+        assert (ROOT / unit.rule.source).is_file()
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_findings_and_rules_stay_below_the_fix_machinery() -> None:
+    """findings.py imports neither rules nor passes; rules never import passes (a rule's
+    fix lives with its rule, the machinery that applies fixes sits above)."""
+    below = _imports(ROOT / "qlrewrite" / "findings.py")
+    assert not {m for m in below if m.startswith(("qlrewrite.rules", "qlrewrite.passes"))}
+    for path in (ROOT / "qlrewrite" / "rules").glob("*.py"):
+        assert not {m for m in _imports(path) if m.startswith("qlrewrite.passes")}, path
