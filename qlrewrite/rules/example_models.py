@@ -123,29 +123,16 @@ def qdq_model(
         x_type = DT.FLOAT if op == Q else DT.UINT8
     if zp_type is UNSET:
         zp_type = DT.UINT8 if op == Q else x_type
-    if zp_shape is None:
-        zp_shape = scale_shape
-    inits: list[onnx.TensorProto] = []
-    nodes: list[onnx.NodeProto] = []
     inputs = [helper.make_tensor_value_info("x", int(x_type), x_shape)]
-    scale_tensor = _tensor("scale", scale_type, scale_shape, scale)
-    if scale_as == "initializer":
-        inits.append(scale_tensor)
-    elif scale_as == "constant":
-        nodes.append(helper.make_node("Constant", [], ["scale"], value=scale_tensor))
-    else:
-        inputs.append(helper.make_tensor_value_info("scale", int(scale_type), scale_shape))
+    inits, nodes = _scale_source(inputs, scale_as, _tensor("scale", scale_type, scale_shape, scale))
     names = ["x", "scale"]
     if zp_type is not None:
-        inits.append(_tensor("zp", zp_type, zp_shape, zp))
+        inits.append(_tensor("zp", zp_type, scale_shape if zp_shape is None else zp_shape, zp))
         names.append("zp")
-    if extra_input:
-        names.append("x")
-    if drop_inputs:
-        names = names[: len(names) - drop_inputs]
+    names = [*names, *(["x"] if extra_input else [])]
+    names = names[: len(names) - drop_inputs]
     outputs = ["y"] + [f"y{i}" for i in range(1, n_outputs)]
-    node_attrs = dict(attrs)
-    nodes.append(helper.make_node(op, names, outputs, name="qdq", domain=domain, **node_attrs))
+    nodes.append(helper.make_node(op, names, outputs, name="qdq", domain=domain, **attrs))
     if out_type is UNSET:
         out_type = default_output_type(
             op, opset, domain=domain, scale_type=scale_type, zp_type=zp_type, attrs=attrs
@@ -156,6 +143,31 @@ def qdq_model(
         else helper.make_empty_tensor_value_info("y")
     ]
     graph = helper.make_graph(nodes, "g", inputs, graph_outputs, initializer=inits)
+    return _qdq_model_of(graph, opset, domain, imports, ir_version)
+
+
+def _scale_source(
+    inputs: list[onnx.ValueInfoProto], scale_as: str, scale: onnx.TensorProto
+) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
+    """The initializers and nodes that give the scale (or a graph input added to
+    ``inputs``): ``scale_as`` is initializer, constant or input."""
+    if scale_as == "initializer":
+        return [scale], []
+    if scale_as == "constant":
+        return [], [helper.make_node("Constant", [], ["scale"], value=scale)]
+    inputs.append(helper.make_tensor_value_info("scale", scale.data_type, list(scale.dims)))
+    return [], []
+
+
+def _qdq_model_of(
+    graph: onnx.GraphProto,
+    opset: int,
+    domain: str,
+    imports: Mapping[str, int] | None,
+    ir_version: int | None,
+) -> onnx.ModelProto:
+    """``graph`` as a model importing ``opset`` (and com.microsoft 1 for its nodes), or
+    ``imports`` exactly; the IR version that came with the opset unless given."""
     if imports is None:
         imports = {"": opset if domain == "" else 13}
         if domain == MS:
@@ -231,49 +243,85 @@ def matmul_nbits_model(
     scale_type = scale_type or a_type
     a_shape = [2, k] if a_shape is UNSET else a_shape
     node_attrs = {"K": k, "N": n, "bits": bits, "block_size": block_size, **(attrs or {})}
-    for name in drop_attrs:
-        node_attrs.pop(name, None)
+    node_attrs = {name: v for name, v in node_attrs.items() if name not in drop_attrs}
+    zero_points = None
+    if zp is not None:
+        zero_points = _nbits_zero_points(zp, shapes, zp_type, zp_shape, scale_type)
+    g_idx_tensor = bias_tensor = None
+    if g_idx:
+        g_idx_shape = g_idx_shape or shapes["g_idx"]
+        g_idx_tensor = _nbits_g_idx(k, block_size, g_idx_shape, g_idx_values, g_idx_type)
+    if bias:
+        bias_tensor = _zeros("bias", bias_type or a_type, bias_shape or shapes["bias"])
+    optional = {"zero_points": zero_points, "g_idx": g_idx_tensor, "bias": bias_tensor}
     inits = [
         _zeros("B", b_type, b_shape or shapes["B"]),
         _zeros("scales", scale_type, scale_shape or shapes["scales"], 0.5),
+        *(t for t in optional.values() if t is not None),
+        *(_zeros(f"extra{i}", a_type, (1,)) for i in range(extra_inputs)),
     ]
-    names = ["A", "B", "scales"]
-    if zp is not None or g_idx or bias:
-        names.append("" if zp is None else "zero_points")
-    if zp is not None:
-        packed = zp.startswith("packed")
-        shape = shapes["zp_packed" if packed else "zp_float"]
-        if zp.endswith("1d"):
-            shape = (shape[0] * shape[1],)
-        dtype = zp_type or (DT.UINT8 if packed else scale_type)
-        inits.append(_zeros("zero_points", dtype, zp_shape or shape, 0))
-    if g_idx or bias:
-        names.append("g_idx" if g_idx else "")
-    if g_idx:
-        blocks = np.arange(k, dtype=np.int64) // block_size
-        shape = tuple(g_idx_shape or shapes["g_idx"])
-        if g_idx_values is not None:
-            blocks = np.asarray(g_idx_values, dtype=np.int64)
-        values = np.resize(blocks, int(np.prod(shape, dtype=np.int64))).reshape(shape)
-        inits.append(onnx.numpy_helper.from_array(values.astype(g_idx_type.numpy()), "g_idx"))
-    if bias:
-        names.append("bias")
-        inits.append(_zeros("bias", bias_type or a_type, bias_shape or shapes["bias"]))
+    names = ["A", "B", "scales", *_optional_names(optional)]
     names.extend(f"extra{i}" for i in range(extra_inputs))
-    inits.extend(_zeros(f"extra{i}", a_type, (1,)) for i in range(extra_inputs))
     node = helper.make_node("MatMulNBits", names, ["Y"], name="mm", domain=MS, **node_attrs)
-    graph_inputs = [helper.make_tensor_value_info("A", int(a_type), a_shape)]
-    for init in list(inits):
-        if init.name in inputs_as_graph_inputs:
-            inits.remove(init)
-            graph_inputs.append(
-                helper.make_tensor_value_info(init.name, init.data_type, list(init.dims))
-            )
     y_shape = None if a_shape is None else [*a_shape[:-1], n]
-    graph = helper.make_graph(
-        [node], "g", graph_inputs, [helper.make_tensor_value_info("Y", int(a_type), y_shape)],
-        initializer=inits,
-    )  # fmt: skip
+    a = helper.make_tensor_value_info("A", int(a_type), a_shape)
+    y = helper.make_tensor_value_info("Y", int(a_type), y_shape)
+    graph_inputs = [a, *_to_graph_inputs(inits, inputs_as_graph_inputs)]
+    graph = helper.make_graph([node], "g", graph_inputs, [y], initializer=inits)
+    return _ms_model(graph, opset, ms_opset, ir_version)
+
+
+def _to_graph_inputs(
+    inits: list[onnx.TensorProto], names: Sequence[str]
+) -> list[onnx.ValueInfoProto]:
+    """The initializers named in ``names``, taken out of ``inits`` as graph inputs."""
+    moved = [init for init in inits if init.name in names]
+    for init in moved:
+        inits.remove(init)
+    return [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved]
+
+
+def _nbits_zero_points(
+    zp: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    zp_type: DT | None,
+    zp_shape: Sequence[int] | None,
+    scale_type: DT,
+) -> onnx.TensorProto:
+    """MatMulNBits' zero points: ``zp`` is packed, packed1d, float or float1d."""
+    packed = zp.startswith("packed")
+    shape = shapes["zp_packed" if packed else "zp_float"]
+    if zp.endswith("1d"):
+        shape = (shape[0] * shape[1],)
+    dtype = zp_type or (DT.UINT8 if packed else scale_type)
+    return _zeros("zero_points", dtype, zp_shape or shape, 0)
+
+
+def _nbits_g_idx(
+    k: int, block_size: int, shape: Sequence[int], values: Sequence[int] | None, dtype: DT
+) -> onnx.TensorProto:
+    """MatMulNBits' g_idx: ``values`` (default: each input feature's block), resized."""
+    blocks = np.arange(k, dtype=np.int64) // block_size
+    if values is not None:
+        blocks = np.asarray(values, dtype=np.int64)
+    shape = tuple(shape)
+    array = np.resize(blocks, int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    return onnx.numpy_helper.from_array(array.astype(dtype.numpy()), "g_idx")
+
+
+def _optional_names(optional: Mapping[str, onnx.TensorProto | None]) -> list[str]:
+    """The optional inputs' names up to the last one given ("" for one skipped)."""
+    names = [name if tensor is not None else "" for name, tensor in optional.items()]
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+def _ms_model(
+    graph: onnx.GraphProto, opset: int, ms_opset: int | None, ir_version: int
+) -> onnx.ModelProto:
+    """``graph`` as a model importing ai.onnx ``opset`` and com.microsoft ``ms_opset``
+    (None: no com.microsoft import)."""
     imports = [helper.make_opsetid("", opset)]
     if ms_opset is not None:
         imports.append(helper.make_opsetid(MS, ms_opset))
@@ -307,13 +355,10 @@ def gather_block_quantized_model(
     """
     rank = len(data_shape)
     q_axis = (1 if quantize_axis is None else quantize_axis) % rank
-    block = 128 if block_size is None else block_size
-    nbits = 4 if bits is None else bits
-    per_byte = 8 // nbits if data_type == DT.UINT8 else 1
-    values = data_shape[q_axis] * per_byte
-    blocks = _ceil(values, block) if block > 0 else 1
-    default_scales = [d if i != q_axis else blocks for i, d in enumerate(data_shape)]
-    zp_default = [d if i != q_axis else _ceil(blocks, per_byte) for i, d in enumerate(data_shape)]
+    per_byte = 8 // (4 if bits is None else bits) if data_type == DT.UINT8 else 1
+    default_scales, zp_default = _gbq_shapes(
+        data_shape, q_axis, 128 if block_size is None else block_size, per_byte
+    )
     node_attrs = {
         name: value
         for name, value in (("bits", bits), ("block_size", block_size),
@@ -333,18 +378,24 @@ def gather_block_quantized_model(
         "GatherBlockQuantized", names, ["output"], name="gbq", domain=MS, **node_attrs
     )
     g_axis = (0 if gather_axis is None else gather_axis) % rank
-    out_dims = [*data_shape[:g_axis], *indices_shape, *data_shape[g_axis + 1 :]]
-    if per_byte > 1:
-        out_dims[-1] = out_dims[-1] * per_byte if isinstance(out_dims[-1], int) else out_dims[-1]
-    out_shape = out_dims
+    out_shape = [*data_shape[:g_axis], *indices_shape, *data_shape[g_axis + 1 :]]
+    if per_byte > 1 and isinstance(out_shape[-1], int):
+        out_shape[-1] *= per_byte
     graph = helper.make_graph(
         [node], "g", [helper.make_tensor_value_info("indices", int(indices_type), indices_shape)],
         [helper.make_tensor_value_info("output", int(scale_type), out_shape)], initializer=inits,
     )  # fmt: skip
-    imports = [helper.make_opsetid("", opset)]
-    if ms_opset is not None:
-        imports.append(helper.make_opsetid(MS, ms_opset))
-    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+    return _ms_model(graph, opset, ms_opset, ir_version)
+
+
+def _gbq_shapes(
+    data_shape: Sequence[int], q_axis: int, block: int, per_byte: int
+) -> tuple[list[int], list[int]]:
+    """The scales' and the zero points' shapes ORT's GatherBlockQuantized kernel wants."""
+    blocks = _ceil(data_shape[q_axis] * per_byte, block) if block > 0 else 1
+    scales = [d if i != q_axis else blocks for i, d in enumerate(data_shape)]
+    zero_points = [d if i != q_axis else _ceil(blocks, per_byte) for i, d in enumerate(data_shape)]
+    return scales, zero_points
 
 
 def edited(proto: onnx.ModelProto, *edits: Callable[[onnx.ModelProto], None]) -> onnx.ModelProto:
