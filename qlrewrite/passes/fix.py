@@ -25,7 +25,7 @@ from qlrewrite.passes.results import FixResult, RepairsFindings
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import ALL_KINDS, Fix, FixContext, RuleCheck
+from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
 
 __all__ = ["FIXES", "FixPass", "fix_passes", "fixable"]
 
@@ -87,7 +87,8 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
         planned: list[Planned] = []
         if not units:
             return planned
-        for site, views in node_views(model, kinds=ALL_KINDS):
+        kinds = tuple({id(k): k for unit in units for k in unit.kinds}.values())
+        for site, views in node_views(model, kinds=kinds):
             for unit in units:
                 if not any(k is site.kind for k in unit.kinds):
                     continue

@@ -144,7 +144,6 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
             "ms-not-imported",
             lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
             lambda: qdq_model(DQ, 13, domain=MS),
-            checker=False,
         ),
     ],
 )

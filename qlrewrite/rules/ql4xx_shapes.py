@@ -599,7 +599,6 @@ def _explicit_axis(fix: FixContext) -> str | None:
             "ms-1d-without-axis",
             lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,)),
             lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,), attrs={"axis": 1}),
-            checker=False,
         ),
     ],
 )
