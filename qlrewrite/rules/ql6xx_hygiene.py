@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -28,6 +29,11 @@ __all__: list[str] = []
 
 #: The external data file of the examples: the scalar scale 0.5 as float32.
 _SCALE_FILE = {"model.data": np.float32(0.5).tobytes()}
+
+
+def _scale_in(location: str, offset: int = 0) -> onnx.ModelProto:
+    """The examples' model with its scale in the external file ``location``."""
+    return edited(qdq_model(DQ, 21), external_data("scale", location, offset=offset))
 
 
 def _raise_ir_version(model: ir.Model) -> str | None:
@@ -121,8 +127,8 @@ def _data_rule(ctx: ModelContext, code: str, kinds: tuple[str, ...], hint: str):
     examples=[
         Example(
             "file-missing",
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "missing.data")),
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "model.data")),
+            lambda: _scale_in("missing.data"),
+            lambda: _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
@@ -151,8 +157,8 @@ def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "leaves-folder",
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "../model.data")),
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "model.data")),
+            lambda: _scale_in("../model.data"),
+            lambda: _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
@@ -184,8 +190,8 @@ def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "past-the-end",
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "model.data", offset=4096)),
-            lambda: edited(qdq_model(DQ, 21), external_data("scale", "model.data")),
+            lambda: _scale_in("model.data", offset=4096),
+            lambda: _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
