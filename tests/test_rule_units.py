@@ -20,11 +20,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
+from click.testing import CliRunner
 
+from qlrewrite import render
 from qlrewrite.checker import check
+from qlrewrite.cli import main
 from qlrewrite.findings import Finding
 from qlrewrite.passes.fix import fix_passes
-from qlrewrite.rules import CHECKS, Example, RuleCheck
+from qlrewrite.rules import CHECKS, RULES, Example, RuleCheck
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = [
@@ -139,6 +142,22 @@ def test_each_rule_lives_in_a_module_named_after_its_code() -> None:
         assert family[2] in ("x", code[3]), (code, unit.module)
         assert unit.rule.source == unit.module.replace(".", "/") + ".py"
         assert (ROOT / unit.rule.source).is_file()
+
+
+def test_the_catalogue_says_where_each_unit_and_its_test_live() -> None:
+    """One step from ``qlrewrite rules CODE`` or docs/rules.md to the rule's file."""
+    markdown = render.rules_markdown()
+    for code, entry in RULES.items():
+        assert f"Declared in [`{entry.source}`](../{entry.source})" in markdown
+        assert f"`pytest -k {code}`" in markdown
+        assert f"Source: {entry.source} " in render.rule_text(entry)
+    assert f"Source: {RULES['QL406'].source}" in _cli("rules", "QL406")
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args))
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def _imports(path: Path) -> set[str]:
