@@ -4,7 +4,8 @@ For each rule in the registry and each of its :class:`~qlrewrite.rules.Example` 
 the bad model gives exactly the rule's code (with every default rule and this one
 enabled); the good one does not, and has no error; both good and fixed models pass
 onnx.checker and run in ONNX Runtime where the example says so. A rule with a fix
-repairs its bad model into one without the code (``pytest -k QL406`` runs one rule).
+repairs its bad model into one without the code, and a safe fix leaves ONNX Runtime's
+outputs bit-identical (``pytest -k QL406`` runs one rule).
 The layout is tested too: a rule lives in the module named after its code, and
 findings.py stays below rules and passes.
 """
@@ -52,7 +53,8 @@ def _codes(path: Path, code: str) -> list[str]:
     return sorted({f.rule for f in report.findings})
 
 
-def _ort_runs(path: Path) -> None:
+def _ort_outputs(path: Path) -> list[np.ndarray]:
+    """The model's outputs in ONNX Runtime's CPU provider, on inputs of ones."""
     ort = pytest.importorskip("onnxruntime")
     options = ort.SessionOptions()
     options.log_severity_level = 4
@@ -63,7 +65,7 @@ def _ort_runs(path: Path) -> None:
         shape = [d.dim_value if d.HasField("dim_value") else 2 for d in tensor_type.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
         feeds[value.name] = np.ones(shape, dtype=dtype)
-    session.run(None, feeds)
+    return session.run(None, feeds)
 
 
 def _valid(path: Path, example: Example) -> None:
@@ -71,7 +73,7 @@ def _valid(path: Path, example: Example) -> None:
     if example.checker:
         onnx.checker.check_model(str(path), full_check=True)
     if example.ort:
-        _ort_runs(path)
+        _ort_outputs(path)
 
 
 def test_every_rule_has_examples() -> None:
@@ -109,6 +111,10 @@ def test_fix_repairs_the_bad_example(unit: RuleCheck, example: Example, tmp_path
     out = _save(ir.serde.serialize_model(model), tmp_path / "fixed", example)
     assert code not in _codes(out, code)
     _valid(out, example)
+    if unit.rule.fix == "safe" and example.ort:  # safe: ONNX Runtime computes the same bits
+        for before, after in zip(_ort_outputs(path), _ort_outputs(out), strict=True):
+            assert before.dtype == after.dtype and before.shape == after.shape
+            assert before.tobytes() == after.tobytes()
 
 
 def test_a_fix_decides_from_the_findings_fields_not_its_text() -> None:
