@@ -11,7 +11,8 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.registry import ALL_KINDS, Fix, FixContext, rule
+from qlrewrite.rules.example_models import DQ, MS, cut_inputs, edited, matmul_nbits_model, qdq_model
+from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -32,6 +33,13 @@ __all__: list[str] = []
     """,
     versions="all",
     needs_version=False,
+    examples=[
+        Example(
+            "one-input",
+            lambda: qdq_model(DQ, 21, drop_inputs=2),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def input_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
@@ -71,6 +79,13 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     versions="all",
     needs_version=False,
     kinds=ALL_KINDS,
+    examples=[
+        Example(
+            "two-outputs",
+            lambda: qdq_model(DQ, 21, n_outputs=2),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def output_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.outputs)
@@ -173,6 +188,13 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
         applies=lambda finding: finding.domain == opsets.MS_DOMAIN,
         node=_import_com_microsoft,
     ),
+    examples=[
+        Example(
+            "ms-not-imported",
+            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
+            lambda: qdq_model(DQ, 13, domain=MS),
+        ),
+    ],
 )
 def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None and (ctx.domain != opsets.MS_DOMAIN or ctx.site.ref.in_function):
@@ -204,6 +226,13 @@ def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
     kinds=ALL_KINDS,
+    examples=[
+        Example(
+            "opset-9",
+            lambda: qdq_model(DQ, 9),
+            lambda: qdq_model(DQ, 10),
+        ),
+    ],
 )
 def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None or ctx.row is not None:
@@ -237,6 +266,13 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "too-few-inputs",
+            lambda: edited(matmul_nbits_model(), cut_inputs(2)),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
     low, high = ctx.row.input_range
