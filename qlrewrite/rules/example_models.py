@@ -37,6 +37,7 @@ __all__ = [
     "external_data",
     "gather_block_quantized_model",
     "ignore_metadata",
+    "in_function",
     "matmul_nbits_model",
     "nbits_shapes",
     "qdq_model",
@@ -396,6 +397,26 @@ def _gbq_shapes(
     scales = [d if i != q_axis else blocks for i, d in enumerate(data_shape)]
     zero_points = [d if i != q_axis else _ceil(blocks, per_byte) for i, d in enumerate(data_shape)]
     return scales, zero_points
+
+
+def in_function(proto: onnx.ModelProto, imports: Mapping[str, int]) -> onnx.ModelProto:
+    """``proto``'s nodes moved into a model-local function ``local.f`` importing
+    ``imports`` (its initializers become Constant nodes there), called once from a main
+    graph that imports only ai.onnx."""
+    graph = proto.graph
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    inputs = [v.name for v in graph.input]
+    outputs = [v.name for v in graph.output]
+    function = helper.make_function(
+        "local", "f", inputs, outputs, [*consts, *graph.node],
+        [helper.make_opsetid(d, v) for d, v in imports.items()],
+    )  # fmt: skip
+    call = helper.make_node("f", inputs, outputs, domain="local", name="call")
+    main = helper.make_graph([call], graph.name, list(graph.input), list(graph.output))
+    onnx_opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    opsets = [helper.make_opsetid("", onnx_opset), helper.make_opsetid("local", 1)]
+    return helper.make_model(main, opset_imports=opsets, functions=[function],
+                             ir_version=proto.ir_version)  # fmt: skip
 
 
 def edited(proto: onnx.ModelProto, *edits: Callable[[onnx.ModelProto], None]) -> onnx.ModelProto:

@@ -11,7 +11,15 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.example_models import DQ, MS, cut_inputs, edited, matmul_nbits_model, qdq_model
+from qlrewrite.rules.example_models import (
+    DQ,
+    MS,
+    cut_inputs,
+    edited,
+    in_function,
+    matmul_nbits_model,
+    qdq_model,
+)
 from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, FixContext, rule
 
 __all__: list[str] = []
@@ -144,6 +152,18 @@ def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
         """,
         node=_import_com_microsoft,
     ),
+    examples=[
+        Example(
+            "ms-dq-not-imported",
+            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
+            lambda: qdq_model(DQ, 13, domain=MS),
+        ),
+        Example(
+            "matmul-nbits-not-imported",  # ONNX Runtime's GPTQ / k-quant / INC RTN output
+            lambda: matmul_nbits_model(ms_opset=None, opset=17, ir_version=8),
+            lambda: matmul_nbits_model(opset=17, ir_version=8),
+        ),
+    ],
 )
 def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None and ctx.domain == opsets.MS_DOMAIN and not ctx.site.ref.in_function:
@@ -189,10 +209,12 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
         node=_import_com_microsoft,
     ),
     examples=[
+        # (an ai.onnx node without an ai.onnx import, which has no fix, is a case of
+        # tests/test_rules_cases.py)
         Example(
-            "ms-not-imported",
-            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
-            lambda: qdq_model(DQ, 13, domain=MS),
+            "function-without-com-microsoft",
+            lambda: in_function(matmul_nbits_model(), {"": 21}),
+            lambda: in_function(matmul_nbits_model(), {"": 21, MS: 1}),
         ),
     ],
 )
