@@ -35,9 +35,9 @@ __all__ = [
     "default_output_type",
     "edited",
     "external_data",
+    "function_qdq_model",
     "gather_block_quantized_model",
     "ignore_metadata",
-    "in_function",
     "matmul_nbits_model",
     "nbits_shapes",
     "qdq_model",
@@ -399,26 +399,6 @@ def _gbq_shapes(
     return scales, zero_points
 
 
-def in_function(proto: onnx.ModelProto, imports: Mapping[str, int]) -> onnx.ModelProto:
-    """``proto``'s nodes moved into a model-local function ``local.f`` importing
-    ``imports`` (its initializers become Constant nodes there), called once from a main
-    graph that imports only ai.onnx."""
-    graph = proto.graph
-    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
-    inputs = [v.name for v in graph.input]
-    outputs = [v.name for v in graph.output]
-    function = helper.make_function(
-        "local", "f", inputs, outputs, [*consts, *graph.node],
-        [helper.make_opsetid(d, v) for d, v in imports.items()],
-    )  # fmt: skip
-    call = helper.make_node("f", inputs, outputs, domain="local", name="call")
-    main = helper.make_graph([call], graph.name, list(graph.input), list(graph.output))
-    onnx_opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-    opsets = [helper.make_opsetid("", onnx_opset), helper.make_opsetid("local", 1)]
-    return helper.make_model(main, opset_imports=opsets, functions=[function],
-                             ir_version=proto.ir_version)  # fmt: skip
-
-
 def edited(proto: onnx.ModelProto, *edits: Callable[[onnx.ModelProto], None]) -> onnx.ModelProto:
     """``proto`` after ``edits`` (each changes it in place): for nodes no builder argument
     makes (a second output, an empty input, a float attribute)."""
@@ -484,3 +464,33 @@ def cut_inputs(count: int) -> Callable[[onnx.ModelProto], None]:
         del proto.graph.node[0].input[count:]
 
     return edit
+
+
+def function_qdq_model(function_imports: Mapping[str, int]) -> onnx.ModelProto:
+    """A model whose main graph calls the local function ``local.f``, which holds one
+    com.microsoft DequantizeLinear (uint8 ``x`` [4, 3], scale 0.5, zero point 0) and
+    imports ``function_imports``; the model imports ai.onnx 13 and com.microsoft 1."""
+    scale = helper.make_node("Constant", [], ["s"], value=_tensor("s", DT.FLOAT, (), 0.5))
+    zero = helper.make_node("Constant", [], ["z"], value=_tensor("z", DT.UINT8, (), 0))
+    dq = helper.make_node(DQ, ["x", "s", "z"], ["y"], name="dq", domain=MS)
+    function = helper.make_function(
+        "local",
+        "f",
+        ["x"],
+        ["y"],
+        [scale, zero, dq],
+        [helper.make_opsetid(d, v) for d, v in function_imports.items()],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("f", ["x"], ["y"], name="call", domain="local")],
+        "main",
+        [helper.make_tensor_value_info("x", DT.UINT8, (4, 3))],
+        [helper.make_tensor_value_info("y", DT.FLOAT, (4, 3))],
+    )
+    imports = {"": 13, MS: 1, "local": 1}
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()],
+        functions=[function],
+        ir_version=IR_OF_OPSET[13],
+    )

@@ -16,7 +16,7 @@ from qlrewrite.rules.example_models import (
     MS,
     cut_inputs,
     edited,
-    in_function,
+    function_qdq_model,
     matmul_nbits_model,
     qdq_model,
 )
@@ -154,7 +154,7 @@ def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
     ),
     examples=[
         Example(
-            "ms-dq-not-imported",
+            "ms-not-imported",
             lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
             lambda: qdq_model(DQ, 13, domain=MS),
         ),
@@ -212,9 +212,9 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
         # (an ai.onnx node without an ai.onnx import, which has no fix, is a case of
         # tests/test_rules_cases.py)
         Example(
-            "function-without-com-microsoft",
-            lambda: in_function(matmul_nbits_model(), {"": 21}),
-            lambda: in_function(matmul_nbits_model(), {"": 21, MS: 1}),
+            "ms-not-imported-by-function",
+            lambda: function_qdq_model({"": 13}),
+            lambda: function_qdq_model({"": 13, MS: 1}),
         ),
     ],
 )
