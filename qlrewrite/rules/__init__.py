@@ -14,6 +14,7 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     gather_block,
     hygiene,
     matmul_nbits,
+    qoperator,
     shapes,
     structure,
     suppressions,

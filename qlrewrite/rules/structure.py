@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
 from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import ALL_KINDS, rule
+from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, rule
 
 __all__: list[str] = []
 
@@ -96,7 +96,7 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
-    kinds=ALL_KINDS,
+    kinds=CHECKED_KINDS,
     fix=UNSAFE,
     fix_summary="""
     A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
@@ -132,7 +132,7 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
-    kinds=ALL_KINDS,
+    kinds=CHECKED_KINDS,
 )
 def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None or ctx.row is not None:
