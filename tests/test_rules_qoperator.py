@@ -63,9 +63,9 @@ class Case:
 
 
 CASES = [
-    Case("QL106", "matmul-7-inputs", "QLinearMatMul", post=_drop_input(7)),
-    Case("QL106", "conv-empty-w", "QLinearConv", post=_empty_input(3)),
-    Case("QL106", "concat-half-three", "QLinearConcat", post=_drop_input(7)),
+    Case("QL107", "matmul-7-inputs", "QLinearMatMul", post=_drop_input(7)),
+    Case("QL107", "conv-empty-w", "QLinearConv", post=_empty_input(3)),
+    Case("QL107", "concat-half-three", "QLinearConcat", post=_drop_input(7)),
     Case("QL314", "conv-w-zp-uint8", "QLinearConv", {"w_zero_point": np.zeros(3, u8)}),
     Case("QL314", "conv-x-zp-int8", "QLinearConv", {"x_zero_point": np.array(0, i8)}),
     Case("QL314", "conv-bias-float", "QLinearConv", {"B": np.zeros(3, f32)}),
@@ -139,4 +139,4 @@ def test_ms_per_tensor_accepts_one_element_scale_except_binary() -> None:
 
 def test_every_new_rule_has_a_case() -> None:
     codes = {c.code for c in CASES}
-    assert {"QL106", "QL314", "QL440", "QL441", "QL442", "QL511"} <= codes
+    assert {"QL107", "QL314", "QL440", "QL441", "QL442", "QL511"} <= codes

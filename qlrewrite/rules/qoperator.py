@@ -1,4 +1,4 @@
-"""QL106, QL314, QL440-QL442, QL511: the QOperator / dynamic operators (QLinearConv,
+"""QL107, QL314, QL440-QL442, QL511: the QOperator / dynamic operators (QLinearConv,
 QLinearMatMul, ConvInteger, MatMulInteger, DynamicQuantizeLinear, com.microsoft QLinear*,
 QGemm, DynamicQuantizeMatMul, MatMulIntegerToFloat, QAttention): their inputs, types,
 and the shapes and values of their scales and zero points, read from their
@@ -27,7 +27,7 @@ def _names(types: frozenset[ir.DataType]) -> str:
 
 
 @rule(
-    "QL106",
+    "QL107",
     "qoperator-input-count",
     ERROR,
     summary="A QOperator / dynamic node (QLinearConv, QLinearAdd, ...) has too few or too "
@@ -54,7 +54,7 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
     if count < low or (high is not None and count > high) or _bad_variadic(ctx):
         most = "more in threes" if high is None else str(high)
         yield ctx.finding(
-            "QL106", ERROR, f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
+            "QL107", ERROR, f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
             f"({', '.join(names)})", "give the node the inputs its schema lists, in order",
         )  # fmt: skip
         return
@@ -65,13 +65,13 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
     ]
     if missing:
         yield ctx.finding(
-            "QL106", ERROR, f"required input {' and '.join(missing)} is empty",
+            "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
             "connect the missing input",
         )  # fmt: skip
     required = sum(not o.optional for o in row.outputs)
     if not required <= len(ctx.node.outputs) <= len(row.outputs):
         yield ctx.finding(
-            "QL106", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
+            "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
             f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
         )  # fmt: skip
 
