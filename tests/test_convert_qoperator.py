@@ -1,0 +1,161 @@
+"""`convert --to onnx` of QOperator and dynamic models: each QOperator node becomes
+DequantizeLinear -> float op -> QuantizeLinear (ORT's QDQ form), the converted model passes
+`check` and runs in ONNX Runtime, and its outputs stay within one quantization step of the
+integer kernels' (measured: bit-identical on these models)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+from ort_quantized import QOPERATOR_CONFIGS, inputs_for, model_name_of, quantized, run_ort
+from qoperator_models import OPS, build, feeds_for
+
+from qlrewrite.checker import check_model
+from qlrewrite.cli import main
+from qlrewrite.errors import Refusal
+from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+
+MS = "com.microsoft"
+
+
+def _convert(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, object]:
+    model = ir.serde.deserialize_model(proto)
+    result = QOperatorToQdqPass()(model)
+    return ir.serde.serialize_model(model), result
+
+
+def _ops(proto: onnx.ModelProto) -> Counter:
+    return Counter((n.domain or "ai.onnx", n.op_type) for n in proto.graph.node)
+
+
+@pytest.mark.parametrize("config", sorted(QOPERATOR_CONFIGS))
+def test_ort_quantized_models_convert_check_and_run(config: str) -> None:
+    original = quantized(config)
+    converted, result = _convert(original)
+    ops = _ops(converted)
+    # Only ai.onnx is left; no QOperator node (DynamicQuantizeLinear is the Q of dynamic Q/DQ)
+    assert {domain for domain, _ in ops} == {"ai.onnx"}
+    assert not {op for _, op in ops} & {"QLinearConv", "QLinearMatMul", "MatMulInteger"}
+    assert MS not in {o.domain for o in converted.opset_import}
+    assert result.summary["qoperator_left"] == 0
+    assert check_model(ir.serde.deserialize_model(converted)).findings == []
+    feeds = inputs_for(model_name_of(config))
+    expected, actual = run_ort(original, feeds)[0], run_ort(converted, feeds)[0]
+    # float outputs: measured bit-identical for the static models; dynamic MatMul sums
+    # the float products in another order (a few float32 ulp)
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=4e-6 * np.abs(expected).max())
+    if "dynamic" not in config:
+        np.testing.assert_array_equal(actual, expected)
+
+
+def test_qlinear_conv_per_channel_form() -> None:
+    converted, _ = _convert(quantized("cnn-qop-s8s8-per-channel"))
+    nodes = list(converted.graph.node)
+    conv = next(n for n in nodes if n.op_type == "Conv")
+    x, w, b = (next(n for n in nodes if conv.input[i] in n.output) for i in range(3))
+    assert x.op_type == w.op_type == b.op_type == "DequantizeLinear"
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in converted.graph.initializer}
+    # weight: int8, per output channel (axis 0), zero point kept per channel
+    assert inits[w.input[0]].dtype == np.int8 and inits[w.input[1]].shape == (8,)
+    assert onnx.helper.get_attribute_value(w.attribute[0]) == 0
+    # bias: int32 with scale x_scale * w_scale, per channel, no zero point
+    assert inits[b.input[0]].dtype == np.int32 and len(b.input) == 2
+    expected = (inits[x.input[1]] * inits[w.input[1]]).astype(np.float32)
+    np.testing.assert_array_equal(inits[b.input[1]], expected)
+    quantize = next(n for n in nodes if conv.output[0] in n.input)
+    assert quantize.op_type == "QuantizeLinear"
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_each_operator_within_one_step(op: str) -> None:
+    original = build(op)
+    converted, result = _convert(original)
+    assert result.summary["qoperator_converted"] == 1
+    assert check_model(ir.serde.deserialize_model(converted)).findings == []
+    for seed in range(5):
+        feeds = feeds_for(original, seed)
+        a = run_ort(original, feeds)[0].astype(np.int32)
+        b = run_ort(converted, feeds)[0].astype(np.int32)
+        assert a.dtype == b.dtype and np.abs(a - b).max() <= 1
+
+
+def test_dynamic_pattern_becomes_dq_matmul() -> None:
+    converted, result = _convert(quantized("mlp-dynamic-per-channel"))
+    ops = _ops(converted)
+    assert ops[("ai.onnx", "MatMulInteger")] == 0 and ops[("ai.onnx", "Cast")] == 0
+    assert ops[("ai.onnx", "DynamicQuantizeLinear")] == 4
+    assert result.summary["qoperator_converted"] == 6
+    weights = [
+        n for n in converted.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].startswith("w")
+    ]  # fmt: skip
+    assert len(weights) == 6  # per-column int8 weights stay quantized
+
+
+def test_qattention_is_refused_with_the_reason() -> None:
+    rng = np.random.default_rng(0)
+    inits = [
+        onnx.numpy_helper.from_array(rng.integers(-5, 5, (8, 24)).astype(np.int8), "w"),
+        onnx.numpy_helper.from_array(np.zeros(24, np.float32), "bias"),
+        onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+        onnx.numpy_helper.from_array(np.array(0.05, np.float32), "ws"),
+    ]
+    node = onnx.helper.make_node(
+        "QAttention", ["x", "w", "bias", "s", "ws"], ["y"], domain=MS, num_heads=2
+    )
+    graph = onnx.helper.make_graph(
+        [node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4, 8])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], initializer=inits,
+    )  # fmt: skip
+    imports = [onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid(MS, 1)]
+    model = onnx.helper.make_model(graph, opset_imports=imports)
+    with pytest.raises(Refusal, match=r"QAttention.*no Attention operator"):
+        _convert(model)
+
+
+def test_channels_last_is_refused() -> None:
+    model = build("QLinearGlobalAveragePool")
+    model.graph.node[0].attribute[0].i = 1
+    with pytest.raises(Refusal, match="channels_last"):
+        _convert(model)
+
+
+def test_cli_convert_qoperator(tmp_path) -> None:
+    source, target = tmp_path / "q.onnx", tmp_path / "qdq.onnx"
+    onnx.save_model(quantized("cnn-qop-u8s8"), source)
+    result = CliRunner().invoke(main, ["convert", str(source), "--to", "onnx", "-o", str(target)])
+    assert result.exit_code == 0, result.output + result.stderr
+    assert "qoperator converted 5" in result.stderr + result.output
+    check = CliRunner().invoke(main, ["check", str(target)])
+    assert check.exit_code == 0
+
+
+def _ort_fused(proto: onnx.ModelProto, tmp_path) -> onnx.ModelProto:
+    """The model as ONNX Runtime's graph optimizer saves it (its fused com.microsoft ops)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return onnx.load(tmp_path / "fused.onnx")
+
+
+def test_ort_fused_dynamic_ops_convert(tmp_path) -> None:
+    fused = _ort_fused(quantized("mlp-dynamic"), tmp_path)
+    ops = _ops(fused)
+    assert ops[(MS, "MatMulIntegerToFloat")] == 3 and ops[(MS, "DynamicQuantizeMatMul")] == 3
+    converted, result = _convert(fused)
+    assert result.summary["qoperator_converted"] == 6
+    left = _ops(converted)
+    assert left[(MS, "MatMulIntegerToFloat")] == left[(MS, "DynamicQuantizeMatMul")] == 0
+    assert left[("ai.onnx", "DynamicQuantizeLinear")] == 4  # one per DynamicQuantizeMatMul
+    assert check_model(ir.serde.deserialize_model(converted)).errors == []
+    feeds = inputs_for("mlp")
+    expected, actual = run_ort(fused, feeds)[0], run_ort(converted, feeds)[0]
+    np.testing.assert_allclose(actual, expected, rtol=0, atol=4e-6 * np.abs(expected).max())
