@@ -38,6 +38,7 @@ class Rule:
     fix: FixKind | None = None  # what `check --fix` can do about it (None: nothing)
     fix_summary: str = ""  # what the fix changes, and when it applies
     opt_in: bool = False  # off unless selected by code or prefix (``--select QL504``)
+    source: str = ""  # the file that declares the rule, its fix and its examples
 
     @property
     def level(self) -> str:
@@ -59,12 +60,15 @@ class Finding:
     opset: int | None = None  # the imported opset version of the node's domain
     graph: str = "main"  # "main", "main/<node>.<attr>" or "function:<domain>.<name>"
     output: str = ""  # the node's first output name ("" when not about a node)
+    #: The attribute the finding is about ("" when none): fixes read it, never the text.
+    attribute: str = ""
+    #: What ``check --fix`` can do for this finding ("safe", "unsafe" or None): set by the
+    #: rule's registry entry from its :class:`~qlrewrite.rules.registry.Fix`.
+    fix: FixKind | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of ``check --format json``; ``fix`` is what ``check --fix`` can do
         ("safe", "unsafe" or None)."""
-        from qlrewrite.passes.fix import finding_fix
-
         return {
             "rule": self.rule,
             "severity": self.severity,
@@ -76,7 +80,7 @@ class Finding:
             "output": self.output,
             "message": self.message,
             "hint": self.hint,
-            "fix": finding_fix(self),
+            "fix": self.fix,
         }
 
 

@@ -399,8 +399,6 @@ def _sarif_rule(rule: Rule) -> dict[str, Any]:
 
 
 def _sarif_result(f: Finding, path: str, index: dict[str, int]) -> dict[str, Any]:
-    from qlrewrite.passes.fix import finding_fix
-
     text = f.message + (f" (hint: {f.hint})" if f.hint else "")
     fingerprint = hashlib.sha256(
         "\0".join((path, f.rule, f.graph, f.node, f.op_type, f.message)).encode()
@@ -432,7 +430,7 @@ def _sarif_result(f: Finding, path: str, index: dict[str, int]) -> dict[str, Any
             "domain": f.domain,
             "opset": f.opset,
             "hint": f.hint,
-            "fix": finding_fix(f) or "none",
+            "fix": f.fix or "none",
         },
     }
     if f.rule in index:

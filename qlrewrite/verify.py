@@ -25,10 +25,11 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.results import RewritePassResult
 
 __all__ = [
+    "EXACT_BOUND",
     "INSTALL_HINT",
+    "Bound",
     "InputSpec",
     "OutputVerdict",
     "Verification",
@@ -59,17 +60,94 @@ _SMALL_INT_HIGH = 4  # wider integer inputs (often indices or sizes) are drawn i
 
 
 @dataclasses.dataclass(frozen=True)
+class Bound:
+    """What ``--verify`` accepts of a rewrite: bit-identical outputs (:data:`EXACT_BOUND`),
+    or differences within a stated limit, with the reason ONNX Runtime computes the two
+    forms differently.
+
+    The one policy of every rewrite (fold, convert, upgrade, QOperator conversions): a pass
+    whose output ONNX Runtime does not compute bit-identically returns a ``Bound`` in its
+    result (``verify_bound``); ``--verify`` accepts an output that is exact, or whose
+    largest difference is within at least one stated limit:
+
+    - ``relative``: max |expected - actual| <= relative x the output's largest finite
+      |expected| (a float32 summation-order bound scales with the output's magnitude);
+    - ``ulp``: at most ``ulp`` representable steps between expected and actual.
+
+    A missing output, a changed type or shape, or NaN against a number is never accepted.
+    """
+
+    reason: str | None = None
+    relative: float | None = None
+    ulp: int | None = None
+
+    def __post_init__(self) -> None:
+        limits = (self.relative, self.ulp)
+        if any(v is not None and v < 0 for v in limits):
+            raise ValueError("a bound's limits are not negative")
+        if (self.reason is None) != all(v is None for v in limits):
+            raise ValueError("a bound states a limit and its reason, or neither (exact)")
+
+    @property
+    def exact(self) -> bool:
+        """True when only bit-identical outputs pass."""
+        return self.reason is None
+
+    def accepts(self, verdict: OutputVerdict) -> bool:
+        """Whether this bound accepts ``verdict`` (exact outputs always pass)."""
+        if verdict.exact:
+            return True
+        if verdict.problem is not None or verdict.max_abs == float("inf"):
+            return False
+        if self.relative is not None and verdict.max_abs <= self.relative * verdict.max_ref:
+            return True
+        return self.ulp is not None and verdict.max_ulp is not None and verdict.max_ulp <= self.ulp
+
+    def join(self, other: Bound) -> Bound:
+        """The bound of two rewrites applied one after the other: the looser limits, both
+        reasons (the differences of either rewrite pass)."""
+        if other.exact or other == self:
+            return self
+        if self.exact:
+            return other
+        reasons = list(dict.fromkeys([self.reason, other.reason]))
+        relative = _looser(self.relative, other.relative)
+        return Bound("; ".join(r for r in reasons if r), relative, _looser(self.ulp, other.ulp))
+
+    def describe(self) -> str:
+        """``exact``, or the accepted limits in words."""
+        if self.exact:
+            return "exact"
+        limits = []
+        if self.relative is not None:
+            limits.append(f"{self.relative:g} x each output's largest magnitude")
+        if self.ulp is not None:
+            limits.append(f"{self.ulp} ulp")
+        return f"differences up to {' or '.join(limits)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exact": self.exact, "relative": self.relative, "ulp": self.ulp,
+                "reason": self.reason}  # fmt: skip
+
+
+def _looser(a: float | int | None, b: float | int | None) -> Any:
+    return b if a is None else a if b is None else max(a, b)
+
+
+#: Only bit-identical outputs pass.
+EXACT_BOUND = Bound()
+
+
+@dataclasses.dataclass(frozen=True)
 class VerifyOptions:
-    """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference."""
+    """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
+    (``--verify-tolerance``), and the rewrite's stated :class:`Bound`."""
 
     runs: int = 1
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
-    #: Accepted difference as a fraction of each output's largest magnitude, set by a rewrite
-    #: whose outputs ONNX Runtime does not compute bit-identically; ``note`` says why.
-    relative_tolerance: float | None = None
-    note: str | None = None
+    bound: Bound = EXACT_BOUND
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,16 +183,16 @@ class OutputVerdict:
         self.problem = self.problem or other.problem
         self.max_ref = max(self.max_ref, other.max_ref)
 
-    def within(self, tolerance: float | None, relative: float | None = None) -> bool:
-        """Exact, or every difference at most ``tolerance``, or at most ``relative`` times
-        the output's largest magnitude (NaN against a number never is)."""
+    def within(self, tolerance: float | None, bound: Bound | None = None) -> bool:
+        """Exact, or every difference at most ``tolerance``, or accepted by ``bound``
+        (NaN against a number never is)."""
         if self.exact:
             return True
         if self.problem is not None:
             return False
         if tolerance is not None and self.max_abs <= tolerance:
             return True
-        return relative is not None and self.max_abs <= relative * self.max_ref
+        return bound is not None and bound.accepts(self)
 
     def describe(self) -> str:
         """``exact`` or the differences, in words."""
@@ -152,8 +230,7 @@ class Verification:
     tolerance: float | None = None
     outputs: list[OutputVerdict] = dataclasses.field(default_factory=list)
     reason: str | None = None
-    relative_tolerance: float | None = None
-    note: str | None = None  # why outputs may differ (set by the rewrite)
+    bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
 
     @property
@@ -172,11 +249,8 @@ class Verification:
         if self.status == EXACT:
             return f"exact: {len(self.outputs)} output(s) bit-identical ({runs})"
         note = ""
-        if self.note and self.relative_tolerance is not None:
-            note = (
-                f"; {self.note}; accepted: differences up to {self.relative_tolerance:g} x "
-                "each output's largest magnitude"
-            )
+        if not self.bound.exact:
+            note = f"; {self.bound.reason}; accepted: {self.bound.describe()}"
         if self.status == WITHIN_TOLERANCE:
             if self.tolerance is None:
                 return f"within tolerance ({runs}){note}"
@@ -190,8 +264,9 @@ class Verification:
             "runs": self.runs,
             "seed": self.seed,
             "tolerance": self.tolerance,
-            "relative_tolerance": self.relative_tolerance,
-            "note": self.note,
+            "relative_tolerance": self.bound.relative,
+            "note": self.bound.reason,
+            "bound": self.bound.to_json(),
             "runtime": self.runtime,
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
@@ -211,7 +286,7 @@ class VerificationFailed(Refusal):
             differing = [
                 o
                 for o in verification.outputs
-                if not o.within(verification.tolerance, verification.relative_tolerance)
+                if not o.within(verification.tolerance, verification.bound)
             ]
             detail = verification.reason or "; ".join(
                 f"{o.name}: {o.describe()}" for o in differing[:3]
@@ -490,8 +565,7 @@ def verify_models(
         options.runs,
         options.seed,
         options.tolerance,
-        relative_tolerance=options.relative_tolerance,
-        note=options.note,
+        bound=options.bound,
         runtime=f"ONNX Runtime {ort.__version__}",
     )
     rng = np.random.default_rng(options.seed)
@@ -536,7 +610,7 @@ def verify_models(
     result.outputs = _compare_runs(expected, actual)
     if all(o.exact for o in result.outputs):
         result.status = EXACT
-    elif all(o.within(options.tolerance, options.relative_tolerance) for o in result.outputs):
+    elif all(o.within(options.tolerance, options.bound) for o in result.outputs):
         result.status = WITHIN_TOLERANCE
     else:
         result.status = MISMATCH
@@ -582,17 +656,17 @@ class Verifier:
             self.specs, self._reason = None, str(exc)
 
     def expect_differences(self, results: Sequence[ir.passes.PassResult]) -> None:
-        """Take the ``verify_note`` / ``verify_relative_tolerance`` of pass results whose
-        rewrite ONNX Runtime does not compute bit-identically (unless ``--verify-tolerance``
-        is given: the user's tolerance wins)."""
-        notes = [r for r in results if isinstance(r, RewritePassResult) and r.verify_note]
-        if not notes or self.options.tolerance is not None:
+        """Take the :class:`Bound` (``verify_bound``) of pass results whose rewrite ONNX
+        Runtime does not compute bit-identically, joined (unless ``--verify-tolerance`` is
+        given: the user's tolerance wins)."""
+        if self.options.tolerance is not None:
             return
-        self.options = dataclasses.replace(
-            self.options,
-            relative_tolerance=max(p.verify_relative_tolerance for p in notes),
-            note="; ".join(p.verify_note for p in notes),
-        )
+        bound = self.options.bound
+        for result in results:
+            stated = getattr(result, "verify_bound", None)
+            if isinstance(stated, Bound):
+                bound = bound.join(stated)
+        self.options = dataclasses.replace(self.options, bound=bound)
 
     def __call__(self, staged: Path) -> None:
         if self.specs is None:

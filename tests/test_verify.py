@@ -28,6 +28,8 @@ from qlrewrite import pipeline
 from qlrewrite.cli import main
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
 from qlrewrite.verify import (
+    EXACT_BOUND,
+    Bound,
     InputSpec,
     VerificationFailed,
     VerifyOptions,
@@ -425,3 +427,32 @@ def test_compare_arrays_is_bitwise() -> None:
     assert shape.problem == "float32[2] became float32[3]" and not shape.within(1.0)
     strings = compare_arrays("o", np.array(["a", "b"], object), np.array(["a", "c"], object))
     assert (strings.exact, strings.mismatched) == (False, 1)
+
+
+def test_bound_is_exact_or_a_stated_limit_with_its_reason() -> None:
+    two = np.float32(2)
+    three_ulp = np.nextafter(np.nextafter(np.nextafter(two, 3), 3), 3)
+    near = compare_arrays("o", _f32(-8.0, 2.0), _f32(-8.0, three_ulp))  # 3 ulp, 7.2e-7 abs
+    assert near.max_ulp == 3 and near.max_ref == 8.0
+    assert EXACT_BOUND.exact and not EXACT_BOUND.accepts(near)
+    assert EXACT_BOUND.accepts(compare_arrays("o", _f32(1), _f32(1)))
+    by_ulp = Bound("order", ulp=3)
+    assert by_ulp.accepts(near) and not Bound("order", ulp=2).accepts(near)
+    # 3 * 2**-22 = 7.15e-7 against 5e-8 * 8 = 4e-7 and 1e-7 * 8 = 8e-7
+    assert not Bound("order", relative=5e-8).accepts(near)
+    assert Bound("order", relative=1e-7).accepts(near)
+    either = Bound("a", relative=5e-8).join(Bound("b", ulp=3))
+    assert (either.relative, either.ulp, either.reason) == (5e-8, 3, "a; b")
+    assert either.accepts(near)
+    assert EXACT_BOUND.join(by_ulp) == by_ulp and by_ulp.join(EXACT_BOUND) == by_ulp
+    assert Bound("x", relative=1e-3).join(Bound("x", relative=2e-3)).reason == "x"
+    # never: a missing/changed output, NaN against a number
+    shape = compare_arrays("o", _f32(1, 2), _f32(1, 2, 3))
+    nan = compare_arrays("o", _f32(np.nan), _f32(1))
+    assert not Bound("any", relative=1e30, ulp=2**40).accepts(shape)
+    assert not Bound("any", relative=1e30, ulp=2**40).accepts(nan)
+    assert by_ulp.describe() == "differences up to 3 ulp"
+    with pytest.raises(ValueError):
+        Bound("a reason and no limit")
+    with pytest.raises(ValueError):
+        Bound(relative=1e-3)  # a limit without its reason

@@ -18,8 +18,8 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
+from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.ort_float16 import domain_changes_result
-from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 

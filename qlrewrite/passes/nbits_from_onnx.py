@@ -24,7 +24,7 @@ import onnx_ir as ir
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits_to_onnx import HALF_NOTE, HALF_RELATIVE_TOLERANCE, min_block
+from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, min_block
 from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
@@ -212,8 +212,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
             link_initializers(model)
         result = NBitsResult(model, any(counts.values()))
         if self._half:
-            result.verify_note = HALF_NOTE
-            result.verify_relative_tolerance = HALF_RELATIVE_TOLERANCE
+            result.verify_bound = HALF_BOUND
         result.summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],

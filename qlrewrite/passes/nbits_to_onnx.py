@@ -30,6 +30,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
+from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
@@ -38,7 +39,6 @@ from qlrewrite.passes.fold_tensor import (
     StreamedTensor,
     link_initializers,
 )
-from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_tensor import (
     MappedTensor,
     MatMulNBitsFloat,
@@ -59,10 +59,10 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
+from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
-    "HALF_NOTE",
-    "HALF_RELATIVE_TOLERANCE",
+    "HALF_BOUND",
     "NBITS_OPS",
     "NBitsToOnnxPass",
     "min_block",
@@ -73,13 +73,13 @@ NBITS_OPS = opsets.WEIGHT_ONLY_OPS
 #: What ``--verify`` says when a float16 / bfloat16 MatMulNBits was rewritten, and the
 #: difference it accepts (a fraction of each output's largest magnitude; 8.4e-4 measured
 #: at K = 4096, 2, 4 and 8 bits, accuracy levels 0 and 4).
-HALF_NOTE = (
+HALF_BOUND = Bound(
     "float16/bfloat16 MatMulNBits: ONNX Runtime keeps its dequantized weight in float32 and "
     "rounds once at the end, DequantizeLinear -> MatMul rounds the weight to the scale type "
     "first (the ONNX formula), so outputs differ in the last bits; quantized weights, scales "
-    "and zero points are carried over bit for bit (float32: bit-identical outputs)"
+    "and zero points are carried over bit for bit (float32: bit-identical outputs)",
+    relative=2e-3,
 )
-HALF_RELATIVE_TOLERANCE = 2e-3
 
 _DT = ir.DataType
 _FLOATS = (_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16)
@@ -461,8 +461,8 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
             "initializers_removed": rewriter.removed,
             "opset_imports_dropped": int(dropped),
         }
-        note, tolerance = (HALF_NOTE, HALF_RELATIVE_TOLERANCE) if half else (None, None)
-        return NBitsResult(model, bool(done), summary, warnings, note, tolerance)
+        bound = HALF_BOUND if half else EXACT_BOUND
+        return NBitsResult(model, bool(done), summary, warnings, verify_bound=bound)
 
 
 def _refusal(failed: list[_Plan], dequantize: bool) -> str:

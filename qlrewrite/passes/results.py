@@ -8,6 +8,8 @@ from typing import Any
 
 import onnx_ir as ir
 
+from qlrewrite.verify import EXACT_BOUND, Bound
+
 __all__ = [
     "ConvertResult",
     "FixResult",
@@ -28,10 +30,9 @@ class RewritePassResult(ir.passes.PassResult):
     summary: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
-    #: Why ``--verify`` may see outputs that differ (None: it should not), and by how much
-    #: relative to each output's largest magnitude.
-    verify_note: str | None = None
-    verify_relative_tolerance: float | None = None
+    #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
+    #: may differ (see :class:`qlrewrite.verify.Bound`).
+    verify_bound: Bound = EXACT_BOUND
 
 
 @dataclasses.dataclass

@@ -27,12 +27,12 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
+from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.passes.convert_domain import (
     ConvertDomainPass,
     divides_in_scale_type,
     keep_float32_division,
 )
-from qlrewrite.passes.ir_version import raise_ir_version
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (

@@ -451,8 +451,11 @@ class NodeView:
         text = f"{self.domain_label} opset {self.imported}"
         return f"{text} ({self.op_type}-{self.row.since})" if self.row else text
 
-    def finding(self, code: str, severity: Severity, message: str, hint: str = "") -> Finding:
-        """A finding about this node; ``message`` follows ``where``."""
+    def finding(
+        self, code: str, severity: Severity, message: str, hint: str = "", *, attribute: str = ""
+    ) -> Finding:
+        """A finding about this node (``attribute``: the one it is about); ``message``
+        follows ``where``."""
         return Finding(
             rule=code,
             severity=severity,
@@ -464,4 +467,5 @@ class NodeView:
             opset=self.imported,
             graph=self.graph,
             output=(self.node.outputs[0].name or "") if self.node.outputs else "",
+            attribute=attribute,
         )

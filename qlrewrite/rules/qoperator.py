@@ -14,16 +14,13 @@ import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import QOPERATOR, NodeView, TripleView, ValueView, triples
+from qlrewrite.rules.common import type_names
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
 
 _KINDS = (QOPERATOR,)
 _VERSIONS = "ai.onnx QLinearConv, QLinearMatMul, ...; com.microsoft QLinear*, QGemm, ..."
-
-
-def _names(types: frozenset[ir.DataType]) -> str:
-    return ", ".join(sorted(t.name for t in types))
 
 
 @rule(
@@ -134,7 +131,7 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
         if view.dtype not in allowed:
             yield ctx.finding(
                 "QL314", ERROR, f"{name} {view.describe()} is {view.dtype.name}; {row.label} "
-                f"takes {_names(allowed)}", f"give {name} one of {_names(allowed)}",
+                f"takes {type_names(allowed)}", f"give {name} one of {type_names(allowed)}",
             )  # fmt: skip
             continue
         if param.startswith("tensor(") or len(allowed) == 1:

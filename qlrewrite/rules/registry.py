@@ -1,18 +1,31 @@
-"""The rule registry: a decorator that records each rule's catalogue entry and function."""
+"""The rule registry: each rule is one unit, declared with :func:`rule` in its module.
+
+A unit is, as a ruff rule is: its code, severity, catalogue text (summary, why, an
+example), its check (the decorated function), its :class:`Fix` (if any) and its
+:class:`Example` models, built in code, that run as its tests (a bad one that must give
+exactly the code, a good one that must not). ``qlrewrite rules``, ``docs/rules.md``, the
+check pass (:mod:`qlrewrite.checker`) and the fix pass (:mod:`qlrewrite.passes.fix`) all
+read :data:`CHECKS` / :data:`RULES`; nothing else lists rules.
+
+A rule module is named after the codes it holds: ``ql4xx_shapes.py`` holds QL4xx codes
+that no more specific module (``ql42x_matmul_nbits.py``: QL42x) claims.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import textwrap
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
+import onnx
 import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
-from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, SiteKind
+from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
+from qlrewrite.qdq.view import NodeView
 
 #: The kinds of quantized node the rules shared by Q/DQ and the weight-only ops apply to.
 ALL_KINDS = (QDQ, *WEIGHT_ONLY)
@@ -25,6 +38,9 @@ __all__ = [
     "CHECKED_KINDS",
     "CHECKS",
     "RULES",
+    "Example",
+    "Fix",
+    "FixContext",
     "ModelContext",
     "RuleCheck",
     "Scope",
@@ -34,9 +50,63 @@ __all__ = [
 Scope = Literal["node", "model", "report"]
 
 
+@dataclasses.dataclass
+class FixContext:
+    """What a node fix gets: the model, the node (site and view) and the finding to repair.
+
+    ``memo`` is shared by every call of one rule's fix within one model (for instance the
+    scalar copies of a shared tensor, made once).
+    """
+
+    model: ir.Model
+    site: QuantizedSite
+    view: NodeView
+    finding: Finding
+    memo: dict[Any, Any]
+
+
+def _always(_finding: Finding) -> bool:
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Fix:
+    """A rule's repair, with ``kind`` its applicability (ruff's Fix): "safe" (ONNX Runtime's
+    outputs stay bit-identical; ``check --fix``) or "unsafe" (``--unsafe-fixes``).
+
+    ``applies`` decides from the finding's structured fields (never its text) whether the
+    fix can repair it; the registry then sets ``Finding.fix``. The repair is one of:
+    ``node`` (called once per node and rule with a :class:`FixContext`; returns the line
+    ``--diff`` shows, or None when it changed nothing), ``model`` (called once per model,
+    same return) or ``upgrade_opset`` (the fix pass upgrades ai.onnx to that opset first).
+    """
+
+    kind: FixKind
+    summary: str  # what the fix changes and when it applies (the catalogue's text)
+    applies: Callable[[Finding], bool] = _always
+    node: Callable[[FixContext], str | None] | None = None
+    model: Callable[[ir.Model], str | None] | None = None
+    upgrade_opset: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """A rule's test models, built in code: ``bad`` gives the rule's code, ``good`` does
+    not (and no error). ``label`` names the case; ``ort``: the good model (and the fixed
+    bad one) must load and run in ONNX Runtime; ``checker``: they must pass
+    ``onnx.checker`` (full check)."""
+
+    label: str
+    bad: Callable[[], onnx.ModelProto]
+    good: Callable[[], onnx.ModelProto]
+    ort: bool = True
+    checker: bool = True
+
+
 @dataclasses.dataclass(frozen=True)
 class RuleCheck:
-    """A rule with the function that applies it."""
+    """A rule unit: its catalogue entry, the function that applies it, its fix and
+    examples."""
 
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
@@ -44,12 +114,20 @@ class RuleCheck:
     # "report": findings made after the check, from the report (suppressions)
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
     kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
+    fix: Fix | None = None
+    examples: tuple[Example, ...] = ()
+    module: str = ""  # the Python module that declares the unit
 
 
 #: The catalogue, ordered by code once every rule module is imported.
 RULES: dict[str, Rule] = {}
-#: The functions behind the catalogue, same keys.
+#: The units behind the catalogue, same keys.
 CHECKS: dict[str, RuleCheck] = {}
+
+
+def source_path(module: str) -> str:
+    """``qlrewrite.rules.ql4xx_shapes`` -> ``qlrewrite/rules/ql4xx_shapes.py``."""
+    return module.replace(".", "/") + ".py"
 
 
 def rule(
@@ -63,17 +141,15 @@ def rule(
     versions: str = "",
     scope: Scope = "node",
     needs_version: bool = True,
-    fix: FixKind | None = None,
-    fix_summary: str = "",
+    fix: Fix | None = None,
     opt_in: bool = False,
     kinds: tuple[SiteKind, ...] = (QDQ,),
+    examples: Iterable[Example] = (),
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
     An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
-    ``fix`` says whether ``check --fix`` repairs the findings ("safe": ONNX Runtime's
-    outputs stay bit-identical) or only ``--unsafe-fixes`` does; the repair itself is in
-    :mod:`qlrewrite.passes.fix`, and ``fix_summary`` says what it changes.
+    ``fix`` is the rule's repair; ``examples`` its test models.
     """
 
     def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
@@ -87,15 +163,32 @@ def rule(
             explanation=" ".join(textwrap.dedent(explanation).split()),
             example=textwrap.dedent(example).strip("\n"),
             versions=versions,
-            fix=fix,
-            fix_summary=" ".join(textwrap.dedent(fix_summary).split()),
+            fix=fix.kind if fix is not None else None,
+            fix_summary=" ".join(textwrap.dedent(fix.summary).split()) if fix else "",
             opt_in=opt_in,
+            source=source_path(func.__module__),
         )
         RULES[code] = entry
-        CHECKS[code] = RuleCheck(entry, func, scope, needs_version, kinds)
+        checked = func if fix is None else _with_fix(func, fix)
+        CHECKS[code] = RuleCheck(
+            entry, checked, scope, needs_version, kinds, fix, tuple(examples), func.__module__
+        )
         return func
 
     return register
+
+
+def _with_fix(
+    func: Callable[[Any], Iterable[Finding]], fix: Fix
+) -> Callable[[Any], Iterator[Finding]]:
+    """``func`` whose findings say ``fix.kind`` when ``fix.applies`` to them."""
+
+    @functools.wraps(func)
+    def checked(ctx: Any) -> Iterator[Finding]:
+        for finding in func(ctx):
+            yield dataclasses.replace(finding, fix=fix.kind) if fix.applies(finding) else finding
+
+    return checked
 
 
 @dataclasses.dataclass

@@ -1,4 +1,5 @@
-"""QL6xx: model hygiene met on the way: IR version, external data, tensor data sizes."""
+"""QL6xx: model hygiene met on the way: IR version, external data, tensor data sizes, and
+weight-only forms ONNX Runtime's CPU provider cannot run (QL606)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,21 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
-from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import ALL_KINDS, ModelContext, rule
+from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.qdq import WEIGHT_ONLY, NodeView
+from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
+from qlrewrite.rules.registry import ALL_KINDS, Fix, ModelContext, rule
 
 __all__: list[str] = []
+
+
+def _raise_ir_version(model: ir.Model) -> str | None:
+    """QL601's fix: the model's ir_version raised to what its types and opset need."""
+    before, after = model.ir_version, needed_ir_version(model)
+    if after <= before:
+        return None
+    model.ir_version = after
+    return f"ir_version {before} -> {after}"
 
 
 @rule(
@@ -33,11 +45,14 @@ __all__: list[str] = []
     versions="all",
     needs_version=False,
     kinds=ALL_KINDS,
-    fix=SAFE,
-    fix_summary="""
-    Raises the model's ir_version to what its element types and opset need (computation does
-    not depend on it: outputs are bit-identical).
-    """,
+    fix=Fix(
+        SAFE,
+        """
+        Raises the model's ir_version to what its element types and opset need (computation
+        does not depend on it: outputs are bit-identical).
+        """,
+        model=_raise_ir_version,
+    ),
 )
 def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}
@@ -163,3 +178,60 @@ def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
         ("data-length", "negative-dims"),
         "re-export the model; the tensor's data is corrupt",
     )
+
+
+@rule(
+    "QL606",
+    "onnxruntime-cpu-unsupported",
+    WARNING,
+    summary="A valid MatMulNBits / GatherBlockQuantized form that ONNX Runtime's CPU "
+    "provider cannot run.",
+    explanation="""
+    Some forms the schemas allow have no CPU kernel in ONNX Runtime 1.31: MatMulNBits with
+    a block_size above 256 (refused at load), 8-bit MatMulNBits with float zero points or
+    with g_idx (refused at run: its unpacked path handles 2 and 4 bits only), 2-bit
+    MatMulNBits with both float zero points and g_idx, and bfloat16 activations, scales or
+    zero points (no kernel). The model may run on other providers (CUDA, WebGPU)
+    but not on CPU, where `--verify` runs it.
+    """,
+    example="""
+    warn: MatMulNBits(A, B, scales, zero_points: float, K=64, N=64, bits=8, block_size=32)
+    good: MatMulNBits(A, B, scales, zero_points: uint8 (packed), ..., bits=8, block_size=32)
+    """,
+    versions=WEIGHT_ONLY_VERSIONS,
+    kinds=WEIGHT_ONLY,
+)
+def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
+    for reason in _cpu_limits(ctx):
+        yield ctx.finding(
+            "QL606",
+            WARNING,
+            f"ONNX Runtime's CPU provider cannot run it: {reason}",
+            "fine for other providers; for CPU, write the supported form",
+        )
+
+
+def _cpu_limits(ctx: NodeView) -> Iterator[str]:
+    row = ctx.row
+    values = ctx.weight_attributes
+    block = values.get("block_size")
+    valid = block is not None and block >= row.min_block_size and block & (block - 1) == 0
+    if row.cpu_block_sizes and valid and block not in row.cpu_block_sizes:
+        sizes = ", ".join(str(b) for b in sorted(row.cpu_block_sizes))
+        yield f"block_size={block} (it runs {sizes})"
+    if ctx.op_type == "MatMulNBits":
+        zp = ctx.operand("zero_points")
+        float_zp = zp is not None and zp.dtype in opsets.FLOAT_TYPES
+        g_idx = ctx.operand("g_idx") is not None
+        bits = values.get("bits")
+        if bits == 8 and float_zp:
+            yield "8 bits with float zero points (pack them as uint8)"
+        if bits == 8 and g_idx:
+            yield "8 bits with g_idx"
+        if bits == 2 and float_zp and g_idx:
+            yield "2 bits with float zero points and g_idx"
+    for name in ("A", "scales", "zero_points"):
+        view = ctx.operand(name)
+        if view is not None and view.dtype == ir.DataType.BFLOAT16:
+            yield f"{name} is BFLOAT16 (no CPU kernel)"
+            return

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+import onnx_ir as ir
+
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.qdq import Dims, NodeView
-from qlrewrite.rules.registry import rule
+from qlrewrite.qdq import Dims, NodeView, is_constant
+from qlrewrite.rules.common import PER_AXIS_OPSET
+from qlrewrite.rules.registry import Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -90,11 +94,15 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     good: opset 13: DequantizeLinear(w, scale, zp, axis=0)   # qlrewrite upgrade --opset 13
     """,
     versions="ai.onnx 10-12",
-    fix=UNSAFE,
-    fix_summary="""
-    Below opset 13, a per-axis scale is repaired by upgrading the model to opset 13 (as for
-    QL201). Unsafe for the same reason.
-    """,
+    fix=Fix(
+        UNSAFE,
+        """
+        Below opset 13, a per-axis scale is repaired by upgrading the model to opset 13 (as
+        for QL201). Unsafe for the same reason.
+        """,
+        applies=lambda f: f.domain == "" and f.opset is not None and f.opset < PER_AXIS_OPSET,
+        upgrade_opset=PER_AXIS_OPSET,
+    ),
 )
 def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
     if not ctx.row.scalar_only:
@@ -216,6 +224,80 @@ def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
     )
 
 
+def _scalar_scale_or_zero_point(fix: FixContext) -> str | None:
+    """QL406's fix: the [1] one of scale / zero point becomes a scalar (ONNX Runtime:
+    per-tensor both)."""
+    node, view = fix.site.node, fix.view
+    for index in (1, 2):
+        if index >= len(node.inputs):
+            continue
+        value = node.inputs[index]
+        value_view = view.inputs[index] if index < len(view.inputs) else None
+        if value is None or value_view is None or value_view.shape != (1,):
+            continue
+        if not (is_constant(value) and value.const_value is not None and value.producer() is None):
+            return None  # a graph input or a Constant node's output: not rewritten here
+        if id(value) not in fix.memo:  # a shared tensor: one scalar for all its readers
+            fix.memo[id(value)] = _scalar_of(value, fix.site.graph)
+        scalar = fix.memo[id(value)]
+        if scalar is None:
+            return None
+        node.replace_input_with(index, scalar)
+        role = "scale" if index == 1 else "zero point"
+        dtype = value.const_value.dtype.name
+        if scalar is value:
+            return f"{role} '{value.name}' {dtype} [1] -> {dtype} [] (scalar)"
+        return f"{role} '{value.name}' {dtype} [1] -> new scalar '{scalar.name}' (shared tensor)"
+    return None
+
+
+def _scalar_of(value: ir.Value, graph: ir.Graph | ir.Function) -> ir.Value | None:
+    """``value`` as a scalar: reshaped in place when only Q/DQ scale / zero point slots read
+    it, else one new scalar initializer beside it; None for an outer-scope initializer."""
+    if not isinstance(graph, ir.Graph) or value.name not in graph.initializers:
+        return None
+    tensor = value.const_value
+    array = np.asarray(tensor.numpy()).reshape(())
+    # Reshaped in place only when every reader is a Q/DQ scale / zero point slot whose
+    # counterpart is a scalar too: no other node sees the shape change, and no Q/DQ gets a
+    # new scalar-vs-[1] pair (a Q sharing the [1] scale with a [1] zero point).
+    in_place = all(
+        user.op_type in ("QuantizeLinear", "DequantizeLinear")
+        and index in (1, 2)
+        and _is_scalar_or_absent(user, 3 - index)
+        for user, index in value.uses()
+    )
+    if in_place and not value.is_graph_output():
+        value.const_value = ir.Tensor(array, name=value.name)
+        value.shape = ir.Shape([])
+        return value
+    name = _unique_name(graph, f"{value.name}_scalar")
+    scalar = ir.Value(name=name, shape=ir.Shape([]), type=value.type)
+    scalar.const_value = ir.Tensor(array, name=name)
+    graph.register_initializer(scalar)
+    return scalar
+
+
+def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
+    """Input ``index`` of ``node`` is omitted or a known scalar."""
+    if index >= len(node.inputs) or node.inputs[index] is None:
+        return True
+    value = node.inputs[index]
+    shape = value.shape
+    if shape is None and value.const_value is not None:
+        shape = value.const_value.shape
+    return shape is not None and len(shape) == 0
+
+
+def _unique_name(graph: ir.Graph, base: str) -> str:
+    taken = set(graph.initializers) | {v.name for v in graph.inputs}
+    taken |= {v.name for node in graph for v in node.outputs}
+    name, index = base, 1
+    while name in taken:
+        name, index = f"{base}_{index}", index + 1
+    return name
+
+
 @rule(
     "QL406",
     "zero-point-scalar-vs-1",
@@ -232,13 +314,16 @@ def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(b: int32 [64], scale: [], zp: [])
     """,
     versions="ai.onnx 10+, com.microsoft 1",
-    fix=SAFE,
-    fix_summary="""
-    The 1-element [1] scale or zero point becomes a scalar (a new scalar initializer when
-    the tensor is shared with other nodes). ONNX Runtime treats both as per-tensor: outputs
-    are bit-identical. Not fixed when the tensor is a graph input or a Constant node's
-    output.
-    """,
+    fix=Fix(
+        SAFE,
+        """
+        The 1-element [1] scale or zero point becomes a scalar (a new scalar initializer when
+        the tensor is shared with other nodes). ONNX Runtime treats both as per-tensor:
+        outputs are bit-identical. Not fixed when the tensor is a graph input or a Constant
+        node's output.
+        """,
+        node=_scalar_scale_or_zero_point,
+    ),
     opt_in=True,
 )
 def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
@@ -391,6 +476,18 @@ def block_size_range(ctx: NodeView) -> Iterator[Finding]:
         )
 
 
+def _explicit_axis(fix: FixContext) -> str | None:
+    """QL411's fix: com.microsoft Q/DQ with a 1-D scale and no axis: ONNX Runtime applies
+    axis 1, written out."""
+    node, x = fix.site.node, fix.view.x
+    if fix.site.domain != opsets.MS_DOMAIN or "axis" in node.attributes:
+        return None
+    if x is not None and x.rank is not None and x.rank < 2:
+        return None  # axis 1 does not exist: nothing ONNX Runtime computes to keep
+    node.attributes["axis"] = ir.AttrInt64("axis", 1)
+    return "axis made explicit: axis=1 (what ONNX Runtime applies to a 1-D scale)"
+
+
 @rule(
     "QL411",
     "com-microsoft-1d-scale-without-axis",
@@ -406,11 +503,14 @@ def block_size_range(ctx: NodeView) -> Iterator[Finding]:
     good: com.microsoft.DequantizeLinear(w: [3, 64], scale: [64], zp: [64], axis=1)
     """,
     versions="com.microsoft 1",
-    fix=SAFE,
-    fix_summary="""
-    Writes axis=1, the axis ONNX Runtime's com.microsoft kernel applies to a 1-D scale:
-    outputs are bit-identical.
-    """,
+    fix=Fix(
+        SAFE,
+        """
+        Writes axis=1, the axis ONNX Runtime's com.microsoft kernel applies to a 1-D scale:
+        outputs are bit-identical.
+        """,
+        node=_explicit_axis,
+    ),
 )
 def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale

@@ -1,13 +1,17 @@
-"""QL1xx: structure of the node: inputs, outputs, domain import, op version."""
+"""QL1xx: structure of the node: inputs, outputs, domain import, op version (Q/DQ and the
+com.microsoft weight-only operators)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+import onnx_ir as ir
+
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.qdq import NodeView
-from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, rule
+from qlrewrite.qdq import WEIGHT_ONLY, NodeView
+from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
+from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -77,6 +81,19 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
         )  # fmt: skip
 
 
+def _import_com_microsoft(fix: FixContext) -> str | None:
+    """QL103's fix: a com.microsoft node in a graph that does not import the domain gets
+    the import com.microsoft 1 (in its function, or in the model)."""
+    site = fix.site
+    graph = site.graph
+    imports = graph.opset_imports if isinstance(graph, ir.Function) else fix.model.opset_imports
+    if opsets.MS_DOMAIN in imports:
+        return None  # already added for an earlier node
+    imports[opsets.MS_DOMAIN] = 1
+    where = "function" if isinstance(graph, ir.Function) else "model"
+    return f"{where} opset import added: com.microsoft 1"
+
+
 @rule(
     "QL103",
     "domain-not-imported",
@@ -97,12 +114,16 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
     versions="all",
     needs_version=False,
     kinds=CHECKED_KINDS,
-    fix=UNSAFE,
-    fix_summary="""
-    A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
-    Runtime does not load the model without it, so nothing proves its outputs unchanged. A
-    missing ai.onnx import is not fixed (which version was meant cannot be known).
-    """,
+    fix=Fix(
+        UNSAFE,
+        """
+        A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
+        Runtime does not load the model without it, so nothing proves its outputs unchanged.
+        A missing ai.onnx import is not fixed (which version was meant cannot be known).
+        """,
+        applies=lambda finding: finding.domain == opsets.MS_DOMAIN,
+        node=_import_com_microsoft,
+    ),
 )
 def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None:
@@ -146,3 +167,48 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
         + (f" (it exists from opset {since})" if since else ""),
         f"import {ctx.domain_label} opset {since} or later" if since else "",
     )
+
+
+@rule(
+    "QL105",
+    "weight-only-input-count",
+    ERROR,
+    summary="A MatMulNBits / GatherBlockQuantized node has too few or too many inputs, or "
+    "an empty required input.",
+    explanation="""
+    MatMulNBits takes A, B and scales, then optionally zero_points, g_idx and bias (3 to 6
+    inputs; an empty name skips an optional one). GatherBlockQuantized takes data, indices
+    and scales, then optionally zero_points (3 or 4). ONNX Runtime refuses any other count,
+    and an empty name in a required slot, when it loads the model.
+    """,
+    example="""
+    bad:  MatMulNBits(A, B)                                # no scales
+    good: MatMulNBits(A, B, scales, "", "", bias)          # zero_points and g_idx skipped
+    """,
+    versions=WEIGHT_ONLY_VERSIONS,
+    kinds=WEIGHT_ONLY,
+)
+def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
+    low, high = ctx.row.input_range
+    count = len(ctx.node.inputs)
+    names = [o.name for o in ctx.row.inputs]
+    if not low <= count <= high:
+        yield ctx.finding(
+            "QL105",
+            ERROR,
+            f"has {count} inputs; {ctx.op_type} takes {low} to {high} ({', '.join(names)})",
+            f"give the node {', '.join(names[:low])} and optionally {', '.join(names[low:])}",
+        )
+        return
+    missing = [
+        o.name
+        for o, value in zip(ctx.row.inputs, ctx.node.inputs, strict=False)
+        if not o.optional and value is None
+    ]
+    if missing:
+        yield ctx.finding(
+            "QL105",
+            ERROR,
+            f"required input {' and '.join(missing)} is empty",
+            "connect the missing input; only " + ", ".join(names[low:]) + " may be empty",
+        )

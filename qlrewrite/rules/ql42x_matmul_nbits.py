@@ -1,27 +1,19 @@
-"""QL420-QL425, QL510: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
-block_size, and its g_idx values."""
+"""QL420-QL425: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
+block_size."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-import numpy as np
-
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
+from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
 
 _KINDS = (MATMUL_NBITS,)
 _VERSIONS = "com.microsoft MatMulNBits 1"
-
-
-def _form(ctx: NodeView) -> MatMulNBitsLayout | None:
-    """The layout (None: attributes other rules report)."""
-    layout = ctx.weight_layout
-    return layout if isinstance(layout, MatMulNBitsLayout) else None
 
 
 def _shape_text(shapes: Sequence[tuple[int, ...]]) -> str:
@@ -50,10 +42,6 @@ def _shape_finding(
             f"{name} {view.describe()} should be {_shape_text(shapes)} ({why})",  # type: ignore[union-attr]
             f"give {name} the shape {_shape_text(shapes[:1])}, or fix the attributes",
         )
-
-
-def _attrs(form: MatMulNBitsLayout) -> str:
-    return f"K={form.K}, N={form.N}, bits={form.bits}, block_size={form.block_size}"
 
 
 @rule(
@@ -110,9 +98,9 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
     kinds=_KINDS,
 )
 def b_shape(ctx: NodeView) -> Iterator[Finding]:
-    form = _form(ctx)
+    form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL421", "B", [form.b_shape], _attrs(form))
+        yield from _shape_finding(ctx, "QL421", "B", [form.b_shape], layout_attrs(form))
 
 
 @rule(
@@ -133,9 +121,9 @@ def b_shape(ctx: NodeView) -> Iterator[Finding]:
     kinds=_KINDS,
 )
 def scales_shape(ctx: NodeView) -> Iterator[Finding]:
-    form = _form(ctx)
+    form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL422", "scales", form.scales_shapes, _attrs(form))
+        yield from _shape_finding(ctx, "QL422", "scales", form.scales_shapes, layout_attrs(form))
 
 
 @rule(
@@ -158,12 +146,12 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     kinds=_KINDS,
 )
 def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
-    form = _form(ctx)
+    form = matmul_nbits_layout(ctx)
     zp = ctx.operand("zero_points")
     if form is None or zp is None or zp.dtype is None:
         return
     packed = zp.dtype.name == "UINT8"
-    why = f"{'packed uint8' if packed else zp.dtype.name}, {_attrs(form)}"
+    why = f"{'packed uint8' if packed else zp.dtype.name}, {layout_attrs(form)}"
     yield from _shape_finding(ctx, "QL423", "zero_points", form.zero_point_shapes(packed), why)
 
 
@@ -185,9 +173,9 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     kinds=_KINDS,
 )
 def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
-    form = _form(ctx)
+    form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL424", "g_idx", form.g_idx_shapes, _attrs(form))
+        yield from _shape_finding(ctx, "QL424", "g_idx", form.g_idx_shapes, layout_attrs(form))
 
 
 @rule(
@@ -210,38 +198,3 @@ def bias_shape(ctx: NodeView) -> Iterator[Finding]:
     n = ctx.weight_attributes.get("N")
     if n is not None and n >= 0:
         yield from _shape_finding(ctx, "QL425", "bias", [(n,)], f"N={n}")
-
-
-@rule(
-    "QL510",
-    "matmul-nbits-g-idx-range",
-    ERROR,
-    summary="A constant g_idx names a block outside [0, ceil(K / block_size)).",
-    explanation="""
-    Each g_idx entry is the block whose scale and zero point dequantize that input feature.
-    A value outside the blocks reads another row's parameters or past the end: ONNX
-    Runtime's kernel refuses it when the node runs.
-    """,
-    example="""
-    bad:  g_idx: [0, 0, ..., 128] with K=4096, block_size=32   # 128 blocks: 0..127
-    good: g_idx: [0, 0, ..., 127]
-    """,
-    versions=_VERSIONS,
-    kinds=_KINDS,
-)
-def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
-    form = _form(ctx)
-    g_idx = ctx.operand("g_idx")
-    if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:
-        return
-    bad = (g_idx.array < 0) | (g_idx.array >= form.k_blocks)
-    if bad.any():
-        first = int(np.flatnonzero(bad.ravel())[0])
-        value = int(g_idx.array.ravel()[first])
-        yield ctx.finding(
-            "QL510",
-            ERROR,
-            f"g_idx[{first}] = {value} is outside [0, {form.k_blocks}) ({int(bad.sum())} "
-            f"entries out of range; {_attrs(form)})",
-            "recompute g_idx from the quantizer, or drop it when it is arange(K) // block_size",
-        )

@@ -1,4 +1,5 @@
-"""QL5xx: values of constant scales and zero points (read only when small)."""
+"""QL5xx: values of constant scales and zero points (read only when small), and of
+MatMulNBits' constant g_idx (QL510)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Iterator
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.findings import WARNING, Finding
-from qlrewrite.qdq import NodeView
+from qlrewrite.findings import ERROR, WARNING, Finding
+from qlrewrite.qdq import MATMUL_NBITS, NodeView
+from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.registry import rule
 
 __all__: list[str] = []
@@ -160,4 +162,39 @@ def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
             WARNING,
             f"{zp.dtype.name} zero point {zp.describe()} is not 0: {_sample(bad)}",
             "omit the zero point (float types have none) or set it to 0",
+        )
+
+
+@rule(
+    "QL510",
+    "matmul-nbits-g-idx-range",
+    ERROR,
+    summary="A constant g_idx names a block outside [0, ceil(K / block_size)).",
+    explanation="""
+    Each g_idx entry is the block whose scale and zero point dequantize that input feature.
+    A value outside the blocks reads another row's parameters or past the end: ONNX
+    Runtime's kernel refuses it when the node runs.
+    """,
+    example="""
+    bad:  g_idx: [0, 0, ..., 128] with K=4096, block_size=32   # 128 blocks: 0..127
+    good: g_idx: [0, 0, ..., 127]
+    """,
+    versions="com.microsoft MatMulNBits 1",
+    kinds=(MATMUL_NBITS,),
+)
+def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
+    form = matmul_nbits_layout(ctx)
+    g_idx = ctx.operand("g_idx")
+    if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:
+        return
+    bad = (g_idx.array < 0) | (g_idx.array >= form.k_blocks)
+    if bad.any():
+        first = int(np.flatnonzero(bad.ravel())[0])
+        value = int(g_idx.array.ravel()[first])
+        yield ctx.finding(
+            "QL510",
+            ERROR,
+            f"g_idx[{first}] = {value} is outside [0, {form.k_blocks}) ({int(bad.sum())} "
+            f"entries out of range; {layout_attrs(form)})",
+            "recompute g_idx from the quantizer, or drop it when it is arange(K) // block_size",
         )

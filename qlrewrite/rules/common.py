@@ -1,0 +1,50 @@
+"""Helpers shared by rule modules (what several rules of one operator family read)."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.qdq import NodeView
+
+__all__ = [
+    "FP_TYPES_TEXT",
+    "PER_AXIS_OPSET",
+    "WEIGHT_ONLY_VERSIONS",
+    "layout_attrs",
+    "matmul_nbits_layout",
+    "type_names",
+    "weight_storage",
+]
+
+#: The ai.onnx opset that gives Q/DQ per-axis quantization (and the ``axis`` attribute):
+#: the fixes of QL201 and QL402 upgrade to it.
+PER_AXIS_OPSET = 13
+#: Where the weight-only rules apply (the catalogue's ``versions``).
+WEIGHT_ONLY_VERSIONS = "com.microsoft MatMulNBits 1, GatherBlockQuantized 1"
+FP_TYPES_TEXT = "float8 / float4"
+
+
+def weight_storage(ctx: NodeView) -> opsets.WeightStorage | None:
+    """How a weight-only node's weight is stored (None: its type is unknown or not allowed)."""
+    view = ctx.operand(ctx.row.weight)
+    if view is None or view.dtype is None:
+        return None
+    return ctx.row.storage.get(view.dtype)
+
+
+def type_names(types: frozenset[ir.DataType]) -> str:
+    """``FLOAT, FLOAT16``: sorted element type names for messages."""
+    return ", ".join(sorted(t.name for t in types))
+
+
+def matmul_nbits_layout(ctx: NodeView) -> MatMulNBitsLayout | None:
+    """A MatMulNBits node's layout (None: attributes other rules report)."""
+    layout = ctx.weight_layout
+    return layout if isinstance(layout, MatMulNBitsLayout) else None
+
+
+def layout_attrs(form: MatMulNBitsLayout) -> str:
+    """``K=.., N=.., bits=.., block_size=..`` for messages."""
+    return f"K={form.K}, N={form.N}, bits={form.bits}, block_size={form.block_size}"
