@@ -159,3 +159,74 @@ def test_ort_fused_dynamic_ops_convert(tmp_path) -> None:
     feeds = inputs_for("mlp")
     expected, actual = run_ort(fused, feeds)[0], run_ort(converted, feeds)[0]
     np.testing.assert_allclose(actual, expected, rtol=0, atol=4e-6 * np.abs(expected).max())
+
+
+# --------------------------------------------------------------------------- --verify
+
+
+def test_bound_is_one_step_per_converted_node_deep() -> None:
+    _, result = _convert(build("QLinearAdd"))
+    bound = result.verify_bound
+    assert bound.per_output == (("C", 1.0),)  # a uint8 output, one node deep
+    assert "requantizes" in bound.reason and bound.relative is None
+    _, result = _convert(quantized("cnn-qop-u8s8"))
+    ((name, limit),) = result.verify_bound.per_output
+    scale = next(
+        onnx.numpy_helper.to_array(t) for t in quantized("cnn-qop-u8s8").graph.initializer
+        if t.name == "y_scale"
+    )  # fmt: skip
+    assert name == "y" and limit == pytest.approx(5 * float(scale))  # 5 converted deep
+
+
+def test_bound_of_dynamic_forms_is_float_summation() -> None:
+    _, result = _convert(quantized("mlp-dynamic"))
+    assert result.verify_bound.relative == 1e-5 and "float32" in result.verify_bound.reason
+
+
+def test_verify_accepts_one_step_and_says_which_outputs_are_exact() -> None:
+    from qlrewrite.verify import Bound, OutputVerdict, Verification
+
+    bound = Bound("r", per_output=(("y", 1.0),))
+    one = OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=1.0)
+    two = OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=2.0)
+    other = OutputVerdict("z", exact=False, elements=4, mismatched=1, max_abs=1.0)
+    assert bound.accepts(one) and not bound.accepts(two) and not bound.accepts(other)
+    joined = bound.join(Bound("s", per_output=(("y", 3.0), ("z", 0.5))))
+    assert joined.per_output == (("y", 3.0), ("z", 0.5))
+    text = Verification("within-tolerance", 1, 0, outputs=[one, OutputVerdict("w")],
+                        bound=bound).describe()  # fmt: skip
+    assert "bit-identical: w" in text and "differ: y (1 of 4" in text
+
+
+@pytest.mark.parametrize("config", ["cnn-qop-s8s8-per-channel", "mlp-dynamic"])
+def test_cli_convert_verify_passes(tmp_path, config: str) -> None:
+    source, target = tmp_path / "q.onnx", tmp_path / "qdq.onnx"
+    onnx.save_model(quantized(config), source)
+    args = ["convert", str(source), "--to", "onnx", "-o", str(target), "--verify",
+            "--verify-runs", "3"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output + result.stderr
+    text = result.output + result.stderr
+    assert "exact" in text or "within tolerance" in text
+
+
+def test_cli_verify_refuses_a_wrong_conversion(tmp_path, monkeypatch) -> None:
+    """A conversion that gets a scale wrong is caught by --verify (nothing written)."""
+    from qlrewrite.passes import qoperator_to_qdq
+
+    real = qoperator_to_qdq._Rewriter.dequantize
+
+    def wrong(self, plan, t, scale=None):  # doubles every weight
+        value = real(self, plan, t, scale)
+        if t.role != "weight":
+            return value
+        two = self.constant(plan, np.array(2.0, np.float32), "two")
+        return self._node(plan, "Mul", [value, two], {}, "doubled")
+
+    monkeypatch.setattr(qoperator_to_qdq._Rewriter, "dequantize", wrong)
+    source, target = tmp_path / "q.onnx", tmp_path / "qdq.onnx"
+    onnx.save_model(quantized("cnn-qop-u8s8"), source)
+    args = ["convert", str(source), "--to", "onnx", "-o", str(target), "--verify"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and not target.exists()
+    assert "verification failed" in result.output + result.stderr

@@ -37,11 +37,13 @@ from qlrewrite.qdq import (
     QOPERATOR,
     NodeView,
     TripleView,
+    constant_tensor,
     drop_unused_domain,
     iter_graphs,
     node_views,
     triples,
 )
+from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = ["QOperatorToQdqPass"]
 
@@ -238,7 +240,71 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
             "qoperator_left": len(plans) - len(done),
             "opset_imports_dropped": int(dropped),
         }
-        return QOperatorResult(model, bool(done), summary, warnings)
+        float_sums = any(_sums_in_float(p) for p in done)
+        bound = _bound(model, rewriter.requantized, float_sums)
+        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound)
+
+
+#: Why ``--verify`` accepts differences after a QOperator conversion.
+REQUANTIZE_REASON = (
+    "a QOperator kernel requantizes its integer result with its own fixed-point / float "
+    "rounding, DequantizeLinear -> float op -> QuantizeLinear rounds the float result "
+    "once: each converted node's output may differ by one quantization step (measured: "
+    "bit-identical on ONNX Runtime's quantizer outputs, one step in a few elements of "
+    "QLinearAdd and the average pools), and a step carries on through later nodes"
+)
+#: Why, and by how much relative to an output's largest magnitude, float results differ.
+FLOAT_SUM_REASON = (
+    "MatMulInteger / MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm sum exact int32 "
+    "products and scale once, DequantizeLinear -> MatMul sums float32 products (another "
+    "rounding; measured under 3e-7 of the output's largest magnitude)"
+)
+FLOAT_SUM_RELATIVE = 1e-5
+
+
+def _bound(model: ir.Model, requantized: set[int], float_sums: bool) -> Bound:
+    """What ``--verify`` accepts: at an output N requantizing conversions deep, N steps of
+    its quantization (N for an integer output, N x scale after a per-tensor
+    DequantizeLinear); float sums in another order within FLOAT_SUM_RELATIVE."""
+    depth: dict[int, int] = {}
+    for node in model.graph:  # in graph (topological) order
+        inputs = [depth.get(id(v), 0) for v in node.inputs if v is not None]
+        deep = max(inputs, default=0) + (id(node) in requantized)
+        depth.update((id(out), deep) for out in node.outputs)
+    per_output = []
+    for output in model.graph.outputs:
+        steps = depth.get(id(output), 0)
+        step = _step(output) if steps else None
+        if step is not None and output.name:
+            per_output.append((output.name, steps * step))
+    reasons = ([REQUANTIZE_REASON] if per_output else []) + ([FLOAT_SUM_REASON] * float_sums)
+    if not reasons:
+        return EXACT_BOUND
+    relative = FLOAT_SUM_RELATIVE if float_sums else None
+    return Bound("; ".join(reasons), relative, None, tuple(per_output))
+
+
+def _step(output: ir.Value) -> float | None:
+    """One quantization step of ``output``: 1 for a QuantizeLinear output, the scale of a
+    per-tensor DequantizeLinear; None otherwise."""
+    producer = output.producer()
+    if producer is None:
+        return None
+    if producer.op_type == "QuantizeLinear":
+        return 1.0
+    if producer.op_type != "DequantizeLinear" or len(producer.inputs) < 2:
+        return None
+    tensor = constant_tensor(producer.inputs[1]) if producer.inputs[1] is not None else None
+    if tensor is None or tensor.size != 1:
+        return None
+    return float(np.abs(tensor.numpy()).reshape(-1)[0])
+
+
+def _sums_in_float(plan: _Plan) -> bool:
+    """A dynamic op, or one with a float output (QGemm without y_scale): its Q/DQ form
+    sums float products where the kernel sums int32 ones."""
+    row = plan.view.row
+    return row.dynamic or not any(t.role == "output" and t.values[1] for t in plan.triples)
 
 
 def _refusal(failed: list[_Plan]) -> str:
@@ -266,6 +332,8 @@ class _Rewriter:
                 self._names.update(graph.initializers)
                 self._names.update(v.name for v in graph.inputs if v.name)
         self._dq: dict[tuple, ir.Value] = {}
+        #: ids of the QuantizeLinear nodes written for converted nodes' outputs.
+        self.requantized: set[int] = set()
 
     def name(self, base: str) -> str:
         """A name no value, node or initializer of the model has."""
@@ -409,13 +477,10 @@ class _Rewriter:
             zero_point = self.constant(
                 plan, np.zeros((), _np_dtype(dtype)), (scale.name or "y") + "_zero_point"
             )
-        return self._node(
-            plan,
-            "QuantizeLinear",
-            [value, scale, zero_point],
-            {},
-            (plan.view.node.outputs[0].name or "y") + "_quantize",
-        )
+        base = (plan.view.node.outputs[0].name or "y") + "_quantize"
+        result = self._node(plan, "QuantizeLinear", [value, scale, zero_point], {}, base)
+        self.requantized.add(id(result.producer()))
+        return result
 
     def _apply_pattern(self, plan: _Plan) -> None:
         cast, mul, a_scale, b_scale = plan.pattern
