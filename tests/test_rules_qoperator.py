@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 import pytest
-from qoperator_models import OPS, build, ort_error
+from qoperator_models import NO_CPU_KERNEL, OPS, build, ort_error
 
 from qlrewrite.checker import check_model
 from qlrewrite.rules import RULES
@@ -111,7 +111,11 @@ CODES = {case.code for case in CASES}
 def test_good_model_is_clean_and_runs(op: str) -> None:
     model = build(op)
     assert _codes(model) == []
-    assert ort_error(model) is None
+    error = ort_error(model)
+    if op in NO_CPU_KERNEL:
+        assert "Could not find an implementation" in error  # else: drop it from the set
+    else:
+        assert error is None
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.code}-{c.label}")
