@@ -294,3 +294,18 @@ def test_softmax_of_older_semantics_on_inner_axis_is_refused() -> None:
             attr.i = 1
     with pytest.raises(Refusal, match="Softmax-11 semantics"):
         _convert(model)
+
+
+def test_qgemm_alpha_converts_without_bias_and_is_refused_with_one() -> None:
+    model = build("QGemm", C=None)
+    model.graph.node[0].attribute.append(onnx.helper.make_attribute("alpha", 0.5))
+    converted, _ = _convert(model)
+    gemm = next(n for n in converted.graph.node if n.op_type == "Gemm")
+    assert onnx.helper.get_attribute_value(gemm.attribute[0]) == 0.5
+    for seed in range(3):
+        feeds = feeds_for(model, seed)
+        np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(model, feeds)[0])
+    with_bias = build("QGemm")
+    with_bias.graph.node[0].attribute.append(onnx.helper.make_attribute("alpha", 0.5))
+    with pytest.raises(Refusal, match="alpha other than 1"):
+        _convert(with_bias)

@@ -101,8 +101,8 @@ def _float_attributes(view: NodeView, float_op: str) -> tuple[dict[str, Any], li
         problems += [problem] if problem else []
     elif float_op == "ReduceMean":
         attrs["keepdims"] = int(_attr_value(view, "keepdims") or 0)
-    elif float_op == "Gemm" and float(_attr_value(view, "alpha") or 1.0) != 1.0:
-        problems.append("alpha other than 1 scales the int32 bias differently")
+    elif float_op == "Gemm" and float(_attr_value(view, "alpha")) != 1.0 and view.operand("C"):
+        problems.append("alpha other than 1 with an int32 bias C has no exact Gemm form")
     return attrs, problems
 
 
