@@ -24,6 +24,7 @@ from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
+from qlrewrite.suppress import apply_suppressions
 from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
@@ -69,8 +70,6 @@ def finish_report(
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
 ) -> Report:
     """``report`` of ``model`` with only the rules in ``codes``, then suppressions applied."""
-    from qlrewrite.suppress import apply_suppressions
-
     return apply_suppressions(filter_report(report, codes), model, per_node_ignores or {}, codes)
 
 

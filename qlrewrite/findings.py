@@ -9,9 +9,21 @@ github) turn a list of reports into output.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any, Literal
 
-__all__ = ["ERROR", "SAFE", "UNSAFE", "WARNING", "Finding", "FixKind", "Report", "Rule", "Severity"]
+__all__ = [
+    "ERROR",
+    "SAFE",
+    "UNSAFE",
+    "WARNING",
+    "Finding",
+    "FixKind",
+    "Report",
+    "Rule",
+    "Severity",
+    "fixable",
+]
 
 Severity = Literal["error", "warning"]
 ERROR: Severity = "error"
@@ -82,6 +94,13 @@ class Finding:
             "hint": self.hint,
             "fix": self.fix,
         }
+
+
+def fixable(findings: Iterable[Finding], *, unsafe: bool = False) -> list[Finding]:
+    """The findings ``check --fix`` (with ``unsafe``: ``--fix --unsafe-fixes``) repairs:
+    those whose ``fix`` their rule set to "safe" (or "unsafe")."""
+    allowed = (SAFE, UNSAFE) if unsafe else (SAFE,)
+    return [f for f in findings if f.fix in allowed]
 
 
 @dataclasses.dataclass

@@ -24,6 +24,7 @@ import onnx_ir as ir
 __all__ = [
     "BLOCKED",
     "FLOAT_TYPES",
+    "IMPLIED_VERSIONS",
     "MS_DOMAIN",
     "ONNX_DOMAINS",
     "ONNX_OPSETS",
@@ -55,6 +56,12 @@ __all__ = [
 DT = ir.DataType
 INT = ir.AttributeType.INT
 MS_DOMAIN = "com.microsoft"
+#: The version ONNX Runtime reads for a domain the model does not import: it gives every
+#: domain missing from the model's imports the newest version it knows (its
+#: core/graph/model.cc), and com.microsoft has one version. ONNX Runtime's own weight-only
+#: quantizer (GPTQ, k-quant, INC RTN) writes MatMulNBits without the import. A model-local
+#: function gets no such default: ORT refuses one whose nodes' domain it does not import.
+IMPLIED_VERSIONS: dict[str, int] = {MS_DOMAIN: 1}
 #: The two spellings of the ONNX domain.
 ONNX_DOMAINS = ("", "ai.onnx")
 

@@ -25,8 +25,9 @@ from qlrewrite import atomic, model_io, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
+from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
-from qlrewrite.qdq.graphs import normalize_domain, onnx_opset
+from qlrewrite.qdq.graphs import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.source import source_of
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
@@ -38,6 +39,7 @@ __all__ = [
     "resolve_output",
     "rewrite",
     "unrepaired",
+    "with_implied_imports",
 ]
 
 
@@ -210,6 +212,7 @@ def _rewrite_loaded(
     if external_data is None and tensors.uses_external_data(model):
         external_data = True  # decided on the input: a pass may replace every external tensor
     runtime_ops = runtime_only_ops(model)
+    passes = with_implied_imports(model, passes)
     model, results = run_passes(model, passes)
     if verifier is not None:
         verifier.expect_differences(results)
@@ -317,6 +320,18 @@ def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
         return report
     kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
     return dataclasses.replace(report, findings=kept)
+
+
+def with_implied_imports(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+) -> list[ir.passes.PassBase]:
+    """``passes``, after an :class:`~qlrewrite.passes.imports.ImpliedImportsPass` when the
+    model uses com.microsoft without importing it (QL103) and no pass repairs QL103 itself
+    (``check --fix``): the output imports what ONNX Runtime read."""
+    repairs = any("QL103" in getattr(p, "repairs_rules", ()) for p in passes)
+    if repairs or not implied_imports(model):
+        return list(passes)
+    return [ImpliedImportsPass(), *passes]
 
 
 def run_passes(

@@ -509,13 +509,19 @@ def _fix_text(rule: Rule) -> str:
     return f"Fix ({rule.fix}, {how}): {rule.fix_summary}"
 
 
+def _source_text(rule: Rule) -> str:
+    """Where the rule unit lives (check, fix, examples) and the test that runs it."""
+    return f"Source: {rule.source} (check, fix, examples; tests: pytest -k {rule.code})"
+
+
 def rule_text(rule: Rule) -> str:
-    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example, fix."""
+    """What ``qlrewrite rules CODE`` prints: name, severity, summary, why, example, fix,
+    and where the rule is declared."""
     return (
         f"{rule.code} {rule.name} ({rule.level}; {rule.versions})\n\n"
         f"{rule.summary}\n\n{rule.explanation}\n\nExample:\n"
         + "\n".join(f"  {line}" for line in rule.example.splitlines())
-        + f"\n\n{_fix_text(rule)}\n"
+        + f"\n\n{_fix_text(rule)}\n\n{_source_text(rule)}\n"
     )
 
 
@@ -540,6 +546,8 @@ def print_rule(rule: Rule, console: Console) -> None:
     console.print(Text("\n".join(f"  {line}" for line in rule.example.splitlines())))
     console.print()
     console.print(Text(_fix_text(rule)))
+    console.print()
+    console.print(Text(_source_text(rule)))
 
 
 def rules_lines(rules: Iterable[Rule]) -> list[str]:
@@ -603,6 +611,13 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "prints one entry. The fix column says what `qlrewrite check --fix` repairs: *safe*",
         "fixes keep ONNX Runtime's outputs bit-identical; *unsafe* ones need `--unsafe-fixes`.",
         "",
+        "Each rule is one unit, declared in the module its entry links (named after its",
+        "code: QL423 is in `ql42x_*.py`, QL406 in `ql4xx_*.py`): the catalogue text below,",
+        "the check, the fix (decided from the finding's fields) and a bad and a good example",
+        "model. `tests/test_rule_units.py` runs every unit's examples (`pytest -k QL406`:",
+        "one rule); `qlrewrite/passes/fix.py` applies the fixes; `qlrewrite/rules/registry.py`",
+        "says how to declare a rule.",
+        "",
         "| code | name | severity | fix | versions | summary |",
         "|---|---|---|---|---|---|",
     ]
@@ -631,6 +646,9 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             "```",
             "",
             _fix_text(r),
+            "",
+            f"Declared in [`{r.source}`](../{r.source}) (check, fix, examples); tested by "
+            f"`tests/test_rule_units.py` (`pytest -k {r.code}`).",
         ]
     return "\n".join(out) + "\n"
 

@@ -26,6 +26,7 @@ from qlrewrite.qdq import (
     WEIGHT_ONLY,
     NodeView,
     constant_tensor,
+    implied_imports,
     is_constant,
     iter_graphs,
     node_views,
@@ -227,6 +228,9 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
     return {
         "ir_version": model.ir_version,
         "opset_imports": {(d or "ai.onnx"): v for d, v in sorted(model.opset_imports.items())},
+        # domains the graph uses without importing them, read at the version ONNX Runtime
+        # implies (com.microsoft 1: QL103)
+        "implied_imports": implied_imports(model),
         "graphs": 1,
         "subgraphs": n_graphs - 1 - len(model.functions),
         "functions": len(model.functions),

@@ -25,6 +25,7 @@ import onnx_ir as ir
 from qlrewrite.errors import InputError
 from qlrewrite.findings import WARNING, Finding, Report
 from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
+from qlrewrite.rules.selection import parse_codes
 
 __all__ = ["IGNORE_KEY", "STALE_RULE", "apply_suppressions", "unused_key_finding"]
 
@@ -47,8 +48,6 @@ class _Entry:
 def _parse(codes: Iterable[str]) -> tuple[list[str], list[str]]:
     """Prefixes ("" for ALL) as :func:`~qlrewrite.rules.selection.parse_codes` reads them
     (spaces separate too), and the entries that match no rule code."""
-    from qlrewrite.rules.selection import parse_codes
-
     prefixes, unknown = [], []
     for entry in codes:
         for raw in _SPLIT.split(entry.strip()):

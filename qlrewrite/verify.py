@@ -28,6 +28,7 @@ from qlrewrite.errors import InputError, Refusal
 
 __all__ = [
     "EXACT_BOUND",
+    "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
     "Bound",
     "InputSpec",
@@ -41,6 +42,7 @@ __all__ = [
     "input_specs",
     "parse_input_shape",
     "require_onnxruntime",
+    "summation_order_bound",
     "verify_models",
 ]
 
@@ -151,6 +153,25 @@ def _looser(a: float | int | None, b: float | int | None) -> Any:
 
 #: Only bit-identical outputs pass.
 EXACT_BOUND = Bound()
+
+#: The unit roundoff of float32 (half its machine epsilon).
+FLOAT32_UNIT_ROUNDOFF = 2.0**-24
+
+
+def summation_order_bound(k: int, reason: str) -> Bound:
+    """The bound of a rewrite whose float32 dot products of length ``k`` (plus one term: a
+    bias) sum the same exactly-formed products in another order.
+
+    Any two orders of summing n terms in float32 (with or without fused multiply-add)
+    differ by at most ``2 gamma(n) sum |term|``, ``gamma(n) = n u / (1 - n u)``, ``u =
+    2^-24`` (Higham, Accuracy and Stability of Numerical Algorithms, section 3.1). The
+    limit stated is ``2 gamma(k + 1)`` times each output's largest magnitude: the bound
+    with ``sum |a w|`` read as the output's magnitude.
+    """
+    n = k + 1
+    gamma = n * FLOAT32_UNIT_ROUNDOFF / (1 - n * FLOAT32_UNIT_ROUNDOFF)
+    return Bound(f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
+                 relative=2 * gamma)  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)

@@ -175,13 +175,14 @@ def test_ql406_zero_point_of_shape_1_becomes_a_scalar(tmp_path: Path) -> None:
         "scale": [], "zp": []}  # fmt: skip
 
 
-def test_ql103_missing_com_microsoft_import_is_an_unsafe_fix(tmp_path: Path) -> None:
+def test_ql103_missing_com_microsoft_import_is_a_safe_fix(tmp_path: Path) -> None:
+    """ONNX Runtime runs a com.microsoft node without the import (as com.microsoft 1):
+    adding the import is proven exact (this changed in round 3: it was unsafe)."""
     proto = qdq_model(DQ, 13, domain="com.microsoft", x_type=DT.INT8, imports={"": 13})
     model = _save(proto, tmp_path / "m.onnx")
-    assert "QL103" in _rules(model)
-    assert _run(model, "--fix")[0] == 1 and not (tmp_path / "m.fix.onnx").exists()
-    code, out, err = _run(model, "--fix", "--unsafe-fixes")
-    assert code == 0, out + err
+    assert _rules(model) == ["QL103"]
+    code, out, err = _run(model, "--fix", "--verify")
+    assert code == 0 and "verify: exact" in err, out + err
     imports = {o.domain: o.version for o in onnx.load(tmp_path / "m.fix.onnx").opset_import}
     assert imports == {"": 13, "com.microsoft": 1}
 
@@ -250,7 +251,8 @@ def test_catalogue_and_fixes_agree() -> None:
     assert with_fix == set(FIXES)
     for code in with_fix:
         assert RULES[code].fix in ("safe", "unsafe") and len(RULES[code].fix_summary) > 40
-    assert {c for c in with_fix if RULES[c].fix == "safe"} == {"QL406", "QL411", "QL601"}
+    safe = {"QL103", "QL406", "QL411", "QL601"}  # QL103: safe since round 3
+    assert {c for c in with_fix if RULES[c].fix == "safe"} == safe
     sarif = json.loads(render.render_sarif([]))
     props = {r["id"]: r["properties"]["fix"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
     assert props["QL406"] == "safe" and props["QL201"] == "unsafe" and props["QL101"] == "none"

@@ -309,3 +309,14 @@ def test_qgemm_alpha_converts_without_bias_and_is_refused_with_one() -> None:
     with_bias.graph.node[0].attribute.append(onnx.helper.make_attribute("alpha", 0.5))
     with pytest.raises(Refusal, match="alpha other than 1"):
         _convert(with_bias)
+
+
+def test_shared_scale_with_per_channel_zero_points_converts() -> None:
+    """A scalar w_scale with one zero point per channel: valid for the spec and ORT; the
+    DequantizeLinear gets the scale once per channel."""
+    original = build("QLinearConv", w_scale=np.array(0.01, np.float32))
+    converted, _ = _convert(original)
+    assert check_model(ir.serde.deserialize_model(converted)).errors == []
+    for seed in range(3):
+        feeds = feeds_for(original, seed)
+        np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(original, feeds)[0])

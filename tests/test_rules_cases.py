@@ -65,7 +65,7 @@ CASES = [
     Case("QL101", "four-inputs", ALL, lambda v: _kw(v, extra_input=True), _kw),
     Case("QL102", "two-outputs", ALL, lambda v: _kw(v, n_outputs=2), _kw),
     Case("QL103", "ms-not-imported", ("ms",), lambda v: _kw(v, imports={"": 13}), _kw),
-    Case("QL103", "onnx-not-imported", (13, 21), lambda v: _kw(v, imports={MS: 1}), _kw),
+    Case("QL106", "onnx-not-imported", (13, 21), lambda v: _kw(v, imports={MS: 1}), _kw),
     Case("QL104", "opset-9", (10,), lambda v: _kw(9), _kw),
     Case("QL104", "ms-version-0", ("ms",), lambda v: _kw(v, imports={"": 13, MS: 0}), _kw),
     Case("QL201", "attribute-not-in-version", ALL, _unknown_attr, _known_attr),

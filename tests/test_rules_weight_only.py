@@ -78,10 +78,8 @@ _FP8 = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
 CASES = [
     # structure, shared with Q/DQ
     Case("QL102", "two-outputs", MM, {}, bad_post=_second_output),
-    Case("QL103", "no-com-microsoft-import", MM, {"ms_opset": None},
-         ort_lenient="ORT loads com.microsoft nodes without the import (onnx.checker does not)"),
-    Case("QL103", "no-com-microsoft-import", GBQ, {"ms_opset": None},
-         ort_lenient="ORT loads com.microsoft nodes without the import (onnx.checker does not)"),
+    Case("QL103", "no-com-microsoft-import", MM, {"ms_opset": None}),
+    Case("QL103", "no-com-microsoft-import", GBQ, {"ms_opset": None}),
     Case("QL104", "com-microsoft-0", MM, {"ms_opset": 0}),
     Case("QL105", "too-few-inputs", MM, {}, bad_post=_inputs(2)),
     Case("QL105", "too-many-inputs", MM, {"bias": True, "extra_inputs": 1}, {"bias": True}),
@@ -202,7 +200,7 @@ def _verdict_params() -> list[Any]:
 
 
 #: Warning rules whose bad model ORT still runs (a portability warning, not a failure).
-RUNS_DESPITE_WARNING = {"QL312", "QL601"}
+RUNS_DESPITE_WARNING = {"QL103", "QL312", "QL601"}
 
 
 @pytest.mark.parametrize(("case", "which"), _verdict_params())
@@ -230,7 +228,7 @@ def test_prepacking_hides_wrong_b_shape() -> None:
 # --------------------------------------------------------------------------- random nodes
 
 #: Codes whose error ORT does not enforce (see the cases' ort_lenient).
-ORT_LENIENT = {"QL103", "QL206"}
+ORT_LENIENT = {"QL206"}
 
 
 def _nudge(draw: st.DrawFn, shape: tuple[int, ...]) -> tuple[int, ...]:

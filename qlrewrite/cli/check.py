@@ -26,7 +26,7 @@ from qlrewrite.cli._common import (
 from qlrewrite.config import Settings, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.escape import escape
-from qlrewrite.findings import Report
+from qlrewrite.findings import Report, fixable
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -350,8 +350,6 @@ def _after_fixes(
 
 def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
     """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
-    from qlrewrite.passes.fix import fixable
-
     findings = [f for r in reports for f in r.findings]
     safe = len(fixable(findings))
     more = len(fixable(findings, unsafe=True)) - safe

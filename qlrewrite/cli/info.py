@@ -63,7 +63,11 @@ def info_command(model: Path, fmt: str) -> None:
     opsets = ", ".join(f"{d} {v}" for d, v in summary["opset_imports"].items())
     init = summary["initializers"]
     console.print(f"[bold]{escape(str(model))}[/bold]")
-    console.print(f"IR version {summary['ir_version']}; opsets: {opsets}")
+    implied = "".join(
+        f"; {d} not imported (ONNX Runtime reads it as {v})"
+        for d, v in summary["implied_imports"].items()
+    )
+    console.print(f"IR version {summary['ir_version']}; opsets: {opsets}{implied}")
     console.print(
         f"{summary['graphs']} graph, {summary['subgraphs']} subgraph(s), "
         f"{summary['functions']} function(s); "

@@ -2,11 +2,11 @@
 
 Each rule declares its repair beside its check (:class:`~qlrewrite.rules.registry.Fix`
 in the rule's module, e.g. QL406's in :mod:`qlrewrite.rules.ql4xx_shapes`); the registry
-marks each finding the fix can repair (``Finding.fix``: "safe" or "unsafe"), deciding from
-the finding's fields. This module sits above the rules: it chooses the findings
-(:func:`fixable`), and :class:`FixPass` finds them again by running each rule on each
-node, so it repairs exactly what the check reports; ``wanted`` narrows that to the
-findings reported (not suppressed).
+marks each finding the fix can repair (``Finding.fix``: "safe" or "unsafe"), deciding
+from the finding's fields. This module sits above the rules: :func:`fix_passes` takes
+the findings :func:`~qlrewrite.findings.fixable` allows, and :class:`FixPass` finds them
+again by running each rule on each node, so it repairs exactly what the check reports;
+``wanted`` narrows that to the findings reported (not suppressed).
 
 A rule whose fix is an upgrade (QL201 ``axis`` / QL402 below opset 13: the opset-12
 per-axis DequantizeLinear that ONNX Runtime's quantizer writes) gets an
@@ -15,19 +15,19 @@ per-axis DequantizeLinear that ONNX Runtime's quantizer writes) gets an
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
 
-from qlrewrite.findings import SAFE, UNSAFE, Finding, FixKind
+from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.results import FixResult, RepairsFindings
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
-from qlrewrite.rules import CHECKS, RULES
-from qlrewrite.rules.registry import ALL_KINDS, Fix, FixContext, RuleCheck
+from qlrewrite.rules import CHECKS
+from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
 
-__all__ = ["FIXES", "FixPass", "finding_fix", "fix_kind", "fix_passes", "fixable"]
+__all__ = ["FIXES", "FixPass", "fix_passes", "fixable"]
 
 #: code -> the rule's fix, for every rule that has one (read from the registry).
 FIXES: Mapping[str, Fix] = {code: c.fix for code, c in CHECKS.items() if c.fix is not None}
@@ -38,23 +38,6 @@ Key = tuple[str, str, str, str]  # rule, graph, node name, first output name
 def finding_key(finding: Finding) -> Key:
     """What identifies a finding's node across a re-check of the same model."""
     return (finding.rule, finding.graph, finding.node, finding.output)
-
-
-def fix_kind(code: str) -> FixKind | None:
-    """What the catalogue says of ``code``'s fix."""
-    rule = RULES.get(code)
-    return rule.fix if rule is not None else None
-
-
-def finding_fix(finding: Finding) -> FixKind | None:
-    """The fix ``check --fix`` has for this finding ("safe" / "unsafe"), or None."""
-    return finding.fix
-
-
-def fixable(findings: Iterable[Finding], *, unsafe: bool = False) -> list[Finding]:
-    """The findings ``--fix`` (with ``unsafe``: ``--fix --unsafe-fixes``) would repair."""
-    allowed = (SAFE, UNSAFE) if unsafe else (SAFE,)
-    return [f for f in findings if f.fix in allowed]
 
 
 Planned = tuple[QuantizedSite, NodeView, Finding]
@@ -104,7 +87,8 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
         planned: list[Planned] = []
         if not units:
             return planned
-        for site, views in node_views(model, kinds=ALL_KINDS):
+        kinds = tuple({id(k): k for unit in units for k in unit.kinds}.values())
+        for site, views in node_views(model, kinds=kinds):
             for unit in units:
                 if not any(k is site.kind for k in unit.kinds):
                     continue

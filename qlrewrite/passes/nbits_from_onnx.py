@@ -24,7 +24,7 @@ import onnx_ir as ir
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, min_block
+from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, ORDER_REASON, min_block
 from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
@@ -37,6 +37,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.verify import summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
 
@@ -177,10 +178,11 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self._views: dict[int, NodeView] = {}
         self._half = False
+        self._k_max = 0
 
     def call(self, model: ir.Model) -> NBitsResult:
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
-        self._half = False
+        self._half, self._k_max = False, 0
         self._views = {
             id(site.node): site_view(model, site)
             for site in iter_sites(model)
@@ -211,8 +213,10 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         if any(counts.values()):
             link_initializers(model)
         result = NBitsResult(model, any(counts.values()))
+        if counts["MatMulNBits"]:
+            result.verify_bound = summation_order_bound(self._k_max, ORDER_REASON)
         if self._half:
-            result.verify_bound = HALF_BOUND
+            result.verify_bound = result.verify_bound.join(HALF_BOUND)
         result.summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
@@ -257,6 +261,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         )
         self._swap(graph, [n for n in (match.dq, match.transpose, matmul) if n], last, node)
         self._half |= match.scale.dtype != _DT.FLOAT
+        self._k_max = max(self._k_max, layout.K)
         return "MatMulNBits"
 
     def _gather(self, graph: ir.Graph | ir.Function, gather: ir.Node) -> str | None:

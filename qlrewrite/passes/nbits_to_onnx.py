@@ -59,11 +59,12 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.verify import EXACT_BOUND, Bound
+from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = [
     "HALF_BOUND",
     "NBITS_OPS",
+    "ORDER_REASON",
     "NBitsToOnnxPass",
     "min_block",
 ]
@@ -79,6 +80,17 @@ HALF_BOUND = Bound(
     "first (the ONNX formula), so outputs differ in the last bits; quantized weights, scales "
     "and zero points are carried over bit for bit (float32: bit-identical outputs)",
     relative=2e-3,
+)
+
+#: Why a rewrite between MatMulNBits and DequantizeLinear -> MatMul may change ONNX
+#: Runtime's outputs in their last bits (its CPU kernels, weight prepacking off as
+#: --verify runs them; measured with ORT 1.31.1 and 1.32.0).
+ORDER_REASON = (
+    "MatMulNBits and DequantizeLinear -> MatMul multiply the same float32 weights (bit for "
+    "bit), but ONNX Runtime's CPU GEMM sums the products in another order when A has one "
+    "row (MLAS's M = 1 kernels), and MatMulNBits adds its bias before the last K panel "
+    "instead of after; bit-identical when every such node sees 2 or more rows of A and "
+    "has no bias"
 )
 
 _DT = ir.DataType
@@ -461,7 +473,11 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
             "initializers_removed": rewriter.removed,
             "opset_imports_dropped": int(dropped),
         }
-        bound = HALF_BOUND if half else EXACT_BOUND
+        ks = [
+            p.view.weight_attributes.get("K") or 0 for p in done if p.view.op_type == "MatMulNBits"
+        ]
+        bound = summation_order_bound(max(ks), ORDER_REASON) if ks else EXACT_BOUND
+        bound = bound.join(HALF_BOUND) if half else bound
         return NBitsResult(model, bool(done), summary, warnings, verify_bound=bound)
 
 
@@ -475,7 +491,7 @@ def _refusal(failed: list[_Plan], dequantize: bool) -> str:
         opset = max(v for v in lowest if v is not None)
         hint = (
             f"; the lowest ai.onnx opset that expresses them is {opset}: "
-            f"run `qlrewrite upgrade --opset {opset}`"
+            f"run `qlrewrite upgrade --opset {opset} --convert-weight-only`"
         )
     what = "dequantize" if dequantize else "convert"
     return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {'; '.join(parts)}"

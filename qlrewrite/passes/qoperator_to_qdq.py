@@ -37,6 +37,7 @@ from qlrewrite.qdq import (
     QOPERATOR,
     NodeView,
     TripleView,
+    ValueView,
     constant_tensor,
     drop_unused_domain,
     iter_graphs,
@@ -138,6 +139,10 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
             )
         elif t.dtype == _DT.FLOAT:
             problems.append(f"{t.label} is float (not quantized)")
+        elif _per_channel(scale) != _per_channel(t.zero_point) and t.zero_point is not None:
+            shared = t.zero_point if _per_channel(scale) else scale
+            if shared.array is None:
+                problems.append(f"{t.label}'s shared {shared.name!r} is not a constant")
     return problems
 
 
@@ -314,6 +319,11 @@ def _refusal(failed: list[_Plan]) -> str:
     return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {'; '.join(parts)}"
 
 
+def _per_channel(view: ValueView | None) -> bool:
+    """A 1-D scale or zero point of more than one value."""
+    return view is not None and view.shape not in ((), (1,))
+
+
 def _np_dtype(dtype: ir.DataType) -> np.dtype:
     return dtype.numpy()
 
@@ -368,10 +378,12 @@ class _Rewriter:
         """DequantizeLinear of ``t`` (``scale``: another scale, for a bias)."""
         data, own_scale, zero_point = t.values
         scale = scale or own_scale
-        per_channel = t.scale is not None and t.scale.shape not in ((), (1,))
+        per_channel = _per_channel(t.scale)
+        if not per_channel and _per_channel(t.zero_point):  # one scale, a zero point each
+            scale, per_channel = self._expanded(plan, t, t.scale, t.zero_point.size), True
+        elif per_channel and zero_point is not None and t.zero_point.size == 1:
+            zero_point = self._expanded(plan, t, t.zero_point, t.scale.size)
         attrs = {"axis": t.channel_axis} if per_channel and t.channel_axis is not None else {}
-        if per_channel and zero_point is not None and t.zero_point.size == 1:
-            zero_point = self._expanded_zero_point(plan, t)
         key = (id(plan.view.site.graph), id(data), id(scale), id(zero_point), str(attrs))
         if key not in self._dq:
             inputs = [data, scale] + ([zero_point] if zero_point is not None else [])
@@ -379,11 +391,11 @@ class _Rewriter:
             self._dq[key] = self._node(plan, "DequantizeLinear", inputs, attrs, base)
         return self._dq[key]
 
-    def _expanded_zero_point(self, plan: _Plan, t: TripleView) -> ir.Value:
-        """A per-channel copy of a zero point shared by every channel (Q/DQ need one each)."""
-        count = t.scale.shape[0]
-        array = np.full(count, t.zero_point.array.reshape(-1)[0], _np_dtype(t.zero_point.dtype))
-        return self.constant(plan, array, (t.values[2].name or "zp") + "_per_channel")
+    def _expanded(self, plan: _Plan, t: TripleView, view: ValueView, count: int) -> ir.Value:
+        """A per-channel copy of a scale or zero point shared by every channel: Q/DQ need
+        the scale and zero point of one shape."""
+        array = np.full(count, view.array.reshape(-1)[0], _np_dtype(view.dtype))
+        return self.constant(plan, array, (view.name or t.label) + "_per_channel")
 
     def _bias(self, plan: _Plan, name: str) -> ir.Value | None:
         """DequantizeLinear of QLinearConv's B / QGemm's C with scale input x weight scale."""

@@ -14,6 +14,7 @@ __all__ = [
     "ConvertResult",
     "FixResult",
     "FoldResult",
+    "ImportsResult",
     "NBitsResult",
     "QOperatorResult",
     "RepairsFindings",
@@ -53,6 +54,12 @@ class FoldResult(RewritePassResult):
 class ConvertResult(RewritePassResult):
     """:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`: ``nodes_converted``,
     ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
+
+
+@dataclasses.dataclass
+class ImportsResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
+    a warning naming them."""
 
 
 @dataclasses.dataclass

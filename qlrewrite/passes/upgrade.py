@@ -6,9 +6,11 @@
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
 3. com.microsoft Q/DQ become ai.onnx where the new opset expresses them
-   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict), and so do
-   MatMulNBits / GatherBlockQuantized (DequantizeLinear -> MatMul / Gather,
-   :class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`, not strict).
+   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict). The
+   weight-only MatMulNBits / GatherBlockQuantized stay (they are com.microsoft, whatever
+   the ai.onnx opset; ``weight_only_nodes_kept`` counts them) unless
+   ``convert_weight_only`` asks to rewrite them as DequantizeLinear -> MatMul / Gather
+   (:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`, not strict).
 4. The IR version is raised to what the opset and the element types need, and opset
    imports nothing uses any more are dropped.
 
@@ -36,6 +38,7 @@ from qlrewrite.passes.convert_domain import (
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (
+    WEIGHT_ONLY,
     drop_unused_domains,
     imported_version,
     iter_sites,
@@ -44,9 +47,13 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.source import set_source, source_of
+from qlrewrite.verify import EXACT_BOUND
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["UpgradePass", "upgrade"]
+
+#: What NBitsToOnnxPass reports, in the summary of an upgrade (0 when it does not run).
+_NBITS_KEYS = ("matmul_nbits_converted", "gather_block_quantized_converted", "nbits_nodes_left")
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -76,9 +83,10 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 
     repairs_rules = REPAIRS
 
-    def __init__(self, opset: int) -> None:
+    def __init__(self, opset: int, *, convert_weight_only: bool = False) -> None:
         super().__init__()
         self.opset = int(opset)
+        self.convert_weight_only = convert_weight_only
 
     def requires(self, model: ir.Model) -> None:
         current = onnx_opset(model)
@@ -107,7 +115,8 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
                 if scale is not None:
                     pinned += keep_float32_division(site.node, scale.dtype)
         converted = ConvertDomainPass("onnx", strict=False)(new)
-        nbits = NBitsToOnnxPass(strict=False)(new)
+        kept = 0 if self.convert_weight_only else sum(1 for _ in iter_sites(new, WEIGHT_ONLY))
+        nbits = NBitsToOnnxPass(strict=False)(new) if self.convert_weight_only else None
         dropped = drop_unused_domains(new)
         raise_ir_version(new)
         changes = converted.summary
@@ -117,14 +126,15 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
             "nodes_converted_to_onnx": changes["nodes_converted"],
             "com_microsoft_nodes_left": changes["nodes_left"],
             "precision_set": pinned + changes["precision_set"],
-            "matmul_nbits_converted": nbits.summary["matmul_nbits_converted"],
-            "gather_block_quantized_converted": nbits.summary["gather_block_quantized_converted"],
-            "nbits_nodes_left": nbits.summary["nbits_nodes_left"],
+            **{key: nbits.summary[key] if nbits else 0 for key in _NBITS_KEYS},
+            "weight_only_nodes_kept": kept,
             "opset_imports_dropped": int(dropped) + changes["opset_imports_dropped"],
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,
         }
-        return UpgradeResult(new, True, summary, [*converted.warnings, *nbits.warnings])
+        warnings = [*converted.warnings, *(nbits.warnings if nbits else ())]
+        bound = nbits.verify_bound if nbits else EXACT_BOUND
+        return UpgradeResult(new, True, summary, warnings, verify_bound=bound)
 
 
 def _large_weights(model: ir.Model) -> list[_Weight]:
@@ -263,12 +273,13 @@ def _refuse_attribute_references(
             )
 
 
-def upgrade(model: ir.Model, opset: int) -> ir.Model:
+def upgrade(model: ir.Model, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
     """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified).
 
     com.microsoft Q/DQ become ai.onnx where the opset expresses them; the IR version
-    follows. Raises InputError for a downgrade, Refusal when the conversion fails.
+    follows. MatMulNBits / GatherBlockQuantized stay unless ``convert_weight_only``.
+    Raises InputError for a downgrade, Refusal when the conversion fails.
     """
-    upgrade_pass = UpgradePass(opset)
+    upgrade_pass = UpgradePass(opset, convert_weight_only=convert_weight_only)
     upgrade_pass.requires(model)  # a downgrade raises InputError itself, not PreconditionError
     return upgrade_pass(model).model

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 
 import onnx_ir as ir
 
-from qlrewrite.opsets import MS_DOMAIN, ONNX_DOMAINS, normalize_domain
+from qlrewrite.opsets import IMPLIED_VERSIONS, MS_DOMAIN, ONNX_DOMAINS, normalize_domain
 
 __all__ = [
     "MAIN",
@@ -24,6 +24,7 @@ __all__ = [
     "GraphScope",
     "drop_unused_domain",
     "drop_unused_domains",
+    "implied_imports",
     "imported_version",
     "iter_graphs",
     "normalize_domain",
@@ -161,6 +162,18 @@ def _subgraphs(node: ir.Node, ref: GraphRef, imports: Mapping[str, int]) -> Iter
         elif attr.type == ir.AttributeType.GRAPHS:
             for index, sub in enumerate(attr.value):
                 yield from _walk(sub, ref.subgraph(owner, attr.name, index), imports)
+
+
+def implied_imports(model: ir.Model) -> dict[str, int]:
+    """The imports ONNX Runtime adds when it loads the model: domains that nodes of the main
+    graph (or its subgraphs) use, that the model does not import, and whose version it
+    implies (:data:`qlrewrite.opsets.IMPLIED_VERSIONS`: com.microsoft 1)."""
+    missing: dict[str, int] = {}
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        domain = node.domain
+        if domain in IMPLIED_VERSIONS and domain not in model.opset_imports:
+            missing[domain] = IMPLIED_VERSIONS[domain]
+    return missing
 
 
 def drop_unused_domain(model: ir.Model, domain: str) -> bool:

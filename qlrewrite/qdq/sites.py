@@ -106,6 +106,18 @@ class QuantizedSite:
         return self.scope.ref
 
     @property
+    def import_missing(self) -> bool:
+        """True when the graph does not import the node's domain (the node is then read at
+        the version ONNX Runtime implies, :data:`qlrewrite.opsets.IMPLIED_VERSIONS`)."""
+        return self.imported is None
+
+    @property
+    def opset(self) -> int | None:
+        """The version of the node's domain the node is read at: the imported one, else
+        the one ONNX Runtime implies (com.microsoft 1), else None."""
+        return _read_at(self.domain, self.imported)
+
+    @property
     def version(self) -> int | None:
         """The since_version of the op in force (None: none at the imported opset)."""
         return self.row.since if self.row is not None else None
@@ -117,6 +129,10 @@ class QuantizedSite:
         return inputs[index] if index is not None and index < len(inputs) else None
 
 
+def _read_at(domain: str, imported: int | None) -> int | None:
+    return imported if imported is not None else opsets.IMPLIED_VERSIONS.get(domain)
+
+
 def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterator[QuantizedSite]:
     """Every node of ``kinds`` in all graphs, subgraphs and functions, in graph order."""
     for scope in iter_graphs(model):
@@ -125,6 +141,6 @@ def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterato
             for kind in kinds:
                 if (domain, node.op_type) in kind.ops:
                     imported = scope.opset(domain)
-                    row = opsets.lookup(domain, node.op_type, imported)
+                    row = opsets.lookup(domain, node.op_type, _read_at(domain, imported))
                     yield QuantizedSite(node, scope, kind, domain, imported, row)
                     break

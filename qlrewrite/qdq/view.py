@@ -448,7 +448,10 @@ class NodeView:
     @property
     def version_label(self) -> str:
         """``ai.onnx opset 13 (DequantizeLinear-13)`` for messages."""
-        text = f"{self.domain_label} opset {self.imported}"
+        if self.site.import_missing and self.site.opset is not None:
+            text = f"{self.domain_label} (not imported; read as opset {self.site.opset})"
+        else:
+            text = f"{self.domain_label} opset {self.imported}"
         return f"{text} ({self.op_type}-{self.row.since})" if self.row else text
 
     def finding(

@@ -6,6 +6,22 @@ suppressions. A rule's module is named after its codes (``ql4xx_shapes.py``; a m
 specific ``ql42x_matmul_nbits.py`` holds QL420-QL429): there, :func:`rule` declares the
 unit (code, docs, check, fix, examples). :data:`RULES` is the catalogue that ``qlrewrite
 rules`` prints and :data:`CHECKS` holds the units the check and fix passes run.
+
+Adding a rule:
+
+1. Take the next free code of its family; it goes in the module named after it (a new
+   block of codes for a new operator gets a new ``qlNNx_<what>.py``, imported below).
+2. Write the check, ``(NodeView) -> Iterator[Finding]``, yielding
+   ``ctx.finding(code, severity, message, hint)`` (``attribute=`` names the attribute a
+   finding is about), and decorate it with :func:`rule`: name, severity, summary,
+   explanation (why it matters), example, versions, the node ``kinds`` it reads, and
+   ``examples=[Example(label, bad, good)]``: models built with
+   :mod:`qlrewrite.rules.example_models`.
+3. A repair, if ONNX Runtime's outputs stay known: ``fix=Fix(SAFE or UNSAFE, summary,
+   applies=..., node=... / model=... / upgrade_opset=...)`` beside the check;
+   ``applies`` reads the finding's fields, never its text.
+4. ``python -m qlrewrite.render docs/rules.md`` regenerates the catalogue page (a test
+   fails when it drifts); ``pytest tests/test_rule_units.py -k QLnnn`` runs the unit.
 """
 
 from __future__ import annotations
@@ -18,10 +34,13 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql5xx_values,
     ql6xx_hygiene,
     ql9xx_suppressions,
+    ql10x_qoperator_structure,
+    ql31x_qoperator_types,
     ql31x_weight_only_types,
     ql42x_matmul_nbits,
     ql43x_gather_block,
-    qoperator,
+    ql44x_qoperator_shapes,
+    ql51x_qoperator_values,
 )
 from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, RuleCheck, rule
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.findings import ERROR, UNSAFE, Finding
+from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Fix, FixContext, rule
+from qlrewrite.rules.example_models import DQ, MS, cut_inputs, edited, matmul_nbits_model, qdq_model
+from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -32,6 +33,13 @@ __all__: list[str] = []
     """,
     versions="all",
     needs_version=False,
+    examples=[
+        Example(
+            "one-input",
+            lambda: qdq_model(DQ, 21, drop_inputs=2),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def input_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
@@ -71,6 +79,13 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     versions="all",
     needs_version=False,
     kinds=ALL_KINDS,
+    examples=[
+        Example(
+            "two-outputs",
+            lambda: qdq_model(DQ, 21, n_outputs=2),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def output_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.outputs)
@@ -82,34 +97,82 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
 
 
 def _import_com_microsoft(fix: FixContext) -> str | None:
-    """QL103's fix: a com.microsoft node in a graph that does not import the domain gets
-    the import com.microsoft 1 (in its function, or in the model)."""
-    site = fix.site
-    graph = site.graph
-    imports = graph.opset_imports if isinstance(graph, ir.Function) else fix.model.opset_imports
-    if opsets.MS_DOMAIN in imports:
+    """QL103's and QL106's fix: a com.microsoft node in a graph that does not import the
+    domain gets the import com.microsoft 1: in the model (main graph and its subgraphs), or
+    in the function the node sits in (subgraphs of a function included)."""
+    root = fix.site.ref.root.function
+    owner = fix.model if root is None else _function(fix.model, root)
+    if owner is None or opsets.MS_DOMAIN in owner.opset_imports:
         return None  # already added for an earlier node
-    imports[opsets.MS_DOMAIN] = 1
-    where = "function" if isinstance(graph, ir.Function) else "model"
+    owner.opset_imports[opsets.MS_DOMAIN] = 1
+    where = "model" if root is None else "function"
     return f"{where} opset import added: com.microsoft 1"
+
+
+def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
+    return next((f for f in model.functions.values() if (f.domain, f.name) == ref), None)
 
 
 @rule(
     "QL103",
     "domain-not-imported",
-    ERROR,
-    summary="The node's domain is not in the model's (or function's) opset imports.",
+    WARNING,
+    summary="A com.microsoft node in a model that does not import com.microsoft.",
     explanation="""
-    Every operator is resolved through the opset the model imports for its domain. A
-    com.microsoft QuantizeLinear in a model that does not import com.microsoft (or an ONNX
-    node in a model without an ai.onnx import) has no defined meaning: ONNX's checker
-    rejects it, and tools that convert or optimize the model cannot know which version
-    applies, even if ONNX Runtime happens to load it (it does, for com.microsoft
-    MatMulNBits and GatherBlockQuantized too).
+    ONNX Runtime's own weight-only quantizer (MatMulNBitsQuantizer with GPTQ, k-quant or
+    INC RTN) writes MatMulNBits nodes without adding the com.microsoft opset import. ONNX
+    Runtime runs such models: it gives every domain the model does not import the newest
+    version it knows, and com.microsoft has only version 1, so the nodes are read as
+    com.microsoft 1 (qlrewrite reads them so too, and checks them as such). ONNX's checker
+    and tools that read the imports refuse or misread the model, so the import should be
+    there. Every rewrite adds it to its output. Where no runtime reads a defined version
+    (a function without the import, an ai.onnx node without an ai.onnx import) the finding
+    is QL106, an error.
     """,
     example="""
-    bad:  opset_import: [ai.onnx 13]      node: com.microsoft.DequantizeLinear(...)
-    good: opset_import: [ai.onnx 13, com.microsoft 1]
+    bad:  opset_import: [ai.onnx 17]      node: com.microsoft.MatMulNBits(...)
+    good: opset_import: [ai.onnx 17, com.microsoft 1]
+    """,
+    versions="com.microsoft, main graph and its subgraphs",
+    needs_version=False,
+    kinds=CHECKED_KINDS,
+    fix=Fix(
+        SAFE,
+        """
+        The model gets the opset import com.microsoft 1, the version ONNX Runtime already
+        reads the nodes as: its outputs stay bit-identical.
+        """,
+        node=_import_com_microsoft,
+    ),
+)
+def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
+    if ctx.imported is None and ctx.domain == opsets.MS_DOMAIN and not ctx.site.ref.in_function:
+        yield ctx.finding(
+            "QL103",
+            WARNING,
+            f"the domain {ctx.domain_label} is not imported by the model; ONNX Runtime reads "
+            f"the node as {ctx.domain_label} 1, onnx.checker refuses the model",
+            f"add the opset import {ctx.domain_label} 1 (`qlrewrite check --fix`)",
+        )
+
+
+@rule(
+    "QL106",
+    "domain-import-required",
+    ERROR,
+    summary="A node whose domain its graph does not import, where runtimes refuse it.",
+    explanation="""
+    Every operator is resolved through the opset its graph imports for its domain. A
+    model-local function has its own imports: ONNX Runtime refuses a function with a
+    com.microsoft node that does not import com.microsoft ("No opset registered for domain
+    com.microsoft in function f"), whatever the model imports. An ai.onnx node in a model
+    without an ai.onnx import has no defined version: ONNX's checker refuses it, and ONNX
+    Runtime reads it as the newest opset it knows, which changes with each release.
+    (A com.microsoft node of the main graph without the import is QL103, a warning.)
+    """,
+    example="""
+    bad:  function f: opset_import: [ai.onnx 21]      node: com.microsoft.MatMulNBits(...)
+    good: function f: opset_import: [ai.onnx 21, com.microsoft 1]
     """,
     versions="all",
     needs_version=False,
@@ -117,22 +180,31 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
     fix=Fix(
         UNSAFE,
         """
-        A com.microsoft node gets the import com.microsoft 1 (the only version). Unsafe: ONNX
-        Runtime does not load the model without it, so nothing proves its outputs unchanged.
-        A missing ai.onnx import is not fixed (which version was meant cannot be known).
+        A com.microsoft node in a function gets the import com.microsoft 1 in that function
+        (the only version). Unsafe: ONNX Runtime does not load the model without it, so
+        nothing proves its outputs unchanged. A missing ai.onnx import is not fixed (which
+        version was meant cannot be known).
         """,
         applies=lambda finding: finding.domain == opsets.MS_DOMAIN,
         node=_import_com_microsoft,
     ),
+    examples=[
+        Example(
+            "ms-not-imported",
+            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
+            lambda: qdq_model(DQ, 13, domain=MS),
+        ),
+    ],
 )
-def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
-    if ctx.imported is None:
+def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
+    if ctx.imported is None and (ctx.domain != opsets.MS_DOMAIN or ctx.site.ref.in_function):
+        where = "the function" if ctx.site.ref.in_function else "the model"
         yield ctx.finding(
-            "QL103",
+            "QL106",
             ERROR,
-            f"the domain {ctx.domain_label} is not imported by the model",
+            f"the domain {ctx.domain_label} is not imported by {where}",
             f"add an opset import for {ctx.domain_label}"
-            + (" version 1" if ctx.domain else " (e.g. version 13)"),
+            + (f" version 1 to {where}" if ctx.domain else " (e.g. version 13)"),
         )
 
 
@@ -154,6 +226,13 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
     kinds=CHECKED_KINDS,
+    examples=[
+        Example(
+            "opset-9",
+            lambda: qdq_model(DQ, 9),
+            lambda: qdq_model(DQ, 10),
+        ),
+    ],
 )
 def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None or ctx.row is not None:
@@ -187,6 +266,13 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "too-few-inputs",
+            lambda: edited(matmul_nbits_model(), cut_inputs(2)),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
     low, high = ctx.row.input_range

@@ -14,7 +14,8 @@ from qlrewrite.rules.common import (
     WEIGHT_ONLY_VERSIONS,
     weight_storage,
 )
-from qlrewrite.rules.registry import ALL_KINDS, Fix, rule
+from qlrewrite.rules.example_models import DQ, DT, matmul_nbits_model, qdq_model
+from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, rule
 
 __all__: list[str] = []
 
@@ -70,6 +71,13 @@ def _upgrade_brings_it(finding: Finding) -> bool:
         applies=_upgrade_brings_it,
         upgrade_opset=PER_AXIS_OPSET,
     ),
+    examples=[
+        Example(
+            "axis-at-opset-12",
+            lambda: qdq_model(DQ, 12, x_type=DT.INT8, attrs={"axis": 0}),
+            lambda: qdq_model(DQ, 13, x_type=DT.INT8, attrs={"axis": 0}),
+        ),
+    ],
 )
 def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
@@ -115,6 +123,13 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="ai.onnx 13+, com.microsoft 1",
     kinds=ALL_KINDS,
+    examples=[
+        Example(
+            "float-axis",
+            lambda: qdq_model(DQ, 21, attrs={"axis": 1.0}),
+            lambda: qdq_model(DQ, 21, attrs={"axis": 1}),
+        ),
+    ],
 )
 def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():
@@ -144,6 +159,13 @@ def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft MatMulNBits 1",
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "no-block-size",
+            lambda: matmul_nbits_model(drop_attrs=["block_size"]),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def required_attribute(ctx: NodeView) -> Iterator[Finding]:
     missing = sorted(set(ctx.row.required) - set(ctx.attributes))
@@ -175,6 +197,13 @@ def required_attribute(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "bits-3",
+            lambda: matmul_nbits_model(bits=3, b_shape=(8, 2, 6)),
+            lambda: matmul_nbits_model(bits=2),
+        ),
+    ],
 )
 def weight_bits(ctx: NodeView) -> Iterator[Finding]:
     storage = weight_storage(ctx)
@@ -212,6 +241,13 @@ def weight_bits(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "block-24",
+            lambda: matmul_nbits_model(block_size=24),
+            lambda: matmul_nbits_model(block_size=32),
+        ),
+    ],
 )
 def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
     block = ctx.weight_attributes["block_size"]
@@ -252,6 +288,13 @@ def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft MatMulNBits 1",
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "accuracy-7",
+            lambda: matmul_nbits_model(attrs={"accuracy_level": 7}),
+            lambda: matmul_nbits_model(attrs={"accuracy_level": 4}),
+        ),
+    ],
 )
 def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
     levels = ctx.row.accuracy_levels
@@ -280,6 +323,13 @@ def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft MatMulNBits 1",
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "n-negative",
+            lambda: matmul_nbits_model(n=-8, b_shape=(8, 2, 8), scale_shape=(8, 2)),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def weight_dimension_negative(ctx: NodeView) -> Iterator[Finding]:
     values = ctx.weight_attributes

@@ -11,9 +11,12 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS, type_names, weight_storage
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import DT, gather_block_quantized_model, matmul_nbits_model
+from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
+
+_FP8 = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
 
 
 @rule(
@@ -34,6 +37,13 @@ __all__: list[str] = []
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "b-int8",
+            lambda: matmul_nbits_model(b_type=DT.INT8),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
@@ -69,6 +79,13 @@ def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "scales-float16",
+            lambda: matmul_nbits_model(scale_type=DT.FLOAT16),
+            lambda: matmul_nbits_model(scale_type=DT.FLOAT16, a_type=DT.FLOAT16),
+        ),
+    ],
 )
 def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     row = ctx.row
@@ -106,6 +123,13 @@ def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft MatMulNBits 1",
     kinds=(MATMUL_NBITS,),
+    examples=[
+        Example(
+            "zero-point-float16",
+            lambda: matmul_nbits_model(zp="float", zp_type=DT.FLOAT16),
+            lambda: matmul_nbits_model(zp="float"),
+        ),
+    ],
 )
 def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
     zp, a = ctx.operand("zero_points"), ctx.operand("A")
@@ -136,6 +160,13 @@ def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft GatherBlockQuantized 1",
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "float8-zero-point",
+            lambda: gather_block_quantized_model(**_FP8, zp=True),
+            lambda: gather_block_quantized_model(**_FP8),
+        ),
+    ],
 )
 def zero_point_not_allowed(ctx: NodeView) -> Iterator[Finding]:
     storage = weight_storage(ctx)

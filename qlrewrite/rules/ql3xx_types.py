@@ -9,7 +9,8 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import NodeView, ValueView
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import DQ, DT, Q, qdq_model
+from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
@@ -67,6 +68,13 @@ def _role_type(ctx: NodeView, code: str, role: str, view: ValueView | None, what
     good: opset 21: DequantizeLinear(x: int4, scale, zp)   # qlrewrite upgrade --opset 21
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "dq-x-float16",
+            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT16, zp_type=None, out_type=None),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def x_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL301", "x_types", ctx.x, "x")
@@ -88,6 +96,13 @@ def x_type(ctx: NodeView) -> Iterator[Finding]:
     good: opset 19: DequantizeLinear(x: uint8, scale: float16, zp)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "scale-double",
+            lambda: qdq_model(DQ, 21, scale_type=DT.DOUBLE, out_type=None),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def scale_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL302", "scale_types", ctx.scale, "scale")
@@ -108,6 +123,13 @@ def scale_type(ctx: NodeView) -> Iterator[Finding]:
     good: opset 21: QuantizeLinear(x, scale, zp: int4)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "q-zero-point-int32",
+            lambda: qdq_model(Q, 21, zp_type=DT.INT32),
+            lambda: qdq_model(Q, 21),
+        ),
+    ],
 )
 def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
     yield from _role_type(ctx, "QL303", "zero_point_types", ctx.zero_point, "zero point")
@@ -128,6 +150,13 @@ def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(x: int8, scale, zp: int8)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "dq-zero-point-other-type",
+            lambda: qdq_model(DQ, 21, x_type=DT.INT8, zp_type=DT.UINT8),
+            lambda: qdq_model(DQ, 21, x_type=DT.INT8),
+        ),
+    ],
 )
 def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, zp = ctx.x, ctx.zero_point
@@ -158,6 +187,13 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     good: opset 21: QuantizeLinear(x: float16, scale: float16, zp)  # or opset 23
     """,
     versions="ai.onnx QuantizeLinear 19-22, com.microsoft QuantizeLinear 1",
+    examples=[
+        Example(
+            "q-scale-not-x-type",
+            lambda: qdq_model(Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT),
+            lambda: qdq_model(Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT16),
+        ),
+    ],
 )
 def scale_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, scale = ctx.x, ctx.scale
@@ -199,6 +235,13 @@ def _dtype_name(value: int) -> str:
     good: QuantizeLinear(x, scale, zp: int8, output_dtype=INT8)  # or drop output_dtype
     """,
     versions="ai.onnx QuantizeLinear 21+, DequantizeLinear 23+",
+    examples=[
+        Example(
+            "q-output-dtype-vs-zero-point",
+            lambda: qdq_model(Q, 21, attrs={"output_dtype": int(DT.INT8)}),
+            lambda: qdq_model(Q, 21, attrs={"output_dtype": int(DT.UINT8)}),
+        ),
+    ],
 )
 def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     if "output_dtype" not in ctx.row.attributes:
@@ -246,6 +289,14 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(x: float4e2m1, scale: float8e8m0, block_size=32, output_dtype=FLOAT)
     """,
     versions="ai.onnx DequantizeLinear 24+",
+    examples=[
+        Example(
+            "e8m0-without-output-dtype",
+            lambda: qdq_model(DQ, 24, scale_type=DT.FLOAT8E8M0, out_type=None),
+            lambda: qdq_model(DQ, 24, scale_type=DT.FLOAT8E8M0, attrs={"output_dtype": 1}),
+            ort=False,
+        ),
+    ],
 )
 def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale
@@ -277,6 +328,13 @@ def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
     good: opset 19: y: float16 = DequantizeLinear(x: int8, scale: float16)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "dq-output-declared-int8",
+            lambda: qdq_model(DQ, 21, out_type=DT.INT8),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     out = ctx.output
@@ -308,6 +366,13 @@ def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     good: QuantizeLinear(x, scale, zp, precision=1)   # FLOAT
     """,
     versions="ai.onnx QuantizeLinear 23+",
+    examples=[
+        Example(
+            "precision-int8",
+            lambda: qdq_model(Q, 23, attrs={"precision": 3}),
+            lambda: qdq_model(Q, 23, attrs={"precision": 1}),
+        ),
+    ],
 )
 def precision_not_float(ctx: NodeView) -> Iterator[Finding]:
     if "precision" not in ctx.row.attributes:

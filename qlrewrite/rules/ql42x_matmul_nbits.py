@@ -8,7 +8,8 @@ from collections.abc import Iterator, Sequence
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import matmul_nbits_model
+from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
@@ -61,6 +62,13 @@ def _shape_finding(
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "a-last-dim",
+            lambda: matmul_nbits_model(a_shape=[2, 16]),
+            lambda: matmul_nbits_model(a_shape=[2, 3, 32]),
+        ),
+    ],
 )
 def a_shape(ctx: NodeView) -> Iterator[Finding]:
     values = ctx.weight_attributes
@@ -96,6 +104,13 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "b-rows",
+            lambda: matmul_nbits_model(b_shape=(7, 2, 8)),
+            matmul_nbits_model,
+        ),
+    ],
 )
 def b_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
@@ -119,6 +134,13 @@ def b_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "scales-blocks",
+            lambda: matmul_nbits_model(scale_shape=(8, 3)),
+            lambda: matmul_nbits_model(scale_shape=(16,)),
+        ),
+    ],
 )
 def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
@@ -144,6 +166,13 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "zero-point-packed-1d",
+            lambda: matmul_nbits_model(zp="packed1d", zp_shape=(16,)),
+            lambda: matmul_nbits_model(zp="packed1d"),
+        ),
+    ],
 )
 def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
@@ -171,6 +200,13 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "g-idx-short",
+            lambda: matmul_nbits_model(g_idx=True, g_idx_shape=(31,)),
+            lambda: matmul_nbits_model(g_idx=True),
+        ),
+    ],
 )
 def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
@@ -193,6 +229,13 @@ def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "bias-2d",
+            lambda: matmul_nbits_model(bias=True, bias_shape=(1, 8)),
+            lambda: matmul_nbits_model(bias=True),
+        ),
+    ],
 )
 def bias_shape(ctx: NodeView) -> Iterator[Finding]:
     n = ctx.weight_attributes.get("N")

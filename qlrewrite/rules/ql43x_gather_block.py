@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, NodeView
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import gather_block_quantized_model
+from qlrewrite.rules.registry import Example, rule
 from qlrewrite.weight_only import GatherBlockForm
 
 __all__: list[str] = []
@@ -50,6 +51,13 @@ def _dims(shape: tuple[int | None, ...]) -> str:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "data-1d",
+            lambda: gather_block_quantized_model(data_shape=(16,), gather_axis=0, quantize_axis=0),
+            gather_block_quantized_model,
+        ),
+    ],
 )
 def data_rank(ctx: NodeView) -> Iterator[Finding]:
     data = ctx.operand("data")
@@ -83,6 +91,13 @@ def data_rank(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "gather-axis-out-of-range",
+            lambda: gather_block_quantized_model(gather_axis=2),
+            lambda: gather_block_quantized_model(gather_axis=-2),
+        ),
+    ],
 )
 def axis(ctx: NodeView) -> Iterator[Finding]:
     data = ctx.operand("data")
@@ -142,6 +157,13 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "scales-blocks",
+            lambda: gather_block_quantized_model(scale_shape=(8, 3)),
+            lambda: gather_block_quantized_model(zp=True),
+        ),
+    ],
 )
 def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)
@@ -195,6 +217,13 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions=_VERSIONS,
     kinds=_KINDS,
+    examples=[
+        Example(
+            "uint8-zero-point-unpacked",
+            lambda: gather_block_quantized_model(zp=True, zp_shape=(8, 2)),
+            lambda: gather_block_quantized_model(bits=2, data_shape=(8, 8), zp=True),
+        ),
+    ],
 )
 def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     form = _form(ctx)

@@ -11,7 +11,8 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import Dims, NodeView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
-from qlrewrite.rules.registry import Fix, FixContext, rule
+from qlrewrite.rules.example_models import DQ, MS, qdq_model
+from qlrewrite.rules.registry import Example, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -62,6 +63,13 @@ def _axis_in_range(ctx: NodeView) -> int | None:
     good: DequantizeLinear(x: [64], scale: [64], zp: [64], axis=0)
     """,
     versions="ai.onnx 13+, com.microsoft 1",
+    examples=[
+        Example(
+            "default-axis-on-1d",
+            lambda: qdq_model(DQ, 21, x_shape=(4,), scale_shape=(4,)),
+            lambda: qdq_model(DQ, 21, x_shape=(4,), scale_shape=(4,), attrs={"axis": 0}),
+        ),
+    ],
 )
 def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     x = ctx.x
@@ -103,6 +111,13 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
         applies=lambda f: f.domain == "" and f.opset is not None and f.opset < PER_AXIS_OPSET,
         upgrade_opset=PER_AXIS_OPSET,
     ),
+    examples=[
+        Example(
+            "opset12-per-axis",
+            lambda: qdq_model(DQ, 12, x_shape=(3, 4), scale_shape=(4,)),
+            lambda: qdq_model(DQ, 12, x_shape=(3, 4), scale_shape=(1,)),
+        ),
+    ],
 )
 def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
     if not ctx.row.scalar_only:
@@ -133,6 +148,13 @@ def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 3], scale: [64], zp: [64], axis=0)
     """,
     versions="ai.onnx 13+, com.microsoft 1",
+    examples=[
+        Example(
+            "scale-length",
+            lambda: qdq_model(DQ, 21, scale_shape=(5,), attrs={"axis": 0}),
+            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+        ),
+    ],
 )
 def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
@@ -171,6 +193,13 @@ def _known(shape: Dims | None) -> bool:
     good: DequantizeLinear(w, scale: [64], zp: [64], axis=0)
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
+    examples=[
+        Example(
+            "zero-point-shape",
+            lambda: qdq_model(DQ, 21, scale_shape=(4,), zp_shape=(2,), attrs={"axis": 0}),
+            lambda: qdq_model(DQ, 21, scale_shape=(4,), zp_shape=(4,), attrs={"axis": 0}),
+        ),
+    ],
 )
 def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
@@ -203,6 +232,13 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
+    examples=[
+        Example(
+            "rank-2-scale",
+            lambda: qdq_model(DQ, 21, scale_shape=(4, 3), attrs={"axis": 0}),
+            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+        ),
+    ],
 )
 def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale
@@ -325,6 +361,13 @@ def _unique_name(graph: ir.Graph, base: str) -> str:
         node=_scalar_scale_or_zero_point,
     ),
     opt_in=True,
+    examples=[
+        Example(
+            "scale-1-zero-point-scalar",
+            lambda: qdq_model(DQ, 21, scale_shape=(1,), zp_shape=()),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
@@ -353,6 +396,13 @@ def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w, scale, zp, axis=1, block_size=32)
     """,
     versions="ai.onnx 21+",
+    examples=[
+        Example(
+            "negative-block-size",
+            lambda: qdq_model(DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": -2}),
+            lambda: qdq_model(DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": 2}),
+        ),
+    ],
 )
 def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
     if not ctx.row.has_block_size:
@@ -380,6 +430,17 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 21+",
+    examples=[
+        Example(
+            "blocked-rank",
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(6,), attrs={"axis": 1, "block_size": 2}
+            ),
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
+            ),
+        ),
+    ],
 )
 def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
@@ -409,6 +470,17 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 21+",
+    examples=[
+        Example(
+            "blocked-dims",
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(2, 3), attrs={"axis": 1, "block_size": 2}
+            ),
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
+            ),
+        ),
+    ],
 )
 def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
@@ -448,6 +520,17 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 21+",
+    examples=[
+        Example(
+            "block-too-small",
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 1}
+            ),
+            lambda: qdq_model(
+                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
+            ),
+        ),
+    ],
 )
 def block_size_range(ctx: NodeView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
@@ -511,6 +594,13 @@ def _explicit_axis(fix: FixContext) -> str | None:
         """,
         node=_explicit_axis,
     ),
+    examples=[
+        Example(
+            "ms-1d-without-axis",
+            lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,)),
+            lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,), attrs={"axis": 1}),
+        ),
+    ],
 )
 def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
     scale = ctx.scale

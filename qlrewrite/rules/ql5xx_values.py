@@ -11,7 +11,8 @@ import onnx_ir as ir
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, NodeView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import DQ, DT, matmul_nbits_model, qdq_model
+from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
@@ -44,6 +45,13 @@ def _sample(values: np.ndarray, limit: int = 4) -> str:
     good: DequantizeLinear(w, scale=[0.02, 0.01, 0.01], zp, axis=0)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "scale-zero",
+            lambda: qdq_model(DQ, 21, scale=0.0),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def scale_value(ctx: NodeView) -> Iterator[Finding]:
     values = _scale_values(ctx)
@@ -78,6 +86,13 @@ def scale_value(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="ai.onnx 10+, com.microsoft 1",
     opt_in=True,
+    examples=[
+        Example(
+            "scale-negative",
+            lambda: qdq_model(DQ, 21, scale=-1.0, scale_as="constant"),
+            lambda: qdq_model(DQ, 21, scale_as="constant"),
+        ),
+    ],
 )
 def scale_negative(ctx: NodeView) -> Iterator[Finding]:
     values = _scale_values(ctx)
@@ -118,6 +133,13 @@ def _scale_values(ctx: NodeView) -> np.ndarray | None:
     good: DequantizeLinear(b: int32, scale)       # or zp = 0
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    examples=[
+        Example(
+            "int32-zero-point",
+            lambda: qdq_model(DQ, 21, x_type=DT.INT32, zp=5),
+            lambda: qdq_model(DQ, 21, x_type=DT.INT32),
+        ),
+    ],
 )
 def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.zero_point
@@ -149,6 +171,14 @@ def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(x: float8e4m3fn, scale)
     """,
     versions="ai.onnx 19+",
+    examples=[
+        Example(
+            "float8-zero-point",
+            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN, zp=1.0),
+            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN),
+            ort=False,  # ONNX Runtime's Python API cannot feed this input type
+        ),
+    ],
 )
 def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.zero_point
@@ -181,6 +211,13 @@ def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="com.microsoft MatMulNBits 1",
     kinds=(MATMUL_NBITS,),
+    examples=[
+        Example(
+            "g-idx-out-of-range",
+            lambda: matmul_nbits_model(g_idx=True, g_idx_values=[0] * 31 + [2]),
+            lambda: matmul_nbits_model(g_idx=True),
+        ),
+    ],
 )
 def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)

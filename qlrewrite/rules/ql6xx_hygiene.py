@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -12,9 +14,26 @@ from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.ir_version import needed_ir_version
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.registry import ALL_KINDS, Fix, ModelContext, rule
+from qlrewrite.rules.example_models import (
+    DQ,
+    DT,
+    data_length,
+    edited,
+    external_data,
+    matmul_nbits_model,
+    qdq_model,
+)
+from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, ModelContext, rule
 
 __all__: list[str] = []
+
+#: The external data file of the examples: the scalar scale 0.5 as float32.
+_SCALE_FILE = {"model.data": np.float32(0.5).tobytes()}
+
+
+def _scale_in(location: str, offset: int = 0) -> onnx.ModelProto:
+    """The examples' model with its scale in the external file ``location``."""
+    return edited(qdq_model(DQ, 21), external_data("scale", location, offset=offset))
 
 
 def _raise_ir_version(model: ir.Model) -> str | None:
@@ -53,6 +72,14 @@ def _raise_ir_version(model: ir.Model) -> str | None:
         """,
         model=_raise_ir_version,
     ),
+    examples=[
+        Example(
+            "int4-ir-9",
+            lambda: qdq_model(DQ, 21, x_type=DT.INT4, ir_version=9),
+            lambda: qdq_model(DQ, 21, x_type=DT.INT4),
+            ort=False,  # ONNX Runtime's Python API cannot feed this input type
+        ),
+    ],
 )
 def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}
@@ -97,6 +124,14 @@ def _data_rule(ctx: ModelContext, code: str, kinds: tuple[str, ...], hint: str):
     """,
     versions="all",
     scope="model",
+    examples=[
+        Example(
+            "file-missing",
+            lambda: _scale_in("missing.data"),
+            lambda: _scale_in("model.data"),
+            files=_SCALE_FILE,
+        ),
+    ],
 )
 def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
@@ -119,6 +154,14 @@ def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
     """,
     versions="all",
     scope="model",
+    examples=[
+        Example(
+            "leaves-folder",
+            lambda: _scale_in("../model.data"),
+            lambda: _scale_in("model.data"),
+            files=_SCALE_FILE,
+        ),
+    ],
 )
 def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
@@ -144,6 +187,14 @@ def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
     """,
     versions="all",
     scope="model",
+    examples=[
+        Example(
+            "past-the-end",
+            lambda: _scale_in("model.data", offset=4096),
+            lambda: _scale_in("model.data"),
+            files=_SCALE_FILE,
+        ),
+    ],
 )
 def external_data_out_of_range(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
@@ -170,6 +221,15 @@ def external_data_out_of_range(ctx: ModelContext) -> Iterator[Finding]:
     """,
     versions="all",
     scope="model",
+    examples=[
+        Example(
+            "short-raw-data",
+            lambda: edited(
+                qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}), data_length("scale", 12)
+            ),
+            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+        ),
+    ],
 )
 def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
@@ -200,6 +260,13 @@ def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
     """,
     versions=WEIGHT_ONLY_VERSIONS,
     kinds=WEIGHT_ONLY,
+    examples=[
+        Example(
+            "block-512",
+            lambda: matmul_nbits_model(k=512, block_size=512, a_shape=[2, 512]),
+            lambda: matmul_nbits_model(k=512, block_size=256, a_shape=[2, 512]),
+        ),
+    ],
 )
 def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
     for reason in _cpu_limits(ctx):

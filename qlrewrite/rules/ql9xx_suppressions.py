@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import WARNING, Finding
-from qlrewrite.rules.registry import rule
+from qlrewrite.rules.example_models import DQ, edited, ignore_metadata, qdq_model
+from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
@@ -29,6 +30,13 @@ __all__: list[str] = []
     versions="all",
     scope="report",
     needs_version=False,
+    examples=[
+        Example(
+            "ignore-matches-nothing",
+            lambda: edited(qdq_model(DQ, 21), ignore_metadata("QL401")),
+            lambda: qdq_model(DQ, 21),
+        ),
+    ],
 )
 def unused_suppression(ctx: object) -> Iterator[Finding]:
     """Made by :func:`qlrewrite.suppress.apply_suppressions`, not during the check."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import textwrap
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import onnx
@@ -91,16 +91,18 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-    """A rule's test models, built in code: ``bad`` gives the rule's code, ``good`` does
-    not (and no error). ``label`` names the case; ``ort``: the good model (and the fixed
-    bad one) must load and run in ONNX Runtime; ``checker``: they must pass
-    ``onnx.checker`` (full check)."""
+    """A rule's test models, built in code (:mod:`qlrewrite.rules.example_models`): ``bad``
+    gives exactly the rule's code, ``good`` does not (and no error). ``label`` names the
+    case; ``ort``: the good model (and the fixed bad one) must load and run in ONNX
+    Runtime; ``checker``: they must pass ``onnx.checker`` (full check); ``files``: written
+    beside the model (external data)."""
 
     label: str
     bad: Callable[[], onnx.ModelProto]
     good: Callable[[], onnx.ModelProto]
     ort: bool = True
     checker: bool = True
+    files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

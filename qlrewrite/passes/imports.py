@@ -1,0 +1,37 @@
+"""Add the opset imports ONNX Runtime implies to a model that leaves them out.
+
+ONNX Runtime's weight-only quantizer (GPTQ, k-quant, INC RTN) writes com.microsoft
+``MatMulNBits`` without a com.microsoft import; ONNX Runtime runs such a model, reading
+the nodes as com.microsoft 1 (check reports QL103, a warning). ONNX's checker refuses it,
+so every rewrite runs this pass first: its output imports the version ONNX Runtime read,
+and ONNX Runtime computes the same outputs.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from qlrewrite.passes.results import ImportsResult
+from qlrewrite.qdq.graphs import implied_imports
+
+__all__ = ["ImpliedImportsPass"]
+
+
+class ImpliedImportsPass(ir.passes.InPlacePass):
+    """Import the domains ONNX Runtime implies (com.microsoft 1) where the model's graph
+    uses them without importing them."""
+
+    def call(self, model: ir.Model) -> ImportsResult:
+        missing = implied_imports(model)
+        for domain, version in missing.items():
+            model.opset_imports[domain] = version
+        result = ImportsResult(model, bool(missing))
+        if missing:
+            names = ", ".join(f"{d} {v}" for d, v in missing.items())
+            result.summary["opset_imports_added"] = len(missing)
+            result.warnings.append(
+                f"the input uses {', '.join(missing)} without importing it (as ONNX Runtime's "
+                f"weight-only quantizer writes it; QL103); the output imports {names}, the "
+                "version ONNX Runtime reads it as"
+            )
+        return result

@@ -1,0 +1,465 @@
+"""The models the rules' examples are built from: one quantized node, written with
+onnx.helper so that invalid nodes can be written as they appear in the wild (onnx_ir
+would refuse some of them).
+
+Output types and shapes are computed here by hand from the spec text and ONNX Runtime's
+contrib schemas, not with qlrewrite: a rule's test compares the checker with what these
+models are, so they must not share its code. Data is zero-filled (the rules read only
+small constant scales and zero points). Used by each rule's :class:`Example` (the rule
+modules) and by the tests.
+
+MatMulNBits shapes (ONNX Runtime's contrib schema text and CPU kernel checks): B [N,
+k_blocks, blob], scales [N, k_blocks] or [N * k_blocks], zero points packed uint8 [N,
+ceil(k_blocks * bits / 8)] or in the scale type [N, k_blocks], g_idx [K], bias [N].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper
+
+__all__ = [
+    "DQ",
+    "DT",
+    "IR_OF_OPSET",
+    "MS",
+    "ONNX_VERSIONS",
+    "Q",
+    "cut_inputs",
+    "data_length",
+    "default_output_type",
+    "edited",
+    "external_data",
+    "gather_block_quantized_model",
+    "ignore_metadata",
+    "matmul_nbits_model",
+    "nbits_shapes",
+    "qdq_model",
+]
+
+DT = ir.DataType
+MS = "com.microsoft"
+Q = "QuantizeLinear"
+DQ = "DequantizeLinear"
+
+#: The IR version that came with each ai.onnx opset that has a Q/DQ version.
+IR_OF_OPSET = {10: 5, 13: 7, 19: 9, 21: 10, 23: 11, 24: 12, 25: 13, 28: 14}
+ONNX_VERSIONS = tuple(IR_OF_OPSET)
+UNSET: Any = object()
+
+
+def _tensor(name: str, dtype: DT, shape: Sequence[int], values: Any) -> onnx.TensorProto:
+    shape = list(shape)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if values is None:
+        values = 0
+    array = np.broadcast_to(np.asarray(values, dtype=np.float64), (count,))
+    if dtype in (DT.FLOAT, DT.FLOAT16, DT.BFLOAT16, DT.DOUBLE) or dtype.name.startswith(
+        ("FLOAT8", "FLOAT4", "FLOAT6")
+    ):
+        vals = array.tolist()
+    else:
+        vals = array.astype(np.int64).tolist()
+    return helper.make_tensor(name, int(dtype), shape, vals)
+
+
+def default_output_type(
+    op: str,
+    opset: int,
+    *,
+    domain: str,
+    scale_type: DT,
+    zp_type: DT | None,
+    attrs: Mapping[str, Any],
+) -> DT:
+    """The output type by the spec text (hand-written, independent of qlrewrite.opsets)."""
+    if op == Q:
+        if zp_type is not None:
+            return zp_type
+        if attrs.get("output_dtype"):
+            return DT(attrs["output_dtype"])
+        return DT.UINT8
+    if domain == "" and opset < 19:
+        return DT.FLOAT
+    if domain == "" and opset >= 23 and attrs.get("output_dtype"):
+        return DT(attrs["output_dtype"])
+    return scale_type
+
+
+def qdq_model(
+    op: str = DQ,
+    opset: int = 21,
+    *,
+    domain: str = "",
+    x_type: DT = UNSET,
+    x_shape: Sequence[int | str] | None = (4, 3),
+    scale_type: DT = DT.FLOAT,
+    scale_shape: Sequence[int] = (),
+    scale: Any = 0.5,
+    zp_type: DT | None = UNSET,
+    zp_shape: Sequence[int] | None = None,
+    zp: Any = 0,
+    attrs: Mapping[str, Any] | None = None,
+    ir_version: int | None = None,
+    out_type: DT | None = UNSET,
+    imports: Mapping[str, int] | None = None,
+    scale_as: str = "initializer",  # initializer | constant | input
+    n_outputs: int = 1,
+    drop_inputs: int = 0,
+    extra_input: bool = False,
+) -> onnx.ModelProto:
+    """A model with one Q/DQ node ``y = op(x, scale[, zero_point])`` and x a graph input.
+
+    ``zp_type=None`` omits the zero point; ``out_type=None`` leaves the output's type
+    undeclared. ``imports`` replaces the opset imports entirely.
+    """
+    attrs = dict(attrs or {})
+    if x_type is UNSET:
+        x_type = DT.FLOAT if op == Q else DT.UINT8
+    if zp_type is UNSET:
+        zp_type = DT.UINT8 if op == Q else x_type
+    inputs = [helper.make_tensor_value_info("x", int(x_type), x_shape)]
+    inits, nodes = _scale_source(inputs, scale_as, _tensor("scale", scale_type, scale_shape, scale))
+    names = ["x", "scale"]
+    if zp_type is not None:
+        inits.append(_tensor("zp", zp_type, scale_shape if zp_shape is None else zp_shape, zp))
+        names.append("zp")
+    names = [*names, *(["x"] if extra_input else [])]
+    names = names[: len(names) - drop_inputs]
+    outputs = ["y"] + [f"y{i}" for i in range(1, n_outputs)]
+    nodes.append(helper.make_node(op, names, outputs, name="qdq", domain=domain, **attrs))
+    if out_type is UNSET:
+        out_type = default_output_type(
+            op, opset, domain=domain, scale_type=scale_type, zp_type=zp_type, attrs=attrs
+        )
+    graph_outputs = [
+        helper.make_tensor_value_info("y", int(out_type), x_shape)
+        if out_type is not None
+        else helper.make_empty_tensor_value_info("y")
+    ]
+    graph = helper.make_graph(nodes, "g", inputs, graph_outputs, initializer=inits)
+    return _qdq_model_of(graph, opset, domain, imports, ir_version)
+
+
+def _scale_source(
+    inputs: list[onnx.ValueInfoProto], scale_as: str, scale: onnx.TensorProto
+) -> tuple[list[onnx.TensorProto], list[onnx.NodeProto]]:
+    """The initializers and nodes that give the scale (or a graph input added to
+    ``inputs``): ``scale_as`` is initializer, constant or input."""
+    if scale_as == "initializer":
+        return [scale], []
+    if scale_as == "constant":
+        return [], [helper.make_node("Constant", [], ["scale"], value=scale)]
+    inputs.append(helper.make_tensor_value_info("scale", scale.data_type, list(scale.dims)))
+    return [], []
+
+
+def _qdq_model_of(
+    graph: onnx.GraphProto,
+    opset: int,
+    domain: str,
+    imports: Mapping[str, int] | None,
+    ir_version: int | None,
+) -> onnx.ModelProto:
+    """``graph`` as a model importing ``opset`` (and com.microsoft 1 for its nodes), or
+    ``imports`` exactly; the IR version that came with the opset unless given."""
+    if imports is None:
+        imports = {"": opset if domain == "" else 13}
+        if domain == MS:
+            imports[MS] = 1
+    opset_imports = [helper.make_opsetid(d, v) for d, v in imports.items()]
+    if ir_version is None:
+        ir_version = IR_OF_OPSET.get(opset, 10) if domain == "" else 10
+    return helper.make_model(graph, opset_imports=opset_imports, ir_version=ir_version)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _zeros(name: str, dtype: DT, shape: Sequence[int], fill: float = 0) -> onnx.TensorProto:
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if dtype in (DT.INT4, DT.UINT4, DT.INT2, DT.UINT2) or dtype.name.startswith(
+        ("FLOAT8", "FLOAT4")
+    ):
+        return helper.make_tensor(name, int(dtype), list(shape), [fill] * count)
+    array = np.full(list(shape), fill, dtype=dtype.numpy())
+    return onnx.numpy_helper.from_array(array, name)
+
+
+def nbits_shapes(k: int, n: int, bits: int, block_size: int) -> dict[str, tuple[int, ...]]:
+    """The shapes the schema text gives each input (2-D scales and zero points)."""
+    k_blocks = _ceil(k, block_size) if block_size > 0 else 1
+    return {
+        "B": (n, k_blocks, block_size * bits // 8),
+        "scales": (n, k_blocks),
+        "zp_packed": (n, _ceil(k_blocks * bits, 8)),
+        "zp_float": (n, k_blocks),
+        "g_idx": (k,),
+        "bias": (n,),
+    }
+
+
+def matmul_nbits_model(
+    *,
+    k: int = 32,
+    n: int = 8,
+    bits: int = 4,
+    block_size: int = 16,
+    a_type: DT = DT.FLOAT,
+    a_shape: Sequence[int | str] | None = UNSET,
+    b_shape: Sequence[int] | None = None,
+    b_type: DT = DT.UINT8,
+    scale_type: DT | None = None,
+    scale_shape: Sequence[int] | None = None,
+    zp: str | None = None,  # None, "packed", "packed1d", "float", "float1d"
+    zp_type: DT | None = None,
+    zp_shape: Sequence[int] | None = None,
+    g_idx: bool = False,
+    g_idx_shape: Sequence[int] | None = None,
+    g_idx_type: DT = DT.INT32,
+    g_idx_values: Sequence[int] | None = None,
+    bias: bool = False,
+    bias_shape: Sequence[int] | None = None,
+    bias_type: DT | None = None,
+    attrs: Mapping[str, Any] | None = None,
+    drop_attrs: Sequence[str] = (),
+    ms_opset: int | None = 1,
+    opset: int = 21,
+    ir_version: int = 10,
+    inputs_as_graph_inputs: Sequence[str] = (),
+    extra_inputs: int = 0,
+) -> onnx.ModelProto:
+    """A model ``Y = MatMulNBits(A, B, scales[, zero_points][, g_idx][, bias])``.
+
+    Defaults give a valid node; every argument can be bent to make an invalid one.
+    """
+    shapes = nbits_shapes(k, n, bits, block_size)
+    scale_type = scale_type or a_type
+    a_shape = [2, k] if a_shape is UNSET else a_shape
+    node_attrs = {"K": k, "N": n, "bits": bits, "block_size": block_size, **(attrs or {})}
+    node_attrs = {name: v for name, v in node_attrs.items() if name not in drop_attrs}
+    zero_points = None
+    if zp is not None:
+        zero_points = _nbits_zero_points(zp, shapes, zp_type, zp_shape, scale_type)
+    g_idx_tensor = bias_tensor = None
+    if g_idx:
+        g_idx_shape = g_idx_shape or shapes["g_idx"]
+        g_idx_tensor = _nbits_g_idx(k, block_size, g_idx_shape, g_idx_values, g_idx_type)
+    if bias:
+        bias_tensor = _zeros("bias", bias_type or a_type, bias_shape or shapes["bias"])
+    optional = {"zero_points": zero_points, "g_idx": g_idx_tensor, "bias": bias_tensor}
+    inits = [
+        _zeros("B", b_type, b_shape or shapes["B"]),
+        _zeros("scales", scale_type, scale_shape or shapes["scales"], 0.5),
+        *(t for t in optional.values() if t is not None),
+        *(_zeros(f"extra{i}", a_type, (1,)) for i in range(extra_inputs)),
+    ]
+    names = ["A", "B", "scales", *_optional_names(optional)]
+    names.extend(f"extra{i}" for i in range(extra_inputs))
+    node = helper.make_node("MatMulNBits", names, ["Y"], name="mm", domain=MS, **node_attrs)
+    y_shape = None if a_shape is None else [*a_shape[:-1], n]
+    a = helper.make_tensor_value_info("A", int(a_type), a_shape)
+    y = helper.make_tensor_value_info("Y", int(a_type), y_shape)
+    graph_inputs = [a, *_to_graph_inputs(inits, inputs_as_graph_inputs)]
+    graph = helper.make_graph([node], "g", graph_inputs, [y], initializer=inits)
+    return _ms_model(graph, opset, ms_opset, ir_version)
+
+
+def _to_graph_inputs(
+    inits: list[onnx.TensorProto], names: Sequence[str]
+) -> list[onnx.ValueInfoProto]:
+    """The initializers named in ``names``, taken out of ``inits`` as graph inputs."""
+    moved = [init for init in inits if init.name in names]
+    for init in moved:
+        inits.remove(init)
+    return [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved]
+
+
+def _nbits_zero_points(
+    zp: str,
+    shapes: Mapping[str, tuple[int, ...]],
+    zp_type: DT | None,
+    zp_shape: Sequence[int] | None,
+    scale_type: DT,
+) -> onnx.TensorProto:
+    """MatMulNBits' zero points: ``zp`` is packed, packed1d, float or float1d."""
+    packed = zp.startswith("packed")
+    shape = shapes["zp_packed" if packed else "zp_float"]
+    if zp.endswith("1d"):
+        shape = (shape[0] * shape[1],)
+    dtype = zp_type or (DT.UINT8 if packed else scale_type)
+    return _zeros("zero_points", dtype, zp_shape or shape, 0)
+
+
+def _nbits_g_idx(
+    k: int, block_size: int, shape: Sequence[int], values: Sequence[int] | None, dtype: DT
+) -> onnx.TensorProto:
+    """MatMulNBits' g_idx: ``values`` (default: each input feature's block), resized."""
+    blocks = np.arange(k, dtype=np.int64) // block_size
+    if values is not None:
+        blocks = np.asarray(values, dtype=np.int64)
+    shape = tuple(shape)
+    array = np.resize(blocks, int(np.prod(shape, dtype=np.int64))).reshape(shape)
+    return onnx.numpy_helper.from_array(array.astype(dtype.numpy()), "g_idx")
+
+
+def _optional_names(optional: Mapping[str, onnx.TensorProto | None]) -> list[str]:
+    """The optional inputs' names up to the last one given ("" for one skipped)."""
+    names = [name if tensor is not None else "" for name, tensor in optional.items()]
+    while names and not names[-1]:
+        names.pop()
+    return names
+
+
+def _ms_model(
+    graph: onnx.GraphProto, opset: int, ms_opset: int | None, ir_version: int
+) -> onnx.ModelProto:
+    """``graph`` as a model importing ai.onnx ``opset`` and com.microsoft ``ms_opset``
+    (None: no com.microsoft import)."""
+    imports = [helper.make_opsetid("", opset)]
+    if ms_opset is not None:
+        imports.append(helper.make_opsetid(MS, ms_opset))
+    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+
+
+def gather_block_quantized_model(
+    *,
+    data_type: DT = DT.UINT8,
+    data_shape: Sequence[int] = (8, 16),  # uint8: packed shape (last dim = values * bits / 8)
+    bits: int | None = 4,
+    block_size: int | None = 16,
+    gather_axis: int | None = None,
+    quantize_axis: int | None = None,
+    scale_type: DT = DT.FLOAT,
+    scale_shape: Sequence[int] | None = None,
+    zp: bool = False,
+    zp_type: DT | None = None,
+    zp_shape: Sequence[int] | None = None,
+    indices_type: DT = DT.INT64,
+    indices_shape: Sequence[int | str] = (3,),
+    attrs: Mapping[str, Any] | None = None,
+    ms_opset: int | None = 1,
+    opset: int = 21,
+    ir_version: int = 10,
+) -> onnx.ModelProto:
+    """A model ``output = GatherBlockQuantized(data, indices, scales[, zero_points])``.
+
+    Scale and zero-point shapes default to the ones ORT's kernel wants for the given
+    data shape, axes, bits and block size (computed here by hand from its checks).
+    """
+    rank = len(data_shape)
+    q_axis = (1 if quantize_axis is None else quantize_axis) % rank
+    per_byte = 8 // (4 if bits is None else bits) if data_type == DT.UINT8 else 1
+    default_scales, zp_default = _gbq_shapes(
+        data_shape, q_axis, 128 if block_size is None else block_size, per_byte
+    )
+    node_attrs = {
+        name: value
+        for name, value in (("bits", bits), ("block_size", block_size),
+                            ("gather_axis", gather_axis), ("quantize_axis", quantize_axis))
+        if value is not None
+    }  # fmt: skip
+    node_attrs.update(attrs or {})
+    inits = [
+        _zeros("data", data_type, data_shape),
+        _zeros("scales", scale_type, scale_shape or default_scales, 0.5),
+    ]
+    names = ["data", "indices", "scales"]
+    if zp:
+        names.append("zero_points")
+        inits.append(_zeros("zero_points", zp_type or data_type, zp_shape or zp_default))
+    node = helper.make_node(
+        "GatherBlockQuantized", names, ["output"], name="gbq", domain=MS, **node_attrs
+    )
+    g_axis = (0 if gather_axis is None else gather_axis) % rank
+    out_shape = [*data_shape[:g_axis], *indices_shape, *data_shape[g_axis + 1 :]]
+    if per_byte > 1 and isinstance(out_shape[-1], int):
+        out_shape[-1] *= per_byte
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("indices", int(indices_type), indices_shape)],
+        [helper.make_tensor_value_info("output", int(scale_type), out_shape)], initializer=inits,
+    )  # fmt: skip
+    return _ms_model(graph, opset, ms_opset, ir_version)
+
+
+def _gbq_shapes(
+    data_shape: Sequence[int], q_axis: int, block: int, per_byte: int
+) -> tuple[list[int], list[int]]:
+    """The scales' and the zero points' shapes ORT's GatherBlockQuantized kernel wants."""
+    blocks = _ceil(data_shape[q_axis] * per_byte, block) if block > 0 else 1
+    scales = [d if i != q_axis else blocks for i, d in enumerate(data_shape)]
+    zero_points = [d if i != q_axis else _ceil(blocks, per_byte) for i, d in enumerate(data_shape)]
+    return scales, zero_points
+
+
+def edited(proto: onnx.ModelProto, *edits: Callable[[onnx.ModelProto], None]) -> onnx.ModelProto:
+    """``proto`` after ``edits`` (each changes it in place): for nodes no builder argument
+    makes (a second output, an empty input, a float attribute)."""
+    for edit in edits:
+        edit(proto)
+    return proto
+
+
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                "uint64_data", "string_data")  # fmt: skip
+
+
+def _initializer(proto: onnx.ModelProto, name: str) -> onnx.TensorProto:
+    return next(t for t in proto.graph.initializer if t.name == name)
+
+
+def external_data(
+    name: str, location: str, *, offset: int = 0, length: int | None = None
+) -> Callable[[onnx.ModelProto], None]:
+    """An edit: initializer ``name``'s data referenced in the external file ``location``
+    (the file itself is not written)."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        tensor = _initializer(proto, name)
+        for field in _DATA_FIELDS:
+            tensor.ClearField(field)
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        del tensor.external_data[:]
+        entries = {"location": location, "offset": str(offset)}
+        if length is not None:
+            entries["length"] = str(length)
+        for key, value in entries.items():
+            tensor.external_data.add(key=key, value=value)
+
+    return edit
+
+
+def data_length(name: str, nbytes: int) -> Callable[[onnx.ModelProto], None]:
+    """An edit: initializer ``name`` stored with ``nbytes`` bytes of raw data."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        tensor = _initializer(proto, name)
+        for field in _DATA_FIELDS:
+            tensor.ClearField(field)
+        tensor.raw_data = bytes(nbytes)
+
+    return edit
+
+
+def ignore_metadata(codes: str) -> Callable[[onnx.ModelProto], None]:
+    """An edit: the first node gets ``qlrewrite:ignore`` = ``codes`` in its metadata."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        proto.graph.node[0].metadata_props.add(key="qlrewrite:ignore", value=codes)
+
+    return edit
+
+
+def cut_inputs(count: int) -> Callable[[onnx.ModelProto], None]:
+    """An edit: the first node keeps only its first ``count`` inputs."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        del proto.graph.node[0].input[count:]
+
+    return edit
