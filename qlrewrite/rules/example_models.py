@@ -35,6 +35,7 @@ __all__ = [
     "default_output_type",
     "edited",
     "external_data",
+    "function_qdq_model",
     "gather_block_quantized_model",
     "ignore_metadata",
     "matmul_nbits_model",
@@ -463,3 +464,33 @@ def cut_inputs(count: int) -> Callable[[onnx.ModelProto], None]:
         del proto.graph.node[0].input[count:]
 
     return edit
+
+
+def function_qdq_model(function_imports: Mapping[str, int]) -> onnx.ModelProto:
+    """A model whose main graph calls the local function ``local.f``, which holds one
+    com.microsoft DequantizeLinear (uint8 ``x`` [4, 3], scale 0.5, zero point 0) and
+    imports ``function_imports``; the model imports ai.onnx 13 and com.microsoft 1."""
+    scale = helper.make_node("Constant", [], ["s"], value=_tensor("s", DT.FLOAT, (), 0.5))
+    zero = helper.make_node("Constant", [], ["z"], value=_tensor("z", DT.UINT8, (), 0))
+    dq = helper.make_node(DQ, ["x", "s", "z"], ["y"], name="dq", domain=MS)
+    function = helper.make_function(
+        "local",
+        "f",
+        ["x"],
+        ["y"],
+        [scale, zero, dq],
+        [helper.make_opsetid(d, v) for d, v in function_imports.items()],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("f", ["x"], ["y"], name="call", domain="local")],
+        "main",
+        [helper.make_tensor_value_info("x", DT.UINT8, (4, 3))],
+        [helper.make_tensor_value_info("y", DT.FLOAT, (4, 3))],
+    )
+    imports = {"": 13, MS: 1, "local": 1}
+    return helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid(d, v) for d, v in imports.items()],
+        functions=[function],
+        ir_version=IR_OF_OPSET[13],
+    )

@@ -11,7 +11,15 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.example_models import DQ, MS, cut_inputs, edited, matmul_nbits_model, qdq_model
+from qlrewrite.rules.example_models import (
+    DQ,
+    MS,
+    cut_inputs,
+    edited,
+    function_qdq_model,
+    matmul_nbits_model,
+    qdq_model,
+)
 from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
 
 __all__: list[str] = []
@@ -144,6 +152,13 @@ def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
         """,
         node=_import_com_microsoft,
     ),
+    examples=[
+        Example(
+            "ms-not-imported",
+            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
+            lambda: qdq_model(DQ, 13, domain=MS),
+        ),
+    ],
 )
 def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None and ctx.domain == opsets.MS_DOMAIN and not ctx.site.ref.in_function:
@@ -190,9 +205,9 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     ),
     examples=[
         Example(
-            "ms-not-imported",
-            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
-            lambda: qdq_model(DQ, 13, domain=MS),
+            "ms-not-imported-by-function",
+            lambda: function_qdq_model({"": 13}),
+            lambda: function_qdq_model({"": 13, MS: 1}),
         ),
     ],
 )
