@@ -589,20 +589,22 @@ QOPERATOR_ROWS: tuple[QOperatorVersion, ...] = (
          {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
          (("input", "x", None, "x_zero_point"), ("weight", "w", None, "w_zero_point", 0)),
          attrs=_CONV_ATTRS, dynamic=True,
-         refusal="its int32 output has no scale: the float scales are applied by the nodes "
-         "after it"),
+         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+         "(DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul by a_scale * b_scale) "
+         "becomes DequantizeLinear -> Conv"),
     _qop(("", "MatMulInteger", 10, None),
          (("A", "T1", False), ("B", "T2", False), ("a_zero_point", "T1", True),
           ("b_zero_point", "T2", True)), (("Y", "T3", False),),
          {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
          (("input", "A", None, "a_zero_point"), ("weight", "B", None, "b_zero_point", -1)),
          dynamic=True,
-         refusal="its int32 output has no scale: the float scales are applied by the nodes "
-         "after it"),
+         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+         "(DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by a_scale * b_scale) "
+         "becomes DequantizeLinear -> MatMul"),
     _qop(("", "DynamicQuantizeLinear", 11, None), (("x", "T1", False),),
          (("y", "T2", False), ("y_scale", FLOAT_, False), ("y_zero_point", "T2", False)),
          {"T1": _F32, "T2": frozenset({DT.UINT8})}, (("output", *_Y),), dynamic=True,
-         refusal="it is already ai.onnx: it stays as it is"),
+         refusal="it is the QuantizeLinear of dynamic Q/DQ (ai.onnx): it stays"),
     _conv(MS_DOMAIN, {"channels_last": (INT, 0)}),
     _binary("QLinearAdd", "Add"),
     _binary("QLinearMul", "Mul"),

@@ -145,6 +145,8 @@ QOPERATOR_CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
     "mlp-qop-s8s8-per-channel": ("mlp", 13, ("qoperator", {
         "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
     "mlp-dynamic": ("mlp", 13, ("dynamic", {})),
+    "cnn-dynamic-per-channel": ("cnn", 13, ("dynamic", {
+        "per_channel": True, "op_types_to_quantize": ["Conv", "MatMul"]})),
     "mlp-dynamic-per-channel": ("mlp", 13, ("dynamic", {"per_channel": True})),
 }  # fmt: skip
 

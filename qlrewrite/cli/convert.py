@@ -85,11 +85,11 @@ def convert_command(
     DequantizeLinear -> the float op -> QuantizeLinear, weights staying quantized behind
     their DequantizeLinear (per channel where they were), QLinearConv's int32 bias an
     int32 DequantizeLinear with scale x_scale * w_scale. Dynamic forms: MatMulIntegerToFloat,
-    DynamicQuantizeMatMul and ORT's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul
-    become DequantizeLinear -> MatMul. QAttention and channels_last nodes are refused
-    with the reason; ai.onnx ConvInteger / MatMulInteger outside that pattern stay, with a
-    warning. The integer kernels round their requantization their own way: outputs may
-    differ by one quantization step per converted node (see --verify).
+    DynamicQuantizeMatMul and ORT's DynamicQuantizeLinear -> MatMulInteger / ConvInteger ->
+    Cast -> Mul become DequantizeLinear -> MatMul / Conv. QAttention and channels_last
+    nodes are refused with the reason; ai.onnx ConvInteger / MatMulInteger outside that
+    pattern stay, with a warning. The integer kernels round their requantization their own
+    way: outputs may differ by one quantization step per converted node (see --verify).
     """
     passes: list = [ConvertDomainPass(to, allow_float16=allow_float16)]
     if to == "onnx":

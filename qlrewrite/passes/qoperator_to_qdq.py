@@ -12,11 +12,11 @@ becomes an int32 DequantizeLinear with scale x_scale * w_scale (QGemm's C likewi
 The dynamic forms: com.microsoft MatMulIntegerToFloat becomes DequantizeLinear(A),
 DequantizeLinear(B) -> MatMul (-> Add bias); DynamicQuantizeMatMul becomes
 DynamicQuantizeLinear(A) -> DequantizeLinear -> MatMul with DequantizeLinear(B); ONNX
-Runtime's dynamic pattern DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul(a_scale *
-b_scale) becomes DequantizeLinear(A), DequantizeLinear(B) -> MatMul. Nodes without a Q/DQ
-form are refused with the reason (com.microsoft QAttention) or, when already ai.onnx
-(MatMulInteger outside that pattern, ConvInteger, DynamicQuantizeLinear), left with a
-warning.
+Runtime's dynamic pattern DynamicQuantizeLinear -> MatMulInteger / ConvInteger -> Cast ->
+Mul(a_scale * b_scale) becomes DequantizeLinear(A), DequantizeLinear(B) -> MatMul / Conv.
+Nodes without a Q/DQ form are refused with the reason (com.microsoft QAttention) or, when
+already ai.onnx (MatMulInteger / ConvInteger outside that pattern), left with a warning;
+DynamicQuantizeLinear stays (the QuantizeLinear of dynamic Q/DQ).
 
 The integer kernels requantize with their own rounding, so outputs may differ from the
 float form by a quantization step; the result carries the bound ``--verify`` checks.
@@ -50,6 +50,8 @@ __all__ = ["QOperatorToQdqPass"]
 
 _DT = ir.DataType
 #: Attributes of the QOperator node the float operator keeps, per float op.
+#: The integer ops of ORT's dynamic pattern, and their float op.
+_INTEGER_OPS = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
 _KEPT = {
     "Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
     "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
@@ -70,7 +72,7 @@ class _Plan:
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: ai.onnx nodes without a Q/DQ form stay (a warning); com.microsoft ones refuse.
     leave: bool = False
-    #: MatMulInteger of ORT's dynamic pattern: (Cast, Mul, a_scale, b_scale).
+    #: MatMulInteger / ConvInteger of ORT's dynamic pattern: (Cast, Mul, a_scale, b_scale).
     pattern: tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None = None
 
     @property
@@ -153,13 +155,14 @@ def _plan(view: NodeView) -> _Plan:
     if row is None:
         plan.problems.append("no version of the operator at the imported opset")
         return plan
-    if view.op_type == "MatMulInteger":
+    if view.op_type in _INTEGER_OPS:
         plan.pattern = _dynamic_pattern(view)
     if row.float_op is None and plan.pattern is None:
         plan.problems.append(row.refusal)
         plan.leave = view.domain == ""
         return plan
-    plan.attributes, plan.problems = _float_attributes(view, row.float_op or "MatMul")
+    float_op = row.float_op or _INTEGER_OPS[view.op_type]
+    plan.attributes, plan.problems = _float_attributes(view, float_op)
     plan.problems += _triple_problems(view, found)
     if view.op_type in ("QLinearConv", "QGemm"):
         plan.problems += _bias_problems(view, found)
@@ -177,8 +180,9 @@ def _bias_problems(view: NodeView, found: list[TripleView]) -> list[str]:
 
 
 def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None:
-    """ORT's dynamic MatMul: DynamicQuantizeLinear(A) -> MatMulInteger(A, B, a_zp, b_zp)
-    -> Cast(float) -> Mul(., Mul(a_scale, b_scale)); None when the node is not in one."""
+    """ORT's dynamic MatMul / Conv: DynamicQuantizeLinear(A) -> MatMulInteger(A, B, a_zp,
+    b_zp) (ConvInteger) -> Cast(float) -> Mul(., Mul(a_scale, b_scale)); None when the
+    node is not in one."""
     node = view.node
     inputs = list(node.inputs) + [None] * (4 - len(node.inputs))
     source = inputs[0].producer() if inputs[0] is not None else None
@@ -214,7 +218,7 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) when a com.microsoft
     node has no Q/DQ form, before changing anything. ai.onnx nodes without one
-    (ConvInteger, MatMulInteger outside ORT's dynamic pattern) stay, with a warning.
+    (ConvInteger / MatMulInteger outside ORT's dynamic pattern) stay, with a warning.
     """
 
     def __init__(self, *, strict: bool = True) -> None:
@@ -260,7 +264,8 @@ REQUANTIZE_REASON = (
 )
 #: Why, and by how much relative to an output's largest magnitude, float results differ.
 FLOAT_SUM_REASON = (
-    "MatMulInteger / MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm sum exact int32 "
+    "MatMulInteger / ConvInteger / MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm sum "
+    "exact int32 "
     "products and scale once, DequantizeLinear -> MatMul sums float32 products (another "
     "rounding; measured under 3e-7 of the output's largest magnitude)"
 )
@@ -504,7 +509,8 @@ class _Rewriter:
             scale_view = view.value_view(scale, read=True)
             found.append(dataclasses.replace(t, values=values, scale=scale_view))
         a, b = (self.dequantize(plan, t) for t in found)
-        result = self._node(plan, "MatMul", [a, b], {}, view.node.name or "matmul")
+        op = _INTEGER_OPS[view.op_type]
+        result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
         _replace(mul.outputs[0], result)
         graph = view.site.graph
         scales = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
