@@ -21,7 +21,7 @@ from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import node_views
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import ALL_KINDS, ModelContext, RuleCheck
+from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.suppress import apply_suppressions
@@ -115,7 +115,7 @@ def check_model(
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
     checks_of: dict[int, list[RuleCheck]] = {}
-    for site, views in node_views(model, weightless=weightless, kinds=ALL_KINDS):
+    for site, views in node_views(model, weightless=weightless, kinds=CHECKED_KINDS):
         report.nodes_checked += 1
         checks = checks_of.get(id(site.kind))
         if checks is None:  # once per kind, not per node

@@ -30,11 +30,15 @@ __all__ = [
     "ONNX_OPSETS",
     "PER_AXIS",
     "PER_TENSOR",
+    "QOPERATOR_ROWS",
+    "QUANTIZED_LEFT_ALONE",
     "TABLE",
     "WEIGHT_ONLY_OPS",
     "NodeForm",
     "OpVersion",
     "Operand",
+    "QOperatorVersion",
+    "Quantized",
     "WeightOnlyVersion",
     "WeightStorage",
     "com_microsoft_problems",
@@ -44,6 +48,7 @@ __all__ = [
     "min_ir_version",
     "normalize_domain",
     "output_type",
+    "qoperator",
     "versions",
     "weight_only",
 ]
@@ -330,8 +335,373 @@ GATHER_BLOCK_QUANTIZED_1 = WeightOnlyVersion(
     },
 )  # fmt: skip
 
+
+@dataclasses.dataclass(frozen=True)
+class Quantized:
+    """One (data, scale, zero point) triple of a QOperator / dynamic operator: schema names
+    of the quantized value (an input, or an output for role "output"), its scale and its
+    zero point (None: the operator has no such input, e.g. MatMulInteger's scales).
+
+    ``role``: "input" (an activation), "weight" (may be per-channel), "output". A per-channel
+    scale is 1-D along ``channel_axis`` of the data (None: per-tensor only); where an
+    attribute moves that axis (QGemm's transB), ``channel_axis_if`` names it and the axis
+    used when it is nonzero.
+    """
+
+    role: str
+    data: str
+    scale: str | None
+    zero_point: str | None
+    channel_axis: int | None = None
+    channel_axis_if: tuple[str, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QOperatorVersion:
+    """One version of a QOperator or dynamic quantized operator (QLinearConv, QLinearMatMul,
+    MatMulInteger, com.microsoft QLinear*, QGemm, ...): the integer kernel takes quantized
+    tensors with their scales and zero points and requantizes its result itself.
+
+    ``float_op``: the ai.onnx operator its Q/DQ form runs between DequantizeLinear and
+    QuantizeLinear (None: no such form; ``refusal`` says why it is not converted).
+    ``variadic``: inputs after the fixed ones come in (data, scale, zero point) threes
+    (QLinearConcat); they are quantized inputs.
+    """
+
+    domain: str
+    op_type: str
+    since: int
+    until: int | None
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    type_params: Mapping[str, frozenset[ir.DataType]]
+    attributes: Mapping[str, tuple[ir.AttributeType, Any]]  # name -> (type, default)
+    required: frozenset[str]
+    triples: tuple[Quantized, ...]
+    float_op: str | None = None
+    refusal: str = ""
+    variadic: bool = False
+    dynamic: bool = False  # the scale of an activation is computed at run time
+    #: Scales and zero points must be rank 0 (ONNX Runtime's shape inference of
+    #: QLinearAdd / QLinearMul refuses a 1-element 1-D one); else 1 element is per-tensor.
+    scalar_only: bool = False
+
+    @property
+    def label(self) -> str:
+        """``com.microsoft QLinearAdd-1`` style name."""
+        return f"{self.domain or 'ai.onnx'} {self.op_type}-{self.since}"
+
+    def default(self, name: str) -> Any:
+        """The default of attribute ``name`` (None when it has none or does not exist)."""
+        entry = self.attributes.get(name)
+        return entry[1] if entry else None
+
+    def input_index(self, name: str) -> int:
+        """The position of input ``name``."""
+        return next(i for i, operand in enumerate(self.inputs) if operand.name == name)
+
+    def output_index(self, name: str) -> int | None:
+        """The position of output ``name`` (None: an input)."""
+        found = [i for i, operand in enumerate(self.outputs) if operand.name == name]
+        return found[0] if found else None
+
+    def types_of(self, name: str) -> frozenset[ir.DataType]:
+        """The element types input or output ``name`` may have."""
+        operand = next(o for o in (*self.inputs, *self.outputs) if o.name == name)
+        return self.type_params[operand.type_param]
+
+    @property
+    def read_values(self) -> frozenset[str]:
+        """The inputs whose values the rules read when small: the scales and zero points."""
+        return frozenset(
+            name for t in self.triples for name in (t.scale, t.zero_point) if name is not None
+        )
+
+    @property
+    def input_range(self) -> tuple[int, int | None]:
+        """The fewest and most inputs a node may have (None: no upper bound)."""
+        required = [i for i, operand in enumerate(self.inputs) if not operand.optional]
+        return max(required) + 1, None if self.variadic else len(self.inputs)
+
+
+FLOAT_ = "tensor(float)"
+_I8_U8 = frozenset({DT.INT8, DT.UINT8})
+_TS = {FLOAT_: _F32, "tensor(int32)": frozenset({DT.INT32})}
+_INTS = ir.AttributeType.INTS
+_FLT = ir.AttributeType.FLOAT
+_STR = ir.AttributeType.STRING
+_CONV_ATTRS = {
+    "auto_pad": (_STR, "NOTSET"),
+    "dilations": (_INTS, None),
+    "group": (INT, 1),
+    "kernel_shape": (_INTS, None),
+    "pads": (_INTS, None),
+    "strides": (_INTS, None),
+}
+_X, _W, _Y = (
+    ("x", "x_scale", "x_zero_point"),
+    ("w", "w_scale", "w_zero_point"),
+    ("y", "y_scale", "y_zero_point"),
+)
+
+
+def _ops(*names: tuple[str, str, bool]) -> tuple[Operand, ...]:
+    return tuple(Operand(name, param, optional) for name, param, optional in names)
+
+
+def _qop(
+    key: tuple[str, str, int, int | None],
+    inputs: tuple,
+    outputs: tuple,
+    types: Mapping[str, frozenset],
+    triples: tuple,
+    **kw: Any,
+) -> QOperatorVersion:
+    """A row from its (domain, op, since, until) and schema-like tuples."""
+    attrs = kw.pop("attrs", {})
+    return QOperatorVersion(
+        *key,
+        _ops(*inputs),
+        _ops(*outputs),
+        {**_TS, **types},
+        attrs,
+        kw.pop("required", frozenset()),
+        tuple(Quantized(*t) for t in triples),
+        **kw,
+    )
+
+
+def _conv(domain: str, extra: Mapping[str, tuple]) -> QOperatorVersion:
+    return _qop(
+        (domain, "QLinearConv", 10 if domain == "" else 1, None),
+        (
+            ("x", "T1", False),
+            ("x_scale", FLOAT_, False),
+            ("x_zero_point", "T1", False),
+            ("w", "T2", False),
+            ("w_scale", FLOAT_, False),
+            ("w_zero_point", "T2", False),
+            ("y_scale", FLOAT_, False),
+            ("y_zero_point", "T3", False),
+            ("B", "T4", True),
+        ),
+        (("y", "T3", False),),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": _I8_U8, "T4": frozenset({DT.INT32})},
+        (("input", *_X), ("weight", *_W, 0), ("output", *_Y)),
+        attrs={**_CONV_ATTRS, **extra},
+        float_op="Conv",
+    )
+
+
+def _binary(op: str, float_op: str) -> QOperatorVersion:
+    """com.microsoft QLinearAdd / QLinearMul: C = op(A, B), every zero point optional."""
+    return _qop(
+        (MS_DOMAIN, op, 1, None),
+        (
+            ("A", "T", False),
+            ("A_scale", FLOAT_, False),
+            ("A_zero_point", "T", True),
+            ("B", "T", False),
+            ("B_scale", FLOAT_, False),
+            ("B_zero_point", "T", True),
+            ("C_scale", FLOAT_, False),
+            ("C_zero_point", "T", True),
+        ),
+        (("C", "T", False),),
+        {"T": _I8_U8},
+        (
+            ("input", "A", "A_scale", "A_zero_point"),
+            ("input", "B", "B_scale", "B_zero_point"),
+            ("output", "C", "C_scale", "C_zero_point"),
+        ),
+        float_op=float_op,
+        scalar_only=True,
+    )
+
+
+def _unary(op: str, names: tuple[str, ...], float_op: str | None, **kw: Any) -> QOperatorVersion:
+    """A com.microsoft QLinear op of one quantized input X and output Y."""
+    x, xs, xz, ys, yz, y = names
+    optional = kw.pop("zero_points_optional", (True, True))
+    return _qop(
+        (MS_DOMAIN, op, 1, None),
+        (
+            (x, "T", False),
+            (xs, FLOAT_, False),
+            (xz, "T", optional[0]),
+            (ys, FLOAT_, False),
+            (yz, "T", optional[1]),
+        ),
+        ((y, "T", False),),
+        {"T": _I8_U8},
+        (("input", x, xs, xz), ("output", y, ys, yz)),
+        float_op=float_op,
+        **kw,
+    )
+
+
+_FLOAT8_SET = frozenset(_FLOAT8)
+
+
+def _matmul_inputs(scale: str) -> tuple:
+    """QLinearMatMul's inputs; the scales are ``scale`` (float at 10, TS from 21)."""
+    return tuple(
+        (name, scale if name.endswith("scale") else param, False)
+        for name, param in (("a", "T1"), ("a_scale", ""), ("a_zero_point", "T1"), ("b", "T2"),
+                            ("b_scale", ""), ("b_zero_point", "T2"), ("y_scale", ""),
+                            ("y_zero_point", "T3"))
+    )  # fmt: skip
+
+
+_MATMUL_TRIPLES = (
+    ("input", "a", "a_scale", "a_zero_point"),
+    ("weight", "b", "b_scale", "b_zero_point", -1),
+    ("output", "y", "y_scale", "y_zero_point"),
+)
+_POOL_ATTRS = {
+    "auto_pad": (_STR, "NOTSET"),
+    "ceil_mode": (INT, 0),
+    "channels_last": (INT, 0),
+    "count_include_pad": (INT, 0),
+    "kernel_shape": (_INTS, None),
+    "pads": (_INTS, None),
+    "strides": (_INTS, None),
+}
+_XY = ("X", "x_scale", "x_zero_point", "y_scale", "y_zero_point", "Y")
+_DYNAMIC_REFUSAL = (
+    "its activation scale is computed at run time inside the node; convert the graph "
+    "around it only where its scales are inputs"
+)
+
+#: The QOperator and dynamic operators: the integer kernels that take quantized tensors
+#: with their scales and zero points (ai.onnx and ONNX Runtime's com.microsoft ops).
+QOPERATOR_ROWS: tuple[QOperatorVersion, ...] = (
+    _conv("", {}),
+    _qop(("", "QLinearMatMul", 10, 20), _matmul_inputs(FLOAT_), (("y", "T3", False),),
+         {"T1": _I8_U8, "T2": _I8_U8, "T3": _I8_U8}, _MATMUL_TRIPLES,
+         float_op="MatMul"),
+    _qop(("", "QLinearMatMul", 21, None), _matmul_inputs("TS"), (("y", "T3", False),),
+         {"TS": FLOAT_TYPES, "T1": _I8_U8 | _FLOAT8_SET, "T2": _I8_U8 | _FLOAT8_SET,
+          "T3": _I8_U8 | _FLOAT8_SET}, _MATMUL_TRIPLES, float_op="MatMul"),
+    _qop(("", "ConvInteger", 10, None),
+         (("x", "T1", False), ("w", "T2", False), ("x_zero_point", "T1", True),
+          ("w_zero_point", "T2", True)), (("y", "T3", False),),
+         {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
+         (("input", "x", None, "x_zero_point"), ("weight", "w", None, "w_zero_point", 0)),
+         attrs=_CONV_ATTRS, dynamic=True,
+         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+         "(DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul by a_scale * b_scale) "
+         "becomes DequantizeLinear -> Conv"),
+    _qop(("", "MatMulInteger", 10, None),
+         (("A", "T1", False), ("B", "T2", False), ("a_zero_point", "T1", True),
+          ("b_zero_point", "T2", True)), (("Y", "T3", False),),
+         {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
+         (("input", "A", None, "a_zero_point"), ("weight", "B", None, "b_zero_point", -1)),
+         dynamic=True,
+         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+         "(DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by a_scale * b_scale) "
+         "becomes DequantizeLinear -> MatMul"),
+    _qop(("", "DynamicQuantizeLinear", 11, None), (("x", "T1", False),),
+         (("y", "T2", False), ("y_scale", FLOAT_, False), ("y_zero_point", "T2", False)),
+         {"T1": _F32, "T2": frozenset({DT.UINT8})}, (("output", *_Y),), dynamic=True,
+         refusal="it is the QuantizeLinear of dynamic Q/DQ (ai.onnx): it stays"),
+    _conv(MS_DOMAIN, {"channels_last": (INT, 0)}),
+    _binary("QLinearAdd", "Add"),
+    _binary("QLinearMul", "Mul"),
+    _unary("QLinearSigmoid", ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"),
+           "Sigmoid"),
+    _unary("QLinearLeakyRelu",
+           ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"), "LeakyRelu",
+           attrs={"alpha": (_FLT, 0.01)}),
+    _unary("QLinearAveragePool", _XY, "AveragePool", attrs=_POOL_ATTRS,
+           required=frozenset({"kernel_shape"})),
+    _unary("QLinearGlobalAveragePool", _XY, "GlobalAveragePool",
+           attrs={"channels_last": (INT, 0)}, zero_points_optional=(False, False)),
+    _qop((MS_DOMAIN, "QLinearConcat", 1, None),
+         (("Y_scale", "TF", False), ("Y_zero_point", "T8", False), ("inputs", "TV", False)),
+         (("Y", "T8", False),), {"TF": _F32, "T8": _I8_U8, "TV": _I8_U8 | _F32},
+         (("output", "Y", "Y_scale", "Y_zero_point"),), attrs={"axis": (INT, None)},
+         required=frozenset({"axis"}), float_op="Concat", variadic=True),
+    _unary("QLinearSoftmax", ("X", "X_scale", "x_zero_point", "y_scale", "y_zero_point", "Y"),
+           "Softmax", attrs={"axis": (INT, -1), "opset": (INT, None)},
+           required=frozenset({"opset"}), zero_points_optional=(True, False)),
+    _qop((MS_DOMAIN, "QLinearWhere", 1, None),
+         (("condition", "B", False), ("X", "T", False), ("x_scale", "TF", False),
+          ("x_zero_point", "T", False), ("Y", "T", False), ("y_scale", "TF", False),
+          ("y_zero_point", "T", False), ("z_scale", "TF", False),
+          ("z_zero_point", "T", False)), (("Z", "T", False),),
+         {"B": frozenset({DT.BOOL}), "TF": _F32, "T": _I8_U8},
+         (("input", "X", "x_scale", "x_zero_point"), ("input", "Y", "y_scale", "y_zero_point"),
+          ("output", "Z", "z_scale", "z_zero_point")), float_op="Where"),
+    _unary("QLinearReduceMean",
+           ("data", "data_scale", "data_zero_point", "reduced_scale", "reduced_zero_point",
+            "reduced"), "ReduceMean",
+           attrs={"axes": (_INTS, None), "keepdims": (INT, None)},
+           required=frozenset({"axes", "keepdims"})),
+    _qop((MS_DOMAIN, "QGemm", 1, None),
+         (("A", "TA", False), ("a_scale", "T", False), ("a_zero_point", "TA", False),
+          ("B", "TB", False), ("b_scale", "T", False), ("b_zero_point", "TB", False),
+          ("C", "TC", True), ("y_scale", "T", True), ("y_zero_point", "TYZ", True)),
+         (("Y", "TY", False),),
+         {"T": _F32, "TA": _I8_U8, "TB": _I8_U8, "TC": frozenset({DT.INT32}), "TYZ": _I8_U8,
+          "TY": _I8_U8 | _F32},
+         (("input", "A", "a_scale", "a_zero_point"),
+          ("weight", "B", "b_scale", "b_zero_point", 1, ("transB", 0)),
+          ("output", "Y", "y_scale", "y_zero_point")),
+         attrs={"alpha": (_FLT, 1.0), "transA": (INT, 0), "transB": (INT, 0)},
+         float_op="Gemm"),
+    _qop((MS_DOMAIN, "DynamicQuantizeMatMul", 1, None),
+         (("A", "T1", False), ("B", "T2", False), ("b_scale", "T1", False),
+          ("b_zero_point", "T2", True), ("bias", "T1", True)), (("Y", "T1", False),),
+         {"T1": _F32, "T2": _I8_U8}, (("weight", "B", "b_scale", "b_zero_point", -1),),
+         dynamic=True, float_op="MatMul"),
+    _qop((MS_DOMAIN, "MatMulIntegerToFloat", 1, None),
+         (("A", "T1", False), ("B", "T2", False), ("a_scale", "T3", False),
+          ("b_scale", "T3", False), ("a_zero_point", "T1", True), ("b_zero_point", "T2", True),
+          ("bias", "T3", True)), (("Y", "T3", False),),
+         {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT},
+         (("input", "A", "a_scale", "a_zero_point"),
+          ("weight", "B", "b_scale", "b_zero_point", -1)), float_op="MatMul"),
+    _qop((MS_DOMAIN, "QAttention", 1, None),
+         (("input", "T1", False), ("weight", "T2", False), ("bias", "T3", False),
+          ("input_scale", "T3", False), ("weight_scale", "T3", False),
+          ("mask_index", "T4", True), ("input_zero_point", "T1", True),
+          ("weight_zero_point", "T2", True), ("past", "T3", True)),
+         (("output", "T3", False), ("present", "T3", True)),
+         {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT, "T4": frozenset({DT.INT32})},
+         (("input", "input", "input_scale", "input_zero_point"),
+          ("weight", "weight", "weight_scale", "weight_zero_point", -1)),
+         attrs={"do_rotary": (INT, 0), "mask_filter_value": (_FLT, -10000.0),
+                "num_heads": (INT, None), "past_present_share_buffer": (INT, 0),
+                "scale": (_FLT, 0.0), "unidirectional": (INT, 0)},
+         required=frozenset({"num_heads"}),
+         refusal="ai.onnx has no Attention operator below opset 23 to put between "
+         "DequantizeLinear and QuantizeLinear"),
+)  # fmt: skip
+
+#: Quantized operators qlrewrite recognises but neither checks nor converts, with why.
+QUANTIZED_LEFT_ALONE: Mapping[tuple[str, str], str] = {
+    **dict.fromkeys(
+        ((MS_DOMAIN, op) for op in ("QOrderedMatMul", "QOrderedAttention",
+         "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedLongformerAttention",
+         "QuantizeWithOrder", "DequantizeWithOrder")),
+        "ONNX Runtime's CUDA-only ordered int8 operators (COL32 layouts); no ai.onnx form"),
+    (MS_DOMAIN, "QEmbedLayerNormalization"):
+        "a fused embedding + layer normalization with quantized tables; no ai.onnx form",
+    (MS_DOMAIN, "DynamicQuantizeLSTM"): "a fused LSTM quantizing at run time; no ai.onnx form",
+    (MS_DOMAIN, "MatMulInteger16"): "16-bit integer MatMul without scales; no ai.onnx form",
+    (MS_DOMAIN, "MulInteger"): "an integer Mul without output scale; no ai.onnx form",
+    (MS_DOMAIN, "ReduceSumInteger"): "an integer ReduceSum without scales; no ai.onnx form",
+    (MS_DOMAIN, "QuantizeBFP"): "block floating point; ONNX has no such type",
+    (MS_DOMAIN, "DequantizeBFP"): "block floating point; ONNX has no such type",
+    (MS_DOMAIN, "QMoE"): "a fused mixture of experts with quantized weights; no ai.onnx form",
+    (MS_DOMAIN, "MatMulBlockQuantizedFp8Weight"): "a fused float8 weight-only MatMul",
+    (MS_DOMAIN, "MatMulBlockQuantizedFp4Weight"): "a fused float4 weight-only MatMul",
+}  # fmt: skip
+
+
 #: Every row, per (domain, op_type) in ascending since_version.
-TABLE: tuple[OpVersion | WeightOnlyVersion, ...] = (
+TABLE: tuple[OpVersion | WeightOnlyVersion | QOperatorVersion, ...] = (
     # ai.onnx DequantizeLinear
     _dq(10, 12, (), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",),
         granularities=_GRAN_TENSOR, scalar_only=True),
@@ -368,9 +738,10 @@ TABLE: tuple[OpVersion | WeightOnlyVersion, ...] = (
               output_from=_FROM_ZP, granularities=_GRAN_AXIS, scale_matches_x=True),
     MATMUL_NBITS_1,
     GATHER_BLOCK_QUANTIZED_1,
+    *QOPERATOR_ROWS,
 )  # fmt: skip
 
-_BY_OP: dict[tuple[str, str], list[OpVersion | WeightOnlyVersion]] = {}
+_BY_OP: dict[tuple[str, str], list[OpVersion | WeightOnlyVersion | QOperatorVersion]] = {}
 for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
@@ -391,6 +762,13 @@ def weight_only(domain: str, op_type: str, imported: int | None) -> WeightOnlyVe
     that opset)."""
     row = lookup(domain, op_type, imported)
     return row if isinstance(row, WeightOnlyVersion) else None
+
+
+def qoperator(domain: str, op_type: str, imported: int | None) -> QOperatorVersion | None:
+    """The :class:`QOperatorVersion` in force (None: not a QOperator / dynamic op, or none
+    at that opset)."""
+    row = lookup(domain, op_type, imported)
+    return row if isinstance(row, QOperatorVersion) else None
 
 
 @functools.cache  # once per (domain, op, opset), not per node

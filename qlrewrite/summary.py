@@ -1,5 +1,8 @@
 """What `qlrewrite info` reports: the model's Q/DQ nodes grouped, its weight-only nodes
-(com.microsoft MatMulNBits, GatherBlockQuantized) grouped, and model-level facts.
+(com.microsoft MatMulNBits, GatherBlockQuantized) grouped, its QOperator / dynamic nodes
+(QLinearConv, QLinearMatMul, MatMulInteger, com.microsoft QLinear*, QGemm, ...) grouped
+with their quantization parameters, the quantized nodes it leaves alone, and model-level
+facts.
 
 Reads no weights: types and shapes come from the graph (with ONNX type inference on a
 weight-free copy where a type is not declared), byte counts from shapes.
@@ -14,10 +17,12 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import tensors
+from qlrewrite import opsets, tensors
 from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.qdq import (
+    LEFT_ALONE,
     QDQ,
+    QOPERATOR,
     WEIGHT_ONLY,
     NodeView,
     constant_tensor,
@@ -25,9 +30,10 @@ from qlrewrite.qdq import (
     is_constant,
     iter_graphs,
     node_views,
+    triples,
 )
 
-__all__ = ["QDQGroup", "WeightOnlyGroup", "model_summary"]
+__all__ = ["LeftAloneGroup", "QDQGroup", "QOperatorGroup", "WeightOnlyGroup", "model_summary"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +72,52 @@ class WeightOnlyGroup:
     scale_type: str
     accuracy_level: int | None
     constant: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class QOperatorGroup:
+    """QOperator / dynamic nodes (QLinearConv, QLinearMatMul, MatMulInteger, com.microsoft
+    QLinear*, QGemm, ...) sharing op, version and quantization: one ``name TYPE
+    granularity`` entry per quantized tensor (``w INT8 per-channel(axis 0)``)."""
+
+    domain: str
+    op_type: str
+    version: int | None
+    quantization: tuple[str, ...]
+    constant_weights: bool
+    #: The ai.onnx operator of its Q/DQ form ("" when `convert --to onnx` leaves it).
+    float_op: str
+    #: Why `convert --to onnx` leaves it ("" when it converts it).
+    refusal: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LeftAloneGroup:
+    """Quantized com.microsoft nodes qlrewrite neither checks nor converts, and why."""
+
+    domain: str
+    op_type: str
+    reason: str
+
+
+def _qoperator_group(view: NodeView) -> QOperatorGroup:
+    row = view.row
+    found = triples(view)
+    weights = [t for t in found if t.role == "weight"]
+    return QOperatorGroup(
+        domain=view.domain_label,
+        op_type=view.op_type,
+        version=view.site.version,
+        quantization=tuple(t.describe() for t in found),
+        constant_weights=all(is_constant(t.values[0]) for t in weights),
+        float_op=(row.float_op or "") if row is not None else "",
+        refusal=row.refusal if row is not None else "",
+    )
+
+
+def _left_alone_group(view: NodeView) -> LeftAloneGroup:
+    reason = opsets.QUANTIZED_LEFT_ALONE[(view.domain, view.op_type)]
+    return LeftAloneGroup(view.domain_label, view.op_type, reason)
 
 
 def _name(dtype: ir.DataType | None) -> str:
@@ -138,6 +190,9 @@ def _weight_only_group(view: NodeView) -> WeightOnlyGroup:
     )
 
 
+_GROUP_OF = {QDQ.name: _group, QOPERATOR.name: _qoperator_group, LEFT_ALONE.name: _left_alone_group}
+
+
 def _grouped(counts: Counter, inputs: dict[Any, dict[int, int]], key: Any) -> list[dict]:
     """JSON rows of ``counts`` (group -> nodes), with the bytes of their constant inputs."""
     return [
@@ -157,16 +212,18 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
     """
     groups: Counter[Any] = Counter()
     group_inputs: dict[Any, dict[int, int]] = {}
-    kinds = (QDQ, *WEIGHT_ONLY)
+    kinds = (QDQ, *WEIGHT_ONLY, QOPERATOR, LEFT_ALONE)
     for site, views in node_views(
         model, weightless=weightless, read=False, calls=False, kinds=kinds
     ):
         (view,) = views
-        group = _group(view) if site.kind == QDQ else _weight_only_group(view)
+        group = _GROUP_OF.get(site.kind.name, _weight_only_group)(view)
         groups[group] += 1
         group_inputs.setdefault(group, {}).update(_constant_inputs(site.node))
-    qdq = Counter({g: n for g, n in groups.items() if isinstance(g, QDQGroup)})
-    weight_only = Counter({g: n for g, n in groups.items() if isinstance(g, WeightOnlyGroup)})
+    qdq, weight_only, qoperator, left_alone = (
+        Counter({g: n for g, n in groups.items() if isinstance(g, cls)})
+        for cls in (QDQGroup, WeightOnlyGroup, QOperatorGroup, LeftAloneGroup)
+    )
     n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,
@@ -187,4 +244,8 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
         "qdq": _grouped(qdq, group_inputs, lambda g, n: (g.domain, g.op_type, -n)),
         "weight_only_nodes": sum(weight_only.values()),
         "weight_only": _grouped(weight_only, group_inputs, lambda g, n: (g.op_type, -n)),
+        "qoperator_nodes": sum(qoperator.values()),
+        "qoperator": _grouped(qoperator, group_inputs, lambda g, n: (g.domain, g.op_type, -n)),
+        "left_alone_nodes": sum(left_alone.values()),
+        "left_alone": _grouped(left_alone, group_inputs, lambda g, n: (g.domain, g.op_type)),
     }

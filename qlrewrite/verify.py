@@ -74,7 +74,10 @@ class Bound:
 
     - ``relative``: max |expected - actual| <= relative x the output's largest finite
       |expected| (a float32 summation-order bound scales with the output's magnitude);
-    - ``ulp``: at most ``ulp`` representable steps between expected and actual.
+    - ``ulp``: at most ``ulp`` representable steps between expected and actual;
+    - ``per_output``: (output name, limit) pairs: max |expected - actual| <= limit for that
+      output (a quantization bound: N steps of the output, N for an integer output, N x
+      its scale for a dequantized one).
 
     A missing output, a changed type or shape, or NaN against a number is never accepted.
     """
@@ -82,9 +85,10 @@ class Bound:
     reason: str | None = None
     relative: float | None = None
     ulp: int | None = None
+    per_output: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        limits = (self.relative, self.ulp)
+        limits = (self.relative, self.ulp, *(v for _, v in self.per_output))
         if any(v is not None and v < 0 for v in limits):
             raise ValueError("a bound's limits are not negative")
         if (self.reason is None) != all(v is None for v in limits):
@@ -103,6 +107,9 @@ class Bound:
             return False
         if self.relative is not None and verdict.max_abs <= self.relative * verdict.max_ref:
             return True
+        limit = dict(self.per_output).get(verdict.name)
+        if limit is not None and verdict.max_abs <= limit:
+            return True
         return self.ulp is not None and verdict.max_ulp is not None and verdict.max_ulp <= self.ulp
 
     def join(self, other: Bound) -> Bound:
@@ -114,7 +121,11 @@ class Bound:
             return other
         reasons = list(dict.fromkeys([self.reason, other.reason]))
         relative = _looser(self.relative, other.relative)
-        return Bound("; ".join(r for r in reasons if r), relative, _looser(self.ulp, other.ulp))
+        per_output = dict(self.per_output)
+        for name, limit in other.per_output:
+            per_output[name] = _looser(per_output.get(name), limit)
+        return Bound("; ".join(r for r in reasons if r), relative,
+                     _looser(self.ulp, other.ulp), tuple(sorted(per_output.items())))  # fmt: skip
 
     def describe(self) -> str:
         """``exact``, or the accepted limits in words."""
@@ -125,11 +136,15 @@ class Bound:
             limits.append(f"{self.relative:g} x each output's largest magnitude")
         if self.ulp is not None:
             limits.append(f"{self.ulp} ulp")
+        if self.per_output:
+            shown = ", ".join(f"{name} {limit:.3g}" for name, limit in self.per_output[:4])
+            more = f" and {len(self.per_output) - 4} more" if len(self.per_output) > 4 else ""
+            limits.append(f"per output {shown}{more}")
         return f"differences up to {' or '.join(limits)}"
 
     def to_json(self) -> dict[str, Any]:
         return {"exact": self.exact, "relative": self.relative, "ulp": self.ulp,
-                "reason": self.reason}  # fmt: skip
+                "per_output": dict(self.per_output), "reason": self.reason}  # fmt: skip
 
 
 def _looser(a: float | int | None, b: float | int | None) -> Any:
@@ -272,11 +287,21 @@ class Verification:
         note = ""
         if not self.bound.exact:
             note = f"; {self.bound.reason}; accepted: {self.bound.describe()}"
+        note = self._which_exact() + note
         if self.status == WITHIN_TOLERANCE:
             if self.tolerance is None:
                 return f"within tolerance ({runs}){note}"
             return f"within tolerance {self.tolerance:g} ({runs}){note}"
         return f"mismatch ({runs}){note}"
+
+    def _which_exact(self) -> str:
+        """``; bit-identical: y1; differ: y2 (3 of 64 elements differ: ...)``."""
+        exact = [o.name for o in self.outputs if o.exact]
+        differ = [f"{o.name} ({o.describe()})" for o in self.outputs if not o.exact]
+        text = f"; bit-identical: {', '.join(exact[:4])}" if exact else ""
+        if len(exact) > 4:
+            text += f" and {len(exact) - 4} more"
+        return text + (f"; differ: {'; '.join(differ[:3])}" if differ else "")
 
     def to_json(self) -> dict[str, Any]:
         return {

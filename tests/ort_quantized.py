@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 __all__ = [
     "CONFIGS",
     "FLOAT_MODELS",
+    "QOPERATOR_CONFIGS",
     "float_model",
     "inputs_for",
     "quantized",
@@ -134,6 +135,21 @@ CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
     "mlp-nbits-asym": ("mlp", 13, ("nbits", {"block_size": 32, "is_symmetric": False})),
 }  # fmt: skip
 
+#: QOperator and dynamic models (kept apart from CONFIGS: those tests expect Q/DQ):
+#: "qoperator" is quantize_static with QuantFormat.QOperator, "dynamic" quantize_dynamic.
+QOPERATOR_CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
+    "cnn-qop-u8s8": ("cnn", 13, ("qoperator", {"activation_type": "QUInt8"})),
+    "cnn-qop-s8s8-per-channel": ("cnn", 13, ("qoperator", {
+        "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
+    "mlp-qop-u8s8": ("mlp", 13, ("qoperator", {"activation_type": "QUInt8"})),
+    "mlp-qop-s8s8-per-channel": ("mlp", 13, ("qoperator", {
+        "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
+    "mlp-dynamic": ("mlp", 13, ("dynamic", {})),
+    "cnn-dynamic-per-channel": ("cnn", 13, ("dynamic", {
+        "per_channel": True, "op_types_to_quantize": ["Conv", "MatMul"]})),
+    "mlp-dynamic-per-channel": ("mlp", 13, ("dynamic", {"per_channel": True})),
+}  # fmt: skip
+
 #: Configurations whose output ORT cannot load (ORT's quantizer writes `axis` at opset 12).
 INVALID_CONFIGS = frozenset({"cnn-opset12-per-channel"})
 
@@ -164,7 +180,7 @@ def _reader(model_name: str) -> Any:
 
 @functools.cache
 def _quantized_bytes(config: str) -> bytes:
-    model_name, opset, (how, kwargs) = CONFIGS[config]
+    model_name, opset, (how, kwargs) = {**CONFIGS, **QOPERATOR_CONFIGS}[config]
     kwargs = dict(kwargs)
     quiet = logging.getLogger().level, logging.getLogger("onnxruntime").level
     logging.getLogger().setLevel(logging.ERROR)
@@ -195,10 +211,15 @@ def _quantize(model_name: str, opset: int, how: str, kwargs: dict[str, Any]) -> 
         with tempfile.TemporaryDirectory() as tmp:
             source, target = Path(tmp, "float.onnx"), Path(tmp, "quantized.onnx")
             onnx.save_model(float_model(model_name, opset), source)
+            if how == "dynamic":
+                from onnxruntime.quantization import quantize_dynamic
+
+                quantize_dynamic(str(source), str(target), **kwargs)
+                return target.read_bytes()
+            form = QuantFormat.QOperator if how == "qoperator" else QuantFormat.QDQ
             quantize_static(
-                str(source), str(target), _reader(model_name), quant_format=QuantFormat.QDQ,
-                **kwargs,
-            )  # fmt: skip
+                str(source), str(target), _reader(model_name), quant_format=form, **kwargs
+            )
             return target.read_bytes()
 
 
@@ -209,7 +230,7 @@ def quantized(config: str) -> onnx.ModelProto:
 
 def model_name_of(config: str) -> str:
     """The float model a configuration quantizes."""
-    return CONFIGS[config][0]
+    return {**CONFIGS, **QOPERATOR_CONFIGS}[config][0]
 
 
 def ort_version() -> tuple[int, int]:

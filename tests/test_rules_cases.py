@@ -11,6 +11,7 @@ from typing import Any
 import onnx
 import pytest
 from qdq_models import DQ, DT, MS, ONNX_VERSIONS, Q, load_ir, qdq_model
+from test_rules_qoperator import CODES as QOPERATOR_CODES
 from test_rules_weight_only import CODES as WEIGHT_ONLY_CODES
 
 from qlrewrite.checker import check_model
@@ -208,7 +209,7 @@ def test_rule_fires_on_bad_and_not_on_good(case: Case, version: Any) -> None:
 def test_every_rule_has_a_case() -> None:
     node_rules = {code for code in RULES if not code.startswith(("QL602", "QL603", "QL604",
                                                                   "QL605", "QL9"))}  # fmt: skip
-    assert node_rules == {case.code for case in CASES} | WEIGHT_ONLY_CODES
+    assert node_rules == {case.code for case in CASES} | WEIGHT_ONLY_CODES | QOPERATOR_CODES
 
 
 def test_catalogue_entries_are_complete() -> None:

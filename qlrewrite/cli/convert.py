@@ -1,4 +1,5 @@
-"""`qlrewrite convert`: move QuantizeLinear / DequantizeLinear between com.microsoft and ai.onnx."""
+"""`qlrewrite convert`: move QuantizeLinear / DequantizeLinear between com.microsoft and ai.onnx;
+rewrite weight-only and QOperator / dynamic nodes as Q/DQ (--to onnx)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, 
 from qlrewrite.passes.convert_domain import TARGETS, ConvertDomainPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 
 __all__ = ["convert_command"]
 
@@ -75,10 +77,23 @@ def convert_command(
     (or per output channel) feeding MatMul's B (also through a Transpose; a following Add
     of a constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
     int4/uint4 becomes GatherBlockQuantized.
+
+    --to onnx also rewrites the QOperator form as Q/DQ (ONNX Runtime's QDQ quantizer's
+    form): each QLinearConv, QLinearMatMul, com.microsoft QLinearAdd / QLinearMul /
+    QLinearSigmoid / QLinearLeakyRelu / QLinearAveragePool / QLinearGlobalAveragePool /
+    QLinearConcat / QLinearSoftmax / QLinearWhere / QLinearReduceMean / QGemm becomes
+    DequantizeLinear -> the float op -> QuantizeLinear, weights staying quantized behind
+    their DequantizeLinear (per channel where they were), QLinearConv's int32 bias an
+    int32 DequantizeLinear with scale x_scale * w_scale. Dynamic forms: MatMulIntegerToFloat,
+    DynamicQuantizeMatMul and ORT's DynamicQuantizeLinear -> MatMulInteger / ConvInteger ->
+    Cast -> Mul become DequantizeLinear -> MatMul / Conv. QAttention and channels_last
+    nodes are refused with the reason; ai.onnx ConvInteger / MatMulInteger outside that
+    pattern stay, with a warning. The integer kernels round their requantization their own
+    way: outputs may differ by one quantization step per converted node (see --verify).
     """
     passes: list = [ConvertDomainPass(to, allow_float16=allow_float16)]
     if to == "onnx":
-        passes.insert(0, NBitsToOnnxPass())
+        passes[0:0] = [QOperatorToQdqPass(), NBitsToOnnxPass()]
     else:
         passes.insert(0, NBitsFromOnnxPass(accuracy_level=accuracy_level))
     run_rewrite(

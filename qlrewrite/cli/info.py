@@ -1,5 +1,6 @@
-"""`qlrewrite info`: what Q/DQ and weight-only (MatMulNBits, GatherBlockQuantized) nodes a
-model holds."""
+"""`qlrewrite info`: what Q/DQ, weight-only (MatMulNBits, GatherBlockQuantized) and
+QOperator / dynamic (QLinearConv, QLinearMatMul, MatMulInteger, com.microsoft QLinear*, ...)
+nodes a model holds."""
 
 from __future__ import annotations
 
@@ -43,7 +44,12 @@ Examples:
 @run_command
 def info_command(model: Path, fmt: str) -> None:
     """Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized),
-    opsets and initializers (reads no weights)."""
+    opsets and initializers (reads no weights).
+
+    QOperator / dynamic nodes (QLinearConv, QLinearMatMul, MatMulInteger, com.microsoft
+    QLinear*, QGemm, ...) are listed with the type and granularity of each quantized
+    tensor (per-tensor, or per-channel weights) and the Q/DQ form `convert --to onnx`
+    writes for them."""
     loaded = model_io.load(model)
     # Just loaded: type inference can run on a copy of the file's nodes.
     source = source_of(loaded)
@@ -74,10 +80,10 @@ def info_command(model: Path, fmt: str) -> None:
             f"{group['op_type']} ({group['producer']}; not QuantizeLinear / DequantizeLinear: "
             "qlrewrite does not check or rewrite them)"
         )
-    if not summary["qdq"] and not summary["weight_only"]:
+    if not any(summary[k] for k in ("qdq", "weight_only", "qoperator", "left_alone")):
         console.print(
             "No quantized nodes (QuantizeLinear / DequantizeLinear, MatMulNBits, "
-            "GatherBlockQuantized)."
+            "GatherBlockQuantized, QLinear* / QOperator, MatMulInteger / dynamic)."
         )
         return
     if summary["qdq"]:
@@ -86,6 +92,33 @@ def info_command(model: Path, fmt: str) -> None:
     if summary["weight_only"]:
         console.print(f"{summary['weight_only_nodes']} weight-only node(s):")
         console.print(_weight_only_table(summary["weight_only"]))
+    if summary["qoperator"]:
+        console.print(f"{summary['qoperator_nodes']} QOperator / dynamic node(s):")
+        console.print(_qoperator_table(summary["qoperator"]))
+    for group in summary["left_alone"]:
+        console.print(
+            f"{group['nodes']} quantized node(s) {group['domain']} {group['op_type']} left "
+            f"alone (not checked or converted): {escape(group['reason'])}"
+        )
+
+
+def _qoperator_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table()
+    for column in ("domain", "op", "quantization (name type granularity)", "Q/DQ form"):
+        table.add_column(column, no_wrap=column != "Q/DQ form")
+    table.add_column("nodes", justify="right")
+    table.add_column("const bytes", justify="right", no_wrap=True)
+    for row in rows:
+        form = row["float_op"] if not row["refusal"] else f"none: {row['refusal']}"
+        table.add_row(
+            row["domain"],
+            f"{row['op_type']}-{_text(row['version'], 'none')}",
+            "; ".join(row["quantization"]),
+            escape(form),
+            str(row["nodes"]),
+            human_bytes(row["input_bytes"]),
+        )
+    return table
 
 
 def _qdq_table(rows: list[dict[str, Any]]) -> Table:

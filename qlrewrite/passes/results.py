@@ -16,6 +16,7 @@ __all__ = [
     "FoldResult",
     "ImportsResult",
     "NBitsResult",
+    "QOperatorResult",
     "RepairsFindings",
     "RewritePassResult",
     "UpgradeResult",
@@ -68,6 +69,12 @@ class NBitsResult(RewritePassResult):
     ``initializers_removed``, ``opset_imports_dropped``;
     :class:`~qlrewrite.passes.nbits_from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
     ``gather_block_quantized_made``."""
+
+
+@dataclasses.dataclass
+class QOperatorResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
+    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``."""
 
 
 @dataclasses.dataclass

@@ -17,6 +17,8 @@ module             decides
 ``view``           the per-node view (:class:`NodeView`): attributes with defaults,
                    x / scale / zero-point / output types and shapes, the output type
                    (:attr:`NodeView.output_type`), x's type, granularity
+``qoperator``      the (data, scale, zero point) triples of a QOperator / dynamic
+                   node (:func:`triples`: QLinearConv, QLinearMatMul, QLinear*, ...)
 ``inference``      ONNX type and shape inference per graph, run once on first need
 ``binding``        building views: :func:`node_views` (one per call site inside a
                    function), :func:`site_view` (constants and declarations only)
@@ -45,7 +47,7 @@ from typing import Any
 #: The submodules, lightest first: a name is looked up in each on first use, so modules
 #: low in the stack (``tensors``, ``model_io``) can import ``qdq.graphs`` without pulling
 #: in inference and views.
-_MODULES = ("graphs", "sites", "constants", "view", "inference", "binding")
+_MODULES = ("graphs", "sites", "constants", "view", "qoperator", "inference", "binding")
 
 
 def __getattr__(name: str) -> Any:

@@ -20,9 +20,11 @@ from qlrewrite.qdq.graphs import MS_DOMAIN, GraphRef, GraphScope, iter_graphs, n
 
 __all__ = [
     "GATHER_BLOCK_QUANTIZED",
+    "LEFT_ALONE",
     "MATMUL_NBITS",
     "QDQ",
     "QDQ_OPS",
+    "QOPERATOR",
     "WEIGHT_ONLY",
     "QuantizedSite",
     "SiteKind",
@@ -68,6 +70,18 @@ GATHER_BLOCK_QUANTIZED = _weight_only("gather-block-quantized", "GatherBlockQuan
 WEIGHT_ONLY = (MATMUL_NBITS, GATHER_BLOCK_QUANTIZED)
 
 
+#: The QOperator / dynamic operators (QLinearConv, QLinearMatMul, MatMulInteger, com.microsoft
+#: QLinear*, QGemm, ...; rows: :class:`qlrewrite.opsets.QOperatorVersion`). Their roles are
+#: per operator, several (data, scale, zero point) triples each: read them with
+#: :func:`qlrewrite.qdq.qoperator.triples`.
+QOPERATOR = SiteKind(
+    "qoperator", frozenset((row.domain, row.op_type) for row in opsets.QOPERATOR_ROWS), {}
+)
+#: Quantized com.microsoft operators reported but neither checked nor converted
+#: (:data:`qlrewrite.opsets.QUANTIZED_LEFT_ALONE` says why).
+LEFT_ALONE = SiteKind("left-alone", frozenset(opsets.QUANTIZED_LEFT_ALONE), {})
+
+
 @dataclasses.dataclass(frozen=True)
 class QuantizedSite:
     """One quantized node with where it sits and the operator version in force for it."""
@@ -78,8 +92,8 @@ class QuantizedSite:
     domain: str  # normalized: "" for ai.onnx
     imported: int | None  # the version of the node's domain imported for its graph
     #: The version in force (None: no such op at that opset): OpVersion for Q/DQ,
-    #: WeightOnlyVersion for the weight-only kinds.
-    row: opsets.OpVersion | opsets.WeightOnlyVersion | None
+    #: WeightOnlyVersion for the weight-only kinds, QOperatorVersion for QOPERATOR.
+    row: opsets.OpVersion | opsets.WeightOnlyVersion | opsets.QOperatorVersion | None
 
     @property
     def graph(self) -> ir.Graph | ir.Function:

@@ -229,9 +229,15 @@ class NodeView:
         op, only those its row names (``read_values``: g_idx)."""
         if self._inputs is None:
             read, x_index, row = self._read, self._x_index, self.row
-            if _weight_only(row):  # only what a rule reads: g_idx (never scales of LLMs)
+            if _weight_only(row) or isinstance(row, opsets.QOperatorVersion):
+                # only what a rule reads: g_idx (never scales of LLMs); QOperator scales
+                # and zero points (never the weights)
                 names = [spec.name for spec in row.inputs]
                 wanted = {i for i, name in enumerate(names) if name in row.read_values}
+                if getattr(row, "variadic", False):  # QLinearConcat: (x, scale, zp) threes
+                    fixed = len(names) - 1
+                    count = len(self.node.inputs)
+                    wanted |= {i for i in range(fixed, count) if (i - fixed) % 3}
             else:
                 wanted = set(range(len(self.node.inputs))) - {x_index}
             self._inputs = [
@@ -265,6 +271,11 @@ class NodeView:
             if spec.name == name:
                 return self._at(index)
         return None
+
+    def value_view(self, value: ir.Value | None, *, read: bool = False) -> ValueView | None:
+        """The :class:`ValueView` of any input or output ``value`` of the node, seen from
+        this view's place (``read``: read a small constant's values)."""
+        return self._lookup(value, read)
 
     @property
     def output(self) -> ValueView | None:

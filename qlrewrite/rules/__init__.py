@@ -34,9 +34,13 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql5xx_values,
     ql6xx_hygiene,
     ql9xx_suppressions,
+    ql10x_qoperator_structure,
+    ql31x_qoperator_types,
     ql31x_weight_only_types,
     ql42x_matmul_nbits,
     ql43x_gather_block,
+    ql44x_qoperator_shapes,
+    ql51x_qoperator_values,
 )
 from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, RuleCheck, rule
 

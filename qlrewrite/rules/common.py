@@ -6,11 +6,13 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
-from qlrewrite.qdq import NodeView
+from qlrewrite.qdq import QOPERATOR, NodeView
 
 __all__ = [
     "FP_TYPES_TEXT",
     "PER_AXIS_OPSET",
+    "QOPERATOR_KINDS",
+    "QOPERATOR_VERSIONS",
     "WEIGHT_ONLY_VERSIONS",
     "layout_attrs",
     "matmul_nbits_layout",
@@ -24,6 +26,10 @@ PER_AXIS_OPSET = 13
 #: Where the weight-only rules apply (the catalogue's ``versions``).
 WEIGHT_ONLY_VERSIONS = "com.microsoft MatMulNBits 1, GatherBlockQuantized 1"
 FP_TYPES_TEXT = "float8 / float4"
+#: The node kinds of the QOperator rules, and where they apply (the catalogue's
+#: ``versions``).
+QOPERATOR_KINDS = (QOPERATOR,)
+QOPERATOR_VERSIONS = "ai.onnx QLinearConv, QLinearMatMul, ...; com.microsoft QLinear*, QGemm, ..."
 
 
 def weight_storage(ctx: NodeView) -> opsets.WeightStorage | None:

@@ -20,7 +20,7 @@ from qlrewrite.rules.example_models import (
     matmul_nbits_model,
     qdq_model,
 )
-from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, FixContext, rule
+from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -143,7 +143,7 @@ def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
     """,
     versions="com.microsoft, main graph and its subgraphs",
     needs_version=False,
-    kinds=ALL_KINDS,
+    kinds=CHECKED_KINDS,
     fix=Fix(
         SAFE,
         """
@@ -196,7 +196,7 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="all",
     needs_version=False,
-    kinds=ALL_KINDS,
+    kinds=CHECKED_KINDS,
     fix=Fix(
         UNSAFE,
         """
@@ -247,7 +247,7 @@ def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
     needs_version=False,
-    kinds=ALL_KINDS,
+    kinds=CHECKED_KINDS,
     examples=[
         Example(
             "opset-9",

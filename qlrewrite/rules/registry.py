@@ -24,14 +24,18 @@ import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
-from qlrewrite.qdq.sites import QDQ, WEIGHT_ONLY, QuantizedSite, SiteKind
+from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
 
-#: Every kind of quantized node a node rule may apply to.
+#: The kinds of quantized node the rules shared by Q/DQ and the weight-only ops apply to.
 ALL_KINDS = (QDQ, *WEIGHT_ONLY)
+#: Every kind of quantized node `check` visits (the QOperator / dynamic ops have their
+#: own rules, and share QL103 / QL104).
+CHECKED_KINDS = (*ALL_KINDS, QOPERATOR)
 
 __all__ = [
     "ALL_KINDS",
+    "CHECKED_KINDS",
     "CHECKS",
     "RULES",
     "Example",

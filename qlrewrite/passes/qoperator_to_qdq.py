@@ -1,0 +1,533 @@
+"""QOperator / dynamic nodes to the Q/DQ form: DequantizeLinear -> float op -> QuantizeLinear.
+
+Each QOperator node (ai.onnx QLinearConv, QLinearMatMul; com.microsoft QLinearConv,
+QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearAveragePool,
+QLinearGlobalAveragePool, QLinearConcat, QLinearSoftmax, QLinearWhere, QLinearReduceMean,
+QGemm) becomes the form ONNX Runtime's QDQ quantizer writes: one ai.onnx DequantizeLinear
+per quantized input (a weight stays quantized behind its DequantizeLinear, per channel
+where it was), the float operator of its row (:attr:`QOperatorVersion.float_op`), and a
+QuantizeLinear to the node's output scale and zero point. QLinearConv's int32 bias
+becomes an int32 DequantizeLinear with scale x_scale * w_scale (QGemm's C likewise).
+
+The dynamic forms: com.microsoft MatMulIntegerToFloat becomes DequantizeLinear(A),
+DequantizeLinear(B) -> MatMul (-> Add bias); DynamicQuantizeMatMul becomes
+DynamicQuantizeLinear(A) -> DequantizeLinear -> MatMul with DequantizeLinear(B); ONNX
+Runtime's dynamic pattern DynamicQuantizeLinear -> MatMulInteger / ConvInteger -> Cast ->
+Mul(a_scale * b_scale) becomes DequantizeLinear(A), DequantizeLinear(B) -> MatMul / Conv.
+Nodes without a Q/DQ form are refused with the reason (com.microsoft QAttention) or, when
+already ai.onnx (MatMulInteger / ConvInteger outside that pattern), left with a warning;
+DynamicQuantizeLinear stays (the QuantizeLinear of dynamic Q/DQ).
+
+The integer kernels requantize with their own rounding, so outputs may differ from the
+float form by a quantization step; the result carries the bound ``--verify`` checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.errors import Refusal
+from qlrewrite.passes.results import QOperatorResult
+from qlrewrite.qdq import (
+    MS_DOMAIN,
+    QOPERATOR,
+    NodeView,
+    TripleView,
+    ValueView,
+    constant_tensor,
+    drop_unused_domain,
+    iter_graphs,
+    node_views,
+    triples,
+)
+from qlrewrite.verify import EXACT_BOUND, Bound
+
+__all__ = ["QOperatorToQdqPass"]
+
+_DT = ir.DataType
+#: Attributes of the QOperator node the float operator keeps, per float op.
+#: The integer ops of ORT's dynamic pattern, and their float op.
+_INTEGER_OPS = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
+_KEPT = {
+    "Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
+    "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
+                    "strides"),
+    "Gemm": ("alpha", "transA", "transB"),
+    "LeakyRelu": ("alpha",),
+    "Concat": ("axis",),
+}  # fmt: skip
+
+
+@dataclasses.dataclass
+class _Plan:
+    """One node to rewrite: its view, triples, the float op's attributes, or problems."""
+
+    view: NodeView
+    triples: list[TripleView]
+    problems: list[str] = dataclasses.field(default_factory=list)
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: ai.onnx nodes without a Q/DQ form stay (a warning); com.microsoft ones refuse.
+    leave: bool = False
+    #: MatMulInteger / ConvInteger of ORT's dynamic pattern: (Cast, Mul, a_scale, b_scale).
+    pattern: tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None = None
+
+    @property
+    def where(self) -> str:
+        return self.view.where
+
+
+def _opset(view: NodeView) -> int:
+    return view.site.scope.opset("") or 0
+
+
+def _attr_value(view: NodeView, name: str) -> Any:
+    attr = view.attributes.get(name)
+    if attr is not None:
+        return attr.value
+    return view.row.default(name)
+
+
+def _float_attributes(view: NodeView, float_op: str) -> tuple[dict[str, Any], list[str]]:
+    """The float operator's attributes, and why the node has no float form (if so)."""
+    problems = []
+    if view.attr_or_default("channels_last"):
+        problems.append("channels_last=1 has no ai.onnx form (NHWC)")
+    attrs = {n: _attr_value(view, n) for n in _KEPT.get(float_op, ()) if n in view.attributes}
+    if float_op == "LeakyRelu":
+        attrs["alpha"] = float(_attr_value(view, "alpha"))
+    elif float_op == "Softmax":
+        attrs["axis"], problem = _softmax_axis(view)
+        problems += [problem] if problem else []
+    elif float_op == "ReduceMean":
+        attrs["keepdims"] = int(_attr_value(view, "keepdims") or 0)
+    elif float_op == "Gemm" and float(_attr_value(view, "alpha")) != 1.0 and view.operand("C"):
+        problems.append("alpha other than 1 with an int32 bias C has no exact Gemm form")
+    return attrs, problems
+
+
+def _softmax_axis(view: NodeView) -> tuple[int, str | None]:
+    """QLinearSoftmax's axis for ai.onnx Softmax at the model's opset: its ``opset``
+    attribute says which Softmax it computes (before 13: coerced to 2-D at ``axis``)."""
+    semantics = view.int_attr("opset") or 13
+    axis = view.int_attr("axis")
+    axis = axis if axis is not None else (-1 if semantics >= 13 else 1)
+    rank = next((t.data.rank for t in triples(view) if t.data and t.data.rank), None)
+    last = axis == -1 or (rank is not None and axis == rank - 1)
+    if (semantics >= 13) != (_opset(view) >= 13) and not last:
+        return axis, (
+            f"Softmax-{semantics} semantics on axis {axis} differ from ai.onnx opset "
+            f"{_opset(view)}'s Softmax"
+        )
+    return axis, None
+
+
+def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
+    problems = []
+    opset = _opset(view)
+    for t in found:
+        scale = t.scale
+        if t.spec.scale is None:
+            continue
+        if scale is None or scale.shape is None or scale.dtype is None:
+            problems.append(f"{t.label}'s scale has an unknown shape or type")
+        elif len(scale.shape) > 0 and opset < 13:
+            problems.append(
+                f"{t.label}'s scale is 1-D: DequantizeLinear needs ai.onnx opset 13 "
+                "(run `qlrewrite upgrade --opset 13`)"
+            )
+        elif t.dtype == _DT.FLOAT:
+            problems.append(f"{t.label} is float (not quantized)")
+        elif _per_channel(scale) != _per_channel(t.zero_point) and t.zero_point is not None:
+            shared = t.zero_point if _per_channel(scale) else scale
+            if shared.array is None:
+                problems.append(f"{t.label}'s shared {shared.name!r} is not a constant")
+    return problems
+
+
+def _plan(view: NodeView) -> _Plan:
+    row = view.row
+    found = triples(view)
+    plan = _Plan(view, found)
+    if row is None:
+        plan.problems.append("no version of the operator at the imported opset")
+        return plan
+    if view.op_type in _INTEGER_OPS:
+        plan.pattern = _dynamic_pattern(view)
+    if row.float_op is None and plan.pattern is None:
+        plan.problems.append(row.refusal)
+        plan.leave = view.domain == ""
+        return plan
+    float_op = row.float_op or _INTEGER_OPS[view.op_type]
+    plan.attributes, plan.problems = _float_attributes(view, float_op)
+    plan.problems += _triple_problems(view, found)
+    if view.op_type in ("QLinearConv", "QGemm"):
+        plan.problems += _bias_problems(view, found)
+    return plan
+
+
+def _bias_problems(view: NodeView, found: list[TripleView]) -> list[str]:
+    bias = view.operand("B" if view.op_type == "QLinearConv" else "C")
+    if bias is None:
+        return []
+    scales = [t.scale for t in found if t.role in ("input", "weight")]
+    if any(s is None or s.array is None for s in scales):
+        return ["the int32 bias needs constant input and weight scales"]
+    return []
+
+
+def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None:
+    """ORT's dynamic MatMul / Conv: DynamicQuantizeLinear(A) -> MatMulInteger(A, B, a_zp,
+    b_zp) (ConvInteger) -> Cast(float) -> Mul(., Mul(a_scale, b_scale)); None when the
+    node is not in one."""
+    node = view.node
+    inputs = list(node.inputs) + [None] * (4 - len(node.inputs))
+    source = inputs[0].producer() if inputs[0] is not None else None
+    if source is None or source.op_type != "DynamicQuantizeLinear" or source.domain not in (
+        "", "ai.onnx"
+    ):  # fmt: skip
+        return None
+    if inputs[2] is not None and inputs[2] is not source.outputs[2]:
+        return None
+    cast = _only_use(node.outputs[0])
+    if cast is None or cast.op_type != "Cast" or cast.attributes.get_int("to") != _DT.FLOAT:
+        return None
+    mul = _only_use(cast.outputs[0])
+    if mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2:
+        return None
+    other = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
+    scales = other.producer() if other is not None else None
+    if scales is None or scales.op_type != "Mul" or source.outputs[1] not in scales.inputs:
+        return None
+    b_scale = scales.inputs[1] if scales.inputs[0] is source.outputs[1] else scales.inputs[0]
+    return cast, mul, source.outputs[1], b_scale
+
+
+def _only_use(value: ir.Value) -> ir.Node | None:
+    uses = list(value.uses())
+    if len(uses) != 1 or value.is_graph_output():
+        return None
+    return uses[0].node
+
+
+class QOperatorToQdqPass(ir.passes.InPlacePass):
+    """Rewrite QOperator / dynamic nodes as DequantizeLinear -> float op -> QuantizeLinear.
+
+    ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) when a com.microsoft
+    node has no Q/DQ form, before changing anything. ai.onnx nodes without one
+    (ConvInteger / MatMulInteger outside ORT's dynamic pattern) stay, with a warning.
+    """
+
+    def __init__(self, *, strict: bool = True) -> None:
+        super().__init__()
+        self.strict = strict
+
+    def call(self, model: ir.Model) -> QOperatorResult:
+        plans = [
+            _plan(views[0])
+            for _, views in node_views(model, kinds=(QOPERATOR,), calls=False)
+            if views[0].op_type != "DynamicQuantizeLinear"
+        ]
+        refused = [p for p in plans if p.problems and not p.leave]
+        if refused and self.strict:
+            raise Refusal(_refusal(refused))
+        warnings = [
+            f"{p.where} left as it is: {'; '.join(dict.fromkeys(p.problems))}"
+            for p in plans
+            if p.problems
+        ]
+        done = [p for p in plans if not p.problems]
+        rewriter = _Rewriter(model)
+        for plan in done:
+            rewriter.apply(plan)
+        dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
+        summary = {
+            "qoperator_converted": len(done),
+            "qoperator_left": len(plans) - len(done),
+            "opset_imports_dropped": int(dropped),
+        }
+        float_sums = any(_sums_in_float(p) for p in done)
+        bound = _bound(model, rewriter.requantized, float_sums)
+        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound)
+
+
+#: Why ``--verify`` accepts differences after a QOperator conversion.
+REQUANTIZE_REASON = (
+    "a QOperator kernel requantizes its integer result with its own fixed-point / float "
+    "rounding, DequantizeLinear -> float op -> QuantizeLinear rounds the float result "
+    "once: each converted node's output may differ by one quantization step (measured: "
+    "bit-identical on ONNX Runtime's quantizer outputs, one step in a few elements of "
+    "QLinearAdd and the average pools), and a step carries on through later nodes"
+)
+#: Why, and by how much relative to an output's largest magnitude, float results differ.
+FLOAT_SUM_REASON = (
+    "MatMulInteger / ConvInteger / MatMulIntegerToFloat / DynamicQuantizeMatMul / QGemm sum "
+    "exact int32 "
+    "products and scale once, DequantizeLinear -> MatMul sums float32 products (another "
+    "rounding; measured under 3e-7 of the output's largest magnitude)"
+)
+FLOAT_SUM_RELATIVE = 1e-5
+
+
+def _bound(model: ir.Model, requantized: set[int], float_sums: bool) -> Bound:
+    """What ``--verify`` accepts: at an output N requantizing conversions deep, N steps of
+    its quantization (N for an integer output, N x scale after a per-tensor
+    DequantizeLinear); float sums in another order within FLOAT_SUM_RELATIVE."""
+    depth: dict[int, int] = {}
+    for node in model.graph:  # in graph (topological) order
+        inputs = [depth.get(id(v), 0) for v in node.inputs if v is not None]
+        deep = max(inputs, default=0) + (id(node) in requantized)
+        depth.update((id(out), deep) for out in node.outputs)
+    per_output = []
+    for output in model.graph.outputs:
+        steps = depth.get(id(output), 0)
+        step = _step(output) if steps else None
+        if step is not None and output.name:
+            per_output.append((output.name, steps * step))
+    reasons = ([REQUANTIZE_REASON] if per_output else []) + ([FLOAT_SUM_REASON] * float_sums)
+    if not reasons:
+        return EXACT_BOUND
+    relative = FLOAT_SUM_RELATIVE if float_sums else None
+    return Bound("; ".join(reasons), relative, None, tuple(per_output))
+
+
+def _step(output: ir.Value) -> float | None:
+    """One quantization step of ``output``: 1 for a QuantizeLinear output, the scale of a
+    per-tensor DequantizeLinear; None otherwise."""
+    producer = output.producer()
+    if producer is None:
+        return None
+    if producer.op_type == "QuantizeLinear":
+        return 1.0
+    if producer.op_type != "DequantizeLinear" or len(producer.inputs) < 2:
+        return None
+    tensor = constant_tensor(producer.inputs[1]) if producer.inputs[1] is not None else None
+    if tensor is None or tensor.size != 1:
+        return None
+    return float(np.abs(tensor.numpy()).reshape(-1)[0])
+
+
+def _sums_in_float(plan: _Plan) -> bool:
+    """A dynamic op, or one with a float output (QGemm without y_scale): its Q/DQ form
+    sums float products where the kernel sums int32 ones."""
+    row = plan.view.row
+    return row.dynamic or not any(t.role == "output" and t.values[1] for t in plan.triples)
+
+
+def _refusal(failed: list[_Plan]) -> str:
+    parts = [f"{p.where} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
+    if len(failed) > 10:
+        parts.append(f"and {len(failed) - 10} more")
+    return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {'; '.join(parts)}"
+
+
+def _per_channel(view: ValueView | None) -> bool:
+    """A 1-D scale or zero point of more than one value."""
+    return view is not None and view.shape not in ((), (1,))
+
+
+def _np_dtype(dtype: ir.DataType) -> np.dtype:
+    return dtype.numpy()
+
+
+class _Rewriter:
+    """Builds the Q/DQ nodes and constants; shares one DequantizeLinear per quantized value."""
+
+    def __init__(self, model: ir.Model) -> None:
+        self._names: set[str] = set()
+        for scope in iter_graphs(model):
+            graph = scope.graph
+            for node in graph:
+                self._names.update(v.name for v in node.outputs if v.name)
+                self._names.update(n for n in [node.name] if n)
+            if isinstance(graph, ir.Graph):
+                self._names.update(graph.initializers)
+                self._names.update(v.name for v in graph.inputs if v.name)
+        self._dq: dict[tuple, ir.Value] = {}
+        #: ids of the QuantizeLinear nodes written for converted nodes' outputs.
+        self.requantized: set[int] = set()
+
+    def name(self, base: str) -> str:
+        """A name no value, node or initializer of the model has."""
+        name, index = base, 1
+        while name in self._names:
+            name, index = f"{base}_{index}", index + 1
+        self._names.add(name)
+        return name
+
+    def constant(self, plan: _Plan, array: np.ndarray, base: str) -> ir.Value:
+        """A new initializer (a Constant node inside a function) holding ``array``."""
+        graph = plan.view.site.graph
+        name = self.name(base)
+        tensor = ir.tensor(array, name=name)
+        if isinstance(graph, ir.Function):
+            node = ir.node("Constant", [], attributes={"value": tensor}, name=self.name(name))
+            node.outputs[0].name = name
+            graph.insert_before(plan.view.node, node)
+            return node.outputs[0]
+        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape,
+                         const_value=tensor)  # fmt: skip
+        graph.register_initializer(value)
+        return value
+
+    def _node(self, plan: _Plan, op: str, inputs: list, attrs: dict, base: str) -> ir.Value:
+        node = ir.node(op, inputs, attributes=attrs, name=self.name(base + "_node"))
+        node.outputs[0].name = self.name(base)
+        plan.view.site.graph.insert_before(plan.view.node, node)
+        return node.outputs[0]
+
+    def dequantize(self, plan: _Plan, t: TripleView, scale: ir.Value | None = None) -> ir.Value:
+        """DequantizeLinear of ``t`` (``scale``: another scale, for a bias)."""
+        data, own_scale, zero_point = t.values
+        scale = scale or own_scale
+        per_channel = _per_channel(t.scale)
+        if not per_channel and _per_channel(t.zero_point):  # one scale, a zero point each
+            scale, per_channel = self._expanded(plan, t, t.scale, t.zero_point.size), True
+        elif per_channel and zero_point is not None and t.zero_point.size == 1:
+            zero_point = self._expanded(plan, t, t.zero_point, t.scale.size)
+        attrs = {"axis": t.channel_axis} if per_channel and t.channel_axis is not None else {}
+        key = (id(plan.view.site.graph), id(data), id(scale), id(zero_point), str(attrs))
+        if key not in self._dq:
+            inputs = [data, scale] + ([zero_point] if zero_point is not None else [])
+            base = (data.name or "x") + "_dequantized"
+            self._dq[key] = self._node(plan, "DequantizeLinear", inputs, attrs, base)
+        return self._dq[key]
+
+    def _expanded(self, plan: _Plan, t: TripleView, view: ValueView, count: int) -> ir.Value:
+        """A per-channel copy of a scale or zero point shared by every channel: Q/DQ need
+        the scale and zero point of one shape."""
+        array = np.full(count, view.array.reshape(-1)[0], _np_dtype(view.dtype))
+        return self.constant(plan, array, (view.name or t.label) + "_per_channel")
+
+    def _bias(self, plan: _Plan, name: str) -> ir.Value | None:
+        """DequantizeLinear of QLinearConv's B / QGemm's C with scale input x weight scale."""
+        view = plan.view
+        bias = (
+            view.node.inputs[view.row.input_index(name)]
+            if len(view.node.inputs) > view.row.input_index(name)
+            else None
+        )
+        if bias is None:
+            return None
+        first, weight = plan.triples[0], plan.triples[1]
+        product = (first.scale.array * weight.scale.array.reshape(-1)).astype(np.float32)
+        shape = () if product.size == 1 else (product.size,)
+        scale = self.constant(plan, product.reshape(shape), (bias.name or "bias") + "_scale")
+        spec = dataclasses.replace(weight.spec, channel_axis=0)
+        bias_triple = dataclasses.replace(
+            weight, spec=spec, values=(bias, scale, None), zero_point=None, channel_axis=0,
+            scale=dataclasses.replace(weight.scale, shape=shape),
+        )  # fmt: skip
+        return self.dequantize(plan, bias_triple, scale)
+
+    def apply(self, plan: _Plan) -> None:
+        """Replace the plan's node by its Q/DQ form."""
+        if plan.pattern is not None:
+            self._apply_pattern(plan)
+            return
+        view, row = plan.view, plan.view.row
+        plan.triples = triples(view)  # inputs may be outputs of nodes rewritten before
+        floats = [self.dequantize(plan, t) for t in plan.triples if t.role != "output"]
+        base = view.node.name or row.float_op
+        if view.op_type == "DynamicQuantizeMatMul":
+            floats[0:0] = [self._dynamic_input(plan)]
+        inputs = self._float_inputs(plan, floats)
+        result = self._node(plan, row.float_op, inputs, plan.attributes, base)
+        result = self._add_bias(plan, result)
+        outputs = [t for t in plan.triples if t.role == "output" and t.values[1] is not None]
+        if outputs:
+            result = self._quantize(plan, outputs[0], result)
+        _replace(view.node.outputs[0], result)
+        plan.view.site.graph.remove(view.node, safe=True)
+
+    def _float_inputs(self, plan: _Plan, floats: list[ir.Value]) -> list[ir.Value | None]:
+        view = plan.view
+        if view.op_type == "QLinearConv":
+            return [*floats, *[b for b in [self._bias(plan, "B")] if b is not None]]
+        if view.op_type == "QGemm":
+            return [*floats, *[b for b in [self._bias(plan, "C")] if b is not None]]
+        if view.op_type == "QLinearWhere":
+            return [view.node.inputs[0], *floats]
+        if view.op_type == "QLinearReduceMean" and _opset(view) >= 18:
+            axes = np.array(_attr_value(view, "axes"), np.int64)
+            return [*floats, self.constant(plan, axes, "axes")]
+        if view.op_type == "QLinearReduceMean":
+            plan.attributes["axes"] = list(_attr_value(view, "axes"))
+        return floats
+
+    def _add_bias(self, plan: _Plan, result: ir.Value) -> ir.Value:
+        view = plan.view
+        if view.op_type not in ("MatMulIntegerToFloat", "DynamicQuantizeMatMul"):
+            return result
+        bias = view.operand("bias")
+        if bias is None:
+            return result
+        value = view.node.inputs[view.row.input_index("bias")]
+        return self._node(plan, "Add", [result, value], {}, (view.node.name or "matmul") + "_bias")
+
+    def _dynamic_input(self, plan: _Plan) -> ir.Value:
+        """DynamicQuantizeMatMul's A: DynamicQuantizeLinear -> DequantizeLinear."""
+        view = plan.view
+        a = view.node.inputs[0]
+        node = ir.node(
+            "DynamicQuantizeLinear",
+            [a],
+            num_outputs=3,
+            name=self.name((a.name or "a") + "_quantize"),
+        )
+        for output, suffix in zip(
+            node.outputs, ("_quantized", "_scale", "_zero_point"), strict=True
+        ):
+            output.name = self.name((a.name or "a") + suffix)
+        view.site.graph.insert_before(view.node, node)
+        return self._node(
+            plan, "DequantizeLinear", list(node.outputs), {}, (a.name or "a") + "_dequantized"
+        )
+
+    def _quantize(self, plan: _Plan, t: TripleView, value: ir.Value) -> ir.Value:
+        _, scale, zero_point = t.values
+        if zero_point is None:  # int8 without a zero point: QuantizeLinear would give uint8
+            dtype = next((x.dtype for x in plan.triples if x.dtype is not None), _DT.UINT8)
+            zero_point = self.constant(
+                plan, np.zeros((), _np_dtype(dtype)), (scale.name or "y") + "_zero_point"
+            )
+        base = (plan.view.node.outputs[0].name or "y") + "_quantize"
+        result = self._node(plan, "QuantizeLinear", [value, scale, zero_point], {}, base)
+        self.requantized.add(id(result.producer()))
+        return result
+
+    def _apply_pattern(self, plan: _Plan) -> None:
+        cast, mul, a_scale, b_scale = plan.pattern
+        view = plan.view
+        a_triple, b_triple = triples(view)
+        found = []
+        for t, scale in ((a_triple, a_scale), (b_triple, b_scale)):
+            values = (t.values[0], scale, t.values[2])
+            scale_view = view.value_view(scale, read=True)
+            found.append(dataclasses.replace(t, values=values, scale=scale_view))
+        a, b = (self.dequantize(plan, t) for t in found)
+        op = _INTEGER_OPS[view.op_type]
+        result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
+        _replace(mul.outputs[0], result)
+        graph = view.site.graph
+        scales = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
+        for node in (mul, cast, view.node):
+            graph.remove(node, safe=True)
+        producer = scales.producer() if scales is not None else None
+        if producer is not None and not scales.uses() and not scales.is_graph_output():
+            graph.remove(producer, safe=True)  # the a_scale * b_scale Mul
+
+
+def _replace(old: ir.Value, new: ir.Value) -> None:
+    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
+    name, dtype, shape = old.name, old.dtype, old.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    old.name = None
+    new.name = name
+    if dtype is not None:
+        new.dtype = dtype
+    if shape is not None:
+        new.shape = shape

@@ -1,0 +1,80 @@
+"""QL107: inputs and outputs of the QOperator / dynamic operators (QLinearConv,
+QLinearMatMul, MatMulInteger, com.microsoft QLinear*, QGemm, ...), read from their
+:class:`~qlrewrite.opsets.QOperatorVersion` rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from qlrewrite.findings import ERROR, Finding
+from qlrewrite.qdq import NodeView
+from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
+from qlrewrite.rules.qoperator_models import build, cut_input
+from qlrewrite.rules.registry import Example, rule
+
+__all__: list[str] = []
+
+
+@rule(
+    "QL107",
+    "qoperator-input-count",
+    ERROR,
+    summary="A QOperator / dynamic node (QLinearConv, QLinearAdd, ...) has too few or too "
+    "many inputs or outputs, or an empty required input.",
+    explanation="""
+    Each QOperator takes its quantized tensors with their scales and zero points in fixed
+    places (QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+    y_zero_point, then an optional int32 bias). QLinearConcat takes Y_scale and
+    Y_zero_point, then one (data, scale, zero point) three per input. ONNX Runtime refuses
+    other counts, and an empty name in a required slot, when it loads the model.
+    """,
+    example="""
+    bad:  QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale)
+    good: QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zp)
+    """,
+    versions=QOPERATOR_VERSIONS,
+    kinds=QOPERATOR_KINDS,
+    examples=[
+        Example(
+            "matmul-without-y-zero-point",
+            lambda: cut_input(build("QLinearMatMul"), 7),
+            lambda: build("QLinearMatMul"),
+        ),
+    ],
+)
+def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
+    row = ctx.row
+    low, high = row.input_range
+    count = len(ctx.node.inputs)
+    names = [o.name for o in row.inputs]
+    if count < low or (high is not None and count > high) or _bad_variadic(ctx):
+        most = "more in threes" if high is None else str(high)
+        yield ctx.finding(
+            "QL107", ERROR, f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
+            f"({', '.join(names)})", "give the node the inputs its schema lists, in order",
+        )  # fmt: skip
+        return
+    missing = [
+        o.name
+        for o, value in zip(row.inputs, ctx.node.inputs, strict=False)
+        if not o.optional and value is None
+    ]
+    if missing:
+        yield ctx.finding(
+            "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
+            "connect the missing input",
+        )  # fmt: skip
+    required = sum(not o.optional for o in row.outputs)
+    if not required <= len(ctx.node.outputs) <= len(row.outputs):
+        yield ctx.finding(
+            "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
+            f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
+        )  # fmt: skip
+
+
+def _bad_variadic(ctx: NodeView) -> bool:
+    """QLinearConcat: after Y_scale and Y_zero_point, whole (data, scale, zp) threes."""
+    if not ctx.row.variadic:
+        return False
+    rest = len(ctx.node.inputs) - (len(ctx.row.inputs) - 1)
+    return rest < 3 or rest % 3 != 0

@@ -1,0 +1,54 @@
+"""QL511: values of the constant scales of QOperator nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from qlrewrite.findings import WARNING, Finding
+from qlrewrite.qdq import NodeView, triples
+from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
+from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.registry import Example, rule
+
+__all__: list[str] = []
+
+
+@rule(
+    "QL511",
+    "qoperator-scale-value",
+    WARNING,
+    summary="A constant scale of a QOperator node is zero, negative, NaN or infinite.",
+    explanation="""
+    The integer kernels divide by the output scale when they requantize, and multiply
+    the input and weight scales: a zero, NaN or infinite scale gives saturated or garbage
+    outputs, and ONNX Runtime runs the model regardless. ORT's quantizers never write a
+    scale that is not positive and finite.
+    """,
+    example="""
+    warn: QLinearMatMul(a, a_scale=0.0, ...)
+    good: QLinearMatMul(a, a_scale=0.02, ...)
+    """,
+    versions=QOPERATOR_VERSIONS,
+    kinds=QOPERATOR_KINDS,
+    examples=[
+        Example(
+            "matmul-zero-output-scale",
+            lambda: build("QLinearMatMul", y_scale=np.array(0.0, np.float32)),
+            lambda: build("QLinearMatMul"),
+        ),
+    ],
+)
+def qoperator_scale_value(ctx: NodeView) -> Iterator[Finding]:
+    for t in triples(ctx):
+        values = t.scale.array if t.scale is not None else None
+        if values is None:
+            continue
+        bad = values[~(np.isfinite(values) & (values > 0))]
+        if bad.size:
+            yield ctx.finding(
+                "QL511", WARNING, f"{t.label}'s scale {t.scale.describe()} has {bad.size} "
+                f"value(s) that are not positive and finite: {bad[:4].tolist()}",
+                "recompute the scale from the tensor's range",
+            )  # fmt: skip
