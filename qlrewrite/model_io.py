@@ -25,9 +25,9 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
-from qlrewrite.qdq.graphs import GraphRef
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
+from qlrewrite.toolkit import GraphRef, all_graphs, graphs_within, proto_graphs
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
@@ -80,7 +80,7 @@ def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
     Stops as soon as a limit is passed: a refusal costs little whatever the file holds."""
     raise_it = "raise the limit with `qlrewrite --max-nodes N COMMAND ...`"
     nodes = len(proto.graph.node)
-    for ref, graph in tensors.proto_graphs(proto):
+    for ref, graph in proto_graphs(proto):
         if graph is not proto.graph:
             nodes += len(graph.node)
         if nodes > limits.max_nodes:
@@ -102,7 +102,7 @@ def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | Non
     calls: dict[tuple[str, str], set[tuple[str, str]]] = {key: set() for key in keys}
     for function in proto.functions:
         root = GraphRef.of_function(function.domain, function.name)
-        for _, graph in tensors.graphs_within(function, root):
+        for _, graph in graphs_within(function, root):
             calls[function.domain, function.name].update(
                 (node.domain, node.op_type)
                 for node in graph.node
@@ -247,7 +247,7 @@ def _read_proto(path: Path) -> onnx.ModelProto:
 
 def _sparse_tensor(proto: onnx.ModelProto) -> str | None:
     """The first sparse initializer or sparse attribute of any graph or function, or None."""
-    for _, graph in tensors.proto_graphs(proto):
+    for _, graph in proto_graphs(proto):
         if isinstance(graph, onnx.GraphProto) and graph.sparse_initializer:
             return f"initializer '{graph.sparse_initializer[0].values.name}'"
         for node in graph.node:
@@ -316,7 +316,7 @@ def _one_line(exc: BaseException) -> str:
 def unwritable(model: ir.Model) -> str | None:
     """Why onnx_ir could not write ``model`` back (an attribute of type UNDEFINED), or
     None. ``load`` accepts such models so that info and check can describe them."""
-    for container in tensors.ir_containers(model):
+    for container in all_graphs(model):
         for node in container:
             for attr in node.attributes.values():
                 if attr.type == ir.AttributeType.UNDEFINED:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from qlrewrite.passes.results import ImportsResult
-from qlrewrite.qdq.graphs import implied_imports
+from qlrewrite.toolkit import implied_imports
 
 __all__ = ["ImpliedImportsPass"]
 

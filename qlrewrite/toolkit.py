@@ -1,17 +1,31 @@
-"""Where quantized nodes sit: the main graph, nested subgraphs and model-local functions.
+"""The toolkit every rule and pass uses to walk and edit a model (nothing walks graphs,
+reads opset import tables or invents names by hand):
 
-A :class:`GraphRef` names one of them (typed and hashable; ``str()`` gives the label that
-findings show, e.g. ``main/loop.body`` or ``function:custom.f``). A :class:`GraphScope` is
-a graph with its reference and its opset imports, resolved once. :func:`imported_version`
-is the one place an opset import table is read (ai.onnx may be spelled ``""`` or
-``"ai.onnx"``).
+- graphs: :func:`iter_graphs` is the one iterator over every graph of an onnx_ir model
+  (main graph, subgraphs at any depth, model-local functions and the subgraphs inside
+  them), each as a :class:`GraphScope` (graph, :class:`GraphRef` naming where it sits,
+  the opset imports in force); :func:`all_graphs` lists the graphs alone;
+  :func:`proto_graphs` / :func:`graphs_within` walk a ``ModelProto`` the same way;
+- opset imports: :func:`imported_version` is the one reader of an import table (ai.onnx
+  may be spelled ``""`` or ``"ai.onnx"``), :func:`ensure_import` the one writer,
+  :func:`drop_unused_domain(s)` the one remover, :func:`implied_imports` what ONNX Runtime
+  adds to a model that leaves an import out;
+- names: :class:`FreshNames`, one source of unused names per model and pass;
+- files: :func:`model_folder`, the folder a model file's external data is relative to.
+
+It sits at the bottom of the package (it reads only :mod:`qlrewrite.opsets`), below
+:mod:`qlrewrite.tensors`, :mod:`qlrewrite.qdq` and everything that edits a model.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Union
 
+import onnx
 import onnx_ir as ir
 
 from qlrewrite.opsets import IMPLIED_VERSIONS, MS_DOMAIN, ONNX_DOMAINS, normalize_domain
@@ -20,17 +34,27 @@ __all__ = [
     "MAIN",
     "MS_DOMAIN",
     "ONNX_DOMAINS",
+    "FreshNames",
     "GraphRef",
     "GraphScope",
+    "ProtoGraph",
+    "all_graphs",
     "drop_unused_domain",
     "drop_unused_domains",
+    "ensure_import",
+    "function_of",
+    "graphs_within",
     "implied_imports",
     "imported_version",
     "iter_graphs",
+    "model_folder",
     "normalize_domain",
     "onnx_opset",
     "owner_label",
+    "proto_graphs",
 ]
+
+ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
 
 
 def imported_version(imports: Mapping[str, int], domain: str) -> int | None:
@@ -136,32 +160,70 @@ def _resolved(model: ir.Model, graph_like: ir.Graph | ir.Function) -> dict[str, 
 
 
 def iter_graphs(model: ir.Model) -> Iterator[GraphScope]:
-    """The main graph, every subgraph (nested) and every model-local function."""
-    main_imports = _resolved(model, model.graph)
-    yield from _walk(model.graph, MAIN, main_imports)
+    """Every graph of the model with where it sits and the opsets in force: the main graph
+    and its subgraphs, then each model-local function and the subgraphs inside it (at any
+    depth; parents before their subgraphs, in node order)."""
+    yield from _walk(model.graph, MAIN, _resolved(model, model.graph))
     for function in model.functions.values():
         ref = GraphRef.of_function(function.domain, function.name)
-        imports = _resolved(model, function)
-        yield GraphScope(ref, function, imports)
-        for node in function:
-            yield from _subgraphs(node, ref, imports)
+        yield from _walk(function, ref, _resolved(model, function))
 
 
-def _walk(graph: ir.Graph, ref: GraphRef, imports: Mapping[str, int]) -> Iterator[GraphScope]:
-    yield GraphScope(ref, graph, imports)
-    for node in graph:
-        yield from _subgraphs(node, ref, imports)
+def all_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
+    """The graphs and functions :func:`iter_graphs` yields, alone."""
+    return [scope.graph for scope in iter_graphs(model)]
+
+
+def _walk(
+    root: ir.Graph | ir.Function, ref: GraphRef, imports: Mapping[str, int]
+) -> Iterator[GraphScope]:
+    stack: list[GraphScope] = [GraphScope(ref, root, imports)]
+    while stack:
+        scope = stack.pop()
+        yield scope
+        found = [sub for node in scope.graph for sub in _subgraphs(node, scope.ref, imports)]
+        stack.extend(reversed(found))
 
 
 def _subgraphs(node: ir.Node, ref: GraphRef, imports: Mapping[str, int]) -> Iterator[GraphScope]:
     first = (node.outputs[0].name or "") if node.outputs else ""
     owner = owner_label(node.name or "", node.op_type, first)
     for attr in node.attributes.values():
+        if attr.is_ref():
+            continue
         if attr.type == ir.AttributeType.GRAPH:
-            yield from _walk(attr.value, ref.subgraph(owner, attr.name), imports)
+            yield GraphScope(ref.subgraph(owner, attr.name), attr.value, imports)
         elif attr.type == ir.AttributeType.GRAPHS:
             for index, sub in enumerate(attr.value):
-                yield from _walk(sub, ref.subgraph(owner, attr.name, index), imports)
+                yield GraphScope(ref.subgraph(owner, attr.name, index), sub, imports)
+
+
+def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """Every graph of ``proto`` with its :class:`GraphRef` (as :func:`iter_graphs` makes
+    them for the ir model): the main graph, each function and every subgraph nested in
+    either."""
+    yield from graphs_within(proto.graph, MAIN)
+    for function in proto.functions:
+        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
+
+
+def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
+    :func:`proto_graphs` does; parents before their subgraphs."""
+    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
+    while stack:
+        ref, graph = stack.pop()
+        yield ref, graph
+        found: list[tuple[GraphRef, ProtoGraph]] = []
+        for node in graph.node:
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    found.append((ref.subgraph(owner, attr.name), attr.g))
+                found.extend(
+                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
+                )
+        stack.extend(reversed(found))
 
 
 def implied_imports(model: ir.Model) -> dict[str, int]:
@@ -217,3 +279,64 @@ def drop_unused_domains(model: ir.Model) -> int:
 
 def _import_count(model: ir.Model) -> int:
     return len(model.opset_imports) + sum(len(f.opset_imports) for f in model.functions.values())
+
+
+def function_of(model: ir.Model, ref: GraphRef) -> ir.Function | None:
+    """The model-local function ``ref`` sits in (None: the main graph or its subgraphs)."""
+    root = ref.root.function
+    if root is None:
+        return None
+    return next((f for f in model.functions.values() if (f.domain, f.name) == root), None)
+
+
+def ensure_import(owner: ir.Model | ir.Function, domain: str, version: int) -> bool:
+    """Import ``domain`` at ``version`` in the model or function unless it already
+    imports the domain (at any version: an existing import is never changed). Returns
+    True if the import was added."""
+    if imported_version(owner.opset_imports, domain) is not None:
+        return False
+    owner.opset_imports[domain] = version
+    return True
+
+
+class FreshNames:
+    """Value names (graph inputs, initializers, node outputs) the model does not use: one
+    source per model and pass. Built with one walk over every graph (functions and
+    nested subgraphs included, so a new name never shadows a value of an enclosing
+    graph); each :meth:`fresh` is O(1) on average."""
+
+    def __init__(self, model: ir.Model | Iterable[ir.Graph | ir.Function]) -> None:
+        graphs = all_graphs(model) if isinstance(model, ir.Model) else list(model)
+        self._taken: set[str] = set()
+        self._next: dict[str, int] = {}
+        for graph in graphs:
+            self._taken.update(v.name for v in graph.inputs if v.name)
+            if isinstance(graph, ir.Graph):
+                self._taken.update(graph.initializers)
+            for node in graph:
+                self._taken.update(v.name for v in node.outputs if v.name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._taken
+
+    def fresh(self, base: str) -> str:
+        """``base`` if unused, else ``base_N`` for the first unused N; the name is taken
+        from then on."""
+        name, index = base, self._next.get(base, 1)
+        while name in self._taken:
+            name, index = f"{base}_{index}", index + 1
+        if name != base:
+            self._next[base] = index
+        self._taken.add(name)
+        return name
+
+    def take(self, name: str) -> None:
+        """Mark ``name`` as used (a name chosen elsewhere, e.g. kept from the input)."""
+        self._taken.add(name)
+
+
+def model_folder(path: str | os.PathLike) -> Path:
+    """The folder a model file's external data locations are relative to: the file's
+    folder as named, not through a link to the file (as ONNX Runtime resolves them; a
+    Hugging Face cache links model files away)."""
+    return Path(path).absolute().parent
