@@ -42,7 +42,8 @@ __all__ = [
     "drop_unused_domain",
     "drop_unused_domains",
     "ensure_import",
-    "function_of",
+    "ensure_import_at",
+    "functions_of",
     "graphs_within",
     "implied_imports",
     "imported_version",
@@ -281,12 +282,14 @@ def _import_count(model: ir.Model) -> int:
     return len(model.opset_imports) + sum(len(f.opset_imports) for f in model.functions.values())
 
 
-def function_of(model: ir.Model, ref: GraphRef) -> ir.Function | None:
-    """The model-local function ``ref`` sits in (None: the main graph or its subgraphs)."""
+def functions_of(model: ir.Model, ref: GraphRef) -> list[ir.Function]:
+    """The model-local functions ``ref`` may sit in: every overload of its function (a
+    reference names the function, not the overload); empty for the main graph and its
+    subgraphs."""
     root = ref.root.function
     if root is None:
-        return None
-    return next((f for f in model.functions.values() if (f.domain, f.name) == root), None)
+        return []
+    return [f for f in model.functions.values() if (f.domain, f.name) == root]
 
 
 def ensure_import(owner: ir.Model | ir.Function, domain: str, version: int) -> bool:
@@ -297,6 +300,16 @@ def ensure_import(owner: ir.Model | ir.Function, domain: str, version: int) -> b
         return False
     owner.opset_imports[domain] = version
     return True
+
+
+def ensure_import_at(model: ir.Model, ref: GraphRef, domain: str, version: int) -> bool:
+    """Make ``domain`` resolvable for a node of the graph at ``ref``: import it in the
+    model and, for a graph inside a function, in that function too (a function resolves
+    its nodes through its own imports). Returns True if an import was added."""
+    added = ensure_import(model, domain, version)
+    for function in functions_of(model, ref):
+        added = ensure_import(function, domain, version) or added
+    return added
 
 
 class FreshNames:
