@@ -27,7 +27,14 @@ from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
-from qlrewrite.toolkit import GraphRef, all_graphs, graphs_within, proto_graphs
+from qlrewrite.toolkit import (
+    GraphRef,
+    all_graphs,
+    graphs_within,
+    iter_graphs,
+    model_folder,
+    proto_graphs,
+)
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
@@ -147,9 +154,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     path = Path(path)
     proto = _read_proto(path)
     model = _deserialize(proto, path)
-    # The folder as named, not through the model file's own link: ONNX Runtime resolves
-    # locations beside the path it was given (a Hugging Face cache links the file away).
-    base_dir = path.absolute().parent
+    base_dir = model_folder(path)
     tensors.resolve_external(model, base_dir)
     if check_data:
         problems = tensors.data_problems(model, proto=proto, base_dir=base_dir)
@@ -344,7 +349,7 @@ def files_read_by(path: str | os.PathLike) -> list[Path]:
         proto = _read_proto(path)
     except InputError:
         return [Path(os.path.realpath(path))]
-    return [Path(os.path.realpath(path)), *tensors.input_files(proto, path.absolute().parent)]
+    return [Path(os.path.realpath(path)), *tensors.input_files(proto, model_folder(path))]
 
 
 def same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -431,6 +436,17 @@ def save(
             raise atomic.write_error(path, exc) from exc
 
 
+def _initializers_save_leaves(model: ir.Model) -> set[int]:
+    """The initializer tensors onnx_ir's save leaves where they are (those of subgraphs
+    inside functions), by identity."""
+    return {
+        id(value.const_value)
+        for scope in iter_graphs(model)
+        if scope.ref.in_function and isinstance(scope.graph, ir.Graph)
+        for value in scope.graph.initializers.values()
+    }
+
+
 def _write(
     model: ir.Model,
     staged: Path,
@@ -438,10 +454,12 @@ def _write(
     max_workers: int | None,
     callback: SaveCallback | None,
 ) -> None:
-    # Node attribute tensors (Constant values) in external data are written into the
-    # model: onnx_ir's save moves only initializers to the new data file.
+    # Node attribute tensors (Constant values) in external data, and initializers of
+    # subgraphs inside functions, are written into the model: onnx_ir's save moves only
+    # the initializers of the main graph and its subgraphs to the new data file.
     if data_name is not None:
-        with external_in_memory(model):
+        unmoved = _initializers_save_leaves(model)
+        with external_in_memory(model, initializers=lambda tensor: id(tensor) in unmoved):
             ir.save(
                 model,
                 staged,
