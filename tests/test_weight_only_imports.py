@@ -203,3 +203,41 @@ def test_a_function_without_the_import_is_an_error(tmp_path: Path, op: str) -> N
     fixed = onnx.load(tmp_path / "m.fix.onnx")
     assert {o.domain: o.version for o in fixed.functions[0].opset_import}[MS] == 1
     assert _ort_runs(fixed)
+
+
+def _in_if_branch(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model's one node moved into the then-branch of an If (its initializers become
+    Constant nodes there); the model imports only ai.onnx."""
+    graph = model.graph
+    consts = [helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    out = graph.output[0].name
+    then = helper.make_graph(
+        [*consts, graph.node[0]],
+        "then",
+        [],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Constant", [], ["z"], value_float=0.0)], "else", [],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)])  # fmt: skip
+    cond = helper.make_tensor("c", onnx.TensorProto.BOOL, [], [True])
+    nodes = [
+        helper.make_node("Constant", [], ["cond"], value=cond),
+        helper.make_node("If", ["cond"], ["out"], then_branch=then, else_branch=other),
+    ]
+    outputs = [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)]
+    main_graph = helper.make_graph(nodes, "g", list(graph.input), outputs)
+    return helper.make_model(main_graph, opset_imports=[helper.make_opsetid("", 21)],
+                             ir_version=10)  # fmt: skip
+
+
+def test_a_subgraph_of_the_main_graph_reads_the_models_imports(tmp_path: Path) -> None:
+    """ORT gives the model's implied import to its subgraphs too: a warning, and the
+    rewrites add the import."""
+    model = _in_if_branch(_matmul())
+    assert _ort_runs(model)
+    path = _save(model, tmp_path / "m.onnx")
+    findings = check_path(path).findings
+    assert [(f.rule, f.graph) for f in findings] == [("QL103", "main/If(out).then_branch")]
+    code, out = _cli("fold", path, "--dequantize-weights", "-o", tmp_path / "f.onnx", "--verify")
+    assert code == 0 and "verify: exact" in out and "opset imports added 1" in out, out

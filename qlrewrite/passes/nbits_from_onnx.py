@@ -37,7 +37,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.verify import summation_order_bound
+from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
 
@@ -212,16 +212,18 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     model.opset_imports.setdefault(MS_DOMAIN, 1)
         if any(counts.values()):
             link_initializers(model)
-        result = NBitsResult(model, any(counts.values()))
-        if counts["MatMulNBits"]:
-            result.verify_bound = summation_order_bound(self._k_max, ORDER_REASON)
-        if self._half:
-            result.verify_bound = result.verify_bound.join(HALF_BOUND)
-        result.summary = {
+        summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
         }
-        return result
+        return NBitsResult(model, any(counts.values()), summary, verify_bound=self._bound())
+
+    def _bound(self) -> Bound:
+        """What --verify accepts of the MatMulNBits made (exact when none was)."""
+        if not self._k_max:
+            return EXACT_BOUND
+        bound = summation_order_bound(self._k_max, ORDER_REASON)
+        return bound.join(HALF_BOUND) if self._half else bound
 
     def _matmul(self, graph: ir.Graph | ir.Function, matmul: ir.Node) -> str | None:
         match = _match(matmul, 1, self._views)

@@ -158,6 +158,11 @@ def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
             lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
             lambda: qdq_model(DQ, 13, domain=MS),
         ),
+        Example(
+            "matmul-nbits-not-imported",  # ONNX Runtime's GPTQ / k-quant / INC RTN output
+            lambda: matmul_nbits_model(ms_opset=None, opset=17, ir_version=8),
+            lambda: matmul_nbits_model(opset=17, ir_version=8),
+        ),
     ],
 )
 def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
@@ -204,6 +209,8 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
         node=_import_com_microsoft,
     ),
     examples=[
+        # (an ai.onnx node without an ai.onnx import, which has no fix, is a case of
+        # tests/test_rules_cases.py)
         Example(
             "ms-not-imported-by-function",
             lambda: function_qdq_model({"": 13}),
