@@ -41,7 +41,8 @@ from qlrewrite.qdq import (
     constant_tensor,
     drop_unused_domain,
     iter_graphs,
-    node_views,
+    iter_sites,
+    site_view,
     triples,
 )
 from qlrewrite.verify import EXACT_BOUND, Bound
@@ -132,9 +133,11 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
         scale = t.scale
         if t.spec.scale is None:
             continue
-        if scale is None or scale.shape is None or scale.dtype is None:
-            problems.append(f"{t.label}'s scale has an unknown shape or type")
-        elif len(scale.shape) > 0 and opset < 13:
+        if scale is None or (t.role == "weight" and scale.shape is None):
+            # a weight's scale decides per-tensor or per-channel; an activation's is
+            # per-tensor (its kernel takes no other), even when computed at run time
+            problems.append(f"{t.label}'s scale has an unknown shape")
+        elif scale.shape is not None and len(scale.shape) > 0 and opset < 13:
             problems.append(
                 f"{t.label}'s scale is 1-D: DequantizeLinear needs ai.onnx opset 13 "
                 "(run `qlrewrite upgrade --opset 13`)"
@@ -226,10 +229,11 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
         self.strict = strict
 
     def call(self, model: ir.Model) -> QOperatorResult:
+        # constants and declared types are enough (no shape inference on large models)
         plans = [
-            _plan(views[0])
-            for _, views in node_views(model, kinds=(QOPERATOR,), calls=False)
-            if views[0].op_type != "DynamicQuantizeLinear"
+            _plan(site_view(model, site))
+            for site in iter_sites(model, (QOPERATOR,))
+            if site.node.op_type != "DynamicQuantizeLinear"
         ]
         refused = [p for p in plans if p.problems and not p.leave]
         if refused and self.strict:
@@ -325,8 +329,9 @@ def _refusal(failed: list[_Plan]) -> str:
 
 
 def _per_channel(view: ValueView | None) -> bool:
-    """A 1-D scale or zero point of more than one value."""
-    return view is not None and view.shape not in ((), (1,))
+    """A 1-D scale or zero point of more than one value (unknown shape: no; a weight's
+    scale of unknown shape is refused before)."""
+    return view is not None and view.shape is not None and view.shape not in ((), (1,))
 
 
 def _np_dtype(dtype: ir.DataType) -> np.dtype:
