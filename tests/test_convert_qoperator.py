@@ -321,3 +321,49 @@ def test_shared_scale_with_per_channel_zero_points_converts() -> None:
     for seed in range(3):
         feeds = feeds_for(original, seed)
         np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(original, feeds)[0])
+
+
+def _in_subgraph() -> onnx.ModelProto:
+    inner = build("QLinearAdd")
+    out = onnx.helper.make_tensor_value_info
+    then = onnx.helper.make_graph(
+        [inner.graph.node[0]], "then", [], [out("C", onnx.TensorProto.UINT8, [2, 3])]
+    )
+    other = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["A"], ["C2"])], "else", [],
+        [out("C2", onnx.TensorProto.UINT8, [2, 3])],
+    )  # fmt: skip
+    node = onnx.helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    graph = onnx.helper.make_graph(
+        [node], "g", [*inner.graph.input, out("cond", onnx.TensorProto.BOOL, [])],
+        [out("y", onnx.TensorProto.UINT8, [2, 3])], initializer=list(inner.graph.initializer),
+    )  # fmt: skip
+    return onnx.helper.make_model(graph, opset_imports=list(inner.opset_import), ir_version=8)
+
+
+def _in_function() -> onnx.ModelProto:
+    inner = build("QLinearMatMul")
+    consts = [onnx.helper.make_node("Constant", [], [t.name], value=t)
+              for t in inner.graph.initializer]  # fmt: skip
+    function = onnx.helper.make_function(
+        "local", "qmm", ["a"], ["y"], [*consts, inner.graph.node[0]], list(inner.opset_import)
+    )
+    call = onnx.helper.make_node("qmm", ["a"], ["y"], domain="local")
+    graph = onnx.helper.make_graph([call], "g", list(inner.graph.input),
+                                   list(inner.graph.output))  # fmt: skip
+    imports = [*inner.opset_import, onnx.helper.make_opsetid("local", 1)]
+    return onnx.helper.make_model(graph, opset_imports=imports, functions=[function],
+                                  ir_version=8)  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [_in_subgraph, _in_function], ids=["subgraph", "function"])
+def test_nodes_in_subgraphs_and_functions_convert(make) -> None:
+    original = make()
+    converted, result = _convert(original)
+    assert result.summary["qoperator_converted"] == 1
+    assert MS not in {o.domain for o in converted.opset_import}
+    assert check_model(ir.serde.deserialize_model(converted)).findings == []
+    feeds = feeds_for(original, 0)
+    if "cond" in feeds:
+        feeds["cond"] = np.array(True)
+    np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(original, feeds)[0])
