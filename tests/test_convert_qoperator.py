@@ -380,3 +380,13 @@ def test_cli_verify_passes_a_one_step_difference_and_states_why(tmp_path) -> Non
     # measured: 2 of 60 elements one step apart on these 20 input sets
     assert "within tolerance" in text and "max abs 1" in text
     assert "requantizes" in text and "accepted: differences up to 1 at Y" in text
+
+
+def test_left_alone_ops_stay_with_a_warning() -> None:
+    model = build("QLinearAdd")
+    extra = onnx.helper.make_node("QOrderedGelu", ["C", "C_scale", "C_scale"], ["g"], domain=MS)
+    model.graph.node.append(extra)
+    converted, result = _convert(model)
+    assert _ops(converted)[(MS, "QOrderedGelu")] == 1
+    assert any("QOrderedGelu" in w and "CUDA-only" in w for w in result.warnings)
+    assert MS in {o.domain for o in converted.opset_import}

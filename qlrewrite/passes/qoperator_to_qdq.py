@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
+    LEFT_ALONE,
     MS_DOMAIN,
     QOPERATOR,
     NodeView,
@@ -242,6 +244,10 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
             f"{p.where} left as it is: {'; '.join(dict.fromkeys(p.problems))}"
             for p in plans
             if p.problems
+        ] + [
+            f"{site.node.op_type} {site.node.name!r} in {site.ref} left as it is: "
+            + opsets.QUANTIZED_LEFT_ALONE[(site.domain, site.node.op_type)]
+            for site in iter_sites(model, (LEFT_ALONE,))
         ]
         done = [p for p in plans if not p.problems]
         rewriter = _Rewriter(model)

@@ -66,12 +66,15 @@ class TripleView:
         return f"rank-{len(shape)}"
 
     def describe(self) -> str:
-        """``w INT8 per-channel(axis 0)`` for ``info``."""
+        """``w INT8 per-channel(axis 0)`` for ``info`` (``, scale FLOAT16`` when the scale
+        is not float32)."""
         dtype = self.dtype.name if self.dtype is not None else "?"
         granularity = self.granularity
         if granularity == PER_CHANNEL and self.channel_axis is not None:
             granularity = f"{PER_CHANNEL}(axis {self.channel_axis})"
-        return f"{self.label} {dtype} {granularity}"
+        scale = self.scale.dtype if self.scale is not None else None
+        unusual = f", scale {scale.name}" if scale not in (None, ir.DataType.FLOAT) else ""
+        return f"{self.label} {dtype} {granularity}{unusual}"
 
 
 def _channel_axis(view: NodeView, spec: opsets.Quantized) -> int | None:
