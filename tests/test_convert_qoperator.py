@@ -255,6 +255,12 @@ VARIANTS = {
     "matmul-one-element-scales": lambda: build(
         "QLinearMatMul", a_scale=np.full(1, 0.05, np.float32), y_scale=np.full(1, 0.1, np.float32)
     ),
+    # per-column scales written [1, N] (ORT's QLinearMatMul takes them): 1-D in Q/DQ
+    "matmul-column-shaped-scales": lambda: build(
+        "QLinearMatMul",
+        b_scale=np.full((1, 3), 0.01, np.float32),
+        b_zero_point=np.array([[0, 1, -1]], np.int8),
+    ),
     "matmul-per-tensor-weight": lambda: build(
         "QLinearMatMul", b_scale=np.array(0.01, np.float32), b_zero_point=np.array(0, np.int8)
     ),

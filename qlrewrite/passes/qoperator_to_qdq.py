@@ -146,6 +146,8 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
             )
         elif t.dtype == _DT.FLOAT:
             problems.append(f"{t.label} is float (not quantized)")
+        elif any(t.column_shaped(v) and v.array is None for v in (scale, t.zero_point)):
+            problems.append(f"{t.label}'s [1, N] scale or zero point is not a constant")
         elif _per_channel(scale) != _per_channel(t.zero_point) and t.zero_point is not None:
             shared = t.zero_point if _per_channel(scale) else scale
             if shared.array is None:
@@ -335,9 +337,9 @@ def _refusal(failed: list[_Plan]) -> str:
 
 
 def _per_channel(view: ValueView | None) -> bool:
-    """A 1-D scale or zero point of more than one value (unknown shape: no; a weight's
-    scale of unknown shape is refused before)."""
-    return view is not None and view.shape is not None and view.shape not in ((), (1,))
+    """A scale or zero point of more than one value (unknown shape: no; a weight's scale of
+    unknown shape is refused before)."""
+    return view is not None and view.size is not None and view.size > 1
 
 
 def _np_dtype(dtype: ir.DataType) -> np.dtype:
@@ -393,7 +395,8 @@ class _Rewriter:
     def dequantize(self, plan: _Plan, t: TripleView, scale: ir.Value | None = None) -> ir.Value:
         """DequantizeLinear of ``t`` (``scale``: another scale, for a bias)."""
         data, own_scale, zero_point = t.values
-        scale = scale or own_scale
+        scale = scale or self._flat(plan, t, t.scale, own_scale)
+        zero_point = self._flat(plan, t, t.zero_point, zero_point)
         per_channel = _per_channel(t.scale)
         if not per_channel and _per_channel(t.zero_point):  # one scale, a zero point each
             scale, per_channel = self._expanded(plan, t, t.scale, t.zero_point.size), True
@@ -406,6 +409,15 @@ class _Rewriter:
             base = (data.name or "x") + "_dequantized"
             self._dq[key] = self._node(plan, "DequantizeLinear", inputs, attrs, base)
         return self._dq[key]
+
+    def _flat(
+        self, plan: _Plan, t: TripleView, view: ValueView | None, value: ir.Value | None
+    ) -> ir.Value | None:
+        """A per-column scale or zero point written [1, N] as the 1-D [N] Q/DQ take."""
+        if view is None or value is None or not t.column_shaped(view):
+            return value
+        array = view.array.reshape(-1).astype(_np_dtype(view.dtype))
+        return self.constant(plan, array, (view.name or t.label) + "_1d")
 
     def _expanded(self, plan: _Plan, t: TripleView, view: ValueView, count: int) -> ir.Value:
         """A per-channel copy of a scale or zero point shared by every channel: Q/DQ need

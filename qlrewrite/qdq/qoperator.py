@@ -61,9 +61,20 @@ class TripleView:
         shape = scale.shape
         if len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
             return opsets.PER_TENSOR
-        if len(shape) == 1:
+        if len(shape) == 1 or self.column_shaped(scale):
             return PER_CHANNEL
         return f"rank-{len(shape)}"
+
+    def column_shaped(self, view: ValueView | None) -> bool:
+        """A per-column MatMul weight's scale or zero point written [1, ..., 1, N] (rank 2
+        or more, every dim but the last 1): ONNX Runtime's QLinearMatMul takes it."""
+        shape = view.shape if view is not None else None
+        return (
+            self.channel_axis == -1
+            and shape is not None
+            and len(shape) >= 2
+            and all(d == 1 for d in shape[:-1])
+        )
 
     def describe(self) -> str:
         """``w INT8 per-channel(axis 0)`` for ``info`` (``, scale FLOAT16`` when the scale
