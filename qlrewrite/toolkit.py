@@ -53,6 +53,7 @@ __all__ = [
     "onnx_opset",
     "owner_label",
     "proto_graphs",
+    "replace_value",
 ]
 
 ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
@@ -314,11 +315,14 @@ def ensure_import_at(model: ir.Model, ref: GraphRef, domain: str, version: int) 
 
 class FreshNames:
     """Value names (graph inputs, initializers, node outputs) the model does not use: one
-    source per model and pass. Built with one walk over every graph (functions and
+    source per model and pass (``nodes``: node names too, for a pass that names its new
+    nodes from the same source). Built with one walk over every graph (functions and
     nested subgraphs included, so a new name never shadows a value of an enclosing
     graph); each :meth:`fresh` is O(1) on average."""
 
-    def __init__(self, model: ir.Model | Iterable[ir.Graph | ir.Function]) -> None:
+    def __init__(
+        self, model: ir.Model | Iterable[ir.Graph | ir.Function], *, nodes: bool = False
+    ) -> None:
         graphs = all_graphs(model) if isinstance(model, ir.Model) else list(model)
         self._taken: set[str] = set()
         self._next: dict[str, int] = {}
@@ -328,6 +332,8 @@ class FreshNames:
                 self._taken.update(graph.initializers)
             for node in graph:
                 self._taken.update(v.name for v in node.outputs if v.name)
+                if nodes and node.name:
+                    self._taken.add(node.name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._taken
@@ -346,6 +352,19 @@ class FreshNames:
     def take(self, name: str) -> None:
         """Mark ``name`` as used (a name chosen elsewhere, e.g. kept from the input)."""
         self._taken.add(name)
+
+
+def replace_value(old: ir.Value, new: ir.Value) -> None:
+    """Give ``new`` the place of ``old``: its uses, its graph output slots, its name and
+    its declared type and shape (``old`` is left nameless and unused)."""
+    name, dtype, shape = old.name, old.dtype, old.shape
+    old.replace_all_uses_with(new, replace_graph_outputs=True)
+    old.name = None
+    new.name = name
+    if dtype is not None:
+        new.dtype = dtype
+    if shape is not None:
+        new.shape = shape
 
 
 def model_folder(path: str | os.PathLike) -> Path:

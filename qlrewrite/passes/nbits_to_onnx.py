@@ -58,7 +58,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.toolkit import FreshNames, ensure_import
+from qlrewrite.toolkit import FreshNames, ensure_import, replace_value
 from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = [
@@ -619,7 +619,7 @@ class _Rewriter:
             new_nodes.append(gather)
             result = gather.outputs[0]
         graph.insert_after(node, new_nodes)
-        _replace(graph, output, result)
+        replace_value(output, result)
         graph.remove(node, safe=True)
         for value in old_inputs:
             self._drop_if_unused(graph, value)
@@ -640,15 +640,3 @@ class _Rewriter:
         if value.is_initializer() and owner is not None and value.name in owner.initializers:
             del owner.initializers[value.name]
             self.removed += 1
-
-
-def _replace(graph: ir.Graph | ir.Function, old: ir.Value, new: ir.Value) -> None:
-    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
-    name, dtype, shape = old.name, old.dtype, old.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-    if dtype is not None:
-        new.dtype = dtype
-    if shape is not None:
-        new.shape = shape
