@@ -42,11 +42,11 @@ from qlrewrite.qdq import (
     ValueView,
     constant_tensor,
     drop_unused_domain,
-    iter_graphs,
     iter_sites,
     site_view,
     triples,
 )
+from qlrewrite.toolkit import FreshNames, replace_value
 from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = ["QOperatorToQdqPass"]
@@ -350,26 +350,14 @@ class _Rewriter:
     """Builds the Q/DQ nodes and constants; shares one DequantizeLinear per quantized value."""
 
     def __init__(self, model: ir.Model) -> None:
-        self._names: set[str] = set()
-        for scope in iter_graphs(model):
-            graph = scope.graph
-            for node in graph:
-                self._names.update(v.name for v in node.outputs if v.name)
-                self._names.update(n for n in [node.name] if n)
-            if isinstance(graph, ir.Graph):
-                self._names.update(graph.initializers)
-                self._names.update(v.name for v in graph.inputs if v.name)
+        self._names = FreshNames(model, nodes=True)
         self._dq: dict[tuple, ir.Value] = {}
         #: ids of the QuantizeLinear nodes written for converted nodes' outputs.
         self.requantized: set[int] = set()
 
     def name(self, base: str) -> str:
         """A name no value, node or initializer of the model has."""
-        name, index = base, 1
-        while name in self._names:
-            name, index = f"{base}_{index}", index + 1
-        self._names.add(name)
-        return name
+        return self._names.fresh(base)
 
     def constant(self, plan: _Plan, array: np.ndarray, base: str) -> ir.Value:
         """A new initializer (a Constant node inside a function) holding ``array``."""
@@ -463,7 +451,7 @@ class _Rewriter:
         outputs = [t for t in plan.triples if t.role == "output" and t.values[1] is not None]
         if outputs:
             result = self._quantize(plan, outputs[0], result)
-        _replace(view.node.outputs[0], result)
+        replace_value(view.node.outputs[0], result)
         plan.view.site.graph.remove(view.node, safe=True)
 
     def _float_inputs(self, plan: _Plan, floats: list[ir.Value]) -> list[ir.Value | None]:
@@ -534,7 +522,7 @@ class _Rewriter:
         a, b = (self.dequantize(plan, t) for t in found)
         op = _INTEGER_OPS[view.op_type]
         result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
-        _replace(mul.outputs[0], result)
+        replace_value(mul.outputs[0], result)
         graph = view.site.graph
         scales = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
         for node in (mul, cast, view.node):
@@ -542,15 +530,3 @@ class _Rewriter:
         producer = scales.producer() if scales is not None else None
         if producer is not None and not scales.uses() and not scales.is_graph_output():
             graph.remove(producer, safe=True)  # the a_scale * b_scale Mul
-
-
-def _replace(old: ir.Value, new: ir.Value) -> None:
-    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
-    name, dtype, shape = old.name, old.dtype, old.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-    if dtype is not None:
-        new.dtype = dtype
-    if shape is not None:
-        new.shape = shape
