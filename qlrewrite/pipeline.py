@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from qlrewrite import atomic, model_io, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
+from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.source import source_of
@@ -144,11 +146,13 @@ def rewrite(
     started = time.perf_counter()
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
+    as_read = Snapshot.of([Path(os.path.realpath(input_path))])  # before reading it
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     reads = model_io.files_read(model)
     _refuse_overwriting_input(reads, target, in_place)
+    snapshot = Snapshot.of(reads, earlier=as_read)
     with contextlib.ExitStack() as stack:
         pending = None
         if report_path is not None:
@@ -168,6 +172,7 @@ def rewrite(
             on_tensor_saved=on_tensor_saved,
             keep=[] if in_place else reads,
             pending=pending,
+            snapshot=snapshot,
             started=started,
         )
         if pending is not None:
@@ -190,6 +195,7 @@ def _rewrite_loaded(
     keep: Sequence[Path],
     pending: atomic.PendingFile | None,
     started: float,
+    snapshot: Snapshot,
 ) -> RewriteResult:
     if groups := custom_quant_groups(model):
         raise Refusal(
@@ -259,14 +265,20 @@ def _rewrite_loaded(
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
     if not dry_run:
-        model_io.save(
-            model,
-            target,
-            external_data=external_data,
-            before_commit=before_commit,
-            callback=on_tensor_saved,
-            keep=keep,
-        )
+        try:
+            model_io.save(
+                model,
+                target,
+                external_data=external_data,
+                before_commit=before_commit,
+                callback=on_tensor_saved,
+                keep=keep,
+                unchanged=lambda: snapshot.refuse_if_changed(input_path),
+            )
+        except Exception as exc:  # lazily read data may vanish when another run commits
+            if snapshot.changed() is None or isinstance(exc, Refusal):
+                raise
+            snapshot.refuse_if_changed(input_path)
     elif verifier is not None:
         with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
             staged = Path(folder) / target.name
