@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -45,6 +46,7 @@ __all__ = [
     "PendingFile",
     "Staging",
     "commit_model",
+    "data_stem",
     "free_data_name",
     "fsync_dir",
     "fsync_file",
@@ -137,7 +139,7 @@ def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
     names = [data, model, *replaced]
     if any(Path(name).name != name or name in ("", ".", "..") for name in names):
         return  # names only, never paths
-    pattern = _data_names(model)
+    pattern = _data_names(model, folder)
     named = set(_named_data_files(folder / model, pattern))
     doomed = replaced if data in named else [data]
     _unlink_all(
@@ -235,20 +237,47 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _data_names(model_name: str) -> re.Pattern[str]:
-    return re.compile(re.escape(model_name) + r"(\.[0-9a-f]{8})?\.data")
+#: Bytes a data file name adds to its stem at most: ``.<8 hex>.data``, and onnx_ir's
+#: save writes it through a temporary folder named ``.<data name>.<8 random>``.
+_SUFFIX_BYTES = len(".12345678.data") + len("..12345678")
 
 
-def is_data_name(name: str, model_name: str) -> bool:
-    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name``."""
-    return _data_names(model_name).fullmatch(name) is not None
+def _name_max(folder: Path) -> int:
+    """The longest file name ``folder``'s file system takes, in bytes (255 if unknown)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def data_stem(model_name: str, folder: Path) -> str:
+    """What data file names of ``model_name`` start with: the model's name, or when
+    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name cut
+    to fit followed by ``~`` and 8 hex digits of its hash (the same name every run)."""
+    limit = _name_max(folder) - _SUFFIX_BYTES
+    if len(model_name.encode()) <= limit:
+        return model_name
+    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
+    head = model_name.encode()[: max(limit - 9, 1)].decode("utf-8", "ignore")
+    return f"{head}~{digest}"
+
+
+def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
+    stem = data_stem(model_name, folder)
+    return re.compile(re.escape(stem) + r"(\.[0-9a-f]{8})?\.data")
+
+
+def is_data_name(name: str, model_name: str, folder: Path) -> bool:
+    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name`` in
+    ``folder``."""
+    return _data_names(model_name, folder).fullmatch(name) is not None
 
 
 def _usable(folder: Path, name: str, model_name: str) -> bool:
     """No file has ``name``, and the plain ``<model>.data`` only for a new model: a
     reader that read an older model never opens a newer data file under the name it
     remembers."""
-    plain = name == f"{model_name}.data"
+    plain = name == f"{data_stem(model_name, folder)}.data"
     return not os.path.lexists(folder / name) and not (
         plain and os.path.lexists(folder / model_name)
     )
@@ -257,9 +286,10 @@ def _usable(folder: Path, name: str, model_name: str) -> bool:
 def free_data_name(folder: Path, model_name: str) -> str:
     """``<model_name>.data`` for a new model, else ``<model_name>.<8 hex>.data`` (random:
     a name never used before)."""
-    name = f"{model_name}.data"
+    stem = data_stem(model_name, folder)
+    name = f"{stem}.data"
     while not _usable(folder, name, model_name):
-        name = f"{model_name}.{secrets.token_hex(4)}.data"
+        name = f"{stem}.{secrets.token_hex(4)}.data"
     return name
 
 
@@ -313,7 +343,7 @@ def commit_model(
     to refuse the commit).
     """
     folder = dest.parent
-    pattern = _data_names(dest.name)
+    pattern = _data_names(dest.name, folder)
     with _folder_lock(folder, str(dest)):
         _step("locked")
         if unchanged is not None:

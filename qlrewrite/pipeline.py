@@ -315,7 +315,9 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
         )
     if model_io.same_file(report, target):
         raise InputError(f"{report}: the report would overwrite the output")
-    if model_io.same_folder(report, target) and atomic.is_data_name(report.name, target.name):
+    if model_io.same_folder(report, target) and atomic.is_data_name(
+        report.name, target.name, target.absolute().parent
+    ):
         raise InputError(f"{report}: the report would overwrite the output's external data")
 
 
