@@ -122,6 +122,12 @@ def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match 
     return _Match(consumer, producer, transpose, x, scale, zero_point, axis % rank, block_size)
 
 
+def _covering_block(k: int) -> int:
+    """The smallest block MatMulNBits takes (a power of two, at least 16) that covers
+    ``k`` elements."""
+    return max(16, 1 << max(k - 1, 0).bit_length())
+
+
 def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
     """The MatMulNBits layout of a matched weight and whether x is laid out [N, K]."""
     x, scale = match.x, match.scale
@@ -136,6 +142,9 @@ def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
         if match.axis != k_axis or block < 16 or block & (block - 1):
             return None
         expected = [n, -(-k // block)] if transposed else [-(-k // block), n]
+        # One block covers K: the same scales with the smallest such block, so that the
+        # packed weight is padded to at most 2K, not to the block (third audit, item 15).
+        block = min(block, _covering_block(k))
     else:
         block = min_block(k)
         if match.axis == k_axis or scale.shape.rank() != 1:
