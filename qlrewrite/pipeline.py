@@ -159,22 +159,28 @@ def rewrite(
             report_path = Path(report_path)
             _refuse_report_path(report_path, reads, target)
             pending = stack.enter_context(atomic.PendingFile(report_path))
-        result = _rewrite_loaded(
-            model,
-            input_path,
-            passes,
-            command=command,
-            target=target,
-            dry_run=dry_run,
-            external_data=external_data,
-            max_size=max_size,
-            verify=verify,
-            on_tensor_saved=on_tensor_saved,
-            keep=[] if in_place else reads,
-            pending=pending,
-            snapshot=snapshot,
-            started=started,
-        )
+        try:
+            result = _rewrite_loaded(
+                model,
+                input_path,
+                passes,
+                command=command,
+                target=target,
+                dry_run=dry_run,
+                external_data=external_data,
+                max_size=max_size,
+                verify=verify,
+                on_tensor_saved=on_tensor_saved,
+                keep=[] if in_place else reads,
+                pending=pending,
+                snapshot=snapshot,
+                started=started,
+            )
+        except Exception:  # lazily read data vanishes when another run commits
+            if snapshot.changed() is None:
+                raise
+            snapshot.refuse_if_changed(input_path)
+            raise
         if pending is not None:
             pending.commit()
     return result
@@ -265,20 +271,15 @@ def _rewrite_loaded(
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
     if not dry_run:
-        try:
-            model_io.save(
-                model,
-                target,
-                external_data=external_data,
-                before_commit=before_commit,
-                callback=on_tensor_saved,
-                keep=keep,
-                unchanged=lambda: snapshot.refuse_if_changed(input_path),
-            )
-        except Exception as exc:  # lazily read data may vanish when another run commits
-            if snapshot.changed() is None or isinstance(exc, Refusal):
-                raise
-            snapshot.refuse_if_changed(input_path)
+        model_io.save(
+            model,
+            target,
+            external_data=external_data,
+            before_commit=before_commit,
+            callback=on_tensor_saved,
+            keep=keep,
+            unchanged=lambda: snapshot.refuse_if_changed(input_path),
+        )
     elif verifier is not None:
         with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
             staged = Path(folder) / target.name
