@@ -117,6 +117,9 @@ class Report:
     #: Other producers' custom quantization operators seen, not checked (see
     #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
     custom_quant: list[Any] = dataclasses.field(default_factory=list)
+    #: A folder given to ``check`` in which nothing was checked (``load_error`` says why):
+    #: not counted as a file in the summary.
+    folder: bool = False
 
     @property
     def errors(self) -> list[Finding]:

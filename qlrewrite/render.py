@@ -179,25 +179,30 @@ def rule_counts(reports: Sequence[Report]) -> dict[str, int]:
 
 def summary_line(reports: Sequence[Report]) -> str:
     """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s) [QL403 x2, ...]``,
-    then ``; 4 suppressed`` and ``; 1 could not be checked`` when there are some."""
-    nodes = sum(r.nodes_checked for r in reports)
-    errors = sum(len(r.errors) for r in reports)
-    warnings = sum(len(r.warnings) for r in reports)
-    suppressed = sum(len(r.suppressed) for r in reports)
-    unreadable = sum(1 for r in reports if r.load_error)
-    custom = sum(g.nodes for r in reports for g in r.custom_quant)
+    then ``; 4 suppressed``, ``; 1 could not be checked`` (files) and ``; 1 folder error(s)``
+    (a folder without models or unreadable: :attr:`Report.folder`) when there are some."""
+    files = [r for r in reports if not r.folder]
+    nodes = sum(r.nodes_checked for r in files)
+    errors = sum(len(r.errors) for r in files)
+    warnings = sum(len(r.warnings) for r in files)
+    suppressed = sum(len(r.suppressed) for r in files)
+    unreadable = sum(1 for r in files if r.load_error)
+    custom = sum(g.nodes for r in files for g in r.custom_quant)
     line = (
-        f"checked {len(reports)} file(s), {nodes} quantized node(s): "
+        f"checked {len(files)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
-    counts = rule_counts(reports)
+    counts = rule_counts(files)
     if counts:
         line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
     if suppressed:
         line += f"; {suppressed} suppressed"
     if custom:
         line += f"; {custom} custom quantization node(s) not checked"
-    return line + (f"; {unreadable} could not be checked" if unreadable else "")
+    if unreadable:
+        line += f"; {unreadable} could not be checked"
+    folders = len(reports) - len(files)
+    return line + (f"; {folders} folder error(s)" if folders else "")
 
 
 def custom_quant_line(report: Report) -> str | None:
@@ -237,13 +242,18 @@ def finding_lines(
 
 
 def text_lines(
-    reports: Sequence[Report], *, summary: bool = True, show_all: bool = False
+    reports: Sequence[Report],
+    *,
+    summary: bool = True,
+    show_all: bool = False,
+    load_errors: bool = True,
 ) -> list[str]:
     """The text report for logs and files: one line per finding or unreadable file, or per
-    group of findings that differ only in names (see :func:`group_findings`)."""
+    group of findings that differ only in names (see :func:`group_findings`). Without
+    ``load_errors`` the unreadable files are left out (the caller said so on stderr)."""
     lines = []
     for report in reports:
-        if report.load_error:
+        if report.load_error and load_errors:
             lines.append(f"{report.path}: cannot check: {report.load_error}")
         lines += finding_lines(report.findings, report.path, show_all=show_all)
         if (custom := custom_quant_line(report)) is not None:
@@ -259,10 +269,14 @@ def print_text_tables(
     *,
     summary: bool = True,
     show_all: bool = False,
+    load_errors: bool = True,
 ) -> None:
     """The text report for a terminal: one rich table per file with findings (groups of
-    findings that differ only in names as one row and a row naming the other nodes)."""
+    findings that differ only in names as one row and a row naming the other nodes).
+    Without ``load_errors`` the unreadable files are left out (said on stderr)."""
     for report in reports:
+        if report.load_error and not load_errors:
+            continue
         if report.load_error:
             console.print(
                 Text.assemble((str(report.path), "bold"), ": ", ("cannot check", "bold red"), ": ")
