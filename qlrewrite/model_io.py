@@ -25,9 +25,16 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
-from qlrewrite.qdq.graphs import GraphRef
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
+from qlrewrite.toolkit import (
+    GraphRef,
+    all_graphs,
+    graphs_within,
+    iter_graphs,
+    model_folder,
+    proto_graphs,
+)
 
 __all__ = [
     "EXTERNAL_DATA_THRESHOLD",
@@ -80,7 +87,7 @@ def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
     Stops as soon as a limit is passed: a refusal costs little whatever the file holds."""
     raise_it = "raise the limit with `qlrewrite --max-nodes N COMMAND ...`"
     nodes = len(proto.graph.node)
-    for ref, graph in tensors.proto_graphs(proto):
+    for ref, graph in proto_graphs(proto):
         if graph is not proto.graph:
             nodes += len(graph.node)
         if nodes > limits.max_nodes:
@@ -102,7 +109,7 @@ def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | Non
     calls: dict[tuple[str, str], set[tuple[str, str]]] = {key: set() for key in keys}
     for function in proto.functions:
         root = GraphRef.of_function(function.domain, function.name)
-        for _, graph in tensors.graphs_within(function, root):
+        for _, graph in graphs_within(function, root):
             calls[function.domain, function.name].update(
                 (node.domain, node.op_type)
                 for node in graph.node
@@ -147,9 +154,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     path = Path(path)
     proto = _read_proto(path)
     model = _deserialize(proto, path)
-    # The folder as named, not through the model file's own link: ONNX Runtime resolves
-    # locations beside the path it was given (a Hugging Face cache links the file away).
-    base_dir = path.absolute().parent
+    base_dir = model_folder(path)
     tensors.resolve_external(model, base_dir)
     if check_data:
         problems = tensors.data_problems(model, proto=proto, base_dir=base_dir)
@@ -247,7 +252,7 @@ def _read_proto(path: Path) -> onnx.ModelProto:
 
 def _sparse_tensor(proto: onnx.ModelProto) -> str | None:
     """The first sparse initializer or sparse attribute of any graph or function, or None."""
-    for _, graph in tensors.proto_graphs(proto):
+    for _, graph in proto_graphs(proto):
         if isinstance(graph, onnx.GraphProto) and graph.sparse_initializer:
             return f"initializer '{graph.sparse_initializer[0].values.name}'"
         for node in graph.node:
@@ -316,7 +321,7 @@ def _one_line(exc: BaseException) -> str:
 def unwritable(model: ir.Model) -> str | None:
     """Why onnx_ir could not write ``model`` back (an attribute of type UNDEFINED), or
     None. ``load`` accepts such models so that info and check can describe them."""
-    for container in tensors.ir_containers(model):
+    for container in all_graphs(model):
         for node in container:
             for attr in node.attributes.values():
                 if attr.type == ir.AttributeType.UNDEFINED:
@@ -344,7 +349,7 @@ def files_read_by(path: str | os.PathLike) -> list[Path]:
         proto = _read_proto(path)
     except InputError:
         return [Path(os.path.realpath(path))]
-    return [Path(os.path.realpath(path)), *tensors.input_files(proto, path.absolute().parent)]
+    return [Path(os.path.realpath(path)), *tensors.input_files(proto, model_folder(path))]
 
 
 def same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -431,6 +436,17 @@ def save(
             raise atomic.write_error(path, exc) from exc
 
 
+def _initializers_save_leaves(model: ir.Model) -> set[int]:
+    """The initializer tensors onnx_ir's save leaves where they are (those of subgraphs
+    inside functions), by identity."""
+    return {
+        id(value.const_value)
+        for scope in iter_graphs(model)
+        if scope.ref.in_function and isinstance(scope.graph, ir.Graph)
+        for value in scope.graph.initializers.values()
+    }
+
+
 def _write(
     model: ir.Model,
     staged: Path,
@@ -438,10 +454,12 @@ def _write(
     max_workers: int | None,
     callback: SaveCallback | None,
 ) -> None:
-    # Node attribute tensors (Constant values) in external data are written into the
-    # model: onnx_ir's save moves only initializers to the new data file.
+    # Node attribute tensors (Constant values) in external data, and initializers of
+    # subgraphs inside functions, are written into the model: onnx_ir's save moves only
+    # the initializers of the main graph and its subgraphs to the new data file.
     if data_name is not None:
-        with external_in_memory(model):
+        unmoved = _initializers_save_leaves(model)
+        with external_in_memory(model, initializers=lambda tensor: id(tensor) in unmoved):
             ir.save(
                 model,
                 staged,

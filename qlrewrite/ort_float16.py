@@ -34,7 +34,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.qdq.constants import value_dtype
-from qlrewrite.qdq.graphs import imported_version, normalize_domain
+from qlrewrite.toolkit import imported_version, normalize_domain
 
 __all__ = [
     "FLOAT16_CPU_KERNELS",

@@ -27,8 +27,8 @@ from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
-from qlrewrite.qdq.graphs import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.source import source_of
+from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 

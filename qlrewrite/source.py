@@ -13,6 +13,8 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.toolkit import model_folder
+
 __all__ = ["Source", "set_source", "source_of"]
 
 _KEY = "qlrewrite.source"
@@ -30,7 +32,7 @@ class Source:
     def folder(self) -> Path:
         """The folder external data locations are relative to: the file's folder as
         named (not through a link to the file, as ONNX Runtime resolves them)."""
-        return self.path.absolute().parent if self.path is not None else Path.cwd()
+        return model_folder(self.path) if self.path is not None else Path.cwd()
 
 
 def source_of(model: ir.Model) -> Source | None:

@@ -25,13 +25,12 @@ import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Union
 
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.qdq.graphs import MAIN, GraphRef, owner_label
 from qlrewrite.source import source_of
+from qlrewrite.toolkit import GraphRef, all_graphs, proto_graphs
 
 __all__ = [
     "DataProblem",
@@ -43,21 +42,17 @@ __all__ = [
     "external_in_memory",
     "external_path",
     "files_held",
-    "graphs_within",
     "initializer_bytes",
     "input_files",
-    "ir_containers",
     "ir_tensor_slots",
     "malformed_external_numbers",
     "nbytes",
-    "proto_graphs",
     "proto_tensors",
     "resolve_external",
     "tensor_bytes",
     "uses_external_data",
 ]
 
-ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
 
 # --------------------------------------------------------------------------- sizes
 
@@ -83,34 +78,6 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
 # --------------------------------------------------------------------------- proto walks
 
 
-def proto_graphs(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, ProtoGraph]]:
-    """Every graph of ``proto`` with its :class:`~qlrewrite.qdq.graphs.GraphRef` (as
-    :func:`qlrewrite.qdq.graphs.iter_graphs` makes them for the ir model): the main graph,
-    each function and every subgraph nested in either."""
-    yield from graphs_within(proto.graph, MAIN)
-    for function in proto.functions:
-        yield from graphs_within(function, GraphRef.of_function(function.domain, function.name))
-
-
-def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
-    """``root`` (at ``ref``) and every subgraph nested in it, referenced as
-    :func:`proto_graphs` does; parents before their subgraphs."""
-    stack: list[tuple[GraphRef, ProtoGraph]] = [(ref, root)]
-    while stack:
-        ref, graph = stack.pop()
-        yield ref, graph
-        found: list[tuple[GraphRef, ProtoGraph]] = []
-        for node in graph.node:
-            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    found.append((ref.subgraph(owner, attr.name), attr.g))
-                found.extend(
-                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
-                )
-        stack.extend(reversed(found))
-
-
 def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:
     """Every dense tensor of ``proto`` with its graph: initializers and TENSOR / TENSORS
     attribute values, in every graph, function and subgraph."""
@@ -127,24 +94,6 @@ def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.Tenso
 
 
 # --------------------------------------------------------------------------- ir walks
-
-
-def ir_containers(model: ir.Model) -> Iterator[ir.Graph | ir.Function]:
-    """The main graph, every function and every subgraph nested in either."""
-    stack: list[ir.Graph | ir.Function] = [*reversed(model.functions.values()), model.graph]
-    while stack:
-        container = stack.pop()
-        yield container
-        found: list[ir.Graph] = []
-        for node in container:
-            for attr in node.attributes.values():
-                if attr.is_ref():
-                    continue
-                if attr.type == ir.AttributeType.GRAPH:
-                    found.append(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    found.extend(attr.value)
-        stack.extend(reversed(found))
 
 
 @dataclasses.dataclass(slots=True)
@@ -169,7 +118,7 @@ class TensorSlot:
 
 def attribute_tensors(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
     """Every TENSOR / TENSORS attribute of every node, in all graphs and functions."""
-    for container in ir_containers(model):
+    for container in all_graphs(model):
         for node in container:
             for attr in node.attributes.values():
                 if not attr.is_ref() and attr.type in (
@@ -185,7 +134,7 @@ def ir_tensor_slots(
     """Every tensor the model holds: initializers of every graph (functions' subgraphs
     included) and, with ``attributes``, every TENSOR / TENSORS attribute value. With
     ``external_only``, only the slots holding an external tensor."""
-    for container in ir_containers(model):
+    for container in all_graphs(model):
         if isinstance(container, ir.Graph):
             for value in container.initializers.values():
                 tensor = value.const_value
@@ -201,7 +150,7 @@ def ir_tensor_slots(
 
 
 def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
-    for container in ir_containers(model):
+    for container in all_graphs(model):
         if isinstance(container, ir.Graph):
             for value in container.initializers.values():
                 if value.const_value is not None:

@@ -137,9 +137,9 @@ class Bound:
         if self.ulp is not None:
             limits.append(f"{self.ulp} ulp")
         if self.per_output:
-            shown = ", ".join(f"{name} {limit:.3g}" for name, limit in self.per_output[:4])
+            shown = ", ".join(f"{limit:.3g} at {name}" for name, limit in self.per_output[:4])
             more = f" and {len(self.per_output) - 4} more" if len(self.per_output) > 4 else ""
-            limits.append(f"per output {shown}{more}")
+            limits.append(f"{shown}{more}")
         return f"differences up to {' or '.join(limits)}"
 
     def to_json(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.tensors import external_in_memory
+from qlrewrite.toolkit import proto_graphs
 
 __all__ = ["weightless_from_source", "weightless_proto"]
 
@@ -59,7 +60,7 @@ def _hoist_placeholders(proto: onnx.ModelProto) -> None:
     """Turn placeholder initializers of every graph (subgraphs too) into main inputs."""
     main = proto.graph
     input_names = {i.name for i in main.input}
-    for _, graph in tensors.proto_graphs(proto):
+    for _, graph in proto_graphs(proto):
         if not isinstance(graph, onnx.GraphProto):
             continue
         kept = []
@@ -110,7 +111,7 @@ def weightless_from_source(
     _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
     proto.graph.initializer.extend(kept)
     proto.graph.value_info.extend(_live_value_info(main))
-    subgraphs = [g for ref, g in tensors.proto_graphs(proto) if ref.parent is not None]
+    subgraphs = [g for ref, g in proto_graphs(proto) if ref.parent is not None]
     for sub in subgraphs:
         live = _live_value_info(sub)
         del sub.value_info[:]
@@ -164,7 +165,7 @@ def _live_value_info(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
 def _plain_subgraphs(source: onnx.ModelProto, max_inline_bytes: int) -> bool:
     """No attribute tensor (anywhere) is external, and every subgraph initializer is
     small, inline and dense: the copy keeps them as serializing would."""
-    for ref, graph in tensors.proto_graphs(source):
+    for ref, graph in proto_graphs(source):
         if isinstance(graph, onnx.GraphProto) and len(graph.sparse_initializer):
             return False
         if ref.parent is not None:  # a subgraph

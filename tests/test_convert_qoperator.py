@@ -255,6 +255,12 @@ VARIANTS = {
     "matmul-one-element-scales": lambda: build(
         "QLinearMatMul", a_scale=np.full(1, 0.05, np.float32), y_scale=np.full(1, 0.1, np.float32)
     ),
+    # per-column scales written [1, N] (ORT's QLinearMatMul takes them): 1-D in Q/DQ
+    "matmul-column-shaped-scales": lambda: build(
+        "QLinearMatMul",
+        b_scale=np.full((1, 3), 0.01, np.float32),
+        b_zero_point=np.array([[0, 1, -1]], np.int8),
+    ),
     "matmul-per-tensor-weight": lambda: build(
         "QLinearMatMul", b_scale=np.array(0.01, np.float32), b_zero_point=np.array(0, np.int8)
     ),
@@ -321,3 +327,72 @@ def test_shared_scale_with_per_channel_zero_points_converts() -> None:
     for seed in range(3):
         feeds = feeds_for(original, seed)
         np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(original, feeds)[0])
+
+
+def _in_subgraph() -> onnx.ModelProto:
+    inner = build("QLinearAdd")
+    out = onnx.helper.make_tensor_value_info
+    then = onnx.helper.make_graph(
+        [inner.graph.node[0]], "then", [], [out("C", onnx.TensorProto.UINT8, [2, 3])]
+    )
+    other = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["A"], ["C2"])], "else", [],
+        [out("C2", onnx.TensorProto.UINT8, [2, 3])],
+    )  # fmt: skip
+    node = onnx.helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
+    graph = onnx.helper.make_graph(
+        [node], "g", [*inner.graph.input, out("cond", onnx.TensorProto.BOOL, [])],
+        [out("y", onnx.TensorProto.UINT8, [2, 3])], initializer=list(inner.graph.initializer),
+    )  # fmt: skip
+    return onnx.helper.make_model(graph, opset_imports=list(inner.opset_import), ir_version=8)
+
+
+def _in_function() -> onnx.ModelProto:
+    inner = build("QLinearMatMul")
+    consts = [onnx.helper.make_node("Constant", [], [t.name], value=t)
+              for t in inner.graph.initializer]  # fmt: skip
+    function = onnx.helper.make_function(
+        "local", "qmm", ["a"], ["y"], [*consts, inner.graph.node[0]], list(inner.opset_import)
+    )
+    call = onnx.helper.make_node("qmm", ["a"], ["y"], domain="local")
+    graph = onnx.helper.make_graph([call], "g", list(inner.graph.input),
+                                   list(inner.graph.output))  # fmt: skip
+    imports = [*inner.opset_import, onnx.helper.make_opsetid("local", 1)]
+    return onnx.helper.make_model(graph, opset_imports=imports, functions=[function],
+                                  ir_version=8)  # fmt: skip
+
+
+@pytest.mark.parametrize("make", [_in_subgraph, _in_function], ids=["subgraph", "function"])
+def test_nodes_in_subgraphs_and_functions_convert(make) -> None:
+    original = make()
+    converted, result = _convert(original)
+    assert result.summary["qoperator_converted"] == 1
+    assert MS not in {o.domain for o in converted.opset_import}
+    assert check_model(ir.serde.deserialize_model(converted)).findings == []
+    feeds = feeds_for(original, 0)
+    if "cond" in feeds:
+        feeds["cond"] = np.array(True)
+    np.testing.assert_array_equal(run_ort(converted, feeds)[0], run_ort(original, feeds)[0])
+
+
+def test_cli_verify_passes_a_one_step_difference_and_states_why(tmp_path) -> None:
+    source = tmp_path / "pool.onnx"
+    onnx.save_model(build("QLinearAveragePool"), source)
+    args = ["convert", str(source), "--to", "onnx", "--dry-run", "--verify",
+            "--verify-runs", "20"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    text = result.output + result.stderr
+    assert result.exit_code == 0, text
+    # measured: 2 of 60 elements one step apart on these 20 input sets
+    assert "within tolerance" in text and "max abs 1" in text
+    assert "requantizes" in text and "accepted: differences up to 1 at Y" in text
+
+
+def test_left_alone_ops_stay_with_a_warning() -> None:
+    model = build("QLinearAdd")
+    extra = onnx.helper.make_node("QOrderedGelu", ["C", "C_scale", "C_scale"], ["g"], domain=MS)
+    model.graph.node.append(extra)
+    converted, result = _convert(model)
+    assert _ops(converted)[(MS, "QOrderedGelu")] == 1
+    assert any("QOrderedGelu" in w and "CUDA-only" in w for w in result.warnings)
+    assert MS in {o.domain for o in converted.opset_import}

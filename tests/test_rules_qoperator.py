@@ -136,6 +136,13 @@ def test_ms_per_tensor_accepts_one_element_scale_except_binary() -> None:
     for op, name in (("QLinearConv", "x_scale"), ("QLinearMatMul", "y_scale")):
         model = build(op, **{name: np.full(1, 0.05, f32)})
         assert _codes(model) == [] and ort_error(model) is None
+    # Per-column MatMul scales written [1, N]: ORT runs them, the rules accept them.
+    column = {"b_scale": np.full((1, 3), 0.01, f32), "b_zero_point": np.zeros((1, 3), i8)}
+    model = build("QLinearMatMul", **column)
+    assert _codes(model) == [] and ort_error(model) is None
+    # ... but not [1, N] on QGemm (ORT: "a scalar or 1D tensor of size 1 or N")
+    model = build("QGemm", **column)
+    assert "QL440" in _codes(model) and ort_error(model) is not None
     # Per-channel scale with one shared zero point: ORT runs it, the rules accept it.
     model = build("QLinearConv", w_zero_point=np.array(0, i8))
     assert _codes(model) == [] and ort_error(model) is None

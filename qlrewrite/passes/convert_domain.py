@@ -22,6 +22,7 @@ from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.ort_float16 import domain_changes_result
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
+from qlrewrite.toolkit import ensure_import_at
 
 __all__ = [
     "TARGETS",
@@ -314,11 +315,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
                 )
             )
         if self.to == "com.microsoft":
-            graph = plan.site.graph
-            imports = graph.opset_imports if isinstance(graph, ir.Function) else None
-            model.opset_imports.setdefault(MS_DOMAIN, 1)
-            if imports is not None:
-                imports.setdefault(MS_DOMAIN, 1)
+            ensure_import_at(model, plan.site.ref, MS_DOMAIN, 1)
         return pinned
 
     def _float16_changes(self, plan: _Plan) -> bool:

@@ -26,6 +26,7 @@ from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
+from qlrewrite.toolkit import FreshNames
 
 __all__ = ["FIXES", "FixPass", "fix_passes", "fixable"]
 
@@ -64,11 +65,12 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
         node_units = [u for u in units if u.fix is not None and u.fix.node is not None]
         memos: dict[str, dict[Any, Any]] = {u.rule.code: {} for u in node_units}
         done: set[tuple[int, str]] = set()
+        names = FreshNames(model)
         for site, view, finding in self._planned(model, node_units):
             if (id(site.node), finding.rule) in done:
                 continue
             node_fix = FIXES[finding.rule].node
-            context = FixContext(model, site, view, finding, memos[finding.rule])
+            context = FixContext(model, site, view, finding, memos[finding.rule], names)
             change = node_fix(context) if node_fix is not None else None
             if change is not None:
                 done.add((id(site.node), finding.rule))

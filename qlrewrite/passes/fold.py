@@ -48,6 +48,7 @@ from qlrewrite.qdq import (
     site_view,
     value_dtype,
 )
+from qlrewrite.toolkit import FreshNames, all_graphs
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 
@@ -99,8 +100,8 @@ class FoldPass(ir.passes.InPlacePass):
         )
         warnings: list[str] = []
         # Every graph and function, listed once: folding adds and removes no subgraph.
-        containers = [*model.graphs(), *model.functions.values()]
-        self._names = _value_names(containers)
+        containers = all_graphs(model)
+        self._names = FreshNames(containers)
         sites = list(iter_sites(model))
         # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
         views = {id(s.node): site_view(model, s) for s in sites}  # one view per node
@@ -230,12 +231,7 @@ class FoldPass(ir.passes.InPlacePass):
 
     def _fresh_name(self, base: str) -> str:
         """``base``, or ``base_N``, unused by any value of the model so far."""
-        name, n = base, 0
-        while name in self._names:
-            n += 1
-            name = f"{base}_{n}"
-        self._names.add(name)
-        return name
+        return self._names.fresh(base)
 
     def _drop_if_unused(self, value: ir.Value) -> None:
         """Remove ``value`` (Constant node or initializer) if nothing uses it any more."""
@@ -269,18 +265,6 @@ def _as_float32(folded: FoldedTensor) -> FoldedTensor:
     """The same folded DQ computed to float32 (the value before its rounding to float16)."""
     spec = dataclasses.replace(folded.spec, output_dtype=ir.DataType.FLOAT, widened=True)
     return FoldedTensor(spec, folded.x, folded.scale, folded.zero_point, name=folded.name)
-
-
-def _value_names(containers: list[ir.Graph | ir.Function]) -> set[str]:
-    """Every named value of the graphs and functions (inputs, initializers, node outputs)."""
-    names: set[str] = set()
-    for graph in containers:
-        names.update(v.name for v in graph.inputs if v.name)
-        if isinstance(graph, ir.Graph):
-            names.update(graph.initializers)
-        for node in graph:
-            names.update(v.name for v in node.outputs if v.name)
-    return names
 
 
 def _overridable(node: ir.Node) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from qlrewrite.passes.results import ImportsResult
-from qlrewrite.qdq.graphs import implied_imports
+from qlrewrite.toolkit import ensure_import, implied_imports
 
 __all__ = ["ImpliedImportsPass"]
 
@@ -24,7 +24,7 @@ class ImpliedImportsPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ImportsResult:
         missing = implied_imports(model)
         for domain, version in missing.items():
-            model.opset_imports[domain] = version
+            ensure_import(model, domain, version)
         result = ImportsResult(model, bool(missing))
         if missing:
             names = ", ".join(f"{d} {v}" for d, v in missing.items())

@@ -37,6 +37,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.toolkit import FreshNames, ensure_import_at
 from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
@@ -192,7 +193,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         # ONNX inference stops at MatMulNBits, so later passes (convert's Q/DQ planning)
         # would no longer know the types downstream of a shapeless output.
         self._inference = Inference(model)
-        self._names: dict[int, set[str]] = {}
+        self._names = FreshNames(model)
         for scope in list(iter_graphs(model)):
             graph = scope.graph
             self._ref = scope.ref
@@ -207,9 +208,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
                     continue
                 if done:
                     counts[done] += 1
-                    if isinstance(graph, ir.Function):
-                        graph.opset_imports.setdefault(MS_DOMAIN, 1)
-                    model.opset_imports.setdefault(MS_DOMAIN, 1)
+                    ensure_import_at(model, scope.ref, MS_DOMAIN, 1)
         if any(counts.values()):
             link_initializers(model)
         summary = {
@@ -334,16 +333,8 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
 
     def _constant(self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol) -> ir.Value:
         """``tensor`` as a new initializer (a Constant node in a function), uniquely named
-        (the names of each graph are gathered once, not per tensor)."""
-        taken = self._names.get(id(graph))
-        if taken is None:
-            taken = set(graph.initializers) if isinstance(graph, ir.Graph) else set()
-            taken |= {v.name for n in graph for v in n.outputs}
-            self._names[id(graph)] = taken
-        name, index = tensor.name or "w", 1
-        while name in taken:
-            name, index = f"{tensor.name}_{index}", index + 1
-        taken.add(name)
+        (the model's names are gathered once, not per tensor)."""
+        name = self._names.fresh(tensor.name or "w")
         tensor.name = name
         return _add_constant(graph, tensor, name)
 

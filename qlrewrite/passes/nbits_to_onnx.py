@@ -55,10 +55,10 @@ from qlrewrite.qdq import (
     constant_tensor,
     drop_unused_domain,
     is_constant,
-    iter_graphs,
     iter_sites,
     site_view,
 )
+from qlrewrite.toolkit import FreshNames, ensure_import, replace_value
 from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = [
@@ -458,7 +458,7 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
             link_initializers(model)
         dropped = drop_unused_domain(model, MS_DOMAIN) if done else False
         if done and not self.dequantize:
-            model.opset_imports.setdefault("", 21)
+            ensure_import(model, "", 21)
             raise_ir_version(model)
         count = {op: sum(p.view.op_type == op for p in done) for op in NBITS_OPS}
         # float16 weights written in float32 (fold, --float16 exact) keep ORT's outputs
@@ -505,22 +505,11 @@ class _Rewriter:
         self.dequantize = dequantize
         self.widen = widen
         self.removed = 0
-        self._names: set[str] = set()
-        for scope in iter_graphs(model):
-            graph = scope.graph
-            for node in graph:
-                self._names.update(v.name for v in node.outputs if v.name)
-            if isinstance(graph, ir.Graph):
-                self._names.update(graph.initializers)
-                self._names.update(v.name for v in graph.inputs if v.name)
+        self._names = FreshNames(model)
         self._cache: dict[tuple, ir.Value] = {}
 
     def _name(self, base: str) -> str:
-        name, index = base, 1
-        while name in self._names:
-            name, index = f"{base}_{index}", index + 1
-        self._names.add(name)
-        return name
+        return self._names.fresh(base)
 
     def _constant(
         self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, base: str
@@ -630,7 +619,7 @@ class _Rewriter:
             new_nodes.append(gather)
             result = gather.outputs[0]
         graph.insert_after(node, new_nodes)
-        _replace(graph, output, result)
+        replace_value(output, result)
         graph.remove(node, safe=True)
         for value in old_inputs:
             self._drop_if_unused(graph, value)
@@ -651,15 +640,3 @@ class _Rewriter:
         if value.is_initializer() and owner is not None and value.name in owner.initializers:
             del owner.initializers[value.name]
             self.removed += 1
-
-
-def _replace(graph: ir.Graph | ir.Function, old: ir.Value, new: ir.Value) -> None:
-    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
-    name, dtype, shape = old.name, old.dtype, old.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-    if dtype is not None:
-        new.dtype = dtype
-    if shape is not None:
-        new.shape = shape

@@ -30,9 +30,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
+    LEFT_ALONE,
     MS_DOMAIN,
     QOPERATOR,
     NodeView,
@@ -40,10 +42,11 @@ from qlrewrite.qdq import (
     ValueView,
     constant_tensor,
     drop_unused_domain,
-    iter_graphs,
-    node_views,
+    iter_sites,
+    site_view,
     triples,
 )
+from qlrewrite.toolkit import FreshNames, replace_value
 from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = ["QOperatorToQdqPass"]
@@ -132,15 +135,19 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
         scale = t.scale
         if t.spec.scale is None:
             continue
-        if scale is None or scale.shape is None or scale.dtype is None:
-            problems.append(f"{t.label}'s scale has an unknown shape or type")
-        elif len(scale.shape) > 0 and opset < 13:
+        if scale is None or (t.role == "weight" and scale.shape is None):
+            # a weight's scale decides per-tensor or per-channel; an activation's is
+            # per-tensor (its kernel takes no other), even when computed at run time
+            problems.append(f"{t.label}'s scale has an unknown shape")
+        elif scale.shape is not None and len(scale.shape) > 0 and opset < 13:
             problems.append(
                 f"{t.label}'s scale is 1-D: DequantizeLinear needs ai.onnx opset 13 "
                 "(run `qlrewrite upgrade --opset 13`)"
             )
         elif t.dtype == _DT.FLOAT:
             problems.append(f"{t.label} is float (not quantized)")
+        elif any(t.column_shaped(v) and v.array is None for v in (scale, t.zero_point)):
+            problems.append(f"{t.label}'s [1, N] scale or zero point is not a constant")
         elif _per_channel(scale) != _per_channel(t.zero_point) and t.zero_point is not None:
             shared = t.zero_point if _per_channel(scale) else scale
             if shared.array is None:
@@ -226,10 +233,11 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
         self.strict = strict
 
     def call(self, model: ir.Model) -> QOperatorResult:
+        # constants and declared types are enough (no shape inference on large models)
         plans = [
-            _plan(views[0])
-            for _, views in node_views(model, kinds=(QOPERATOR,), calls=False)
-            if views[0].op_type != "DynamicQuantizeLinear"
+            _plan(site_view(model, site))
+            for site in iter_sites(model, (QOPERATOR,))
+            if site.node.op_type != "DynamicQuantizeLinear"
         ]
         refused = [p for p in plans if p.problems and not p.leave]
         if refused and self.strict:
@@ -238,6 +246,10 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
             f"{p.where} left as it is: {'; '.join(dict.fromkeys(p.problems))}"
             for p in plans
             if p.problems
+        ] + [
+            f"{site.node.op_type} {site.node.name!r} in {site.ref} left as it is: "
+            + opsets.QUANTIZED_LEFT_ALONE[(site.domain, site.node.op_type)]
+            for site in iter_sites(model, (LEFT_ALONE,))
         ]
         done = [p for p in plans if not p.problems]
         rewriter = _Rewriter(model)
@@ -325,8 +337,9 @@ def _refusal(failed: list[_Plan]) -> str:
 
 
 def _per_channel(view: ValueView | None) -> bool:
-    """A 1-D scale or zero point of more than one value."""
-    return view is not None and view.shape not in ((), (1,))
+    """A scale or zero point of more than one value (unknown shape: no; a weight's scale of
+    unknown shape is refused before)."""
+    return view is not None and view.size is not None and view.size > 1
 
 
 def _np_dtype(dtype: ir.DataType) -> np.dtype:
@@ -337,26 +350,14 @@ class _Rewriter:
     """Builds the Q/DQ nodes and constants; shares one DequantizeLinear per quantized value."""
 
     def __init__(self, model: ir.Model) -> None:
-        self._names: set[str] = set()
-        for scope in iter_graphs(model):
-            graph = scope.graph
-            for node in graph:
-                self._names.update(v.name for v in node.outputs if v.name)
-                self._names.update(n for n in [node.name] if n)
-            if isinstance(graph, ir.Graph):
-                self._names.update(graph.initializers)
-                self._names.update(v.name for v in graph.inputs if v.name)
+        self._names = FreshNames(model, nodes=True)
         self._dq: dict[tuple, ir.Value] = {}
         #: ids of the QuantizeLinear nodes written for converted nodes' outputs.
         self.requantized: set[int] = set()
 
     def name(self, base: str) -> str:
         """A name no value, node or initializer of the model has."""
-        name, index = base, 1
-        while name in self._names:
-            name, index = f"{base}_{index}", index + 1
-        self._names.add(name)
-        return name
+        return self._names.fresh(base)
 
     def constant(self, plan: _Plan, array: np.ndarray, base: str) -> ir.Value:
         """A new initializer (a Constant node inside a function) holding ``array``."""
@@ -382,7 +383,8 @@ class _Rewriter:
     def dequantize(self, plan: _Plan, t: TripleView, scale: ir.Value | None = None) -> ir.Value:
         """DequantizeLinear of ``t`` (``scale``: another scale, for a bias)."""
         data, own_scale, zero_point = t.values
-        scale = scale or own_scale
+        scale = scale or self._flat(plan, t, t.scale, own_scale)
+        zero_point = self._flat(plan, t, t.zero_point, zero_point)
         per_channel = _per_channel(t.scale)
         if not per_channel and _per_channel(t.zero_point):  # one scale, a zero point each
             scale, per_channel = self._expanded(plan, t, t.scale, t.zero_point.size), True
@@ -395,6 +397,15 @@ class _Rewriter:
             base = (data.name or "x") + "_dequantized"
             self._dq[key] = self._node(plan, "DequantizeLinear", inputs, attrs, base)
         return self._dq[key]
+
+    def _flat(
+        self, plan: _Plan, t: TripleView, view: ValueView | None, value: ir.Value | None
+    ) -> ir.Value | None:
+        """A per-column scale or zero point written [1, N] as the 1-D [N] Q/DQ take."""
+        if view is None or value is None or not t.column_shaped(view):
+            return value
+        array = view.array.reshape(-1).astype(_np_dtype(view.dtype))
+        return self.constant(plan, array, (view.name or t.label) + "_1d")
 
     def _expanded(self, plan: _Plan, t: TripleView, view: ValueView, count: int) -> ir.Value:
         """A per-channel copy of a scale or zero point shared by every channel: Q/DQ need
@@ -440,7 +451,7 @@ class _Rewriter:
         outputs = [t for t in plan.triples if t.role == "output" and t.values[1] is not None]
         if outputs:
             result = self._quantize(plan, outputs[0], result)
-        _replace(view.node.outputs[0], result)
+        replace_value(view.node.outputs[0], result)
         plan.view.site.graph.remove(view.node, safe=True)
 
     def _float_inputs(self, plan: _Plan, floats: list[ir.Value]) -> list[ir.Value | None]:
@@ -511,7 +522,7 @@ class _Rewriter:
         a, b = (self.dequantize(plan, t) for t in found)
         op = _INTEGER_OPS[view.op_type]
         result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
-        _replace(mul.outputs[0], result)
+        replace_value(mul.outputs[0], result)
         graph = view.site.graph
         scales = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
         for node in (mul, cast, view.node):
@@ -519,15 +530,3 @@ class _Rewriter:
         producer = scales.producer() if scales is not None else None
         if producer is not None and not scales.uses() and not scales.is_graph_output():
             graph.remove(producer, safe=True)  # the a_scale * b_scale Mul
-
-
-def _replace(old: ir.Value, new: ir.Value) -> None:
-    """Give ``new`` the place (uses, graph output slot, name, type) of ``old``."""
-    name, dtype, shape = old.name, old.dtype, old.shape
-    old.replace_all_uses_with(new, replace_graph_outputs=True)
-    old.name = None
-    new.name = name
-    if dtype is not None:
-        new.dtype = dtype
-    if shape is not None:
-        new.shape = shape

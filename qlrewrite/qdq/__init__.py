@@ -7,10 +7,11 @@ second time. The operator rules themselves are data in :mod:`qlrewrite.opsets`.
 =================  ===============================================================
 module             decides
 =================  ===============================================================
-``graphs``         where graphs sit (:class:`GraphRef`: main, subgraph, function;
+(toolkit)          where graphs sit (:class:`GraphRef`: main, subgraph, function;
                    ``str()`` is the label of findings) and the opset in force for
                    each (:meth:`GraphScope.opset`; :func:`imported_version` is the
-                   one reader of an opset import table)
+                   one reader of an opset import table): re-exported from
+                   :mod:`qlrewrite.toolkit`, below this package
 ``sites``          which nodes are quantized sites (:class:`SiteKind`), their input
                    roles, and the operator version in force (:class:`QuantizedSite`.row)
 ``constants``      is an input constant, and its tensor (initializers, Constant nodes)
@@ -44,21 +45,29 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-#: The submodules, lightest first: a name is looked up in each on first use, so modules
-#: low in the stack (``tensors``, ``model_io``) can import ``qdq.graphs`` without pulling
-#: in inference and views.
-_MODULES = ("graphs", "sites", "constants", "view", "qoperator", "inference", "binding")
+#: The modules whose names this package exports, lightest first: a name is looked up in
+#: each on first use (``qlrewrite.toolkit``'s graph facts are re-exported).
+_MODULES = tuple(
+    f"qlrewrite.{m}"
+    for m in (
+        "toolkit",
+        "qdq.sites",
+        "qdq.constants",
+        "qdq.view",
+        "qdq.qoperator",
+        "qdq.inference",
+        "qdq.binding",
+    )
+)
 
 
 def __getattr__(name: str) -> Any:
     for module_name in _MODULES:
-        module = importlib.import_module(f"qlrewrite.qdq.{module_name}")
+        module = importlib.import_module(module_name)
         if name in module.__all__:
             return getattr(module, name)
     raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(
-        name for m in _MODULES for name in importlib.import_module(f"qlrewrite.qdq.{m}").__all__
-    )
+    return sorted(name for m in _MODULES for name in importlib.import_module(m).__all__)

@@ -14,10 +14,10 @@ from collections.abc import Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.qdq.graphs import GraphRef, iter_graphs
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import QDQ, QuantizedSite, SiteKind, iter_sites
 from qlrewrite.qdq.view import NodeView, ValueView, view_of
+from qlrewrite.toolkit import GraphRef, iter_graphs
 
 __all__ = ["node_views", "site_view"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.qdq.graphs import ONNX_DOMAINS
+from qlrewrite.toolkit import ONNX_DOMAINS
 
 __all__ = ["MAX_VALUE_BYTES", "constant_tensor", "is_constant", "small_array", "value_dtype"]
 

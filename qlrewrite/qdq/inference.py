@@ -13,9 +13,8 @@ from collections.abc import Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import tensors
-from qlrewrite.qdq.graphs import MAIN, GraphRef
 from qlrewrite.qdq.view import TypeShape
+from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 from qlrewrite.weightless import weightless_proto
 
 __all__ = ["Inference", "infer"]
@@ -96,7 +95,7 @@ def infer(
     except Exception:  # inference is a bonus: never fail on it
         return {}
     tables: dict[GraphRef, dict[str, TypeShape]] = {}
-    for ref, graph in tensors.graphs_within(proto.graph, MAIN):
+    for ref, graph in graphs_within(proto.graph, MAIN):
         _collect(graph, tables.setdefault(ref, {}))
     return tables
 

@@ -61,17 +61,31 @@ class TripleView:
         shape = scale.shape
         if len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
             return opsets.PER_TENSOR
-        if len(shape) == 1:
+        if len(shape) == 1 or self.column_shaped(scale):
             return PER_CHANNEL
         return f"rank-{len(shape)}"
 
+    def column_shaped(self, view: ValueView | None) -> bool:
+        """A per-column MatMul weight's scale or zero point written [1, ..., 1, N] (rank 2
+        or more, every dim but the last 1): ONNX Runtime's QLinearMatMul takes it."""
+        shape = view.shape if view is not None else None
+        return (
+            self.channel_axis == -1
+            and shape is not None
+            and len(shape) >= 2
+            and all(d == 1 for d in shape[:-1])
+        )
+
     def describe(self) -> str:
-        """``w INT8 per-channel(axis 0)`` for ``info``."""
+        """``w INT8 per-channel(axis 0)`` for ``info`` (``, scale FLOAT16`` when the scale
+        is not float32)."""
         dtype = self.dtype.name if self.dtype is not None else "?"
         granularity = self.granularity
         if granularity == PER_CHANNEL and self.channel_axis is not None:
             granularity = f"{PER_CHANNEL}(axis {self.channel_axis})"
-        return f"{self.label} {dtype} {granularity}"
+        scale = self.scale.dtype if self.scale is not None else None
+        unusual = f", scale {scale.name}" if scale not in (None, ir.DataType.FLOAT) else ""
+        return f"{self.label} {dtype} {granularity}{unusual}"
 
 
 def _channel_axis(view: NodeView, spec: opsets.Quantized) -> int | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.graphs import MS_DOMAIN, GraphRef, GraphScope, iter_graphs, normalize_domain
+from qlrewrite.toolkit import MS_DOMAIN, GraphRef, GraphScope, iter_graphs, normalize_domain
 
 __all__ = [
     "GATHER_BLOCK_QUANTIZED",

@@ -32,8 +32,8 @@ from qlrewrite import opsets
 from qlrewrite.findings import Finding, Severity
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
-from qlrewrite.qdq.graphs import GraphRef
 from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.toolkit import GraphRef
 from qlrewrite.weight_only import (
     GatherBlockForm,
     gather_block_form,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import onnx_ir as ir
-
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
@@ -21,6 +19,7 @@ from qlrewrite.rules.example_models import (
     qdq_model,
 )
 from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
+from qlrewrite.toolkit import ensure_import, functions_of
 
 __all__: list[str] = []
 
@@ -108,17 +107,13 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
     """QL103's and QL106's fix: a com.microsoft node in a graph that does not import the
     domain gets the import com.microsoft 1: in the model (main graph and its subgraphs), or
     in the function the node sits in (subgraphs of a function included)."""
-    root = fix.site.ref.root.function
-    owner = fix.model if root is None else _function(fix.model, root)
-    if owner is None or opsets.MS_DOMAIN in owner.opset_imports:
+    ref = fix.site.ref
+    owners = functions_of(fix.model, ref) if ref.in_function else [fix.model]
+    added = [owner for owner in owners if ensure_import(owner, opsets.MS_DOMAIN, 1)]
+    if not added:
         return None  # already added for an earlier node
-    owner.opset_imports[opsets.MS_DOMAIN] = 1
-    where = "model" if root is None else "function"
+    where = "function" if ref.in_function else "model"
     return f"{where} opset import added: com.microsoft 1"
-
-
-def _function(model: ir.Model, ref: tuple[str, str]) -> ir.Function | None:
-    return next((f for f in model.functions.values() if (f.domain, f.name) == ref), None)
 
 
 @rule(

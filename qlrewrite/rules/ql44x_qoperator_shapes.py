@@ -54,11 +54,11 @@ def _scale_problem(ctx: NodeView, t: TripleView, name: str, view: ValueView) -> 
     if t.channel_axis is None or ctx.row.scalar_only:
         return f"{name} {view.describe()} must be {what} ({t.role} {t.label} is per-tensor)"
     channels = _channels(t)
-    if len(view.shape) != 1:
+    if len(view.shape) != 1 and not t.column_shaped(view):
         return f"{name} {view.describe()} must be {what} or 1-D per channel"
-    if channels is not None and view.shape[0] != channels:
+    if channels is not None and view.shape[-1] != channels:
         return (
-            f"{name} {view.describe()} has {view.shape[0]} values; {t.label} has {channels} "
+            f"{name} {view.describe()} has {view.shape[-1]} values; {t.label} has {channels} "
             f"channels on axis {t.channel_axis}"
         )
     return None

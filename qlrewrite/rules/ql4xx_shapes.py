@@ -13,6 +13,7 @@ from qlrewrite.qdq import Dims, NodeView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
 from qlrewrite.rules.example_models import DQ, MS, qdq_model
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
+from qlrewrite.toolkit import FreshNames
 
 __all__: list[str] = []
 
@@ -274,7 +275,7 @@ def _scalar_scale_or_zero_point(fix: FixContext) -> str | None:
         if not (is_constant(value) and value.const_value is not None and value.producer() is None):
             return None  # a graph input or a Constant node's output: not rewritten here
         if id(value) not in fix.memo:  # a shared tensor: one scalar for all its readers
-            fix.memo[id(value)] = _scalar_of(value, fix.site.graph)
+            fix.memo[id(value)] = _scalar_of(value, fix.site.graph, fix.names)
         scalar = fix.memo[id(value)]
         if scalar is None:
             return None
@@ -287,7 +288,9 @@ def _scalar_scale_or_zero_point(fix: FixContext) -> str | None:
     return None
 
 
-def _scalar_of(value: ir.Value, graph: ir.Graph | ir.Function) -> ir.Value | None:
+def _scalar_of(
+    value: ir.Value, graph: ir.Graph | ir.Function, names: FreshNames
+) -> ir.Value | None:
     """``value`` as a scalar: reshaped in place when only Q/DQ scale / zero point slots read
     it, else one new scalar initializer beside it; None for an outer-scope initializer."""
     if not isinstance(graph, ir.Graph) or value.name not in graph.initializers:
@@ -307,7 +310,7 @@ def _scalar_of(value: ir.Value, graph: ir.Graph | ir.Function) -> ir.Value | Non
         value.const_value = ir.Tensor(array, name=value.name)
         value.shape = ir.Shape([])
         return value
-    name = _unique_name(graph, f"{value.name}_scalar")
+    name = names.fresh(f"{value.name}_scalar")
     scalar = ir.Value(name=name, shape=ir.Shape([]), type=value.type)
     scalar.const_value = ir.Tensor(array, name=name)
     graph.register_initializer(scalar)
@@ -323,15 +326,6 @@ def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
     if shape is None and value.const_value is not None:
         shape = value.const_value.shape
     return shape is not None and len(shape) == 0
-
-
-def _unique_name(graph: ir.Graph, base: str) -> str:
-    taken = set(graph.initializers) | {v.name for v in graph.inputs}
-    taken |= {v.name for node in graph for v in node.outputs}
-    name, index = base, 1
-    while name in taken:
-        name, index = f"{base}_{index}", index + 1
-    return name
 
 
 @rule(

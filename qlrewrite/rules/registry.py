@@ -26,6 +26,7 @@ from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
+from qlrewrite.toolkit import FreshNames
 
 #: The kinds of quantized node the rules shared by Q/DQ and the weight-only ops apply to.
 ALL_KINDS = (QDQ, *WEIGHT_ONLY)
@@ -55,7 +56,8 @@ class FixContext:
     """What a node fix gets: the model, the node (site and view) and the finding to repair.
 
     ``memo`` is shared by every call of one rule's fix within one model (for instance the
-    scalar copies of a shared tensor, made once).
+    scalar copies of a shared tensor, made once); ``names`` is the model's one source of
+    new value names for the whole fix pass.
     """
 
     model: ir.Model
@@ -63,6 +65,7 @@ class FixContext:
     view: NodeView
     finding: Finding
     memo: dict[Any, Any]
+    names: FreshNames
 
 
 def _always(_finding: Finding) -> bool:
