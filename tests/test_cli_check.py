@@ -309,8 +309,10 @@ def test_api_gives_the_cli_findings(tmp_path: Path) -> None:
         assert [f.to_json() for f in report.findings] == cli, type(given)
         assert report.nodes_checked == 1
     assert [f.rule for f in qlrewrite.check(path, select=["QL5"]).findings] == ["QL501"]
-    missing = qlrewrite.check(tmp_path / "missing.onnx")
-    assert missing.load_error == "no such file" and not missing.findings
+    # issue 23: an unreadable model raises (a script testing `not report.errors` never
+    # passes a missing model); the command line reports it and exits 2
+    with pytest.raises(qlrewrite.errors.InputError, match=r"missing\.onnx: no such file"):
+        qlrewrite.check(tmp_path / "missing.onnx")
     with pytest.raises(qlrewrite.errors.InputError, match="QL0"):
         qlrewrite.check(path, ignore=["QL0"])
 

@@ -125,7 +125,7 @@ def run_command(func: F) -> F:
         except QlrewriteError as exc:
             if debug:
                 traceback.print_exc()
-            fail(str(exc), exc.exit_code)
+            fail(exc.cli_message(), exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as exc:  # a bug or an input nothing anticipated
