@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -565,7 +566,8 @@ def print_rule(rule: Rule, console: Console) -> None:
 
 
 def rules_lines(rules: Iterable[Rule]) -> list[str]:
-    """The catalogue for logs: one aligned line per rule (code, severity, fix, name, ...)."""
+    """The catalogue for logs and pipes: one aligned line per rule (code, severity, fix,
+    name, versions, summary), whole for grep; a terminal gets :func:`print_rules_table`."""
     rules = list(rules)
     name_width = max((len(r.name) for r in rules), default=0)
     versions_width = max((len(r.versions) for r in rules), default=0)
@@ -577,8 +579,35 @@ def rules_lines(rules: Iterable[Rule]) -> list[str]:
     ]
 
 
+#: Below this terminal width the catalogue prints as blocks, not as a table.
+RULES_TABLE_WIDTH = 120
+
+
+def _print_rule_blocks(rules: Sequence[Rule], console: Console) -> None:
+    """The catalogue on a narrow terminal: per rule, ``CODE  name  severity[, fix]`` and
+    its summary wrapped below it."""
+    console.print(
+        Text.assemble(
+            ("qlrewrite check rules", "italic"),
+            f" ({len(rules)}; `qlrewrite rules CODE` explains one)",
+        ),
+        soft_wrap=False,
+    )
+    for r in rules:
+        fix = f", {r.fix} fix" if r.fix else ""
+        head = Text.assemble((r.code, "bold"), "  ", r.name, "  ")
+        head.append(r.level, style=_SEVERITY_STYLE[r.severity])
+        console.print(head + Text(fix), soft_wrap=False)
+        console.print(Padding(Text(r.summary), (0, 0, 0, 7), expand=False), soft_wrap=False)
+
+
 def print_rules_table(rules: Iterable[Rule], console: Console) -> None:
-    """The catalogue for a terminal: code, name, severity, fix, versions, summary."""
+    """The catalogue for a terminal: code, name, severity, fix, versions, summary (blocks
+    on a terminal narrower than :data:`RULES_TABLE_WIDTH`)."""
+    rules = list(rules)
+    if console.width < RULES_TABLE_WIDTH:
+        _print_rule_blocks(rules, console)
+        return
     table = Table(title="qlrewrite check rules", title_justify="left")
     for column in ("code", "name", "severity", "fix", "versions", "summary"):
         table.add_column(column, overflow="fold")
