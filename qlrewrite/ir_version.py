@@ -6,7 +6,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq import onnx_opset
+from qlrewrite.toolkit import all_graphs, onnx_opset
 
 __all__ = ["element_types", "ir_version_for_opset", "needed_ir_version", "raise_ir_version"]
 
@@ -20,8 +20,7 @@ def ir_version_for_opset(opset: int) -> int | None:
 def element_types(model: ir.Model) -> set[ir.DataType]:
     """Every element type of a value, initializer or tensor attribute, in every graph."""
     found: set[ir.DataType] = set()
-    graph_likes: list[ir.Graph | ir.Function] = [*model.graphs(), *model.functions.values()]
-    for graph_like in graph_likes:
+    for graph_like in all_graphs(model):
         values = [*graph_like.inputs, *graph_like.outputs]
         if isinstance(graph_like, ir.Graph):
             values.extend(graph_like.initializers.values())

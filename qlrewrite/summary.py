@@ -32,6 +32,7 @@ from qlrewrite.qdq import (
     node_views,
     triples,
 )
+from qlrewrite.toolkit import import_table, main_graphs
 
 __all__ = ["LeftAloneGroup", "QDQGroup", "QOperatorGroup", "WeightOnlyGroup", "model_summary"]
 
@@ -227,7 +228,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
     n_graphs = sum(1 for _ in iter_graphs(model))  # main, subgraphs and functions
     return {
         "ir_version": model.ir_version,
-        "opset_imports": {(d or "ai.onnx"): v for d, v in sorted(model.opset_imports.items())},
+        "opset_imports": {(d or "ai.onnx"): v for d, v in sorted(import_table(model).items())},
         # domains the graph uses without importing them, read at the version ONNX Runtime
         # implies (com.microsoft 1: QL103)
         "implied_imports": implied_imports(model),
@@ -235,7 +236,7 @@ def model_summary(model: ir.Model, *, weightless: onnx.ModelProto | None = None)
         "subgraphs": n_graphs - 1 - len(model.functions),
         "functions": len(model.functions),
         "initializers": {
-            "count": sum(len(g.initializers) for g in model.graphs()),
+            "count": sum(len(g.initializers) for g in main_graphs(model)),
             "bytes": tensors.initializer_bytes(model),
             "external_data": tensors.uses_external_data(model),
         },

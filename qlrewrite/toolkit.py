@@ -46,8 +46,10 @@ __all__ = [
     "functions_of",
     "graphs_within",
     "implied_imports",
+    "import_table",
     "imported_version",
     "iter_graphs",
+    "main_graphs",
     "model_folder",
     "normalize_domain",
     "onnx_opset",
@@ -68,6 +70,13 @@ def imported_version(imports: Mapping[str, int], domain: str) -> int | None:
         found = imports.get("")
         return found if found is not None else imports.get("ai.onnx")
     return imports.get(domain)
+
+
+def import_table(owner: ir.Model | ir.Function) -> dict[str, int]:
+    """A copy of the opset imports of a model or function, as written ({domain:
+    version}; ai.onnx as ``""`` or ``"ai.onnx"``): for reports; to look a domain up use
+    :func:`imported_version`."""
+    return dict(owner.opset_imports)
 
 
 def onnx_opset(model: ir.Model) -> int | None:
@@ -174,6 +183,17 @@ def iter_graphs(model: ir.Model) -> Iterator[GraphScope]:
 def all_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
     """The graphs and functions :func:`iter_graphs` yields, alone."""
     return [scope.graph for scope in iter_graphs(model)]
+
+
+def main_graphs(model: ir.Model) -> list[ir.Graph]:
+    """The main graph and its subgraphs (at any depth), in :func:`iter_graphs` order:
+    the graphs whose initializers onnx_ir's save and ONNX's tools treat as the model's
+    (``ir.Model.graphs()``); functions and their subgraphs left out."""
+    return [
+        scope.graph
+        for scope in iter_graphs(model)
+        if not scope.ref.in_function and isinstance(scope.graph, ir.Graph)
+    ]
 
 
 def _walk(

@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from qlrewrite import tensors
 from qlrewrite.tensors import external_in_memory
-from qlrewrite.toolkit import proto_graphs
+from qlrewrite.toolkit import main_graphs, proto_graphs
 
 __all__ = ["weightless_from_source", "weightless_proto"]
 
@@ -33,7 +33,7 @@ def weightless_proto(model: ir.Model, *, max_inline_bytes: int = 1024) -> onnx.M
     """
     swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
     try:
-        for graph in model.graphs():
+        for graph in main_graphs(model):
             for value in graph.initializers.values():
                 tensor = value.const_value
                 if tensor is None or tensor.nbytes <= max_inline_bytes:

@@ -64,6 +64,7 @@ class _Plan:
     lowest_opset: int | None = None  # --to onnx: the lowest ai.onnx opset expressing it
     float16: bool = False  # float16: ONNX Runtime computes it differently in the other domain
     float16_scale: bool = False  # the scale is float16 (in some call site)
+    precision: int | None = None  # QuantizeLinear's precision as written (NodeView.int_attr)
 
 
 def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
@@ -85,13 +86,16 @@ def divides_in_scale_type(opset: int | None) -> bool:
     return row is not None and "precision" in row.attributes
 
 
-def keep_float32_division(node: ir.Node, scale_type: ir.DataType | None) -> bool:
+def keep_float32_division(
+    node: ir.Node, scale_type: ir.DataType | None, precision: int | None
+) -> bool:
     """Give an ai.onnx QuantizeLinear-23+ with a float16 scale (``scale_type``)
     ``precision=FLOAT`` unless it has a precision; True if set. For a node that was
     QuantizeLinear-19/21 or com.microsoft: ONNX Runtime divided float16 in float32 there,
     while from version 23 the division is in the scale's type (the spec; ORT from 1.32),
-    which rounds the quotient to float16 first and changes some quantized values."""
-    if node.op_type != "QuantizeLinear" or "precision" in node.attributes:
+    which rounds the quotient to float16 first and changes some quantized values.
+    ``precision``: the node's as written (its NodeView's ``int_attr``)."""
+    if node.op_type != "QuantizeLinear" or precision is not None:
         return False
     if scale_type != _DT.FLOAT16:
         return False
@@ -112,7 +116,7 @@ def _typed(plan: _Plan, contexts: list[NodeView]) -> Iterator[tuple[NodeView, tu
 
 
 def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
-    plan = _Plan(site, contexts[0].where)
+    plan = _Plan(site, contexts[0].where, precision=contexts[0].int_attr("precision"))
     opset = site.scope.opset("")
     op = site.node.op_type
     row = opsets.lookup("", op, opset)
@@ -145,7 +149,7 @@ def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
 
 
 def _plan_to_microsoft(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
-    plan = _Plan(site, contexts[0].where)
+    plan = _Plan(site, contexts[0].where, precision=contexts[0].int_attr("precision"))
     op = site.node.op_type
     for ctx, (x_type, scale_type, zp_type, out_type) in _typed(plan, contexts):
         per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
@@ -291,7 +295,9 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             node.attributes.pop(name, None)
         pinned = False
         if self.to == "onnx" and divides_in_scale_type(plan.site.scope.opset("")):
-            pinned = keep_float32_division(node, _DT.FLOAT16 if plan.float16_scale else None)
+            pinned = keep_float32_division(
+                node, _DT.FLOAT16 if plan.float16_scale else None, plan.precision
+            )
         if plan.set_axis:
             node.attributes["axis"] = ir.AttrInt64("axis", 1)
             warnings.append(
@@ -326,10 +332,9 @@ class ConvertDomainPass(ir.passes.InPlacePass):
             self.to == "com.microsoft"
             and node.op_type == "QuantizeLinear"
             and divides_in_scale_type(site.scope.opset(""))
+            and plan.precision != int(_DT.FLOAT)
         ):
-            attr = node.attributes.get("precision")
-            if attr is None or attr.is_ref() or attr.as_int() != int(_DT.FLOAT):
-                return True  # ai.onnx divides in float16 there, com.microsoft in float32
+            return True  # ai.onnx divides in float16 there, com.microsoft in float32
         return domain_changes_result(node, dict(site.scope.imports))
 
     def _refusal(self, failed: list[_Plan]) -> str:

@@ -110,7 +110,7 @@ class FoldPass(ir.passes.InPlacePass):
         for site in sites:
             widen = id(site.node) in in_float32
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
-                if widen and self._widen_kept_dq(site):
+                if widen and self._widen_kept_dq(views[id(site.node)]):
                     rounded += self.float16 == "compact"
                 continue
             folded = _folded_tensor(views[id(site.node)])
@@ -185,13 +185,14 @@ class FoldPass(ir.passes.InPlacePass):
             const_value=tensor,
         )
 
-    def _widen_kept_dq(self, site: QuantizedSite) -> bool:
+    def _widen_kept_dq(self, view: NodeView) -> bool:
         """With ``keep_dq``: make a float16 DQ (ai.onnx, which has a float16 kernel in ORT)
         whose input is now a folded constant compute in float32, followed by a Cast.
 
         ORT ran it in float32 while its input came from a Q node; with a constant input it
         would run the float16 kernel and round. Returns True if it applies (in "compact"
         mode nothing is changed: the caller counts it for the warning)."""
+        site = view.site
         node, graph = site.node, site.graph
         x, scale = node.inputs[0], node.inputs[1]
         if x is None or scale is None or not is_constant(x):
@@ -212,7 +213,7 @@ class FoldPass(ir.passes.InPlacePass):
             graph.register_initializer(new_scale)
         node.replace_input_with(1, new_scale)
         self._drop_if_unused(scale)
-        if "output_dtype" in node.attributes:
+        if "output_dtype" in view.attributes:
             node.attributes["output_dtype"] = ir.AttrInt64("output_dtype", ir.DataType.FLOAT)
         out = node.outputs[0]
         cast = ir.node("Cast", [out], attributes={"to": int(ir.DataType.FLOAT16)})
@@ -294,11 +295,10 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     out_type = view.output_type
     if out_type is None:
         return None
-    axis = view.attr_or_default("axis")
     saturate = view.attr_or_default("saturate")
     spec = FoldSpec(
         quantize=row.is_quantize,
-        axis=1 if axis is None else axis,  # com.microsoft: no default; ORT applies axis 1
+        axis=view.axis,
         block_size=view.block_size,
         output_dtype=out_type,
         saturate=1 if saturate is None else saturate,

@@ -24,6 +24,8 @@ from typing import Any, Protocol
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite.toolkit import main_graphs
+
 __all__ = [
     "CHUNK_BYTES",
     "ConstOperand",
@@ -313,7 +315,7 @@ def link_initializers(model: ir.Model) -> None:
     """Link the model's streamed initializers in the order onnx_ir's save writes them."""
     link_in_order(
         value.const_value
-        for graph in model.graphs()
+        for graph in main_graphs(model)
         for value in graph.initializers.values()
         if isinstance(value.const_value, StreamedTensor)
     )

@@ -111,8 +111,7 @@ def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match 
         attr = producer.attributes.get(name)
         if attr is not None and (attr.is_ref() or attr.type != ir.AttributeType.INT):
             return None
-    axis = view.attr_or_default("axis")
-    axis = 1 if axis is None else axis
+    axis = view.axis
     block_size = view.block_size
     output_dtype = view.attr_or_default("output_dtype") or 0
     if output_dtype not in (0, int(scale.dtype)):

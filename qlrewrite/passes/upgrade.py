@@ -47,6 +47,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.source import set_source, source_of
+from qlrewrite.toolkit import main_graphs
 from qlrewrite.verify import EXACT_BOUND
 from qlrewrite.weightless import weightless_proto
 
@@ -67,7 +68,7 @@ REPAIRS = ("QL104", "QL201", "QL301", "QL302", "QL303", "QL305", "QL402", "QL405
 class _Weight:
     """A large initializer left out of the converter's proto."""
 
-    graph_index: int  # position in model.graphs()
+    graph_index: int  # position in main_graphs(model)
     name: str
     tensor: ir.TensorProtocol
     is_input: bool  # also a main-graph input (an overridable initializer)
@@ -113,9 +114,10 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         pinned = 0
         if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             for site in iter_sites(new):
-                scale = site_view(new, site).scale if site.domain == "" else None
-                if scale is not None:
-                    pinned += keep_float32_division(site.node, scale.dtype)
+                view = site_view(new, site) if site.domain == "" else None
+                if view is not None and view.scale is not None:
+                    precision = view.int_attr("precision")
+                    pinned += keep_float32_division(site.node, view.scale.dtype, precision)
         converted = ConvertDomainPass("onnx", strict=False)(new)
         kept = 0 if self.convert_weight_only else sum(1 for _ in iter_sites(new, WEIGHT_ONLY))
         nbits = NBitsToOnnxPass(strict=False)(new) if self.convert_weight_only else None
@@ -142,7 +144,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 def _large_weights(model: ir.Model) -> list[_Weight]:
     main_inputs = {v.name for v in model.graph.inputs}
     weights = []
-    for index, graph in enumerate(model.graphs()):
+    for index, graph in enumerate(main_graphs(model)):
         for name, value in graph.initializers.items():
             tensor = value.const_value
             if tensor is None or tensor.nbytes <= _MAX_INLINE_BYTES:
@@ -173,8 +175,8 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     converted = _run_converter(proto, opset, "this model")
     converted.functions.extend(_convert_function(f, opset, proto.ir_version) for f in functions)
     new = ir.serde.deserialize_model(converted)
-    graphs = list(new.graphs())
-    if len(graphs) != len(list(model.graphs())):
+    graphs = main_graphs(new)
+    if len(graphs) != len(main_graphs(model)):
         raise Refusal("ONNX's version converter changed the number of subgraphs; nothing written")
     inputs = {v.name: v for v in new.graph.inputs}
     for weight in weights:
@@ -187,7 +189,7 @@ def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
             new.graph.inputs.remove(value)
         value.const_value = weight.tensor
         graphs[weight.graph_index].register_initializer(value)
-    for old_graph, new_graph in zip(model.graphs(), graphs, strict=True):
+    for old_graph, new_graph in zip(main_graphs(model), graphs, strict=True):
         _reorder_initializers(new_graph, list(old_graph.initializers))
     original_inputs = [v.name for v in model.graph.inputs]
     if [v.name for v in new.graph.inputs] != original_inputs:

@@ -47,6 +47,9 @@ Dims = tuple[int | None, ...]
 #: What type inference knows of a value: (element type, dims); either may be None.
 TypeShape = tuple[ir.DataType | None, Dims | None]
 
+#: The axis a Q/DQ node applies when it names none (see :attr:`NodeView.axis`).
+_DEFAULT_AXIS = 1
+
 
 @dataclasses.dataclass(frozen=True)
 class ValueView:
@@ -307,6 +310,14 @@ class NodeView:
         """block_size (0 when absent or not part of the version in force)."""
         return self.attr_or_default("block_size") or 0
 
+    @property
+    def axis(self) -> int:
+        """The Q/DQ axis applied: as written, else the default of the version in force
+        (1), else 1 (com.microsoft Q/DQ have no default in the schema; ONNX Runtime's
+        kernel applies axis 1). The one place this default is decided."""
+        axis = self.attr_or_default("axis")
+        return _DEFAULT_AXIS if axis is None else axis
+
     # ------------------------------------------------------------------ derived facts
 
     @property
@@ -407,9 +418,7 @@ class NodeView:
             return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
         if _weight_only(self.row):
             return Granularity(UNKNOWN, "?")
-        axis = self.int_attr("axis")
-        axis = 1 if axis is None else axis
-        block = self.int_attr("block_size") or 0
+        axis, block = self.axis, self.block_size
         scale = self.scale
         shape = scale.shape if scale is not None else None
         if block > 0:

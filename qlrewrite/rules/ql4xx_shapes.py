@@ -23,12 +23,6 @@ def _per_tensor_shape(shape: Dims | None) -> bool:
     return shape in ((), (1,))
 
 
-def _axis(ctx: NodeView) -> int:
-    """The axis applied: the attribute, else the default (1; com.microsoft's kernel uses 1)."""
-    axis = ctx.attr_or_default("axis")
-    return 1 if axis is None else axis
-
-
 def _axis_used(ctx: NodeView) -> bool:
     """True when the axis matters: blocked, or a 1-D scale of known length other than 1."""
     scale = ctx.scale
@@ -44,7 +38,7 @@ def _axis_in_range(ctx: NodeView) -> int | None:
     x = ctx.x
     if x is None or x.rank is None:
         return None
-    axis = _axis(ctx)
+    axis = ctx.axis
     return axis % x.rank if -x.rank <= axis < x.rank else None
 
 
@@ -76,7 +70,7 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     x = ctx.x
     if x is None or x.rank is None or not _axis_used(ctx):
         return
-    axis = _axis(ctx)
+    axis = ctx.axis
     if not -x.rank <= axis < x.rank:
         how = "" if "axis" in ctx.attributes else " (the default)"
         yield ctx.finding(
@@ -169,7 +163,7 @@ def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
             "QL403",
             ERROR,
             f"per-axis scale {scale.describe()} has {scale.shape[0]} elements but x "
-            f"{x.describe()} has {x.shape[axis]} on axis {_axis(ctx)}",
+            f"{x.describe()} has {x.shape[axis]} on axis {ctx.axis}",
             f"give one scale per slice ({x.shape[axis]}) or set axis to the right dimension",
         )
 
@@ -492,7 +486,7 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
             "QL409",
             ERROR,
             f"scale {scale.describe()} differs from x {x.describe()} on dimension(s) "
-            f"{', '.join(map(str, bad))}, which are not the blocked axis {_axis(ctx)}",
+            f"{', '.join(map(str, bad))}, which are not the blocked axis {ctx.axis}",
             "match x's size on every dimension except the blocked axis",
         )
 
@@ -547,7 +541,7 @@ def block_size_range(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.finding(
             "QL410",
             ERROR,
-            f"block_size={b} does not fit {d} elements on axis {_axis(ctx)} with {s} scale "
+            f"block_size={b} does not fit {d} elements on axis {ctx.axis} with {s} scale "
             f"entries (allowed: {wanted})",
             f"use a block_size in {wanted}, or resize the scale to ceil({d}/{b}) on the axis",
         )
@@ -557,7 +551,7 @@ def _explicit_axis(fix: FixContext) -> str | None:
     """QL411's fix: com.microsoft Q/DQ with a 1-D scale and no axis: ONNX Runtime applies
     axis 1, written out."""
     node, x = fix.site.node, fix.view.x
-    if fix.site.domain != opsets.MS_DOMAIN or "axis" in node.attributes:
+    if fix.site.domain != opsets.MS_DOMAIN or "axis" in fix.view.attributes:
         return None
     if x is not None and x.rank is not None and x.rank < 2:
         return None  # axis 1 does not exist: nothing ONNX Runtime computes to keep

@@ -1,0 +1,118 @@
+"""One home per idea, enforced: outside the toolkit (qlrewrite/toolkit.py), the node
+meaning (qlrewrite/qdq/) and the opset table (qlrewrite/opsets.py), no code walks a
+model's graphs by hand, reads an opset import table, or reads a Q/DQ attribute from a
+node instead of its NodeView (which applies the version in force and the defaults)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "qlrewrite"
+HOMES = ("toolkit.py", "opsets.py", "qdq/")
+QDQ_ATTRIBUTES = {"axis", "block_size", "saturate", "output_dtype", "precision"}
+#: Receivers whose ``.attributes`` are a NodeView's (version in force, defaults applied)
+#: or an opset table row's (which attributes a version has).
+VIEWS = {"ctx", "view", "context", "row"}
+#: Reads that look like a Q/DQ attribute but are not one, with the reason.
+NOT_QDQ = {
+    ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
+}
+
+
+def _modules() -> list[Path]:
+    return [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not any(p.relative_to(PACKAGE).as_posix().startswith(h) for h in HOMES)
+    ]
+
+
+def _receiver(node: ast.expr) -> str:
+    """The last name of the object whose ``.attributes`` are read: ``node`` for
+    ``site.node.attributes``, ``view`` for ``fix.view.attributes``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return ast.unparse(node)
+
+
+def _attribute_reads(tree: ast.AST) -> Iterator[tuple[int, str, str]]:
+    """(line, receiver, attribute) of every read of a constant-named attribute."""
+    for node in ast.walk(tree):
+        target = name = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("get", "get_int", "get_ints") and node.args:
+                target, name = node.func.value, node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            target, name = node.value, node.slice
+        elif isinstance(node, ast.Compare) and isinstance(node.ops[0], (ast.In, ast.NotIn)):
+            target, name = node.comparators[0], node.left
+        if (
+            isinstance(target, ast.Attribute)
+            and target.attr == "attributes"
+            and isinstance(name, ast.Constant)
+            and isinstance(name.value, str)
+        ):
+            yield node.lineno, _receiver(target.value), name.value
+
+
+def _violations() -> Iterator[str]:
+    for path in _modules():
+        rel = path.relative_to(PACKAGE).as_posix()
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "opset_imports":
+                yield f"{rel}:{node.lineno}: reads an opset import table (use qlrewrite.toolkit)"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr == "graphs" and not node.args:
+                    yield f"{rel}:{node.lineno}: walks graphs by hand (use toolkit.iter_graphs)"
+                if node.func.attr == "values" and ast.unparse(node.func.value).endswith(
+                    "functions"
+                ):
+                    yield f"{rel}:{node.lineno}: walks functions by hand (use the toolkit)"
+            if isinstance(node, ast.Attribute) and node.attr == "RecursiveGraphIterator":
+                yield f"{rel}:{node.lineno}: walks graphs by hand (use toolkit.iter_graphs)"
+        for line, receiver, name in _attribute_reads(tree):
+            if name in QDQ_ATTRIBUTES and receiver not in VIEWS and (rel, receiver) not in NOT_QDQ:
+                yield f"{rel}:{line}: reads Q/DQ attribute {name!r} of {receiver} (use NodeView)"
+
+
+def test_no_second_home_for_graph_walks_imports_or_qdq_attributes() -> None:
+    found = list(_violations())
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("for g in model.graphs(): pass", "walks graphs"),
+        ("x = [*model.functions.values()]", "walks functions"),
+        ("v = model.opset_imports.get('')", "opset import table"),
+        ("a = node.attributes.get('axis')", "Q/DQ attribute 'axis'"),
+        ("ok = 'block_size' in site.node.attributes", "Q/DQ attribute 'block_size'"),
+        ("a = node.attributes['saturate']", "Q/DQ attribute 'saturate'"),
+    ],
+)
+def test_the_checker_catches_each_kind(
+    source: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    package = tmp_path / "qlrewrite"
+    package.mkdir()
+    (package / "bad.py").write_text(source + "\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", package, raising=False)
+    monkeypatch.setitem(globals(), "PACKAGE", package)
+    found = list(_violations())
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_views_may_read_their_attributes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "qlrewrite"
+    package.mkdir()
+    (package / "ok.py").write_text("a = ctx.attributes.get('axis')\nb = fix.view.attributes\n")
+    monkeypatch.setitem(globals(), "PACKAGE", package)
+    assert list(_violations()) == []
