@@ -117,6 +117,9 @@ class Report:
     #: Other producers' custom quantization operators seen, not checked (see
     #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
     custom_quant: list[Any] = dataclasses.field(default_factory=list)
+    #: Quantized nodes of kinds qlrewrite does not check (see :mod:`qlrewrite.unchecked`):
+    #: UncheckedGroup objects.
+    unchecked: list[Any] = dataclasses.field(default_factory=list)
     #: A folder given to ``check`` in which nothing was checked (``load_error`` says why):
     #: not counted as a file in the summary.
     folder: bool = False
@@ -138,6 +141,7 @@ class Report:
             "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
             "custom_quant": [g.to_json() for g in self.custom_quant],
+            "unchecked": [g.to_json() for g in self.unchecked],
             "summary": {
                 "nodes_checked": self.nodes_checked,
                 "custom_quant_nodes": sum(g.nodes for g in self.custom_quant),

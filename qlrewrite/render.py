@@ -200,6 +200,8 @@ def summary_line(reports: Sequence[Report]) -> str:
         line += f"; {suppressed} suppressed"
     if custom:
         line += f"; {custom} custom quantization node(s) not checked"
+    if unchecked := sum(g.nodes for r in files for g in r.unchecked):
+        line += f"; {unchecked} quantized node(s) of kinds not checked"
     if unreadable:
         line += f"; {unreadable} could not be checked"
     folders = len(reports) - len(files)
@@ -207,12 +209,17 @@ def summary_line(reports: Sequence[Report]) -> str:
 
 
 def custom_quant_line(report: Report) -> str | None:
-    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
-    if not report.custom_quant:
-        return None
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)`` and ``path:
+    3 quantized node(s) of kinds not checked: com.microsoft QOrderedMatMul x3``, or None."""
     from qlrewrite.custom_quant import describe
+    from qlrewrite.unchecked import describe_unchecked
 
-    return f"{report.path}: not checked: {describe(report.custom_quant)}"
+    lines = []
+    if report.custom_quant:
+        lines.append(f"{report.path}: not checked: {describe(report.custom_quant)}")
+    if report.unchecked:
+        lines.append(f"{report.path}: {describe_unchecked(report.unchecked)}")
+    return "\n".join(lines) or None
 
 
 def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
