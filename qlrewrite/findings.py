@@ -135,13 +135,13 @@ class Report:
         return [f for f in self.findings if f.severity == WARNING]
 
     def to_json(self) -> dict[str, Any]:
-        """The per-file JSON object of ``check --format json``."""
-        return {
+        """The per-file JSON object of ``check --format json`` (``unchecked`` only when the
+        model has quantized nodes of kinds not checked)."""
+        entry = {
             "path": self.path,
             "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
             "custom_quant": [g.to_json() for g in self.custom_quant],
-            "unchecked": [g.to_json() for g in self.unchecked],
             "summary": {
                 "nodes_checked": self.nodes_checked,
                 "custom_quant_nodes": sum(g.nodes for g in self.custom_quant),
@@ -150,3 +150,6 @@ class Report:
                 "suppressed": len(self.suppressed),
             },
         }
+        if self.unchecked:
+            entry["unchecked"] = [g.to_json() for g in self.unchecked]
+        return entry
