@@ -4,9 +4,12 @@ The public API is imported lazily (``import qlrewrite`` stays cheap for the CLI)
 
     import qlrewrite
 
-    model = qlrewrite.load("model.onnx")
-    report = qlrewrite.check(model)          # or a path
+    model = qlrewrite.load("model.onnx")    # or an onnx.ModelProto, to every function
+    report = qlrewrite.check(model)          # InputError if the model cannot be read
     folded = qlrewrite.fold(model)           # in memory; qlrewrite.save(folded, "out.onnx")
+
+``qlrewrite.passes`` holds the same rewrites as onnx_ir passes, to compose in an
+``onnx_ir.passes.PassManager``. Reference: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -22,21 +25,31 @@ __version__ = "0.1.0"
 
 #: Public name -> module that defines it.
 _API = {
-    "load": "qlrewrite.model_io",
-    "save": "qlrewrite.model_io",
-    "check": "qlrewrite.checker",
-    "fold": "qlrewrite.passes.fold",
-    "convert": "qlrewrite.passes.convert_domain",
-    "upgrade": "qlrewrite.passes.upgrade",
+    "load": "qlrewrite.api",
+    "save": "qlrewrite.api",
+    "check": "qlrewrite.api",
+    "fold": "qlrewrite.api",
+    "convert": "qlrewrite.api",
+    "upgrade": "qlrewrite.api",
     "dequantize": "qlrewrite.kernels",
     "quantize": "qlrewrite.kernels",
 }
 
-__all__ = ["__version__", *_API]  # noqa: PLE0604
+#: Subpackages reachable as attributes without importing them first.
+_SUBMODULES = ("errors", "passes")
+
+__all__ = ["__version__", *_API, *_SUBMODULES]  # noqa: PLE0604
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"qlrewrite.{name}")
     module = _API.get(name)
     if module is None:
         raise AttributeError(f"module 'qlrewrite' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    """The public API (imported or not) and the module's own dunders."""
+    return sorted({*__all__, *(name for name in globals() if name.startswith("__"))})

@@ -25,6 +25,7 @@ from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.suppress import apply_suppressions
+from qlrewrite.unchecked import unchecked_groups
 from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
@@ -107,7 +108,9 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed.
     """
-    report = Report(path=path, custom_quant=custom_quant_groups(model))
+    report = Report(
+        path=path, custom_quant=custom_quant_groups(model), unchecked=unchecked_groups(model)
+    )
     model_ctx = ModelContext(model, path)
     for rule_check in CHECKS.values():
         if rule_check.scope == "model":

@@ -18,9 +18,25 @@ EXIT_INPUT = 2
 
 
 class QlrewriteError(Exception):
-    """Base class: the message is one line meant for the user."""
+    """Base class: the message is one line meant for the user.
+
+    ``parameter``: the Python parameter the message starts with (``opset``, ``select``);
+    the command line names its option instead (``--opset``, ``--select``).
+    """
 
     exit_code = EXIT_INPUT
+
+    def __init__(self, message: str = "", *, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+
+    def cli_message(self) -> str:
+        """The message with its leading parameter named as the command line's option."""
+        text = str(self)
+        name = self.parameter
+        if name and text.startswith(name):
+            return "--" + name.replace("_", "-") + text[len(name) :]
+        return text
 
 
 class InputError(QlrewriteError):

@@ -117,6 +117,12 @@ class Report:
     #: Other producers' custom quantization operators seen, not checked (see
     #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
     custom_quant: list[Any] = dataclasses.field(default_factory=list)
+    #: Quantized nodes of kinds qlrewrite does not check (see :mod:`qlrewrite.unchecked`):
+    #: UncheckedGroup objects.
+    unchecked: list[Any] = dataclasses.field(default_factory=list)
+    #: A folder given to ``check`` in which nothing was checked (``load_error`` says why):
+    #: not counted as a file in the summary.
+    folder: bool = False
 
     @property
     def errors(self) -> list[Finding]:
@@ -129,8 +135,9 @@ class Report:
         return [f for f in self.findings if f.severity == WARNING]
 
     def to_json(self) -> dict[str, Any]:
-        """The per-file JSON object of ``check --format json``."""
-        return {
+        """The per-file JSON object of ``check --format json`` (``unchecked`` only when the
+        model has quantized nodes of kinds not checked)."""
+        entry = {
             "path": self.path,
             "error": self.load_error,
             "findings": [f.to_json() for f in self.findings],
@@ -143,3 +150,6 @@ class Report:
                 "suppressed": len(self.suppressed),
             },
         }
+        if self.unchecked:
+            entry["unchecked"] = [g.to_json() for g in self.unchecked]
+        return entry

@@ -25,6 +25,7 @@ import onnx_ir as ir
 
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.inline_save import save_inline
 from qlrewrite.output_guard import is_special
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
@@ -479,6 +480,5 @@ def _write(
                 max_workers=max_workers,
                 callback=callback,
             )
-    else:
-        with external_in_memory(model, initializers=lambda _: True):
-            ir.save(model, staged)
+    else:  # one tensor at a time, not the whole model serialized twice in memory
+        save_inline(model, staged)

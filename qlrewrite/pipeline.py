@@ -31,6 +31,7 @@ from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
+from qlrewrite.unchecked import describe_unchecked
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -248,7 +249,11 @@ def _rewrite_loaded(
             bytes_after=bytes_after,
             seconds=time.perf_counter() - started,
             model=model,
-            warnings=[*checker_warnings, *(w for r in results for w in _warnings(r))],
+            warnings=[
+                *checker_warnings,
+                *(w for r in results for w in _warnings(r)),
+                *_unchecked_warning(report),
+            ],
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,
@@ -375,6 +380,14 @@ def run_passes(
 
 def _summary(result: ir.passes.PassResult) -> dict[str, int]:
     return result.summary if isinstance(result, RewritePassResult) else {}
+
+
+def _unchecked_warning(report: Report) -> list[str]:
+    """The quantized nodes of kinds qlrewrite neither checks nor rewrites, named (they are
+    written as they were)."""
+    if not report.unchecked:
+        return []
+    return [describe_unchecked(report.unchecked, "checked or rewritten") + "; left as they are"]
 
 
 def _warnings(result: ir.passes.PassResult) -> list[Any]:

@@ -88,14 +88,16 @@ def collect_models(
     for path in paths:
         if path.is_dir():
             every, unreadable = _models_under(path)
-            found += [Report(path=str(path), load_error=error) for error in unreadable]
+            found += [Report(path=str(path), load_error=e, folder=True) for e in unreadable]
             models = [m for m in every if not _settings(m, config, isolated).excluded(m)]
             if not every and not unreadable:
-                found.append(Report(path=str(path), load_error="no .onnx files in folder"))
+                found.append(
+                    Report(path=str(path), load_error="no .onnx files in folder", folder=True)
+                )
             elif not models:
                 where = _settings(every[0], config, isolated).path
                 found.append(Report(path=str(path), load_error=f"every .onnx file in the folder "
-                                    f"is excluded (exclude in {where})"))  # fmt: skip
+                                    f"is excluded (exclude in {where})", folder=True))  # fmt: skip
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):

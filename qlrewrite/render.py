@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from rich.console import Console
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -179,34 +180,46 @@ def rule_counts(reports: Sequence[Report]) -> dict[str, int]:
 
 def summary_line(reports: Sequence[Report]) -> str:
     """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s) [QL403 x2, ...]``,
-    then ``; 4 suppressed`` and ``; 1 could not be checked`` when there are some."""
-    nodes = sum(r.nodes_checked for r in reports)
-    errors = sum(len(r.errors) for r in reports)
-    warnings = sum(len(r.warnings) for r in reports)
-    suppressed = sum(len(r.suppressed) for r in reports)
-    unreadable = sum(1 for r in reports if r.load_error)
-    custom = sum(g.nodes for r in reports for g in r.custom_quant)
+    then ``; 4 suppressed``, ``; 1 could not be checked`` (files) and ``; 1 folder error(s)``
+    (a folder without models or unreadable: :attr:`Report.folder`) when there are some."""
+    files = [r for r in reports if not r.folder]
+    nodes = sum(r.nodes_checked for r in files)
+    errors = sum(len(r.errors) for r in files)
+    warnings = sum(len(r.warnings) for r in files)
+    suppressed = sum(len(r.suppressed) for r in files)
+    unreadable = sum(1 for r in files if r.load_error)
+    custom = sum(g.nodes for r in files for g in r.custom_quant)
     line = (
-        f"checked {len(reports)} file(s), {nodes} quantized node(s): "
+        f"checked {len(files)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
-    counts = rule_counts(reports)
+    counts = rule_counts(files)
     if counts:
         line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
     if suppressed:
         line += f"; {suppressed} suppressed"
     if custom:
         line += f"; {custom} custom quantization node(s) not checked"
-    return line + (f"; {unreadable} could not be checked" if unreadable else "")
+    if unchecked := sum(g.nodes for r in files for g in r.unchecked):
+        line += f"; {unchecked} quantized node(s) of kinds not checked"
+    if unreadable:
+        line += f"; {unreadable} could not be checked"
+    folders = len(reports) - len(files)
+    return line + (f"; {folders} folder error(s)" if folders else "")
 
 
 def custom_quant_line(report: Report) -> str | None:
-    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)``, or None."""
-    if not report.custom_quant:
-        return None
+    """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)`` and ``path:
+    3 quantized node(s) of kinds not checked: com.microsoft QOrderedMatMul x3``, or None."""
     from qlrewrite.custom_quant import describe
+    from qlrewrite.unchecked import describe_unchecked
 
-    return f"{report.path}: not checked: {describe(report.custom_quant)}"
+    lines = []
+    if report.custom_quant:
+        lines.append(f"{report.path}: not checked: {describe(report.custom_quant)}")
+    if report.unchecked:
+        lines.append(f"{report.path}: {describe_unchecked(report.unchecked)}")
+    return "\n".join(lines) or None
 
 
 def _more_line(group: FindingGroup, path: str | None, every: str) -> str:
@@ -237,13 +250,18 @@ def finding_lines(
 
 
 def text_lines(
-    reports: Sequence[Report], *, summary: bool = True, show_all: bool = False
+    reports: Sequence[Report],
+    *,
+    summary: bool = True,
+    show_all: bool = False,
+    load_errors: bool = True,
 ) -> list[str]:
     """The text report for logs and files: one line per finding or unreadable file, or per
-    group of findings that differ only in names (see :func:`group_findings`)."""
+    group of findings that differ only in names (see :func:`group_findings`). Without
+    ``load_errors`` the unreadable files are left out (the caller said so on stderr)."""
     lines = []
     for report in reports:
-        if report.load_error:
+        if report.load_error and load_errors:
             lines.append(f"{report.path}: cannot check: {report.load_error}")
         lines += finding_lines(report.findings, report.path, show_all=show_all)
         if (custom := custom_quant_line(report)) is not None:
@@ -259,10 +277,14 @@ def print_text_tables(
     *,
     summary: bool = True,
     show_all: bool = False,
+    load_errors: bool = True,
 ) -> None:
     """The text report for a terminal: one rich table per file with findings (groups of
-    findings that differ only in names as one row and a row naming the other nodes)."""
+    findings that differ only in names as one row and a row naming the other nodes).
+    Without ``load_errors`` the unreadable files are left out (said on stderr)."""
     for report in reports:
+        if report.load_error and not load_errors:
+            continue
         if report.load_error:
             console.print(
                 Text.assemble((str(report.path), "bold"), ": ", ("cannot check", "bold red"), ": ")
@@ -551,7 +573,8 @@ def print_rule(rule: Rule, console: Console) -> None:
 
 
 def rules_lines(rules: Iterable[Rule]) -> list[str]:
-    """The catalogue for logs: one aligned line per rule (code, severity, fix, name, ...)."""
+    """The catalogue for logs and pipes: one aligned line per rule (code, severity, fix,
+    name, versions, summary), whole for grep; a terminal gets :func:`print_rules_table`."""
     rules = list(rules)
     name_width = max((len(r.name) for r in rules), default=0)
     versions_width = max((len(r.versions) for r in rules), default=0)
@@ -563,8 +586,35 @@ def rules_lines(rules: Iterable[Rule]) -> list[str]:
     ]
 
 
+#: Below this terminal width the catalogue prints as blocks, not as a table.
+RULES_TABLE_WIDTH = 120
+
+
+def _print_rule_blocks(rules: Sequence[Rule], console: Console) -> None:
+    """The catalogue on a narrow terminal: per rule, ``CODE  name  severity[, fix]`` and
+    its summary wrapped below it."""
+    console.print(
+        Text.assemble(
+            ("qlrewrite check rules", "italic"),
+            f" ({len(rules)}; `qlrewrite rules CODE` explains one)",
+        ),
+        soft_wrap=False,
+    )
+    for r in rules:
+        fix = f", {r.fix} fix" if r.fix else ""
+        head = Text.assemble((r.code, "bold"), "  ", r.name, "  ")
+        head.append(r.level, style=_SEVERITY_STYLE[r.severity])
+        console.print(head + Text(fix), soft_wrap=False)
+        console.print(Padding(Text(r.summary), (0, 0, 0, 7), expand=False), soft_wrap=False)
+
+
 def print_rules_table(rules: Iterable[Rule], console: Console) -> None:
-    """The catalogue for a terminal: code, name, severity, fix, versions, summary."""
+    """The catalogue for a terminal: code, name, severity, fix, versions, summary (blocks
+    on a terminal narrower than :data:`RULES_TABLE_WIDTH`)."""
+    rules = list(rules)
+    if console.width < RULES_TABLE_WIDTH:
+        _print_rule_blocks(rules, console)
+        return
     table = Table(title="qlrewrite check rules", title_justify="left")
     for column in ("code", "name", "severity", "fix", "versions", "summary"):
         table.add_column(column, overflow="fold")

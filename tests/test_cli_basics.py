@@ -21,9 +21,26 @@ EXPECTED_COMMANDS = {"info", "check", "fold", "convert", "upgrade"}
 def test_version() -> None:
     result = cli("--version")
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"qlrewrite, version {__version__}"
+    first = result.stdout.splitlines()[0]
+    assert first == f"qlrewrite, version {__version__}"  # what it was, then the dependencies
     assert __version__ == importlib.metadata.version("qlrewrite")
     assert re.fullmatch(r"\d+\.\d+\.\d+.*", __version__)
+
+
+def test_version_names_the_dependencies_without_importing_them() -> None:
+    """onnx, onnx-ir and onnxruntime versions as installed (the rules and --verify depend
+    on them), read from metadata: onnxruntime is not imported by --version."""
+    code = (
+        "import sys; from qlrewrite.cli import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "print('imported' if 'onnxruntime' in sys.modules else 'not imported')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    lines = done.stdout.splitlines()
+    for name in ("onnx", "onnx-ir", "onnxruntime"):
+        expected = importlib.metadata.version(name)
+        assert any(line.strip().startswith(f"{name} {expected}") for line in lines), lines
+    assert lines[-1] == "not imported"
 
 
 def _commands_section(help_text: str) -> dict[str, str]:

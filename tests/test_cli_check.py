@@ -85,9 +85,10 @@ def test_unreadable_file_wins_over_findings_and_others_are_still_reported(tmp_pa
         "nodes_checked": 0, "custom_quant_nodes": 0, "errors": 0, "warnings": 0,
         "suppressed": 0
     }  # fmt: skip
-    # text to a pipe: the unreadable file is a line of the report, not a traceback
+    # text to a pipe: the unreadable file is one line on stderr, not a traceback
     code, out, err = _run("check", bad, junk)
-    assert code == 2 and f"{junk}: cannot check: " in out and "QL403" in out
+    assert code == 2 and f"qlrewrite: error: {junk}: " in err and "QL403" in out
+    assert str(junk) not in out
     # machine formats: the report stays parseable, people get one line on stderr
     code, out, err = _run("check", "--format", "sarif", bad, junk)
     assert code == 2 and json.loads(out)["version"] == "2.1.0"
@@ -308,8 +309,10 @@ def test_api_gives_the_cli_findings(tmp_path: Path) -> None:
         assert [f.to_json() for f in report.findings] == cli, type(given)
         assert report.nodes_checked == 1
     assert [f.rule for f in qlrewrite.check(path, select=["QL5"]).findings] == ["QL501"]
-    missing = qlrewrite.check(tmp_path / "missing.onnx")
-    assert missing.load_error == "no such file" and not missing.findings
+    # issue 23: an unreadable model raises (a script testing `not report.errors` never
+    # passes a missing model); the command line reports it and exits 2
+    with pytest.raises(qlrewrite.errors.InputError, match=r"missing\.onnx: no such file"):
+        qlrewrite.check(tmp_path / "missing.onnx")
     with pytest.raises(qlrewrite.errors.InputError, match="QL0"):
         qlrewrite.check(path, ignore=["QL0"])
 

@@ -155,5 +155,5 @@ def test_selection_layers_as_ruff() -> None:
     # a more specific ignore wins over a select; a more specific select over an ignore
     assert "QL406" not in select_rules(["QL4"], ["QL40"])
     assert select_rules(["QL406"], ["QL4"]) == {"QL406"}
-    with pytest.raises(InputError, match="--extend-select: unknown rule code or prefix 'QL0'"):
+    with pytest.raises(InputError, match="extend_select: unknown rule code or prefix 'QL0'"):
         select_rules(extend_select=["QL0"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import platform
+
 import click
 
 from qlrewrite import __version__
@@ -31,6 +34,28 @@ class _Group(click.Group):
                 formatter.write_dl(rows)
 
 
+#: The distributions the rules, the rewrites and --verify depend on, and what for.
+_DEPENDENCIES = (("onnx", ""), ("onnx-ir", ""), ("onnxruntime", " (for --verify)"))
+
+
+def version_lines() -> list[str]:
+    """``qlrewrite, version X`` then one line per dependency, read from the installed
+    distributions' metadata (nothing is imported)."""
+    lines = [f"qlrewrite, version {__version__}"]
+    for name, use in _DEPENDENCIES:
+        try:
+            lines.append(f"  {name} {importlib.metadata.version(name)}{use}")
+        except importlib.metadata.PackageNotFoundError:
+            lines.append(f"  {name} not installed{use}")
+    lines.append(f"  Python {platform.python_version()}")
+    return lines
+
+
+def _print_version(ctx: click.Context) -> None:
+    click.echo("\n".join(version_lines()))
+    ctx.exit(0)
+
+
 @click.group(
     cls=_Group,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -45,7 +70,15 @@ Examples:
 Exit codes: 0 ok, 1 findings or refusal, 2 usage error or unreadable input.
 """,
 )
-@click.version_option(__version__, "-V", "--version", prog_name="qlrewrite")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx) if value else None,
+    help="Show the version, and those of onnx, onnx-ir and onnxruntime, and exit.",
+)
 @click.option(
     "--max-nodes",
     type=click.IntRange(min=1),

@@ -125,7 +125,7 @@ def run_command(func: F) -> F:
         except QlrewriteError as exc:
             if debug:
                 traceback.print_exc()
-            fail(str(exc), exc.exit_code)
+            fail(exc.cli_message(), exc.exit_code)
         except KeyboardInterrupt:
             fail("interrupted", 130)
         except Exception as exc:  # a bug or an input nothing anticipated
@@ -145,11 +145,38 @@ def show_progress(quiet: bool = False) -> bool:
 
 
 class ProgressBar:
-    """A progress bar on stderr (or nothing, when disabled)."""
+    """A progress bar on stderr for work of a known total (or nothing, when disabled).
 
-    def __init__(self, bar: Progress | None, task: Any = None) -> None:
-        self._bar = bar
-        self._task = task
+    A bar whose total is not known yet stays hidden until an update gives it one: no
+    pulsing bar without a real measure of progress.
+    """
+
+    def __init__(self, description: str, total: int | None, *, enabled: bool) -> None:
+        self._description = description
+        self._enabled = enabled
+        self._bar: Progress | None = None
+        self._task: Any = None
+        self._done = 0
+        self._bytes = 0
+        if enabled and total is not None:
+            self._start(total)
+
+    def _start(self, total: int) -> None:
+        self._bar = Progress(
+            TextColumn("{task.description} {task.completed}/{task.total} {task.fields[item]}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._bar.start()
+        self._task = self._bar.add_task(self._description, total=total, item="")
+
+    def stop(self) -> None:
+        """Remove the bar (it is transient)."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
     def advance(self) -> None:
         """One more item done."""
@@ -157,31 +184,30 @@ class ProgressBar:
             self._bar.advance(self._task)
 
     def update(self, completed: int, total: int | None, item: str = "") -> None:
-        """``completed`` of ``total`` done; ``item`` is shown after the description."""
+        """``completed`` of ``total`` done; ``item`` is shown after the count."""
+        if self._bar is None and self._enabled and total is not None:
+            self._start(total)
         if self._bar is not None:
             self._bar.update(self._task, completed=completed, total=total, item=item)
 
     def on_tensor_saved(self, tensor: Any, info: Any) -> None:
-        """A :data:`qlrewrite.model_io.SaveCallback`: the tensor being written."""
-        self.update(info.index, info.total, tensor.name or "")
+        """A :data:`qlrewrite.model_io.SaveCallback`: one more tensor written (counted,
+        as onnx_ir calls it from worker threads out of index order), with the bytes
+        written so far."""
+        self._done += 1
+        self._bytes += int(getattr(tensor, "nbytes", 0) or 0)
+        self.update(self._done, info.total, f"tensors, {human_bytes(self._bytes)}")
 
 
 @contextlib.contextmanager
 def progress(description: str, total: int | None, enabled: bool) -> Iterator[ProgressBar]:
-    """A transient progress bar on stderr when ``enabled`` (see :func:`show_progress`)."""
-    if not enabled:
-        yield ProgressBar(None)
-        return
-    bar = Progress(
-        TextColumn("{task.description} {task.fields[item]}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-    )
-    with bar:
-        yield ProgressBar(bar, bar.add_task(description, total=total, item=""))
+    """A transient progress bar on stderr when ``enabled`` (see :func:`show_progress`),
+    shown once its total is known (``total``, or the first :meth:`ProgressBar.update`)."""
+    bar = ProgressBar(description, total, enabled=enabled)
+    try:
+        yield bar
+    finally:
+        bar.stop()
 
 
 def _input_shapes(ctx: click.Context, param: click.Parameter, values: Sequence[str]) -> Any:

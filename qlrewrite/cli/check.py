@@ -4,6 +4,7 @@ of models and folders of models."""
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import click
 
 from qlrewrite import atomic, model_io, output_guard, pipeline, project, render
+from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
     debug_enabled,
     debug_option,
@@ -70,12 +72,13 @@ over 1). `qlrewrite rules` lists the rules.
     "models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL_OR_DIR..."
 )
 @click.option(
+    "--output-format",
     "--format",
     "fmt",
     type=click.Choice(render.FORMATS),
     default=None,
     help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
-    "output-format of the configuration, else text).",
+    "output-format of the configuration, else text). --format is the same option.",
 )
 @click.option(
     "--select",
@@ -135,6 +138,24 @@ over 1). `qlrewrite rules` lists the rules.
 )
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no summary line.")
 @click.option(
+    "--exit-zero",
+    is_flag=True,
+    help="Exit 0 even with findings (an unreadable model is still exit 2).",
+)
+@click.option(
+    "--statistics",
+    is_flag=True,
+    help="Print the number of findings per rule instead of the findings (text or json).",
+)
+@click.option(
+    "--show-settings",
+    is_flag=True,
+    help="Print each model's configuration file and resolved settings; check nothing.",
+)
+@click.option(
+    "--show-files", is_flag=True, help="Print the models that would be checked; check nothing."
+)
+@click.option(
     "--fix",
     is_flag=True,
     help="Repair the findings that have a safe fix (ONNX Runtime's outputs stay "
@@ -175,6 +196,10 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     jobs: int | None,
     output: Path | None,
     quiet: bool,
+    exit_zero: bool,
+    statistics: bool,
+    show_settings: bool,
+    show_files: bool,
     fix: bool,
     unsafe_fixes: bool,
     diff: bool,
@@ -200,6 +225,9 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     )
     run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
     fmt = fmt or run_settings.output_format or "text"
+    _show(found, selection, fmt, show_files=show_files, show_settings=show_settings)
+    if statistics and fmt not in {"text", "json"}:
+        raise click.UsageError("--statistics prints text or json, not " + fmt)
     targets = [t for t in found if isinstance(t, project.Target)]
     with contextlib.ExitStack() as stack:
         pending = None
@@ -241,12 +269,47 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             listed = frozenset().union(
                 *(enabled_codes(t.settings, selection, t.path) for t in targets)
             )
-        _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
-    if fmt == "text" and not quiet:
+        if statistics:
+            _print_statistics(reports, fmt, pending)
+        else:
+            _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
+    if fmt == "text" and not quiet and not statistics:
         _print_fixable(reports, unsafe_fixes)
-    strict_of = _strictness(targets, selection)
-    code = project.exit_code(reports, strict=strict_of)
-    sys.exit(max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code)
+    code = project.exit_code(reports, strict=_strictness(targets, selection))
+    code = max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code
+    sys.exit(EXIT_OK if exit_zero and code == EXIT_FINDINGS else code)
+
+
+def _show(
+    found: Sequence[project.Target | Report],
+    selection: project.Selection,
+    fmt: str,
+    *,
+    show_files: bool,
+    show_settings: bool,
+) -> None:
+    """``--show-files`` / ``--show-settings``: print, then exit (nothing is checked)."""
+    if show_files and show_settings:
+        raise click.UsageError("--show-files and --show-settings: give one of them")
+    if show_files:
+        sys.exit(_check_views.show_files(found))
+    if show_settings:
+        sys.exit(_check_views.show_settings(found, selection, fmt))
+
+
+def _print_statistics(
+    reports: Sequence[Report], fmt: str, pending: atomic.PendingFile | None
+) -> None:
+    """``--statistics``: findings per rule (unreadable models said on stderr)."""
+    for report in reports:
+        if report.load_error:
+            click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
+                       f"{escape(report.load_error)}", err=True)  # fmt: skip
+    rows = _check_views.statistics(reports)
+    if fmt == "json":
+        _emit(json.dumps(rows, indent=2) + "\n", pending)
+    else:
+        _emit(_check_views.statistics_text(rows), pending)
 
 
 def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
@@ -414,14 +477,18 @@ def _print_reports(
     reports = [render.escaped_report(r) for r in reports]
     output = pending.path if pending is not None else None
     to_terminal = output is None and out_console.is_terminal
-    if fmt != "text" or output is not None:  # the report goes to a tool or a file: tell people
-        for report in reports:
-            if report.load_error:
-                click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
+    for report in reports:  # errors on stderr (a text report file keeps its line too)
+        if report.load_error:
+            click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
     if fmt == "text" and to_terminal:
-        render.print_text_tables(reports, out_console, summary=not quiet, show_all=show_all)
+        render.print_text_tables(
+            reports, out_console, summary=not quiet, show_all=show_all, load_errors=False
+        )
     elif fmt == "text":
-        text = "\n".join(render.text_lines(reports, summary=not quiet, show_all=show_all))
+        lines = render.text_lines(
+            reports, summary=not quiet, show_all=show_all, load_errors=output is not None
+        )
+        text = "\n".join(lines)
         _emit(text + "\n" if text else "", pending)
     else:
         _emit(render.render(reports, fmt, codes=codes), pending)

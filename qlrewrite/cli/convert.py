@@ -8,10 +8,8 @@ from pathlib import Path
 import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
-from qlrewrite.passes.convert_domain import TARGETS, ConvertDomainPass
-from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.commands import convert_passes
+from qlrewrite.passes.convert_domain import TARGETS
 
 __all__ = ["convert_command"]
 
@@ -91,14 +89,9 @@ def convert_command(
     pattern stay, with a warning. The integer kernels round their requantization their own
     way: outputs may differ by one quantization step per converted node (see --verify).
     """
-    passes: list = [ConvertDomainPass(to, allow_float16=allow_float16)]
-    if to == "onnx":
-        passes[0:0] = [QOperatorToQdqPass(), NBitsToOnnxPass()]
-    else:
-        passes.insert(0, NBitsFromOnnxPass(accuracy_level=accuracy_level))
     run_rewrite(
         model,
-        passes,
+        convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level),
         command="convert",
         options=options,
     )

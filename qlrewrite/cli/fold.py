@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
-from qlrewrite.passes.fold import FLOAT16_MODES, FoldPass
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.commands import fold_passes
+from qlrewrite.passes.fold import FLOAT16_MODES
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
 
@@ -112,12 +112,9 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     Such a DQ is folded to a float32 value and a Cast to float16 (--float16 exact), which
     ORT removes: its outputs stay bit-identical, and other runtimes get the float16 value.
     """
-    passes = [FoldPass(keep_dq=keep_dq, float16=float16)]  # type: ignore[arg-type]
-    if dequantize_weights:
-        passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))
     run_rewrite(
         model,
-        passes,
+        fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights),
         command="fold",
         options=options,
         max_size=max_size,

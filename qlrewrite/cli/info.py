@@ -10,11 +10,13 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from qlrewrite import model_io
 from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
+from qlrewrite.cli._tables import Column, fitted_table
+from qlrewrite.escape import escape
 from qlrewrite.source import source_of
 from qlrewrite.summary import model_summary
 from qlrewrite.weightless import weightless_from_source
@@ -60,75 +62,111 @@ def info_command(model: Path, fmt: str) -> None:
         return
     # A pipe or file gets the whole table: rich would squeeze it to 80 columns.
     console = out_console if out_console.is_terminal else Console(highlight=False, width=200)
+    _print_text(summary, console)
+
+
+def _say(console: Console, text: str, style: str = "") -> None:
+    """One line of the report: names escaped, never read as markup, wrapped at spaces."""
+    console.print(Text(escape(text), style=style), soft_wrap=False)
+
+
+def _print_header(summary: dict[str, Any], console: Console) -> None:
+    """The model's path, its IR version and opsets, counts of graphs and initializers."""
     opsets = ", ".join(f"{d} {v}" for d, v in summary["opset_imports"].items())
     init = summary["initializers"]
-    console.print(f"[bold]{escape(str(model))}[/bold]")
+    console.print(Text(escape(summary["path"]), style="bold"))  # never broken
     implied = "".join(
         f"; {d} not imported (ONNX Runtime reads it as {v})"
         for d, v in summary["implied_imports"].items()
     )
-    console.print(f"IR version {summary['ir_version']}; opsets: {opsets}{implied}")
-    console.print(
+    _say(console, f"IR version {summary['ir_version']}; opsets: {opsets}{implied}")
+    _say(
+        console,
         f"{summary['graphs']} graph, {summary['subgraphs']} subgraph(s), "
         f"{summary['functions']} function(s); "
         f"{init['count']} initializer(s), {human_bytes(init['bytes'])}"
-        + (" (external data)" if init["external_data"] else "")
+        + (" (external data)" if init["external_data"] else ""),
     )
     for group in summary["custom_quant"]:
-        console.print(
+        _say(
+            console,
             f"{group['nodes']} custom quantization node(s) {group['domain']} "
             f"{group['op_type']} ({group['producer']}; not QuantizeLinear / DequantizeLinear: "
-            "qlrewrite does not check or rewrite them)"
+            "qlrewrite does not check or rewrite them)",
         )
+
+
+def _print_text(summary: dict[str, Any], console: Console) -> None:
+    """``info`` for people: the header, then a table per family of quantized nodes that
+    fits the terminal (the columns left out named below it)."""
+    _print_header(summary, console)
     if not any(summary[k] for k in ("qdq", "weight_only", "qoperator", "left_alone")):
-        console.print(
+        _say(
+            console,
             "No quantized nodes (QuantizeLinear / DequantizeLinear, MatMulNBits, "
-            "GatherBlockQuantized, QLinear* / QOperator, MatMulInteger / dynamic)."
+            "GatherBlockQuantized, QLinear* / QOperator, MatMulInteger / dynamic).",
         )
         return
-    if summary["qdq"]:
-        console.print(f"{summary['qdq_nodes']} Q/DQ node(s):")
-        console.print(_qdq_table(summary["qdq"]))
-    if summary["weight_only"]:
-        console.print(f"{summary['weight_only_nodes']} weight-only node(s):")
-        console.print(_weight_only_table(summary["weight_only"]))
-    if summary["qoperator"]:
-        console.print(f"{summary['qoperator_nodes']} QOperator / dynamic node(s):")
-        console.print(_qoperator_table(summary["qoperator"]))
+    tables = (
+        ("qdq", "qdq_nodes", "Q/DQ", _qdq_table),
+        ("weight_only", "weight_only_nodes", "weight-only", _weight_only_table),
+        ("qoperator", "qoperator_nodes", "QOperator / dynamic", _qoperator_table),
+    )
+    for key, count, label, make in tables:
+        if summary[key]:
+            table, dropped = make(summary[key], console.width)
+            _say(console, f"{summary[count]} {label} node(s):")
+            console.print(table)
+            if dropped:
+                hidden = ", ".join(dropped)
+                _say(
+                    console, f"(not shown at {console.width} columns: {hidden}; see --format json)"
+                )
     for group in summary["left_alone"]:
-        console.print(
+        _say(
+            console,
             f"{group['nodes']} quantized node(s) {group['domain']} {group['op_type']} left "
-            f"alone (not checked or converted): {escape(group['reason'])}"
+            f"alone (not checked or converted): {group['reason']}",
         )
 
 
-def _qoperator_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table()
-    for column in ("domain", "op", "quantization (name type granularity)", "Q/DQ form"):
-        table.add_column(column, no_wrap=column != "Q/DQ form")
-    table.add_column("nodes", justify="right")
-    table.add_column("const bytes", justify="right", no_wrap=True)
-    for row in rows:
-        form = row["float_op"] if not row["refusal"] else f"none: {row['refusal']}"
-        table.add_row(
+def _qoperator_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, list[str]]:
+    columns = [
+        Column("domain", drop_rank=2),
+        Column("op"),
+        Column("quantization (name type granularity)", longest_word=16),
+        Column("Q/DQ form", longest_word=16),
+        Column("nodes", numeric=True),
+        Column("const bytes", numeric=True, drop_rank=1),
+    ]
+    cells = [
+        [
             row["domain"],
             f"{row['op_type']}-{_text(row['version'], 'none')}",
             "; ".join(row["quantization"]),
-            escape(form),
+            row["float_op"] if not row["refusal"] else f"none: {row['refusal']}",
             str(row["nodes"]),
             human_bytes(row["input_bytes"]),
-        )
-    return table
+        ]
+        for row in rows
+    ]
+    return fitted_table(columns, cells, width)
 
 
-def _qdq_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table()
-    for column in ("domain", "op", "version", "x type", "scale type", "granularity", "constant"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("nodes", justify="right")
-    table.add_column("const bytes", justify="right", no_wrap=True)
-    for row in rows:
-        table.add_row(
+def _qdq_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, list[str]]:
+    columns = [
+        Column("domain", drop_rank=1),
+        Column("op"),
+        Column("version", drop_rank=4),
+        Column("x type"),
+        Column("scale type", drop_rank=2),
+        Column("granularity"),
+        Column("constant", drop_rank=5),
+        Column("nodes", numeric=True),
+        Column("const bytes", numeric=True, drop_rank=3),
+    ]
+    cells = [
+        [
             row["domain"],
             row["op_type"],
             _text(row["version"], "none"),
@@ -138,38 +176,50 @@ def _qdq_table(rows: list[dict[str, Any]]) -> Table:
             "yes" if row["constant"] else "no",
             str(row["nodes"]),
             human_bytes(row["input_bytes"]),
-        )
-    return table
+        ]
+        for row in rows
+    ]
+    return fitted_table(columns, cells, width)
 
 
-def _weight_only_table(rows: list[dict[str, Any]]) -> Table:
-    table = Table()
-    columns = ("op", "weight", "bits", "block", "K x N / shape", "zero points", "scale type",
-               "accuracy", "constant")  # fmt: skip
-    for column in columns:
-        table.add_column(column, no_wrap=True)
-    table.add_column("nodes", justify="right")
-    table.add_column("const bytes", justify="right", no_wrap=True)
-    for row in rows:
-        if row["shape"] is not None:
-            size = " x ".join(_text(d) for d in row["shape"])
-            size += f" (axis {_text(row['quantize_axis'])})"
-        else:
-            size = f"{_text(row['K'])} x {_text(row['N'])}"
-        table.add_row(
+def _size(row: dict[str, Any]) -> str:
+    if row["shape"] is not None:
+        size = " x ".join(_text(d) for d in row["shape"])
+        return size + f" (axis {_text(row['quantize_axis'])})"
+    return f"{_text(row['K'])} x {_text(row['N'])}"
+
+
+def _weight_only_table(rows: list[dict[str, Any]], width: int) -> tuple[Table, list[str]]:
+    columns = [
+        Column("op"),
+        Column("weight"),
+        Column("bits", numeric=True),
+        Column("block", numeric=True),
+        Column("K x N / shape"),
+        Column("zero points", drop_rank=2),
+        Column("scale type", drop_rank=3),
+        Column("accuracy", drop_rank=4),
+        Column("constant", drop_rank=5),
+        Column("nodes", numeric=True),
+        Column("const bytes", numeric=True, drop_rank=1),
+    ]
+    cells = [
+        [
             f"{row['op_type']}-{_text(row['version'], 'none')}",
             row["weight_type"],
             _text(row["bits"], "-"),
             _text(row["block_size"]),
-            size,
+            _size(row),
             row["zero_points"],
             row["scale_type"],
             _text(row["accuracy_level"], "-"),
             "yes" if row["constant"] else "no",
             str(row["nodes"]),
             human_bytes(row["input_bytes"]),
-        )
-    return table
+        ]
+        for row in rows
+    ]
+    return fitted_table(columns, cells, width)
 
 
 def _text(value: Any, missing: str = "?") -> str:

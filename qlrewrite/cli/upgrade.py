@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
-from qlrewrite.passes.upgrade import UpgradePass
+from qlrewrite.passes.commands import upgrade_passes
 
 __all__ = ["upgrade_command"]
 
@@ -57,7 +57,7 @@ def upgrade_command(
     """
     run_rewrite(
         model,
-        [UpgradePass(opset, convert_weight_only=convert_weight_only)],
+        upgrade_passes(opset, convert_weight_only=convert_weight_only),
         command="upgrade",
         options=options,
     )

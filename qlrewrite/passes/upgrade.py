@@ -95,15 +95,17 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
             raise InputError("the model imports no ai.onnx opset; nothing to upgrade")
         if self.opset < current:
             raise InputError(
-                f"--opset {self.opset} is below the model's ai.onnx opset {current}: "
+                f"opset {self.opset} is below the model's ai.onnx opset {current}: "
                 "downgrades are not supported (to move Q/DQ nodes between domains at the "
-                "current opset, use `qlrewrite convert`)"
+                "current opset, use `qlrewrite convert`)",
+                parameter="opset",
             )
         latest = onnx.defs.onnx_opset_version()
         if self.opset > latest:
             raise InputError(
-                f"--opset {self.opset} is above {latest}, the newest opset this onnx "
-                f"({onnx.__version__}) knows"
+                f"opset {self.opset} is above {latest}, the newest opset this onnx "
+                f"({onnx.__version__}) knows",
+                parameter="opset",
             )
 
     def call(self, model: ir.Model) -> UpgradeResult:

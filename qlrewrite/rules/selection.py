@@ -29,9 +29,9 @@ def select_rules(
     state in ``base``. Layers stack: the configuration's result is the ``base`` of the
     command line's. An entry that matches no rule code raises InputError naming it.
     """
-    selected = parse_codes(select, "--select")
-    enabling = selected + parse_codes(extend_select, "--extend-select")
-    ignored = parse_codes(ignore, "--ignore")
+    selected = parse_codes(select, "select", parameter="select")
+    enabling = selected + parse_codes(extend_select, "extend_select", parameter="extend_select")
+    ignored = parse_codes(ignore, "ignore", parameter="ignore")
     before = {c for c, e in RULES.items() if not e.opt_in} if base is None else set(base)
     if selected:
         before = set()
@@ -50,13 +50,17 @@ def select_rules(
     return frozenset(enabled)
 
 
-def parse_codes(entries: Iterable[str], where: str) -> list[str]:
-    """Rule code prefixes from comma-separated entries (``ALL`` is ``""``, every code).
+def parse_codes(
+    entries: str | Iterable[str], where: str, *, parameter: str | None = None
+) -> list[str]:
+    """Rule code prefixes from comma-separated entries (``ALL`` is ``""``, every code); a
+    single string is one entry, never split into characters.
 
-    Raises InputError starting with ``where`` for an entry that matches no rule code.
+    Raises InputError starting with ``where`` for an entry that matches no rule code
+    (naming ``parameter``, which the command line names as its option).
     """
     prefixes = []
-    for entry in entries:
+    for entry in [entries] if isinstance(entries, str) else entries:
         for raw in entry.split(","):
             prefix = raw.strip().upper()
             if not prefix:
@@ -64,7 +68,9 @@ def parse_codes(entries: Iterable[str], where: str) -> list[str]:
             if prefix == "ALL":
                 prefix = ""
             elif not any(code.startswith(prefix) for code in RULES):
-                raise InputError(f"{where}: unknown rule code or prefix '{raw.strip()}'")
+                raise InputError(
+                    f"{where}: unknown rule code or prefix '{raw.strip()}'", parameter=parameter
+                )
             prefixes.append(prefix)
     return prefixes
 

@@ -1,0 +1,148 @@
+"""The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fold``, ``convert``, ``upgrade``.
+
+Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``
+(anything else is a ``TypeError`` saying so), runs what the command of the same name runs
+(:mod:`qlrewrite.passes.commands`) and raises instead of printing: ``InputError`` for a
+model that cannot be read or a bad argument (its message names the parameter), ``Refusal``
+for a rewrite the target cannot express. Unlike the commands, nothing is validated after
+a rewrite: call :func:`check` on the result for that.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from qlrewrite import checker, model_io, pipeline
+from qlrewrite.errors import InputError
+from qlrewrite.findings import Report
+from qlrewrite.passes.commands import convert_passes, fold_passes, upgrade_passes
+from qlrewrite.source import Source, set_source
+
+__all__ = ["ModelLike", "check", "convert", "fold", "load", "save", "upgrade"]
+
+#: What every function of the API takes as a model.
+ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
+
+_TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
+
+
+def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
+    """An ``onnx_ir.Model`` of ``model``: a file read lazily (external data stays on disk,
+    memory-mapped), a ``ModelProto`` wrapped without copying its tensors, or the model
+    itself. A file that cannot be read raises ``InputError`` (one line: why)."""
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, onnx.ModelProto):
+        try:
+            loaded = ir.serde.deserialize_model(model)
+        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"model: not a valid ONNX model ({first})") from exc
+        set_source(loaded, Source(None, model))
+        return loaded
+    if isinstance(model, str | os.PathLike):
+        return model_io.load(model, check_data=check_data)
+    raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
+
+
+def save(
+    model: ModelLike, path: str | os.PathLike, *, external_data: bool | None = None
+) -> Path | None:
+    """Write ``model`` to ``path`` atomically (see docs/safety.md); return the external
+    data file, if any. ``external_data``: None keeps the input's choice (external when
+    the initializers exceed 1.8 GB)."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"path must be a str or os.PathLike, not {type(path).__name__}")
+    return model_io.save(load(model), path, external_data=external_data)
+
+
+def _codes(value: str | Iterable[str], parameter: str) -> tuple[str, ...]:
+    """A code, a comma-separated string of codes or an iterable of them (never a string
+    split into characters)."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{parameter} must be a rule code or a list of codes, not "
+                        f"{type(value).__name__}")  # fmt: skip
+    return tuple(value)
+
+
+def check(
+    model: ModelLike,
+    *,
+    select: str | Iterable[str] = (),
+    ignore: str | Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> Report:
+    """The findings of ``qlrewrite check`` on ``model``, as a :class:`~qlrewrite.findings.Report`
+    (``.findings``, ``.errors``, ``.warnings``, ``.suppressed``, ``.to_json()``).
+
+    ``select`` / ``ignore``: a rule code or prefix (``"QL4"``) or a list of them, as
+    ``--select`` / ``--ignore``. A model that cannot be read raises ``InputError``, so
+    ``not report.errors`` never passes a missing model.
+    """
+    select, ignore = _codes(select, "select"), _codes(ignore, "ignore")
+    if isinstance(model, str | os.PathLike | ir.Model | onnx.ModelProto):
+        report = checker.check(
+            model, select=select, ignore=ignore, per_node_ignores=per_node_ignores
+        )
+    else:
+        raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
+    if report.load_error is not None:
+        where = report.path if report.path is not None else "model"
+        raise InputError(f"{where}: {report.load_error}")
+    return report
+
+
+def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
+    """``passes`` on ``model`` as the commands run them (the imports ONNX Runtime implies
+    added first); a refusal raised inside a pass reaches the caller as itself."""
+    rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
+    return rewritten
+
+
+def fold(
+    model: ModelLike,
+    *,
+    keep_dq: bool = False,
+    float16: str = "exact",
+    dequantize_weights: bool = False,
+) -> ir.Model:
+    """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
+    is folded in place and returned. Values are computed lazily, when saved or read."""
+    if float16 not in ("exact", "compact"):
+        raise InputError(f"float16 must be 'exact' or 'compact', not {float16!r}")
+    passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
+    return _run(load(model), passes)
+
+
+def convert(
+    model: ModelLike, to: str, *, allow_float16: bool = False, accuracy_level: int = 0
+) -> ir.Model:
+    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
+    ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` (nothing
+    changed) when a node cannot be expressed in the target."""
+    if to not in ("onnx", "ai.onnx", "com.microsoft"):
+        raise InputError(f"to must be 'onnx' or 'com.microsoft', not {to!r}")
+    if accuracy_level not in range(5):
+        raise InputError(f"accuracy_level must be 0 to 4, not {accuracy_level!r}")
+    passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
+    return _run(load(model), passes)
+
+
+def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
+    """``model`` at ai.onnx ``opset``, as ``qlrewrite upgrade --opset N``: a new model (the
+    input is not modified). A downgrade raises ``InputError``; a model ONNX's converter
+    cannot convert raises ``Refusal``."""
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise TypeError(f"opset must be an int, not {type(opset).__name__}")
+    passes = upgrade_passes(opset, convert_weight_only=convert_weight_only)
+    loaded = load(model)
+    for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
+        upgrade_pass.requires(loaded)
+    return _run(loaded, passes)

@@ -1,0 +1,54 @@
+"""Quantized nodes qlrewrite recognises but neither checks nor rewrites, named in one place
+for ``check``, ``info`` and every rewrite's summary ("3 quantized node(s) of kinds not
+checked: com.microsoft QOrderedMatMul x3").
+
+The kinds and why they are left alone are the table
+:data:`qlrewrite.opsets.QUANTIZED_LEFT_ALONE` (site kind
+:data:`qlrewrite.qdq.sites.LEFT_ALONE`); this module only counts and words them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+from qlrewrite import opsets
+from qlrewrite.qdq.sites import LEFT_ALONE, iter_sites
+
+__all__ = ["UncheckedGroup", "describe_unchecked", "unchecked_groups"]
+
+
+@dataclasses.dataclass(frozen=True)
+class UncheckedGroup:
+    """The nodes of one quantized (domain, op) qlrewrite leaves alone, and why."""
+
+    domain: str
+    op_type: str
+    nodes: int
+    reason: str
+
+    def to_json(self) -> dict[str, object]:
+        """``{"domain", "op_type", "nodes", "reason"}``."""
+        return dataclasses.asdict(self)
+
+
+def unchecked_groups(model: ir.Model) -> list[UncheckedGroup]:
+    """The quantized nodes of ``model`` (every graph and function) of kinds qlrewrite
+    does not check or rewrite, per (domain, op), in the order first met."""
+    counts: dict[tuple[str, str], int] = {}
+    for site in iter_sites(model, (LEFT_ALONE,)):
+        key = (site.domain, site.node.op_type)
+        counts[key] = counts.get(key, 0) + 1
+    return [
+        UncheckedGroup(domain, op, count, opsets.QUANTIZED_LEFT_ALONE[(domain, op)])
+        for (domain, op), count in counts.items()
+    ]
+
+
+def describe_unchecked(groups: list[UncheckedGroup], what: str = "checked") -> str:
+    """``3 quantized node(s) of kinds not checked: com.microsoft QOrderedMatMul x3`` (with
+    ``what`` = "rewritten" for the rewrites)."""
+    total = sum(g.nodes for g in groups)
+    kinds = ", ".join(f"{g.domain} {g.op_type} x{g.nodes}" for g in groups)
+    return f"{total} quantized node(s) of kinds not {what}: {kinds}"
