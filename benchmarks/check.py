@@ -93,7 +93,7 @@ def _speed(folder: Path, repeat: int) -> None:
 # --------------------------------------------------------------------------- corpus
 
 
-def _corpus(ort_quantizer: bool) -> Iterator[tuple[str, str, str, onnx.ModelProto, dict]]:
+def _corpus(ort_quantizer: bool) -> Iterator[tuple[str, str, str, onnx.ModelProto, dict]]:  # noqa: C901
     """(kind, code, label, model, feeds): kind is invalid | questionable | valid."""
     from qdq_models import qdq_model
     from test_rules_cases import CASES

@@ -102,7 +102,7 @@ def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
     return _function_chain_problem(proto, limits.max_depth)
 
 
-def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | None:
+def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | None:  # noqa: C901
     """A function that calls itself (directly or not: ONNX forbids it), or a chain of
     calls longer than ``max_depth``; in time linear in the calls."""
     keys = {(f.domain, f.name) for f in proto.functions}
@@ -215,7 +215,7 @@ def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
     return model
 
 
-def _read_proto(path: Path) -> onnx.ModelProto:
+def _read_proto(path: Path) -> onnx.ModelProto:  # noqa: C901
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
@@ -276,7 +276,7 @@ _ATTRIBUTE_VALUE = {
 }
 
 
-def _malformed(proto: onnx.ModelProto) -> str | None:
+def _malformed(proto: onnx.ModelProto) -> str | None:  # noqa: C901
     """What onnx_ir would read but not write back, or None: a string field that is not
     UTF-8 (protobuf hands out bytes), an attribute of a message type without its value
     (onnx_ir makes up an empty one). Tensor data is not looked at."""
@@ -372,7 +372,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 # --------------------------------------------------------------------------- saving
 
 
-def save(
+def save(  # noqa: C901
     model: ir.Model,
     path: str | os.PathLike,
     *,

@@ -831,7 +831,7 @@ class NodeForm:
     per_axis: bool = False
 
 
-def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:
+def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:  # noqa: C901
     """Why a node of this ``form`` cannot be written as ``row`` ([] if it can).
 
     A requested ``output_type`` that the row cannot derive from the zero point or scale

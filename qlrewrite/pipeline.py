@@ -187,7 +187,7 @@ def rewrite(
     return result
 
 
-def _rewrite_loaded(
+def _rewrite_loaded(  # noqa: C901
     model: ir.Model,
     input_path: Path,
     passes: Sequence[ir.passes.PassBase],

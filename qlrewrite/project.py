@@ -214,7 +214,7 @@ def check_targets(
 _IN_FLIGHT = 2
 
 
-def _run_workers(
+def _run_workers(  # noqa: C901
     targets: Sequence[Target],
     indices: Iterable[int],
     *,

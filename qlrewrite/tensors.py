@@ -424,7 +424,7 @@ def data_problems(
     ]
 
 
-def _tensor_problem(
+def _tensor_problem(  # noqa: C901
     tensor: onnx.TensorProto, graph: str, base: str, files: dict[str, tuple[str, str] | int]
 ) -> DataProblem | None:
     name = tensor.name or "<unnamed>"

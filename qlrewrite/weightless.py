@@ -79,7 +79,7 @@ def _hoist_placeholders(proto: onnx.ModelProto) -> None:
             graph.initializer.extend(kept)
 
 
-def weightless_from_source(
+def weightless_from_source(  # noqa: C901
     source: onnx.ModelProto, *, max_inline_bytes: int = 1024
 ) -> onnx.ModelProto | None:
     """What :func:`weightless_proto` returns, built from the ModelProto a model was just

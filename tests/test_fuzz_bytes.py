@@ -140,7 +140,7 @@ def _digests(folder: Path) -> dict[str, str]:
             for p in folder.iterdir()}  # fmt: skip
 
 
-def run_mutant(
+def run_mutant(  # noqa: C901
     folder: Path, files: dict[str, bytes], command: tuple[str, ...]
 ) -> tuple[list[str], int]:
     """Run ``command`` on the mutant in ``folder``: the broken promises (empty: ok) and the
@@ -290,7 +290,7 @@ def test_attribute_of_undefined_type(tmp_path: Path, command: tuple[str, ...]) -
 # --------------------------------------------------------------------------- proto fields
 
 
-def mutate_fields(data: bytes, rng: np.random.Generator) -> bytes:
+def mutate_fields(data: bytes, rng: np.random.Generator) -> bytes:  # noqa: C901
     """One to three edits of parsed fields (still a well-formed protobuf): reaches the
     rules, fold, convert and upgrade where random bytes mostly stop at the parser."""
     model = onnx.load_model_from_string(data)

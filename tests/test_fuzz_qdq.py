@@ -108,7 +108,7 @@ DEFECTS = ("x-type", "scale-type", "zp-type", "zp-shape", "scale-length", "axis"
 
 
 @st.composite
-def qdq_cases(draw: st.DrawFn) -> dict[str, Any]:
+def qdq_cases(draw: st.DrawFn) -> dict[str, Any]:  # noqa: C901
     """A valid node by the operator docs, then (often) one defect."""
     op = draw(st.sampled_from([Q, DQ]))
     domain = draw(st.sampled_from(["", "", "", MS]))
@@ -158,7 +158,7 @@ def qdq_cases(draw: st.DrawFn) -> dict[str, Any]:
     return case
 
 
-def _defect(draw: st.DrawFn, case: dict[str, Any], defect: str) -> None:
+def _defect(draw: st.DrawFn, case: dict[str, Any], defect: str) -> None:  # noqa: C901
     attrs, rank = case["attrs"], len(case["x_shape"])
     everything = (*QUANTIZED, *FLOATS, DT.INT32, DT.INT64, DT.DOUBLE, DT.BOOL)
     if defect == "x-type":

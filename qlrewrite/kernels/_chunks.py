@@ -51,7 +51,7 @@ class Layout:
     scale_shape: tuple[int, int, int]
 
 
-def layout(
+def layout(  # noqa: C901
     x_shape: Sequence[int],
     scale: np.ndarray,
     zero_point: np.ndarray | None,

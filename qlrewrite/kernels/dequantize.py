@@ -42,7 +42,7 @@ __all__ = ["dequantize"]
 _F32 = np.dtype(np.float32)
 
 
-def dequantize(
+def dequantize(  # noqa: C901
     x: np.ndarray,
     scale: np.ndarray,
     zero_point: np.ndarray | None = None,

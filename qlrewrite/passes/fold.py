@@ -85,7 +85,7 @@ class FoldPass(ir.passes.InPlacePass):
         self.float16 = float16
         self._summary: dict[str, int] = {}
 
-    def call(self, model: ir.Model) -> FoldResult:
+    def call(self, model: ir.Model) -> FoldResult:  # noqa: C901
         self._summary = summary = dict.fromkeys(
             (
                 "dq_folded",

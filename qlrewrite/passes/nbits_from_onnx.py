@@ -78,7 +78,7 @@ def _single_use(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:
+def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:  # noqa: C901
     """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose);
     ``views``: the view of every DequantizeLinear by ``id(node)``."""
     value = consumer.inputs[index] if index < len(consumer.inputs) else None

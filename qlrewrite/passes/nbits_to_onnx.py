@@ -193,7 +193,7 @@ def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
         plan.lowest_opset = opsets.lowest_onnx_opset("DequantizeLinear", form)
 
 
-def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:  # noqa: C901
     site = view.site
     node, plan = site.node, _Plan(view)
     values = {name: view.attr_or_default(name) for name in site.row.attributes}
@@ -311,7 +311,7 @@ def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
     return MappedTensor(reader, tensor.dtype, [n], name=tensor.name)
 
 
-def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:  # noqa: C901
     site = view.site
     node, plan = site.node, _Plan(view)
     bits, block = view.attr_or_default("bits"), view.attr_or_default("block_size")

@@ -407,7 +407,7 @@ class NodeView:
             self._cache["granularity"] = self._granularity()
         return self._cache["granularity"]  # type: ignore[return-value]
 
-    def _granularity(self) -> Granularity:
+    def _granularity(self) -> Granularity:  # noqa: C901
         layout = self.weight_layout
         if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
             return Granularity(opsets.BLOCKED, f"blocked(K, block={layout.block_size})")
