@@ -206,6 +206,7 @@ def test_full_disk_is_one_plain_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(model_io.ir, "save", full)
+    monkeypatch.setattr(model_io, "save_inline", full)  # the save without external data
     result = cli("fold", str(path), "-o", str(tmp_path / "o.onnx"))
     assert result.exit_code == 2
     assert result.stderr.strip().endswith(
