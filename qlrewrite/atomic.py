@@ -8,7 +8,10 @@
 - :func:`commit_model`: moves a staged model and its external data file into place.
   The data file gets a name no current file has (``<model>.data``, or
   ``<model>.<8 hex>.data`` when that is taken) and goes in first; the model's rename is
-  the single commit point; only then are the data files of the replaced model removed.
+  the single commit point; only then are the data files the replaced model named removed
+  (never a file found by its name alone). A commit killed before its model went in
+  leaves a journal in its staging folder; the next run into the folder removes the data
+  file it names unless a model there reads it.
   A reader sees the old pair or the new pair, never one's model with the other's data,
   whatever kills or concurrent writers do. Commits in one folder take turns (a lock
   on the folder), which also makes removing leftovers safe.
@@ -20,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
+import json
 import os
 import re
 import secrets
@@ -34,12 +39,14 @@ from pathlib import Path
 import onnx
 
 from qlrewrite.errors import InputError
+from qlrewrite.output_guard import is_special
 
 __all__ = [
     "COMMIT_LOCK_SECONDS",
     "PendingFile",
     "Staging",
     "commit_model",
+    "data_stem",
     "free_data_name",
     "fsync_dir",
     "fsync_file",
@@ -100,11 +107,49 @@ def remove_stale(folder: Path) -> list[str]:
             continue
         try:
             if _try_lock(fd):  # its owner is gone
+                _remove_uncommitted_data(folder, Path(entry.path))
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(entry.name)
         finally:
             os.close(fd)
     return removed
+
+
+_JOURNAL = "commit.json"
+
+
+def _journal(staging: Path, data_name: str, model_name: str, replaced: list[str]) -> None:
+    """Record in the staging folder, before it goes in, the data file a commit moves
+    beside the model and the replaced model's data files it will remove: if the run is
+    killed, the next run into the folder finishes or undoes exactly that."""
+    entry = {"data": data_name, "model": model_name, "replaced": replaced}
+    (staging / _JOURNAL).write_text(json.dumps(entry))
+
+
+def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
+    """A killed commit (its journal says what it did): if its model went in, remove the
+    replaced data files the model there does not name; else remove the data file it
+    moved in. Files named by the model now in place are never removed."""
+    try:
+        entry = json.loads((staging / _JOURNAL).read_text())
+        data, model = str(entry["data"]), str(entry["model"])
+        replaced = [str(name) for name in entry["replaced"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    names = [data, model, *replaced]
+    if any(Path(name).name != name or name in ("", ".", "..") for name in names):
+        return  # names only, never paths
+    pattern = _data_names(model, folder)
+    named = set(_named_data_files(folder / model, pattern))
+    doomed = replaced if data in named else [data]
+    _unlink_all(
+        folder,
+        [n for n in doomed if n not in named and pattern.fullmatch(n) and _plain(folder / n)],
+    )
+
+
+def _plain(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 class Staging:
@@ -192,20 +237,47 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _data_names(model_name: str) -> re.Pattern[str]:
-    return re.compile(re.escape(model_name) + r"(\.[0-9a-f]{8})?\.data")
+#: Bytes a data file name adds to its stem at most: ``.<8 hex>.data``, and onnx_ir's
+#: save writes it through a temporary folder named ``.<data name>.<8 random>``.
+_SUFFIX_BYTES = len(".12345678.data") + len("..12345678")
 
 
-def is_data_name(name: str, model_name: str) -> bool:
-    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name``."""
-    return _data_names(model_name).fullmatch(name) is not None
+def _name_max(folder: Path) -> int:
+    """The longest file name ``folder``'s file system takes, in bytes (255 if unknown)."""
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError):
+        return 255
+
+
+def data_stem(model_name: str, folder: Path) -> str:
+    """What data file names of ``model_name`` start with: the model's name, or when
+    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name cut
+    to fit followed by ``~`` and 8 hex digits of its hash (the same name every run)."""
+    limit = _name_max(folder) - _SUFFIX_BYTES
+    if len(model_name.encode()) <= limit:
+        return model_name
+    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
+    head = model_name.encode()[: max(limit - 9, 1)].decode("utf-8", "ignore")
+    return f"{head}~{digest}"
+
+
+def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
+    stem = data_stem(model_name, folder)
+    return re.compile(re.escape(stem) + r"(\.[0-9a-f]{8})?\.data")
+
+
+def is_data_name(name: str, model_name: str, folder: Path) -> bool:
+    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name`` in
+    ``folder``."""
+    return _data_names(model_name, folder).fullmatch(name) is not None
 
 
 def _usable(folder: Path, name: str, model_name: str) -> bool:
     """No file has ``name``, and the plain ``<model>.data`` only for a new model: a
     reader that read an older model never opens a newer data file under the name it
     remembers."""
-    plain = name == f"{model_name}.data"
+    plain = name == f"{data_stem(model_name, folder)}.data"
     return not os.path.lexists(folder / name) and not (
         plain and os.path.lexists(folder / model_name)
     )
@@ -214,9 +286,10 @@ def _usable(folder: Path, name: str, model_name: str) -> bool:
 def free_data_name(folder: Path, model_name: str) -> str:
     """``<model_name>.data`` for a new model, else ``<model_name>.<8 hex>.data`` (random:
     a name never used before)."""
-    name = f"{model_name}.data"
+    stem = data_stem(model_name, folder)
+    name = f"{stem}.data"
     while not _usable(folder, name, model_name):
-        name = f"{model_name}.{secrets.token_hex(4)}.data"
+        name = f"{stem}.{secrets.token_hex(4)}.data"
     return name
 
 
@@ -256,19 +329,26 @@ def commit_model(
     dest: Path,
     *,
     keep: Collection[Path] = (),
+    unchanged: Callable[[], None] | None = None,
 ) -> Path | None:
     """Move ``staged_model`` (and ``staged_data``, the file its external data names) to
     ``dest``; return where the data file went. See the module docstring for the order.
 
-    Afterwards the data files of the replaced model (``<name>.data`` and
-    ``<name>.<8 hex>.data`` beside it) and leftovers of killed commits are removed,
-    except the files in ``keep`` (what the input reads). On a failure before the model's
-    rename, the new data file is removed and the existing files are as they were.
+    Afterwards the data files the replaced model itself named (``<name>.data`` or
+    ``<name>.<8 hex>.data`` beside it, read from that model just before it is replaced)
+    are removed, except the files in ``keep`` (what the input reads) and the new one: a
+    file is never removed because of its name alone (another model may read it). On a
+    failure before the model's rename, the new data file is removed and the existing
+    files are as they were. ``unchanged`` is called once the folder is locked (it raises
+    to refuse the commit).
     """
     folder = dest.parent
-    pattern = _data_names(dest.name)
+    pattern = _data_names(dest.name, folder)
     with _folder_lock(folder, str(dest)):
         _step("locked")
+        if unchanged is not None:
+            unchanged()
+        replaced = _named_data_files(dest, pattern)
         data_dest: Path | None = None
         old_mode: int | None = None
         with contextlib.suppress(OSError):
@@ -283,6 +363,8 @@ def commit_model(
                 data_mode = _data_mode(folder, pattern)
                 if data_mode is not None:
                     os.chmod(staged_data, data_mode)
+                doomed = _removable(folder, replaced, name, keep)
+                _journal(staged_model.parent, name, dest.name, doomed)
                 _move_new(staged_data, folder / name)
                 data_dest = folder / name
                 fsync_dir(folder)
@@ -298,7 +380,8 @@ def commit_model(
             raise
         fsync_dir(folder)
         _step("model-in-place")
-        _remove_old_data(folder, pattern, data_dest, keep)
+        new_name = data_dest.name if data_dest is not None else ""
+        _unlink_all(folder, _removable(folder, replaced, new_name, keep))
         _step("cleaned")
     return data_dest
 
@@ -312,17 +395,47 @@ def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:
     return None
 
 
-def _remove_old_data(
-    folder: Path, pattern: re.Pattern[str], new: Path | None, keep: Collection[Path]
-) -> None:
+def _named_data_files(dest: Path, pattern: re.Pattern[str]) -> list[str]:
+    """The data files beside ``dest`` that the model now at ``dest`` names (its external
+    data locations with a data-file name of ``dest``); none when there is no readable
+    model there."""
+    if not dest.is_file():
+        return []
+    from qlrewrite.tensors import proto_tensors
+
+    try:
+        proto = onnx.load_model(str(dest), load_external_data=False)
+    except Exception:  # not a model: it names nothing
+        return []
+    names = {
+        entry.value
+        for _, tensor in proto_tensors(proto)
+        for entry in tensor.external_data
+        if entry.key == "location"
+    }
+    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+def _removable(
+    folder: Path, replaced: Collection[str], new: str, keep: Collection[Path]
+) -> list[str]:
+    """Of the data files the replaced model named, those to remove once the new model is
+    in: not the new data file, not a file in ``keep``, only plain files."""
     kept = {os.path.realpath(p) for p in keep}
-    for entry in list(os.scandir(folder)):
-        if not pattern.fullmatch(entry.name) or (new is not None and entry.name == new.name):
-            continue
-        if os.path.realpath(entry.path) in kept or not entry.is_file(follow_symlinks=False):
-            continue
+    return [
+        name
+        for name in replaced
+        if name != new
+        and os.path.realpath(folder / name) not in kept
+        and (folder / name).is_file()
+        and not (folder / name).is_symlink()
+    ]
+
+
+def _unlink_all(folder: Path, names: Collection[str]) -> None:
+    for name in names:
         with contextlib.suppress(OSError):
-            os.unlink(entry.path)
+            os.unlink(folder / name)
 
 
 def _write_synced(path: Path, text: str) -> None:
@@ -337,11 +450,17 @@ class PendingFile:
     atomically; leaving the block without committing leaves ``path`` untouched.
 
     Creating it checks that the folder exists and takes files, so a report that cannot
-    be written refuses before anything else is.
+    be written refuses before anything else is. A FIFO, device or socket at ``path``
+    (``/dev/null``, ``/dev/stdout``, a pipe) is written into as a stream at commit, never
+    replaced by a regular file.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self._text: str | None = None
+        self._stream = is_special(self.path)
+        if self._stream:
+            return
         folder = self.path.absolute().parent
         if not folder.is_dir():
             raise InputError(f"{path}: output folder does not exist")
@@ -363,6 +482,9 @@ class PendingFile:
 
     def write(self, text: str) -> None:
         """Stage ``text`` (flushed to disk): nothing is visible at ``path`` yet."""
+        if self._stream:
+            self._text = text
+            return
         try:
             _write_synced(self._staged, text)
         except OSError as exc:
@@ -370,7 +492,10 @@ class PendingFile:
 
     def commit(self) -> None:
         """Move the staged text to ``path`` (permissions: the replaced file's, else the
-        umask's, as for any file the user creates)."""
+        umask's, as for any file the user creates); into a special file, written."""
+        if self._stream:
+            self._write_stream()
+            return
         try:
             mode = stat.S_IMODE(os.stat(self.path).st_mode)
         except OSError:
@@ -383,9 +508,17 @@ class PendingFile:
         fsync_dir(self.path.absolute().parent)
         self.discard()
 
+    def _write_stream(self) -> None:
+        try:
+            with open(self.path, "w", encoding="utf-8") as out:
+                out.write(self._text or "")
+        except OSError as exc:
+            raise write_error(self.path, exc, "the report") from exc
+
     def discard(self) -> None:
         """Remove the staged file (``path`` as it was)."""
-        self._staging.__exit__(None, None, None)
+        if not self._stream:
+            self._staging.__exit__(None, None, None)
 
 
 def write_error(path: Path, exc: OSError, what: str = "the output") -> InputError:

@@ -26,6 +26,7 @@ import onnx_ir as ir
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
+from qlrewrite.output_guard import is_special
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 from qlrewrite.toolkit import (
@@ -381,6 +382,7 @@ def save(
     callback: SaveCallback | None = None,
     before_commit: Callable[[Path], None] | None = None,
     keep: Collection[Path] | None = None,
+    unchanged: Callable[[], None] | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
@@ -392,7 +394,9 @@ def save(
     ``model`` itself still reads, so it stays usable). On any failure nothing
     is left behind: neither a partial output nor a temporary file. ``before_commit`` is
     called with the staged model file (data file beside it) before anything is moved
-    into place; if it raises, nothing is written (``--verify`` uses it).
+    into place; if it raises, nothing is written (``--verify`` uses it). ``unchanged`` is
+    called under the commit lock just before the commit (an in-place rewrite refuses there
+    when another run replaced the input meanwhile).
     """
     path = Path(path).absolute()
     folder = path.parent
@@ -400,6 +404,11 @@ def save(
         raise InputError(f"{path}: output folder does not exist")
     if path.is_dir():
         raise InputError(f"{path}: is a directory; give a file name for the output")
+    if is_special(path):
+        raise InputError(
+            f"{path}: not a regular file (a device, FIFO or socket); models are written to "
+            "regular files only"
+        )
     if external_data is None:
         external_data = (
             tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
@@ -432,7 +441,9 @@ def save(
         if before_commit is not None:
             before_commit(staged_model)
         try:
-            return atomic.commit_model(staged_model, staged_data, path, keep=keep)
+            return atomic.commit_model(
+                staged_model, staged_data, path, keep=keep, unchanged=unchanged
+            )
         except OSError as exc:
             raise atomic.write_error(path, exc) from exc
 

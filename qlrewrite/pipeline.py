@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,6 +26,7 @@ from qlrewrite import atomic, model_io, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
+from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.source import source_of
@@ -145,32 +147,41 @@ def rewrite(
     started = time.perf_counter()
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
+    as_read = Snapshot.of([Path(os.path.realpath(input_path))])  # before reading it
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     reads = model_io.files_read(model)
     _refuse_overwriting_input(reads, target, in_place)
+    snapshot = Snapshot.of(reads, earlier=as_read)
     with contextlib.ExitStack() as stack:
         pending = None
         if report_path is not None:
             report_path = Path(report_path)
             _refuse_report_path(report_path, reads, target)
             pending = stack.enter_context(atomic.PendingFile(report_path))
-        result = _rewrite_loaded(
-            model,
-            input_path,
-            passes,
-            command=command,
-            target=target,
-            dry_run=dry_run,
-            external_data=external_data,
-            max_size=max_size,
-            verify=verify,
-            on_tensor_saved=on_tensor_saved,
-            keep=[] if in_place else reads,
-            pending=pending,
-            started=started,
-        )
+        try:
+            result = _rewrite_loaded(
+                model,
+                input_path,
+                passes,
+                command=command,
+                target=target,
+                dry_run=dry_run,
+                external_data=external_data,
+                max_size=max_size,
+                verify=verify,
+                on_tensor_saved=on_tensor_saved,
+                keep=[] if in_place else reads,
+                pending=pending,
+                snapshot=snapshot,
+                started=started,
+            )
+        except Exception:  # lazily read data vanishes when another run commits
+            if snapshot.changed() is None:
+                raise
+            snapshot.refuse_if_changed(input_path)
+            raise
         if pending is not None:
             pending.commit()
     return result
@@ -191,6 +202,7 @@ def _rewrite_loaded(
     keep: Sequence[Path],
     pending: atomic.PendingFile | None,
     started: float,
+    snapshot: Snapshot,
 ) -> RewriteResult:
     if groups := custom_quant_groups(model):
         raise Refusal(
@@ -271,6 +283,7 @@ def _rewrite_loaded(
             before_commit=before_commit,
             callback=on_tensor_saved,
             keep=keep,
+            unchanged=lambda: snapshot.refuse_if_changed(input_path),
         )
     elif verifier is not None:
         with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
@@ -308,7 +321,9 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
         )
     if model_io.same_file(report, target):
         raise InputError(f"{report}: the report would overwrite the output")
-    if model_io.same_folder(report, target) and atomic.is_data_name(report.name, target.name):
+    if model_io.same_folder(report, target) and atomic.is_data_name(
+        report.name, target.name, target.absolute().parent
+    ):
         raise InputError(f"{report}: the report would overwrite the output's external data")
 
 

@@ -60,7 +60,7 @@ def _run(step: str, action: str, *args: str, wait: bool = True) -> subprocess.Po
 
 
 def _data_files(folder: Path, name: str) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if atomic.is_data_name(p.name, name))
+    return sorted(p.name for p in folder.iterdir() if atomic.is_data_name(p.name, name, folder))
 
 
 def _pair_weights(model: Path) -> np.ndarray:

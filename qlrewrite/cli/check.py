@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from qlrewrite import atomic, model_io, project, render
+from qlrewrite import atomic, model_io, output_guard, pipeline, project, render
 from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
     debug_enabled,
@@ -26,7 +26,7 @@ from qlrewrite.cli._common import (
     verify_option_list,
 )
 from qlrewrite.config import Settings, settings_for
-from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
+from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report, fixable
 from qlrewrite.project import enabled_codes
@@ -231,8 +231,9 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     targets = [t for t in found if isinstance(t, project.Target)]
     with contextlib.ExitStack() as stack:
         pending = None
+        reads = _files_read(targets, config_file, run_settings)
         if output is not None:
-            _refuse_input_file(output, [t.path for t in targets])
+            output_guard.refuse_if_read(output, reads, "-o")
             pending = stack.enter_context(atomic.PendingFile(output))
         enabled = show_progress(quiet) and len(targets) > 1
         with progress("checking", len(targets), enabled) as bar:
@@ -247,6 +248,13 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         reports = [t if isinstance(t, Report) else next(by_target) for t in found]
         reports += project.unused_suppressions(targets, checked, selection)
         refused = False
+        if fix:
+            to_fix = [
+                t
+                for t, r in zip(targets, checked, strict=True)
+                if fixable(r.findings, unsafe=unsafe_fixes)
+            ]
+            _refuse_fix_outputs(to_fix, fix_output, in_place, reads)
         if fix or diff:
             options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
                        "dry_run": diff, "verify": verify}  # fmt: skip
@@ -315,13 +323,29 @@ def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
     return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
 
 
-def _refuse_input_file(output: Path, models: Sequence[Path]) -> None:
-    """``-o`` may not name a model being checked nor any file one of them reads."""
-    for model in models:
-        if any(model_io.same_file(output, read) for read in model_io.files_read_by(model)):
-            raise InputError(
-                f"-o {output} names a model being checked or a file it reads; choose another file"
-            )
+def _files_read(
+    targets: Sequence[project.Target], config: Path | None, settings: Settings
+) -> list[Path]:
+    """Every file the run reads: the models, their external data, the configuration
+    files that apply to them (an output may replace none of them)."""
+    reads = [read for t in targets for read in model_io.files_read_by(t.path)]
+    configs = [config, settings.path, *(t.settings.path for t in targets)]
+    return reads + sorted({Path(c) for c in configs if c is not None})
+
+
+def _refuse_fix_outputs(
+    targets: Sequence[project.Target], output: Path | None, in_place: bool, reads: list[Path]
+) -> None:
+    """Before anything is written: no two models fixed into one file, and no fix written
+    over a file the run reads (another model, its data, a configuration file)."""
+    if in_place:
+        return  # each model replaces itself; its own reads are checked by the rewrite
+    pairs = [(t.path, pipeline.resolve_output(t.path, output, False, "fix")) for t in targets]
+    output_guard.refuse_shared_outputs(pairs)
+    for source, target in pairs:
+        own = set(model_io.files_read_by(source))
+        flag = "--fix-output" if output is not None else f"the fix of {source} into"
+        output_guard.refuse_if_read(target, [r for r in reads if r not in own], flag)
 
 
 def _check_fix_options(  # noqa: PLR0917 (the options, as given)

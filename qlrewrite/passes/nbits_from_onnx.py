@@ -122,8 +122,16 @@ def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match 
     return _Match(consumer, producer, transpose, x, scale, zero_point, axis % rank, block_size)
 
 
-def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
-    """The MatMulNBits layout of a matched weight and whether x is laid out [N, K]."""
+#: The largest block ONNX Runtime's MatMulNBits kernels take (16, 32, 64, 128, 256).
+_MAX_BLOCK = 256
+
+
+def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool, int] | None:
+    """The MatMulNBits layout of a matched weight, whether x is laid out [N, K], and the
+    DequantizeLinear's own block along K (K for per-axis scales). A block larger than
+    ONNX Runtime takes is split into blocks of 256 sharing its scale and zero point (the
+    same values; the packed weight padded to at most the next block, never to the
+    DequantizeLinear's block size: third audit, item 15)."""
     x, scale = match.x, match.scale
     if x.dtype not in _NBITS_TYPES or x.shape.rank() != 2 or scale.dtype not in _FLOATS:
         return None
@@ -137,7 +145,7 @@ def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
             return None
         expected = [n, -(-k // block)] if transposed else [-(-k // block), n]
     else:
-        block = min_block(k)
+        block = k
         if match.axis == k_axis or scale.shape.rank() != 1:
             return None
         expected = [n]
@@ -148,7 +156,10 @@ def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool] | None:
         zero_point.dtype != x.dtype or list(zero_point.shape.numpy()) != expected
     ):
         return None
-    return MatMulNBitsLayout(K=k, N=n, bits=x.dtype.bitwidth, block_size=block), transposed
+    source_block = min(block, k)
+    made = min(min_block(source_block), _MAX_BLOCK)
+    layout = MatMulNBitsLayout(K=k, N=n, bits=x.dtype.bitwidth, block_size=made)
+    return layout, transposed, source_block
 
 
 def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Value] | None:
@@ -228,7 +239,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         found = _nbits_layout(match) if match is not None else None
         if match is None or found is None:
             return None
-        layout, transposed = found
+        layout, transposed, source_block = found
         a = matmul.inputs[0]
         if a is None or (a.dtype is not None and a.dtype != match.scale.dtype):
             return None
@@ -237,14 +248,17 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         half = layout.default_zero_point
         b = MatMulNBitsB(layout, match.x, transposed=transposed, name=f"{base}_nbits")
         inputs: list[ir.Value | None] = [a, self._constant(graph, b)]
+        same_blocks = source_block == layout.block_size
+        scales = _scales(match.scale, layout, transposed, source_block, f"{base}_scales")
         inputs.append(
             match.dq.inputs[1]
-            if transposed and match.block_size
-            else self._constant(graph, _scales(match.scale, layout, transposed, f"{base}_scales"))
+            if transposed and match.block_size and same_blocks
+            else self._constant(graph, scales)
         )
         signed = match.x.dtype.is_signed()
         if zero_point is not None or not signed:
-            zp = _zero_points(zero_point, layout, transposed, half if signed else 0)
+            shift = half if signed else 0
+            zp = _zero_points(zero_point, layout, transposed, source_block, shift)
             zp.name = f"{base}_zero_points"
             inputs.append(self._constant(graph, zp))
         bias = _bias(matmul, layout.N, match.scale.dtype)
@@ -353,14 +367,25 @@ def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name
     return value
 
 
+def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+    """For each MatMulNBits block along K, the DequantizeLinear block it lies in."""
+    return np.arange(layout.k_blocks) * layout.block_size // source_block
+
+
 def _scales(
-    scale: ir.TensorProtocol, layout: MatMulNBitsLayout, transposed: bool, name: str
+    scale: ir.TensorProtocol,
+    layout: MatMulNBitsLayout,
+    transposed: bool,
+    source_block: int,
+    name: str,
 ) -> MappedTensor:
-    """MatMulNBits scales ``[N, k_blocks]`` from the DQ scale (``[k_blocks, N]`` or ``[N]``)."""
+    """MatMulNBits scales ``[N, k_blocks]`` from the DQ scale (``[k_blocks, N]`` or ``[N]``;
+    blocks of ``source_block`` along K)."""
 
     def reader():
         array = np.asarray(scale.numpy()).reshape(-1, layout.N if not transposed else 1)
         whole = array.reshape(layout.N, -1) if transposed else array.T
+        whole = np.ascontiguousarray(whole[:, _blocks_of(layout, source_block)])
         return lambda r0, r1: whole[r0:r1]
 
     shape = [layout.N, layout.k_blocks]
@@ -371,6 +396,7 @@ def _zero_points(
     zero_point: ir.TensorProtocol | None,
     layout: MatMulNBitsLayout,
     transposed: bool,
+    source_block: int,
     shift: int,
 ) -> MappedTensor:
     """Packed uint8 zero points ``[N, ceil(k_blocks * bits / 8)]`` from the DQ's (0 if
@@ -382,6 +408,7 @@ def _zero_points(
         else:
             values = np.asarray(zero_point.numpy()).astype(np.int16)
             values = values.reshape(layout.N, -1) if transposed else values.reshape(-1, layout.N).T
+            values = values[:, _blocks_of(layout, source_block)]
         packed = layout.pack_zero_points((values + shift).astype(np.uint8))
         return lambda r0, r1: packed[r0:r1]
 

@@ -1,0 +1,146 @@
+"""What a run may write: the checks made before anything is written.
+
+- :func:`refuse_if_read`: an output (``-o``, ``--report``, ``--fix-output``, a fixed
+  model) may not be a file the run reads (a model, its external data, a configuration
+  file), compared by path and by file identity (links, hard links, case-insensitive
+  names).
+- :func:`refuse_shared_outputs`: two inputs may not map to one output (``m.onnx`` and
+  ``m.ONNX`` both to ``m.fix.onnx``), nor an output be another input.
+- :func:`is_special`: a FIFO, a device or a socket, which a report is streamed into and
+  never replaced (``-o /dev/null``, ``-o /dev/stdout``).
+- :class:`Snapshot`: the identity of the files a model was read from, to tell before an
+  in-place commit that another run replaced them meanwhile.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from qlrewrite.errors import InputError, Refusal
+
+__all__ = [
+    "Snapshot",
+    "is_special",
+    "output_key",
+    "refuse_if_read",
+    "refuse_shared_outputs",
+]
+
+
+def is_special(path: str | os.PathLike) -> bool:
+    """True for an existing FIFO, character or block device or socket (links followed)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _case_insensitive(folder: Path) -> bool:
+    """True if ``folder``'s file system ignores case (probed on an entry of it)."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                other = entry.name.swapcase()
+                if other != entry.name:
+                    twin = folder / other
+                    return twin.exists() and os.path.samefile(entry.path, twin)
+    except OSError:
+        pass
+    return False
+
+
+def output_key(path: Path) -> tuple[str, str]:
+    """Where ``path`` would be written: its real folder and its name (case-folded on a
+    case-insensitive file system), so that two spellings of one file compare equal."""
+    folder = Path(os.path.realpath(path.absolute().parent))
+    name = path.name.casefold() if _case_insensitive(folder) else path.name
+    return str(folder), name
+
+
+def _same(a: Path, b: Path) -> bool:
+    ida, idb = _identity(a), _identity(b)
+    if ida is not None and ida == idb:
+        return True
+    return output_key(a) == output_key(b)
+
+
+def refuse_if_read(output: Path, reads: Iterable[Path], flag: str) -> None:
+    """Raise InputError if ``output`` names a file of ``reads`` (models, their data,
+    configuration files): ``flag`` names the option in the message."""
+    for read in reads:
+        if _same(output, Path(read)):
+            raise InputError(
+                f"{flag} {output} names a model being checked or a file it reads "
+                f"({read}); choose another file"
+            )
+
+
+def refuse_shared_outputs(pairs: Sequence[tuple[Path, Path]]) -> None:
+    """``pairs``: (input, output) per model. Raise Refusal if two inputs map to one
+    output or an output is another input; nothing has been written yet."""
+    seen: dict[tuple[str, str], Path] = {}
+    inputs = {output_key(src): src for src, _ in pairs}
+    for src, out in pairs:
+        key = output_key(out)
+        if key in seen:
+            raise Refusal(
+                f"{seen[key]} and {src} would both be fixed into {out}; fix them one at a "
+                "time with --fix-output, or rename one (nothing written)"
+            )
+        other = inputs.get(key)
+        if other is not None and not _same(other, src):
+            raise Refusal(
+                f"the fix of {src} would overwrite {other}, another input (nothing written)"
+            )
+        seen[key] = src
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """The identity and version (device, inode, size, modification time) of the files a
+    model was read from, taken at load."""
+
+    files: tuple[tuple[str, tuple[int, int, int, int] | None], ...]
+
+    @classmethod
+    def of(cls, paths: Iterable[Path], earlier: Snapshot | None = None) -> Snapshot:
+        """The files as they are now; a file already in ``earlier`` keeps the version
+        recorded there (the model file, taken before it was read)."""
+        known = dict(earlier.files) if earlier is not None else {}
+        return cls(tuple((str(p), known.get(str(p), _version(p))) for p in paths))
+
+    def changed(self) -> str | None:
+        """The first file that is no longer as it was at :meth:`of` (None: none)."""
+        for path, version in self.files:
+            if _version(Path(path)) != version:
+                return path
+        return None
+
+    def refuse_if_changed(self, model: Path) -> None:
+        """Raise Refusal if another run replaced the model or its data since it was read."""
+        if self.changed() is not None:
+            raise Refusal(
+                f"{model}: the model changed under us (another run wrote it since it was "
+                "read); nothing written"
+            )
+
+
+def _version(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
