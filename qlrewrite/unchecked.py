@@ -14,9 +14,9 @@ import dataclasses
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.sites import LEFT_ALONE, iter_sites
+from qlrewrite.qdq.sites import LEFT_ALONE, QOPERATOR, iter_sites
 
-__all__ = ["UncheckedGroup", "describe_unchecked", "unchecked_groups"]
+__all__ = ["UncheckedGroup", "describe_unchecked", "not_folded", "unchecked_groups"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,3 +52,16 @@ def describe_unchecked(groups: list[UncheckedGroup], what: str = "checked") -> s
     total = sum(g.nodes for g in groups)
     kinds = ", ".join(f"{g.domain} {g.op_type} x{g.nodes}" for g in groups)
     return f"{total} quantized node(s) of kinds not {what}: {kinds}"
+
+
+def not_folded(model: ir.Model) -> str | None:
+    """What ``fold`` does not look at in ``model``: its QOperator / dynamic nodes, whose
+    quantized weights are inputs of integer kernels (None when it has none)."""
+    count = sum(1 for _ in iter_sites(model, (QOPERATOR,)))
+    if not count:
+        return None
+    return (
+        f"{count} QOperator / dynamic node(s) not folded: their quantized weights are inputs "
+        "of integer kernels (`qlrewrite convert --to onnx` rewrites them as Q/DQ, which fold "
+        "then folds)"
+    )
