@@ -10,13 +10,14 @@ The kinds and why they are left alone are the table
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.sites import LEFT_ALONE, QOPERATOR, iter_sites
+from qlrewrite.qdq.sites import LEFT_ALONE, QOPERATOR, QuantizedSite, iter_sites
 
-__all__ = ["UncheckedGroup", "describe_unchecked", "not_folded", "unchecked_groups"]
+__all__ = ["UncheckedGroup", "describe_unchecked", "group_sites", "not_folded", "unchecked_groups"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +37,14 @@ class UncheckedGroup:
 def unchecked_groups(model: ir.Model) -> list[UncheckedGroup]:
     """The quantized nodes of ``model`` (every graph and function) of kinds qlrewrite
     does not check or rewrite, per (domain, op), in the order first met."""
+    return group_sites(iter_sites(model, (LEFT_ALONE,)))
+
+
+def group_sites(sites: Iterable[QuantizedSite]) -> list[UncheckedGroup]:
+    """``sites`` of kind :data:`~qlrewrite.qdq.sites.LEFT_ALONE` per (domain, op) (a walk
+    that found them already, as ``check``'s, passes them here)."""
     counts: dict[tuple[str, str], int] = {}
-    for site in iter_sites(model, (LEFT_ALONE,)):
+    for site in sites:
         key = (site.domain, site.node.op_type)
         counts[key] = counts.get(key, 0) + 1
     return [
