@@ -78,7 +78,7 @@ def test_failure_mid_write_leaves_nothing(
         old = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.name != source.name}
     before = _listing(tmp_path)
     monkeypatch.setattr(model_io.ir, "save", _failing_save())
-    monkeypatch.setattr(model_io, "save_inline", _failing_save())  # no external data
+    monkeypatch.setattr(model_io, "save_inline", _failing_save())  # without external data
     with pytest.raises(InputError, match="cannot write the output: the disk is full"):
         model_io.save(model, out, external_data=external)
     assert _listing(tmp_path) == before  # no partial output, no stray temporary
