@@ -20,12 +20,13 @@ from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.qdq import node_views
+from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.suppress import apply_suppressions
-from qlrewrite.unchecked import unchecked_groups
+from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
@@ -108,9 +109,7 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed.
     """
-    report = Report(
-        path=path, custom_quant=custom_quant_groups(model), unchecked=unchecked_groups(model)
-    )
+    report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
     for rule_check in CHECKS.values():
         if rule_check.scope == "model":
@@ -118,7 +117,11 @@ def check_model(
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
     checks_of: dict[int, list[RuleCheck]] = {}
-    for site, views in node_views(model, weightless=weightless, kinds=CHECKED_KINDS):
+    left_alone = []  # found by the same walk: named, not checked
+    for site, views in node_views(model, weightless=weightless, kinds=(*CHECKED_KINDS, LEFT_ALONE)):
+        if site.kind is LEFT_ALONE:
+            left_alone.append(site)
+            continue
         report.nodes_checked += 1
         checks = checks_of.get(id(site.kind))
         if checks is None:  # once per kind, not per node
@@ -135,4 +138,5 @@ def check_model(
                     if key not in seen:
                         seen.add(key)
                         report.findings.append(finding)
+    report.unchecked = group_sites(left_alone)
     return report

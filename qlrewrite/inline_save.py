@@ -14,7 +14,7 @@ Parsed, the file is the same ModelProto ``onnx_ir.save`` writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,6 +22,10 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.tensors import external_in_memory
+
+#: Called after each initializer is written (model_io.SaveCallback).
+SaveCallback = Callable[[ir.TensorProtocol, "CallbackInfo"], None]
+CallbackInfo = ir.external_data.CallbackInfo
 
 __all__ = ["save_inline"]
 
@@ -74,9 +78,9 @@ def _skeleton(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
     return proto
 
 
-def _initializers(values: list[ir.Value]) -> Iterator[bytes]:
+def _initializers(values: list[ir.Value]) -> Iterator[tuple[ir.TensorProtocol, bytes]]:
     """Each initializer serialized as onnx_ir serializes it (its name the value's name),
-    one at a time."""
+    one at a time, with its tensor."""
     for value in values:
         tensor = value.const_value
         assert tensor is not None
@@ -85,19 +89,25 @@ def _initializers(values: list[ir.Value]) -> Iterator[bytes]:
             tensor = ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=value.name)
         proto = onnx.TensorProto()
         ir.serde.serialize_tensor_into(proto, tensor)
-        yield proto.SerializeToString()
+        yield value.const_value, proto.SerializeToString()
 
 
-def _write_graph(file: BinaryIO, graph: bytes, values: list[ir.Value]) -> None:
+def _write_graph(
+    file: BinaryIO, graph: bytes, values: list[ir.Value], callback: SaveCallback | None
+) -> None:
     file.write(_key(_GRAPH))
     length_at = file.tell()
     file.write(bytes(_LENGTH_BYTES))
     file.write(graph)
     size = len(graph)
-    for data in _initializers(values):
+    for index, (tensor, data) in enumerate(_initializers(values)):
         head = _key(_INITIALIZER) + _varint(len(data))
         file.write(head)
         file.write(data)
+        if callback is not None:
+            info = CallbackInfo(total=len(values), index=index, offset=file.tell(),
+                                filename=file.name)  # fmt: skip
+            callback(tensor, info)
         size += len(head) + len(data)
     end = file.tell()
     file.seek(length_at)
@@ -105,13 +115,14 @@ def _write_graph(file: BinaryIO, graph: bytes, values: list[ir.Value]) -> None:
     file.seek(end)
 
 
-def save_inline(model: ir.Model, path: str | Path) -> None:
+def save_inline(model: ir.Model, path: str | Path, callback: SaveCallback | None = None) -> None:
     """Write ``model`` to ``path`` with every tensor inside the file, the main graph's
-    initializers serialized one at a time."""
+    initializers serialized one at a time; ``callback`` is called after each (as onnx_ir
+    calls it for external data: progress)."""
     values = [v for v in model.graph.initializers.values() if v.const_value is not None]
     proto = _skeleton(model, values)
     graph = proto.graph.SerializeToString()
     proto.ClearField("graph")
     with open(path, "wb") as file:
         file.write(proto.SerializeToString())
-        _write_graph(file, graph, values)
+        _write_graph(file, graph, values, callback)

@@ -481,4 +481,4 @@ def _write(
                 callback=callback,
             )
     else:  # one tensor at a time, not the whole model serialized twice in memory
-        save_inline(model, staged)
+        save_inline(model, staged, callback=callback)

@@ -31,7 +31,7 @@ from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
-from qlrewrite.unchecked import describe_unchecked
+from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import weightless_from_source, weightless_proto
 
@@ -215,6 +215,7 @@ def _rewrite_loaded(  # noqa: C901
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     report = unrepaired(_check(model, input_path, unchanged), passes)
+    notes = _not_looked_at(report, model, command)
     if report.errors:
         raise FindingsRefusal(
             f"{input_path}: {len(report.errors)} error finding(s); nothing written "
@@ -252,7 +253,7 @@ def _rewrite_loaded(  # noqa: C901
             warnings=[
                 *checker_warnings,
                 *(w for r in results for w in _warnings(r)),
-                *_unchecked_warning(report),
+                *notes,
             ],
             verification=verifier.result if verifier is not None else None,
             target=target,
@@ -382,12 +383,16 @@ def _summary(result: ir.passes.PassResult) -> dict[str, int]:
     return result.summary if isinstance(result, RewritePassResult) else {}
 
 
-def _unchecked_warning(report: Report) -> list[str]:
-    """The quantized nodes of kinds qlrewrite neither checks nor rewrites, named (they are
-    written as they were)."""
-    if not report.unchecked:
-        return []
-    return [describe_unchecked(report.unchecked, "checked or rewritten") + "; left as they are"]
+def _not_looked_at(report: Report, model: ir.Model, command: str) -> list[str]:
+    """Warnings naming what the command leaves as it was: quantized nodes of kinds
+    qlrewrite neither checks nor rewrites, and for fold the QOperator nodes."""
+    notes = []
+    if report.unchecked:
+        words = describe_unchecked(report.unchecked, "checked or rewritten")
+        notes.append(f"{words}; left as they are")
+    if command == "fold" and (folds_not := not_folded(model)) is not None:
+        notes.append(folds_not)
+    return notes
 
 
 def _warnings(result: ir.passes.PassResult) -> list[Any]:

@@ -10,13 +10,14 @@ The kinds and why they are left alone are the table
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.sites import LEFT_ALONE, iter_sites
+from qlrewrite.qdq.sites import LEFT_ALONE, QOPERATOR, QuantizedSite, iter_sites
 
-__all__ = ["UncheckedGroup", "describe_unchecked", "unchecked_groups"]
+__all__ = ["UncheckedGroup", "describe_unchecked", "group_sites", "not_folded", "unchecked_groups"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,8 +37,14 @@ class UncheckedGroup:
 def unchecked_groups(model: ir.Model) -> list[UncheckedGroup]:
     """The quantized nodes of ``model`` (every graph and function) of kinds qlrewrite
     does not check or rewrite, per (domain, op), in the order first met."""
+    return group_sites(iter_sites(model, (LEFT_ALONE,)))
+
+
+def group_sites(sites: Iterable[QuantizedSite]) -> list[UncheckedGroup]:
+    """``sites`` of kind :data:`~qlrewrite.qdq.sites.LEFT_ALONE` per (domain, op) (a walk
+    that found them already, as ``check``'s, passes them here)."""
     counts: dict[tuple[str, str], int] = {}
-    for site in iter_sites(model, (LEFT_ALONE,)):
+    for site in sites:
         key = (site.domain, site.node.op_type)
         counts[key] = counts.get(key, 0) + 1
     return [
@@ -52,3 +59,16 @@ def describe_unchecked(groups: list[UncheckedGroup], what: str = "checked") -> s
     total = sum(g.nodes for g in groups)
     kinds = ", ".join(f"{g.domain} {g.op_type} x{g.nodes}" for g in groups)
     return f"{total} quantized node(s) of kinds not {what}: {kinds}"
+
+
+def not_folded(model: ir.Model) -> str | None:
+    """What ``fold`` does not look at in ``model``: its QOperator / dynamic nodes, whose
+    quantized weights are inputs of integer kernels (None when it has none)."""
+    count = sum(1 for _ in iter_sites(model, (QOPERATOR,)))
+    if not count:
+        return None
+    return (
+        f"{count} QOperator / dynamic node(s) not folded: their quantized weights are inputs "
+        "of integer kernels (`qlrewrite convert --to onnx` rewrites them as Q/DQ, which fold "
+        "then folds)"
+    )

@@ -107,6 +107,9 @@ def test_show_settings_names_the_file_and_the_resolved_rules(tmp_path: Path) -> 
     lines = out.splitlines()
     assert lines[0] == str(paths["bad2"]) and f"  configuration: {config}" in lines
     assert "  strict: false" in lines and "  select: QL4" in lines
+    code, out, _ = _run(paths["bad2"], "--show-settings", "--format", "json", "--ignore", "QL404")
+    (entry,) = json.loads(out)
+    assert entry["command-line"] == {"ignore": ["QL404"]} and "QL404" not in entry["rules"]
 
 
 def test_output_format_is_the_option_and_format_its_alias(tmp_path: Path) -> None:

@@ -131,8 +131,8 @@ def test_rules_on_a_narrow_terminal_has_a_header_and_wraps() -> None:
     assert piped.stdout.splitlines()[0].startswith("QL101  error")  # a pipe: one line a rule
 
 
-def _external_model(tmp_path: Path) -> Path:
-    """Five int8 weights of 4 KiB in external data, each behind a DequantizeLinear."""
+def _external_model(tmp_path: Path, external: bool = True) -> Path:
+    """Five int8 weights of 4 KiB (in external data), each behind a DequantizeLinear."""
     nodes, inits, outputs = [], [], []
     for i in range(5):
         inits += [
@@ -144,12 +144,15 @@ def _external_model(tmp_path: Path) -> Path:
     graph = helper.make_graph(nodes, "g", [], outputs, initializer=inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     path = tmp_path / "ext.onnx"
-    onnx.save(model, path, save_as_external_data=True, location="ext.onnx.data", size_threshold=0)
+    onnx.save(
+        model, path, save_as_external_data=external, location="ext.onnx.data", size_threshold=0
+    )
     return path
 
 
-def test_a_rewrite_shows_real_progress_on_a_terminal_only(tmp_path: Path) -> None:
-    model = _external_model(tmp_path)
+@pytest.mark.parametrize("external", [True, False], ids=["external-data", "inline"])
+def test_a_rewrite_shows_real_progress_on_a_terminal_only(tmp_path: Path, external: bool) -> None:
+    model = _external_model(tmp_path, external)
     code, out = _terminal("fold", str(model), "-o", str(tmp_path / "a.onnx"))
     assert code == 0, out
     assert re.search(r"writing 5/5 tensors, 80\.0 KiB", out), out  # a known total, bytes

@@ -74,3 +74,14 @@ def test_rewrites_and_info_name_them(tmp_path: Path) -> None:
         assert code == 0 and warning in err, err
     code, out, _ = _run("info", path)
     assert code == 0 and "MatMulInteger16" in out and "left alone" in out
+    assert f"2 quantized node(s) of kinds not checked or rewritten: {MS} MatMulInteger16 x2:" in out
+
+
+def test_fold_says_it_does_not_fold_qoperator_nodes(tmp_path: Path) -> None:
+    from qlrewrite.rules.qoperator_models import build
+
+    path = tmp_path / "conv.onnx"
+    onnx.save(build("QLinearConv"), path)
+    code, _, err = _run("fold", path, "--dry-run")
+    assert code == 0 and "fold: nothing to change" in err
+    assert "1 QOperator / dynamic node(s) not folded" in err and "convert --to onnx" in err

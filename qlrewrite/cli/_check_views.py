@@ -38,6 +38,16 @@ def show_files(found: Sequence[project.Target | Report]) -> int:
     return _errors(found)
 
 
+def _overrides(selection: project.Selection) -> dict[str, list[str]]:
+    """The rule options given on the command line (layered over each configuration)."""
+    given = (
+        ("select", selection.select),
+        ("extend-select", selection.extend_select),
+        ("ignore", selection.ignore),
+    )
+    return {key: list(value) for key, value in given if value}
+
+
 def _resolved(target: project.Target, selection: project.Selection) -> dict[str, Any]:
     settings = target.settings
     strict = selection.strict if selection.strict is not None else bool(settings.strict)
@@ -51,6 +61,7 @@ def _resolved(target: project.Target, selection: project.Selection) -> dict[str,
         "per-node-ignores": {k: list(v) for k, v in settings.per_node_ignores.items()},
         "exclude": list(settings.exclude),
         "output-format": settings.output_format,
+        "command-line": _overrides(selection),
         "strict": strict,
         "rules": sorted(project.enabled_codes(settings, selection, target.path)),
     }

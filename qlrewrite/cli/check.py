@@ -235,15 +235,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         if output is not None:
             output_guard.refuse_if_read(output, reads, "-o")
             pending = stack.enter_context(atomic.PendingFile(output))
-        enabled = show_progress(quiet) and len(targets) > 1
-        with progress("checking", len(targets), enabled) as bar:
-            checked = project.check_targets(
-                targets,
-                selection,
-                jobs=jobs or project.default_jobs(),
-                debug=debug_enabled(),
-                advance=bar.advance,
-            )
+        checked = _check_all(targets, selection, jobs, quiet=quiet)
         by_target = iter(checked)
         reports = [t if isinstance(t, Report) else next(by_target) for t in found]
         reports += project.unused_suppressions(targets, checked, selection)
@@ -275,9 +267,34 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
             _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
     if fmt == "text" and not quiet and not statistics:
         _print_fixable(reports, unsafe_fixes)
-    code = project.exit_code(reports, strict=_strictness(targets, selection))
+    sys.exit(_exit_code(reports, _strictness(targets, selection), refused, exit_zero))
+
+
+def _check_all(
+    targets: Sequence[project.Target],
+    selection: project.Selection,
+    jobs: int | None,
+    *,
+    quiet: bool,
+) -> list[Report]:
+    """Check ``targets`` (worker processes with ``jobs`` > 1), a progress bar on a terminal."""
+    enabled = show_progress(quiet) and len(targets) > 1
+    with progress("checking", len(targets), enabled) as bar:
+        return project.check_targets(
+            targets,
+            selection,
+            jobs=jobs or project.default_jobs(),
+            debug=debug_enabled(),
+            advance=bar.advance,
+        )
+
+
+def _exit_code(reports: Sequence[Report], strict_of: Any, refused: bool, exit_zero: bool) -> int:
+    """2 an unreadable input, 1 findings (or a refused fix), else 0; ``--exit-zero``
+    turns 1 into 0, never 2."""
+    code = project.exit_code(reports, strict=strict_of)
     code = max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code
-    sys.exit(EXIT_OK if exit_zero and code == EXIT_FINDINGS else code)
+    return EXIT_OK if exit_zero and code == EXIT_FINDINGS else code
 
 
 def _show(

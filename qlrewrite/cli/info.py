@@ -19,6 +19,7 @@ from qlrewrite.cli._tables import Column, fitted_table
 from qlrewrite.escape import escape
 from qlrewrite.source import source_of
 from qlrewrite.summary import model_summary
+from qlrewrite.unchecked import UncheckedGroup, describe_unchecked
 from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["info_command"]
@@ -122,6 +123,12 @@ def _print_text(summary: dict[str, Any], console: Console) -> None:
                 _say(
                     console, f"(not shown at {console.width} columns: {hidden}; see --format json)"
                 )
+    if summary["left_alone"]:  # the words check and the rewrites use, then why each
+        groups = [
+            UncheckedGroup(g["domain"], g["op_type"], g["nodes"], g["reason"])
+            for g in summary["left_alone"]
+        ]
+        _say(console, describe_unchecked(groups, "checked or rewritten") + ":")
     for group in summary["left_alone"]:
         _say(
             console,
