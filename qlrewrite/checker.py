@@ -10,7 +10,7 @@ modified.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
 import onnx
 import onnx_ir as ir
@@ -18,8 +18,8 @@ import onnx_ir as ir
 from qlrewrite import model_io
 from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
-from qlrewrite.findings import Report
-from qlrewrite.qdq import node_views
+from qlrewrite.findings import Finding, Report
+from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
@@ -129,14 +129,22 @@ def check_model(
                 c for c in node_checks if any(k is site.kind for k in c.kinds)
             ]
         for view in views:
-            for rule_check in checks:
-                if rule_check.needs_version and view.row is None:
-                    continue
-                for finding in rule_check.func(view):
-                    message = finding.message.replace(view.call_site_note, "", 1)
-                    key = (finding.rule, finding.graph, id(site.node), message)
-                    if key not in seen:
-                        seen.add(key)
-                        report.findings.append(finding)
+            report.findings.extend(_node_findings(view, checks, seen))
     report.unchecked = group_sites(left_alone)
     return report
+
+
+def _node_findings(
+    view: NodeView, checks: list[RuleCheck], seen: set[tuple[str, str, int, str]]
+) -> Iterator[Finding]:
+    """The findings of ``checks`` on one view of a node, each once per node (a function's
+    node seen from several call sites says the same thing once)."""
+    for rule_check in checks:
+        if rule_check.needs_version and view.row is None:
+            continue
+        for finding in rule_check.func(view):
+            message = finding.message.replace(view.call_site_note, "", 1)
+            key = (finding.rule, finding.graph, id(view.node), message)
+            if key not in seen:
+                seen.add(key)
+                yield finding

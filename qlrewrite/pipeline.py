@@ -204,12 +204,7 @@ def _rewrite_loaded(  # noqa: C901
     started: float,
     snapshot: Snapshot,
 ) -> RewriteResult:
-    if groups := custom_quant_groups(model):
-        raise Refusal(
-            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
-            "with the producer's custom-op library; qlrewrite rewrites standard "
-            "QuantizeLinear / DequantizeLinear only; nothing written"
-        )
+    _refuse_custom_quant(model, input_path)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
@@ -232,11 +227,7 @@ def _rewrite_loaded(  # noqa: C901
         verifier.expect_differences(results)
     checker_warnings = validate_output(model, input_path, unchanged, runtime_ops=runtime_ops)
     bytes_after = tensors.initializer_bytes(model)
-    if max_size is not None and bytes_after > max_size:
-        raise Refusal(
-            f"the output's initializers would take {bytes_after} bytes, above --max-size "
-            f"{max_size}; nothing written"
-        )
+    _refuse_over_max_size(bytes_after, max_size)
 
     def result() -> RewriteResult:
         return RewriteResult(
@@ -265,13 +256,7 @@ def _rewrite_loaded(  # noqa: C901
             try:
                 verifier(staged)
             except VerificationFailed as exc:
-                if pending is not None:  # the report says why nothing was written
-                    pending.write(_json({
-                        "version": 1, "command": command, "input": str(input_path),
-                        "written": False, "error": str(exc),
-                        "verify": exc.verification.to_json(),
-                    }))  # fmt: skip
-                    pending.commit()
+                _report_refused(pending, command, input_path, exc)
                 raise
         if pending is not None and not dry_run:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
@@ -294,6 +279,38 @@ def _rewrite_loaded(  # noqa: C901
     if pending is not None and dry_run:
         pending.write(_json(done.to_json()))
     return done
+
+
+def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
+    """Refuse a model with another producer's custom quantization operators."""
+    if groups := custom_quant_groups(model):
+        raise Refusal(
+            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
+            "with the producer's custom-op library; qlrewrite rewrites standard "
+            "QuantizeLinear / DequantizeLinear only; nothing written"
+        )
+
+
+def _refuse_over_max_size(bytes_after: int, max_size: int | None) -> None:
+    """Refuse an output whose initializers would exceed ``--max-size`` (decided on the
+    shapes, before anything is computed or written)."""
+    if max_size is not None and bytes_after > max_size:
+        raise Refusal(
+            f"the output's initializers would take {bytes_after} bytes, above --max-size "
+            f"{max_size}; nothing written"
+        )
+
+
+def _report_refused(
+    pending: atomic.PendingFile | None, command: str, input_path: Path, exc: VerificationFailed
+) -> None:
+    """The ``--report`` of a run that --verify refused: why nothing was written."""
+    if pending is not None:
+        pending.write(_json({
+            "version": 1, "command": command, "input": str(input_path),
+            "written": False, "error": str(exc), "verify": exc.verification.to_json(),
+        }))  # fmt: skip
+        pending.commit()
 
 
 def _json(document: Any) -> str:
