@@ -18,8 +18,8 @@ import onnx_ir as ir
 from qlrewrite import model_io
 from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
-from qlrewrite.findings import Report
-from qlrewrite.qdq import node_views
+from qlrewrite.findings import Finding, Report
+from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
@@ -128,15 +128,27 @@ def check_model(
             checks = checks_of[id(site.kind)] = [
                 c for c in node_checks if any(k is site.kind for k in c.kinds)
             ]
-        for view in views:
-            for rule_check in checks:
-                if rule_check.needs_version and view.row is None:
-                    continue
-                for finding in rule_check.func(view):
-                    message = finding.message.replace(view.call_site_note, "", 1)
-                    key = (finding.rule, finding.graph, id(site.node), message)
-                    if key not in seen:
-                        seen.add(key)
-                        report.findings.append(finding)
+        _check_views(site.node, views, checks, seen, report.findings)
     report.unchecked = group_sites(left_alone)
     return report
+
+
+def _check_views(
+    node: ir.Node,
+    views: Iterable[NodeView],
+    checks: Sequence[RuleCheck],
+    seen: set[tuple[str, str, int, str]],
+    findings: list[Finding],
+) -> None:
+    """The findings of ``checks`` on each view of ``node`` (one per call site), a finding
+    that only the call site note tells apart kept once."""
+    for view in views:
+        for rule_check in checks:
+            if rule_check.needs_version and view.row is None:
+                continue
+            for finding in rule_check.func(view):
+                message = finding.message.replace(view.call_site_note, "", 1)
+                key = (finding.rule, finding.graph, id(node), message)
+                if key not in seen:
+                    seen.add(key)
+                    findings.append(finding)
