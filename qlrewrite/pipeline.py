@@ -241,11 +241,7 @@ def _rewrite_loaded(  # noqa: C901
             bytes_after=bytes_after,
             seconds=time.perf_counter() - started,
             model=model,
-            warnings=[
-                *checker_warnings,
-                *(w for r in results for w in _warnings(r)),
-                *notes,
-            ],
+            warnings=[*checker_warnings, *(w for r in results for w in _warnings(r)), *notes],
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,
