@@ -10,8 +10,6 @@ flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 
 from __future__ import annotations
 
-import contextvars
-import dataclasses
 import logging
 import os
 import re
@@ -26,6 +24,7 @@ import onnx_ir as ir
 from qlrewrite import atomic, tensors
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
+from qlrewrite.limits import LIMITS, Limits
 from qlrewrite.output_guard import is_special
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
@@ -63,25 +62,6 @@ EXTERNAL_TENSOR_MIN_BYTES = 1024
 
 
 # --------------------------------------------------------------------------- loading
-
-
-@dataclasses.dataclass(frozen=True)
-class Limits:
-    """What a model file may hold before it is refused, read or not (a 2 MB file of a
-    million empty nodes would take a minute and gigabytes to check). Raise them with
-    ``qlrewrite --max-nodes N --max-depth N COMMAND`` or ``LIMITS.set(Limits(...))``."""
-
-    #: Nodes in all graphs, subgraphs and functions together.
-    max_nodes: int = 500_000
-    #: Subgraphs nested in subgraphs, and functions calling functions.
-    max_depth: int = 64
-
-
-#: The limits :func:`load` applies (a context variable: set per thread or task).
-LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar(
-    "qlrewrite_limits",
-    default=Limits(),  # noqa: B039 (frozen)
-)
 
 
 def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:

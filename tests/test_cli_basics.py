@@ -114,3 +114,36 @@ def test_usage_errors_exit_2(args: tuple[str, ...]) -> None:
     result = cli(*args)
     assert result.exit_code == 2
     assert "Traceback" not in result.output
+
+
+def test_the_lazy_command_table_matches_each_command() -> None:
+    """``--help`` lists the commands from a table without importing them: each summary
+    and name there is the command's own."""
+    import click
+
+    from qlrewrite.cli import COMMANDS, main
+
+    ctx = click.Context(main)
+    for name, (_, _, summary) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert command.get_short_help_str(limit=200) == summary
+
+
+def test_version_and_help_import_no_onnx_or_numpy() -> None:
+    """Start-up: ``--version`` and ``--help`` load no command, onnx, onnx_ir or NumPy."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom qlrewrite.__main__ import run\n"
+        "sys.argv = ['qlrewrite', sys.argv[1]]\n"
+        "try:\n    run()\nexcept SystemExit:\n    pass\n"
+        "heavy = {'onnx', 'onnx_ir', 'numpy', 'qlrewrite.pipeline', 'qlrewrite.cli.check'}\n"
+        "print(sorted(heavy & set(sys.modules)), file=sys.stderr)\n"
+    )
+    for flag in ("--version", "--help"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, flag], capture_output=True, text=True, check=False
+        )
+        assert done.stderr.strip().splitlines()[-1] == "[]", done.stderr

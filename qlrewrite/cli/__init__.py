@@ -1,37 +1,90 @@
-"""The `qlrewrite` command line: a click group; each command lives in its own module."""
+"""The `qlrewrite` command line: a click group; each command lives in its own module,
+imported only when that command runs (``--version`` and ``--help`` import none, nor
+onnx, onnx_ir or NumPy: a pre-commit hook pays start-up on every call)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import platform
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import click
 
 from qlrewrite import __version__
-from qlrewrite.cli._common import debug_option
-from qlrewrite.cli.check import check_command
-from qlrewrite.cli.convert import convert_command
-from qlrewrite.cli.fold import fold_command
-from qlrewrite.cli.info import info_command
-from qlrewrite.cli.rules import rules_command
-from qlrewrite.cli.upgrade import upgrade_command
-from qlrewrite.model_io import LIMITS, Limits
+from qlrewrite.cli._debug import debug_option
+from qlrewrite.limits import LIMITS, Limits
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "main"]
+
+#: Each command: its module, its click command, and its one-line summary as ``--help``
+#: lists it (tests/test_cli_basics.py checks it against the command's own).
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "info": (
+        "info",
+        "info_command",
+        "Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized), "
+        "opsets and initializers (reads no weights).",
+    ),
+    "check": (
+        "check",
+        "check_command",
+        "Check every QuantizeLinear / DequantizeLinear node, and com.microsoft "
+        "MatMulNBits / GatherBlockQuantized, against its opset's rules.",
+    ),
+    "rules": (
+        "rules",
+        "rules_command",
+        "List the check rules, or explain rule CODE (a code or a name) with an example.",
+    ),
+    "fold": (
+        "fold",
+        "fold_command",
+        "Constant-fold QuantizeLinear / DequantizeLinear of constant inputs.",
+    ),
+    "convert": (
+        "convert",
+        "convert_command",
+        "Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.",
+    ),
+    "upgrade": (
+        "upgrade",
+        "upgrade_command",
+        "Convert the model to ai.onnx opset N with ONNX's version converter.",
+    ),
+}
+
+
+class _LazyCommands(Mapping[str, click.Command]):
+    """The group's commands by name; a command's module is imported on first lookup."""
+
+    def __getitem__(self, name: str) -> click.Command:
+        module, attribute, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"qlrewrite.cli.{module}"), attribute)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS)
 
 
 class _Group(click.Group):
-    """Lists each command with its whole one-line summary (click cuts them to the width)."""
+    """Loads a command's module when that command runs; lists each command with its whole
+    one-line summary (click cuts them to the width) without loading any."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands()  # type: ignore[assignment]
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [
-            (name, command.get_short_help_str(limit=200))
-            for name in self.list_commands(ctx)
-            if (command := self.get_command(ctx, name)) is not None and not command.hidden
-        ]
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+        rows = [(name, summary) for name, (_, _, summary) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 #: The distributions the rules, the rewrites and --verify depend on, and what for.
@@ -101,13 +154,3 @@ def main(ctx: click.Context, max_nodes: int, max_depth: int) -> None:
     """Validate, constant-fold, convert and upgrade quantized (QDQ) ONNX models."""
     token = LIMITS.set(Limits(max_nodes=max_nodes, max_depth=max_depth))
     ctx.call_on_close(lambda: LIMITS.reset(token))
-
-
-# --- command registration (one line per command) ---
-main.add_command(info_command)
-main.add_command(check_command)
-main.add_command(rules_command)
-main.add_command(fold_command)
-main.add_command(convert_command)
-main.add_command(upgrade_command)
-# --- end of command registration ---

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import pipeline
+from qlrewrite.cli._debug import debug_enabled, debug_option
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
@@ -47,32 +48,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 out_console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-_DEBUG_KEY = "qlrewrite.debug"
-
-
-def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        ctx.meta[_DEBUG_KEY] = True  # meta is shared by the group's and the command's context
-
-
-def debug_enabled() -> bool:
-    """True with ``--debug`` (on the group or the command) or $QLREWRITE_DEBUG set."""
-    ctx = click.get_current_context(silent=True)
-    given = ctx is not None and ctx.meta.get(_DEBUG_KEY, False)
-    return bool(given or os.environ.get("QLREWRITE_DEBUG"))
-
-
-def debug_option(func: F) -> F:
-    """``--debug``: show tracebacks instead of one-line errors."""
-    return click.option(
-        "--debug",
-        is_flag=True,
-        expose_value=False,
-        is_eager=True,
-        callback=_set_debug,
-        help="Show the full traceback on errors.",
-    )(func)
 
 
 def fail(message: str, exit_code: int) -> None:
