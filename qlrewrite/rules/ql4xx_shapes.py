@@ -9,7 +9,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.qdq import Dims, NodeView, is_constant
+from qlrewrite.qdq import Dims, NodeView, ValueView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
 from qlrewrite.rules.example_models import DQ, MS, qdq_model
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
@@ -40,6 +40,16 @@ def _axis_in_range(ctx: NodeView) -> int | None:
         return None
     axis = ctx.axis
     return axis % x.rank if -x.rank <= axis < x.rank else None
+
+
+def _blocked(ctx: NodeView) -> tuple[ValueView, ValueView, int] | None:
+    """(scale, x, axis in range) of a blocked node whose scale has x's rank; None when
+    not blocked or not known enough to check."""
+    scale, x = ctx.scale, ctx.x
+    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+        return None
+    axis = _axis_in_range(ctx)
+    return None if axis is None else (scale, x, axis)
 
 
 @rule(
@@ -471,12 +481,10 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     ],
 )
 def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
-    scale, x = ctx.scale, ctx.x
-    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+    blocked = _blocked(ctx)
+    if blocked is None:
         return
-    axis = _axis_in_range(ctx)
-    if axis is None:
-        return
+    scale, x, axis = blocked
     bad = [
         i for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
         if i != axis and s is not None and d is not None and s != d
@@ -521,12 +529,10 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     ],
 )
 def block_size_range(ctx: NodeView) -> Iterator[Finding]:
-    scale, x = ctx.scale, ctx.x
-    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+    blocked = _blocked(ctx)
+    if blocked is None:
         return
-    axis = _axis_in_range(ctx)
-    if axis is None:
-        return
+    scale, x, axis = blocked
     d, s, b = x.shape[axis], scale.shape[axis], ctx.block_size
     if d is None or s is None:
         return
