@@ -4,6 +4,7 @@ of models and folders of models."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -218,8 +219,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     if config_file is not None and isolated:
         raise click.UsageError("--config and --isolated: give one of them")
     _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
-    selection = project.Selection(select, ignore, extend_select, strict)
-    listed = enabled_codes(Settings(), selection, Path())  # a wrong code: exit 2 here
+    selection = _selection(select, ignore, extend_select, strict)
     found = project.collect_models(
         models, config=config_file, isolated=isolated, force_exclude=force_exclude
     )
@@ -229,45 +229,110 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     if statistics and fmt not in {"text", "json"}:
         raise click.UsageError("--statistics prints text or json, not " + fmt)
     targets = [t for t in found if isinstance(t, project.Target)]
+    fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify)
     with contextlib.ExitStack() as stack:
-        pending = None
         reads = _files_read(targets, config_file, run_settings)
-        if output is not None:
-            output_guard.refuse_if_read(output, reads, "-o")
-            pending = stack.enter_context(atomic.PendingFile(output))
-        checked = _check_all(targets, selection, jobs, quiet=quiet)
-        by_target = iter(checked)
-        reports = [t if isinstance(t, Report) else next(by_target) for t in found]
-        reports += project.unused_suppressions(targets, checked, selection)
-        refused = False
-        if fix:
-            to_fix = [
-                t
-                for t, r in zip(targets, checked, strict=True)
-                if fixable(r.findings, unsafe=unsafe_fixes)
-            ]
-            _refuse_fix_outputs(to_fix, fix_output, in_place, reads)
-        if fix or diff:
-            options = {"unsafe": unsafe_fixes, "output": fix_output, "in_place": in_place,
-                       "dry_run": diff, "verify": verify}  # fmt: skip
-            outcomes = _fix_all(targets, checked, options, quiet=quiet)
-            refused = any(o.refused for o in outcomes)
-            if diff:
-                _print_diff(outcomes, quiet=quiet)
-                changed = any(o.changes for o in outcomes)
-                sys.exit(_diff_exit(reports, _strictness(targets, selection), changed or refused))
-            reports = _after_fixes(reports, targets, outcomes, selection)
-        if targets:  # SARIF lists the rules checked on some model
-            listed = frozenset().union(
-                *(enabled_codes(t.settings, selection, t.path) for t in targets)
-            )
+        pending = _pending_report(stack, output, reads)
+        checked, reports = _check_found(found, targets, selection, jobs, quiet=quiet)
+        reports, refused = _fix_stage(fixing, targets, checked, reports, selection, reads, quiet)
         if statistics:
             _print_statistics(reports, fmt, pending)
         else:
-            _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=listed)
+            codes = _listed_codes(targets, selection)
+            _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=codes)
     if fmt == "text" and not quiet and not statistics:
         _print_fixable(reports, unsafe_fixes)
     sys.exit(_exit_code(reports, _strictness(targets, selection), refused, exit_zero))
+
+
+def _pending_report(
+    stack: contextlib.ExitStack, output: Path | None, reads: list[Path]
+) -> atomic.PendingFile | None:
+    """``-o``: the report file, refused if it is a file the run reads."""
+    if output is None:
+        return None
+    output_guard.refuse_if_read(output, reads, "-o")
+    return stack.enter_context(atomic.PendingFile(output))
+
+
+def _selection(
+    select: tuple[str, ...], ignore: tuple[str, ...], extend: tuple[str, ...], strict: bool | None
+) -> project.Selection:
+    """The command line's rule selection; a wrong code is a usage error (exit 2) here."""
+    selection = project.Selection(select, ignore, extend, strict)
+    enabled_codes(Settings(), selection, Path())
+    return selection
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fixing:
+    """What ``--fix`` / ``--diff`` were asked to do."""
+
+    fix: bool
+    diff: bool
+    unsafe: bool
+    output: Path | None
+    in_place: bool
+    verify: Any
+
+
+def _fix_stage(  # noqa: PLR0917 (the run's state, passed on as it is)
+    fixing: _Fixing,
+    targets: Sequence[project.Target],
+    checked: Sequence[Report],
+    reports: list[Report],
+    selection: project.Selection,
+    reads: list[Path],
+    quiet: bool,
+) -> tuple[list[Report], bool]:
+    """``--fix`` / ``--diff``: refuse shared or protected outputs first, fix each model,
+    print the diff (and exit) or return the reports after the fixes and whether a fix
+    was refused."""
+    if not (fixing.fix or fixing.diff):
+        return reports, False
+    if fixing.fix:
+        to_fix = [
+            t
+            for t, r in zip(targets, checked, strict=True)
+            if fixable(r.findings, unsafe=fixing.unsafe)
+        ]
+        _refuse_fix_outputs(to_fix, fixing.output, fixing.in_place, reads)
+    options = {"unsafe": fixing.unsafe, "output": fixing.output, "in_place": fixing.in_place,
+               "dry_run": fixing.diff, "verify": fixing.verify}  # fmt: skip
+    outcomes = _fix_all(targets, checked, options, quiet=quiet)
+    refused = any(o.refused for o in outcomes)
+    if fixing.diff:
+        _print_diff(outcomes, quiet=quiet)
+        changed = any(o.changes for o in outcomes)
+        sys.exit(_diff_exit(reports, _strictness(targets, selection), changed or refused))
+    return _after_fixes(reports, targets, outcomes, selection), refused
+
+
+def _listed_codes(
+    targets: Sequence[project.Target], selection: project.Selection
+) -> frozenset[str]:
+    """The rules checked on some model (SARIF lists them); the command line's selection
+    when no model was found."""
+    if not targets:
+        return enabled_codes(Settings(), selection, Path())
+    return frozenset().union(*(enabled_codes(t.settings, selection, t.path) for t in targets))
+
+
+def _check_found(
+    found: Sequence[project.Target | Report],
+    targets: Sequence[project.Target],
+    selection: project.Selection,
+    jobs: int | None,
+    *,
+    quiet: bool,
+) -> tuple[list[Report], list[Report]]:
+    """The reports of the models checked, and every report in the order found (files
+    that could not be read too), then the unused suppressions'."""
+    checked = _check_all(targets, selection, jobs, quiet=quiet)
+    by_target = iter(checked)
+    reports = [t if isinstance(t, Report) else next(by_target) for t in found]
+    reports += project.unused_suppressions(targets, checked, selection)
+    return checked, reports
 
 
 def _check_all(
