@@ -42,7 +42,7 @@ __all__ = ["dequantize"]
 _F32 = np.dtype(np.float32)
 
 
-def dequantize(  # noqa: C901
+def dequantize(
     x: np.ndarray,
     scale: np.ndarray,
     zero_point: np.ndarray | None = None,
@@ -75,20 +75,8 @@ def dequantize(  # noqa: C901
     table = code_table(x.dtype) if x.dtype in MINIFLOAT_TYPES else None
 
     if table is not None and lay.scale_shape == (1, 1, 1):
-        # one table of the 256 possible outputs: y = table[byte]
-        if zp is not None:
-            table = table - zp.astype(_F32).reshape(())
-        with np.errstate(over="ignore", invalid="ignore"):
-            table = (table * s3.reshape(())).astype(out_dtype)
-        xb = x3.view(np.uint8)
-
-        def lookup(chunk):
-            p0, p1 = chunk[0], chunk[1]
-            np.take(table, xb[p0:p1], out=o3[p0:p1], mode="wrap")
-
-        run_chunks(lookup, chunks(lay), threads)
+        _dequantize_by_table(x3, o3, s3, zp, table, lay, threads)
         return out
-
     int32 = x.dtype == np.int32
     z3 = None
     if zp is not None:
@@ -96,28 +84,63 @@ def dequantize(  # noqa: C901
 
     def work(chunk):
         for (xv, ov), (s, z) in parts(lay, chunk, (x3, o3), (s3, z3)):
-            tmp = scratch(xv.shape)
-            if int32:
-                xi = xv
-                if z is not None:
-                    xi = scratch(xv.shape, np.dtype(np.int32), slot=1)
-                    np.subtract(xv, z, out=xi)  # wraps in int32, as ORT
-                np.copyto(tmp, xi, casting="unsafe")  # rounds to nearest even
-            else:
-                if table is not None:  # float8 / float6 / float4: exact values by table
-                    np.take(table, xv.view(np.uint8), out=tmp, mode="wrap")
-                else:  # ints up to 16 bits: exact (NumPy / ml_dtypes casts)
-                    np.copyto(tmp, xv, casting="unsafe")
-                if z is not None:
-                    np.subtract(tmp, z, out=tmp)  # exact: |x - zp| < 2**17
-            if ov.dtype == _F32:
-                np.multiply(tmp, s, out=ov)
-            else:
-                np.multiply(tmp, s, out=tmp)
-                np.copyto(ov, tmp, casting="unsafe")  # one rounding to float16 / bfloat16
+            _dequantize_part(xv, ov, s, z, table)
 
     run_chunks(work, chunks(lay), threads)
     return out
+
+
+def _dequantize_by_table(  # noqa: PLR0917 (the kernel's arrays, as dequantize has them)
+    x3: np.ndarray,
+    o3: np.ndarray,
+    s3: np.ndarray,
+    zp: np.ndarray | None,
+    table: np.ndarray,
+    lay: Any,
+    threads: int | None,
+) -> None:
+    """One scale and an 8-bit float type: one table of the 256 possible outputs,
+    ``y = table[byte]``."""
+    if zp is not None:
+        table = table - zp.astype(_F32).reshape(())
+    with np.errstate(over="ignore", invalid="ignore"):
+        table = (table * s3.reshape(())).astype(o3.dtype)
+    xb = x3.view(np.uint8)
+
+    def lookup(chunk):
+        p0, p1 = chunk[0], chunk[1]
+        np.take(table, xb[p0:p1], out=o3[p0:p1], mode="wrap")
+
+    run_chunks(lookup, chunks(lay), threads)
+
+
+def _dequantize_part(
+    xv: np.ndarray,
+    ov: np.ndarray,
+    s: np.ndarray,
+    z: np.ndarray | None,
+    table: np.ndarray | None,
+) -> None:
+    """``ov = (xv - z) * s`` for one part of a chunk, with ONNX Runtime's roundings."""
+    tmp = scratch(xv.shape)
+    if xv.dtype == np.int32:
+        xi = xv
+        if z is not None:
+            xi = scratch(xv.shape, np.dtype(np.int32), slot=1)
+            np.subtract(xv, z, out=xi)  # wraps in int32, as ORT
+        np.copyto(tmp, xi, casting="unsafe")  # rounds to nearest even
+    else:
+        if table is not None:  # float8 / float6 / float4: exact values by table
+            np.take(table, xv.view(np.uint8), out=tmp, mode="wrap")
+        else:  # ints up to 16 bits: exact (NumPy / ml_dtypes casts)
+            np.copyto(tmp, xv, casting="unsafe")
+        if z is not None:
+            np.subtract(tmp, z, out=tmp)  # exact: |x - zp| < 2**17
+    if ov.dtype == _F32:
+        np.multiply(tmp, s, out=ov)
+    else:
+        np.multiply(tmp, s, out=tmp)
+        np.copyto(ov, tmp, casting="unsafe")  # one rounding to float16 / bfloat16
 
 
 def _checked_zero_point(x: np.ndarray, zp: np.ndarray | None) -> np.ndarray | None:
