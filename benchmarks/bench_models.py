@@ -13,6 +13,7 @@ the defaults 128 x 4096 x 4096, 1.0 GiB of B plus 0.25 GiB of scales and zero po
 from __future__ import annotations
 
 import json
+import resource
 import shutil
 import subprocess
 import sys
@@ -187,3 +188,16 @@ def run_worker(
     if done.returncode != 0:
         raise RuntimeError(f"{tool} failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return seconds, json.loads(done.stdout.strip().splitlines()[-1])["peak_rss"]
+
+
+def peak_rss() -> int:
+    """This process's peak RSS in bytes: VmHWM (``ru_maxrss`` survives exec on Linux, so a
+    child would report its parent's peak when that was higher)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

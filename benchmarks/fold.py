@@ -6,7 +6,7 @@ Model: ``bench_models.matmul_chain`` (16 4096 x 4096 weights: 8 int8 per-axis DQ
 blocked-32 DQ, 2 float -> Q -> DQ; about 340 MiB in, 1.15 GiB out, external data).
 Each tool runs in a fresh subprocess, alternating tool by tool for ``--rounds`` rounds;
 wall time is measured from outside (interpreter start-up and imports included), peak RSS
-is the child's own ``ru_maxrss``. Peers:
+is the child's own (``VmHWM``). Peers:
 
 - ``ort``: ONNX Runtime's offline optimizer (``session.disable_quant_qdq=1``,
   ORT_ENABLE_BASIC, ``optimized_model_filepath`` with an external initializers file);
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import sys
 from pathlib import Path
@@ -94,8 +93,9 @@ WORKERS = {
 
 def _worker_main(tool: str, source: str, target: str) -> None:
     WORKERS[tool](Path(source), Path(target))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak_rss": peak}))
+    from bench_models import peak_rss  # the script's folder is on the path
+
+    print(json.dumps({"peak_rss": peak_rss()}))
 
 
 # --------------------------------------------------------------------------- driver

@@ -6,7 +6,7 @@ Model: ``bench_models.nbits_chain`` (128 com.microsoft MatMulNBits, 4096 x 4096,
 block 32, float32 scales, packed zero points: 1.0 GiB of B, 1.28 GiB of external data in
 all). Each tool runs in a fresh subprocess, tool after tool for ``--rounds`` rounds; wall
 time from outside (interpreter start-up and imports included), peak RSS is the child's own
-``ru_maxrss``. Contenders:
+(``VmHWM``). Contenders:
 
 - ``qlrewrite``: ``qlrewrite convert MODEL --to onnx`` (checks before and after, atomic
   save with fsync);
@@ -15,7 +15,10 @@ time from outside (interpreter start-up and imports included), peak RSS is the c
 - ``io-floor``: a plain ``ir.load`` + ``ir.save`` of qlrewrite's output (the cost of
   writing the output at all; no fsync);
 - ``io-floor-fsync``: the same, then ``fsync`` of the data file (qlrewrite's atomic save
-  flushes its output to disk before renaming it into place).
+  flushes its output to disk before renaming it into place);
+- ``qlrewrite-back``: the other direction, ``qlrewrite convert OUT --to com.microsoft`` of
+  qlrewrite's output (DequantizeLinear -> MatMul back to MatMulNBits), with its own
+  ``io-floor-back`` and ``io-floor-back-fsync`` (the same floors on its output).
 
 Afterwards the first MatMul weights of qlrewrite's and Olive's outputs are compared (x,
 scale and zero point of each DequantizeLinear, bit for bit). Targets: within 1.5x of the
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -38,10 +40,11 @@ TARGET_RSS_MB = 300
 
 
 def _work(tool: str, source: Path, target: Path) -> None:
-    if tool == "qlrewrite":
+    if tool.startswith("qlrewrite"):
         from qlrewrite.cli import main
 
-        main(["convert", str(source), "--to", "onnx", "-o", str(target), "-q"],
+        to = "com.microsoft" if tool == "qlrewrite-back" else "onnx"
+        main(["convert", str(source), "--to", to, "-o", str(target), "-q"],
              standalone_mode=False)  # fmt: skip
     elif tool == "olive":
         from olive.model import ONNXModelHandler
@@ -56,11 +59,12 @@ def _work(tool: str, source: Path, target: Path) -> None:
         import onnx_ir as ir
 
         ir.save(ir.load(source), target, external_data=target.name + ".data")
-        if tool == "io-floor-fsync":
+        if tool.endswith("-fsync"):
             with open(target.with_name(target.name + ".data"), "rb+") as data:
                 os.fsync(data.fileno())
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"peak_rss": peak}))
+    from bench_models import peak_rss  # the script's folder is on the path
+
+    print(json.dumps({"peak_rss": peak_rss()}))
 
 
 def _dq_weights(path: Path, count: int = 4) -> list[tuple]:
@@ -81,11 +85,21 @@ def _dq_weights(path: Path, count: int = 4) -> list[tuple]:
     return found
 
 
+def _source_of(tool: str, source: Path, outputs: dict[str, Path]) -> Path:
+    """The input of ``tool``: the benchmark model, or the output it is the floor of."""
+    if tool.startswith("io-floor-back"):
+        return outputs["qlrewrite-back"]
+    if tool == "qlrewrite-back" or tool.startswith("io-floor"):
+        return outputs["qlrewrite"]
+    return source
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/qlrewrite-bench"))
     parser.add_argument("--olive-python", default=sys.executable)
+    parser.add_argument("--skip-back", action="store_true", help="no --to com.microsoft run")
     parser.add_argument("--worker", nargs=3)
     args = parser.parse_args()
     if args.worker:
@@ -95,7 +109,9 @@ def main() -> None:
     from bench_models import nbits_chain, run_worker
 
     source = nbits_chain(args.folder)
-    pythons = {tool: sys.executable for tool in ("qlrewrite", "io-floor", "io-floor-fsync")}
+    tools = ("qlrewrite", "io-floor", "io-floor-fsync")
+    tools += () if args.skip_back else ("qlrewrite-back", "io-floor-back", "io-floor-back-fsync")
+    pythons = {tool: sys.executable for tool in tools}
     probe = subprocess.run([args.olive_python, "-c", "import olive.passes.onnx.mnb_to_qdq"],
                            capture_output=True, check=False)  # fmt: skip
     if probe.returncode == 0:
@@ -107,7 +123,7 @@ def main() -> None:
     peaks: dict[str, list[int]] = {tool: [] for tool in pythons}
     for round_ in range(args.rounds):
         for tool, python in pythons.items():
-            src = outputs["qlrewrite"] if tool.startswith("io-floor") else source
+            src = _source_of(tool, source, outputs)
             seconds, peak = run_worker(__file__, tool, src, outputs[tool], python)
             times[tool].append(seconds)
             peaks[tool].append(peak)
@@ -116,11 +132,15 @@ def main() -> None:
     for tool in pythons:
         print(f"| {tool} | {min(times[tool]):.2f} | {statistics.median(times[tool]):.2f} | "
               f"{max(peaks[tool]) / 2**20:.0f} |")  # fmt: skip
-    rss = max(peaks["qlrewrite"]) / 2**20
-    for floor in ("io-floor", "io-floor-fsync"):
-        ratio = min(times["qlrewrite"]) / min(times[floor])
-        print(f"qlrewrite / {floor}: {ratio:.2f}x (target <= {TARGET_FLOOR_RATIO})")
-    print(f"qlrewrite peak RSS {rss:.0f} MiB (target <= {TARGET_RSS_MB})")
+    for ours, floors in (("qlrewrite", ("io-floor", "io-floor-fsync")),
+                         ("qlrewrite-back", ("io-floor-back", "io-floor-back-fsync"))):  # fmt: skip
+        if ours not in pythons:
+            continue
+        for floor in floors:
+            ratio = min(times[ours]) / min(times[floor])
+            print(f"{ours} / {floor}: {ratio:.2f}x (target <= {TARGET_FLOOR_RATIO})")
+        rss = max(peaks[ours]) / 2**20
+        print(f"{ours} peak RSS {rss:.0f} MiB (target <= {TARGET_RSS_MB})")
     if "olive" in pythons:
         speedup = min(times["olive"]) / min(times["qlrewrite"])
         print(f"qlrewrite vs olive: {speedup:.2f}x faster (best vs best)")
