@@ -210,6 +210,9 @@ class MatMulNBitsB(StreamedTensor):
         offset = (1 << (bits - 1)) if signed else 0
 
         def read(n0: int, n1: int) -> np.ndarray:
+            fast = layout.b_rows(raw, n0, n1, transposed=self.transposed, flip=signed)
+            if fast is not None:  # on bytes
+                return fast
             k = np.arange(K, dtype=np.int64)
             n = np.arange(n0, n1, dtype=np.int64)
             index = n[:, None] * K + k if self.transposed else k * N + n[:, None]
