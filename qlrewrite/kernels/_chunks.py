@@ -31,8 +31,12 @@ __all__ = [
     "thread_count",
 ]
 
-#: Elements per chunk: 256 KiB of float32 temporaries, well inside L2.
-CHUNK = 1 << 16
+#: Elements per chunk: 1 MiB of float32 temporaries, about one core's L2. Measured on a
+#: 2-core EPYC (1 MiB L2 per core), one thread, 4096 x 4096: 1.3-1.5x the throughput of
+#: 64 Ki-element chunks (uint8 per-tensor DQ 7.5 -> 11.2 GB/s): a quarter of the NumPy
+#: calls, and longer runs of output for each call; 512 Ki elements gained 3-8% more but
+#: double the scratch memory.
+CHUNK = 1 << 18
 
 _F32 = np.dtype(np.float32)
 _local = threading.local()
