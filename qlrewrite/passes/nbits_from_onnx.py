@@ -21,7 +21,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.kernels.nbits import MatMulNBitsLayout
+from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, ORDER_REASON, min_block
@@ -372,6 +372,15 @@ def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
     return np.arange(layout.k_blocks) * layout.block_size // source_block
 
 
+def _pick_blocks(rows: np.ndarray, layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+    """``[N, source blocks]`` -> ``[N, k_blocks]``, C-contiguous (no copy when the blocks are
+    the same)."""
+    blocks = _blocks_of(layout, source_block)
+    if rows.shape[1] == len(blocks) and np.array_equal(blocks, np.arange(len(blocks))):
+        return np.ascontiguousarray(rows)
+    return np.ascontiguousarray(rows[:, blocks])
+
+
 def _scales(
     scale: ir.TensorProtocol,
     layout: MatMulNBitsLayout,
@@ -384,8 +393,8 @@ def _scales(
 
     def reader():
         array = np.asarray(scale.numpy()).reshape(-1, layout.N if not transposed else 1)
-        whole = array.reshape(layout.N, -1) if transposed else array.T
-        whole = np.ascontiguousarray(whole[:, _blocks_of(layout, source_block)])
+        whole = array.reshape(layout.N, -1) if transposed else transpose(array)
+        whole = _pick_blocks(whole, layout, source_block)
         return lambda r0, r1: whole[r0:r1]
 
     shape = [layout.N, layout.k_blocks]
@@ -406,9 +415,13 @@ def _zero_points(
         if zero_point is None:
             values = np.zeros((layout.N, layout.k_blocks), np.int16)
         else:
-            values = np.asarray(zero_point.numpy()).astype(np.int16)
-            values = values.reshape(layout.N, -1) if transposed else values.reshape(-1, layout.N).T
-            values = values[:, _blocks_of(layout, source_block)]
+            values = np.asarray(zero_point.numpy())
+            values = (
+                values.reshape(layout.N, -1)
+                if transposed
+                else transpose(values.reshape(-1, layout.N))
+            )
+            values = _pick_blocks(values, layout, source_block).astype(np.int16)
         packed = layout.pack_zero_points((values + shift).astype(np.uint8))
         return lambda r0, r1: packed[r0:r1]
 
