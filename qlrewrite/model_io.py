@@ -138,13 +138,13 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     model = _deserialize(proto, path)
     base_dir = model_folder(path)
     tensors.resolve_external(model, base_dir)
+    set_source(model, Source(path, proto))
     if check_data:
-        problems = tensors.data_problems(model, proto=proto, base_dir=base_dir)
+        problems = tensors.data_problems(model)
         if problems:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise InputError(f"{path}: {first.message}{more}")
-    set_source(model, Source(path, proto))
     return model
 
 

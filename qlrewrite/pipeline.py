@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.qdq.inference import Inference, share
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
@@ -110,10 +112,10 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Report:
+def _check(model: ir.Model, path: Path | None, inference: Inference) -> Report:
     from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
-    return check_model(model, path=str(path) if path else None, weightless=weightless)
+    return check_model(model, path=str(path) if path else None, inference=inference)
 
 
 def rewrite(
@@ -204,22 +206,12 @@ def _rewrite_loaded(  # noqa: C901
     started: float,
     snapshot: Snapshot,
 ) -> RewriteResult:
-    _refuse_custom_quant(model, input_path)
     verifier = Verifier(input_path, model, verify) if verify is not None else None
-    # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    source = source_of(model)
-    unchanged = weightless_from_source(source.proto) if source is not None else None
-    report = unrepaired(_check(model, input_path, unchanged), passes)
-    notes = _not_looked_at(report, model, command)
-    if report.errors:
-        raise FindingsRefusal(
-            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
-            "(run `qlrewrite check` for details)",
-            report,
-        )
+    unchanged, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
+    # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
-        external_data = True  # decided on the input: a pass may replace every external tensor
+        external_data = True
     runtime_ops = runtime_only_ops(model)
     passes = with_implied_imports(model, passes)
     model, results = run_passes(model, passes)
@@ -257,24 +249,46 @@ def _rewrite_loaded(  # noqa: C901
         if pending is not None and not dry_run:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
+    save = functools.partial(model_io.save, model, external_data=external_data,
+                             before_commit=before_commit)  # fmt: skip
     if not dry_run:
-        model_io.save(
-            model,
-            target,
-            external_data=external_data,
-            before_commit=before_commit,
-            callback=on_tensor_saved,
-            keep=keep,
-            unchanged=lambda: snapshot.refuse_if_changed(input_path),
-        )
+        save(target, callback=on_tensor_saved, keep=keep,
+             unchanged=lambda: snapshot.refuse_if_changed(input_path))  # fmt: skip
     elif verifier is not None:
-        with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
-            staged = Path(folder) / target.name
-            model_io.save(model, staged, external_data=external_data, before_commit=before_commit)
+        _save_to_temporary(save, target.name)
     done = result()
     if pending is not None and dry_run:
         pending.write(_json(done.to_json()))
     return done
+
+
+def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
+    """``--dry-run --verify``: the model is staged in a temporary folder, then removed."""
+    with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
+        save(Path(folder) / name)
+
+
+def _check_input(
+    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
+) -> tuple[onnx.ModelProto | None, list[str]]:
+    """Refuse an input the rewrite cannot take (another producer's custom quantization,
+    an error finding no pass repairs); return its weight-free proto (as read) and the
+    notes on what the command leaves alone. The input's inference is offered to the
+    passes (:func:`~qlrewrite.qdq.inference.share`): it runs once per run."""
+    _refuse_custom_quant(model, input_path)
+    # The model is as loaded: shape inference can run on a copy of the file's nodes.
+    source = source_of(model)
+    unchanged = weightless_from_source(source.proto) if source is not None else None
+    inference = Inference(model, unchanged)
+    report = unrepaired(_check(model, input_path, inference), passes)
+    share(model, inference)
+    if report.errors:
+        raise FindingsRefusal(
+            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
+            "(run `qlrewrite check` for details)",
+            report,
+        )
+    return unchanged, _not_looked_at(report, model, command)
 
 
 def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
@@ -430,7 +444,7 @@ def validate_output(
     """
     proto = weightless_proto(model)
     try:
-        warnings = _full_check(proto, runtime_ops)
+        warnings, inferred = _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
         problem = _checker_problem(original, runtime_ops) if original is not None else None
         if problem is not None:
@@ -441,7 +455,7 @@ def validate_output(
         raise Refusal(
             f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
         ) from exc
-    report = _check(model, source, proto)
+    report = _check(model, source, Inference(model, inferred=inferred))
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "
@@ -468,14 +482,16 @@ def _checker_problem(proto: onnx.ModelProto, runtime_ops: frozenset[str]) -> str
     return None
 
 
-def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()) -> list[str]:
+def _full_check(
+    proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()
+) -> tuple[list[str], onnx.ModelProto]:
     """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
     one for the structural check only, which requires the field; strict shape inference
     (the rest of the full check) runs without it, as ONNX Runtime does. Nodes of the ONNX
     domain that ONNX does not define and the input already had (``runtime_ops``: ONNX
     Runtime registers a few there, e.g. the SimplifiedLayerNormalization of ONNX Runtime
-    GenAI's models) are checked as custom ops. Returns warnings naming both. ``proto`` is
-    left as it came."""
+    GenAI's models) are checked as custom ops. Returns warnings naming both, and the
+    inferred proto (the output check reads its types). ``proto`` is left as it came."""
     unknown = [
         n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in runtime_ops
     ]
@@ -484,7 +500,7 @@ def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset(
     if unknown:
         proto.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
     try:
-        warnings = _checked(proto)
+        warnings, inferred = _checked(proto)
     finally:
         for node in unknown:
             node.domain = ""
@@ -496,7 +512,7 @@ def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset(
             f"{ops}: not ONNX operators (ONNX Runtime defines them in the ONNX domain); "
             "onnx.checker checked them as custom operators"
         )
-    return warnings
+    return warnings, inferred
 
 
 _UNCHECKED_DOMAIN = "qlrewrite.unchecked"
@@ -518,22 +534,23 @@ def runtime_only_ops(model: ir.Model) -> frozenset[str]:
     return frozenset(found)
 
 
-def _checked(proto: onnx.ModelProto) -> list[str]:
+def _checked(proto: onnx.ModelProto) -> tuple[list[str], onnx.ModelProto]:
+    """onnx.checker's full check as it runs it (the structural check, then strict shape
+    inference with type checks), keeping the inferred proto."""
     shapeless = _shapeless_io(proto.graph)
-    if not shapeless:
-        onnx.checker.check_model(proto, full_check=True)
-        return []
     for info in shapeless:
         info.type.tensor_type.shape.SetInParent()
     onnx.checker.check_model(proto)
     for info in shapeless:
         info.type.tensor_type.ClearField("shape")
-    onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    if not shapeless:
+        return [], inferred
     names = ", ".join(info.name for info in shapeless)
     return [
         f"graph input/output {names} declared without a shape (as in the input); "
         "onnx.checker's full check ran without it"
-    ]
+    ], inferred
 
 
 def _shapeless_io(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
