@@ -363,6 +363,7 @@ def save(  # noqa: C901
     before_commit: Callable[[Path], None] | None = None,
     keep: Collection[Path] | None = None,
     unchanged: Callable[[], None] | None = None,
+    weightless: onnx.ModelProto | None = None,
 ) -> Path | None:
     """Write ``model`` to ``path`` atomically; return the external data file, if any.
 
@@ -376,19 +377,12 @@ def save(  # noqa: C901
     called with the staged model file (data file beside it) before anything is moved
     into place; if it raises, nothing is written (``--verify`` uses it). ``unchanged`` is
     called under the commit lock just before the commit (an in-place rewrite refuses there
-    when another run replaced the input meanwhile).
+    when another run replaced the input meanwhile). ``weightless``: the
+    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
+    has it: a file without external data is written from it, not serialized again.
     """
-    path = Path(path).absolute()
+    path = _output_path(path)
     folder = path.parent
-    if not folder.is_dir():
-        raise InputError(f"{path}: output folder does not exist")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory; give a file name for the output")
-    if is_special(path):
-        raise InputError(
-            f"{path}: not a regular file (a device, FIFO or socket); models are written to "
-            "regular files only"
-        )
     if external_data is None:
         external_data = (
             tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
@@ -404,7 +398,8 @@ def save(  # noqa: C901
     with atomic.Staging(folder, str(path)) as staging:
         staged_model = staging / path.name
         try:
-            _write(model, staged_model, data_name if external_data else None, max_workers, callback)
+            data = data_name if external_data else None
+            _write(model, staged_model, data, max_workers, callback, weightless=weightless)
         except OSError as exc:
             raise atomic.write_error(path, exc) from exc
         atomic._step("staged")
@@ -428,6 +423,21 @@ def save(  # noqa: C901
             raise atomic.write_error(path, exc) from exc
 
 
+def _output_path(path: str | os.PathLike) -> Path:
+    """``path`` made absolute; refused unless a regular file may be written there."""
+    path = Path(path).absolute()
+    if not path.parent.is_dir():
+        raise InputError(f"{path}: output folder does not exist")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory; give a file name for the output")
+    if is_special(path):
+        raise InputError(
+            f"{path}: not a regular file (a device, FIFO or socket); models are written to "
+            "regular files only"
+        )
+    return path
+
+
 def _initializers_save_leaves(model: ir.Model) -> set[int]:
     """The initializer tensors onnx_ir's save leaves where they are (those of subgraphs
     inside functions), by identity."""
@@ -445,6 +455,8 @@ def _write(
     data_name: str | None,
     max_workers: int | None,
     callback: SaveCallback | None,
+    *,
+    weightless: onnx.ModelProto | None = None,
 ) -> None:
     # Node attribute tensors (Constant values) in external data, and initializers of
     # subgraphs inside functions, are written into the model: onnx_ir's save moves only
@@ -461,4 +473,4 @@ def _write(
                 callback=callback,
             )
     else:  # one tensor at a time, not the whole model serialized twice in memory
-        save_inline(model, staged, callback=callback)
+        save_inline(model, staged, callback=callback, weightless=weightless)

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnx_ir as ir
@@ -35,7 +35,12 @@ from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
-from qlrewrite.weightless import weightless_from_source, weightless_proto
+from qlrewrite.weightless import (
+    forget_unchanged,
+    share_unchanged,
+    weightless_from_source,
+    weightless_proto,
+)
 
 __all__ = [
     "FindingsRefusal",
@@ -189,7 +194,7 @@ def rewrite(
     return result
 
 
-def _rewrite_loaded(  # noqa: C901
+def _rewrite_loaded(
     model: ir.Model,
     input_path: Path,
     passes: Sequence[ir.passes.PassBase],
@@ -212,14 +217,10 @@ def _rewrite_loaded(  # noqa: C901
     # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
-    runtime_ops = runtime_only_ops(model)
     passes = with_implied_imports(model, passes)
-    model, results = run_passes(model, passes)
-    if verifier is not None:
-        verifier.expect_differences(results)
-    checker_warnings = validate_output(model, input_path, unchanged, runtime_ops=runtime_ops)
-    bytes_after = tensors.initializer_bytes(model)
-    _refuse_over_max_size(bytes_after, max_size)
+    out = _rewritten(model, passes, input_path, unchanged, verifier)
+    model, results, serialized, checker_warnings = out
+    bytes_after = _refuse_over_max_size(model, max_size)
 
     def result() -> RewriteResult:
         return RewriteResult(
@@ -250,7 +251,7 @@ def _rewrite_loaded(  # noqa: C901
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
     save = functools.partial(model_io.save, model, external_data=external_data,
-                             before_commit=before_commit)  # fmt: skip
+                             before_commit=before_commit, weightless=serialized)  # fmt: skip
     if not dry_run:
         save(target, callback=on_tensor_saved, keep=keep,
              unchanged=lambda: snapshot.refuse_if_changed(input_path))  # fmt: skip
@@ -260,6 +261,33 @@ def _rewrite_loaded(  # noqa: C901
     if pending is not None and dry_run:
         pending.write(_json(done.to_json()))
     return done
+
+
+class _Rewritten(NamedTuple):
+    model: ir.Model
+    results: list[ir.passes.PassResult]
+    serialized: onnx.ModelProto  # weightless_proto(model): checked, then saved from
+    warnings: list[str]  # of the output check
+
+
+def _rewritten(
+    model: ir.Model,
+    passes: Sequence[ir.passes.PassBase],
+    input_path: Path,
+    unchanged: onnx.ModelProto | None,
+    verifier: Verifier | None,
+) -> _Rewritten:
+    """Run ``passes`` on ``model`` and validate the output (serialized once, weights
+    left out: the save writes from the same proto)."""
+    runtime_ops = runtime_only_ops(model)
+    model, results = run_passes(model, passes)
+    if verifier is not None:
+        verifier.expect_differences(results)
+    serialized = weightless_proto(model)
+    warnings = validate_output(
+        model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
+    )
+    return _Rewritten(model, results, serialized, warnings)
 
 
 def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
@@ -282,6 +310,7 @@ def _check_input(
     inference = Inference(model, unchanged)
     report = unrepaired(_check(model, input_path, inference), passes)
     share(model, inference)
+    share_unchanged(model, unchanged)  # for the first pass (upgrade), which sees it as read
     if report.errors:
         raise FindingsRefusal(
             f"{input_path}: {len(report.errors)} error finding(s); nothing written "
@@ -301,14 +330,16 @@ def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
         )
 
 
-def _refuse_over_max_size(bytes_after: int, max_size: int | None) -> None:
-    """Refuse an output whose initializers would exceed ``--max-size`` (decided on the
-    shapes, before anything is computed or written)."""
+def _refuse_over_max_size(model: ir.Model, max_size: int | None) -> int:
+    """The bytes of the output's initializers; refused if they would exceed ``--max-size``
+    (decided on the shapes, before anything is computed or written)."""
+    bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
             f"{max_size}; nothing written"
         )
+    return bytes_after
 
 
 def _report_refused(
@@ -394,6 +425,7 @@ def run_passes(
     for rewrite_pass in passes:
         try:
             result = rewrite_pass(model)
+            forget_unchanged(model)  # what was read no longer describes it
         except (ir.passes.PassError, ir.passes.InvariantError) as exc:
             cause: BaseException | None = exc
             while cause is not None and not isinstance(cause, QlrewriteError):
@@ -432,6 +464,7 @@ def validate_output(
     original: onnx.ModelProto | None = None,
     *,
     runtime_ops: frozenset[str] = frozenset(),
+    weightless: onnx.ModelProto | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -440,9 +473,11 @@ def validate_output(
     ``original``: a weight-free proto of the input; when onnx.checker rejects the output,
     it is checked too, and an input the checker rejects as well is named as the cause.
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
-    had (:func:`runtime_only_ops`), checked as custom ops.
+    had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
+    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
+    made it (the save reuses it); it is left as it came.
     """
-    proto = weightless_proto(model)
+    proto = weightless if weightless is not None else weightless_proto(model)
     try:
         warnings, inferred = _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
