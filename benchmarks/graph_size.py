@@ -9,6 +9,14 @@ wall of ``--repeat``, interpreter start-up and imports included, output discarde
 prints a table: seconds at each size, microseconds per node at the largest size (start-up
 excluded, measured as ``python -c "import qlrewrite.cli"``) and the growth factor between
 the two largest sizes against the node-count factor (linear: equal).
+
+The floors are measured in the same run, each in a fresh process as the commands are:
+``load`` (start Python, import onnx_ir with sympy deferred as qlrewrite does, ``ir.load``),
+``load+save`` (the same, then ``ir.save`` to a new file) and ``converter`` (``onnx.load``,
+ONNX's version converter to opset 21, ``onnx.save``). The "x floor" column divides each
+command's time at the largest size by the floor that command needs: load for info and
+check, load+save for the rewrites, converter + load+save for upgrade (issue 21's target:
+1.5x, and upgrade 1.0x its floor).
 """
 
 from __future__ import annotations
@@ -94,10 +102,39 @@ def _wall(argv: list[str], repeat: int) -> float:
     return best
 
 
+_DEFER = (
+    "from qlrewrite._deferred_imports import defer_sympy; defer_sympy(); import onnx_ir as ir; "
+)
+FLOORS = {
+    "load": _DEFER + "ir.load({src!r})",
+    "load+save": _DEFER + "ir.save(ir.load({src!r}), {out!r})",
+    "converter": (
+        "import onnx; from onnx import version_converter as v; "
+        "onnx.save(v.convert_version(onnx.load({src!r}), 21), {out!r})"
+    ),
+}
+#: The floor each command is held to (a sum of FLOORS entries).
+FLOOR_OF = {
+    "info": ("load",),
+    "check": ("load",),
+    "fold": ("load+save",),
+    "convert --to com.microsoft": ("load+save",),
+    "upgrade --opset 21": ("converter", "load+save"),
+}
+
+
+def _floors(path: Path, out: Path, repeat: int) -> dict[str, float]:
+    """Seconds of each FLOORS entry on ``path`` (fresh processes, best of ``repeat``)."""
+    return {
+        name: _wall([sys.executable, "-c", code.format(src=str(path), out=str(out))], repeat)
+        for name, code in FLOORS.items()
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", nargs="?", help="where to build the models (default: temp)")
-    parser.add_argument("--layers", default="1500,6000", help="comma-separated layer counts")
+    parser.add_argument("--layers", default="2000,8000", help="comma-separated layer counts")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per cell")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.layers.split(","))
@@ -110,9 +147,17 @@ def main() -> None:
         print(f"start-up (python -c 'import qlrewrite.cli'): {startup:.2f} s")
         nodes = {n: n * NODES_PER_LAYER for n in sizes}
         big, small = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
+        floors = {n: _floors(paths[n], folder / "floor.onnx", args.repeat) for n in sizes}
+        for name in FLOORS:
+            cells = ", ".join(f"{nodes[n]} nodes {floors[n][name]:.2f} s" for n in sizes)
+            print(f"floor {name}: {cells}")
         header = [f"{nodes[n]} nodes s" for n in sizes]
-        print("| command | " + " | ".join(header) + f" | us/node at {nodes[big]} | growth |")
-        print("|---|" + "---:|" * (len(sizes) + 2))
+        print(
+            "| command | " + " | ".join(header)
+            + f" | us/node at {nodes[big]} | growth | "
+            + " | ".join(f"x floor at {nodes[n]}" for n in sizes) + " |"
+        )  # fmt: skip
+        print("|---|" + "---:|" * (2 * len(sizes) + 2))
         for label, argv in COMMANDS.items():
             times = {}
             for n in sizes:
@@ -123,7 +168,13 @@ def main() -> None:
             growth = (times[big] - startup) / max(times[small] - startup, 1e-3)
             cells = " | ".join(f"{times[n]:.2f}" for n in sizes)
             factor = nodes[big] / nodes[small]
-            print(f"| {label} | {cells} | {per_node:.0f} | {growth:.1f}x (nodes {factor:.0f}x) |")
+            ratios = " | ".join(
+                f"{times[n] / sum(floors[n][name] for name in FLOOR_OF[label]):.2f}x" for n in sizes
+            )
+            print(
+                f"| {label} | {cells} | {per_node:.0f} | {growth:.1f}x (nodes {factor:.0f}x) "
+                f"| {ratios} |"
+            )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import NodeView, node_views
+from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
@@ -100,14 +101,19 @@ def check_path(
 
 
 def check_model(
-    model: ir.Model, *, path: str | None = None, weightless: onnx.ModelProto | None = None
+    model: ir.Model,
+    *,
+    path: str | None = None,
+    weightless: onnx.ModelProto | None = None,
+    inference: Inference | None = None,
 ) -> Report:
     """Every finding of every rule on ``model`` (which is not modified).
 
     ``weightless``: a weight-free proto of ``model`` as it is now (from
     :func:`~qlrewrite.weightless.weightless_proto` or, for a model just loaded,
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
-    it the model is serialized again if inference is needed.
+    it the model is serialized again if inference is needed. ``inference``: the
+    inference of ``model`` as it is now, to use instead (a rewrite's, made once).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
@@ -118,7 +124,10 @@ def check_model(
     seen: set[tuple[str, str, int, str]] = set()
     checks_of: dict[int, list[RuleCheck]] = {}
     left_alone = []  # found by the same walk: named, not checked
-    for site, views in node_views(model, weightless=weightless, kinds=(*CHECKED_KINDS, LEFT_ALONE)):
+    kinds = (*CHECKED_KINDS, LEFT_ALONE)
+    if inference is None:
+        inference = Inference(model, weightless)
+    for site, views in node_views(model, inference=inference, kinds=kinds):
         if site.kind is LEFT_ALONE:
             left_alone.append(site)
             continue

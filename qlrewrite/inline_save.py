@@ -22,6 +22,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.tensors import external_in_memory
+from qlrewrite.toolkit import main_graphs
 
 #: Called after each initializer is written (model_io.SaveCallback).
 SaveCallback = Callable[[ir.TensorProtocol, "CallbackInfo"], None]
@@ -78,6 +79,23 @@ def _skeleton(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
     return proto
 
 
+def _from_weightless(weightless: onnx.ModelProto, model: ir.Model) -> onnx.ModelProto | None:
+    """What :func:`_skeleton` makes, copied from ``weightless``: its main graph without
+    initializers and without the inputs it declared for the large ones. None when one of
+    those came from a subgraph (the skeleton keeps subgraph initializers in place)."""
+    if any(graph.initializers for graph in main_graphs(model)[1:]):
+        return None
+    inputs = len(model.graph.inputs)
+    declared = {info.name for info in weightless.graph.input[inputs:]}
+    if not declared <= model.graph.initializers.keys():
+        return None
+    proto = onnx.ModelProto()
+    proto.CopyFrom(weightless)
+    del proto.graph.initializer[:]
+    del proto.graph.input[inputs:]
+    return proto
+
+
 def _initializers(values: list[ir.Value]) -> Iterator[tuple[ir.TensorProtocol, bytes]]:
     """Each initializer serialized as onnx_ir serializes it (its name the value's name),
     one at a time, with its tensor."""
@@ -115,12 +133,21 @@ def _write_graph(
     file.seek(end)
 
 
-def save_inline(model: ir.Model, path: str | Path, callback: SaveCallback | None = None) -> None:
+def save_inline(
+    model: ir.Model,
+    path: str | Path,
+    callback: SaveCallback | None = None,
+    weightless: onnx.ModelProto | None = None,
+) -> None:
     """Write ``model`` to ``path`` with every tensor inside the file, the main graph's
     initializers serialized one at a time; ``callback`` is called after each (as onnx_ir
-    calls it for external data: progress)."""
+    calls it for external data: progress). ``weightless``: the
+    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the
+    caller has it: the rest of the model is copied from it, not serialized again."""
     values = [v for v in model.graph.initializers.values() if v.const_value is not None]
-    proto = _skeleton(model, values)
+    proto = _from_weightless(weightless, model) if weightless is not None else None
+    if proto is None:
+        proto = _skeleton(model, values)
     graph = proto.graph.SerializeToString()
     proto.ClearField("graph")
     with open(path, "wb") as file:

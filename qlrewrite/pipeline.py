@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx
 import onnx_ir as ir
@@ -29,11 +30,17 @@ from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.qdq.inference import Inference, share
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
-from qlrewrite.weightless import weightless_from_source, weightless_proto
+from qlrewrite.weightless import (
+    forget_unchanged,
+    share_unchanged,
+    weightless_from_source,
+    weightless_proto,
+)
 
 __all__ = [
     "FindingsRefusal",
@@ -110,10 +117,10 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, weightless: onnx.ModelProto | None = None) -> Report:
+def _check(model: ir.Model, path: Path | None, inference: Inference) -> Report:
     from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
-    return check_model(model, path=str(path) if path else None, weightless=weightless)
+    return check_model(model, path=str(path) if path else None, inference=inference)
 
 
 def rewrite(
@@ -160,23 +167,11 @@ def rewrite(
             report_path = Path(report_path)
             _refuse_report_path(report_path, reads, target)
             pending = stack.enter_context(atomic.PendingFile(report_path))
+        keep = [] if in_place else reads
+        run = _Run(command, input_path, target, dry_run, external_data, max_size, verify,
+                   on_tensor_saved, keep, pending, snapshot, started)  # fmt: skip
         try:
-            result = _rewrite_loaded(
-                model,
-                input_path,
-                passes,
-                command=command,
-                target=target,
-                dry_run=dry_run,
-                external_data=external_data,
-                max_size=max_size,
-                verify=verify,
-                on_tensor_saved=on_tensor_saved,
-                keep=[] if in_place else reads,
-                pending=pending,
-                snapshot=snapshot,
-                started=started,
-            )
+            result = _rewrite_loaded(model, passes, run)
         except Exception:  # lazily read data vanishes when another run commits
             if snapshot.changed() is None:
                 raise
@@ -187,47 +182,39 @@ def rewrite(
     return result
 
 
-def _rewrite_loaded(  # noqa: C901
-    model: ir.Model,
-    input_path: Path,
-    passes: Sequence[ir.passes.PassBase],
-    *,
-    command: str,
-    target: Path,
-    dry_run: bool,
-    external_data: bool | None,
-    max_size: int | None,
-    verify: VerifyOptions | None,
-    on_tensor_saved: model_io.SaveCallback | None,
-    keep: Sequence[Path],
-    pending: atomic.PendingFile | None,
-    started: float,
-    snapshot: Snapshot,
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What one :func:`rewrite` call was asked, and what it set up before the passes."""
+
+    command: str
+    input_path: Path
+    target: Path
+    dry_run: bool
+    external_data: bool | None
+    max_size: int | None
+    verify: VerifyOptions | None
+    on_tensor_saved: model_io.SaveCallback | None
+    keep: Sequence[Path]  # data files the replaced output's cleanup leaves
+    pending: atomic.PendingFile | None  # the --report
+    snapshot: Snapshot  # the input's files as read
+    started: float
+
+
+def _rewrite_loaded(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], run: _Run
 ) -> RewriteResult:
-    _refuse_custom_quant(model, input_path)
+    command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
+    pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = Verifier(input_path, model, verify) if verify is not None else None
-    # The model is as loaded: shape inference can run on a copy of the file's nodes.
-    source = source_of(model)
-    unchanged = weightless_from_source(source.proto) if source is not None else None
-    report = unrepaired(_check(model, input_path, unchanged), passes)
-    notes = _not_looked_at(report, model, command)
-    if report.errors:
-        raise FindingsRefusal(
-            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
-            "(run `qlrewrite check` for details)",
-            report,
-        )
+    unchanged, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
+    # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
-        external_data = True  # decided on the input: a pass may replace every external tensor
-    runtime_ops = runtime_only_ops(model)
+        external_data = True
     passes = with_implied_imports(model, passes)
-    model, results = run_passes(model, passes)
-    if verifier is not None:
-        verifier.expect_differences(results)
-    checker_warnings = validate_output(model, input_path, unchanged, runtime_ops=runtime_ops)
-    bytes_after = tensors.initializer_bytes(model)
-    _refuse_over_max_size(bytes_after, max_size)
+    out = _rewritten(model, passes, input_path, unchanged, verifier)
+    model, results, serialized, checker_warnings = out
+    bytes_after = _refuse_over_max_size(model, run.max_size)
 
     def result() -> RewriteResult:
         return RewriteResult(
@@ -239,7 +226,7 @@ def _rewrite_loaded(  # noqa: C901
             changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
             bytes_before=bytes_before,
             bytes_after=bytes_after,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - run.started,
             model=model,
             warnings=[*checker_warnings, *(w for r in results for w in _warnings(r)), *notes],
             verification=verifier.result if verifier is not None else None,
@@ -257,24 +244,74 @@ def _rewrite_loaded(  # noqa: C901
         if pending is not None and not dry_run:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
+    save = functools.partial(model_io.save, model, external_data=external_data,
+                             before_commit=before_commit, weightless=serialized)  # fmt: skip
     if not dry_run:
-        model_io.save(
-            model,
-            target,
-            external_data=external_data,
-            before_commit=before_commit,
-            callback=on_tensor_saved,
-            keep=keep,
-            unchanged=lambda: snapshot.refuse_if_changed(input_path),
-        )
+        save(target, callback=run.on_tensor_saved, keep=run.keep,
+             unchanged=lambda: run.snapshot.refuse_if_changed(input_path))  # fmt: skip
     elif verifier is not None:
-        with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
-            staged = Path(folder) / target.name
-            model_io.save(model, staged, external_data=external_data, before_commit=before_commit)
+        _save_to_temporary(save, target.name)
     done = result()
     if pending is not None and dry_run:
         pending.write(_json(done.to_json()))
     return done
+
+
+class _Rewritten(NamedTuple):
+    model: ir.Model
+    results: list[ir.passes.PassResult]
+    serialized: onnx.ModelProto  # weightless_proto(model): checked, then saved from
+    warnings: list[str]  # of the output check
+
+
+def _rewritten(
+    model: ir.Model,
+    passes: Sequence[ir.passes.PassBase],
+    input_path: Path,
+    unchanged: onnx.ModelProto | None,
+    verifier: Verifier | None,
+) -> _Rewritten:
+    """Run ``passes`` on ``model`` and validate the output (serialized once, weights
+    left out: the save writes from the same proto)."""
+    runtime_ops = runtime_only_ops(model)
+    model, results = run_passes(model, passes)
+    if verifier is not None:
+        verifier.expect_differences(results)
+    serialized = weightless_proto(model)
+    warnings = validate_output(
+        model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
+    )
+    return _Rewritten(model, results, serialized, warnings)
+
+
+def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
+    """``--dry-run --verify``: the model is staged in a temporary folder, then removed."""
+    with tempfile.TemporaryDirectory(prefix="qlrewrite-verify-") as folder:
+        save(Path(folder) / name)
+
+
+def _check_input(
+    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
+) -> tuple[onnx.ModelProto | None, list[str]]:
+    """Refuse an input the rewrite cannot take (another producer's custom quantization,
+    an error finding no pass repairs); return its weight-free proto (as read) and the
+    notes on what the command leaves alone. The input's inference is offered to the
+    passes (:func:`~qlrewrite.qdq.inference.share`): it runs once per run."""
+    _refuse_custom_quant(model, input_path)
+    # The model is as loaded: shape inference can run on a copy of the file's nodes.
+    source = source_of(model)
+    unchanged = weightless_from_source(source.proto) if source is not None else None
+    inference = Inference(model, unchanged)
+    report = unrepaired(_check(model, input_path, inference), passes)
+    share(model, inference)
+    share_unchanged(model, unchanged)  # for the first pass (upgrade), which sees it as read
+    if report.errors:
+        raise FindingsRefusal(
+            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
+            "(run `qlrewrite check` for details)",
+            report,
+        )
+    return unchanged, _not_looked_at(report, model, command)
 
 
 def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
@@ -287,14 +324,16 @@ def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
         )
 
 
-def _refuse_over_max_size(bytes_after: int, max_size: int | None) -> None:
-    """Refuse an output whose initializers would exceed ``--max-size`` (decided on the
-    shapes, before anything is computed or written)."""
+def _refuse_over_max_size(model: ir.Model, max_size: int | None) -> int:
+    """The bytes of the output's initializers; refused if they would exceed ``--max-size``
+    (decided on the shapes, before anything is computed or written)."""
+    bytes_after = tensors.initializer_bytes(model)
     if max_size is not None and bytes_after > max_size:
         raise Refusal(
             f"the output's initializers would take {bytes_after} bytes, above --max-size "
             f"{max_size}; nothing written"
         )
+    return bytes_after
 
 
 def _report_refused(
@@ -380,6 +419,7 @@ def run_passes(
     for rewrite_pass in passes:
         try:
             result = rewrite_pass(model)
+            forget_unchanged(model)  # what was read no longer describes it
         except (ir.passes.PassError, ir.passes.InvariantError) as exc:
             cause: BaseException | None = exc
             while cause is not None and not isinstance(cause, QlrewriteError):
@@ -418,6 +458,7 @@ def validate_output(
     original: onnx.ModelProto | None = None,
     *,
     runtime_ops: frozenset[str] = frozenset(),
+    weightless: onnx.ModelProto | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -426,11 +467,13 @@ def validate_output(
     ``original``: a weight-free proto of the input; when onnx.checker rejects the output,
     it is checked too, and an input the checker rejects as well is named as the cause.
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
-    had (:func:`runtime_only_ops`), checked as custom ops.
+    had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
+    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
+    made it (the save reuses it); it is left as it came.
     """
-    proto = weightless_proto(model)
+    proto = weightless if weightless is not None else weightless_proto(model)
     try:
-        warnings = _full_check(proto, runtime_ops)
+        warnings, inferred = _full_check(proto, runtime_ops)
     except _CHECKER_ERRORS as exc:
         problem = _checker_problem(original, runtime_ops) if original is not None else None
         if problem is not None:
@@ -441,7 +484,7 @@ def validate_output(
         raise Refusal(
             f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
         ) from exc
-    report = _check(model, source, proto)
+    report = _check(model, source, Inference(model, inferred=inferred))
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "
@@ -468,14 +511,16 @@ def _checker_problem(proto: onnx.ModelProto, runtime_ops: frozenset[str]) -> str
     return None
 
 
-def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()) -> list[str]:
+def _full_check(
+    proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset()
+) -> tuple[list[str], onnx.ModelProto]:
     """onnx.checker's full check. Main-graph inputs / outputs without a shape get an empty
     one for the structural check only, which requires the field; strict shape inference
     (the rest of the full check) runs without it, as ONNX Runtime does. Nodes of the ONNX
     domain that ONNX does not define and the input already had (``runtime_ops``: ONNX
     Runtime registers a few there, e.g. the SimplifiedLayerNormalization of ONNX Runtime
-    GenAI's models) are checked as custom ops. Returns warnings naming both. ``proto`` is
-    left as it came."""
+    GenAI's models) are checked as custom ops. Returns warnings naming both, and the
+    inferred proto (the output check reads its types). ``proto`` is left as it came."""
     unknown = [
         n for n in proto.graph.node if n.domain in ("", "ai.onnx") and n.op_type in runtime_ops
     ]
@@ -484,7 +529,7 @@ def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset(
     if unknown:
         proto.opset_import.append(onnx.helper.make_opsetid(_UNCHECKED_DOMAIN, 1))
     try:
-        warnings = _checked(proto)
+        warnings, inferred = _checked(proto)
     finally:
         for node in unknown:
             node.domain = ""
@@ -496,7 +541,7 @@ def _full_check(proto: onnx.ModelProto, runtime_ops: frozenset[str] = frozenset(
             f"{ops}: not ONNX operators (ONNX Runtime defines them in the ONNX domain); "
             "onnx.checker checked them as custom operators"
         )
-    return warnings
+    return warnings, inferred
 
 
 _UNCHECKED_DOMAIN = "qlrewrite.unchecked"
@@ -518,22 +563,23 @@ def runtime_only_ops(model: ir.Model) -> frozenset[str]:
     return frozenset(found)
 
 
-def _checked(proto: onnx.ModelProto) -> list[str]:
+def _checked(proto: onnx.ModelProto) -> tuple[list[str], onnx.ModelProto]:
+    """onnx.checker's full check as it runs it (the structural check, then strict shape
+    inference with type checks), keeping the inferred proto."""
     shapeless = _shapeless_io(proto.graph)
-    if not shapeless:
-        onnx.checker.check_model(proto, full_check=True)
-        return []
     for info in shapeless:
         info.type.tensor_type.shape.SetInParent()
     onnx.checker.check_model(proto)
     for info in shapeless:
         info.type.tensor_type.ClearField("shape")
-    onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    inferred = onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    if not shapeless:
+        return [], inferred
     names = ", ".join(info.name for info in shapeless)
     return [
         f"graph input/output {names} declared without a shape (as in the input); "
         "onnx.checker's full check ran without it"
-    ]
+    ], inferred
 
 
 def _shapeless_io(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:

@@ -27,6 +27,8 @@ class Source:
 
     path: Path | None
     proto: onnx.ModelProto
+    #: What was derived from ``proto`` once, by whoever derived it (data problems, ...).
+    facts: dict[str, object] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def folder(self) -> Path:

@@ -410,6 +410,9 @@ def data_problems(
     Reads no tensor data: only sizes of files and of in-proto fields.
     """
     source = source_of(model)
+    as_read = source is not None and proto in (None, source.proto) and base_dir is None
+    if as_read and "data_problems" in source.facts:  # once per model file read
+        return list(source.facts["data_problems"])  # type: ignore[call-overload]
     if proto is None and source is not None:
         proto = source.proto
     if base_dir is None:
@@ -417,11 +420,14 @@ def data_problems(
     if proto is None:
         return []
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
-    return [
+    found = [
         problem
         for ref, tensor in proto_tensors(proto)
         if (problem := _tensor_problem(tensor, str(ref), str(base_dir), files)) is not None
     ]
+    if as_read:
+        source.facts["data_problems"] = found
+    return list(found)
 
 
 def _tensor_problem(  # noqa: C901

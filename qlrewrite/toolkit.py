@@ -207,12 +207,19 @@ def _walk(
         stack.extend(reversed(found))
 
 
+_GRAPH_TYPES = (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+
+
 def _subgraphs(node: ir.Node, ref: GraphRef, imports: Mapping[str, int]) -> Iterator[GraphScope]:
-    first = (node.outputs[0].name or "") if node.outputs else ""
-    owner = owner_label(node.name or "", node.op_type, first)
+    if not node.attributes:
+        return
+    owner = ""
     for attr in node.attributes.values():
-        if attr.is_ref():
+        if attr.is_ref() or attr.type not in _GRAPH_TYPES:
             continue
+        if not owner:  # named only for a node that has subgraphs
+            first = (node.outputs[0].name or "") if node.outputs else ""
+            owner = owner_label(node.name or "", node.op_type, first)
         if attr.type == ir.AttributeType.GRAPH:
             yield GraphScope(ref.subgraph(owner, attr.name), attr.value, imports)
         elif attr.type == ir.AttributeType.GRAPHS:

@@ -14,12 +14,9 @@ LIMIT = 60
 LONGER: dict[str, int] = {
     "atomic.py:commit_model": 61,
     "kernels/quantize.py:quantize": 62,
-    "model_io.py:save": 74,
     "passes/nbits_to_onnx.py:_plan_matmul_nbits": 74,
     "passes/nbits_to_onnx.py:_plan_gather": 88,
     "passes/nbits_to_onnx.py:_weight": 65,
-    "pipeline.py:rewrite": 69,
-    "pipeline.py:_rewrite_loaded": 88,
     "project.py:_run_workers": 75,
     "project.py:fix_target": 63,
     "rules/example_models.py:matmul_nbits_model": 64,

@@ -211,3 +211,36 @@ def test_convert_to_com_microsoft_keeps_the_types_downstream_of_matmul_nbits(
     output = next(n for n in model.graph if n.op_type == "MatMulNBits").outputs[0]
     assert output.dtype == ir.DataType.FLOAT
     assert list(output.shape) == [1, 16]
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["fold", "convert --to com.microsoft", "upgrade --opset 21"],
+)
+def test_rewrites_grow_linearly_with_the_node_count(tmp_path: Path, command: str) -> None:
+    """Each rewrite, whole (load, input check, passes, output check, save): 4x the nodes
+    within 8x the CPU time of this process (a quadratic step makes it 16x). Best of two."""
+    from qlrewrite.passes.commands import convert_passes, fold_passes, upgrade_passes
+    from qlrewrite.pipeline import rewrite
+
+    passes = {
+        "fold": fold_passes,
+        "convert --to com.microsoft": lambda: convert_passes("com.microsoft"),
+        "upgrade --opset 21": lambda: upgrade_passes(21),
+    }[command]
+
+    def best(path: Path) -> float:
+        times = []
+        for _ in range(2):
+            start = time.process_time()
+            result = rewrite(
+                path, passes(), command=command.split(maxsplit=1)[0], output=tmp_path / "o.onnx"
+            )
+            times.append(time.process_time() - start)
+            assert result.written
+        return min(times)
+
+    small, large = _layers(tmp_path / "small.onnx", 100), _layers(tmp_path / "large.onnx", 400)
+    seconds_small, seconds_large = best(small), best(large)
+    assert seconds_large < 30
+    assert seconds_large / seconds_small < 8, (seconds_small, seconds_large)

@@ -123,3 +123,56 @@ def test_fold_peak_memory_is_one_tensor_not_the_model_four_times(tmp_path: Path)
     peak = int(done.stdout.split()[-2]) * 1024  # "VmHWM:  168152 kB"
     assert peak < output + 120 * 2**20, f"{peak / 2**20:.0f} MiB for a {output >> 20} MiB output"
     assert (tmp_path / "out.onnx").stat().st_size > output
+
+
+def _plain_model(folder: Path) -> Path:
+    """No subgraph initializer: small and large initializers (one in external data, one
+    also a graph input), a Constant, a function."""
+    nodes = [
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0))),
+        helper.make_node("Add", ["w", "x"], ["y"]),
+        helper.make_node("f", ["w"], ["z"], domain="local"),
+    ]
+    function = helper.make_function(
+        "local", "f", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+        [helper.make_opsetid("", 21)],
+    )  # fmt: skip
+    inits = [
+        numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
+        numpy_helper.from_array(np.arange(4, dtype=np.float32), "x"),
+        numpy_helper.from_array(np.arange(300_000, dtype=np.int8).reshape(600, 500), "big"),
+        numpy_helper.from_array(np.arange(2000, dtype=np.float32), "big_input"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("big_input", onnx.TensorProto.FLOAT, [2000])],
+        [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [4]) for n in ("y", "z")],
+        inits,
+    )  # fmt: skip
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+        functions=[function], ir_version=10,
+    )  # fmt: skip
+    path = folder / "plain.onnx"
+    onnx.save(model, path, save_as_external_data=True, location="plain.data", size_threshold=1000)
+    return path
+
+
+@pytest.mark.parametrize("make", [_plain_model, _rich_model])
+def test_written_from_the_weightless_proto_the_file_is_the_same(
+    tmp_path: Path, make: object
+) -> None:
+    """The rewrite saves from the proto its output check serialized (one serialization
+    per run): byte for byte the file of a save that serializes the model itself."""
+    from qlrewrite.inline_save import _from_weightless
+    from qlrewrite.weightless import weightless_proto
+
+    model = ir.load(make(tmp_path))  # type: ignore[operator]
+    weightless = weightless_proto(model)
+    # copied unless a subgraph has initializers (the rich model's If branch)
+    assert (_from_weightless(weightless, model) is None) == (make is _rich_model)
+    as_made = weightless.SerializeToString()
+    save_inline(model, tmp_path / "serialized.onnx")
+    save_inline(model, tmp_path / "copied.onnx", weightless=weightless)
+    assert (tmp_path / "copied.onnx").read_bytes() == (tmp_path / "serialized.onnx").read_bytes()
+    assert weightless.SerializeToString() == as_made  # left as it came

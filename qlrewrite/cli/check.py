@@ -231,7 +231,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     targets = [t for t in found if isinstance(t, project.Target)]
     fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify)
     with contextlib.ExitStack() as stack:
-        reads = _files_read(targets, config_file, run_settings)
+        reads = _files_read(targets, config_file, run_settings, writes=output or fix)
         pending = _pending_report(stack, output, reads)
         checked, reports = _check_found(found, targets, selection, jobs, quiet=quiet)
         reports, refused = _fix_stage(fixing, targets, checked, reports, selection, reads, quiet)
@@ -406,10 +406,13 @@ def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
 
 
 def _files_read(
-    targets: Sequence[project.Target], config: Path | None, settings: Settings
+    targets: Sequence[project.Target], config: Path | None, settings: Settings, *, writes: Any
 ) -> list[Path]:
     """Every file the run reads: the models, their external data, the configuration
-    files that apply to them (an output may replace none of them)."""
+    files that apply to them (an output may replace none of them); [] unless the run
+    ``writes`` (-o or --fix: reading every model's proto twice costs time)."""
+    if not writes:
+        return []
     reads = [read for t in targets for read in model_io.files_read_by(t.path)]
     configs = [config, settings.path, *(t.settings.path for t in targets)]
     return reads + sorted({Path(c) for c in configs if c is not None})

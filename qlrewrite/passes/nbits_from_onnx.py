@@ -202,7 +202,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         # Types and shapes of the outputs it replaces, inferred before the first change:
         # ONNX inference stops at MatMulNBits, so later passes (convert's Q/DQ planning)
         # would no longer know the types downstream of a shapeless output.
-        self._inference = Inference(model)
+        self._inference = Inference.of(model)
         self._names = FreshNames(model)
         for scope in list(iter_graphs(model)):
             graph = scope.graph

@@ -1,7 +1,7 @@
 """Upgrade a model's ai.onnx opset, on models of any size.
 
 1. ONNX's version converter (``onnx.version_converter``) converts every op, on a
-   weight-free copy (:func:`qlrewrite.weightless.weightless_proto`: large initializers
+   weight-free copy (:func:`qlrewrite.weightless.weightless_of`: large initializers
    become placeholder graph inputs, so nothing above a few bytes is serialized or read).
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
@@ -49,7 +49,7 @@ from qlrewrite.qdq import (
 from qlrewrite.source import set_source, source_of
 from qlrewrite.toolkit import main_graphs
 from qlrewrite.verify import EXACT_BOUND
-from qlrewrite.weightless import weightless_proto
+from qlrewrite.weightless import weightless_of
 
 __all__ = ["UpgradePass", "upgrade"]
 
@@ -167,7 +167,7 @@ def _large_weights(model: ir.Model) -> list[_Weight]:
 def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
     """ONNX's version converter on a weight-free copy, with the original weights put back."""
     weights = _large_weights(model)
-    proto = weightless_proto(model, max_inline_bytes=_MAX_INLINE_BYTES)
+    proto = weightless_of(model, max_inline_bytes=_MAX_INLINE_BYTES)
     # The converter fails (IndexError) on any model with local functions: convert the
     # main graph without them, then each function on its own.
     functions = list(proto.functions)

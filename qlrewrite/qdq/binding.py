@@ -73,16 +73,28 @@ class _Builder:
         self.inference = inference
         self.read = read
         self.sites: dict[int, QuantizedSite] = {}
+        # (value, binding, read) -> its view: a value several nodes share (a scale, the
+        # output of one node read by the next) is looked at once; the value is kept
+        # alive with its view, so its id is not reused while the builder lives.
+        self._views: dict[tuple[int, int, bool], tuple[ir.Value, ValueView | None]] = {}
 
     def view(self, site: QuantizedSite, binding: _Binding | None) -> NodeView:
         inference = self.inference
         local = inference.scope(site.ref) if inference is not None else {}
         outer = inference.scope(binding.graph) if inference and binding else {}
+        views = self._views
 
         def lookup(value: ir.Value | None, read: bool) -> ValueView | None:
-            if value is not None and binding is not None and id(value) in binding.values:
-                return view_of(binding.values[id(value)], outer, read=read)
-            return view_of(value, local, read=read)
+            if value is None:
+                return None
+            key = (id(value), id(binding), read)
+            if key not in views:
+                if binding is not None and id(value) in binding.values:
+                    found = view_of(binding.values[id(value)], outer, read=read)
+                else:
+                    found = view_of(value, local, read=read)
+                views[key] = (value, found)
+            return views[key][1]
 
         def producer(node: ir.Node) -> NodeView | None:
             parent = self.sites.get(id(node))
@@ -103,16 +115,20 @@ def node_views(
     model: ir.Model,
     *,
     weightless: onnx.ModelProto | None = None,
+    inference: Inference | None = None,
     kinds: tuple[SiteKind, ...] = (QDQ,),
     read: bool = True,
     calls: bool = True,
 ) -> Iterator[tuple[QuantizedSite, list[NodeView]]]:
     """Every node of ``kinds`` with its views: one per call site for a node inside a
-    function, else one. Shape inference runs once, on first need (on ``weightless`` when
-    given, see :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the
-    values of small constant scales and zero points (the rules need them). ``calls=False``:
-    a node inside a function gets one view, from the function's own declarations."""
-    builder = _Builder(model, Inference(model, weightless), read)
+    function, else one. Shape inference runs once, on first need: ``inference`` when
+    given, else on ``weightless`` when given, else the run's (see
+    :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the values of
+    small constant scales and zero points (the rules need them). ``calls=False``: a node
+    inside a function gets one view, from the function's own declarations."""
+    if inference is None:
+        inference = Inference(model, weightless) if weightless else Inference.of(model)
+    builder = _Builder(model, inference, read)
     sites = list(iter_sites(model, kinds))
     builder.sites = {id(site.node): site for site in sites}
     call_sites = _call_sites(model) if calls else {}

@@ -17,7 +17,7 @@ from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["Inference", "infer"]
+__all__ = ["Inference", "infer", "share", "tables_of"]
 
 
 class Inference:
@@ -29,11 +29,25 @@ class Inference:
     serialized again if inference is needed.
     """
 
-    def __init__(self, model: ir.Model, weightless: onnx.ModelProto | None = None) -> None:
+    def __init__(
+        self,
+        model: ir.Model,
+        weightless: onnx.ModelProto | None = None,
+        *,
+        inferred: onnx.ModelProto | None = None,
+    ) -> None:
         self._model = model
         self._weightless = weightless
         self._tables: dict[GraphRef, dict[str, TypeShape]] | None = None
+        if inferred is not None:  # ONNX shape inference already ran on it (strict check)
+            self._tables = tables_of(inferred)
         self._visible: dict[GraphRef, dict[str, TypeShape]] = {}
+
+    @classmethod
+    def of(cls, model: ir.Model) -> Inference:
+        """The run's inference of ``model`` (:func:`share`), else a new one."""
+        shared = model.meta.get(_SHARED)
+        return shared if isinstance(shared, Inference) and shared._model is model else cls(model)
 
     def table(self, ref: GraphRef) -> dict[str, TypeShape]:
         """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
@@ -94,10 +108,28 @@ def infer(
         )
     except Exception:  # inference is a bonus: never fail on it
         return {}
+    return tables_of(proto)
+
+
+def tables_of(inferred: onnx.ModelProto) -> dict[GraphRef, dict[str, TypeShape]]:
+    """Graph -> name -> (type, shape) declared in ``inferred`` (a proto ONNX shape
+    inference ran on)."""
     tables: dict[GraphRef, dict[str, TypeShape]] = {}
-    for ref, graph in graphs_within(proto.graph, MAIN):
+    for ref, graph in graphs_within(inferred.graph, MAIN):
         _collect(graph, tables.setdefault(ref, {}))
     return tables
+
+
+_SHARED = "qlrewrite.inference"
+
+
+def share(model: ir.Model, inference: Inference) -> None:
+    """Offer ``inference`` (of ``model``) to the passes of this run (:meth:`Inference.of`).
+
+    Rewrites keep each value's type under its name and give new values fresh names with
+    their types declared, so what was inferred on the input stays true for the names it
+    knows while passes change the model. The output is checked on a fresh inference."""
+    model.meta[_SHARED] = inference
 
 
 def _collect(graph: onnx.GraphProto, table: dict[str, TypeShape]) -> None:
