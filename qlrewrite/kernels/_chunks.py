@@ -35,7 +35,9 @@ __all__ = [
 #: 2-core EPYC (1 MiB L2 per core), one thread, 4096 x 4096: 1.3-1.5x the throughput of
 #: 64 Ki-element chunks (uint8 per-tensor DQ 7.5 -> 11.2 GB/s): a quarter of the NumPy
 #: calls, and longer runs of output for each call; 512 Ki elements gained 3-8% more but
-#: double the scratch memory.
+#: double the scratch memory. Q makes about eight NumPy calls per chunk, whose Python
+#: overhead holds the GIL: at 64 Ki elements a second thread convoyed (slower than one),
+#: at 256 Ki two threads run 1.6-1.8x one.
 CHUNK = 1 << 18
 
 _F32 = np.dtype(np.float32)

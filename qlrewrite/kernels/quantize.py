@@ -122,9 +122,6 @@ def quantize(
             finish(tmp, z, ov)
 
     with np.errstate(all="ignore"):
-        # chunks of CHUNK elements: each makes about eight NumPy calls, whose Python overhead
-        # holds the GIL; at 64 Ki elements a second thread convoyed (slower than one), at
-        # 256 Ki two threads run 1.6-1.8x one
         run_chunks(work, chunks(lay), threads)
     return out
 
