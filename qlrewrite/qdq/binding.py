@@ -93,6 +93,8 @@ class _Builder:
                     found = view_of(binding.values[id(value)], outer, read=read)
                 else:
                     found = view_of(value, local, read=read)
+                if value.producer() is None and len(value.uses()) <= 1:
+                    return found  # a constant of one node: not kept (its values can be MBs)
                 views[key] = (value, found)
             return views[key][1]
 
