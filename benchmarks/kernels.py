@@ -60,6 +60,8 @@ def cases(n: int) -> list[Case]:
              np.zeros(n, np.int8), np.float32, {"axis": 1}),
         Case("uint8 per-tensor DQ", "DequantizeLinear", u8, np.float32(0.02), np.uint8(128),
              np.float32),
+        Case("int8 per-tensor DQ (zp 0)", "DequantizeLinear", i8, np.float32(0.02), np.int8(0),
+             np.float32),
         Case("int4 blocked-32 DQ axis 0", "DequantizeLinear", i4, blk0,
              np.zeros(blk0.shape, ml_dtypes.int4), np.float32, {"axis": 0, "block_size": 32}),
         Case("int4 blocked-32 DQ axis 1", "DequantizeLinear", i4, blk1,
