@@ -430,9 +430,10 @@ def data_problems(
     return list(found)
 
 
-def _tensor_problem(  # noqa: C901
+def _tensor_problem(
     tensor: onnx.TensorProto, graph: str, base: str, files: dict[str, tuple[str, str] | int]
 ) -> DataProblem | None:
+    """What is wrong with one tensor's type, dims or data (None: nothing)."""
     name = tensor.name or "<unnamed>"
 
     def problem(kind: str, message: str) -> DataProblem:
@@ -442,34 +443,65 @@ def _tensor_problem(  # noqa: C901
         dtype = ir.DataType(tensor.data_type)
     except ValueError:
         return problem("data-length", f"unknown data type {tensor.data_type}")
-    if dtype == ir.DataType.UNDEFINED:
-        return problem("data-length", "data type UNDEFINED (0)")
-    dims = list(tensor.dims)
-    if any(d < 0 for d in dims):
-        return problem("negative-dims", f"negative dimension in dims {dims}")
-    count = math.prod(dims)
-    expected = nbytes(dtype, dims)
-    # numpy (and ONNX Runtime) refuse a shape whose non-zero dims overflow, even empty
-    width = 1 if dtype == ir.DataType.STRING else max(dtype.bitwidth // 8, 1)
-    if math.prod(max(d, 1) for d in dims) * width >= _MAX_TENSOR_BYTES:
-        return problem("data-length", f"dims {dims} are too large for any tensor")
+    header = _type_and_dims_problem(dtype, list(tensor.dims))
+    if header is not None:
+        return problem(*header)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
             return problem("data-length", "holds STRING data in an external data file")
+        expected = nbytes(dtype, tensor.dims)
         return _external_problem(tensor, expected, base, problem, files)
     fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
     if tensor.HasField("raw_data"):
-        if fields or dtype == ir.DataType.STRING:
-            return problem(
-                "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
-            )
-        if expected is not None and len(tensor.raw_data) != expected:
-            return problem(
-                "data-length",
-                f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
-                f"of {dtype.name} need {expected}",
-            )
-        return None
+        return _raw_data_problem(tensor, dtype, fields, problem)
+    return _typed_data_problem(tensor, dtype, fields, problem)
+
+
+def _type_and_dims_problem(dtype: ir.DataType, dims: list[int]) -> tuple[str, str] | None:
+    """Why no tensor can have this type and these dims, as (kind, message); None: one can."""
+    if dtype == ir.DataType.UNDEFINED:
+        return "data-length", "data type UNDEFINED (0)"
+    if any(d < 0 for d in dims):
+        return "negative-dims", f"negative dimension in dims {dims}"
+    # numpy (and ONNX Runtime) refuse a shape whose non-zero dims overflow, even empty
+    width = 1 if dtype == ir.DataType.STRING else max(dtype.bitwidth // 8, 1)
+    if math.prod(max(d, 1) for d in dims) * width >= _MAX_TENSOR_BYTES:
+        return "data-length", f"dims {dims} are too large for any tensor"
+    return None
+
+
+def _raw_data_problem(
+    tensor: onnx.TensorProto,
+    dtype: ir.DataType,
+    fields: list[str],
+    problem: Callable[[str, str], DataProblem],
+) -> DataProblem | None:
+    """Whether raw_data is the tensor's only data, of the size its dims need."""
+    dims = list(tensor.dims)
+    expected = nbytes(dtype, dims)
+    if fields or dtype == ir.DataType.STRING:
+        return problem(
+            "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
+        )
+    if expected is not None and len(tensor.raw_data) != expected:
+        return problem(
+            "data-length",
+            f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
+            f"of {dtype.name} need {expected}",
+        )
+    return None
+
+
+def _typed_data_problem(
+    tensor: onnx.TensorProto,
+    dtype: ir.DataType,
+    fields: list[str],
+    problem: Callable[[str, str], DataProblem],
+) -> DataProblem | None:
+    """Whether the typed field holding the data (none: no data) is the one ONNX keeps
+    ``dtype`` in, with as many values as the dims need."""
+    dims = list(tensor.dims)
+    count = math.prod(dims)
     if not fields:
         if count == 0:
             return None
@@ -481,20 +513,24 @@ def _tensor_problem(  # noqa: C901
             f"{_typed_field(dtype)})",
         )
     n_values = len(getattr(tensor, fields[0]))
-    if dtype == ir.DataType.STRING:
-        wanted = count
-    elif dtype.bitwidth < 8:
-        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
-        wanted = (count + per_value - 1) // per_value
-    elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
-        wanted = 2 * count
-    else:
-        wanted = count
+    wanted = _typed_values(dtype, count)
     if n_values != wanted:
         return problem(
             "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
         )
     return None
+
+
+def _typed_values(dtype: ir.DataType, count: int) -> int:
+    """How many values a typed field holds for ``count`` elements of ``dtype``."""
+    if dtype == ir.DataType.STRING:
+        return count
+    if dtype.bitwidth < 8:
+        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
+        return (count + per_value - 1) // per_value
+    if dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
+        return 2 * count
+    return count
 
 
 def _external_problem(

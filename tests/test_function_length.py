@@ -17,8 +17,6 @@ LONGER: dict[str, int] = {
     "model_io.py:save": 74,
     "pipeline.py:rewrite": 69,
     "pipeline.py:_rewrite_loaded": 67,
-    "rules/example_models.py:matmul_nbits_model": 64,
-    "tensors.py:_tensor_problem": 65,
     "verify.py:verify_models": 63,
 }
 
