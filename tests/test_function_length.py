@@ -17,7 +17,6 @@ LONGER: dict[str, int] = {
     "model_io.py:save": 74,
     "pipeline.py:rewrite": 69,
     "pipeline.py:_rewrite_loaded": 67,
-    "verify.py:verify_models": 63,
 }
 
 
