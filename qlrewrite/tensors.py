@@ -452,9 +452,9 @@ def _tensor_problem(
         expected = nbytes(dtype, tensor.dims)
         return _external_problem(tensor, expected, base, problem, files)
     fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
-    if tensor.HasField("raw_data"):
-        return _raw_data_problem(tensor, dtype, fields, problem)
-    return _typed_data_problem(tensor, dtype, fields, problem)
+    in_fields = _raw_data_problem if tensor.HasField("raw_data") else _typed_data_problem
+    message = in_fields(tensor, dtype, fields)
+    return None if message is None else problem("data-length", message)
 
 
 def _type_and_dims_problem(dtype: ir.DataType, dims: list[int]) -> tuple[str, str] | None:
@@ -471,53 +471,39 @@ def _type_and_dims_problem(dtype: ir.DataType, dims: list[int]) -> tuple[str, st
 
 
 def _raw_data_problem(
-    tensor: onnx.TensorProto,
-    dtype: ir.DataType,
-    fields: list[str],
-    problem: Callable[[str, str], DataProblem],
-) -> DataProblem | None:
-    """Whether raw_data is the tensor's only data, of the size its dims need."""
+    tensor: onnx.TensorProto, dtype: ir.DataType, fields: list[str]
+) -> str | None:
+    """Why raw_data is not the tensor's only data, of the size its dims need (None: it is)."""
     dims = list(tensor.dims)
     expected = nbytes(dtype, dims)
     if fields or dtype == ir.DataType.STRING:
-        return problem(
-            "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
-        )
+        return f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
     if expected is not None and len(tensor.raw_data) != expected:
-        return problem(
-            "data-length",
+        return (
             f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
-            f"of {dtype.name} need {expected}",
+            f"of {dtype.name} need {expected}"
         )
     return None
 
 
 def _typed_data_problem(
-    tensor: onnx.TensorProto,
-    dtype: ir.DataType,
-    fields: list[str],
-    problem: Callable[[str, str], DataProblem],
-) -> DataProblem | None:
-    """Whether the typed field holding the data (none: no data) is the one ONNX keeps
-    ``dtype`` in, with as many values as the dims need."""
+    tensor: onnx.TensorProto, dtype: ir.DataType, fields: list[str]
+) -> str | None:
+    """Why the typed field holding the data (none: no data) is not the one ONNX keeps
+    ``dtype`` in, or has not as many values as the dims need (None: it is, it has)."""
     dims = list(tensor.dims)
     count = math.prod(dims)
     if not fields:
-        if count == 0:
-            return None
-        return problem("data-length", f"has no data but dims {dims} need {count} elements")
+        return None if count == 0 else f"has no data but dims {dims} need {count} elements"
     if len(fields) > 1 or _typed_field(dtype) != fields[0]:
-        return problem(
-            "data-length",
+        return (
             f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
-            f"{_typed_field(dtype)})",
+            f"{_typed_field(dtype)})"
         )
     n_values = len(getattr(tensor, fields[0]))
     wanted = _typed_values(dtype, count)
     if n_values != wanted:
-        return problem(
-            "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
-        )
+        return f"holds {n_values} values but dims {dims} need {wanted} values"
     return None
 
 
