@@ -82,27 +82,21 @@ def _over_limits(proto: onnx.ModelProto, limits: Limits) -> str | None:
     return _function_chain_problem(proto, limits.max_depth)
 
 
-def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | None:  # noqa: C901
+_Key = tuple[str, str]  # a function's (domain, name)
+
+
+def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | None:
     """A function that calls itself (directly or not: ONNX forbids it), or a chain of
     calls longer than ``max_depth``; in time linear in the calls."""
-    keys = {(f.domain, f.name) for f in proto.functions}
-    if not keys:
+    calls = _function_calls(proto)
+    if not calls:
         return None
-    calls: dict[tuple[str, str], set[tuple[str, str]]] = {key: set() for key in keys}
-    for function in proto.functions:
-        root = GraphRef.of_function(function.domain, function.name)
-        for _, graph in graphs_within(function, root):
-            calls[function.domain, function.name].update(
-                (node.domain, node.op_type)
-                for node in graph.node
-                if (node.domain, node.op_type) in keys
-            )
     # Longest chain by Kahn's order over "is called by": what is left over is a cycle.
-    callers = {key: 0 for key in keys}
+    callers = dict.fromkeys(calls, 0)
     for callees in calls.values():
         for callee in callees:
             callers[callee] += 1
-    depth = dict.fromkeys(keys, 1)
+    depth = dict.fromkeys(calls, 1)
     ready = [key for key, count in callers.items() if count == 0]
     done = 0
     while ready:
@@ -118,10 +112,26 @@ def _function_chain_problem(proto: onnx.ModelProto, max_depth: int) -> str | Non
             callers[callee] -= 1
             if callers[callee] == 0:
                 ready.append(callee)
-    if done < len(keys):
+    if done < len(calls):
         cycle = sorted(f"{d}.{n}" for (d, n), count in callers.items() if count > 0)
         return f"not a valid ONNX model (function {cycle[0]} calls itself, through its calls)"
     return None
+
+
+def _function_calls(proto: onnx.ModelProto) -> dict[_Key, set[_Key]]:
+    """Each model-local function with the model-local functions its nodes call (in its
+    subgraphs too)."""
+    keys = {(f.domain, f.name) for f in proto.functions}
+    calls: dict[_Key, set[_Key]] = {key: set() for key in keys}
+    for function in proto.functions:
+        root = GraphRef.of_function(function.domain, function.name)
+        for _, graph in graphs_within(function, root):
+            calls[function.domain, function.name].update(
+                (node.domain, node.op_type)
+                for node in graph.node
+                if (node.domain, node.op_type) in keys
+            )
+    return calls
 
 
 def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
@@ -195,7 +205,9 @@ def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
     return model
 
 
-def _read_proto(path: Path) -> onnx.ModelProto:  # noqa: C901
+def _refuse_unreadable(path: Path) -> None:
+    """Refuse a path that is not a non-empty regular file (before opening it: a FIFO
+    would hang the read)."""
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if path.is_dir():
@@ -208,6 +220,12 @@ def _read_proto(path: Path) -> onnx.ModelProto:  # noqa: C901
         raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
     if size == 0:
         raise InputError(f"{path}: empty file")
+
+
+def _read_proto(path: Path) -> onnx.ModelProto:
+    """The ModelProto of ``path`` (no external data read), refused as an InputError
+    unless it is an ONNX model onnx_ir can read and write back within the limits."""
+    _refuse_unreadable(path)
     try:
         # The format is fixed: onnx would otherwise pick a text parser from the suffix.
         proto = onnx.load_model(str(path), format="protobuf", load_external_data=False)
@@ -256,7 +274,7 @@ _ATTRIBUTE_VALUE = {
 }
 
 
-def _malformed(proto: onnx.ModelProto) -> str | None:  # noqa: C901
+def _malformed(proto: onnx.ModelProto) -> str | None:
     """What onnx_ir would read but not write back, or None: a string field that is not
     UTF-8 (protobuf hands out bytes), an attribute of a message type without its value
     (onnx_ir makes up an empty one). Tensor data is not looked at."""
@@ -274,16 +292,25 @@ def _malformed(proto: onnx.ModelProto) -> str | None:  # noqa: C901
             if value is not None and not message.HasField(value):
                 kind = onnx.AttributeProto.AttributeType.Name(message.type)
                 return f"attribute '{message.name}' of type {kind} has no value"
-        for field, value in message.ListFields():
-            if field.type == _STRING:
-                values = value if field.is_repeated else (value,)
-                if any(type(v) is bytes for v in values):
-                    return f"a {field.full_name.removeprefix('onnx.')} is not UTF-8 text"
-            elif field.type == _MESSAGE:
-                if field.is_repeated:
-                    stack.extend(value)
-                else:
-                    stack.append(value)
+        problem = _fields_problem(message, stack)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _fields_problem(message: Any, stack: list[Any]) -> str | None:
+    """A string field of ``message`` that is not UTF-8, or None; its message fields are
+    pushed on ``stack``."""
+    for field, value in message.ListFields():
+        if field.type == _STRING:
+            values = value if field.is_repeated else (value,)
+            if any(type(v) is bytes for v in values):
+                return f"a {field.full_name.removeprefix('onnx.')} is not UTF-8 text"
+        elif field.type == _MESSAGE:
+            if field.is_repeated:
+                stack.extend(value)
+            else:
+                stack.append(value)
     return None
 
 
@@ -352,7 +379,7 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 # --------------------------------------------------------------------------- saving
 
 
-def save(  # noqa: C901
+def save(
     model: ir.Model,
     path: str | os.PathLike,
     *,
@@ -383,15 +410,7 @@ def save(  # noqa: C901
     """
     path = _output_path(path)
     folder = path.parent
-    if external_data is None:
-        external_data = (
-            tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
-        )
-    if not external_data and tensors.initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
-        raise InputError(
-            f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
-            "drop --no-external-data"
-        )
+    external_data = _uses_external_data(model, path, external_data, threshold)
     if keep is None:
         keep = tensors.files_held(model)
     data_name = atomic.free_data_name(folder, path.name)
@@ -403,13 +422,7 @@ def save(  # noqa: C901
         except OSError as exc:
             raise atomic.write_error(path, exc) from exc
         atomic._step("staged")
-        staged_data: Path | None = staging / data_name
-        assert staged_data is not None
-        if not staged_data.exists():
-            staged_data = None
-        elif staged_data.stat().st_size == 0:
-            staged_data.unlink()  # every tensor was small enough to stay in the model
-            staged_data = None
+        staged_data = _written_data(staging / data_name)
         for staged in (staged_data, staged_model):
             if staged is not None:
                 atomic.fsync_file(staged)
@@ -421,6 +434,34 @@ def save(  # noqa: C901
             )
         except OSError as exc:
             raise atomic.write_error(path, exc) from exc
+
+
+def _uses_external_data(
+    model: ir.Model, path: Path, external_data: bool | None, threshold: int
+) -> bool:
+    """Whether the output gets a data file (None: if the model already uses one or its
+    initializers exceed ``threshold``); refused inline above 2 GB."""
+    if external_data is None:
+        external_data = (
+            tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
+        )
+    if not external_data and tensors.initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+        raise InputError(
+            f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
+            "drop --no-external-data"
+        )
+    return external_data
+
+
+def _written_data(staged_data: Path) -> Path | None:
+    """The staged data file, or None when none was written or it is empty (every tensor
+    was small enough to stay in the model: the empty file is removed)."""
+    if not staged_data.exists():
+        return None
+    if staged_data.stat().st_size == 0:
+        staged_data.unlink()
+        return None
+    return staged_data
 
 
 def _output_path(path: str | os.PathLike) -> Path:

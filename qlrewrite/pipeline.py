@@ -167,23 +167,11 @@ def rewrite(
             report_path = Path(report_path)
             _refuse_report_path(report_path, reads, target)
             pending = stack.enter_context(atomic.PendingFile(report_path))
+        keep = [] if in_place else reads
+        run = _Run(command, input_path, target, dry_run, external_data, max_size, verify,
+                   on_tensor_saved, keep, pending, snapshot, started)  # fmt: skip
         try:
-            result = _rewrite_loaded(
-                model,
-                input_path,
-                passes,
-                command=command,
-                target=target,
-                dry_run=dry_run,
-                external_data=external_data,
-                max_size=max_size,
-                verify=verify,
-                on_tensor_saved=on_tensor_saved,
-                keep=[] if in_place else reads,
-                pending=pending,
-                snapshot=snapshot,
-                started=started,
-            )
+            result = _rewrite_loaded(model, passes, run)
         except Exception:  # lazily read data vanishes when another run commits
             if snapshot.changed() is None:
                 raise
@@ -194,23 +182,29 @@ def rewrite(
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What one :func:`rewrite` call was asked, and what it set up before the passes."""
+
+    command: str
+    input_path: Path
+    target: Path
+    dry_run: bool
+    external_data: bool | None
+    max_size: int | None
+    verify: VerifyOptions | None
+    on_tensor_saved: model_io.SaveCallback | None
+    keep: Sequence[Path]  # data files the replaced output's cleanup leaves
+    pending: atomic.PendingFile | None  # the --report
+    snapshot: Snapshot  # the input's files as read
+    started: float
+
+
 def _rewrite_loaded(
-    model: ir.Model,
-    input_path: Path,
-    passes: Sequence[ir.passes.PassBase],
-    *,
-    command: str,
-    target: Path,
-    dry_run: bool,
-    external_data: bool | None,
-    max_size: int | None,
-    verify: VerifyOptions | None,
-    on_tensor_saved: model_io.SaveCallback | None,
-    keep: Sequence[Path],
-    pending: atomic.PendingFile | None,
-    started: float,
-    snapshot: Snapshot,
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], run: _Run
 ) -> RewriteResult:
+    command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
+    pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = Verifier(input_path, model, verify) if verify is not None else None
     unchanged, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
@@ -220,7 +214,7 @@ def _rewrite_loaded(
     passes = with_implied_imports(model, passes)
     out = _rewritten(model, passes, input_path, unchanged, verifier)
     model, results, serialized, checker_warnings = out
-    bytes_after = _refuse_over_max_size(model, max_size)
+    bytes_after = _refuse_over_max_size(model, run.max_size)
 
     def result() -> RewriteResult:
         return RewriteResult(
@@ -232,7 +226,7 @@ def _rewrite_loaded(
             changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
             bytes_before=bytes_before,
             bytes_after=bytes_after,
-            seconds=time.perf_counter() - started,
+            seconds=time.perf_counter() - run.started,
             model=model,
             warnings=[*checker_warnings, *(w for r in results for w in _warnings(r)), *notes],
             verification=verifier.result if verifier is not None else None,
@@ -253,8 +247,8 @@ def _rewrite_loaded(
     save = functools.partial(model_io.save, model, external_data=external_data,
                              before_commit=before_commit, weightless=serialized)  # fmt: skip
     if not dry_run:
-        save(target, callback=on_tensor_saved, keep=keep,
-             unchanged=lambda: snapshot.refuse_if_changed(input_path))  # fmt: skip
+        save(target, callback=run.on_tensor_saved, keep=run.keep,
+             unchanged=lambda: run.snapshot.refuse_if_changed(input_path))  # fmt: skip
     elif verifier is not None:
         _save_to_temporary(save, target.name)
     done = result()

@@ -112,7 +112,7 @@ def _hoist_placeholders(proto: onnx.ModelProto) -> None:
             graph.initializer.extend(kept)
 
 
-def weightless_from_source(  # noqa: C901
+def weightless_from_source(
     source: onnx.ModelProto, *, max_inline_bytes: int = _INLINE
 ) -> onnx.ModelProto | None:
     """What :func:`weightless_proto` returns, built from the ModelProto a model was just
@@ -126,10 +126,33 @@ def weightless_from_source(  # noqa: C901
     large initializer in a subgraph): use :func:`weightless_proto` then.
     """
     main = source.graph
-    if not _plain_subgraphs(source, max_inline_bytes):
+    split = _split_initializers(main, max_inline_bytes)
+    if split is None or not _plain_subgraphs(source, max_inline_bytes):
         return None
+    kept, hoisted = split
+    proto = onnx.ModelProto()
+    _copy_fields(source, proto, skip=("graph",))
+    _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
+    proto.graph.initializer.extend(kept)
+    proto.graph.value_info.extend(_live_value_info(main))
+    _as_onnx_ir_reads(proto)
+    input_names = {i.name for i in main.input}
+    for tensor in hoisted:
+        if tensor.name not in input_names:
+            proto.graph.input.append(
+                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
+            )
+            input_names.add(tensor.name)
+    return proto
+
+
+def _split_initializers(
+    graph: onnx.GraphProto, max_inline_bytes: int
+) -> tuple[list[onnx.TensorProto], list[onnx.TensorProto]] | None:
+    """The initializers kept (at most ``max_inline_bytes``) and those left out; None when
+    a size is unknown or a kept one is in external data (the copy would differ)."""
     kept, hoisted = [], []
-    for tensor in main.initializer:
+    for tensor in graph.initializer:
         size = tensors.nbytes(tensor.data_type, tensor.dims)
         if size is None:
             return None
@@ -139,30 +162,23 @@ def weightless_from_source(  # noqa: C901
             return None
         else:
             kept.append(tensor)
-    proto = onnx.ModelProto()
-    _copy_fields(source, proto, skip=("graph",))
-    _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
-    proto.graph.initializer.extend(kept)
-    proto.graph.value_info.extend(_live_value_info(main))
-    subgraphs = [g for ref, g in proto_graphs(proto) if ref.parent is not None]
-    for sub in subgraphs:
-        live = _live_value_info(sub)
-        del sub.value_info[:]
-        sub.value_info.extend(live)
-        _normalize_domains(sub.node)
+    return kept, hoisted
+
+
+def _as_onnx_ir_reads(proto: onnx.ModelProto) -> None:
+    """Make the copy what serializing the deserialized model gives: subgraphs keep only
+    live ``value_info`` entries, and domain 'ai.onnx' is ''."""
+    for ref, sub in proto_graphs(proto):
+        if ref.parent is not None:
+            live = _live_value_info(sub)
+            del sub.value_info[:]
+            sub.value_info.extend(live)
+            _normalize_domains(sub.node)
     _normalize_domains(proto.graph.node)
     for function in proto.functions:
         _normalize_domains(function.node)
         if function.domain == "ai.onnx":
             function.domain = ""
-    input_names = {i.name for i in main.input}
-    for tensor in hoisted:
-        if tensor.name not in input_names:
-            proto.graph.input.append(
-                onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, tensor.dims)
-            )
-            input_names.add(tensor.name)
-    return proto
 
 
 def _copy_fields(source: Any, target: Any, skip: tuple[str, ...]) -> None:

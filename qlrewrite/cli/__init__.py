@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import importlib.metadata
 import platform
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -98,6 +97,8 @@ _DEPENDENCIES = (("onnx", ""), ("onnx-ir", ""), ("onnxruntime", " (for --verify)
 def version_lines() -> list[str]:
     """``qlrewrite, version X`` then one line per dependency, read from the installed
     distributions' metadata (nothing is imported)."""
+    import importlib.metadata  # 20 ms: only --version reads it
+
     lines = [f"qlrewrite, version {__version__}"]
     for name, use in _DEPENDENCIES:
         try:

@@ -7,6 +7,8 @@ asks "is this input constant, and what is its tensor?" asks here.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnx_ir as ir
 
@@ -81,11 +83,17 @@ _NON_NUMERIC = frozenset({
 })  # fmt: skip
 
 
-def small_array(tensor: ir.TensorProtocol) -> np.ndarray | None:
+def small_array(
+    tensor: ir.TensorProtocol, dims: tuple[int, ...] | None = None
+) -> np.ndarray | None:
     """The values as float64 (None: above :data:`MAX_VALUE_BYTES`, unreadable or not
-    numeric)."""
+    numeric). ``dims``: the tensor's dims when the caller has read them already."""
     try:
-        if tensor.nbytes > MAX_VALUE_BYTES or tensor.dtype in _NON_NUMERIC:
+        dtype = tensor.dtype
+        if dtype in _NON_NUMERIC:
+            return None
+        count = math.prod(dims) if dims is not None else tensor.size
+        if count * dtype.bitwidth > 8 * MAX_VALUE_BYTES:
             return None
         return np.asarray(tensor.numpy()).astype(np.float64)
     except Exception:  # unreadable data is reported by the hygiene rules

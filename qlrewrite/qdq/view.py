@@ -103,8 +103,10 @@ def view_of(
     tensor = constant_tensor(value)
     if tensor is not None:
         dtype = tensor.dtype
-        shape = _dims(tensor.shape)
-        array = small_array(tensor) if read else None
+        dims = tuple(tensor.shape)
+        known = all(type(d) is int for d in dims)  # a tensor's always are
+        shape = dims if known else _dims(tensor.shape)
+        array = small_array(tensor, dims if known else None) if read else None
     if (dtype is None or shape is None) and name in inferred:
         inf_dtype, inf_shape = inferred[name]
         dtype = dtype if dtype is not None else inf_dtype
