@@ -355,16 +355,9 @@ def commit_model(
             old_mode = stat.S_IMODE(os.stat(dest).st_mode)
         try:
             if staged_data is not None:
-                name = staged_data.name
-                if not _usable(folder, name, dest.name):  # taken since it was staged
-                    name = free_data_name(folder, dest.name)
-                    _relocate(staged_model, staged_data.name, name)
-                    _step("relocated")
-                data_mode = _data_mode(folder, pattern)
-                if data_mode is not None:
-                    os.chmod(staged_data, data_mode)
-                doomed = _removable(folder, replaced, name, keep)
-                _journal(staged_model.parent, name, dest.name, doomed)
+                name = _ready_data(
+                    staged_model, staged_data, dest, pattern, replaced=replaced, keep=keep
+                )
                 _move_new(staged_data, folder / name)
                 data_dest = folder / name
                 fsync_dir(folder)
@@ -384,6 +377,33 @@ def commit_model(
         _unlink_all(folder, _removable(folder, replaced, new_name, keep))
         _step("cleaned")
     return data_dest
+
+
+def _ready_data(
+    staged_model: Path,
+    staged_data: Path,
+    dest: Path,
+    pattern: re.Pattern[str],
+    *,
+    replaced: Collection[str],
+    keep: Collection[Path],
+) -> str:
+    """Ready the staged data file to move beside ``dest``: the name it takes (a free one,
+    the staged model relocated to it, if its own was taken since it was staged), the
+    permissions of the data file it replaces (``pattern``: the model's data-file names),
+    and the journal of the commit written."""
+    folder = dest.parent
+    name = staged_data.name
+    if not _usable(folder, name, dest.name):  # taken since it was staged
+        name = free_data_name(folder, dest.name)
+        _relocate(staged_model, staged_data.name, name)
+        _step("relocated")
+    data_mode = _data_mode(folder, pattern)
+    if data_mode is not None:
+        os.chmod(staged_data, data_mode)
+    doomed = _removable(folder, replaced, name, keep)
+    _journal(staged_model.parent, name, dest.name, doomed)
+    return name
 
 
 def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:

@@ -831,13 +831,32 @@ class NodeForm:
     per_axis: bool = False
 
 
-def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:  # noqa: C901
+def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:
     """Why a node of this ``form`` cannot be written as ``row`` ([] if it can).
 
     A requested ``output_type`` that the row cannot derive from the zero point or scale
     counts as expressible when the row has an ``output_dtype`` attribute (a converter may
     add it).
     """
+    problems = _operand_type_problems(row, form)
+    name, scale_type = row.label, form.scale_type
+    unknown = sorted(set(form.attributes) - set(row.attributes))
+    if unknown:
+        problems.append(f"{name} has no attribute {', '.join(unknown)}")
+    if form.blocked and BLOCKED not in row.granularities:
+        problems.append(f"{name} has no blocked quantization (block_size)")
+    if form.per_axis and PER_AXIS not in row.granularities:
+        problems.append(f"{name} has no per-axis quantization")
+    if scale_type in row.scale_needs_output_dtype and "output_dtype" not in row.attributes:
+        problems.append(f"{name} cannot give a float output for a {scale_type.name} scale")
+    output_problem = _output_type_problem(row, form)
+    if output_problem is not None:
+        problems.append(output_problem)
+    return problems
+
+
+def _operand_type_problems(row: OpVersion, form: NodeForm) -> list[str]:
+    """Why ``row`` does not take the form's x, scale and zero point types ([] if it does)."""
     problems: list[str] = []
     name = row.label
     x_type, scale_type, zero_point_type = form.x_type, form.scale_type, form.zero_point_type
@@ -851,25 +870,23 @@ def expression_problems(row: OpVersion, form: NodeForm) -> list[str]:  # noqa: C
         problems.append(f"{name} does not take a zero point of type {zero_point_type.name}")
     if zero_point_type is not None and not row.is_quantize and zero_point_type != x_type:
         problems.append(f"{name} needs the zero point type to equal the x type")
-    unknown = sorted(set(form.attributes) - set(row.attributes))
-    if unknown:
-        problems.append(f"{name} has no attribute {', '.join(unknown)}")
-    if form.blocked and BLOCKED not in row.granularities:
-        problems.append(f"{name} has no blocked quantization (block_size)")
-    if form.per_axis and PER_AXIS not in row.granularities:
-        problems.append(f"{name} has no per-axis quantization")
-    if scale_type in row.scale_needs_output_dtype and "output_dtype" not in row.attributes:
-        problems.append(f"{name} cannot give a float output for a {scale_type.name} scale")
-    wanted = form.output_type
-    if wanted is not None:
-        derived = output_type(row, scale_type=scale_type, zero_point_type=zero_point_type)
-        if wanted not in row.output_types:
-            problems.append(f"{name} cannot output {wanted.name}")
-        elif derived != wanted and not (
-            "output_dtype" in row.attributes and (zero_point_type is None or not row.is_quantize)
-        ):
-            problems.append(f"{name} outputs {derived.name if derived else '?'}, not {wanted.name}")
     return problems
+
+
+def _output_type_problem(row: OpVersion, form: NodeForm) -> str | None:
+    """Why ``row`` cannot output the form's ``output_type`` (None: it can, or none asked)."""
+    wanted = form.output_type
+    if wanted is None:
+        return None
+    name, zero_point_type = row.label, form.zero_point_type
+    derived = output_type(row, scale_type=form.scale_type, zero_point_type=zero_point_type)
+    if wanted not in row.output_types:
+        return f"{name} cannot output {wanted.name}"
+    if derived != wanted and not (
+        "output_dtype" in row.attributes and (zero_point_type is None or not row.is_quantize)
+    ):
+        return f"{name} outputs {derived.name if derived else '?'}, not {wanted.name}"
+    return None
 
 
 def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:

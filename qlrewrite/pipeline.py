@@ -30,7 +30,7 @@ from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
-from qlrewrite.qdq.inference import Inference, share
+from qlrewrite.qdq.inference import Inference, forget, share
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
@@ -273,8 +273,12 @@ def _rewritten(
 ) -> _Rewritten:
     """Run ``passes`` on ``model`` and validate the output (serialized once, weights
     left out: the save writes from the same proto)."""
+    original = model
     runtime_ops = runtime_only_ops(model)
-    model, results = run_passes(model, passes)
+    try:
+        model, results = run_passes(model, passes)
+    finally:
+        forget(original)
     if verifier is not None:
         verifier.expect_differences(results)
     serialized = weightless_proto(model)

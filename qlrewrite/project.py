@@ -18,7 +18,7 @@ from typing import Any
 
 from qlrewrite.config import Settings, forget, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
-from qlrewrite.findings import Report
+from qlrewrite.findings import Finding, Report
 
 __all__ = [
     "FixOutcome",
@@ -214,7 +214,68 @@ def check_targets(
 _IN_FLIGHT = 2
 
 
-def _run_workers(  # noqa: C901
+@dataclasses.dataclass
+class _Workers:
+    """The worker processes of one run: the indices not handed out yet (popped from the
+    end), the indices each worker's pipe holds, and those held by workers that died."""
+
+    targets: Sequence[Target]
+    selection: Selection
+    debug: bool
+    pending: list[int]
+    held: dict[Any, list[int]] = dataclasses.field(default_factory=dict)
+    processes: dict[Any, Any] = dataclasses.field(default_factory=dict)
+    dead: set[int] = dataclasses.field(default_factory=set)
+
+    def start(self, context: Any) -> None:
+        """Start one worker process with a pipe of its own and hand it its first files."""
+        parent, child = context.Pipe()
+        process = context.Process(
+            target=_worker, args=(child, self.targets, self.selection, self.debug), daemon=True
+        )
+        process.start()
+        child.close()
+        self.held[parent], self.processes[parent] = [], process
+        self.hand_out(parent)
+
+    def hand_out(self, conn: Any) -> None:
+        """Keep up to ``_IN_FLIGHT`` files at the worker; retire it when none are left."""
+        held = self.held[conn]
+        while self.pending and len(held) < _IN_FLIGHT:
+            index = self.pending.pop()
+            held.append(index)
+            conn.send(index)
+        if not held:
+            conn.send(None)
+            self.retire(conn)
+
+    def retire(self, conn: Any) -> None:
+        """Close a worker's pipe and wait for its process to end."""
+        conn.close()
+        self.processes.pop(conn).join()
+        del self.held[conn]
+
+    def receive(self, conn: Any, done: dict[int, Report], advance: Callable[[], None]) -> None:
+        """Take one report from a worker into ``done`` and hand it more, or note that it
+        died with the indices it held."""
+        try:
+            index, report = conn.recv()
+        except (EOFError, OSError):  # the worker died
+            self.dead.update(self.held[conn])
+            self.retire(conn)
+            return
+        self.held[conn].remove(index)
+        done[index] = report
+        advance()
+        self.hand_out(conn)
+
+    def kill(self) -> None:
+        """End every worker process still running."""
+        for process in self.processes.values():
+            process.kill()
+
+
+def _run_workers(
     targets: Sequence[Target],
     indices: Iterable[int],
     *,
@@ -232,51 +293,18 @@ def _run_workers(  # noqa: C901
     which a shared result queue (``ProcessPoolExecutor``) does on CPython 3.11.
     """
     context = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    pending = list(indices)[::-1]  # popped from the end: input order
-    held: dict[Any, list[int]] = {}
-    processes: dict[Any, Any] = {}
-    dead: set[int] = set()
-
-    def hand_out(conn: Any) -> None:
-        while pending and len(held[conn]) < _IN_FLIGHT:
-            index = pending.pop()
-            held[conn].append(index)
-            conn.send(index)
-        if not held[conn]:
-            conn.send(None)
-            retire(conn)
-
-    def retire(conn: Any) -> None:
-        conn.close()
-        processes.pop(conn).join()
-        del held[conn]
-
+    # popped from the end: input order
+    pool = _Workers(targets, selection, debug, pending=list(indices)[::-1])
     try:
-        for _ in range(min(workers, len(pending))):
-            parent, child = context.Pipe()
-            process = context.Process(
-                target=_worker, args=(child, targets, selection, debug), daemon=True
-            )
-            process.start()
-            child.close()
-            held[parent], processes[parent] = [], process
-            hand_out(parent)
-        while held:
-            for conn in multiprocessing.connection.wait(list(held)):
-                try:
-                    index, report = conn.recv()
-                except (EOFError, OSError):  # the worker died
-                    dead.update(held[conn])
-                    retire(conn)
-                    continue
-                held[conn].remove(index)
-                done[index] = report
-                advance()
-                hand_out(conn)
-            if pending and not held:  # every worker died: the rest go to a fresh one
-                rest = pending[::-1]
-                pending.clear()
-                return dead | _run_workers(
+        for _ in range(min(workers, len(pool.pending))):
+            pool.start(context)
+        while pool.held:
+            for conn in multiprocessing.connection.wait(list(pool.held)):
+                pool.receive(conn, done, advance)
+            if pool.pending and not pool.held:  # every worker died: the rest go to a fresh one
+                rest = pool.pending[::-1]
+                pool.pending.clear()
+                return pool.dead | _run_workers(
                     targets,
                     rest,
                     selection=selection,
@@ -286,9 +314,8 @@ def _run_workers(  # noqa: C901
                     advance=advance,
                 )
     finally:
-        for process in processes.values():
-            process.kill()
-    return dead
+        pool.kill()
+    return pool.dead
 
 
 def _worker(conn: Any, targets: Sequence[Target], selection: Selection, debug: bool) -> None:
@@ -380,12 +407,8 @@ def fix_target(
     if not passes:
         return None
     outcome = FixOutcome(target.path, [], len(wanted))
-    unfixed = sorted({f.rule for f in report.errors if f not in wanted})
-    if unfixed:  # the rewrite would refuse the input: say why in the words of check
-        outcome.refused = (
-            f"{len([f for f in report.errors if f not in wanted])} error finding(s) without "
-            f"a fix ({', '.join(unfixed)}); nothing written"
-        )
+    outcome.refused = _unfixed_refusal(report, wanted)
+    if outcome.refused:  # the rewrite would refuse the input: say why in the words of check
         return outcome
 
     def run(passes: list, dry: bool, verify_with: Any) -> Any:
@@ -417,6 +440,17 @@ def fix_target(
         return outcome
     outcome.verification = result.verification
     return outcome
+
+
+def _unfixed_refusal(report: Report, wanted: Sequence[Finding]) -> str | None:
+    """Why the rewrite would refuse the model: error findings no fix is for (None: none)."""
+    unfixed = sorted({f.rule for f in report.errors if f not in wanted})
+    if not unfixed:
+        return None
+    return (
+        f"{len([f for f in report.errors if f not in wanted])} error finding(s) without "
+        f"a fix ({', '.join(unfixed)}); nothing written"
+    )
 
 
 def _changes(result: Any) -> list[tuple[str, str, str]]:

@@ -430,9 +430,10 @@ def data_problems(
     return list(found)
 
 
-def _tensor_problem(  # noqa: C901
+def _tensor_problem(
     tensor: onnx.TensorProto, graph: str, base: str, files: dict[str, tuple[str, str] | int]
 ) -> DataProblem | None:
+    """What is wrong with one tensor's type, dims or data (None: nothing)."""
     name = tensor.name or "<unnamed>"
 
     def problem(kind: str, message: str) -> DataProblem:
@@ -442,59 +443,80 @@ def _tensor_problem(  # noqa: C901
         dtype = ir.DataType(tensor.data_type)
     except ValueError:
         return problem("data-length", f"unknown data type {tensor.data_type}")
-    if dtype == ir.DataType.UNDEFINED:
-        return problem("data-length", "data type UNDEFINED (0)")
-    dims = list(tensor.dims)
-    if any(d < 0 for d in dims):
-        return problem("negative-dims", f"negative dimension in dims {dims}")
-    count = math.prod(dims)
-    expected = nbytes(dtype, dims)
-    # numpy (and ONNX Runtime) refuse a shape whose non-zero dims overflow, even empty
-    width = 1 if dtype == ir.DataType.STRING else max(dtype.bitwidth // 8, 1)
-    if math.prod(max(d, 1) for d in dims) * width >= _MAX_TENSOR_BYTES:
-        return problem("data-length", f"dims {dims} are too large for any tensor")
+    header = _type_and_dims_problem(dtype, list(tensor.dims))
+    if header is not None:
+        return problem(*header)
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         if dtype == ir.DataType.STRING:  # external data is raw bytes: strings cannot be
             return problem("data-length", "holds STRING data in an external data file")
+        expected = nbytes(dtype, tensor.dims)
         return _external_problem(tensor, expected, base, problem, files)
     fields = [f for f in _TYPED_FIELDS if len(getattr(tensor, f))]
-    if tensor.HasField("raw_data"):
-        if fields or dtype == ir.DataType.STRING:
-            return problem(
-                "data-length", f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
-            )
-        if expected is not None and len(tensor.raw_data) != expected:
-            return problem(
-                "data-length",
-                f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
-                f"of {dtype.name} need {expected}",
-            )
-        return None
-    if not fields:
-        if count == 0:
-            return None
-        return problem("data-length", f"has no data but dims {dims} need {count} elements")
-    if len(fields) > 1 or _typed_field(dtype) != fields[0]:
-        return problem(
-            "data-length",
-            f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
-            f"{_typed_field(dtype)})",
-        )
-    n_values = len(getattr(tensor, fields[0]))
-    if dtype == ir.DataType.STRING:
-        wanted = count
-    elif dtype.bitwidth < 8:
-        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
-        wanted = (count + per_value - 1) // per_value
-    elif dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
-        wanted = 2 * count
-    else:
-        wanted = count
-    if n_values != wanted:
-        return problem(
-            "data-length", f"holds {n_values} values but dims {dims} need {wanted} values"
+    in_fields = _raw_data_problem if tensor.HasField("raw_data") else _typed_data_problem
+    message = in_fields(tensor, dtype, fields)
+    return None if message is None else problem("data-length", message)
+
+
+def _type_and_dims_problem(dtype: ir.DataType, dims: list[int]) -> tuple[str, str] | None:
+    """Why no tensor can have this type and these dims, as (kind, message); None: one can."""
+    if dtype == ir.DataType.UNDEFINED:
+        return "data-length", "data type UNDEFINED (0)"
+    if any(d < 0 for d in dims):
+        return "negative-dims", f"negative dimension in dims {dims}"
+    # numpy (and ONNX Runtime) refuse a shape whose non-zero dims overflow, even empty
+    width = 1 if dtype == ir.DataType.STRING else max(dtype.bitwidth // 8, 1)
+    if math.prod(max(d, 1) for d in dims) * width >= _MAX_TENSOR_BYTES:
+        return "data-length", f"dims {dims} are too large for any tensor"
+    return None
+
+
+def _raw_data_problem(
+    tensor: onnx.TensorProto, dtype: ir.DataType, fields: list[str]
+) -> str | None:
+    """Why raw_data is not the tensor's only data, of the size its dims need (None: it is)."""
+    dims = list(tensor.dims)
+    expected = nbytes(dtype, dims)
+    if fields or dtype == ir.DataType.STRING:
+        return f"holds {dtype.name} data in raw_data and in {', '.join(fields)}"
+    if expected is not None and len(tensor.raw_data) != expected:
+        return (
+            f"holds {len(tensor.raw_data)} bytes of data but dims {dims} "
+            f"of {dtype.name} need {expected}"
         )
     return None
+
+
+def _typed_data_problem(
+    tensor: onnx.TensorProto, dtype: ir.DataType, fields: list[str]
+) -> str | None:
+    """Why the typed field holding the data (none: no data) is not the one ONNX keeps
+    ``dtype`` in, or has not as many values as the dims need (None: it is, it has)."""
+    dims = list(tensor.dims)
+    count = math.prod(dims)
+    if not fields:
+        return None if count == 0 else f"has no data but dims {dims} need {count} elements"
+    if len(fields) > 1 or _typed_field(dtype) != fields[0]:
+        return (
+            f"holds {dtype.name} data in {', '.join(fields)} (ONNX keeps it in "
+            f"{_typed_field(dtype)})"
+        )
+    n_values = len(getattr(tensor, fields[0]))
+    wanted = _typed_values(dtype, count)
+    if n_values != wanted:
+        return f"holds {n_values} values but dims {dims} need {wanted} values"
+    return None
+
+
+def _typed_values(dtype: ir.DataType, count: int) -> int:
+    """How many values a typed field holds for ``count`` elements of ``dtype``."""
+    if dtype == ir.DataType.STRING:
+        return count
+    if dtype.bitwidth < 8:
+        per_value = 8 // dtype.bitwidth  # packed sub-byte values in int32_data
+        return (count + per_value - 1) // per_value
+    if dtype in (ir.DataType.COMPLEX64, ir.DataType.COMPLEX128):
+        return 2 * count
+    return count
 
 
 def _external_problem(

@@ -616,43 +616,12 @@ def verify_models(
     )
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
-    try:
-        session = _session(ort, Path(original))
-    except Exception as exc:
-        result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
+    expected = _run_original(ort, Path(original), feeds, result)
+    if expected is None:
         return result
-    try:
-        expected = [_run(ort, session, f) for f in feeds]
-    except _Unverifiable as exc:
-        result.reason = str(exc)
+    actual = _run_rewritten(ort, Path(rewritten), feeds, result)
+    if actual is None:
         return result
-    except Exception as exc:
-        result.reason = (
-            f"the original model fails in ONNX Runtime on generated inputs ({_first_line(exc)})"
-        )
-        return result
-    finally:
-        del session
-    try:
-        session = _session(ort, Path(rewritten))
-    except Exception as exc:
-        if _is_unsupported(exc):
-            result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
-        else:
-            result.status = MISMATCH
-            result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
-        return result
-    try:
-        actual = [_run(ort, session, f) for f in feeds]
-    except _Unverifiable as exc:
-        result.reason = str(exc)
-        return result
-    except Exception as exc:
-        result.status = MISMATCH
-        result.reason = f"the rewritten model fails in ONNX Runtime ({_first_line(exc)})"
-        return result
-    finally:
-        del session
     result.outputs = _compare_runs(expected, actual)
     if all(o.exact for o in result.outputs):
         result.status = EXACT
@@ -661,6 +630,58 @@ def verify_models(
     else:
         result.status = MISMATCH
     return result
+
+
+def _run_original(
+    ort: Any, path: Path, feeds: Sequence[Mapping[str, np.ndarray]], result: Verification
+) -> list[dict[str, np.ndarray]] | None:
+    """The original model's outputs on every input set; None when it cannot be loaded or
+    run (``result`` says why: unverifiable)."""
+    try:
+        session = _session(ort, path)
+    except Exception as exc:
+        result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
+        return None
+    try:
+        return [_run(ort, session, f) for f in feeds]
+    except _Unverifiable as exc:
+        result.reason = str(exc)
+        return None
+    except Exception as exc:
+        result.reason = (
+            f"the original model fails in ONNX Runtime on generated inputs ({_first_line(exc)})"
+        )
+        return None
+    finally:
+        del session
+
+
+def _run_rewritten(
+    ort: Any, path: Path, feeds: Sequence[Mapping[str, np.ndarray]], result: Verification
+) -> list[dict[str, np.ndarray]] | None:
+    """The rewritten model's outputs on every input set; None when it cannot be loaded or
+    run (``result`` says why: unverifiable when ONNX Runtime lacks support or an output is
+    not a tensor, a mismatch when it rejects or fails on the model)."""
+    try:
+        session = _session(ort, path)
+    except Exception as exc:
+        if _is_unsupported(exc):
+            result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
+        else:
+            result.status = MISMATCH
+            result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
+        return None
+    try:
+        return [_run(ort, session, f) for f in feeds]
+    except _Unverifiable as exc:
+        result.reason = str(exc)
+        return None
+    except Exception as exc:
+        result.status = MISMATCH
+        result.reason = f"the rewritten model fails in ONNX Runtime ({_first_line(exc)})"
+        return None
+    finally:
+        del session
 
 
 def _compare_runs(

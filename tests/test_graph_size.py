@@ -244,3 +244,43 @@ def test_rewrites_grow_linearly_with_the_node_count(tmp_path: Path, command: str
     seconds_small, seconds_large = best(small), best(large)
     assert seconds_large < 30
     assert seconds_large / seconds_small < 8, (seconds_small, seconds_large)
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["fold", "convert --to com.microsoft", "upgrade --opset 21"],
+)
+def test_each_whole_graph_step_runs_once_per_rewrite(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """Shape inference twice (the input's, shared by the passes, and the output's strict
+    one, in onnx.checker's full check), onnx.checker once, onnx_ir's serialization once
+    (the output's: the input's weight-free copy, which upgrade's version converter takes,
+    comes from the file as parsed), however many passes and nodes."""
+    import onnx_ir.serde
+
+    from qlrewrite.passes.commands import convert_passes, fold_passes, upgrade_passes
+    from qlrewrite.pipeline import rewrite
+
+    calls: dict[str, int] = {}
+
+    def counted(owner: object, name: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*args: object, **kwargs: object) -> object:
+            calls[name] = calls.get(name, 0) + 1
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    counted(onnx.shape_inference, "infer_shapes")
+    counted(onnx.checker, "check_model")
+    counted(onnx_ir.serde, "serialize_model")
+    passes = {
+        "fold": fold_passes,
+        "convert --to com.microsoft": lambda: convert_passes("com.microsoft"),
+        "upgrade --opset 21": lambda: upgrade_passes(21),
+    }[command]()
+    model = _layers(tmp_path / "m.onnx", 20)
+    rewrite(model, passes, command=command.split(maxsplit=1)[0], output=tmp_path / "o.onnx")
+    assert calls == {"infer_shapes": 2, "check_model": 1, "serialize_model": 1}, calls

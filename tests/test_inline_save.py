@@ -17,6 +17,17 @@ from onnx.external_data_helper import load_external_data_for_tensor
 
 from qlrewrite.inline_save import _padded_varint, _varint, save_inline
 
+_CONSTANT = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0)))
+_CALL = helper.make_node("f", ["w"], ["z"], domain="local")
+
+
+def _neg_function() -> onnx.FunctionProto:
+    """local.f(a) = Neg(a)."""
+    return helper.make_function(
+        "local", "f", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+        [helper.make_opsetid("", 21)],
+    )  # fmt: skip
+
 
 def _rich_model(folder: Path) -> Path:
     """Initializers of several types (one a string, one in external data), a Constant
@@ -31,14 +42,11 @@ def _rich_model(folder: Path) -> Path:
         [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [4])],
     )  # fmt: skip
     nodes = [
-        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0))),
+        _CONSTANT,
         helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
-        helper.make_node("f", ["w"], ["z"], domain="local"),
+        _CALL,
     ]
-    function = helper.make_function(
-        "local", "f", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
-        [helper.make_opsetid("", 21)],
-    )  # fmt: skip
+    function = _neg_function()
     inits = [
         numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
         numpy_helper.from_array(np.array(True), "cond"),
@@ -129,14 +137,11 @@ def _plain_model(folder: Path) -> Path:
     """No subgraph initializer: small and large initializers (one in external data, one
     also a graph input), a Constant, a function."""
     nodes = [
-        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0))),
+        _CONSTANT,
         helper.make_node("Add", ["w", "x"], ["y"]),
-        helper.make_node("f", ["w"], ["z"], domain="local"),
+        _CALL,
     ]
-    function = helper.make_function(
-        "local", "f", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
-        [helper.make_opsetid("", 21)],
-    )  # fmt: skip
+    function = _neg_function()
     inits = [
         numpy_helper.from_array(np.arange(4, dtype=np.float32), "w"),
         numpy_helper.from_array(np.arange(4, dtype=np.float32), "x"),

@@ -85,7 +85,7 @@ class FoldPass(ir.passes.InPlacePass):
         self.float16 = float16
         self._summary: dict[str, int] = {}
 
-    def call(self, model: ir.Model) -> FoldResult:  # noqa: C901
+    def call(self, model: ir.Model) -> FoldResult:
         self._summary = summary = dict.fromkeys(
             (
                 "dq_folded",
@@ -98,7 +98,17 @@ class FoldPass(ir.passes.InPlacePass):
             ),
             0,
         )
-        warnings: list[str] = []
+        rounded, overridable = self._fold_sites(model)
+        warnings = _fold_warnings(rounded, overridable)
+        if any(summary.values()):
+            link_initializers(model)
+            summary["opsets_removed"] = drop_unused_domains(model)
+        return FoldResult(model, any(summary.values()), summary, warnings)
+
+    def _fold_sites(self, model: ir.Model) -> tuple[int, int]:
+        """Fold every Q/DQ node whose inputs are constant; returns how many float16 values
+        were left rounded (``float16="compact"``) and how many nodes were not folded
+        because an input is an overridable initializer."""
         # Every graph and function, listed once: folding adds and removes no subgraph.
         containers = all_graphs(model)
         self._names = FreshNames(containers)
@@ -108,37 +118,29 @@ class FoldPass(ir.passes.InPlacePass):
         in_float32 = {id(s.node) for s in sites if _dq_in_float32(views[id(s.node)])}
         overridable = rounded = 0
         for site in sites:
-            widen = id(site.node) in in_float32
+            view, widen = views[id(site.node)], id(site.node) in in_float32
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
-                if widen and self._widen_kept_dq(views[id(site.node)]):
+                if widen and self._widen_kept_dq(view):
                     rounded += self.float16 == "compact"
                 continue
-            folded = _folded_tensor(views[id(site.node)])
+            folded, kept_float16 = self._folded_value(view, widen)
+            rounded += kept_float16
             if folded is not None:
-                if widen and folded.dtype == ir.DataType.FLOAT16:
-                    if self.float16 == "exact":
-                        folded = _as_float32(folded)
-                    else:
-                        rounded += 1
                 self._replace(containers, site, folded)
             elif _overridable(site.node):
                 overridable += 1
-        if rounded:
-            warnings.append(
-                f"{rounded} float16 value(s) that ONNX Runtime's CPU provider computes in "
-                "float32 were folded to float16 (--float16 compact): the model's outputs in "
-                "ONNX Runtime may change; the default --float16 exact keeps them"
-            )
-        if overridable:
-            warnings.append(
-                f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
-                "initializer listed as a graph input can be overridden by the caller); "
-                "export without keep_initializers_as_inputs to fold them"
-            )
-        if any(summary.values()):
-            link_initializers(model)
-            summary["opsets_removed"] = drop_unused_domains(model)
-        return FoldResult(model, any(summary.values()), summary, warnings)
+        return rounded, overridable
+
+    def _folded_value(self, view: NodeView, widen: bool) -> tuple[FoldedTensor | None, bool]:
+        """The node's folded value (None: an input is not constant), in float32 when ONNX
+        Runtime computes this float16 DQ in float32 (``widen``) and ``float16="exact"``;
+        and whether such a value was left in float16 (``float16="compact"``)."""
+        folded = _folded_tensor(view)
+        if folded is None or not widen or folded.dtype != ir.DataType.FLOAT16:
+            return folded, False
+        if self.float16 == "exact":
+            return _as_float32(folded), False
+        return folded, True
 
     def _replace(
         self, containers: list[ir.Graph | ir.Function], site: QuantizedSite, folded: FoldedTensor
@@ -249,6 +251,24 @@ class FoldPass(ir.passes.InPlacePass):
         if value.is_initializer() and graph is not None and value.name in graph.initializers:
             del graph.initializers[value.name]
             self._summary["initializers_removed"] += 1
+
+
+def _fold_warnings(rounded: int, overridable: int) -> list[str]:
+    """What the fold warns about: float16 values left rounded, nodes left unfolded."""
+    warnings: list[str] = []
+    if rounded:
+        warnings.append(
+            f"{rounded} float16 value(s) that ONNX Runtime's CPU provider computes in "
+            "float32 were folded to float16 (--float16 compact): the model's outputs in "
+            "ONNX Runtime may change; the default --float16 exact keeps them"
+        )
+    if overridable:
+        warnings.append(
+            f"{overridable} Q/DQ node(s) not folded: an input is a graph input (an "
+            "initializer listed as a graph input can be overridden by the caller); "
+            "export without keep_initializers_as_inputs to fold them"
+        )
+    return warnings
 
 
 def _dq_in_float32(view: NodeView) -> bool:

@@ -78,39 +78,21 @@ def _single_use(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:  # noqa: C901
+def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:
     """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose);
     ``views``: the view of every DequantizeLinear by ``id(node)``."""
     value = consumer.inputs[index] if index < len(consumer.inputs) else None
     if value is None or not _single_use(value):
         return None
-    producer = value.producer()
-    transpose = None
-    if producer is not None and producer.op_type == "Transpose" and producer.domain in _ONNX:
-        perm = producer.attributes.get("perm")
-        if perm is None or list(perm.as_ints()) != [1, 0]:
-            return None
-        transpose = producer
-        value = producer.inputs[0]
-        if value is None or not _single_use(value):
-            return None
-        producer = value.producer()
-    if producer is None or producer.op_type != "DequantizeLinear" or producer.domain not in _ONNX:
+    found = _dequantize_linear_feeding(value)
+    if found is None:
         return None
-    inputs = list(producer.inputs) + [None] * (3 - len(producer.inputs))
-    if not all(v is None or is_constant(v) for v in inputs[:3]) or inputs[0] is None:
-        return None
-    x, scale = constant_tensor(inputs[0]), constant_tensor(inputs[1])
-    zero_point = constant_tensor(inputs[2]) if inputs[2] is not None else None
-    if x is None or scale is None or (inputs[2] is not None and zero_point is None):
-        return None
+    producer, transpose = found
+    constants = _constant_inputs(producer)
     view = views.get(id(producer))
-    if view is None or view.row is None:
+    if constants is None or view is None or view.row is None or not _int_attributes(producer):
         return None
-    for name in _DQ_ATTRIBUTES:
-        attr = producer.attributes.get(name)
-        if attr is not None and (attr.is_ref() or attr.type != ir.AttributeType.INT):
-            return None
+    x, scale, zero_point = constants
     axis = view.axis
     block_size = view.block_size
     output_dtype = view.attr_or_default("output_dtype") or 0
@@ -120,6 +102,49 @@ def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match 
     if not -rank <= axis < rank:
         return None
     return _Match(consumer, producer, transpose, x, scale, zero_point, axis % rank, block_size)
+
+
+def _dequantize_linear_feeding(value: ir.Value) -> tuple[ir.Node, ir.Node | None] | None:
+    """The ai.onnx DequantizeLinear producing ``value``, directly or through a single-use
+    2-D Transpose (returned too); None when there is none."""
+    producer = value.producer()
+    transpose = None
+    if producer is not None and producer.op_type == "Transpose" and producer.domain in _ONNX:
+        perm = producer.attributes.get("perm")
+        if perm is None or list(perm.as_ints()) != [1, 0]:
+            return None
+        transpose = producer
+        source = producer.inputs[0]
+        if source is None or not _single_use(source):
+            return None
+        producer = source.producer()
+    if producer is None or producer.op_type != "DequantizeLinear" or producer.domain not in _ONNX:
+        return None
+    return producer, transpose
+
+
+def _constant_inputs(
+    dq: ir.Node,
+) -> tuple[ir.TensorProtocol, ir.TensorProtocol, ir.TensorProtocol | None] | None:
+    """A DequantizeLinear's x, scale and zero point (None if omitted) when all are
+    constants with readable tensors; None otherwise."""
+    inputs = list(dq.inputs) + [None] * (3 - len(dq.inputs))
+    if not all(v is None or is_constant(v) for v in inputs[:3]) or inputs[0] is None:
+        return None
+    x, scale = constant_tensor(inputs[0]), constant_tensor(inputs[1])
+    zero_point = constant_tensor(inputs[2]) if inputs[2] is not None else None
+    if x is None or scale is None or (inputs[2] is not None and zero_point is None):
+        return None
+    return x, scale, zero_point
+
+
+def _int_attributes(dq: ir.Node) -> bool:
+    """Whether the DequantizeLinear's attributes are plain integers (not references)."""
+    for name in _DQ_ATTRIBUTES:
+        attr = dq.attributes.get(name)
+        if attr is not None and (attr.is_ref() or attr.type != ir.AttributeType.INT):
+            return False
+    return True
 
 
 #: The largest block ONNX Runtime's MatMulNBits kernels take (16, 32, 64, 128, 256).

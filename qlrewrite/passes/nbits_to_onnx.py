@@ -24,6 +24,7 @@ the 4-bit float32 case ORT runs), prepacked B, FP8 / FP4 data.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 import onnx_ir as ir
@@ -193,14 +194,62 @@ def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
         plan.lowest_opset = opsets.lowest_onnx_opset("DequantizeLinear", form)
 
 
-def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:  # noqa: C901
+class _NBitsInputs(NamedTuple):
+    """A MatMulNBits' layout and its constant B, scales and zero points."""
+
+    layout: MatMulNBitsLayout
+    b: ir.TensorProtocol
+    scales: ir.TensorProtocol
+    zero_points: ir.TensorProtocol | None
+
+
+def _check_dq_form(
+    plan: _Plan,
+    opset: int | None,
+    x_type: ir.DataType,
+    scale_type: ir.DataType,
+    *,
+    zero_point: bool,
+    per_axis: bool = False,
+) -> None:
+    """Whether ai.onnx ``opset``'s DequantizeLinear expresses the weight (blocked or per-axis)."""
+    form = opsets.NodeForm(
+        x_type=x_type,
+        scale_type=scale_type,
+        zero_point_type=x_type if zero_point else None,
+        attributes=("axis",) if per_axis else ("axis", "block_size"),
+        blocked=not per_axis,
+        per_axis=per_axis,
+    )
+    _check_form(plan, opset, form)
+
+
+def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+    """What a MatMulNBits becomes: a DequantizeLinear (or folded) weight, or its problems."""
+    plan = _Plan(view)
+    found = _matmul_nbits_inputs(view, plan)
+    if found is None:
+        return plan
+    _check_matmul_nbits_tensors(plan, found)
+    layout, b, scales, zero_points = found
+    if zero_points is not None and zero_points.dtype != _DT.UINT8:
+        _plan_float_zero_points(
+            plan, layout, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
+        )
+    elif not plan.problems:
+        _plan_matmul_nbits_weight(plan, found, opset, dequantize)
+    return plan
+
+
+def _matmul_nbits_inputs(view: NodeView, plan: _Plan) -> _NBitsInputs | None:
+    """The node's attributes and constant inputs, None (with the problems) when unusable."""
     site = view.site
-    node, plan = site.node, _Plan(view)
+    node = site.node
     values = {name: view.attr_or_default(name) for name in site.row.attributes}
     missing = [name for name, value in values.items() if value is None]
     if missing:
         plan.problems.append(f"attribute {', '.join(missing)} missing")
-        return plan
+        return None
     if values["weight_prepacked"]:
         plan.problems.append("B is prepacked for a CUDA kernel (weight_prepacked)")
     if _input(node, site.row.input_index("g_idx")) is not None:
@@ -210,44 +259,45 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
         )
     b, scales, zero_points = _tensors(node, _weight_indices(site), plan)
     if plan.problems:
-        return plan
+        return None
     try:
         layout = MatMulNBitsLayout(values["K"], values["N"], values["bits"], values["block_size"])
     except ValueError as err:
         plan.problems.append(str(err))
-        return plan
+        return None
+    return _NBitsInputs(layout, b, scales, zero_points)
+
+
+def _check_matmul_nbits_tensors(plan: _Plan, found: _NBitsInputs) -> None:
+    """Whether B, the scales and uint8 zero points have the types and sizes the layout says."""
+    layout, b, scales, zero_points = found
     if b.dtype != _DT.UINT8 or b.size != np.prod(layout.b_shape):
         plan.problems.append(f"B is not uint8 of shape {list(layout.b_shape)}")
     if scales.dtype not in _FLOATS or scales.size != layout.N * layout.k_blocks:
         plan.problems.append(f"scales are not {layout.N} x {layout.k_blocks} floats")
-    if zero_points is not None:
-        if zero_points.dtype != _DT.UINT8:
-            _plan_float_zero_points(
-                plan, layout, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
-            )
-            return plan
-        if zero_points.size != layout.N * layout.zero_point_row:
-            plan.problems.append(f"zero points are not {layout.N} x {layout.zero_point_row} bytes")
-    if plan.problems:
-        return plan
+    if (
+        zero_points is not None
+        and zero_points.dtype == _DT.UINT8
+        and zero_points.size != layout.N * layout.zero_point_row
+    ):
+        plan.problems.append(f"zero points are not {layout.N} x {layout.zero_point_row} bytes")
+
+
+def _plan_matmul_nbits_weight(
+    plan: _Plan, found: _NBitsInputs, opset: int | None, dequantize: bool
+) -> None:
+    """The DequantizeLinear a checked MatMulNBits' B becomes: per-axis when one block of the
+    smallest size covers K (or the opset has no blocks), blocked along K otherwise."""
+    layout, b, scales, zero_points = found
     x_type = int_type(layout.bits, signed=zero_points is None)
     per_axis = layout.k_blocks == 1 and (
         layout.block_size == min_block(layout.K) or (opset or 0) < 21
     )
     if not dequantize:
-        _check_form(
-            plan,
-            opset,
-            opsets.NodeForm(
-                x_type=x_type,
-                scale_type=scales.dtype,
-                zero_point_type=x_type if zero_points is not None else None,
-                attributes=("axis",) if per_axis else ("axis", "block_size"),
-                blocked=not per_axis,
-                per_axis=per_axis,
-            ),
+        _check_dq_form(
+            plan, opset, x_type, scales.dtype, zero_point=zero_points is not None, per_axis=per_axis
         )
-    name = node.inputs[1].name or "B"
+    name = plan.view.node.inputs[1].name or "B"
     zp_type = int_type(layout.bits, signed=False)
     sources = {"b": b, "scales": scales, "zero_points": zero_points}
     x = MatMulNBitsWeight("x", layout, x_type, **sources, name=f"{name}_q")
@@ -255,18 +305,18 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
     zp = None
     if zero_points is not None:
         zp = MatMulNBitsWeight("zero_point", layout, zp_type, **sources, name=f"{name}_zp")
-    if per_axis and not dequantize:
+    flat = per_axis and not dequantize
+    if flat:
         scale = _flattened(scale)
         zp = _flattened(zp) if zp is not None else None
     plan.weight = _Weight(
         x,
         scale,
         zp,
-        axis=1 if per_axis and not dequantize else 0,
-        block_size=0 if per_axis and not dequantize else layout.block_size,
+        axis=1 if flat else 0,
+        block_size=0 if flat else layout.block_size,
         out_type=scales.dtype,
     )
-    return plan
 
 
 def _plan_float_zero_points(
@@ -311,94 +361,155 @@ def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
     return MappedTensor(reader, tensor.dtype, [n], name=tensor.name)
 
 
-def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:  # noqa: C901
-    site = view.site
-    node, plan = site.node, _Plan(view)
-    bits, block = view.attr_or_default("bits"), view.attr_or_default("block_size")
-    indices = _weight_indices(site)
+@dataclasses.dataclass
+class _GatherInputs:
+    """A GatherBlockQuantized's constant data, scales and zero points, and its attributes
+    (the axes made non-negative once checked)."""
+
+    data: ir.TensorProtocol
+    data_dims: list[int]  # as the node reads data (through a Reshape, if any)
+    scales: ir.TensorProtocol
+    zero_points: ir.TensorProtocol | None
+    bits: int
+    block: int
+    gather_axis: int
+    quantize_axis: int
+
+
+def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+    """What a GatherBlockQuantized becomes: a DequantizeLinear (or folded) weight, or its
+    problems."""
+    plan = _Plan(view)
+    found = _gather_inputs(view, plan)
+    if found is None or not _gather_axes_in_range(plan, found):
+        return plan
+    storage = _gather_storage(view, plan, found)
+    if storage is None:
+        return plan
+    blocks = _gather_scale_blocks(plan, found, storage.packed)
+    if blocks is not None:
+        _plan_gather_weight(plan, found, storage, blocks, opset=opset, dequantize=dequantize)
+    return plan
+
+
+def _gather_inputs(view: NodeView, plan: _Plan) -> _GatherInputs | None:
+    """The node's constant inputs and attributes, None (with the problems) when not constant."""
+    node = view.node
+    indices = _weight_indices(view.site)
     data, data_dims = _reshaped_constant(node.inputs[indices[0]])
     scales, zero_points = _tensors(node, indices[1:], plan)
     if data is None:
         plan.problems.append(f"data ('{node.inputs[indices[0]].name}') is not a constant")
     if plan.problems:
-        return plan
-    rank = len(data_dims)
-    gather_axis = view.attr_or_default("gather_axis")
-    quantize_axis = view.attr_or_default("quantize_axis")
-    if not (-rank <= gather_axis < rank and -rank <= quantize_axis < rank):
+        return None
+    return _GatherInputs(
+        data,
+        data_dims,
+        scales,
+        zero_points,
+        bits=view.attr_or_default("bits"),
+        block=view.attr_or_default("block_size"),
+        gather_axis=view.attr_or_default("gather_axis"),
+        quantize_axis=view.attr_or_default("quantize_axis"),
+    )
+
+
+def _gather_axes_in_range(plan: _Plan, found: _GatherInputs) -> bool:
+    """Whether both axes are within the data's rank (then made non-negative)."""
+    rank = len(found.data_dims)
+    if not (-rank <= found.gather_axis < rank and -rank <= found.quantize_axis < rank):
         plan.problems.append("gather_axis or quantize_axis is out of range")
-        return plan
-    gather_axis %= rank
-    quantize_axis %= rank
-    plan.gather_axis = gather_axis
-    storage = site.row.storage.get(data.dtype)
+        return False
+    found.gather_axis %= rank
+    found.quantize_axis %= rank
+    plan.gather_axis = found.gather_axis
+    return True
+
+
+def _gather_storage(
+    view: NodeView, plan: _Plan, found: _GatherInputs
+) -> opsets.WeightStorage | None:
+    """How the data type holds its values, None (with the problems) when the table's
+    version does not allow this data type, bits, axes, block size or scale type."""
+    row, data = view.site.row, found.data
+    storage = row.storage.get(data.dtype)
     if storage is None or storage.zero_point == "none":
         plan.problems.append(f"{data.dtype.name} data is not supported (int4, uint4, uint8)")
-        return plan
-    packed = storage.packed
-    if bits not in storage.bits:
-        plan.problems.append(f"{data.dtype.name} data with bits={bits}")
-    if (storage.gather_axis_zero and gather_axis != 0) or (
-        storage.quantize_axis_last and quantize_axis != rank - 1
+        return None
+    if found.bits not in storage.bits:
+        plan.problems.append(f"{data.dtype.name} data with bits={found.bits}")
+    if (storage.gather_axis_zero and found.gather_axis != 0) or (
+        storage.quantize_axis_last and found.quantize_axis != len(found.data_dims) - 1
     ):
         plan.problems.append(f"{data.dtype.name} data needs gather_axis 0 and quantize_axis -1")
-    if block < site.row.min_block_size or block & (block - 1):
+    block = found.block
+    if block < row.min_block_size or block & (block - 1):
         plan.problems.append(f"block_size must be a power of 2 >= 16, got {block}")
-    if scales.dtype not in _FLOATS:
-        plan.problems.append(f"scales of type {scales.dtype.name}")
-    if plan.problems:
-        return plan
+    if found.scales.dtype not in _FLOATS:
+        plan.problems.append(f"scales of type {found.scales.dtype.name}")
+    return None if plan.problems else storage
+
+
+def _gather_scale_blocks(plan: _Plan, found: _GatherInputs, packed: bool) -> list[int] | None:
+    """The scales' shape the data asks for (its values' dims, blocked along the quantize
+    axis), None (with the problem) when the scales or a Reshape do not fit."""
+    data, data_dims, axis = found.data, found.data_dims, found.quantize_axis
     if data_dims != list(data.shape.numpy()) and not packed:
         plan.problems.append(f"{data.dtype.name} data behind a Reshape")
-        return plan
-    per = 8 // bits if packed else 1
+        return None
     dims = list(data_dims)
-    dims[-1 if packed else quantize_axis] *= per
+    dims[-1 if packed else axis] *= 8 // found.bits if packed else 1
     blocks = list(dims)
-    blocks[quantize_axis] = -(-dims[quantize_axis] // block)
-    if list(scales.shape.numpy()) != blocks:
-        plan.problems.append(f"scales of shape {list(scales.shape)}, expected {blocks}")
-        return plan
+    blocks[axis] = -(-dims[axis] // found.block)
+    if list(found.scales.shape.numpy()) != blocks:
+        plan.problems.append(f"scales of shape {list(found.scales.shape)}, expected {blocks}")
+        return None
+    return blocks
+
+
+def _plan_gather_weight(
+    plan: _Plan,
+    found: _GatherInputs,
+    storage: opsets.WeightStorage,
+    blocks: list[int],
+    *,
+    opset: int | None,
+    dequantize: bool,
+) -> None:
+    """The DequantizeLinear a checked GatherBlockQuantized's data becomes: packed uint8 read
+    as (u)int2 / (u)int4, other types reused as they are."""
+    node, bits, zero_points = plan.view.node, found.bits, found.zero_points
+    packed = storage.packed
     reuse_zp = None
     if packed:
         signed = zero_points is None and storage.default_zero_point(bits) != 0
         x_type = int_type(bits, signed=signed)
         x = RetypedTensor(
-            data, x_type, bits, source_dims=data_dims, name=f"{node.inputs[0].name}_q"
+            found.data, x_type, bits, source_dims=found.data_dims, name=f"{node.inputs[0].name}_q"
         )
         zp = None
         if zero_points is not None:
             zp = _unpacked_zero_points(zero_points, bits, blocks)
     else:
-        x_type, x, zp = data.dtype, data, zero_points
+        x_type, x, zp = found.data.dtype, found.data, zero_points
         reuse_zp = node.inputs[3] if zero_points is not None else None
     if zp is not None and zp.dtype != (x_type if not packed else int_type(bits, False)):
         plan.problems.append("zero points of another type than data")
-        return plan
+        return
+    scale_type = found.scales.dtype
     if not dequantize:
-        _check_form(
-            plan,
-            opset,
-            opsets.NodeForm(
-                x_type=x_type,
-                scale_type=scales.dtype,
-                zero_point_type=x_type if zp is not None else None,
-                attributes=("axis", "block_size"),
-                blocked=True,
-            ),
-        )
+        _check_dq_form(plan, opset, x_type, scale_type, zero_point=zp is not None)
     plan.weight = _Weight(
         x,
-        scales,
+        found.scales,
         zp,
-        axis=quantize_axis,
-        block_size=block,
-        out_type=scales.dtype,
+        axis=found.quantize_axis,
+        block_size=found.block,
+        out_type=scale_type,
         reuse_x=None if packed else node.inputs[0],
         reuse_scale=node.inputs[2],
         reuse_zero_point=reuse_zp,
     )
-    return plan
 
 
 def _unpacked_zero_points(
@@ -542,56 +653,69 @@ class _Rewriter:
         if self.dequantize and weight.folded is not None:
             value = self._constant(graph, weight.folded, base)
         elif self.dequantize:
-            x = weight.x
-            # ORT's MatMulNBits keeps a float16 weight in float32 (its GatherBlockQuantized
-            # rounds each value to float16): float32, then a Cast, keeps that value
-            widen = self.widen and node.op_type == "MatMulNBits" and weight.out_type != _DT.FLOAT
-            folded = FoldedTensor(
-                FoldSpec(
-                    quantize=False,
-                    axis=weight.axis,
-                    block_size=weight.block_size,
-                    output_dtype=_DT.FLOAT if widen else weight.out_type,
-                ),
-                x if isinstance(x, StreamedTensor) else ConstOperand(x),
-                weight.scale,
-                weight.zero_point,
-            )
-            value = self._constant(graph, folded, base + ("_float32" if widen else ""))
-            if widen:
-                cast = ir.node(
-                    "Cast", [value], attributes={"to": weight.out_type},
-                    name=self._name(base + "_cast"),
-                )  # fmt: skip
-                cast.outputs[0].name = self._name(base)
-                cast.outputs[0].dtype = weight.out_type
-                cast.outputs[0].shape = value.shape
-                graph.insert_before(node, cast)
-                value = cast.outputs[0]
+            value = self._dequantized(graph, node, weight, base)
         else:
-            inputs = [
-                weight.reuse_x or self._constant(graph, weight.x, weight.x.name or base + "_q"),
-                weight.reuse_scale
-                or self._constant(graph, weight.scale, weight.scale.name or base + "_s"),
-            ]
-            if weight.zero_point is not None:
-                inputs.append(
-                    weight.reuse_zero_point
-                    or self._constant(graph, weight.zero_point, weight.zero_point.name or base)
-                )
-            attributes = {"axis": weight.axis}
-            if weight.block_size:
-                attributes["block_size"] = weight.block_size
-            dq = ir.node(
-                "DequantizeLinear", inputs, attributes=attributes, name=self._name(base + "_dq")
-            )
-            dq.outputs[0].name = self._name(base)
-            dq.outputs[0].dtype = weight.out_type
-            dq.outputs[0].shape = ir.Shape(weight.x.shape.numpy())
-            graph.insert_before(node, dq)
-            value = dq.outputs[0]
+            value = self._dequantize_linear(graph, node, weight, base)
         self._cache[key] = value
         return value
+
+    def _dequantized(
+        self, graph: ir.Graph | ir.Function, node: ir.Node, weight: _Weight, base: str
+    ) -> ir.Value:
+        """The weight folded to a float initializer (float32 then a Cast for a widened
+        float16 / bfloat16 MatMulNBits weight), before ``node`` in ``graph``."""
+        x = weight.x
+        # ORT's MatMulNBits keeps a float16 weight in float32 (its GatherBlockQuantized
+        # rounds each value to float16): float32, then a Cast, keeps that value
+        widen = self.widen and node.op_type == "MatMulNBits" and weight.out_type != _DT.FLOAT
+        folded = FoldedTensor(
+            FoldSpec(
+                quantize=False,
+                axis=weight.axis,
+                block_size=weight.block_size,
+                output_dtype=_DT.FLOAT if widen else weight.out_type,
+            ),
+            x if isinstance(x, StreamedTensor) else ConstOperand(x),
+            weight.scale,
+            weight.zero_point,
+        )
+        value = self._constant(graph, folded, base + ("_float32" if widen else ""))
+        if not widen:
+            return value
+        cast = ir.node(
+            "Cast", [value], attributes={"to": weight.out_type}, name=self._name(base + "_cast")
+        )
+        cast.outputs[0].name = self._name(base)
+        cast.outputs[0].dtype = weight.out_type
+        cast.outputs[0].shape = value.shape
+        graph.insert_before(node, cast)
+        return cast.outputs[0]
+
+    def _dequantize_linear(
+        self, graph: ir.Graph | ir.Function, node: ir.Node, weight: _Weight, base: str
+    ) -> ir.Value:
+        """The output of a DequantizeLinear of the weight, inserted before ``node`` in ``graph``."""
+        inputs = [
+            weight.reuse_x or self._constant(graph, weight.x, weight.x.name or base + "_q"),
+            weight.reuse_scale
+            or self._constant(graph, weight.scale, weight.scale.name or base + "_s"),
+        ]
+        if weight.zero_point is not None:
+            inputs.append(
+                weight.reuse_zero_point
+                or self._constant(graph, weight.zero_point, weight.zero_point.name or base)
+            )
+        attributes = {"axis": weight.axis}
+        if weight.block_size:
+            attributes["block_size"] = weight.block_size
+        dq = ir.node(
+            "DequantizeLinear", inputs, attributes=attributes, name=self._name(base + "_dq")
+        )
+        dq.outputs[0].name = self._name(base)
+        dq.outputs[0].dtype = weight.out_type
+        dq.outputs[0].shape = ir.Shape(weight.x.shape.numpy())
+        graph.insert_before(node, dq)
+        return dq.outputs[0]
 
     def apply(self, plan: _Plan) -> None:
         node, graph = plan.view.node, plan.view.site.graph

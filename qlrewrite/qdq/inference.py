@@ -17,7 +17,7 @@ from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["Inference", "infer", "share", "tables_of"]
+__all__ = ["Inference", "forget", "infer", "share", "tables_of"]
 
 
 class Inference:
@@ -130,6 +130,11 @@ def share(model: ir.Model, inference: Inference) -> None:
     their types declared, so what was inferred on the input stays true for the names it
     knows while passes change the model. The output is checked on a fresh inference."""
     model.meta[_SHARED] = inference
+
+
+def forget(model: ir.Model) -> None:
+    """The passes are done: later users of ``model`` infer again (:func:`share`)."""
+    model.meta.pop(_SHARED, None)
 
 
 def _collect(graph: onnx.GraphProto, table: dict[str, TypeShape]) -> None:

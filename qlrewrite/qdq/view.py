@@ -148,6 +148,31 @@ def _weight_only(row: object) -> bool:
     return isinstance(row, opsets.WeightOnlyVersion)
 
 
+def _layout_granularity(layout: MatMulNBitsLayout | GatherBlockForm | None) -> Granularity | None:
+    """A weight-only op's granularity from its weight layout (None: no layout)."""
+    if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
+        return Granularity(opsets.BLOCKED, f"blocked(K, block={layout.block_size})")
+    if isinstance(layout, GatherBlockForm):
+        axis, block = layout.quantize_axis, layout.block_size
+        if block == 0:
+            return Granularity(opsets.PER_AXIS, f"one block per row (axis={axis})")
+        return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+    return None
+
+
+def _scale_granularity(axis: int, block: int, shape: Dims | None) -> Granularity:
+    """A Q/DQ node's granularity from its block size and its scale's shape."""
+    if block > 0:
+        return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+    if shape is None:
+        return Granularity(UNKNOWN, "?")
+    if len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
+        return Granularity(opsets.PER_TENSOR, "per-tensor")
+    if len(shape) == 1:
+        return Granularity(opsets.PER_AXIS, f"per-axis(axis={axis})")
+    return Granularity(RANK_N, f"rank-{len(shape)} scale")
+
+
 class NodeView:
     """One quantized node as rules, passes and ``info`` see it."""
 
@@ -409,30 +434,17 @@ class NodeView:
             self._cache["granularity"] = self._granularity()
         return self._cache["granularity"]  # type: ignore[return-value]
 
-    def _granularity(self) -> Granularity:  # noqa: C901
-        layout = self.weight_layout
-        if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
-            return Granularity(opsets.BLOCKED, f"blocked(K, block={layout.block_size})")
-        if isinstance(layout, GatherBlockForm):
-            axis, block = layout.quantize_axis, layout.block_size
-            if block == 0:
-                return Granularity(opsets.PER_AXIS, f"one block per row (axis={axis})")
-            return Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
+    def _granularity(self) -> Granularity:
+        """The weight-only layout's granularity, or the Q/DQ scale's (with a note when the
+        axis or block_size attribute is not an integer)."""
+        found = _layout_granularity(self.weight_layout)
+        if found is not None:
+            return found
         if _weight_only(self.row):
             return Granularity(UNKNOWN, "?")
         axis, block = self.axis, self.block_size
         scale = self.scale
-        shape = scale.shape if scale is not None else None
-        if block > 0:
-            found = Granularity(opsets.BLOCKED, f"blocked(axis={axis}, block={block})")
-        elif shape is None:
-            found = Granularity(UNKNOWN, "?")
-        elif len(shape) == 0 or (len(shape) == 1 and shape[0] == 1):
-            found = Granularity(opsets.PER_TENSOR, "per-tensor")
-        elif len(shape) == 1:
-            found = Granularity(opsets.PER_AXIS, f"per-axis(axis={axis})")
-        else:
-            found = Granularity(RANK_N, f"rank-{len(shape)} scale")
+        found = _scale_granularity(axis, block, scale.shape if scale is not None else None)
         for name in ("axis", "block_size"):
             attr = self.attributes.get(name)
             if attr is not None and attr.type != ir.AttributeType.INT:

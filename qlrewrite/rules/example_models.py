@@ -264,12 +264,26 @@ def matmul_nbits_model(
     names = ["A", "B", "scales", *_optional_names(optional)]
     names.extend(f"extra{i}" for i in range(extra_inputs))
     node = helper.make_node("MatMulNBits", names, ["Y"], name="mm", domain=MS, **node_attrs)
+    graph = _nbits_graph(node, inits, a_type, a_shape, n=n, graph_inputs=inputs_as_graph_inputs)
+    return _ms_model(graph, opset, ms_opset, ir_version)
+
+
+def _nbits_graph(
+    node: onnx.NodeProto,
+    inits: list[onnx.TensorProto],
+    a_type: DT,
+    a_shape: Sequence[int | str] | None,
+    *,
+    n: int,
+    graph_inputs: Sequence[str],
+) -> onnx.GraphProto:
+    """The graph of the one MatMulNBits ``node``: input A, output Y ``[..., n]``, the
+    initializers named in ``graph_inputs`` moved to graph inputs."""
     y_shape = None if a_shape is None else [*a_shape[:-1], n]
     a = helper.make_tensor_value_info("A", int(a_type), a_shape)
     y = helper.make_tensor_value_info("Y", int(a_type), y_shape)
-    graph_inputs = [a, *_to_graph_inputs(inits, inputs_as_graph_inputs)]
-    graph = helper.make_graph([node], "g", graph_inputs, [y], initializer=inits)
-    return _ms_model(graph, opset, ms_opset, ir_version)
+    inputs = [a, *_to_graph_inputs(inits, graph_inputs)]
+    return helper.make_graph([node], "g", inputs, [y], initializer=inits)
 
 
 def _to_graph_inputs(
