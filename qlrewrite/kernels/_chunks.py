@@ -57,7 +57,7 @@ class Layout:
     scale_shape: tuple[int, int, int]
 
 
-def layout(  # noqa: C901
+def layout(
     x_shape: Sequence[int],
     scale: np.ndarray,
     zero_point: np.ndarray | None,
@@ -74,17 +74,14 @@ def layout(  # noqa: C901
         raise ValueError(
             f"zero point shape {zero_point.shape} differs from scale shape {scale.shape}"
         )
-    size = math.prod(x_shape)
     if block_size < 0:
         raise ValueError(f"block_size must be >= 0, got {block_size}")
-    if block_size == 0:
-        if scale.size == 1 and scale.ndim <= 1:
-            return Layout(size, 1, 1, 0, (1, 1, 1))
-        if scale.ndim != 1:
-            raise ValueError(
-                f"scale of shape {scale.shape} needs block_size > 0 "
-                "(per-tensor: scalar, per-axis: 1-D)"
-            )
+    if block_size == 0 and scale.size == 1 and scale.ndim <= 1:
+        return Layout(math.prod(x_shape), 1, 1, 0, (1, 1, 1))
+    if block_size == 0 and scale.ndim != 1:
+        raise ValueError(
+            f"scale of shape {scale.shape} needs block_size > 0 (per-tensor: scalar, per-axis: 1-D)"
+        )
     ax = _axis(axis, rank)
     pre, dim, post = math.prod(x_shape[:ax]), x_shape[ax], math.prod(x_shape[ax + 1 :])
     if block_size == 0:
@@ -93,20 +90,29 @@ def layout(  # noqa: C901
                 f"per-axis scale has {scale.shape[0]} elements, x has {dim} along axis {axis}"
             )
         return Layout(pre, dim, post, 0, (1, dim, 1))
-    if scale.ndim != rank:
-        raise ValueError(f"blocked scale must have the rank of x ({rank}), got {scale.ndim}")
-    for i, (d, s) in enumerate(zip(x_shape, scale.shape, strict=True)):
+    _check_blocked(x_shape, scale.shape, ax, axis, block_size)
+    return Layout(pre, dim, post, block_size, (pre, scale.shape[ax], post))
+
+
+def _check_blocked(
+    x_shape: Sequence[int], scale_shape: tuple[int, ...], ax: int, axis: int, block_size: int
+) -> None:
+    """A blocked scale has x's rank and shape but along ``ax`` (``axis`` as given), where
+    it has one element per block of ``block_size``."""
+    rank, dim = len(x_shape), x_shape[ax]
+    if len(scale_shape) != rank:
+        raise ValueError(f"blocked scale must have the rank of x ({rank}), got {len(scale_shape)}")
+    for i, (d, s) in enumerate(zip(x_shape, scale_shape, strict=True)):
         if i != ax and d != s:
             raise ValueError(
-                f"blocked scale shape {scale.shape} differs from x shape {tuple(x_shape)} "
+                f"blocked scale shape {scale_shape} differs from x shape {tuple(x_shape)} "
                 f"outside axis {axis}"
             )
-    if -(-dim // block_size) != scale.shape[ax]:
+    if -(-dim // block_size) != scale_shape[ax]:
         raise ValueError(
             f"block_size {block_size} does not fit: {dim} elements along axis {axis} "
-            f"need {-(-dim // block_size)} blocks, scale has {scale.shape[ax]}"
+            f"need {-(-dim // block_size)} blocks, scale has {scale_shape[ax]}"
         )
-    return Layout(pre, dim, post, block_size, (pre, scale.shape[ax], post))
 
 
 def _axis(axis: int, rank: int) -> int:

@@ -107,23 +107,29 @@ def quantize(
     def work(chunk):
         for (xv, ov), (s, z) in parts(lay, chunk, (x3, o3), (s3, zp3)):
             tmp = scratch(xv.shape)
-            if div_dtype == _F32:
-                if x.dtype == _F32:
-                    np.divide(xv, s, out=tmp)
-                else:
-                    np.copyto(tmp, xv, casting="unsafe")  # float16 / bfloat16: exact
-                    np.divide(tmp, s, out=tmp)
-            else:  # x rounded to the division type, then a correctly rounded quotient:
-                # float32 division of two narrower floats rounded again is correctly
-                # rounded (24 >= 2 * 11 + 2 bits, so the double rounding is harmless)
-                np.copyto(tmp, xv if x.dtype == div_dtype else xv.astype(div_dtype))
-                np.divide(tmp, s, out=tmp)
-                np.copyto(tmp, tmp.astype(div_dtype))
+            _divide(xv, s, tmp, div_dtype)
             finish(tmp, z, ov)
 
     with np.errstate(all="ignore"):
         run_chunks(work, chunks(lay), threads)
     return out
+
+
+def _divide(xv: np.ndarray, s: np.ndarray, tmp: np.ndarray, div_dtype: np.dtype) -> None:
+    """``tmp = xv / s`` (float32 scratch) as QuantizeLinear divides in ``div_dtype``."""
+    if div_dtype == _F32:
+        if xv.dtype == _F32:
+            np.divide(xv, s, out=tmp)
+        else:
+            np.copyto(tmp, xv, casting="unsafe")  # float16 / bfloat16: exact
+            np.divide(tmp, s, out=tmp)
+        return
+    # x rounded to the division type, then a correctly rounded quotient: float32 division
+    # of two narrower floats rounded again is correctly rounded (24 >= 2 * 11 + 2 bits, so
+    # the double rounding is harmless)
+    np.copyto(tmp, xv if xv.dtype == div_dtype else xv.astype(div_dtype))
+    np.divide(tmp, s, out=tmp)
+    np.copyto(tmp, tmp.astype(div_dtype))
 
 
 def _finisher(out_dtype: np.dtype, saturate: bool):
