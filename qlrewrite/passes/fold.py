@@ -312,6 +312,8 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     zp_tensor = constant_tensor(zero_point) if zero_point is not None else None
     if x_tensor is None or scale_tensor is None or (zero_point is not None and zp_tensor is None):
         return None
+    if not _types_allowed(row, x_tensor, scale_tensor, zp_tensor):
+        return None  # the input check refuses it (QL301-QL303) unless told to ignore them
     out_type = view.output_type
     if out_type is None:
         return None
@@ -326,6 +328,16 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     )
     operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
+
+
+def _types_allowed(row: opsets.OpVersion, x: Any, scale: Any, zero_point: Any) -> bool:
+    """The constant inputs have types the version in force takes (a kernel would refuse
+    the others when the output is written, too late to leave the node)."""
+    return (
+        x.dtype in row.x_types
+        and scale.dtype in row.scale_types
+        and (zero_point is None or zero_point.dtype in row.zero_point_types)
+    )
 
 
 def _scale_precision(row: opsets.OpVersion, scale_type: ir.DataType) -> int:

@@ -1,0 +1,106 @@
+"""Cases a mutation campaign found (every command on ONNX Runtime's quantizer outputs with
+one to three random edits each): each ended in an internal error (exit 2, "run with
+--debug") or passed `check` while ONNX Runtime refuses the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+from ort_quantized import quantized
+
+from qlrewrite.cli import main
+from qlrewrite.passes.fold import FoldPass
+
+MS = "com.microsoft"
+
+
+def _cli(*args: str | Path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert "run with --debug" not in result.output + result.stderr, result.stderr
+    return result.exit_code, result.stdout + result.stderr
+
+
+def _ms_dq_of_a_dq() -> onnx.ModelProto:
+    """com.microsoft DequantizeLinear whose x is the float output of another one: ONNX
+    inference gives neither output a type (it has no com.microsoft schemas)."""
+    inits = [
+        numpy_helper.from_array(np.arange(6, dtype=np.int8).reshape(2, 3), "w"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "zp"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s", "zp"], ["w_dq"], "dq_w", domain=MS),
+        helper.make_node("DequantizeLinear", ["w_dq", "s", "zp"], ["y"], "dq_again", domain=MS),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=7)
+
+
+def test_x_typed_by_a_com_microsoft_producer_is_checked(tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_ms_dq_of_a_dq(), path)
+    with pytest.raises(Exception, match=r"(?i)type"):  # ORT refuses a float x
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    code, out = _cli("check", path)
+    assert code == 1 and "QL301" in out and "'dq_again'" in out
+    assert "QL304" not in out  # "store the zero point as FLOAT" would mislead
+    code, out = _cli("fold", path, "-o", tmp_path / "out.onnx")  # was SerdeError, exit 2
+    assert code == 1 and "nothing written" in out
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_fold_leaves_a_node_whose_constant_types_the_version_refuses() -> None:
+    # The pass alone (as a library user composes it, without the input check): the
+    # second node's x is float once the first is folded; it stays, and the model saves.
+    model = ir.serde.deserialize_model(_ms_dq_of_a_dq())
+    FoldPass()(model)
+    assert [n.name for n in model.graph] == ["dq_again"]
+    ir.serde.serialize_model(model)  # the kernel would have raised here
+
+
+def _dynamic_with_b_scale(edit) -> onnx.ModelProto:
+    """ORT's dynamic MLP with the first MatMulInteger's `A scale * B scale` Mul edited."""
+    model = quantized("mlp-dynamic-per-channel")
+    integer = next(n for n in model.graph.node if n.op_type == "MatMulInteger")
+    cast = next(n for n in model.graph.node if integer.output[0] in n.input)
+    mul = next(n for n in model.graph.node if cast.output[0] in n.input)
+    scales_name = next(i for i in mul.input if i != cast.output[0])
+    scales = next(n for n in model.graph.node if scales_name in n.output)
+    edit(model, scales)
+    return model
+
+
+def _b_scale_from_input(model: onnx.ModelProto, scales: onnx.NodeProto) -> None:
+    n = next(i for i in model.graph.initializer if i.name == scales.input[1]).dims[0]
+    scales.input[1] = "b_scale_fed"
+    model.graph.input.append(helper.make_tensor_value_info("b_scale_fed", 1, [1, n]))
+
+
+def _scales_mul_of_one_input(model: onnx.ModelProto, scales: onnx.NodeProto) -> None:
+    del scales.input[1]
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (_b_scale_from_input, "[1, N] scale or zero point is not a constant"),
+        (_scales_mul_of_one_input, "the input model is invalid"),
+    ],
+)
+def test_dynamic_pattern_with_an_unusable_scale_is_refused(tmp_path: Path, edit, says: str) -> None:
+    path = tmp_path / "m.onnx"
+    onnx.save(_dynamic_with_b_scale(edit), path)
+    code, out = _cli("convert", path, "--to", "onnx", "-o", tmp_path / "out.onnx")
+    assert code == 1 and says in out  # was AttributeError / IndexError, exit 2
+    assert not (tmp_path / "out.onnx").exists()
