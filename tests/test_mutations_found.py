@@ -104,3 +104,27 @@ def test_dynamic_pattern_with_an_unusable_scale_is_refused(tmp_path: Path, edit,
     code, out = _cli("convert", path, "--to", "onnx", "-o", tmp_path / "out.onnx")
     assert code == 1 and says in out  # was AttributeError / IndexError, exit 2
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_model_onnx_inference_rejects_with_a_value_error_is_refused(tmp_path: Path) -> None:
+    # A Constant without a value inside a function: ONNX's strict inference raises a plain
+    # ValueError ("Invalid tensor data type 0."), not an InferenceError.
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    body = [
+        helper.make_node("Constant", [], ["s"], value=s),
+        helper.make_node("Constant", [], ["zp"]),
+        helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["y"]),
+    ]
+    function = helper.make_function("local", "f", ["x"], ["y"], body, [helper.make_opsetid("", 13)])
+    graph = helper.make_graph(
+        [helper.make_node("f", ["x"], ["y"], domain="local")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])],
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid("local", 1)]
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=imports, functions=[function]), path)
+    code, out = _cli("fold", path, "-o", tmp_path / "out.onnx")  # was ValueError, exit 2
+    assert code == 1 and "the input model is invalid (onnx.checker: Invalid tensor data" in out
+    assert not (tmp_path / "out.onnx").exists()
