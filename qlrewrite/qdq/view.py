@@ -281,23 +281,28 @@ class NodeView:
 
     @property
     def x(self) -> ValueView | None:
-        """The quantized data: x of Q/DQ, the weight of a weight-only op. Its type, when
-        neither declared nor inferred, is the output type of the quantized node producing
-        it (ONNX inference stops at com.microsoft nodes)."""
+        """The quantized data: x of Q/DQ, the weight of a weight-only op. What neither a
+        declaration nor inference tells of it (ONNX inference stops at com.microsoft nodes
+        and does not run inside functions) comes from the quantized node producing it: its
+        output type, and for a Q/DQ producer its x's shape (Q/DQ keep the shape)."""
         if "x" not in self._cache:
             self._cache["x"] = self._completed_x()
         return self._cache["x"]  # type: ignore[return-value]
 
     def _completed_x(self) -> ValueView | None:
         x = self._at(self._x_index)
-        if x is None or x.dtype is not None:
+        if x is None or (x.dtype is not None and x.shape is not None):
             return x
         value = self.node.inputs[self._x_index]  # type: ignore[index]
         producer = value.producer() if value is not None else None
         parent = self._producer(producer) if producer is not None else None
-        if parent is None or parent.output_type is None:
+        if parent is None:
             return x
-        return dataclasses.replace(x, dtype=parent.output_type)
+        dtype = x.dtype if x.dtype is not None else parent.output_type
+        shape = x.shape
+        if shape is None and isinstance(parent.row, opsets.OpVersion) and parent.x is not None:
+            shape = parent.x.shape
+        return dataclasses.replace(x, dtype=dtype, shape=shape)
 
     @property
     def scale(self) -> ValueView | None:
