@@ -180,3 +180,20 @@ def test_fold_leaves_a_node_whose_shapes_the_kernel_refuses() -> None:
     body = next(iter(model.functions.values()))
     assert "DequantizeLinear" in [n.op_type for n in body]
     ir.serde.serialize_model(model)  # the kernel would have raised here
+
+
+@pytest.mark.parametrize(("slot", "says"), [(6, "scale of input 2"), (7, "zero point of input 2")])
+def test_an_empty_slot_of_a_qlinear_concat_three_is_an_error(
+    tmp_path: Path, slot: int, says: str
+) -> None:
+    # Not run in ONNX Runtime here: 1.31 crashes the process (segmentation fault).
+    from qoperator_models import build
+
+    model = build("QLinearConcat")
+    model.graph.node[0].input[slot] = ""
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    code, out = _cli("check", path)
+    assert code == 1 and f"QL107 error: QLinearConcat 'node' in main: required input {says}" in out
+    code, out = _cli("convert", path, "--to", "onnx", "-o", tmp_path / "out.onnx")
+    assert code == 1 and "nothing written" in out  # was AttributeError, exit 2

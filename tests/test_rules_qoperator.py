@@ -66,6 +66,7 @@ CASES = [
     Case("QL107", "matmul-7-inputs", "QLinearMatMul", post=_drop_input(7)),
     Case("QL107", "conv-empty-w", "QLinearConv", post=_empty_input(3)),
     Case("QL107", "concat-half-three", "QLinearConcat", post=_drop_input(7)),
+    Case("QL107", "concat-empty-data", "QLinearConcat", post=_empty_input(5)),
     Case("QL314", "conv-w-zp-uint8", "QLinearConv", {"w_zero_point": np.zeros(3, u8)}),
     Case("QL314", "conv-x-zp-int8", "QLinearConv", {"x_zero_point": np.array(0, i8)}),
     Case("QL314", "conv-bias-float", "QLinearConv", {"B": np.zeros(3, f32)}),

@@ -26,7 +26,9 @@ __all__: list[str] = []
     places (QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     y_zero_point, then an optional int32 bias). QLinearConcat takes Y_scale and
     Y_zero_point, then one (data, scale, zero point) three per input. ONNX Runtime refuses
-    other counts, and an empty name in a required slot, when it loads the model.
+    other counts, and an empty name in a required slot, when it loads the model; every
+    slot of every QLinearConcat three is required (ONNX Runtime 1.31 fails on an empty
+    data input when it runs, and crashes the process on an empty scale or zero point).
     """,
     example="""
     bad:  QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale)
@@ -58,7 +60,7 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
         o.name
         for o, value in zip(row.inputs, ctx.node.inputs, strict=False)
         if not o.optional and value is None
-    ]
+    ] + _empty_in_threes(ctx)
     if missing:
         yield ctx.finding(
             "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
@@ -70,6 +72,23 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
             "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
             f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
         )  # fmt: skip
+
+
+_THREE = ("data", "scale", "zero point")
+
+
+def _empty_in_threes(ctx: NodeView) -> list[str]:
+    """QLinearConcat: every slot of each (data, scale, zero point) three is required (ONNX
+    Runtime 1.31 fails on an empty data input and crashes on an empty scale or zero
+    point)."""
+    if not ctx.row.variadic:
+        return []
+    fixed = len(ctx.row.inputs) - 1
+    return [
+        f"{_THREE[i % 3]} of input {i // 3 + 1}"
+        for i, value in enumerate(ctx.node.inputs[fixed:])
+        if value is None
+    ]
 
 
 def _bad_variadic(ctx: NodeView) -> bool:
