@@ -29,6 +29,10 @@ __all__: list[str] = []
     other counts, and an empty name in a required slot, when it loads the model; every
     slot of every QLinearConcat three is required (ONNX Runtime 1.31 fails on an empty
     data input when it runs, and crashes the process on an empty scale or zero point).
+    Some optional zero points are optional only in part: QLinearAdd, QLinearMul,
+    QLinearAveragePool and QLinearReduceMean refuse one given as an empty name (leaving
+    out the last one is accepted), and ONNX Runtime 1.31 aborts the process loading a
+    QLinearSigmoid or QLinearLeakyRelu whose inputs end before Y_zero_point.
     """,
     example="""
     bad:  QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale)
@@ -66,11 +70,32 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
             "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
             "connect the missing input",
         )  # fmt: skip
+    yield from _runtime_slots(ctx)
     required = sum(not o.optional for o in row.outputs)
     if not required <= len(ctx.node.outputs) <= len(row.outputs):
         yield ctx.finding(
             "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
             f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
+        )  # fmt: skip
+
+
+def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
+    """Optional inputs ONNX Runtime refuses empty, or needs a slot for (opsets rows)."""
+    row, inputs = ctx.row, ctx.node.inputs
+    if row.empty_optional_refused:
+        empty = [o.name for o, v in zip(row.inputs, inputs, strict=False) if v is None]
+        if empty:
+            yield ctx.finding(
+                "QL107", ERROR, f"optional input {' and '.join(empty)} is given as an empty "
+                "name, which ONNX Runtime refuses for this operator when it loads the model",
+                "connect it, or leave it out only at the end of the inputs",
+            )  # fmt: skip
+    cut = [o.name for o in row.inputs[len(inputs) :] if o.name in row.slot_needed]
+    if cut:
+        yield ctx.finding(
+            "QL107", ERROR, f"the inputs end before {' and '.join(cut)}: ONNX Runtime 1.31 "
+            "aborts the process when it loads such a node",
+            f"give {' and '.join(cut)} (an empty name in its place is accepted)",
         )  # fmt: skip
 
 
