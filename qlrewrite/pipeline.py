@@ -35,6 +35,7 @@ from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
+from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
     forget_unchanged,
     share_unchanged,
@@ -200,12 +201,20 @@ class _Run:
     started: float
 
 
+def _verifier(input_path: Path, model: ir.Model, verify: VerifyOptions | None) -> Verifier | None:
+    """The ``--verify`` hook: ONNX Runtime runs in a child process (it may crash on a
+    model); made before the passes run, so its usage errors come first."""
+    if verify is None:
+        return None
+    return Verifier(input_path, model, verify, run=verify_in_child)
+
+
 def _rewrite_loaded(
     model: ir.Model, passes: Sequence[ir.passes.PassBase], run: _Run
 ) -> RewriteResult:
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
-    verifier = Verifier(input_path, model, verify) if verify is not None else None
+    verifier = _verifier(input_path, model, verify)
     unchanged, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
     # decided on the input: a pass may replace every external tensor

@@ -17,7 +17,7 @@ import ctypes
 import dataclasses
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -603,8 +603,13 @@ def verify_models(
     rewritten: str | os.PathLike,
     specs: Sequence[InputSpec],
     options: VerifyOptions = VerifyOptions(),
+    *,
+    on_phase: Callable[[str], None] = lambda phase: None,
 ) -> Verification:
-    """Run both model files on ``options.runs`` generated input sets and compare outputs."""
+    """Run both model files on ``options.runs`` generated input sets and compare outputs
+    (in this process: :func:`qlrewrite.verify_child.verify_in_child` survives ONNX Runtime
+    crashing).
+    ``on_phase`` hears "original" and "rewritten" before each model is loaded."""
     ort = require_onnxruntime()
     result = Verification(
         UNVERIFIABLE,
@@ -616,9 +621,11 @@ def verify_models(
     )
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
+    on_phase("original")
     expected = _run_original(ort, Path(original), feeds, result)
     if expected is None:
         return result
+    on_phase("rewritten")
     actual = _run_rewritten(ort, Path(rewritten), feeds, result)
     if actual is None:
         return result
@@ -711,10 +718,18 @@ class Verifier:
     model that fails verification is never written. ``result`` keeps the verification.
     """
 
-    def __init__(self, original: str | os.PathLike, model: ir.Model, options: VerifyOptions):
+    def __init__(
+        self,
+        original: str | os.PathLike,
+        model: ir.Model,
+        options: VerifyOptions,
+        *,
+        run: Callable[..., Verification] = verify_models,
+    ):
         require_onnxruntime()
         self.original = Path(original)
         self.options = options
+        self._run = run  # verify_models, or a runner in another process
         self.result: Verification | None = None
         try:
             self.specs: list[InputSpec] | None = input_specs(model, options.input_shapes)
@@ -740,6 +755,6 @@ class Verifier:
             self.result = Verification(UNVERIFIABLE, self.options.runs, self.options.seed,
                                        self.options.tolerance, reason=self._reason)  # fmt: skip
         else:
-            self.result = verify_models(self.original, staged, self.specs, self.options)
+            self.result = self._run(self.original, staged, self.specs, self.options)
         if not self.result.passed:
             raise VerificationFailed(self.result)

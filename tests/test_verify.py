@@ -456,3 +456,34 @@ def test_bound_is_exact_or_a_stated_limit_with_its_reason() -> None:
         Bound("a reason and no limit")
     with pytest.raises(ValueError):
         Bound(relative=1e-3)  # a limit without its reason
+
+
+def _ort_crashing_model() -> onnx.ModelProto:
+    """ONNX Runtime 1.31 aborts the process loading a QLinearLeakyRelu whose inputs end
+    before Y_zero_point (an assertion in its graph code; QL107 says so)."""
+    from qoperator_models import build
+
+    model = build("QLinearLeakyRelu")
+    del model.graph.node[0].input[4:]
+    return model
+
+
+@pytest.mark.parametrize("crashing", ["original", "rewritten"])
+def test_ort_crashing_the_process_ends_the_verification_not_the_command(
+    tmp_path: Path, crashing: str
+) -> None:
+    from qoperator_models import build
+
+    from qlrewrite.verify import MISMATCH, UNVERIFIABLE, input_specs
+    from qlrewrite.verify_child import verify_in_child
+
+    good = _save(build("QLinearLeakyRelu"), tmp_path / "good.onnx")
+    bad = _save(_ort_crashing_model(), tmp_path / "bad.onnx")
+    original, rewritten = (bad, good) if crashing == "original" else (good, bad)
+    specs = input_specs(ir.load(good), {})
+    result = verify_in_child(original, rewritten, specs)
+    assert result.status == (UNVERIFIABLE if crashing == "original" else MISMATCH)
+    assert result.reason == f"ONNX Runtime crashed (SIGABRT) on the {crashing} model"
+    assert not result.passed
+    same = verify_in_child(good, good, specs)  # the child's answer when nothing crashes
+    assert same.passed and same.status == "exact"
