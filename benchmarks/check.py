@@ -5,9 +5,10 @@ Run by hand: ``python benchmarks/check.py [FOLDER] [--repeat N] [--skip-speed]
 
 1. Speed and memory on ``matmul_chain`` (340 MiB of external data): each tool in a fresh
    process, best wall time of N runs (interpreter start and imports included) and peak RSS
-   (``wait4`` of that process): ``qlrewrite check`` (installed entry point), the in-process
-   check alone, ``onnx.checker.check_model(path, full_check=True)`` and the creation of an
-   ONNX Runtime InferenceSession.
+   (``wait4`` of that process, forked by a small launcher): ``qlrewrite check`` (installed
+   entry point), the in-process check alone,
+   ``onnx.checker.check_model(path, full_check=True)`` and the creation of an ONNX Runtime
+   InferenceSession.
 2. Detection on a corpus generated in code: for every rule case of
    ``tests/test_rules_cases.py`` and every version it applies to, the model that breaks
    it (invalid: error rules; questionable: warning rules) and the one that keeps it
@@ -42,17 +43,30 @@ from bench_models import matmul_chain  # noqa: E402
 # --------------------------------------------------------------------------- speed
 
 
+# A small launcher forks and execs the tool, then reports the tool's own peak: wait4 on a
+# process this script started directly would report this script's peak when that was
+# higher (ru_maxrss survives exec on Linux).
+_LAUNCHER = """import os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+sys.stderr.write(f"\\n{wall} {usage.ru_maxrss} {usage.ru_utime + usage.ru_stime}")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def _measure(argv: list[str]) -> tuple[float, float, float]:
     """(wall seconds, peak RSS MiB, CPU seconds) of one fresh process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"{argv[:3]} failed ({proc.returncode}): {stderr.strip()[-300:]}")
-    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *argv], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False)  # fmt: skip
+    stderr, _, usage = done.stderr.rpartition("\n")
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"{argv[:3]} failed ({done.returncode}): {stderr.strip()[-300:]}")
+    seconds, peak_kib, cpu = usage.split()
+    return float(seconds), int(peak_kib) / 1024, float(cpu)
 
 
 def _speed(folder: Path, repeat: int) -> None:

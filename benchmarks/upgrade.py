@@ -6,7 +6,8 @@ Model: ``bench_models.matmul_chain`` (opset 21, 16 4096 x 4096 weights, about 34
 external data), upgraded to ``--opset`` (default 23). Each tool runs in a fresh
 subprocess, alternating tool by tool for ``--rounds`` rounds; wall time is measured from
 outside (interpreter start-up and imports included), peak RSS is the child's own
-``ru_maxrss``. Peers, each writing a complete model with its own external data file:
+``VmHWM`` (``bench_models.peak_rss``). Peers, each writing a complete model with its own
+external data file:
 
 - ``onnx``: ``onnx.load`` (weights read) + ``onnx.version_converter.convert_version`` +
   ``onnx.save(save_as_external_data=True)``; fails above 2 GB (the converter serializes);
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import statistics
 import subprocess
@@ -62,7 +62,10 @@ def _work_onnxscript(source: Path, target: Path, opset: int) -> None:
 
 def _worker(tool: str, source: str, target: str, opset: int) -> None:
     globals()[f"_work_{tool}"](Path(source), Path(target), opset)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sys.path.insert(0, str(HERE))
+    from bench_models import peak_rss  # ru_maxrss would carry the parent's peak over exec
+
+    peak = peak_rss() / 2**20
     print(json.dumps({"peak_mb": peak}))
 
 

@@ -385,6 +385,13 @@ class QOperatorVersion:
     #: Scales and zero points must be rank 0 (ONNX Runtime's shape inference of
     #: QLinearAdd / QLinearMul refuses a 1-element 1-D one); else 1 element is per-tensor.
     scalar_only: bool = False
+    #: ONNX Runtime's shape inference reads every input slot up to the last one given: an
+    #: optional zero point given as an empty name is refused when the model loads (one
+    #: left out at the end is not). Measured with ONNX Runtime 1.31.
+    empty_optional_refused: bool = False
+    #: Optional inputs ONNX Runtime needs a slot for: with the node's inputs ending before
+    #: them, 1.31 aborts the process when it loads the model (an empty name is accepted).
+    slot_needed: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -516,6 +523,7 @@ def _binary(op: str, float_op: str) -> QOperatorVersion:
         ),
         float_op=float_op,
         scalar_only=True,
+        empty_optional_refused=True,
     )
 
 
@@ -609,12 +617,12 @@ QOPERATOR_ROWS: tuple[QOperatorVersion, ...] = (
     _binary("QLinearAdd", "Add"),
     _binary("QLinearMul", "Mul"),
     _unary("QLinearSigmoid", ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"),
-           "Sigmoid"),
+           "Sigmoid", slot_needed=frozenset({"Y_zero_point"})),
     _unary("QLinearLeakyRelu",
            ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"), "LeakyRelu",
-           attrs={"alpha": (_FLT, 0.01)}),
+           attrs={"alpha": (_FLT, 0.01)}, slot_needed=frozenset({"Y_zero_point"})),
     _unary("QLinearAveragePool", _XY, "AveragePool", attrs=_POOL_ATTRS,
-           required=frozenset({"kernel_shape"})),
+           required=frozenset({"kernel_shape"}), empty_optional_refused=True),
     _unary("QLinearGlobalAveragePool", _XY, "GlobalAveragePool",
            attrs={"channels_last": (INT, 0)}, zero_points_optional=(False, False)),
     _qop((MS_DOMAIN, "QLinearConcat", 1, None),
@@ -637,7 +645,7 @@ QOPERATOR_ROWS: tuple[QOperatorVersion, ...] = (
            ("data", "data_scale", "data_zero_point", "reduced_scale", "reduced_zero_point",
             "reduced"), "ReduceMean",
            attrs={"axes": (_INTS, None), "keepdims": (INT, None)},
-           required=frozenset({"axes", "keepdims"})),
+           required=frozenset({"axes", "keepdims"}), empty_optional_refused=True),
     _qop((MS_DOMAIN, "QGemm", 1, None),
          (("A", "TA", False), ("a_scale", "T", False), ("a_zero_point", "TA", False),
           ("B", "TB", False), ("b_scale", "T", False), ("b_zero_point", "TB", False),

@@ -498,7 +498,9 @@ def validate_output(
     return warnings
 
 
-_CHECKER_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
+#: What onnx.checker's full check raises on a model it rejects: ONNX's shape inference
+#: raises a plain ValueError for some malformed models ("Invalid tensor data type 0.").
+_CHECKER_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -239,15 +239,21 @@ class _Workers:
         self.hand_out(parent)
 
     def hand_out(self, conn: Any) -> None:
-        """Keep up to ``_IN_FLIGHT`` files at the worker; retire it when none are left."""
+        """Keep up to ``_IN_FLIGHT`` files at the worker; retire it when none are left.
+
+        A worker that died since its last report refuses the send: the file stays
+        pending, and the next ``receive`` reads what the worker sent before dying, then
+        its end."""
         held = self.held[conn]
-        while self.pending and len(held) < _IN_FLIGHT:
-            index = self.pending.pop()
-            held.append(index)
-            conn.send(index)
-        if not held:
-            conn.send(None)
-            self.retire(conn)
+        try:
+            while self.pending and len(held) < _IN_FLIGHT:
+                conn.send(self.pending[-1])
+                held.append(self.pending.pop())
+            if not held:
+                conn.send(None)
+                self.retire(conn)
+        except (BrokenPipeError, ConnectionResetError):
+            return
 
     def retire(self, conn: Any) -> None:
         """Close a worker's pipe and wait for its process to end."""

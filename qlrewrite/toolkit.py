@@ -243,16 +243,22 @@ def graphs_within(root: ProtoGraph, ref: GraphRef) -> Iterator[tuple[GraphRef, P
     while stack:
         ref, graph = stack.pop()
         yield ref, graph
-        found: list[tuple[GraphRef, ProtoGraph]] = []
-        for node in graph.node:
-            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
-            for attr in node.attribute:
-                if attr.HasField("g"):
-                    found.append((ref.subgraph(owner, attr.name), attr.g))
-                found.extend(
-                    (ref.subgraph(owner, attr.name, i), sub) for i, sub in enumerate(attr.graphs)
-                )
+        found = [sub for node in graph.node for sub in _proto_subgraphs(node, ref)]
         stack.extend(reversed(found))
+
+
+def _proto_subgraphs(node: onnx.NodeProto, ref: GraphRef) -> Iterator[tuple[GraphRef, ProtoGraph]]:
+    owner = ""
+    for attr in node.attribute:
+        has_graph = attr.HasField("g")
+        if not has_graph and not attr.graphs:  # whatever its type says (hostile files)
+            continue
+        if not owner:  # named only for a node that has subgraphs
+            owner = owner_label(node.name, node.op_type, node.output[0] if node.output else "")
+        if has_graph:
+            yield ref.subgraph(owner, attr.name), attr.g
+        for index, sub in enumerate(attr.graphs):
+            yield ref.subgraph(owner, attr.name, index), sub
 
 
 def implied_imports(model: ir.Model) -> dict[str, int]:

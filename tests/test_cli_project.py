@@ -188,6 +188,13 @@ def _dying_check_one(target, selection, debug=False):
     return _REAL_CHECK_ONE(target, selection, debug)
 
 
+def _dying_on_m1(target, selection, debug=False):
+    """check_one, except that m1.onnx kills its process."""
+    if target.path.name == "m1.onnx":
+        os._exit(1)
+    return _REAL_CHECK_ONE(target, selection, debug)
+
+
 @pytest.mark.parametrize(("models", "jobs"), [(6, "2"), (12, "2"), (12, "3")])
 def test_a_model_that_kills_its_worker_is_that_files_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, models: int, jobs: str
@@ -209,6 +216,35 @@ def test_a_model_that_kills_its_worker_is_that_files_error(
     died = {name for name, error in errors.items() if error}
     assert died == {"m2.onnx", "m7.onnx"} & set(names)
     assert all("process died" in errors[name] for name in died)
+
+
+def test_a_worker_dead_before_the_next_file_is_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind a rare crash (BrokenPipeError, no JSON): the worker reports m0 and
+    # dies on m1 before the parent hands it m2. Here the parent waits for that death.
+    from qlrewrite import project
+
+    global _REAL_CHECK_ONE  # noqa: PLW0603 (read by the worker processes, forked)
+    _REAL_CHECK_ONE = project.check_one
+    names = [f"m{i}.onnx" for i in range(6)]
+    for name in names:
+        _save(_warn(), tmp_path / "models" / name)
+    monkeypatch.setattr(project, "check_one", _dying_on_m1)
+    real_hand_out = project._Workers.hand_out
+
+    def hand_out_after_death(self, conn) -> None:
+        if 1 in self.held[conn]:  # m1 is at the worker: let it die first
+            self.processes[conn].join(timeout=30)
+            assert not self.processes[conn].is_alive()
+        real_hand_out(self, conn)
+
+    monkeypatch.setattr(project._Workers, "hand_out", hand_out_after_death)
+    code, doc = _json("models", "--jobs", "2")
+    assert code == 2
+    errors = {Path(f["path"]).name: f["error"] for f in doc["files"]}
+    assert list(errors) == names
+    assert {name for name, error in errors.items() if error} == {"m1.onnx"}
 
 
 def test_a_folder_whose_models_are_all_excluded_says_so(tmp_path: Path) -> None:

@@ -165,3 +165,20 @@ def test_a_rewrite_shows_real_progress_on_a_terminal_only(tmp_path: Path, extern
         env={k: v for k, v in os.environ.items() if k != "CI"},
     )
     assert "writing" not in done.stderr and done.stderr.startswith("fold: dq folded 5")
+
+
+def test_info_in_a_pipe_fits_columns_when_given() -> None:
+    def info(env: dict[str, str]) -> list[str]:
+        model = str(EXAMPLES / "msdomain_int16_opset13.onnx")
+        done = subprocess.run(
+            [sys.executable, "-m", "qlrewrite", "info", model],
+            capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        return _lines(done.stdout)
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    whole = info(env)  # a pipe without COLUMNS: every column, one line per row
+    assert max(map(len, whole)) > 80 and "const bytes" in "\n".join(whole)
+    narrow = info({**env, "COLUMNS": "80"})
+    assert all(len(line) <= 80 for line in narrow), narrow
+    assert "(not shown at 80 columns: constant, version, const bytes" in "\n".join(narrow)

@@ -5,6 +5,7 @@ nodes a model holds."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -61,9 +62,15 @@ def info_command(model: Path, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         return
-    # A pipe or file gets the whole table: rich would squeeze it to 80 columns.
-    console = out_console if out_console.is_terminal else Console(highlight=False, width=200)
-    _print_text(summary, console)
+    _print_text(summary, _text_console())
+
+
+def _text_console() -> Console:
+    """The terminal's width, or the width COLUMNS gives; otherwise (a pipe or a file) the
+    whole table, which rich would squeeze to 80 columns."""
+    if out_console.is_terminal or os.environ.get("COLUMNS", "").isdigit():
+        return out_console
+    return Console(highlight=False, width=200)
 
 
 def _say(console: Console, text: str, style: str = "") -> None:

@@ -94,6 +94,22 @@ def layout(
     return Layout(pre, dim, post, block_size, (pre, scale.shape[ax], post))
 
 
+def check_granularity(
+    x_shape: Sequence[int],
+    scale_shape: Sequence[int],
+    zero_point_shape: Sequence[int] | None,
+    axis: int,
+    block_size: int,
+) -> None:
+    """Raise ValueError where :func:`layout` would, from the shapes alone (nothing read)."""
+    empty = np.empty((), np.float32)
+    scale = np.broadcast_to(empty, tuple(scale_shape))
+    zero_point = (
+        None if zero_point_shape is None else np.broadcast_to(empty, tuple(zero_point_shape))
+    )
+    layout(x_shape, scale, zero_point, axis, block_size)
+
+
 def _check_blocked(
     x_shape: Sequence[int], scale_shape: tuple[int, ...], ax: int, axis: int, block_size: int
 ) -> None:

@@ -28,6 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.kernels import check_granularity
 from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
@@ -312,6 +313,10 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     zp_tensor = constant_tensor(zero_point) if zero_point is not None else None
     if x_tensor is None or scale_tensor is None or (zero_point is not None and zp_tensor is None):
         return None
+    if not _types_allowed(row, x_tensor, scale_tensor, zp_tensor):
+        return None  # the input check refuses it (QL301-QL303) unless told to ignore them
+    if not _granularity_allowed(view, x_tensor, scale_tensor, zp_tensor):
+        return None  # likewise (QL401-QL410)
     out_type = view.output_type
     if out_type is None:
         return None
@@ -326,6 +331,32 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     )
     operand: Operand = x_tensor if isinstance(x_tensor, StreamedTensor) else ConstOperand(x_tensor)
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
+
+
+def _types_allowed(row: opsets.OpVersion, x: Any, scale: Any, zero_point: Any) -> bool:
+    """The constant inputs have types the version in force takes (a kernel would refuse
+    the others when the output is written, too late to leave the node)."""
+    return (
+        x.dtype in row.x_types
+        and scale.dtype in row.scale_types
+        and (zero_point is None or zero_point.dtype in row.zero_point_types)
+    )
+
+
+def _granularity_allowed(view: NodeView, x: Any, scale: Any, zero_point: Any) -> bool:
+    """The kernel takes these shapes with the node's axis and block size (decided now: a
+    kernel raising when the output is written is too late to leave the node)."""
+    try:
+        check_granularity(
+            x.shape.numpy(),
+            scale.shape.numpy(),
+            None if zero_point is None else zero_point.shape.numpy(),
+            view.axis,
+            view.block_size,
+        )
+    except ValueError:
+        return False
+    return True
 
 
 def _scale_precision(row: opsets.OpVersion, scale_type: ir.DataType) -> int:

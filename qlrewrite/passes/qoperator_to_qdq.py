@@ -133,7 +133,7 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
     opset = _opset(view)
     for t in found:
         scale = t.scale
-        if t.spec.scale is None:
+        if t.spec.scale is None and scale is None:  # no scale (a dynamic pattern's: its Mul)
             continue
         if scale is None or (t.role == "weight" and scale.shape is None):
             # a weight's scale decides per-tensor or per-channel; an activation's is
@@ -170,6 +170,8 @@ def _plan(view: NodeView) -> _Plan:
         return plan
     float_op = row.float_op or _INTEGER_OPS[view.op_type]
     plan.attributes, plan.problems = _float_attributes(view, float_op)
+    if plan.pattern is not None:  # the scales are those of the Mul after the node
+        found = _pattern_triples(view, plan.pattern)
     plan.problems += _triple_problems(view, found)
     if view.op_type in ("QLinearConv", "QGemm"):
         plan.problems += _bias_problems(view, found)
@@ -207,10 +209,26 @@ def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Val
         return None
     other = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
     scales = other.producer() if other is not None else None
-    if scales is None or scales.op_type != "Mul" or source.outputs[1] not in scales.inputs:
+    if scales is None or scales.op_type != "Mul" or len(scales.inputs) != 2:
+        return None
+    if source.outputs[1] not in scales.inputs:
         return None
     b_scale = scales.inputs[1] if scales.inputs[0] is source.outputs[1] else scales.inputs[0]
     return cast, mul, source.outputs[1], b_scale
+
+
+def _pattern_triples(
+    view: NodeView, pattern: tuple[ir.Node, ir.Node, ir.Value, ir.Value]
+) -> list[TripleView]:
+    """The A and B triples of a dynamic pattern's integer node, with the scales its Mul
+    applies (the integer node itself takes none)."""
+    _, _, a_scale, b_scale = pattern
+    found = []
+    for t, scale in zip(triples(view), (a_scale, b_scale), strict=True):
+        values = (t.values[0], scale, t.values[2])
+        scale_view = view.value_view(scale, read=True)
+        found.append(dataclasses.replace(t, values=values, scale=scale_view))
+    return found
 
 
 def _only_use(value: ir.Value) -> ir.Node | None:
@@ -511,15 +529,9 @@ class _Rewriter:
         return result
 
     def _apply_pattern(self, plan: _Plan) -> None:
-        cast, mul, a_scale, b_scale = plan.pattern
+        cast, mul, _, _ = plan.pattern
         view = plan.view
-        a_triple, b_triple = triples(view)
-        found = []
-        for t, scale in ((a_triple, a_scale), (b_triple, b_scale)):
-            values = (t.values[0], scale, t.values[2])
-            scale_view = view.value_view(scale, read=True)
-            found.append(dataclasses.replace(t, values=values, scale=scale_view))
-        a, b = (self.dequantize(plan, t) for t in found)
+        a, b = (self.dequantize(plan, t) for t in _pattern_triples(view, plan.pattern))
         op = _INTEGER_OPS[view.op_type]
         result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
         replace_value(mul.outputs[0], result)

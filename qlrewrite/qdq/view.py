@@ -281,8 +281,28 @@ class NodeView:
 
     @property
     def x(self) -> ValueView | None:
-        """The quantized data: x of Q/DQ, the weight of a weight-only op."""
-        return self._at(self._x_index)
+        """The quantized data: x of Q/DQ, the weight of a weight-only op. What neither a
+        declaration nor inference tells of it (ONNX inference stops at com.microsoft nodes
+        and does not run inside functions) comes from the quantized node producing it: its
+        output type, and for a Q/DQ producer its x's shape (Q/DQ keep the shape)."""
+        if "x" not in self._cache:
+            self._cache["x"] = self._completed_x()
+        return self._cache["x"]  # type: ignore[return-value]
+
+    def _completed_x(self) -> ValueView | None:
+        x = self._at(self._x_index)
+        if x is None or (x.dtype is not None and x.shape is not None):
+            return x
+        value = self.node.inputs[self._x_index]  # type: ignore[index]
+        producer = value.producer() if value is not None else None
+        parent = self._producer(producer) if producer is not None else None
+        if parent is None:
+            return x
+        dtype = x.dtype if x.dtype is not None else parent.output_type
+        shape = x.shape
+        if shape is None and isinstance(parent.row, opsets.OpVersion) and parent.x is not None:
+            shape = parent.x.shape
+        return dataclasses.replace(x, dtype=dtype, shape=shape)
 
     @property
     def scale(self) -> ValueView | None:
@@ -414,11 +434,6 @@ class NodeView:
         x = self.x
         if x is not None and x.dtype is not None:
             return x.dtype
-        value = self.node.inputs[0] if self.node.inputs else None
-        producer = value.producer() if value is not None else None
-        parent = self._producer(producer) if producer is not None else None
-        if parent is not None and parent.output_type is not None:
-            return parent.output_type
         scale, zp = self.scale, self.zero_point
         shares_scale = isinstance(self.row, opsets.OpVersion) and self.row.scale_matches_x
         if shares_scale and scale is not None and scale.dtype is not None:

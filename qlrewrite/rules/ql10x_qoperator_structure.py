@@ -26,7 +26,13 @@ __all__: list[str] = []
     places (QLinearConv: x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     y_zero_point, then an optional int32 bias). QLinearConcat takes Y_scale and
     Y_zero_point, then one (data, scale, zero point) three per input. ONNX Runtime refuses
-    other counts, and an empty name in a required slot, when it loads the model.
+    other counts, and an empty name in a required slot, when it loads the model; every
+    slot of every QLinearConcat three is required (ONNX Runtime 1.31 fails on an empty
+    data input when it runs, and crashes the process on an empty scale or zero point).
+    Some optional zero points are optional only in part: QLinearAdd, QLinearMul,
+    QLinearAveragePool and QLinearReduceMean refuse one given as an empty name (leaving
+    out the last one is accepted), and ONNX Runtime 1.31 aborts the process loading a
+    QLinearSigmoid or QLinearLeakyRelu whose inputs end before Y_zero_point.
     """,
     example="""
     bad:  QLinearMatMul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale)
@@ -58,18 +64,56 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
         o.name
         for o, value in zip(row.inputs, ctx.node.inputs, strict=False)
         if not o.optional and value is None
-    ]
+    ] + _empty_in_threes(ctx)
     if missing:
         yield ctx.finding(
             "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
             "connect the missing input",
         )  # fmt: skip
+    yield from _runtime_slots(ctx)
     required = sum(not o.optional for o in row.outputs)
     if not required <= len(ctx.node.outputs) <= len(row.outputs):
         yield ctx.finding(
             "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
             f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
         )  # fmt: skip
+
+
+def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
+    """Optional inputs ONNX Runtime refuses empty, or needs a slot for (opsets rows)."""
+    row, inputs = ctx.row, ctx.node.inputs
+    if row.empty_optional_refused:
+        empty = [o.name for o, v in zip(row.inputs, inputs, strict=False) if v is None]
+        if empty:
+            yield ctx.finding(
+                "QL107", ERROR, f"optional input {' and '.join(empty)} is given as an empty "
+                "name, which ONNX Runtime refuses for this operator when it loads the model",
+                "connect it, or leave it out only at the end of the inputs",
+            )  # fmt: skip
+    cut = [o.name for o in row.inputs[len(inputs) :] if o.name in row.slot_needed]
+    if cut:
+        yield ctx.finding(
+            "QL107", ERROR, f"the inputs end before {' and '.join(cut)}: ONNX Runtime 1.31 "
+            "aborts the process when it loads such a node",
+            f"give {' and '.join(cut)} (an empty name in its place is accepted)",
+        )  # fmt: skip
+
+
+_THREE = ("data", "scale", "zero point")
+
+
+def _empty_in_threes(ctx: NodeView) -> list[str]:
+    """QLinearConcat: every slot of each (data, scale, zero point) three is required (ONNX
+    Runtime 1.31 fails on an empty data input and crashes on an empty scale or zero
+    point)."""
+    if not ctx.row.variadic:
+        return []
+    fixed = len(ctx.row.inputs) - 1
+    return [
+        f"{_THREE[i % 3]} of input {i // 3 + 1}"
+        for i, value in enumerate(ctx.node.inputs[fixed:])
+        if value is None
+    ]
 
 
 def _bad_variadic(ctx: NodeView) -> bool:

@@ -128,9 +128,9 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
     version it knows, and com.microsoft has only version 1, so the nodes are read as
     com.microsoft 1 (qlrewrite reads them so too, and checks them as such). ONNX's checker
     and tools that read the imports refuse or misread the model, so the import should be
-    there. Every rewrite adds it to its output. Where no runtime reads a defined version
-    (a function without the import, an ai.onnx node without an ai.onnx import) the finding
-    is QL106, an error.
+    there. Every rewrite adds it to its output. Where ONNX Runtime refuses the model (a
+    function without the import) or reads a version that changes with each release (an
+    ai.onnx node without an ai.onnx import) the finding is QL106, an error.
     """,
     example="""
     bad:  opset_import: [ai.onnx 17]      node: com.microsoft.MatMulNBits(...)

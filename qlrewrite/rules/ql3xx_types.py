@@ -162,6 +162,8 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, zp = ctx.x, ctx.zero_point
     if ctx.is_quantize or x is None or zp is None or x.dtype is None or zp.dtype is None:
         return
+    if x.dtype not in ctx.row.x_types:  # QL301 says it; "store it as FLOAT" would mislead
+        return
     if x.dtype != zp.dtype:
         yield ctx.finding(
             "QL304",
