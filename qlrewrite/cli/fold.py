@@ -104,8 +104,8 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
 
     --dequantize-weights also replaces each MatMulNBits / GatherBlockQuantized whose
     weights are constant by MatMul / Gather of the float weight ONNX Runtime's kernel
-    computes (bit for bit); nodes it cannot (g_idx, zero points in the scale type) stay,
-    with a warning.
+    computes (bit for bit), zero points in the scale type too (4-bit float32, as HQQ
+    writes them); nodes it cannot (g_idx, other float zero points) stay, with a warning.
 
     float16 models: ONNX Runtime's CPU provider has no float16 MatMul, Conv, Gemm...: it
     computes a float16 DQ feeding them in float32 and never rounds the weight to float16.
