@@ -197,3 +197,25 @@ def test_an_empty_slot_of_a_qlinear_concat_three_is_an_error(
     assert code == 1 and f"QL107 error: QLinearConcat 'node' in main: required input {says}" in out
     code, out = _cli("convert", path, "--to", "onnx", "-o", tmp_path / "out.onnx")
     assert code == 1 and "nothing written" in out  # was AttributeError, exit 2
+
+
+def test_a_q_that_feeds_itself_is_checked_not_a_recursion(tmp_path: Path) -> None:
+    # x's type comes from the node producing it: here the node itself (a cycle, invalid).
+    inits = [
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int16), "zp"),
+    ]
+    nodes = [
+        helper.make_node("QuantizeLinear", ["q", "s", "zp"], ["q"], "loop", domain=MS),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], "dq", domain=MS),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=imports, ir_version=7), path)
+    code, out = _cli("check", path)  # was "internal error while checking (RecursionError"
+    assert code == 1 and "QL301 error: QuantizeLinear 'loop'" in out and "QL305" not in out
+    for command in (["info"], ["fold", "-o", tmp_path / "o.onnx"]):
+        assert _cli(*command, path)[0] in (0, 1)

@@ -77,6 +77,7 @@ class _Builder:
         # output of one node read by the next) is looked at once; the value is kept
         # alive with its view, so its id is not reused while the builder lives.
         self._views: dict[tuple[int, int, bool], tuple[ir.Value, ValueView | None]] = {}
+        self._parents: dict[tuple[int, int], NodeView] = {}  # (node, binding) -> its view
 
     def view(self, site: QuantizedSite, binding: _Binding | None) -> NodeView:
         inference = self.inference
@@ -100,7 +101,12 @@ class _Builder:
 
         def producer(node: ir.Node) -> NodeView | None:
             parent = self.sites.get(id(node))
-            return self.view(parent, binding) if parent is not None else None
+            if parent is None:
+                return None
+            key = (id(node), id(binding))  # one view per producer: a chain is read once,
+            if key not in self._parents:  # and a cycle (invalid) ends at a view in progress
+                self._parents[key] = self.view(parent, binding)
+            return self._parents[key]
 
         return NodeView(
             site,

@@ -293,6 +293,7 @@ class NodeView:
         x = self._at(self._x_index)
         if x is None or (x.dtype is not None and x.shape is not None):
             return x
+        self._cache["x"] = x  # a cycle of producers (invalid graph) reads x as declared
         value = self.node.inputs[self._x_index]  # type: ignore[index]
         producer = value.producer() if value is not None else None
         parent = self._producer(producer) if producer is not None else None

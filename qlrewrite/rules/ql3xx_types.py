@@ -201,7 +201,9 @@ def scale_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     x, scale = ctx.x, ctx.scale
     if not ctx.row.scale_matches_x or x is None or scale is None:
         return
-    if x.dtype is not None and scale.dtype is not None and x.dtype != scale.dtype:
+    if x.dtype not in ctx.row.x_types:  # unknown, or QL301 says it
+        return
+    if scale.dtype is not None and x.dtype != scale.dtype:
         hint = f"store the scale as {x.dtype.name}"
         if not ctx.domain:
             hint += " or run `qlrewrite upgrade --opset 23` (mixed types allowed there)"
