@@ -69,6 +69,9 @@ class _Child:
                 if code == -signal.SIGINT:  # Ctrl-C reached the whole process group
                     raise KeyboardInterrupt from None
                 return _crashed(phase, code, options)
+            except BaseException:  # interrupted mid-task: its answer must not reach the next
+                self.close()
+                raise
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
@@ -81,10 +84,16 @@ class _Child:
         return self._process
 
     def close(self) -> None:
-        """End the child (it exits when its stdin closes)."""
+        """End the child: it exits when its stdin closes, or is killed if busy."""
         process, self._process = self._process, None
-        if process is not None and process.stdin is not None:
+        if process is None:
+            return
+        if process.stdin is not None:
             process.stdin.close()
+        try:
+            process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            process.kill()
             process.wait()
 
 
