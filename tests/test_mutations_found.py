@@ -219,3 +219,17 @@ def test_a_q_that_feeds_itself_is_checked_not_a_recursion(tmp_path: Path) -> Non
     assert code == 1 and "QL301 error: QuantizeLinear 'loop'" in out and "QL305" not in out
     for command in (["info"], ["fold", "-o", tmp_path / "o.onnx"]):
         assert _cli(*command, path)[0] in (0, 1)
+
+
+def test_a_float_g_idx_holding_infinity_is_a_type_finding(tmp_path: Path) -> None:
+    from nbits_models import DT, matmul_nbits_model
+
+    model = matmul_nbits_model(k=32, n=8, bits=4, block_size=16, g_idx=True)
+    g_idx = next(t for t in model.graph.initializer if t.name == "g_idx")
+    values = np.zeros(32, np.float32)
+    values[-1] = np.inf
+    g_idx.CopyFrom(numpy_helper.from_array(values, "g_idx"))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    code, out = _cli("check", path)  # was "internal error while checking (OverflowError"
+    assert code == 1 and f"is FLOAT; com.microsoft MatMulNBits-1 takes {DT.INT32.name}" in out

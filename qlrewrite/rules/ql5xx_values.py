@@ -224,6 +224,8 @@ def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
     g_idx = ctx.operand("g_idx")
     if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:
         return
+    if g_idx.dtype is None or not g_idx.dtype.is_integer():  # its type is QL310's
+        return
     bad = (g_idx.array < 0) | (g_idx.array >= form.k_blocks)
     if bad.any():
         first = int(np.flatnonzero(bad.ravel())[0])
