@@ -26,9 +26,18 @@ def _cli(*args: str | Path) -> tuple[int, str]:
     return result.exit_code, result.stdout + result.stderr
 
 
+def _ms_model(nodes: list[onnx.NodeProto], inits: list[onnx.TensorProto]) -> onnx.ModelProto:
+    """com.microsoft ``nodes`` ending in output ``y`` (ONNX inference types none of them:
+    it has no com.microsoft schemas)."""
+    graph = helper.make_graph(
+        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
+    )
+    imports = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=7)
+
+
 def _ms_dq_of_a_dq() -> onnx.ModelProto:
-    """com.microsoft DequantizeLinear whose x is the float output of another one: ONNX
-    inference gives neither output a type (it has no com.microsoft schemas)."""
+    """com.microsoft DequantizeLinear whose x is the float output of another one."""
     inits = [
         numpy_helper.from_array(np.arange(6, dtype=np.int8).reshape(2, 3), "w"),
         numpy_helper.from_array(np.array(0.5, np.float32), "s"),
@@ -38,11 +47,7 @@ def _ms_dq_of_a_dq() -> onnx.ModelProto:
         helper.make_node("DequantizeLinear", ["w", "s", "zp"], ["w_dq"], "dq_w", domain=MS),
         helper.make_node("DequantizeLinear", ["w_dq", "s", "zp"], ["y"], "dq_again", domain=MS),
     ]
-    graph = helper.make_graph(
-        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
-    )
-    imports = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
-    return helper.make_model(graph, opset_imports=imports, ir_version=7)
+    return _ms_model(nodes, inits)
 
 
 def test_x_typed_by_a_com_microsoft_producer_is_checked(tmp_path: Path) -> None:
@@ -209,12 +214,8 @@ def test_a_q_that_feeds_itself_is_checked_not_a_recursion(tmp_path: Path) -> Non
         helper.make_node("QuantizeLinear", ["q", "s", "zp"], ["q"], "loop", domain=MS),
         helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], "dq", domain=MS),
     ]
-    graph = helper.make_graph(
-        nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits
-    )
-    imports = [helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)]
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=imports, ir_version=7), path)
+    onnx.save(_ms_model(nodes, inits), path)
     code, out = _cli("check", path)  # was "internal error while checking (RecursionError"
     assert code == 1 and "QL301 error: QuantizeLinear 'loop'" in out and "QL305" not in out
     for command in (["info"], ["fold", "-o", tmp_path / "o.onnx"]):
