@@ -103,9 +103,13 @@ def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
     if code < 0 and -code in signal.valid_signals():
         how = f"crashed ({signal.Signals(-code).name})"
     status = MISMATCH if phase == "rewritten" else UNVERIFIABLE
+    return _not_passed(status, f"ONNX Runtime {how} on the {phase} model", options)
+
+
+def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
+    """A verification that ended on ``reason``, with no outputs compared."""
     return Verification(status, options.runs, options.seed, options.tolerance,
-                        reason=f"ONNX Runtime {how} on the {phase} model",
-                        bound=options.bound)  # fmt: skip
+                        reason=reason, bound=options.bound)  # fmt: skip
 
 
 def _send(stream: IO[bytes] | None, message: Any) -> None:
@@ -126,21 +130,19 @@ def main() -> None:
     os.dup2(2, 1)
     while True:
         try:
-            original, rewritten, specs, options = pickle.load(sys.stdin.buffer)
+            task = pickle.load(sys.stdin.buffer)  # (original, rewritten, specs, options)
         except EOFError:
             return
-        _send(answers, ("result", _verified(answers, original, rewritten, specs, options)))
+        _send(answers, ("result", _verified(answers, task)))
 
 
-def _verified(answers: IO[bytes], *task: Any) -> Verification:
+def _verified(answers: IO[bytes], task: tuple) -> Verification:
     """One task's verification; a Python error is its reason (a bug, said as such)."""
-    options = task[-1]
     try:
         return verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
     except Exception as exc:  # the parent must get an answer
-        return Verification(UNVERIFIABLE, options.runs, options.seed, options.tolerance,
-                            reason=f"the verification failed ({type(exc).__name__}: {exc})",
-                            bound=options.bound)  # fmt: skip
+        reason = f"the verification failed ({type(exc).__name__}: {exc})"
+        return _not_passed(UNVERIFIABLE, reason, task[-1])
 
 
 if __name__ == "__main__":

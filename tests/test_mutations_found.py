@@ -234,3 +234,17 @@ def test_a_float_g_idx_holding_infinity_is_a_type_finding(tmp_path: Path) -> Non
     onnx.save(model, path)
     code, out = _cli("check", path)  # was "internal error while checking (OverflowError"
     assert code == 1 and f"is FLOAT; com.microsoft MatMulNBits-1 takes {DT.INT32.name}" in out
+
+
+def test_fold_leaves_a_dq_whose_zero_point_type_differs_from_x() -> None:
+    # The pass alone (the input check would refuse it: QL304); the kernel refuses it too.
+    inits = [
+        numpy_helper.from_array(np.arange(6, dtype=np.int8).reshape(2, 3), "w"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.uint8), "zp"),
+    ]
+    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "zp"], ["y"], "dq", domain=MS)]
+    model = ir.serde.deserialize_model(_ms_model(nodes, inits))
+    FoldPass()(model)
+    assert [n.name for n in model.graph] == ["dq"]
+    ir.serde.serialize_model(model)  # the kernel would have raised here

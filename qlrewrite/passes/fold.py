@@ -333,17 +333,30 @@ def _folded_tensor(view: NodeView) -> FoldedTensor | None:
     return FoldedTensor(spec, operand, scale_tensor, zp_tensor, name=node.outputs[0].name)
 
 
-def _types_allowed(row: opsets.OpVersion, x: Any, scale: Any, zero_point: Any) -> bool:
-    """The constant inputs have types the version in force takes (a kernel would refuse
-    the others when the output is written, too late to leave the node)."""
-    return (
-        x.dtype in row.x_types
-        and scale.dtype in row.scale_types
-        and (zero_point is None or zero_point.dtype in row.zero_point_types)
+def _types_allowed(
+    row: opsets.OpVersion,
+    x: ir.TensorProtocol,
+    scale: ir.TensorProtocol,
+    zero_point: ir.TensorProtocol | None,
+) -> bool:
+    """The constant inputs have types the version in force takes, a DQ's zero point that
+    of x (a kernel would refuse the others when the output is written, too late to leave
+    the node)."""
+    if x.dtype not in row.x_types or scale.dtype not in row.scale_types:
+        return False
+    if zero_point is None:
+        return True
+    return zero_point.dtype in row.zero_point_types and (
+        row.is_quantize or zero_point.dtype == x.dtype
     )
 
 
-def _granularity_allowed(view: NodeView, x: Any, scale: Any, zero_point: Any) -> bool:
+def _granularity_allowed(
+    view: NodeView,
+    x: ir.TensorProtocol,
+    scale: ir.TensorProtocol,
+    zero_point: ir.TensorProtocol | None,
+) -> bool:
     """The kernel takes these shapes with the node's axis and block size (decided now: a
     kernel raising when the output is written is too late to leave the node)."""
     try:
