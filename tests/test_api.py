@@ -21,7 +21,7 @@ import qlrewrite
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
 
-API = ("load", "save", "check", "fold", "convert", "upgrade", "quantize", "dequantize")
+API = ("load", "save", "check", "fix", "fold", "convert", "upgrade", "quantize", "dequantize")
 
 
 def _bad() -> onnx.ModelProto:
