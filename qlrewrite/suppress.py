@@ -23,8 +23,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError
-from qlrewrite.findings import WARNING, Finding, Report
+from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
+from qlrewrite.rules import RULES
 from qlrewrite.rules.selection import parse_codes
 
 __all__ = [
@@ -187,7 +188,11 @@ def _named(
     for group in sites.values():
         for site in group:
             probe = Finding(
-                "", WARNING, "", node=site.node.name or "", output=_first_output(site.node)
+                "",
+                RULES[STALE_RULE].severity,
+                "",
+                node=site.node.name or "",
+                output=_first_output(site.node),
             )
             for entry in keyed:
                 if entry.key is not None and _matches_key(probe, entry.key):
@@ -244,8 +249,8 @@ def _stale(
 
 
 def _finding(model: ir.Model, site: QuantizedSite, message: str) -> Finding:
-    return site_view(model, site).finding(
-        STALE_RULE, WARNING, message, "remove the suppression (or the codes that no longer match)"
+    return site_view(model, site).finding_of(
+        RULES[STALE_RULE], message, "remove the suppression (or the codes that no longer match)"
     )
 
 
@@ -296,7 +301,9 @@ def _checked(models: int, where: str | None) -> str:
 
 def _entry_finding(message: str, hint: str) -> Finding:
     """A QL901 finding about a configuration entry (no node, no graph)."""
-    return Finding(rule=STALE_RULE, severity=WARNING, message=message, hint=hint, graph="")
+    return Finding(
+        rule=STALE_RULE, severity=RULES[STALE_RULE].severity, message=message, hint=hint, graph=""
+    )
 
 
 def _first_output(node: ir.Node) -> str:
