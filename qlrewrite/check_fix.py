@@ -120,23 +120,31 @@ def refuse_fix_outputs(
     reports: Sequence[Report],
     options: FixOptions,
     reads: Sequence[Path],
+    *,
+    report: Path | None = None,
 ) -> None:
-    """Before anything is written: no two models fixed into one file, and no fix written
-    over a file the run reads (another model, its data, a configuration file)."""
-    if options.diff or options.in_place:
-        return  # each model replaces itself; its own reads are checked by the rewrite
-    to_fix = [
-        t
+    """Before anything is written: no fixed model (or its data file) written over the
+    ``report`` (``-o``), no two models fixed into one file, and no fix written over a
+    file the run reads (another model, its data, a configuration file)."""
+    if options.diff:
+        return
+    output, in_place = options.output, options.in_place
+    pairs = [
+        (t.path, pipeline.resolve_output(t.path, output, in_place, "fix"))
         for t, r in zip(targets, reports, strict=True)
         if fixable(r.findings, unsafe=options.unsafe)
     ]
-    pairs = [
-        (t.path, pipeline.resolve_output(t.path, options.output, False, "fix")) for t in to_fix
-    ]
-    output_guard.refuse_shared_outputs(pairs)
+    if not in_place:  # in place, each model replaces itself (the rewrite checks its reads)
+        output_guard.refuse_shared_outputs(pairs)
+    if report is not None:
+        label = "--fix-output" if output is not None else "the fixed model"
+        fixed = [pipeline.model_output(f"{label} of {src}", out) for src, out in pairs]
+        output_guard.refuse_colliding([*fixed, output_guard.Output("the report (-o)", report)])
+    if in_place:
+        return
     for source, target in pairs:
         own = set(model_io.files_read_by(source))
-        flag = "--fix-output" if options.output is not None else f"the fix of {source} into"
+        flag = "--fix-output" if output is not None else f"the fix of {source} into"
         output_guard.refuse_if_read(target, [r for r in reads if r not in own], flag)
 
 

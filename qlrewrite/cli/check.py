@@ -327,7 +327,7 @@ def _fix_stage(
     was refused."""
     fixing = run.fixing
     assert fixing is not None
-    check_fix.refuse_fix_outputs(targets, checked, fixing, reads)
+    check_fix.refuse_fix_outputs(targets, checked, fixing, reads, report=run.show.output)
     quiet = run.show.quiet
     outcomes = check_fix.fix_targets(
         targets, checked, fixing, on_outcome=lambda o: _print_outcome(o, quiet)
