@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from qdq_models import DQ, DT, qdq_model
 
 import qlrewrite
-from qlrewrite import config, pipeline
+from qlrewrite import pipeline
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fix_passes, upgrade_passes
@@ -27,12 +27,7 @@ from qlrewrite.rules import CHECKS
 MS = "com.microsoft"
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.chdir(tmp_path)
-    config.forget()
-    yield
-    config.forget()
+pytestmark = pytest.mark.usefixtures("in_tmp_folder")
 
 
 def _ms_not_imported() -> onnx.ModelProto:
