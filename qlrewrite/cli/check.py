@@ -228,9 +228,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
     fmt = fmt or run_settings.output_format or DEFAULT_FORMAT
     _show(found, selection, fmt, show_files=show_files, show_settings=show_settings)
-    if statistics and output_format(fmt).statistics is None:
-        shown = " or ".join(f.name for f in FORMATS.values() if f.statistics is not None)
-        raise click.UsageError(f"--statistics prints {shown}, not {fmt}")
+    _check_statistics_format(fmt, statistics)
     targets = [t for t in found if isinstance(t, project.Target)]
     fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify, output)
     with contextlib.ExitStack() as stack:
@@ -246,6 +244,13 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     if fmt == DEFAULT_FORMAT and not quiet and not statistics:
         _print_fixable(reports, unsafe_fixes)
     sys.exit(_exit_code(reports, _strictness(targets, selection), refused, exit_zero))
+
+
+def _check_statistics_format(fmt: str, statistics: bool) -> None:
+    """``--statistics`` only in the formats that print it."""
+    if statistics and output_format(fmt).statistics is None:
+        shown = " or ".join(f.name for f in FORMATS.values() if f.statistics is not None)
+        raise click.UsageError(f"--statistics prints {shown}, not {fmt}")
 
 
 def _pending_report(
