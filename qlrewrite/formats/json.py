@@ -19,7 +19,7 @@ def render_json(reports: Sequence[Report], options: RenderOptions | None = None)
         "version": 1,
         "files": [r.to_json() for r in reports],
         "summary": {
-            "files": len(reports),
+            "files": sum(1 for r in reports if r.is_model),
             "unreadable": sum(1 for r in reports if r.load_error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
             "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
