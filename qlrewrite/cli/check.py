@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from qlrewrite.cli._common import (
 from qlrewrite.config import Settings, settings_for
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report, fixable
+from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -76,10 +76,12 @@ over 1). `qlrewrite rules` lists the rules.
     "--output-format",
     "--format",
     "fmt",
-    type=click.Choice(render.FORMATS),
+    type=click.Choice(list(FORMATS)),
     default=None,
-    help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
-    "output-format of the configuration, else text). --format is the same option.",
+    help="Output format: "
+    + "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
+    + f" (default: output-format of the configuration, else {DEFAULT_FORMAT}). --format is "
+    "the same option.",
 )
 @click.option(
     "--select",
@@ -197,10 +199,10 @@ def check_command(**given: Any) -> None:
         find.models, config=find.config, isolated=find.isolated, force_exclude=find.force_exclude
     )
     run_settings = settings_for(Path.cwd(), config=run.find.config, isolated=run.find.isolated)
-    show = dataclasses.replace(run.show, fmt=run.show.fmt or run_settings.output_format or "text")
+    fmt = run.show.fmt or run_settings.output_format or DEFAULT_FORMAT
+    show = dataclasses.replace(run.show, fmt=fmt)
     _show(found, run.selection, show)
-    if show.statistics and show.fmt not in {"text", "json"}:
-        raise click.UsageError(f"--statistics prints text or json, not {show.fmt}")
+    _check_statistics_format(fmt, show.statistics)
     targets = [t for t in found if isinstance(t, project.Target)]
     strict = project.strictness(targets, run.selection)
     with contextlib.ExitStack() as stack:
@@ -212,7 +214,7 @@ def check_command(**given: Any) -> None:
         if run.fixing is not None:
             reports, refused = _fix_stage(run, targets, checked, reports, reads)
         _print_result(reports, targets, run.selection, show, pending)
-    if show.fmt == "text" and not show.quiet and not show.statistics:
+    if show.fmt == DEFAULT_FORMAT and not show.quiet and not show.statistics:
         _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
     sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
 
@@ -288,12 +290,19 @@ def _print_result(
     pending: atomic.PendingFile | None,
 ) -> None:
     """The reports (or --statistics) to stdout, or into ``pending`` for ``-o``."""
-    fmt = show.fmt or "text"
+    fmt = show.fmt or DEFAULT_FORMAT
     if show.statistics:
         _print_statistics(reports, fmt, pending)
         return
     codes = _listed_codes(targets, selection)
     _print_reports(reports, fmt, pending, quiet=show.quiet, show_all=show.show_all, codes=codes)
+
+
+def _check_statistics_format(fmt: str, statistics: bool) -> None:
+    """``--statistics`` only in the formats that print it."""
+    if statistics and output_format(fmt).statistics is None:
+        shown = " or ".join(f.name for f in FORMATS.values() if f.statistics is not None)
+        raise click.UsageError(f"--statistics prints {shown}, not {fmt}")
 
 
 def _pending_report(
@@ -403,11 +412,9 @@ def _print_statistics(
 ) -> None:
     """``--statistics``: findings per rule (unreadable models said on stderr)."""
     _print_load_errors(reports)
-    rows = _check_views.statistics(reports)
-    if fmt == "json":
-        _emit(json.dumps(rows, indent=2) + "\n", pending)
-    else:
-        _emit(_check_views.statistics_text(rows), pending)
+    statistics = output_format(fmt).statistics
+    assert statistics is not None  # refused before the check
+    _emit(statistics(_check_views.statistics(reports)), pending)
 
 
 def _print_load_errors(reports: Sequence[Report]) -> None:
@@ -515,18 +522,12 @@ def _print_reports(
     for report in reports:  # errors on stderr (a text report file keeps its line too)
         if report.load_error:
             click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
-    if fmt == "text" and to_terminal:
-        render.print_text_tables(
-            reports, out_console, summary=not quiet, show_all=show_all, load_errors=False
-        )
-    elif fmt == "text":
-        lines = render.text_lines(
-            reports, summary=not quiet, show_all=show_all, load_errors=output is not None
-        )
-        text = "\n".join(lines)
-        _emit(text + "\n" if text else "", pending)
+    emitter = output_format(fmt)
+    options = RenderOptions(codes, not quiet, show_all, load_errors=output is not None)
+    if emitter.terminal is not None and to_terminal:
+        emitter.terminal(reports, out_console, options)
     else:
-        _emit(render.render(reports, fmt, codes=codes), pending)
+        _emit(emitter.render(reports, options), pending)
     if output is not None and not quiet:
         line = f"{render.summary_line(reports)}; report written to {escape(str(output))}"
         err_console.print(line, markup=False)

@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.downgrade import DowngradePass
 from qlrewrite.passes.fix import FIXES, FixPass, finding_key
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
@@ -17,7 +18,7 @@ from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.upgrade import UpgradePass
 
-__all__ = ["convert_passes", "fix_passes", "fold_passes", "upgrade_passes"]
+__all__ = ["convert_passes", "downgrade_passes", "fix_passes", "fold_passes", "upgrade_passes"]
 
 
 def fold_passes(
@@ -82,3 +83,8 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
     ]
     passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
     return passes
+
+
+def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:
+    """``qlrewrite downgrade --opset N``."""
+    return [DowngradePass(opset)]
