@@ -369,15 +369,27 @@ def _inner(value: ir.Value | None) -> int | None:
     return int(shape[-1])
 
 
-def _gemm(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
-    """alpha A B + beta C with B constant."""
-    (da, ma), (db, _) = spreads[0], spreads[1]
-    dc, mc = spreads[2] if len(spreads) > 2 else (0.0, 0.0)
-    if da == 0 and db == 0 and dc == 0:
+def _weighted(
+    node: ir.Node, spreads: list[Spread], walker: _Walker
+) -> tuple[np.ndarray, Spread, Spread] | Spread:
+    """Gemm / Conv: the constant weight, the data's and the bias's spreads; or the
+    output's spread when it is exact or cannot be bounded."""
+    (dx, mx), dw = spreads[0], spreads[1][0]
+    bias = spreads[2] if len(spreads) > 2 else (0.0, 0.0)
+    if dx == 0 and dw == 0 and bias[0] == 0:
         return _EXACT
     weight = walker.weight(node.inputs[1])
-    if weight is None or db > 0 or weight.ndim != 2:
+    if weight is None or dw > 0 or weight.ndim < 2:
         return (INF, INF)
+    return weight, (dx, mx), bias
+
+
+def _gemm(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
+    """alpha A B + beta C with B constant."""
+    found = _weighted(node, spreads, walker)
+    if len(found) == 2 or found[0].ndim != 2:
+        return found if len(found) == 2 else (INF, INF)
+    weight, (da, ma), (dc, mc) = found
     if node.attributes.get_int("transB", 0):
         weight = weight.T
     alpha = abs(node.attributes.get_float("alpha", 1.0))
@@ -389,13 +401,10 @@ def _gemm(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
 
 def _conv(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
     """Conv with a constant weight: each output channel sums |w| of its filter."""
-    (dx, mx), (dw, _) = spreads[0], spreads[1]
-    db, mb = spreads[2] if len(spreads) > 2 else (0.0, 0.0)
-    if dx == 0 and dw == 0 and db == 0:
-        return _EXACT
-    weight = walker.weight(node.inputs[1])
-    if weight is None or dw > 0 or weight.ndim < 2:
-        return (INF, INF)
+    found = _weighted(node, spreads, walker)
+    if len(found) == 2:
+        return found
+    weight, (dx, mx), (db, mb) = found
     flat = np.abs(weight).reshape(weight.shape[0], -1)
     row = float(flat.sum(axis=1).max())
     d, m = _summed(dx * row, mx * row, flat.shape[1])
