@@ -12,6 +12,7 @@ from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
+    "DowngradeResult",
     "FixResult",
     "FoldResult",
     "ImportsResult",
@@ -86,6 +87,13 @@ class QOperatorResult(RewritePassResult):
 class UpgradeResult(RewritePassResult):
     """:class:`~qlrewrite.passes.upgrade.UpgradePass`: opsets and IR versions before and
     after, nodes converted to ai.onnx and com.microsoft nodes left."""
+
+
+@dataclasses.dataclass
+class DowngradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
+    after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
+    written as com.microsoft, nodes relabelled at the older version."""
 
 
 class RepairsFindings:
