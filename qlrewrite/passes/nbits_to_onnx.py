@@ -33,6 +33,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     ConstOperand,
     FoldedTensor,
@@ -525,7 +526,7 @@ def _unpacked_zero_points(
     return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
-class NBitsToOnnxPass(ir.passes.InPlacePass):
+class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite MatMulNBits / GatherBlockQuantized as DequantizeLinear -> MatMul / Gather.
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
