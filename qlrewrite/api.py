@@ -1,4 +1,5 @@
-"""The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fold``, ``convert``, ``upgrade``.
+"""The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fix``, ``fold``, ``convert``,
+``upgrade``.
 
 Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
@@ -23,6 +24,7 @@ from qlrewrite.findings import Report
 from qlrewrite.passes.commands import (
     convert_passes,
     downgrade_passes,
+    fix_passes,
     fold_passes,
     upgrade_passes,
 )
@@ -34,6 +36,7 @@ __all__ = [
     "check",
     "convert",
     "downgrade",
+    "fix",
     "fold",
     "load",
     "save",
@@ -111,6 +114,29 @@ def check(
         where = report.path if report.path is not None else "model"
         raise InputError(f"{where}: {report.load_error}")
     return report
+
+
+def fix(
+    model: ModelLike,
+    *,
+    unsafe: bool = False,
+    select: str | Iterable[str] = (),
+    ignore: str | Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> ir.Model:
+    """``model`` with the findings of :func:`check` (same ``select``, ``ignore``,
+    ``per_node_ignores``) repaired as ``qlrewrite check --fix`` repairs them; with
+    ``unsafe``, as ``--fix --unsafe-fixes``. The fixes are the rules' own
+    (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
+    place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
+    then the result is a new model. Findings without a fix stay: call :func:`check` on the
+    result to see what remains."""
+    if not isinstance(unsafe, bool):
+        raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
+    loaded = load(model)
+    report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
+    passes = fix_passes(report.findings, unsafe=unsafe)
+    return _run(loaded, passes) if passes else loaded
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:

@@ -22,7 +22,7 @@ from qlrewrite import checker
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
 
-API = ("load", "save", "check", "fold", "convert", "upgrade", "quantize", "dequantize")
+API = ("load", "save", "check", "fix", "fold", "convert", "upgrade", "quantize", "dequantize")
 
 
 def _bad() -> onnx.ModelProto:
