@@ -305,7 +305,7 @@ def _fix_stage(  # noqa: PLR0917 (the run's state, passed on as it is)
     if fixing.diff:
         _print_diff(outcomes, quiet=quiet)
         changed = any(o.changes for o in outcomes)
-        sys.exit(_diff_exit(reports, _strictness(targets, selection), changed or refused))
+        sys.exit(_diff_exit(reports, changed or refused))
     return _after_fixes(reports, targets, outcomes, selection), refused
 
 
@@ -395,15 +395,17 @@ def _print_statistics(
         _emit(_check_views.statistics_text(rows), pending)
 
 
-def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
-    """``--diff`` keeps the exit codes of ``check``: an unreadable input (shown on stderr)
-    is 2, a remaining error finding or a change to make is 1."""
+def _diff_exit(reports: Sequence[Report], changed: bool) -> int:
+    """``--diff`` exits as ruff's: 1 when something would change (or a fix would be
+    refused: said on stderr), else 0 whatever findings remain; an unreadable input (shown
+    on stderr) is 2."""
     for report in reports:
         if report.load_error:
             click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
                        f"{escape(report.load_error)}", err=True)  # fmt: skip
-    code = project.exit_code(reports, strict=strict_of)
-    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
+    if any(r.load_error for r in reports):
+        return EXIT_INPUT
+    return EXIT_FINDINGS if changed else EXIT_OK
 
 
 def _files_read(
