@@ -348,7 +348,7 @@ def commit_model(
         _step("locked")
         if unchanged is not None:
             unchanged()
-        replaced = _named_data_files(dest, pattern)
+        replaced = _named_data_files(dest, pattern, any_name=True)
         data_dest: Path | None = None
         old_mode: int | None = None
         with contextlib.suppress(OSError):
@@ -374,7 +374,8 @@ def commit_model(
         fsync_dir(folder)
         _step("model-in-place")
         new_name = data_dest.name if data_dest is not None else ""
-        _unlink_all(folder, _removable(folder, replaced, new_name, keep))
+        removable = _removable(folder, replaced, new_name, keep, dest=dest, pattern=pattern)
+        _unlink_all(folder, removable)
         _step("cleaned")
     return data_dest
 
@@ -401,7 +402,7 @@ def _ready_data(
     data_mode = _data_mode(folder, pattern)
     if data_mode is not None:
         os.chmod(staged_data, data_mode)
-    doomed = _removable(folder, replaced, name, keep)
+    doomed = _removable(folder, replaced, name, keep, dest=dest, pattern=pattern)
     _journal(staged_model.parent, name, dest.name, doomed)
     return name
 
@@ -415,34 +416,85 @@ def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:
     return None
 
 
-def _named_data_files(dest: Path, pattern: re.Pattern[str]) -> list[str]:
+def _named_data_files(dest: Path, pattern: re.Pattern[str], *, any_name: bool = False) -> list[str]:
     """The data files beside ``dest`` that the model now at ``dest`` names (its external
-    data locations with a data-file name of ``dest``); none when there is no readable
-    model there."""
+    data locations with a data-file name of ``dest``; with ``any_name`` every plain file
+    name of its folder); none when there is no readable model there."""
     if not dest.is_file():
         return []
+    names = _locations(dest)
+    if names is None:  # not a model: it names nothing
+        return []
+    return sorted(
+        n for n in names if pattern.fullmatch(n) or (any_name and _is_name(n) and n != dest.name)
+    )
+
+
+def _is_name(name: str) -> bool:
+    """A file name of the folder itself (no folder part, not ``.`` or ``..``)."""
+    return Path(name).name == name and name not in ("", ".", "..")
+
+
+def _locations(model: Path) -> set[str] | None:
+    """The external data locations ``model`` names (None: not a readable model)."""
     from qlrewrite.tensors import proto_tensors
 
     try:
-        proto = onnx.load_model(str(dest), load_external_data=False)
-    except Exception:  # not a model: it names nothing
-        return []
-    names = {
+        proto = onnx.load_model(str(model), load_external_data=False)
+    except Exception:
+        return None
+    return {
         entry.value
         for _, tensor in proto_tensors(proto)
         for entry in tensor.external_data
         if entry.key == "location"
     }
-    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+#: A model beside the output larger than this is not read to learn whether it names a
+#: replaced data file of another name: that file is then kept.
+OTHER_MODEL_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _named_by_others(folder: Path, names: Collection[str], model_name: str) -> set[str]:
+    """Of ``names``, those another model of ``folder`` (``*.onnx`` other than
+    ``model_name``) names, or may name: every one when such a model is too large to read
+    (:data:`OTHER_MODEL_READ_LIMIT`) or cannot be listed."""
+    if not names:
+        return set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return set(names)
+    named: set[str] = set()
+    for entry in entries:
+        if entry.name == model_name or not entry.name.lower().endswith(".onnx"):
+            continue
+        try:
+            if not entry.is_file() or entry.stat().st_size > OTHER_MODEL_READ_LIMIT:
+                return set(names)
+        except OSError:
+            return set(names)
+        named |= (_locations(Path(entry.path)) or set()) & set(names)
+    return named
 
 
 def _removable(
-    folder: Path, replaced: Collection[str], new: str, keep: Collection[Path]
+    folder: Path,
+    replaced: Collection[str],
+    new: str,
+    keep: Collection[Path],
+    *,
+    dest: Path,
+    pattern: re.Pattern[str],
 ) -> list[str]:
     """Of the data files the replaced model named, those to remove once the new model is
-    in: not the new data file, not a file in ``keep``, only plain files."""
+    in: not the new data file, not a file in ``keep``, only plain files. A file whose name
+    is not one of ``dest``'s data-file names (``pattern``: a producer's ``weights.bin``)
+    is removed only when no other name links to it and no other model of the folder
+    names it."""
     kept = {os.path.realpath(p) for p in keep}
-    return [
+    candidates = [
         name
         for name in replaced
         if name != new
@@ -450,6 +502,17 @@ def _removable(
         and (folder / name).is_file()
         and not (folder / name).is_symlink()
     ]
+    foreign = [n for n in candidates if not pattern.fullmatch(n)]
+    lone = [n for n in foreign if _single_link(folder / n)]
+    shared = _named_by_others(folder, lone, dest.name)
+    return [n for n in candidates if pattern.fullmatch(n) or (n in lone and n not in shared)]
+
+
+def _single_link(path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_nlink == 1
+    except OSError:
+        return False
 
 
 def _unlink_all(folder: Path, names: Collection[str]) -> None:
