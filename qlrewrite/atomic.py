@@ -38,6 +38,7 @@ from pathlib import Path
 
 import onnx
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.output_guard import is_special
 
@@ -293,9 +294,15 @@ def free_data_name(folder: Path, model_name: str) -> str:
     return name
 
 
+def _model_proto(path: Path) -> onnx.ModelProto:
+    """The model at ``path`` (no external data), read through :mod:`qlrewrite.reading`."""
+    data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
+    return onnx.load_model_from_string(data, format="protobuf")
+
+
 def _relocate(staged_model: Path, old: str, new: str) -> None:
     """Point the staged model's external data at ``new`` instead of ``old``."""
-    proto = onnx.load_model(str(staged_model), load_external_data=False)
+    proto = _model_proto(staged_model)
     from qlrewrite.tensors import proto_tensors
 
     for _, tensor in proto_tensors(proto):
@@ -424,8 +431,8 @@ def _named_data_files(dest: Path, pattern: re.Pattern[str]) -> list[str]:
     from qlrewrite.tensors import proto_tensors
 
     try:
-        proto = onnx.load_model(str(dest), load_external_data=False)
-    except Exception:  # not a model: it names nothing
+        proto = _model_proto(dest)
+    except Exception:  # not a model, or not a file qlrewrite reads: it names nothing
         return []
     names = {
         entry.value
