@@ -48,10 +48,12 @@ __all__ = [
     "Staging",
     "commit_model",
     "data_stem",
+    "fitted_stem",
     "free_data_name",
     "fsync_dir",
     "fsync_file",
     "is_data_name",
+    "refuse_long_name",
     "remove_stale",
     "write_error",
 ]
@@ -251,16 +253,42 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
+def fitted_stem(stem: str, folder: Path, room: int) -> str:
+    """``stem``, or when ``room`` more bytes would make a name longer than ``folder``'s
+    file system takes (its ``NAME_MAX``), ``stem`` cut to fit followed by ``~`` and 8 hex
+    digits of its hash: the same name every run, still recognisable. The one home of
+    names qlrewrite derives (data files, ``<stem>.fold.onnx``)."""
+    raw = os.fsencode(stem)  # a name that is not UTF-8 counts its bytes too
+    limit = _name_max(folder) - room
+    if len(raw) <= limit:
+        return stem
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    cut = raw[: max(limit - 9, 1)]
+    try:
+        raw.decode("utf-8")
+        head = cut.decode("utf-8", "ignore")  # no character cut in half
+    except UnicodeDecodeError:
+        head = os.fsdecode(cut)
+    return f"{head}~{digest}"
+
+
 def data_stem(model_name: str, folder: Path) -> str:
     """What data file names of ``model_name`` start with: the model's name, or when
-    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name cut
-    to fit followed by ``~`` and 8 hex digits of its hash (the same name every run)."""
-    limit = _name_max(folder) - _SUFFIX_BYTES
-    if len(model_name.encode()) <= limit:
-        return model_name
-    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
-    head = model_name.encode()[: max(limit - 9, 1)].decode("utf-8", "ignore")
-    return f"{head}~{digest}"
+    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name
+    shortened by :func:`fitted_stem`."""
+    return fitted_stem(model_name, folder, _SUFFIX_BYTES)
+
+
+def refuse_long_name(path: Path, what: str) -> None:
+    """Raise InputError if ``path``'s name is longer than its folder's file system takes
+    (``what``: "the output", "the report"), before anything is written."""
+    size = len(os.fsencode(path.name))
+    limit = _name_max(path.absolute().parent)
+    if size > limit:
+        raise InputError(
+            f"{path}: the name of {what} is {size} bytes, longer than the file system takes "
+            f"({limit}); choose a shorter name (nothing written)"
+        )
 
 
 def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
@@ -484,6 +512,7 @@ class PendingFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        refuse_long_name(self.path, "the report")
         self._text: str | None = None
         self._stream = is_special(self.path)
         if self._stream:
