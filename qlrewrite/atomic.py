@@ -40,6 +40,7 @@ from pathlib import Path
 
 import onnx
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
 from qlrewrite.output_guard import is_special
@@ -50,10 +51,12 @@ __all__ = [
     "Staging",
     "commit_model",
     "data_stem",
+    "fitted_stem",
     "free_data_name",
     "fsync_dir",
     "fsync_file",
     "is_data_name",
+    "refuse_long_name",
     "remove_stale",
     "write_error",
 ]
@@ -366,16 +369,42 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
+def fitted_stem(stem: str, folder: Path, room: int) -> str:
+    """``stem``, or when ``room`` more bytes would make a name longer than ``folder``'s
+    file system takes (its ``NAME_MAX``), ``stem`` cut to fit followed by ``~`` and 8 hex
+    digits of its hash: the same name every run, still recognisable. The one home of
+    names qlrewrite derives (data files, ``<stem>.fold.onnx``)."""
+    raw = os.fsencode(stem)  # a name that is not UTF-8 counts its bytes too
+    limit = _name_max(folder) - room
+    if len(raw) <= limit:
+        return stem
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    cut = raw[: max(limit - 9, 1)]
+    try:
+        raw.decode("utf-8")
+        head = cut.decode("utf-8", "ignore")  # no character cut in half
+    except UnicodeDecodeError:
+        head = os.fsdecode(cut)
+    return f"{head}~{digest}"
+
+
 def data_stem(model_name: str, folder: Path) -> str:
     """What data file names of ``model_name`` start with: the model's name, or when
-    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name cut
-    to fit followed by ``~`` and 8 hex digits of its hash (the same name every run)."""
-    limit = _name_max(folder) - _SUFFIX_BYTES
-    if len(model_name.encode()) <= limit:
-        return model_name
-    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
-    head = model_name.encode()[: max(limit - 9, 1)].decode("utf-8", "ignore")
-    return f"{head}~{digest}"
+    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name
+    shortened by :func:`fitted_stem`."""
+    return fitted_stem(model_name, folder, _SUFFIX_BYTES)
+
+
+def refuse_long_name(path: Path, what: str) -> None:
+    """Raise InputError if ``path``'s name is longer than its folder's file system takes
+    (``what``: "the output", "the report"), before anything is written."""
+    size = len(os.fsencode(path.name))
+    limit = _name_max(path.absolute().parent)
+    if size > limit:
+        raise InputError(
+            f"{path}: the name of {what} is {size} bytes, longer than the file system takes "
+            f"({limit}); choose a shorter name (nothing written)"
+        )
 
 
 def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
@@ -409,9 +438,15 @@ def free_data_name(folder: Path, model_name: str) -> str:
     return name
 
 
+def _model_proto(path: Path) -> onnx.ModelProto:
+    """The model at ``path`` (no external data), read through :mod:`qlrewrite.reading`."""
+    data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
+    return onnx.load_model_from_string(data, format="protobuf")
+
+
 def _relocate(staged_model: Path, old: str, new: str) -> None:
     """Point the staged model's external data at ``new`` instead of ``old``."""
-    proto = onnx.load_model(str(staged_model), load_external_data=False)
+    proto = _model_proto(staged_model)
     from qlrewrite.tensors import proto_tensors
 
     for _, tensor in proto_tensors(proto):
@@ -556,8 +591,8 @@ def _locations(model: Path) -> set[str] | None:
     from qlrewrite.tensors import proto_tensors
 
     try:
-        proto = onnx.load_model(str(model), load_external_data=False)
-    except Exception:
+        proto = _model_proto(model)
+    except Exception:  # not a model, or not a file qlrewrite reads: it names nothing
         return None
     return {
         entry.value
@@ -656,6 +691,7 @@ class PendingFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        refuse_long_name(self.path, "the report")
         self._text: str | None = None
         self._stream = is_special(self.path)
         if self._stream:

@@ -37,6 +37,7 @@ from qlrewrite.kernels._types import (
     to_dtype,
     type_refusal,
 )
+from qlrewrite.opsets import DEFAULT_AXIS
 
 __all__ = ["dequantize"]
 
@@ -48,7 +49,7 @@ def dequantize(
     scale: np.ndarray,
     zero_point: np.ndarray | None = None,
     *,
-    axis: int = 1,
+    axis: int = DEFAULT_AXIS,
     block_size: int = 0,
     output_dtype: Any = None,
     threads: int | None = None,
