@@ -102,17 +102,23 @@ class RewriteResult:
 
 
 def default_output(input_path: Path, command: str) -> Path:
-    """``<stem>.<command>.onnx`` beside the input."""
-    return input_path.with_name(f"{input_path.stem}.{command}.onnx")
+    """``<stem>.<command>.onnx`` beside the input; a stem too long for the file system's
+    names is shortened as data file names are (:func:`~qlrewrite.atomic.fitted_stem`)."""
+    suffix = f".{command}.onnx"
+    folder = input_path.absolute().parent
+    stem = atomic.fitted_stem(input_path.stem, folder, len(os.fsencode(suffix)))
+    return input_path.with_name(stem + suffix)
 
 
 def resolve_output(input_path: Path, output: Path | None, in_place: bool, command: str) -> Path:
-    """Where to write: refuses to touch the input unless ``in_place``."""
+    """Where to write: refuses to touch the input unless ``in_place``, and a name the
+    file system cannot hold."""
     if in_place:
         if output is not None and not model_io.same_file(output, input_path):
             raise InputError("--in-place and -o name different files; give one of them")
         return input_path
     target = output if output is not None else default_output(input_path, command)
+    atomic.refuse_long_name(target, "the output")
     if target.exists() and model_io.same_file(target, input_path):
         raise InputError(
             f"{target}: the output is the input; use --in-place to overwrite the input"
@@ -471,6 +477,7 @@ def _refuse_overwriting_input(reads: Sequence[Path], target: Path, in_place: boo
 
 def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> None:
     """The report may not replace the input, a file it reads, the output or its data."""
+    atomic.refuse_long_name(report, "the report")
     if model_io.same_file(report, reads[0]):
         raise InputError(f"{report}: the report would overwrite the input model")
     if any(model_io.same_file(report, read) for read in reads[1:]):
