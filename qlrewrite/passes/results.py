@@ -76,7 +76,12 @@ class NBitsResult(RewritePassResult):
 @dataclasses.dataclass
 class QOperatorResult(RewritePassResult):
     """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
-    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``."""
+    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
+    ``differences``: the output name of each QuantizeLinear written for a converted node
+    -> the steps it may differ by (the sources of :func:`qlrewrite.difference.output_bounds`,
+    which ``--verify`` re-checks on measured values)."""
+
+    differences: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
