@@ -96,7 +96,7 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"has {count} outputs; {ctx.op_type} has exactly 1",
             "keep exactly one output",
-        )  # fmt: skip
+        )
 
 
 def _import_com_microsoft(fix: FixContext) -> str | None:
@@ -233,6 +233,7 @@ def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     good: opset_import: [ai.onnx 10] (or later)
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
+    upgrade_repairs=True,
     needs_version=False,
     kinds=CHECKED_KINDS,
     examples=[

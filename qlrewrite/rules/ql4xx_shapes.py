@@ -229,6 +229,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
+    upgrade_repairs=True,
     examples=[
         Example(
             "rank-2-scale",
@@ -398,7 +399,7 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"block_size={value} is negative",
             "use 0 (not blocked) or the positive block length",
-        )  # fmt: skip
+        )
 
 
 @rule(
@@ -472,9 +473,10 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
         return
     scale, x, axis = blocked
     bad = [
-        i for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
+        i
+        for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
         if i != axis and s is not None and d is not None and s != d
-    ]  # fmt: skip
+    ]
     if bad:
         yield ctx.report(
             f"scale {scale.describe()} differs from x {x.describe()} on dimension(s) "
