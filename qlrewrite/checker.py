@@ -28,6 +28,7 @@ from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
+from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
 
@@ -120,6 +121,7 @@ def check_model(
     path: str | None = None,
     weightless: onnx.ModelProto | None = None,
     inference: Inference | None = None,
+    unchanged: Collection[str] = (),
 ) -> Report:
     """Every finding of every rule on ``model`` (which is not modified).
 
@@ -128,6 +130,9 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed. ``inference``: the
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
+    ``unchanged``: first output names of main-graph nodes whose node rules are not run
+    again (a rewrite's output check: nodes judged on input and left as they were, see
+    :mod:`qlrewrite.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
@@ -146,6 +151,8 @@ def check_model(
             left_alone.append(site)
             continue
         report.nodes_checked += 1
+        if unchanged and site.ref == MAIN and site.node.outputs[0].name in unchanged:
+            continue
         checks = checks_of.get(id(site.kind))
         if checks is None:  # once per kind, not per node
             checks = checks_of[id(site.kind)] = [
