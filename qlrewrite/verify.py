@@ -30,6 +30,7 @@ __all__ = [
     "EXACT_BOUND",
     "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
+    "VERIFY_TIMEOUT",
     "Bound",
     "InputSpec",
     "OutputVerdict",
@@ -174,16 +175,27 @@ def summation_order_bound(k: int, reason: str) -> Bound:
                  relative=2 * gamma)  # fmt: skip
 
 
+#: Seconds a verification may take in its child process (``--verify-timeout``).
+VERIFY_TIMEOUT = 600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
-    (``--verify-tolerance``), and the rewrite's stated :class:`Bound`."""
+    (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
+    seconds of a verification in its child process (``--verify-timeout``: past it, the
+    verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
     bound: Bound = EXACT_BOUND
+    timeout: float = VERIFY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("a verification's time limit is a positive number of seconds")
 
 
 @dataclasses.dataclass(frozen=True)
