@@ -259,7 +259,7 @@ def _decoded(cls: type, value: object) -> Any:
 
 
 def _typed(hint: Any, value: object) -> Any:
-    """``value`` checked against the annotation ``hint`` (unions, lists, tuples,
+    """``value`` checked against the annotation ``hint`` (unions, lists, tuples, dicts,
     dataclasses, bool, int, float, str, None), converted where JSON has no such type."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
@@ -271,6 +271,10 @@ def _typed(hint: Any, value: object) -> Any:
         return _decoded(typing.cast(type, hint), value)
     if origin in (list, tuple):
         return _typed_sequence(origin, args, value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Unreadable(f"{type(value).__name__} is not an object")
+        return {_typed(args[0], k): _typed(args[1], v) for k, v in value.items()}
     return _typed_scalar(hint, value)
 
 
