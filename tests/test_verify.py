@@ -9,6 +9,7 @@ expected differences are known without running qlrewrite.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -687,3 +688,30 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_every_field_of_a_verification_crosses_from_the_child() -> None:
+    """The child's answer, as JSON, is read back whole: every field and type, NaN and
+    infinity included (a field the reader does not know would make every answer
+    unverifiable)."""
+    from qlrewrite import verify_child
+    from qlrewrite.verify import OutputVerdict, Verification
+
+    bound = Bound("a reason", relative=1e-6, ulp=2, per_output=(("y", 0.5),), unbounded=("z",))
+    verdicts = [OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=float("inf"),
+                              max_ulp=2**70, problem=None, max_ref=3.0),
+                OutputVerdict("z", problem="missing from the rewritten model")]  # fmt: skip
+    sent = Verification("mismatch", 3, 7, 0.25, verdicts, "why", bound, "ONNX Runtime 1.31.1",
+                        probes={"p": float("nan"), "q": 1.5})  # fmt: skip
+    data = json.dumps({"result": dataclasses.asdict(sent)}).encode()
+    read, write = os.pipe()
+    os.write(write, len(data).to_bytes(8, "big") + data)
+    try:
+        got = verify_child._read_message(read, time.monotonic() + 5)
+    finally:
+        os.close(read)
+        os.close(write)
+    received = verify_child._verification(got["result"])
+    assert received.probes["q"] == 1.5 and np.isnan(received.probes["p"])
+    received.probes["p"] = sent.probes["p"] = 0.0
+    assert received == sent
