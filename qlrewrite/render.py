@@ -19,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from qlrewrite import reading
 from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 
@@ -507,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = Path(paths[0] if paths else "docs/rules.md")
     text = rules_markdown()
     if check_only:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        exists = target.exists()
+        current = reading.read_text(target, "document", reading.DOCUMENT_BYTES) if exists else ""
         if current != text:
             print(f"{target} is out of date; run python -m qlrewrite.render {target}")
             return 1

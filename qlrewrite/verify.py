@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError, Refusal
 
 __all__ = [
@@ -511,9 +512,11 @@ def _with_probes(path: Path, probes: Sequence[str]) -> tuple[bytes | None, froze
     data (not probed)."""
     import onnx
 
-    if path.stat().st_size > MAX_PROBED_BYTES:
+    try:
+        data = reading.read_bytes(path, "model file", MAX_PROBED_BYTES)
+    except InputError:  # too large to probe (or gone: the run that reads it says so)
         return None, frozenset()
-    proto = onnx.load_model(os.fspath(path), load_external_data=False)
+    proto = onnx.load_model_from_string(data, format="protobuf")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
         return None, frozenset()
     wanted = set(probes) - {o.name for o in proto.graph.output}
