@@ -21,7 +21,7 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, tensors
+from qlrewrite import atomic, tensors, wire
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
 from qlrewrite.limits import LIMITS, Limits
@@ -222,6 +222,15 @@ def _refuse_unreadable(path: Path) -> None:
         raise InputError(f"{path}: empty file")
 
 
+def _what_it_is(path: Path) -> str | None:
+    """What a file onnx cannot parse is, from its wire format (:func:`qlrewrite.wire.diagnose`)."""
+    try:
+        with open(path, "rb") as file:
+            return wire.diagnose(file, os.fstat(file.fileno()).st_size)
+    except OSError:
+        return None
+
+
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
     unless it is an ONNX model onnx_ir can read and write back within the limits."""
@@ -232,6 +241,9 @@ def _read_proto(path: Path) -> onnx.ModelProto:
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
     except Exception as exc:  # DecodeError, RuntimeWarning-as-error, ...: all mean "not ONNX"
+        what = _what_it_is(path)
+        if what is not None:
+            raise InputError(f"{path}: {what}") from exc
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
