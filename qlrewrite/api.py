@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import checker, model_io, pipeline
+from qlrewrite import checker, model_io, opsets, pipeline
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
 from qlrewrite.passes.commands import (
@@ -28,7 +28,8 @@ from qlrewrite.passes.commands import (
     fold_passes,
     upgrade_passes,
 )
-from qlrewrite.source import Source, set_source
+from qlrewrite.passes.convert_domain import TARGETS, target
+from qlrewrite.passes.fold_tensor import FLOAT16_MODES
 
 __all__ = [
     "ModelLike",
@@ -48,6 +49,11 @@ ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
 _TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
 
 
+def _one_of(values: Sequence[str]) -> str:
+    """``'a' or 'b'`` for messages."""
+    return " or ".join(f"'{v}'" for v in values)
+
+
 def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
     """An ``onnx_ir.Model`` of ``model``: a file read lazily (external data stays on disk,
     memory-mapped), a ``ModelProto`` wrapped without copying its tensors, or the model
@@ -55,13 +61,7 @@ def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, onnx.ModelProto):
-        try:
-            loaded = ir.serde.deserialize_model(model)
-        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputError(f"model: not a valid ONNX model ({first})") from exc
-        set_source(loaded, Source(None, model))
-        return loaded
+        return model_io.from_proto(model)
     if isinstance(model, str | os.PathLike):
         return model_io.load(model, check_data=check_data)
     raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
@@ -155,8 +155,8 @@ def fold(
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
     is folded in place and returned. Values are computed lazily, when saved or read."""
-    if float16 not in ("exact", "compact"):
-        raise InputError(f"float16 must be 'exact' or 'compact', not {float16!r}")
+    if float16 not in FLOAT16_MODES:
+        raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
     return _run(load(model), passes)
 
@@ -167,10 +167,13 @@ def convert(
     """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
     ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` (nothing
     changed) when a node cannot be expressed in the target."""
-    if to not in ("onnx", "ai.onnx", "com.microsoft"):
-        raise InputError(f"to must be 'onnx' or 'com.microsoft', not {to!r}")
-    if accuracy_level not in range(5):
-        raise InputError(f"accuracy_level must be 0 to 4, not {accuracy_level!r}")
+    if target(to) is None:
+        raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
+    levels = opsets.ACCURACY_LEVELS
+    if accuracy_level not in levels:
+        raise InputError(
+            f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
+        )
     passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
     return _run(load(model), passes)
 
