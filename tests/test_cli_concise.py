@@ -6,10 +6,7 @@ terminal. Snapshots at 80 and 120 columns, as a person sees them (a pseudo-termi
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +16,13 @@ import pytest
 from click.testing import CliRunner
 from qdq_models import DQ, qdq_model
 from rich.console import Console
+from test_cli_terminal import ANSI, run_on_terminal
 
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding, Report
 from qlrewrite.formats import RenderOptions
 from qlrewrite.formats.concise import print_concise
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 LONG_NODE = "model.layers.0.self_attn.q_proj.weight_DequantizeLinear"
 
 
@@ -47,30 +44,10 @@ def _models(folder: Path) -> Path:
 
 
 def _on_terminal(cwd: Path, *args: str, columns: int, ci: str | None = None) -> tuple[int, str]:
-    """``qlrewrite ARGS`` with stdout on a pseudo-terminal ``columns`` wide (stderr a pipe:
-    no progress bar): the exit code and what the terminal received, as received."""
-    main_fd, child = pty.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"}
-    env.pop("CI", None)
-    env.pop("NO_COLOR", None)
-    if ci is not None:
-        env["CI"] = ci
-    process = subprocess.Popen(
-        [sys.executable, "-m", "qlrewrite", *args],
-        stdout=child, stderr=subprocess.DEVNULL, env=env, cwd=cwd,
-    )  # fmt: skip
-    os.close(child)
-    chunks = []
-    while select.select([main_fd], [], [], 60)[0]:
-        try:
-            data = os.read(main_fd, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.close(main_fd)
-    return process.wait(timeout=60), b"".join(chunks).decode("utf-8", "replace")
+    """``qlrewrite ARGS`` in ``cwd`` with stdout on a pseudo-terminal ``columns`` wide
+    (stderr elsewhere: no progress bar): the exit code and what the terminal received."""
+    env = {"CI": ci} if ci is not None else None
+    return run_on_terminal(*args, columns=columns, cwd=cwd, stderr=False, env=env)
 
 
 AT_80 = """\
