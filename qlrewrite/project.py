@@ -96,8 +96,14 @@ def collect_models(
                 )
             elif not models:
                 where = _settings(every[0], config, isolated).path
-                found.append(Report(path=str(path), load_error=f"every .onnx file in the folder "
-                                    f"is excluded (exclude in {where})", folder=True))  # fmt: skip
+                found.append(
+                    Report(
+                        path=str(path),
+                        load_error=f"every .onnx file in the folder "
+                        f"is excluded (exclude in {where})",
+                        folder=True,
+                    )
+                )
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):

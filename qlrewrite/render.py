@@ -135,8 +135,12 @@ class FindingGroup:
 
 
 def _pattern(finding: Finding) -> tuple[str, str, str, str]:
-    return (finding.rule, finding.severity, _NAMES.sub("#", finding.message),
-            _NAMES.sub("#", finding.hint))  # fmt: skip
+    return (
+        finding.rule,
+        finding.severity,
+        _NAMES.sub("#", finding.message),
+        _NAMES.sub("#", finding.hint),
+    )
 
 
 def group_findings(
