@@ -101,6 +101,14 @@ over 1). `qlrewrite rules` lists the rules.
     help="Skip these rule codes or prefixes (the more specific of select/ignore wins).",
 )
 @click.option(
+    "--target",
+    multiple=True,
+    metavar="SPEC",
+    help="Also check what this runtime refuses (repeatable; QL7xx rules): ort (the installed "
+    "release), ort==1.20, ort>=1.17 (flagged if any release in the range refuses), openvino, "
+    "tensorrt, qnn (documented only). Replaces the configuration's target.",
+)
+@click.option(
     "--strict/--no-strict",
     default=None,
     help="Exit 1 on warnings too (default: strict of the configuration, else off).",
@@ -189,6 +197,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     select: tuple[str, ...],
     extend_select: tuple[str, ...],
     ignore: tuple[str, ...],
+    target: tuple[str, ...],
     strict: bool | None,
     config_file: Path | None,
     isolated: bool,
@@ -208,18 +217,17 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     fix_output: Path | None,
     **verify_args: object,
 ) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
-    GatherBlockQuantized, against its opset's rules.
+    """Check every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized, QOperator) against
+    its opset's rules and, with --target, against what a runtime accepts.
 
-    Reads no weights: a model of any size checks in about a second. With --fix, the
-    findings that have a safe fix are repaired through the same path as the rewriting
-    commands (refusals, atomic write, --verify).
+    Reads no weights: a model of any size checks in about a second. --fix repairs the
+    findings that have a safe fix through the rewriting commands' path (atomic, --verify).
     """
     verify = verify_from(verify_args)
     if config_file is not None and isolated:
         raise click.UsageError("--config and --isolated: give one of them")
     _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
-    selection = _selection(select, ignore, extend_select, strict)
+    selection = _selection(select, ignore, extend_select, strict, target)
     found = project.collect_models(
         models, config=config_file, isolated=isolated, force_exclude=force_exclude
     )
@@ -256,11 +264,19 @@ def _pending_report(
 
 
 def _selection(
-    select: tuple[str, ...], ignore: tuple[str, ...], extend: tuple[str, ...], strict: bool | None
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    extend: tuple[str, ...],
+    strict: bool | None,
+    target: tuple[str, ...] = (),
 ) -> project.Selection:
-    """The command line's rule selection; a wrong code is a usage error (exit 2) here."""
-    selection = project.Selection(select, ignore, extend, strict)
+    """The command line's rule selection; a wrong code or target is a usage error (exit 2)
+    here."""
+    from qlrewrite.targets.spec import parse_targets
+
+    selection = project.Selection(select, ignore, extend, strict, target)
     enabled_codes(Settings(), selection, Path())
+    parse_targets(target)
     return selection
 
 

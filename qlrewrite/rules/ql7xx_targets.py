@@ -1,0 +1,231 @@
+"""QL7xx: what the runtime a model is deployed to refuses, run only for ``--target``: the
+IR version and opsets it loads (QL701, QL702) and the node forms it has no kernel for
+(QL703), read from the measured tables of :mod:`qlrewrite.targets`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+from qlrewrite.findings import ERROR, SAFE, Finding
+from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.rules.example_models import DQ, DT, MS, qdq_model
+from qlrewrite.rules.registry import (
+    CHECKED_KINDS,
+    Example,
+    Fix,
+    TargetModel,
+    TargetNode,
+    rule,
+)
+from qlrewrite.targets.forms import form_of
+from qlrewrite.targets.spec import Target
+from qlrewrite.targets.tables import Refusal, Table, ort_releases, table
+from qlrewrite.toolkit import import_table, normalize_domain
+
+__all__: list[str] = []
+
+#: Refusals the model-level rules already say (QL701: IR version, QL702: opset).
+_MODEL_LEVEL = ("ir", "opset")
+
+
+def _who(target: Target, refusing: list[Table]) -> str:
+    """``ORT 1.31.1`` for a one-release target, else the refusing releases of the range:
+    ``ORT 1.15.1, 1.16.3 (of ort>=1.15)``."""
+    if len(target.table_names) == 1:
+        return refusing[0].label
+    runtime = refusing[0].label.rsplit(" ", 1)[0]
+    return f"{runtime} {', '.join(t.release for t in refusing)} (of {target.spec})"
+
+
+def _lower_ir_version(model: ir.Model) -> str | None:
+    """QL701's fix: the model's ir_version lowered to what its opsets and types need."""
+    before, after = model.ir_version, needed_ir_version(model)
+    if after >= before:
+        return None
+    model.ir_version = after
+    return f"ir_version {before} -> {after}"
+
+
+@rule(
+    "QL701",
+    "target-ir-version",
+    ERROR,
+    summary="The model's IR version is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release loads models up to one IR version (measured: ONNX Runtime 1.15
+    to 1.17 load IR 9, 1.18 to 1.22 IR 10, 1.23 IR 11, 1.24 to 1.31 IR 13, 1.32 IR 14)
+    and refuses newer ones at load, whatever the model holds. A model saved by a newer
+    onnx carries that onnx's IR version even when it needs an older one: when its opsets
+    and element types need no more than the target loads, setting the IR version lower
+    is exact (no computation depends on it).
+    """,
+    example="""
+    bad:  ir_version 14, ai.onnx 21, DequantizeLinear(uint8)   (--target ort==1.31)
+    good: ir_version 10
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        Lowers the model's ir_version to the lowest its opsets and element types need, when
+        the target loads that (computation does not depend on it: outputs are
+        bit-identical).
+        """,
+        applies=lambda finding: finding.attribute == "ir_version",
+        model=_lower_ir_version,
+    ),
+    examples=[
+        Example(
+            "ir-14-on-ort-1.31",
+            lambda: qdq_model(DQ, 21, ir_version=14),
+            lambda: qdq_model(DQ, 21, ir_version=10),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
+    model = ctx.context.model
+    refusing = [t for t in ctx.target.tables if _too_new(model.ir_version, t.max_ir_version)]
+    if not refusing:
+        return
+    newest = min(t.max_ir_version for t in refusing)  # type: ignore[type-var]
+    needed = needed_ir_version(model)
+    lowers = needed <= newest
+    hint = (
+        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        "(exact; check --fix does it)"
+        if lowers
+        else f"its opsets and types need IR version {needed}: target a newer release"
+    )
+    yield Finding(
+        rule="QL701",
+        severity=ERROR,
+        message=f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+        f"loads (IR {newest} at most)",
+        hint=hint,
+        attribute="ir_version" if lowers else "",
+    )
+
+
+def _too_new(version: int | None, limit: int | None) -> bool:
+    return version is not None and limit is not None and version > limit
+
+
+@rule(
+    "QL702",
+    "target-opset",
+    ERROR,
+    summary="An opset the model imports is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release knows the ai.onnx and com.microsoft opsets up to its own
+    (measured: ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and
+    1.22 22, 1.23 23, 1.24 25, 1.25 to 1.31 26, 1.32 28) and refuses a model importing a
+    newer one at load ("Opset 20 is under development"), even when no node uses what the
+    new opset changed. Downgrading the opset is exact when every node keeps its
+    meaning at the older version.
+    """,
+    example="""
+    bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
+    good: ai.onnx 19
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    examples=[
+        Example(
+            "opset-20-on-ort-1.16",
+            lambda: qdq_model(DQ, 20, ir_version=9),
+            lambda: qdq_model(DQ, 19, ir_version=9),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_opset(ctx: TargetModel) -> Iterator[Finding]:
+    imports = import_table(ctx.context.model)
+    for domain, version in sorted(imports.items()):
+        name = normalize_domain(domain) or "ai.onnx"
+        refusing = [t for t in ctx.target.tables if _too_new(version, t.max_opset.get(name))]
+        if not refusing:
+            continue
+        newest = min(t.max_opset[name] for t in refusing)  # type: ignore[type-var]
+        yield Finding(
+            rule="QL702",
+            severity=ERROR,
+            message=f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+            f"loads ({name} {newest} at most)",
+            hint=f"export the model at {name} opset {newest} or older",
+            domain="" if name == "ai.onnx" else name,
+            opset=version,
+        )
+
+
+def _oldest_running(form: str) -> str | None:
+    """The oldest ONNX Runtime release whose table ran ``form``."""
+    for major, minor in ort_releases():
+        if table(f"ort-{major}.{minor}").forms.get(form) == "runs":
+            return f"ORT {major}.{minor}"
+    return None
+
+
+def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
+    found = []
+    for runtime in target.tables:
+        refusal = runtime.refusal(form)
+        if refusal is not None and refusal.reason not in _MODEL_LEVEL:
+            found.append((runtime, refusal))
+    return found
+
+
+@rule(
+    "QL703",
+    "target-refuses-node",
+    ERROR,
+    summary="The target runtime has no kernel for the node as it is typed (measured).",
+    explanation="""
+    The node's form (operator, domain, opset, element types, granularity; for
+    MatMulNBits its bits, accuracy_level, zero points and g_idx) was loaded and run as a
+    one-node model in each release the target covers, and this release refused it, at
+    load (no kernel registered for those types) or at run (a kernel that rejects the
+    form). ONNX Runtime 1.16, for instance, has no com.microsoft DequantizeLinear for
+    uint16 or int16, which 1.17 added. The message quotes the runtime's own error and the
+    oldest release that runs the form.
+    """,
+    example="""
+    bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
+    good: com.microsoft DequantizeLinear(x: uint8)
+    """,
+    versions="--target ort / openvino",
+    scope="target-node",
+    needs_version=False,
+    kinds=CHECKED_KINDS,
+    examples=[
+        Example(
+            "ms-uint16-on-ort-1.16",
+            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT16, ir_version=7),
+            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT8, ir_version=7),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
+    if not ctx.target.tables:
+        return
+    form = form_of(ctx.view)
+    if form is None:
+        return
+    refused = _refusals(ctx.target, form)
+    if not refused:
+        return
+    refusal = refused[-1][1]
+    when = "when loaded" if refusal.stage == "load" else "when run"
+    oldest = _oldest_running(form) if ctx.target.runtime == "ort" else None
+    hint = (
+        f"{oldest} is the oldest release that runs it" if oldest else "no measured release runs it"
+    )
+    who = _who(ctx.target, [t for t, _ in refused])
+    verb = "refuses" if len(refused) == 1 else "refuse"
+    yield ctx.view.finding("QL703", ERROR, f"{who} {verb} it {when}: {refusal.error}", hint)
