@@ -101,12 +101,10 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
         if lowers
         else f"its opsets and types need IR version {needed}: target a newer release"
     )
-    yield Finding(
-        rule="QL701",
-        severity=ERROR,
-        message=f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+    yield ctx.report(
+        f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
         f"loads (IR {newest} at most)",
-        hint=hint,
+        hint,
         attribute="ir_version" if lowers else "",
     )
 
@@ -152,12 +150,10 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
         if not refusing:
             continue
         newest = min(t.max_opset[name] for t in refusing)  # type: ignore[type-var]
-        yield Finding(
-            rule="QL702",
-            severity=ERROR,
-            message=f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+        yield ctx.report(
+            f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
-            hint=f"export the model at {name} opset {newest} or older",
+            f"export the model at {name} opset {newest} or older",
             domain="" if name == "ai.onnx" else name,
             opset=version,
         )
@@ -228,4 +224,4 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     )
     who = _who(ctx.target, [t for t, _ in refused])
     verb = "refuses" if len(refused) == 1 else "refuse"
-    yield ctx.view.finding("QL703", ERROR, f"{who} {verb} it {when}: {refusal.error}", hint)
+    yield ctx.report(f"{who} {verb} it {when}: {refusal.error}", hint)

@@ -257,6 +257,14 @@ class TargetNode:
 
     view: NodeView
     target: Target
+    #: The rule being run: what :meth:`report` files findings under.
+    rule: Rule | None = None
+
+    def report(self, message: str, hint: str = "") -> Finding:
+        """A finding of the rule being run about the node."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check")
+        return self.view.finding_of(self.rule, message, hint)
 
 
 @dataclasses.dataclass
@@ -265,3 +273,28 @@ class TargetModel:
 
     context: ModelContext
     target: Target
+    #: The rule being run: what :meth:`report` files findings under.
+    rule: Rule | None = None
+
+    def report(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        domain: str = "",
+        opset: int | None = None,
+        attribute: str = "",
+    ) -> Finding:
+        """A finding of the rule being run about the model (``domain`` / ``opset``: the
+        import it is about; ``attribute``: the model field a fix reads)."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check")
+        return Finding(
+            rule=self.rule.code,
+            severity=self.rule.severity,
+            message=message,
+            hint=hint,
+            domain=domain,
+            opset=opset,
+            attribute=attribute,
+        )
