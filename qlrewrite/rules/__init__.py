@@ -43,6 +43,8 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql43x_gather_block,
     ql44x_qoperator_shapes,
     ql51x_qoperator_values,
+    ql71x_tensorrt,
+    ql72x_qnn,
 )
 from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, RuleCheck, rule
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
+import onnx
 import onnx_ir as ir
+from onnx import helper
 
-from qlrewrite.findings import ERROR, SAFE, Finding
+from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.ir_version import needed_ir_version
 from qlrewrite.rules.example_models import DQ, DT, MS, qdq_model
 from qlrewrite.rules.registry import (
@@ -225,3 +228,99 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     who = _who(ctx.target, [t for t, _ in refused])
     verb = "refuses" if len(refused) == 1 else "refuse"
     yield ctx.report(f"{who} {verb} it {when}: {refusal.error}", hint)
+
+
+#: The weight patterns the probe measured, keyed by the DQ's form after this prefix.
+WEIGHT_PATTERN = "weight DQ->MatMul: "
+#: Runtime precisions that are not integer or low-precision float.
+_FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
+#: Execution-graph layers that compute (not constants, reorders or transposes).
+_COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
+
+
+def _weight_matmul(dtype: DT) -> onnx.ModelProto:
+    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
+    the form the probe measured as "weight DQ->MatMul"."""
+    weight = ir.serde.serialize_tensor(
+        ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
+    )
+    zero = ir.serde.serialize_tensor(
+        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
+    )
+    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
+    nodes = [
+        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq"),
+        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=[weight, scale, zero],
+    )
+    imports = [helper.make_opsetid("", 21)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def _folded(runtime_ops: list[str]) -> bool:
+    """Whether an execution graph computes the weight's MatMul in float only."""
+    compute = [op.split(":") for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
+    return bool(compute) and all(precision in _FLOAT_PRECISIONS for _, precision in compute)
+
+
+def _feeds_matmul(ctx: TargetNode) -> bool:
+    outputs = ctx.view.node.outputs
+    consumers = outputs[0].consumers() if outputs else ()
+    return any(n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx") for n in consumers)
+
+
+@rule(
+    "QL704",
+    "target-folds-to-float",
+    WARNING,
+    summary="The target runtime dequantizes the weight when it compiles the model and multiplies "
+    "in float (measured).",
+    explanation="""
+    A DequantizeLinear of a constant weight feeding a MatMul was compiled by the runtime
+    (OpenVINO's CPU plugin) and its execution graph inspected: the probe records the
+    layer types and precisions it ran. When the MatMul's layer runs in float only, the
+    weight was decompressed when the model was compiled: it runs, but neither the memory
+    nor the integer arithmetic of the quantized form is kept. (OpenVINO 2026.4 keeps 8-,
+    4-bit weights compressed: its FullyConnected runs on u8 / i8 / u4 / i4.) The finding
+    names the layers measured.
+    """,
+    example="""
+    warn: DequantizeLinear(w: <a type OpenVINO decompresses>) -> MatMul   (--target openvino)
+    good: DequantizeLinear(w: int8) -> MatMul
+    """,
+    versions="--target openvino",
+    scope="target-node",
+    needs_version=False,
+    examples=[
+        Example(
+            "folded-weight",
+            lambda: _weight_matmul(DT.FLOAT8E5M2),
+            lambda: _weight_matmul(DT.INT8),
+            targets=("openvino",),
+            ort=False,
+        ),
+    ],
+)
+def target_folds_to_float(ctx: TargetNode) -> Iterator[Finding]:
+    view = ctx.view
+    if view.is_quantize or not ctx.target.tables or not _feeds_matmul(ctx):
+        return
+    form = form_of(view)
+    if form is None:
+        return
+    for runtime in ctx.target.tables:
+        ops = runtime.runtime_ops(WEIGHT_PATTERN + form)
+        if ops is not None and runtime.refusal(WEIGHT_PATTERN + form) is None and _folded(ops):
+            yield ctx.report(
+                f"{runtime.label} dequantizes this weight when compiling and multiplies in "
+                f"float (measured layers: {', '.join(ops)})",
+                "a weight type it keeps compressed (int8, uint8, int4, uint4) keeps the memory "
+                "and integer math",
+            )
+            return

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DATA", "Refusal", "Table", "ort_releases", "table"]
+__all__ = ["DATA", "Fact", "Refusal", "Table", "documented", "ort_releases", "table"]
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -93,3 +93,30 @@ def ort_releases() -> tuple[tuple[int, int], ...]:
     """The ONNX Runtime releases (major, minor) that have a table, oldest first."""
     names = [p.stem for p in DATA.glob("ort-*.json")]
     return tuple(sorted(_minor(n) for n in names))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One documented limit of a target known from its vendor's documents only: the rule as
+    the document states it, the values it names, and where it says so."""
+
+    rule: str
+    source: str  # the document's address
+    section: str  # where in it
+    values: Mapping[str, Any]  # the fact's other fields (types, block sizes, operators)
+
+    @property
+    def cited(self) -> str:
+        """``<source>, <section>`` for messages and docs."""
+        return f"{self.source} ({self.section})"
+
+
+@functools.cache
+def documented(name: str) -> dict[str, Fact]:
+    """The documented facts of target ``name`` (``tensorrt``, ``qnn``): ``data/<name>.json``."""
+    document = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    facts = {}
+    for key, entry in document["facts"].items():
+        values = {k: v for k, v in entry.items() if k not in ("rule", "source", "section")}
+        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values)
+    return facts

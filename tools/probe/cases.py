@@ -350,11 +350,27 @@ def _weight_pattern(qtype: DT, granularity: str, opset: int) -> onnx.ModelProto:
 
 
 def weight_pattern_cases() -> Iterator[Case]:
-    """DQ(constant weight) -> MatMul for 8- and 4-bit weights, each granularity (opset 21)."""
-    for qtype, granularity in itertools.product(
-        (DT.UINT8, DT.INT8, DT.UINT4, DT.INT4), GRANULARITIES
-    ):
-        model = _weight_pattern(qtype, granularity, 21)
+    """DQ(constant weight) -> MatMul for each weight type and granularity, at opset 21 (at
+    25 for the 2-bit and float4 types, which came with it)."""
+    weights = (
+        DT.UINT8,
+        DT.INT8,
+        DT.UINT4,
+        DT.INT4,
+        DT.UINT16,
+        DT.INT16,
+        DT.FLOAT8E4M3FN,
+        DT.FLOAT8E5M2,
+        DT.INT2,
+        DT.UINT2,
+        DT.FLOAT4E2M1,
+    )
+    for qtype, granularity in itertools.product(weights, GRANULARITIES):
+        opset = 25 if qtype in (DT.INT2, DT.UINT2, DT.FLOAT4E2M1) else 21
+        try:
+            model = _weight_pattern(qtype, granularity, opset)
+        except (ValueError, TypeError):
+            continue
         form = key_of(model)
         if form is not None:
             yield Case(WEIGHT_PATTERN + form, model, _feeds_of(model) or [])
