@@ -20,10 +20,24 @@ import onnx_ir as ir
 from qlrewrite import checker, model_io, pipeline
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
-from qlrewrite.passes.commands import convert_passes, fold_passes, upgrade_passes
+from qlrewrite.passes.commands import (
+    convert_passes,
+    downgrade_passes,
+    fold_passes,
+    upgrade_passes,
+)
 from qlrewrite.source import Source, set_source
 
-__all__ = ["ModelLike", "check", "convert", "fold", "load", "save", "upgrade"]
+__all__ = [
+    "ModelLike",
+    "check",
+    "convert",
+    "downgrade",
+    "fold",
+    "load",
+    "save",
+    "upgrade",
+]
 
 #: What every function of the API takes as a model.
 ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
@@ -145,4 +159,18 @@ def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) 
     loaded = load(model)
     for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
         upgrade_pass.requires(loaded)
+    return _run(loaded, passes)
+
+
+def downgrade(model: ModelLike, opset: int) -> ir.Model:
+    """``model`` at the lower ai.onnx ``opset``, as ``qlrewrite downgrade --opset N``: a new
+    model (the input is not modified). An opset not below the model's raises
+    ``InputError``; a node the opset cannot hold exactly raises ``Refusal`` naming it and
+    the lowest opset that holds it."""
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise TypeError(f"opset must be an int, not {type(opset).__name__}")
+    passes = downgrade_passes(opset)
+    loaded = load(model)
+    for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
+        downgrade_pass.requires(loaded)
     return _run(loaded, passes)

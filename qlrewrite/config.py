@@ -51,7 +51,7 @@ KEYS = {
     "exclude": "globs of model files or folders skipped when a folder is searched",
     "per-file-ignores": "glob -> codes ignored in the model files it matches",
     "per-node-ignores": "node name or output name (or glob) -> codes accepted on it",
-    "output-format": "text, json, sarif or github",
+    "output-format": "a format of qlrewrite check --output-format",
     "target": "runtimes deployed to (ort, ort==1.20, ort>=1.17, openvino, tensorrt, qnn): "
     "the QL7xx rules check what they refuse",
 }
@@ -254,7 +254,7 @@ class _Reader:
         return specs
 
     def output_format(self) -> str | None:
-        from qlrewrite.render import FORMATS
+        from qlrewrite.formats import FORMATS
 
         value = self.table.get("output-format")
         if value is not None and (not isinstance(value, str) or value not in FORMATS):

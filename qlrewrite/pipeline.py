@@ -29,7 +29,8 @@ from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
-from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.passes.qoperator_to_qdq import measured_bound
+from qlrewrite.passes.results import QOperatorResult, RepairsFindings, RewritePassResult
 from qlrewrite.qdq.inference import Inference, forget, share
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
@@ -291,11 +292,25 @@ def _rewritten(
         forget(original)
     if verifier is not None:
         verifier.expect_differences(results)
+        _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
         model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
     )
     return _Rewritten(model, results, serialized, warnings)
+
+
+def _expect_measured(
+    verifier: Verifier, model: ir.Model, results: Sequence[ir.passes.PassResult]
+) -> None:
+    """``--verify`` after a QOperator conversion also compares each converted node's
+    output inside both models, and decides on the differences measured there."""
+    converted = [r for r in results if isinstance(r, QOperatorResult) and r.differences]
+    if not converted:
+        return
+    result = converted[0]
+    probes = [o.name for node in model.graph for o in node.outputs if o.name]
+    verifier.expect_measured(probes, functools.partial(measured_bound, model, result))
 
 
 def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:

@@ -20,6 +20,7 @@ from qdq_models import DQ, DT, qdq_model
 from qlrewrite import config, render
 from qlrewrite.checker import check_path
 from qlrewrite.cli import main
+from qlrewrite.formats import sarif
 from qlrewrite.passes.fix import FIXES, fixable
 from qlrewrite.rules import RULES
 
@@ -253,8 +254,10 @@ def test_catalogue_and_fixes_agree() -> None:
         assert RULES[code].fix in ("safe", "unsafe") and len(RULES[code].fix_summary) > 40
     safe = {"QL103", "QL406", "QL411", "QL601", "QL701"}  # QL103: safe since round 3
     assert {c for c in with_fix if RULES[c].fix == "safe"} == safe
-    sarif = json.loads(render.render_sarif([]))
-    props = {r["id"]: r["properties"]["fix"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    document = json.loads(sarif.render_sarif([]))
+    props = {
+        r["id"]: r["properties"]["fix"] for r in document["runs"][0]["tool"]["driver"]["rules"]
+    }
     assert props["QL406"] == "safe" and props["QL201"] == "unsafe" and props["QL101"] == "none"
     lines = render.rules_lines(RULES.values())
     assert any(re.match(r"QL406  warning \(opt-in\)  safe ", line) for line in lines)

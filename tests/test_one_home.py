@@ -20,6 +20,7 @@ VIEWS = {"ctx", "view", "context", "row"}
 #: Reads that look like a Q/DQ attribute but are not one, with the reason.
 NOT_QDQ = {
     ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
+    ("difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
 }
 
 

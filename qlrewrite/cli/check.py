@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +29,7 @@ from qlrewrite.config import Settings, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report, fixable
+from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -76,10 +76,12 @@ over 1). `qlrewrite rules` lists the rules.
     "--output-format",
     "--format",
     "fmt",
-    type=click.Choice(render.FORMATS),
+    type=click.Choice(list(FORMATS)),
     default=None,
-    help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
-    "output-format of the configuration, else text). --format is the same option.",
+    help="Output format: "
+    + "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
+    + f" (default: output-format of the configuration, else {DEFAULT_FORMAT}). --format is "
+    "the same option.",
 )
 @click.option(
     "--select",
@@ -232,10 +234,9 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         models, config=config_file, isolated=isolated, force_exclude=force_exclude
     )
     run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
-    fmt = fmt or run_settings.output_format or "text"
+    fmt = fmt or run_settings.output_format or DEFAULT_FORMAT
     _show(found, selection, fmt, show_files=show_files, show_settings=show_settings)
-    if statistics and fmt not in {"text", "json"}:
-        raise click.UsageError("--statistics prints text or json, not " + fmt)
+    _check_statistics_format(fmt, statistics)
     targets = [t for t in found if isinstance(t, project.Target)]
     fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify, output)
     with contextlib.ExitStack() as stack:
@@ -248,9 +249,16 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
         else:
             codes = _listed_codes(targets, selection)
             _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=codes)
-    if fmt == "text" and not quiet and not statistics:
+    if fmt == DEFAULT_FORMAT and not quiet and not statistics:
         _print_fixable(reports, unsafe_fixes)
     sys.exit(_exit_code(reports, _strictness(targets, selection), refused, exit_zero))
+
+
+def _check_statistics_format(fmt: str, statistics: bool) -> None:
+    """``--statistics`` only in the formats that print it."""
+    if statistics and output_format(fmt).statistics is None:
+        shown = " or ".join(f.name for f in FORMATS.values() if f.statistics is not None)
+        raise click.UsageError(f"--statistics prints {shown}, not {fmt}")
 
 
 def _pending_report(
@@ -404,11 +412,9 @@ def _print_statistics(
         if report.load_error:
             click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
                        f"{escape(report.load_error)}", err=True)  # fmt: skip
-    rows = _check_views.statistics(reports)
-    if fmt == "json":
-        _emit(json.dumps(rows, indent=2) + "\n", pending)
-    else:
-        _emit(_check_views.statistics_text(rows), pending)
+    statistics = output_format(fmt).statistics
+    assert statistics is not None  # refused before the check
+    _emit(statistics(_check_views.statistics(reports)), pending)
 
 
 def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
@@ -562,8 +568,10 @@ def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
 
 
 def _strictness(targets: Sequence[project.Target], selection: project.Selection):
-    """Per report: --strict / --no-strict, else the strict of the model's configuration."""
-    settings = {str(t.path): t.settings for t in targets}
+    """Per report: --strict / --no-strict, else the strict of the model's configuration
+    (of the configuration itself for its report: QL901 on its entries)."""
+    settings = {str(t.settings.path): t.settings for t in targets if t.settings.path}
+    settings |= {str(t.path): t.settings for t in targets}
 
     def strict(report: Report) -> bool:
         if selection.strict is not None:
@@ -590,18 +598,12 @@ def _print_reports(
     for report in reports:  # errors on stderr (a text report file keeps its line too)
         if report.load_error:
             click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
-    if fmt == "text" and to_terminal:
-        render.print_text_tables(
-            reports, out_console, summary=not quiet, show_all=show_all, load_errors=False
-        )
-    elif fmt == "text":
-        lines = render.text_lines(
-            reports, summary=not quiet, show_all=show_all, load_errors=output is not None
-        )
-        text = "\n".join(lines)
-        _emit(text + "\n" if text else "", pending)
+    emitter = output_format(fmt)
+    options = RenderOptions(codes, not quiet, show_all, load_errors=output is not None)
+    if emitter.terminal is not None and to_terminal:
+        emitter.terminal(reports, out_console, options)
     else:
-        _emit(render.render(reports, fmt, codes=codes), pending)
+        _emit(emitter.render(reports, options), pending)
     if output is not None and not quiet:
         line = f"{render.summary_line(reports)}; report written to {escape(str(output))}"
         err_console.print(line, markup=False)

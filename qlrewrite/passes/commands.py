@@ -7,13 +7,14 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.downgrade import DowngradePass
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.upgrade import UpgradePass
 
-__all__ = ["convert_passes", "fold_passes", "upgrade_passes"]
+__all__ = ["convert_passes", "downgrade_passes", "fold_passes", "upgrade_passes"]
 
 
 def fold_passes(
@@ -42,3 +43,8 @@ def convert_passes(
 def upgrade_passes(opset: int, *, convert_weight_only: bool = False) -> list[ir.passes.PassBase]:
     """``qlrewrite upgrade --opset N``."""
     return [UpgradePass(opset, convert_weight_only=convert_weight_only)]
+
+
+def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:
+    """``qlrewrite downgrade --opset N``."""
+    return [DowngradePass(opset)]

@@ -12,6 +12,7 @@ from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
+    "DowngradeResult",
     "FixResult",
     "FoldResult",
     "ImportsResult",
@@ -74,13 +75,25 @@ class NBitsResult(RewritePassResult):
 @dataclasses.dataclass
 class QOperatorResult(RewritePassResult):
     """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
-    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``."""
+    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
+    ``differences``: the output name of each QuantizeLinear written for a converted node
+    -> the steps it may differ by (the sources of :func:`qlrewrite.difference.output_bounds`,
+    which ``--verify`` re-checks on measured values)."""
+
+    differences: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class UpgradeResult(RewritePassResult):
     """:class:`~qlrewrite.passes.upgrade.UpgradePass`: opsets and IR versions before and
     after, nodes converted to ai.onnx and com.microsoft nodes left."""
+
+
+@dataclasses.dataclass
+class DowngradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
+    after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
+    written as com.microsoft, nodes relabelled at the older version."""
 
 
 class RepairsFindings:

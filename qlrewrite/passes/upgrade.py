@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 
 import onnx
 import onnx.version_converter
@@ -51,7 +52,7 @@ from qlrewrite.toolkit import main_graphs
 from qlrewrite.verify import EXACT_BOUND
 from qlrewrite.weightless import weightless_of
 
-__all__ = ["UpgradePass", "upgrade"]
+__all__ = ["UpgradePass", "convert_weightless", "upgrade"]
 
 #: What NBitsToOnnxPass reports, in the summary of an upgrade (0 when it does not run).
 _NBITS_KEYS = ("matmul_nbits_converted", "gather_block_quantized_converted", "nbits_nodes_left")
@@ -96,8 +97,8 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         if self.opset < current:
             raise InputError(
                 f"opset {self.opset} is below the model's ai.onnx opset {current}: "
-                "downgrades are not supported (to move Q/DQ nodes between domains at the "
-                "current opset, use `qlrewrite convert`)",
+                "to lower it, use `qlrewrite downgrade` (to move Q/DQ nodes between domains "
+                "at the current opset, use `qlrewrite convert`)",
                 parameter="opset",
             )
         latest = onnx.defs.onnx_opset_version()
@@ -110,7 +111,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 
     def call(self, model: ir.Model) -> UpgradeResult:
         before = onnx_opset(model) or 0
-        new = _convert_weightless(model, self.opset)
+        new = convert_weightless(model, self.opset)
         pinned = 0
         if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             for site in iter_sites(new):
@@ -164,16 +165,29 @@ def _large_weights(model: ir.Model) -> list[_Weight]:
     return weights
 
 
-def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
-    """ONNX's version converter on a weight-free copy, with the original weights put back."""
+def convert_weightless(
+    model: ir.Model,
+    opset: int,
+    *,
+    prepare: Callable[[onnx.ModelProto], object] | None = None,
+    lower: bool = False,
+) -> ir.Model:
+    """ONNX's version converter on a weight-free copy, with the original weights put back.
+
+    ``prepare`` may change the weight-free proto first (the downgrade holds nodes aside);
+    ``lower``: functions importing a newer opset are converted down too."""
     weights = _large_weights(model)
     proto = weightless_of(model, max_inline_bytes=_MAX_INLINE_BYTES)
+    if prepare is not None:
+        prepare(proto)
     # The converter fails (IndexError) on any model with local functions: convert the
     # main graph without them, then each function on its own.
     functions = list(proto.functions)
     del proto.functions[:]
     converted = _run_converter(proto, opset, "this model")
-    converted.functions.extend(_convert_function(f, opset, proto.ir_version) for f in functions)
+    converted.functions.extend(
+        _convert_function(f, opset, proto.ir_version, lower=lower) for f in functions
+    )
     new = ir.serde.deserialize_model(converted)
     graphs = main_graphs(new)
     if len(graphs) != len(main_graphs(model)):
@@ -226,11 +240,12 @@ def _run_converter(proto: onnx.ModelProto, opset: int, what: str) -> onnx.ModelP
 
 
 def _convert_function(
-    function: onnx.FunctionProto, opset: int, ir_version: int
+    function: onnx.FunctionProto, opset: int, ir_version: int, *, lower: bool = False
 ) -> onnx.FunctionProto:
-    """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model)."""
+    """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model;
+    ``lower``: also down to it)."""
     current = imported_version({o.domain: o.version for o in function.opset_import}, "")
-    if current is None or current >= opset:
+    if current is None or current == opset or (current > opset and not lower):
         return function
     label = f"function {function.domain}.{function.name}"
     _refuse_attribute_references(function, current, opset, label)
