@@ -128,7 +128,7 @@ def test_check_flags_what_the_table_refuses_and_nothing_it_runs(
     forms = table(name).forms
     wrong = []
     for case in _sample(step):
-        if case.key not in forms or case.key.startswith("weight "):
+        if case.key not in forms:
             continue
         path = tmp_path / "m.onnx"
         onnx.save(case.model, path)
@@ -146,8 +146,8 @@ def test_ort_quantizer_outputs_are_clean_for_the_release_that_wrote_them(
     minor = ".".join(ort.__version__.split(".")[:2])
     path = tmp_path / "m.onnx"
     onnx.save(quantized(config), path)
-    report = check(path, targets=[f"ort=={minor}", "ort"], select=["QL7"])
-    assert report.findings == []
+    report = check(path, targets=[f"ort=={minor}", "ort"])
+    assert [f for f in report.findings if f.rule.startswith("QL7")] == []
 
 
 def _old_ort_python() -> Path | None:
@@ -322,8 +322,8 @@ def test_info_lists_what_each_target_refuses(tmp_path: Path) -> None:
     onnx.save(qdq_model(DQ, 1, domain="com.microsoft", x_type=DT.UINT16, ir_version=7), path)
     code, out, _ = _run("info", path, "--target", "ort==1.16", "--target", "ort==1.17")
     assert code == 0
-    assert "ORT 1.16.3: 1 finding(s)" in out and "QL703" in out
-    assert "ORT 1.17.3: nothing refused" in out
+    assert "ORT 1.16: 1 finding(s)" in out and "QL703" in out
+    assert "ORT 1.17: nothing refused" in out
     code, out, _ = _run("info", path, "--target", "ort==1.16", "--format", "json")
-    found = json.loads(out)["targets"]["ORT 1.16.3"]
+    found = json.loads(out)["targets"]["ORT 1.16"]
     assert [f["rule"] for f in found] == ["QL703"] and found[0]["node"] == "qdq"

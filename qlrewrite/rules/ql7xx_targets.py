@@ -126,8 +126,8 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     (measured: ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and
     1.22 22, 1.23 23, 1.24 25, 1.25 to 1.31 26, 1.32 28) and refuses a model importing a
     newer one at load ("Opset 20 is under development"), even when no node uses what the
-    new opset changed. Downgrading the opset is exact when every node keeps its
-    meaning at the older version.
+    new opset changed. `qlrewrite downgrade --opset N` lowers the ai.onnx opset exactly,
+    or refuses naming what opset N cannot hold.
     """,
     example="""
     bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
@@ -156,7 +156,10 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
         yield ctx.report(
             f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
-            f"export the model at {name} opset {newest} or older",
+            f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
+            f"opset {newest} cannot hold)"
+            if name == "ai.onnx"
+            else f"export the model at {name} opset {newest} or older",
             domain="" if name == "ai.onnx" else name,
             opset=version,
         )
@@ -165,7 +168,8 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
 def _oldest_running(form: str) -> str | None:
     """The oldest ONNX Runtime release whose table ran ``form``."""
     for major, minor in ort_releases():
-        if table(f"ort-{major}.{minor}").forms.get(form) == "runs":
+        row = table(f"ort-{major}.{minor}").forms.get(form)
+        if row == "runs" or (isinstance(row, dict) and row.get("runs")):
             return f"ORT {major}.{minor}"
     return None
 
@@ -190,8 +194,11 @@ def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
     one-node model in each release the target covers, and this release refused it, at
     load (no kernel registered for those types) or at run (a kernel that rejects the
     form). ONNX Runtime 1.16, for instance, has no com.microsoft DequantizeLinear for
-    uint16 or int16, which 1.17 added. The message quotes the runtime's own error and the
-    oldest release that runs the form.
+    uint16 or int16, which 1.17 added. A weight's DequantizeLinear is also looked up as part
+    of the MatMul it feeds (the probe's QDQ MatMul patterns): ONNX Runtime 1.18 and 1.19
+    fuse a uint8 x int8 per-axis QDQ MatMul at opset 21 into a QLinearMatMul(21) they have
+    no kernel for, and refuse the model. The message quotes the runtime's own error and
+    the oldest release that runs the form.
     """,
     example="""
     bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
@@ -216,7 +223,13 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     form = form_of(ctx.view)
     if form is None:
         return
-    refused = _refusals(ctx.target, form)
+    refused, what = _refusals(ctx.target, form), "it"
+    if not refused and not ctx.view.is_quantize:  # the quantized MatMul it is part of
+        matmul = _matmul_of(ctx)
+        key = _pattern_key(ctx, matmul) if matmul is not None else None
+        if key is not None:
+            form, what = key, "the quantized MatMul it feeds (as its weight)"
+            refused = _refusals(ctx.target, key)
     if not refused:
         return
     refusal = refused[-1][1]
@@ -227,7 +240,7 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     )
     who = _who(ctx.target, [t for t, _ in refused])
     verb = "refuses" if len(refused) == 1 else "refuse"
-    yield ctx.report(f"{who} {verb} it {when}: {refusal.error}", hint)
+    yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
 
 #: The weight patterns the probe measured, keyed by the DQ's form after this prefix.
@@ -265,8 +278,8 @@ def _weight_matmul(dtype: DT) -> onnx.ModelProto:
 
 def _folded(runtime_ops: list[str]) -> bool:
     """Whether an execution graph computes the weight's MatMul in float only."""
-    compute = [op.split(":") for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
-    return bool(compute) and all(precision in _FLOAT_PRECISIONS for _, precision in compute)
+    compute = [op.partition(":")[2] for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
+    return bool(compute) and all(precision in _FLOAT_PRECISIONS for precision in compute)
 
 
 def _feeds_matmul(ctx: TargetNode) -> bool:
@@ -309,7 +322,7 @@ def _feeds_matmul(ctx: TargetNode) -> bool:
 )
 def target_folds_to_float(ctx: TargetNode) -> Iterator[Finding]:
     view = ctx.view
-    if view.is_quantize or not ctx.target.tables or not _feeds_matmul(ctx):
+    if ctx.target.runtime != "openvino" or view.is_quantize or not _feeds_matmul(ctx):
         return
     form = form_of(view)
     if form is None:
@@ -324,3 +337,139 @@ def target_folds_to_float(ctx: TargetNode) -> Iterator[Finding]:
                 "and integer math",
             )
             return
+
+
+#: The QDQ MatMul patterns the probe measured: activation type, then the weight DQ's form.
+QDQ_PATTERN = "QDQ MatMul: "
+#: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
+_INTEGER_KERNELS = frozenset(
+    {
+        "QLinearMatMul",
+        "com.microsoft:MatMulIntegerToFloat",
+        "com.microsoft:MatMulNBits",
+        "MatMulInteger",
+        "com.microsoft:QGemm",
+        "com.microsoft:DynamicQuantizeMatMul",
+    }
+)
+
+
+def _matmul_of(ctx: TargetNode) -> ir.Node | None:
+    """The MatMul whose weight (second input) the DequantizeLinear gives."""
+    outputs = ctx.view.node.outputs
+    for node in outputs[0].consumers() if outputs else ():
+        matmul = node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
+        if matmul and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
+            return node
+    return None
+
+
+def _activation_type(matmul: ir.Node) -> str | None:
+    """The quantized type of the MatMul's first input when a DequantizeLinear gives it: its
+    x's declared type, else its zero point's (None: float, or not known)."""
+    producer = matmul.inputs[0].producer() if matmul.inputs[0] is not None else None
+    if producer is None or producer.op_type != "DequantizeLinear":
+        return None
+    for value in (producer.inputs[0], *producer.inputs[2:3]):
+        if value is not None and value.dtype is not None:
+            return value.dtype.name
+    return None
+
+
+def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
+    form = form_of(ctx.view)
+    if form is None:
+        return None
+    activation = _activation_type(matmul)
+    if activation is None:
+        return WEIGHT_PATTERN + form
+    return f"{QDQ_PATTERN}activation={activation} weight={form}"
+
+
+def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
+    found = []
+    for runtime in target.tables:
+        ops = runtime.runtime_ops(key)
+        if ops is not None and runtime.refusal(key) is None and not _INTEGER_KERNELS & set(ops):
+            found.append((runtime, ops))
+    return found
+
+
+@rule(
+    "QL705",
+    "target-runs-in-float",
+    WARNING,
+    summary="ONNX Runtime runs this quantized MatMul as DequantizeLinear and a float MatMul "
+    "(no integer kernel formed; measured).",
+    explanation="""
+    ONNX Runtime's graph optimizer fuses a quantized MatMul into an integer kernel only for
+    some types: the probe saved the optimized graph of each pattern (a constant weight
+    dequantized into a MatMul, its activation quantized and dequantized or not) in each
+    release. Measured in 1.31: 8-bit activations with 8-bit weights become QLinearMatMul;
+    16-bit activations, or 4-bit weights under Q/DQ activations, stay DequantizeLinear ->
+    MatMul in float; a weight-only 4-bit DequantizeLinear into a MatMul becomes
+    MatMulNBits from 1.20 on. The model runs and computes what the ONNX semantics say,
+    at float speed, with the weight dequantized at each run. Opt-in (`--select QL705`): it
+    is advice on speed, not a refusal.
+    """,
+    example="""
+    warn: Q/DQ(a: int16) -> MatMul <- DequantizeLinear(w: int8)   (--target ort==1.31)
+    good: Q/DQ(a: uint8) -> MatMul <- DequantizeLinear(w: int8)   (QLinearMatMul)
+    """,
+    versions="--target ort",
+    scope="target-node",
+    needs_version=False,
+    opt_in=True,
+    examples=[
+        Example(
+            "int16-activation",
+            lambda: _qdq_matmul(DT.INT16),
+            lambda: _qdq_matmul(DT.UINT8),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_runs_in_float(ctx: TargetNode) -> Iterator[Finding]:
+    view = ctx.view
+    if view.is_quantize or ctx.target.runtime != "ort":
+        return
+    matmul = _matmul_of(ctx)
+    key = _pattern_key(ctx, matmul) if matmul is not None else None
+    if key is None:
+        return
+    found = _float_runs(ctx.target, key)
+    if found:
+        who = _who(ctx.target, [t for t, _ in found])
+        yield ctx.report(
+            f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
+            "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
+        )
+
+
+def _qdq_matmul(activation: DT) -> onnx.ModelProto:
+    """Q -> DQ of a [2, 64] activation of ``activation`` into a MatMul with a dequantized
+    int8 [64, 8] weight, its output quantized again: the QDQ form ORT's quantizer writes."""
+    model = _weight_matmul(DT.INT8)
+    graph = model.graph
+    zero = ir.Tensor(np.zeros((), dtype=activation.numpy()), dtype=activation, name="az")
+    graph.initializer.extend(
+        [
+            helper.make_tensor("as", onnx.TensorProto.FLOAT, [], [0.05]),
+            ir.serde.serialize_tensor(zero),
+        ]
+    )
+    quantize = [
+        helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"], name="qa"),
+        helper.make_node(DQ, ["aq", "as", "az"], ["af"], name="dqa"),
+    ]
+    graph.node[1].input[0] = "af"
+    graph.node[1].output[0] = "yf"
+    graph.node.extend(
+        [
+            helper.make_node("QuantizeLinear", ["yf", "as", "az"], ["yq"], name="qy"),
+            helper.make_node(DQ, ["yq", "as", "az"], ["y"], name="dqy"),
+        ]
+    )
+    for node in reversed(quantize):
+        graph.node.insert(0, node)
+    return model

@@ -177,7 +177,41 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
         )
     )
     lines += _form_section("QOperator / dynamic operators", "", qoperator, tables)
-    return lines
+    return [*lines, *_patterns(tables)]
+
+
+_INTEGER = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulNBits", "MatMulInteger", "QGemm")
+
+
+def _patterns(tables: Sequence[Table]) -> list[str]:
+    """Which kernel each release formed for each MatMul pattern (its optimized graph)."""
+    every = [t.release.rsplit(".", 1)[0] for t in tables]
+    keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
+    lines = [
+        "### Quantized MatMul patterns: the kernels ONNX Runtime forms",
+        "",
+        "From each release's optimized graph (default session options, saved with "
+        "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; QL703 where "
+        "the pattern is refused.",
+        "",
+        "| pattern | integer kernel formed in | kernel (newest release) | refused in |",
+        "|---|---|---|---|",
+    ]
+    for key in keys:
+        fused, refused = [], []
+        for release, t in zip(every, tables, strict=True):
+            row = t.forms.get(key)
+            if isinstance(row, dict) and row.get("runs"):
+                if any(op.endswith(_INTEGER) for op in row.get("runtime_ops", [])):
+                    fused.append(release)
+            elif isinstance(row, dict) and row.get("reason") not in (None, "ir", "opset"):
+                refused.append(release)
+        newest = tables[-1].runtime_ops(key) or []
+        kernel = ", ".join(op for op in newest if op not in ("QuantizeLinear", "DequantizeLinear"))
+        lines.append(
+            f"| `{key}` | {_span(fused, every)} | {kernel or '-'} | {_span(refused, every)} |"
+        )
+    return [*lines, ""]
 
 
 def _openvino() -> list[str]:

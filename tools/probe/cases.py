@@ -123,11 +123,12 @@ def _case(model: onnx.ModelProto, key: str | None = None) -> Case | None:
     return Case(key, model, feeds)
 
 
-def key_of(model: onnx.ModelProto) -> str | None:
-    """The form qlrewrite gives the model's quantized node."""
+def key_of(model: onnx.ModelProto, node: str | None = None) -> str | None:
+    """The form qlrewrite gives the model's quantized node (``node``: the one of that name)."""
     ir_model = ir.serde.deserialize_model(model)
-    for _site, views in node_views(ir_model, kinds=CHECKED_KINDS):
-        return form_of(views[0])
+    for site, views in node_views(ir_model, kinds=CHECKED_KINDS):
+        if node is None or site.node.name == node:
+            return form_of(views[0])
     return None
 
 
@@ -316,7 +317,34 @@ def _dynamic_quantize_model() -> onnx.ModelProto:
 WEIGHT_PATTERN = "weight DQ->MatMul: "
 
 
-def _weight_pattern(qtype: DT, granularity: str, opset: int) -> onnx.ModelProto:
+#: The QDQ MatMul patterns probed: activations quantized (Q -> DQ) into a MatMul with a
+#: dequantized constant weight, its output quantized again; keyed by the activation type and
+#: the weight DQ's form. ONNX Runtime's optimized graph tells which kernel it formed.
+QDQ_PATTERN = "QDQ MatMul: "
+
+
+def _quantize_pair(name: str, dtype: DT) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Q -> DQ of value ``name`` into ``name``_f, per-tensor, zero point 0 of ``dtype``."""
+    inits = [
+        helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [0.05]),
+        ir.serde.serialize_tensor(
+            ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name=f"{name}_z")
+        ),
+    ]
+    nodes = [
+        helper.make_node(Q, [name, f"{name}_s", f"{name}_z"], [f"{name}_q"], name=f"q_{name}"),
+        helper.make_node(
+            DQ, [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_f"], name=f"dq_{name}"
+        ),
+    ]
+    return nodes, inits
+
+
+def _weight_pattern(
+    qtype: DT, granularity: str, opset: int, activation: DT | None = None
+) -> onnx.ModelProto:
+    """DQ(constant [64, 8] weight) -> MatMul; with ``activation``, the MatMul's input and
+    output quantized (Q -> DQ) to that type too (the QDQ form ORT's quantizer writes)."""
     scale_shape, attrs = {
         "per-tensor": ((), {}),
         "per-axis": ((8,), {"axis": 1}),
@@ -325,25 +353,29 @@ def _weight_pattern(qtype: DT, granularity: str, opset: int) -> onnx.ModelProto:
     weight = ir.serde.serialize_tensor(
         ir.Tensor(np.ones((64, 8), dtype=qtype.numpy()), dtype=qtype, name="w")
     )
-    scale = helper.make_tensor(
-        "s",
-        onnx.TensorProto.FLOAT,
-        scale_shape,
-        np.full(scale_shape or (), 0.01, np.float32).ravel().tolist(),
-    )
+    values = np.full(scale_shape or (), 0.01, np.float32).ravel().tolist()
+    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, scale_shape, values)
     zero = ir.serde.serialize_tensor(
         ir.Tensor(np.zeros(scale_shape, dtype=qtype.numpy()), dtype=qtype, name="z")
     )
-    nodes = [
-        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs),
-        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
-    ]
+    nodes = [helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs)]
+    inits = [weight, scale, zero]
+    a, y = "a", "y"
+    if activation is not None:
+        pair_a, inits_a = _quantize_pair("a", activation)
+        pair_y, inits_y = _quantize_pair("y", activation)
+        nodes, inits, a, y = [*nodes, *pair_a], [*inits, *inits_a, *inits_y], "a_f", "y"
+    nodes.append(helper.make_node("MatMul", [a, "wf"], [y], name="mm"))
+    out = "y"
+    if activation is not None:
+        nodes += pair_y
+        out = "y_f"
     graph = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
-        initializer=[weight, scale, zero],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return _with_min_ir(model)
@@ -371,9 +403,25 @@ def weight_pattern_cases() -> Iterator[Case]:
             model = _weight_pattern(qtype, granularity, opset)
         except (ValueError, TypeError):
             continue
-        form = key_of(model)
+        form = key_of(model, "dq")
         if form is not None:
             yield Case(WEIGHT_PATTERN + form, model, _feeds_of(model) or [])
+
+
+def qdq_pattern_cases() -> Iterator[Case]:
+    """The QDQ MatMul of ORT's quantizer: 8- and 16-bit activations, 8- and 4-bit weights
+    per-tensor and per-axis (opset 21)."""
+    activations = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)
+    weights = (DT.UINT8, DT.INT8, DT.INT4, DT.UINT4)
+    for act, qtype, granularity in itertools.product(
+        activations, weights, ("per-tensor", "per-axis")
+    ):
+        model = _weight_pattern(qtype, granularity, 21, activation=act)
+        form = key_of(model, "dq")
+        if form is not None:
+            yield Case(
+                f"{QDQ_PATTERN}activation={act.name} weight={form}", model, _feeds_of(model) or []
+            )
 
 
 def all_cases() -> Iterator[Case]:
@@ -386,5 +434,6 @@ def all_cases() -> Iterator[Case]:
         gather_block_cases,
         qoperator_cases,
         weight_pattern_cases,
+        qdq_pattern_cases,
     ):
         yield from family()

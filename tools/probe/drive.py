@@ -31,6 +31,8 @@ DATA = HERE.parent.parent / "qlrewrite" / "targets" / "data"
 VENVS = Path(os.environ.get("QLREWRITE_VENVS", "/work/venvs"))
 PYTHON = os.environ.get("QLREWRITE_PROBE_PYTHON", "python3.11")
 FIRST_MINOR = 15  # ONNX Runtime 1.15: the oldest release probed
+#: Keys of the multi-node patterns whose optimized graph ONNX Runtime saves.
+PATTERNS = ("weight ", "QDQ ")
 
 
 def _pip(venv: Path, *args: str) -> None:
@@ -78,7 +80,10 @@ def build_cases(folder: Path) -> Path:
         seen.add(case.key)
         path = folder / f"case{index:05d}.onnx"
         onnx.save(case.model, path)
-        entries.append({"key": case.key, "file": str(path), "feeds": case.feeds})
+        entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
+        if case.key.startswith(PATTERNS):
+            entry["optimized"] = str(path.with_suffix(".opt.onnx"))
+        entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
     return manifest
@@ -187,12 +192,33 @@ def write_table(name: str, table: dict) -> Path:
     return path
 
 
+def _kernels_formed(lines: list[dict], manifest: Path) -> None:
+    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)."""
+    import onnx
+
+    optimized = {
+        e["key"]: e["optimized"]
+        for e in json.loads(manifest.read_text())["cases"]
+        if "optimized" in e
+    }
+    for line in lines:
+        path = Path(optimized.get(line.get("key"), "/nonexistent"))
+        if line.get("run") and path.exists():
+            nodes = onnx.load(path, load_external_data=False).graph.node
+            line["runtime_ops"] = sorted(
+                {f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes}
+            )
+            path.unlink()
+
+
 def probe(name: str, python: Path, runner: str, manifest: Path) -> Path:
     """Probe one runtime and write its table ``name``.json."""
     onnx_version = json.loads(manifest.read_text())["onnx"]
     with tempfile.TemporaryDirectory() as scratch:
         results = Path(scratch) / "results.jsonl"
         lines = run_probe(python, runner, manifest, results)
+    if runner == "run_ort.py":
+        _kernels_formed(lines, manifest)
     return write_table(name, table_of(lines, onnx_version))
 
 

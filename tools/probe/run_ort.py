@@ -54,6 +54,8 @@ def run_case(case: dict) -> dict:
     """The result of one case: load and run outcomes, with the error and its class."""
     options = ort.SessionOptions()
     options.log_severity_level = 4
+    if case.get("optimized"):  # a pattern: keep the optimized graph (which kernels formed)
+        options.optimized_model_filepath = case["optimized"]
     result: dict = {"key": case["key"], "load": False, "run": False}
     try:
         session = ort.InferenceSession(case["file"], options, providers=["CPUExecutionProvider"])
