@@ -191,8 +191,8 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
         "### Quantized MatMul patterns: the kernels ONNX Runtime forms",
         "",
         "From each release's optimized graph (default session options, saved with "
-        "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; QL703 where "
-        "the pattern is refused.",
+        "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; "
+        "QL703 where the pattern is refused.",
         "",
         "| pattern | integer kernel formed in | kernel (newest release) | refused in |",
         "|---|---|---|---|",
