@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
 from qdq_models import DQ, DT, qdq_model
 
-from qlrewrite import config, render
+from qlrewrite import render
 from qlrewrite.checker import check_path
 from qlrewrite.cli import main
 from qlrewrite.formats import sarif
@@ -27,12 +27,7 @@ from qlrewrite.rules import RULES
 pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.chdir(tmp_path)
-    config.forget()
-    yield
-    config.forget()
+pytestmark = pytest.mark.usefixtures("in_tmp_folder")
 
 
 def _run(*args: str | Path) -> tuple[int, str, str]:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.opsets import ACCURACY_LEVELS
 from qlrewrite.passes.commands import convert_passes
 from qlrewrite.passes.convert_domain import TARGETS
 
@@ -34,7 +35,7 @@ Examples:
 )
 @click.option(
     "--accuracy-level",
-    type=click.IntRange(0, 4),
+    type=click.IntRange(ACCURACY_LEVELS[0], ACCURACY_LEVELS[-1]),
     default=0,
     show_default=True,
     help="--to com.microsoft: accuracy_level of the MatMulNBits written (0 keeps float "

@@ -4,8 +4,8 @@ The passes below are public: each is an ``onnx_ir.passes`` pass (call it on a mo
 compose them in an ``onnx_ir.passes.PassManager``) whose result is typed
 (:mod:`qlrewrite.passes.results`: ``summary`` counts, ``warnings``). They are imported on
 first use, so ``import qlrewrite.passes`` stays cheap. ``fold_passes``, ``convert_passes``,
-``upgrade_passes`` and ``downgrade_passes`` give the lists the commands run. Example:
-docs/python-api.md.
+``upgrade_passes``, ``downgrade_passes`` and ``fix_passes`` give the lists the commands run.
+Example: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ _EXPORTS = {
     "fold_passes": "qlrewrite.passes.commands",
     "convert_passes": "qlrewrite.passes.commands",
     "upgrade_passes": "qlrewrite.passes.commands",
+    "fix_passes": "qlrewrite.passes.commands",
     "downgrade_passes": "qlrewrite.passes.commands",
 }
 

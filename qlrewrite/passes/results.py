@@ -35,14 +35,15 @@ class RewritePassResult(ir.passes.PassResult):
     #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
     #: may differ (see :class:`qlrewrite.verify.Bound`).
     verify_bound: Bound = EXACT_BOUND
+    #: The findings it repaired, one ``(code, where, what)`` per repair, in the order
+    #: made (``check --diff`` prints them; ``check --fix`` counts them per code).
+    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class FixResult(RewritePassResult):
     """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
-    ``changes``: one ``(code, where, what)`` per repair, for ``check --diff``."""
-
-    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    one ``changes`` entry per repair."""
 
 
 @dataclasses.dataclass
@@ -98,6 +99,9 @@ class DowngradeResult(RewritePassResult):
 
 class RepairsFindings:
     """Mixin of a pass that repairs input findings: the pipeline does not refuse an input
-    for error findings of ``repairs_rules`` (the output is checked again in full)."""
+    for error findings of ``repairs_rules`` (the output is checked again in full), and
+    adds no pass of its own for them (:func:`qlrewrite.pipeline.with_implied_imports`).
+    What a pass repairs is read from the rules' declarations (their ``Fix`` and
+    ``upgrade_repairs``), never listed a second time."""
 
     repairs_rules: tuple[str, ...] = ()
