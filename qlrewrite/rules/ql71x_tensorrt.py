@@ -10,6 +10,7 @@ import numpy as np
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.example_models import DQ, DT, qdq_model
 from qlrewrite.rules.qoperator_models import build
 from qlrewrite.rules.registry import Example, TargetNode, rule
@@ -23,12 +24,6 @@ _TARGET = ("tensorrt",)
 def _fact(ctx: TargetNode, key: str) -> Fact | None:
     """The documented fact ``key`` when the target is TensorRT."""
     return documented("tensorrt")[key] if ctx.target.runtime == "tensorrt" else None
-
-
-def _quantized_type(ctx: TargetNode) -> str | None:
-    view = ctx.view
-    dtype = view.output_type if view.is_quantize else (view.x.dtype if view.x else None)
-    return getattr(dtype, "name", None)
 
 
 @rule(
@@ -72,7 +67,7 @@ def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
     if not np.any(values != 0):
         return
     shown = ", ".join(f"{v:g}" for v in values[:4]) + (", ..." if len(values) > 4 else "")
-    uint8_128 = _quantized_type(ctx) == "UINT8" and values.tolist() == [128]
+    uint8_128 = quantized_type(ctx.view) == "UINT8" and values.tolist() == [128]
     hint = (
         "uint8 with zero point 128 is exactly int8 with zero point 0 (the zero-point shift)"
         if uint8_128
@@ -116,7 +111,7 @@ def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
 )
 def tensorrt_type(ctx: TargetNode) -> Iterator[Finding]:
     fact = _fact(ctx, "quantized_types")
-    name = _quantized_type(ctx)
+    name = quantized_type(ctx.view)
     if fact is None or name is None or name in fact.values["types"]:
         return
     yield ctx.report(
@@ -158,7 +153,7 @@ def tensorrt_type(ctx: TargetNode) -> Iterator[Finding]:
 )
 def tensorrt_granularity(ctx: TargetNode) -> Iterator[Finding]:
     fact = _fact(ctx, "blocked")
-    name = _quantized_type(ctx)
+    name = quantized_type(ctx.view)
     if fact is None or name is None:
         return
     blocked = ctx.view.granularity.blocked

@@ -12,6 +12,7 @@ from onnx import helper
 
 from qlrewrite.findings import WARNING, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.example_models import DQ, DT, qdq_model
 from qlrewrite.rules.qoperator_models import build
 from qlrewrite.rules.registry import Example, TargetModel, TargetNode, rule
@@ -71,12 +72,6 @@ def qnn_operator(ctx: TargetNode) -> Iterator[Finding]:
     )
 
 
-def _quantized_type(ctx: TargetNode) -> str | None:
-    view = ctx.view
-    dtype = view.output_type if view.is_quantize else (view.x.dtype if view.x else None)
-    return getattr(dtype, "name", None)
-
-
 @rule(
     "QL722",
     "qnn-type",
@@ -109,7 +104,7 @@ def _quantized_type(ctx: TargetNode) -> str | None:
 )
 def qnn_type(ctx: TargetNode) -> Iterator[Finding]:
     fact = _fact(ctx.target.runtime, "quantized_types")
-    name = _quantized_type(ctx)
+    name = quantized_type(ctx.view)
     if fact is None or name is None or name in fact.values["types"]:
         return
     types = ", ".join(t.lower() for t in fact.values["types"])
@@ -160,7 +155,7 @@ def _matmul_weight(types: list[str]) -> onnx.ModelProto:
 def qnn_matmul_type(ctx: TargetNode) -> Iterator[Finding]:
     fact = _fact(ctx.target.runtime, "matmul_types")
     view = ctx.view
-    name = _quantized_type(ctx)
+    name = quantized_type(ctx.view)
     if fact is None or view.is_quantize or name is None or name in fact.values["types"]:
         return
     outputs = view.node.outputs

@@ -12,12 +12,12 @@ folded to float (its weights decompressed once at compile time, the math in floa
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 
 import numpy as np
 import openvino as ov
+from protocol import serve
 
 _CORE = ov.Core()
 
@@ -80,25 +80,13 @@ def run_case(case: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    manifest, results = argv[0], argv[1]
-    skip = int(argv[argv.index("--skip") + 1]) if "--skip" in argv else 0
-    with open(manifest) as handle:
-        cases = json.load(handle)["cases"]
-    with open(results, "a") as out:
-        if skip == 0:
-            meta = {
-                "runtime": "openvino",
-                "version": ov.__version__.split("-")[0],
-                "numpy": np.__version__,
-                "python": platform.python_version(),
-            }
-            out.write(json.dumps({"meta": meta}) + "\n")
-        for case in cases[skip:]:
-            out.write(json.dumps({"start": case["key"]}) + "\n")
-            out.flush()
-            out.write(json.dumps(run_case(case)) + "\n")
-            out.flush()
-    return 0
+    meta = {
+        "runtime": "openvino",
+        "version": ov.__version__.split("-")[0],
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    return serve(argv, meta, run_case)
 
 
 if __name__ == "__main__":

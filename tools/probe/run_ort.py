@@ -16,12 +16,12 @@ to NumPy types it lacks, int4 or float8).
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 
 import numpy as np
 import onnxruntime as ort
+from protocol import serve
 
 
 def classify(message: str) -> str:
@@ -77,25 +77,13 @@ def run_case(case: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    manifest, results = argv[0], argv[1]
-    skip = int(argv[argv.index("--skip") + 1]) if "--skip" in argv else 0
-    with open(manifest) as handle:
-        cases = json.load(handle)["cases"]
-    with open(results, "a") as out:
-        if skip == 0:
-            meta = {
-                "runtime": "onnxruntime",
-                "version": ort.__version__,
-                "numpy": np.__version__,
-                "python": platform.python_version(),
-            }
-            out.write(json.dumps({"meta": meta}) + "\n")
-        for case in cases[skip:]:
-            out.write(json.dumps({"start": case["key"]}) + "\n")
-            out.flush()
-            out.write(json.dumps(run_case(case)) + "\n")
-            out.flush()
-    return 0
+    meta = {
+        "runtime": "onnxruntime",
+        "version": ort.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    return serve(argv, meta, run_case)
 
 
 if __name__ == "__main__":
