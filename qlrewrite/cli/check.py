@@ -53,6 +53,7 @@ Examples:
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
+  qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
   qlrewrite check models/ --diff                   # what --fix would change
   qlrewrite check model.onnx --fix --verify        # writes model.fix.onnx, proven in ORT
   qlrewrite check models/ --fix --in-place --unsafe-fixes
@@ -60,7 +61,8 @@ Examples:
 \b
 Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
 model's folder upwards (keys: select, extend-select, ignore, strict, exclude,
-per-file-ignores, per-node-ignores, output-format); the command line overrides it.
+per-file-ignores, per-node-ignores, output-format, target); the command line overrides
+it.
 
 \b
 Exit codes: 0 no error findings (warnings allowed); 1 at least one error finding
