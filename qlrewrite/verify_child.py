@@ -108,8 +108,9 @@ def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
 
 def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
     """A verification that ended on ``reason``, with no outputs compared."""
-    return Verification(status, options.runs, options.seed, options.tolerance,
-                        reason=reason, bound=options.bound)  # fmt: skip
+    return Verification(
+        status, options.runs, options.seed, options.tolerance, reason=reason, bound=options.bound
+    )
 
 
 def _send(stream: IO[bytes] | None, message: Any) -> None:
