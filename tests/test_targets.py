@@ -150,21 +150,39 @@ def test_ort_quantizer_outputs_are_clean_for_the_release_that_wrote_them(
     assert [f for f in report.findings if f.rule.startswith("QL7")] == []
 
 
-def _old_ort_python() -> Path | None:
-    named = os.environ.get("QLREWRITE_OLD_ORT_PYTHON")
+def _runtime_python(variable: str, default: str) -> Path | None:
+    named = os.environ.get(variable)
     if named:
         return Path(named)
-    default = Path("/work/venvs/ort-1.16/bin/python")
-    return default if default.exists() else None
+    return Path(default) if Path(default).exists() else None
 
 
-@pytest.mark.slow
-def test_an_older_release_refuses_exactly_what_check_flags(tmp_path: Path) -> None:
-    """Runs the probe's corpus (a sample) in a real older ONNX Runtime and compares each
-    verdict with ``check --target ort==<that release>``."""
-    python = _old_ort_python()
-    if python is None:
-        pytest.skip("set QLREWRITE_OLD_ORT_PYTHON to a python with an older onnxruntime")
+def _real_verdicts(python: Path, runner: str, entries: list[dict], folder: Path) -> dict:
+    """Each entry's verdict (ran or not) in the real runtime; a case that ends the
+    runtime's process is a refusal (the runner starts again after it)."""
+    manifest, results = folder / "manifest.json", folder / "results.jsonl"
+    manifest.write_text(json.dumps({"cases": entries}))
+    done = 0
+    while done < len(entries):
+        command = [str(python), str(PROBE / runner), str(manifest), str(results)]
+        subprocess.run(
+            [*command, "--skip", str(done)], check=False, timeout=1800, capture_output=True
+        )
+        lines = [json.loads(line) for line in results.read_text().splitlines()]
+        finished = [line for line in lines if "key" in line]
+        if "start" in lines[-1]:
+            crashed = {"key": lines[-1]["start"], "run": False}
+            results.write_text(results.read_text() + json.dumps(crashed) + "\n")
+            finished.append(crashed)
+        assert len(finished) > done, f"{runner} made no progress"
+        done = len(finished)
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    return {line["key"]: line["run"] for line in lines if "key" in line}
+
+
+def _release_spec(python: Path, runtime: str) -> str:
+    if runtime == "openvino":
+        return "openvino"
     version = subprocess.run(
         [str(python), "-c", "import onnxruntime as o; print(o.__version__)"],
         capture_output=True,
@@ -172,17 +190,33 @@ def test_an_older_release_refuses_exactly_what_check_flags(tmp_path: Path) -> No
         check=True,
         timeout=120,
     ).stdout.strip()
-    spec = "ort==" + ".".join(version.split(".")[:2])
-    entries = [_save(c, tmp_path) for c in _sample(11, 3) if not c.key.startswith("weight ")]
-    manifest, results = tmp_path / "manifest.json", tmp_path / "results.jsonl"
-    manifest.write_text(json.dumps({"cases": entries}))
-    subprocess.run(
-        [str(python), str(PROBE / "run_ort.py"), str(manifest), str(results)],
-        check=True,
-        timeout=1200,
-    )
-    lines = [json.loads(line) for line in results.read_text().splitlines()]
-    verdicts = {line["key"]: line["run"] for line in lines if "key" in line}
+    return "ort==" + ".".join(version.split(".")[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("runtime", "variable", "default", "runner"),
+    [
+        ("ort", "QLREWRITE_OLD_ORT_PYTHON", "/work/venvs/ort-1.16/bin/python", "run_ort.py"),
+        (
+            "openvino",
+            "QLREWRITE_OPENVINO_PYTHON",
+            "/work/venvs/openvino/bin/python",
+            "run_openvino.py",
+        ),
+    ],
+)
+def test_a_real_runtime_refuses_exactly_what_check_flags(
+    runtime: str, variable: str, default: str, runner: str, tmp_path: Path
+) -> None:
+    """Runs a sample of the probe's corpus in a real runtime (an older ONNX Runtime, or
+    OpenVINO) and compares each verdict with ``check --target`` of that release."""
+    python = _runtime_python(variable, default)
+    if python is None:
+        pytest.skip(f"set {variable} to a python with {runtime} installed")
+    spec = _release_spec(python, runtime)
+    entries = [_save(c, tmp_path) for c in _sample(11, 3)]
+    verdicts = _real_verdicts(python, runner, entries, tmp_path)
     wrong = []
     for entry in entries:
         errors = _check_errors(Path(entry["file"]), spec)
