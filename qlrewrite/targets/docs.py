@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from qlrewrite import reading
+from qlrewrite.reading import DOCUMENT_BYTES
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -268,7 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = Path(paths[0] if paths else "docs/targets.md")
     text = targets_markdown()
     if "--check" in args:
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
+        current = reading.read_text(path, "page", DOCUMENT_BYTES) if path.exists() else ""
+        if current != text:
             print(f"{path} is out of date; run python -m qlrewrite.targets.docs {path}")
             return 1
         return 0

@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from qlrewrite import reading
+from qlrewrite.reading import DOCUMENT_BYTES
+
 __all__ = ["DATA", "Fact", "Refusal", "Table", "documented", "ort_releases", "table"]
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -68,10 +71,15 @@ class Table:
         return row.get("runtime_ops") if isinstance(row, dict) else None
 
 
+def _document(name: str) -> dict[str, Any]:
+    """``data/<name>.json``, read through the one reader of the package."""
+    return json.loads(reading.read_text(DATA / f"{name}.json", "runtime table", DOCUMENT_BYTES))
+
+
 @functools.cache
 def table(name: str) -> Table:
     """The table ``data/<name>.json`` (parsed once)."""
-    document = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    document = _document(name)
     return Table(
         name=name,
         runtime=document["runtime"],
@@ -114,7 +122,7 @@ class Fact:
 @functools.cache
 def documented(name: str) -> dict[str, Fact]:
     """The documented facts of target ``name`` (``tensorrt``, ``qnn``): ``data/<name>.json``."""
-    document = json.loads((DATA / f"{name}.json").read_text(encoding="utf-8"))
+    document = _document(name)
     facts = {}
     for key, entry in document["facts"].items():
         values = {k: v for k, v in entry.items() if k not in ("rule", "source", "section")}
