@@ -10,6 +10,7 @@ flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -21,7 +22,7 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, reading, tensors
+from qlrewrite import atomic, reading, tensors, wire
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
 from qlrewrite.limits import LIMITS, Limits
@@ -226,6 +227,12 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
     return data
 
 
+def _what_it_is(data: bytes) -> str | None:
+    """What bytes onnx cannot parse are, from their wire format
+    (:func:`qlrewrite.wire.diagnose`)."""
+    return wire.diagnose(io.BytesIO(data), len(data))
+
+
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
     unless it is an ONNX model onnx_ir can read and write back within the limits."""
@@ -234,6 +241,9 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         # The format is fixed: onnx would otherwise pick a text parser from the suffix.
         proto = onnx.load_model_from_string(data, format="protobuf")
     except Exception as exc:  # DecodeError, RuntimeWarning-as-error, ...: all mean "not ONNX"
+        what = _what_it_is(data)
+        if what is not None:
+            raise InputError(f"{path}: {what}") from exc
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     del data
     if not proto.HasField("graph") or proto.ir_version <= 0:

@@ -391,8 +391,8 @@ def run_rewrite(
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
-    except VerificationFailed as exc:
-        _print_verification(exc.verification)
+    except VerificationFailed as exc:  # the error line says why; the differences here
+        _print_verification(exc.verification, failed=True)
         raise
     if not options.quiet:
         _print_summary(result)
@@ -422,8 +422,12 @@ def _print_summary(result: RewriteResult) -> None:
         _print_verification(result.verification)
 
 
-def _print_verification(verification: Verification) -> None:
-    click.echo(f"  verify: {verification.describe()}", err=True)
+def _print_verification(verification: Verification, *, failed: bool = False) -> None:
+    """The verification's line and each differing output's (once each: a failed one's
+    reason is the error line's, not repeated here)."""
+    if failed and verification.reason:
+        return
+    click.echo(f"  verify: {verification.describe(outputs=False)}", err=True)
     for output in verification.outputs:
         if not output.exact:
             click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)
