@@ -308,8 +308,8 @@ def test_rules_lists_the_rules_a_prefix_names_as_select_does() -> None:
         c for c in RULES if c.startswith(("QL40", "QL9"))
     ]
     assert len(json.loads(_run("rules", "ALL", "--format", "json")[1])) == len(RULES)
-    code, out, err = _run("rules", "QL7")
-    assert code == 2 and out == "" and "unknown rule 'QL7': no rule code, name or code" in err
+    code, out, err = _run("rules", "QL8")
+    assert code == 2 and out == "" and "unknown rule 'QL8': no rule code, name or code" in err
 
 
 # --------------------------------------------------------------------------- API

@@ -55,6 +55,7 @@ Examples:
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
+  qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
   qlrewrite check models/ --diff                   # what --fix would change
   qlrewrite check model.onnx --fix --verify        # writes model.fix.onnx, proven in ORT
   qlrewrite check models/ --fix --in-place --unsafe-fixes
@@ -62,7 +63,8 @@ Examples:
 \b
 Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
 model's folder upwards (keys: select, extend-select, ignore, strict, exclude,
-per-file-ignores, per-node-ignores, output-format); the command line overrides it.
+per-file-ignores, per-node-ignores, output-format, target); the command line overrides
+it.
 
 \b
 Exit codes: 0 no error findings (warnings allowed); 1 at least one error finding
@@ -103,6 +105,14 @@ over 1). `qlrewrite rules` lists the rules.
     multiple=True,
     metavar="CODES",
     help="Skip these rule codes or prefixes (the more specific of select/ignore wins).",
+)
+@click.option(
+    "--target",
+    multiple=True,
+    metavar="SPEC",
+    help="Also check what this runtime refuses (repeatable; QL7xx rules): ort (the installed "
+    "release), ort==1.20, ort>=1.17 (flagged if any release in the range refuses), openvino, "
+    "tensorrt, qnn (documented only). Replaces the configuration's target.",
 )
 @click.option(
     "--strict/--no-strict",
@@ -188,12 +198,11 @@ over 1). `qlrewrite rules` lists the rules.
 @debug_option
 @run_command
 def check_command(**given: Any) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
-    GatherBlockQuantized, against its opset's rules.
+    """Check every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized, QOperator) against
+    its opset's rules and, with --target, against what a runtime accepts.
 
-    Reads no weights: a model of any size checks in about a second. With --fix, the
-    findings that have a safe fix are repaired through the same path as the rewriting
-    commands (refusals, atomic write, --verify).
+    Reads no weights: a model of any size checks in about a second. --fix repairs the
+    findings that have a safe fix through the rewriting commands' path (atomic, --verify).
     """
     run = _parse(given)
     find = run.find
@@ -280,7 +289,7 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         unsafe = given["unsafe_fixes"]
         fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
     codes = (given["select"], given["ignore"], given["extend_select"])
-    selection = _selection(*codes, given["strict"])
+    selection = _selection(*codes, given["strict"], given["target"])
     return _CheckRun(find, selection, show, fixing)
 
 
@@ -318,11 +327,19 @@ def _pending_report(
 
 
 def _selection(
-    select: tuple[str, ...], ignore: tuple[str, ...], extend: tuple[str, ...], strict: bool | None
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    extend: tuple[str, ...],
+    strict: bool | None,
+    target: tuple[str, ...] = (),
 ) -> project.Selection:
-    """The command line's rule selection; a wrong code is a usage error (exit 2) here."""
-    selection = project.Selection(select, ignore, extend, strict)
+    """The command line's rule selection; a wrong code or target is a usage error (exit 2)
+    here."""
+    from qlrewrite.targets.spec import parse_targets
+
+    selection = project.Selection(select, ignore, extend, strict, target)
     enabled_codes(Settings(), selection, Path())
+    parse_targets(target)
     return selection
 
 
