@@ -31,6 +31,7 @@ __all__ = [
     "EXACT_BOUND",
     "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
+    "VERIFY_TIMEOUT",
     "Bound",
     "InputSpec",
     "OutputVerdict",
@@ -199,10 +200,16 @@ def summation_order_bound(k: int, reason: str) -> Bound:
     )
 
 
+#: Seconds a verification may take in its child process (``--verify-timeout``).
+VERIFY_TIMEOUT = 600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
-    (``--verify-tolerance``), and the rewrite's stated :class:`Bound`."""
+    (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
+    seconds of a verification in its child process (``--verify-timeout``: past it, the
+    verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
@@ -211,6 +218,11 @@ class VerifyOptions:
     bound: Bound = EXACT_BOUND
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
+    timeout: float = VERIFY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("a verification's time limit is a positive number of seconds")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,7 @@ from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.passes.blocks import Writer, repeat_blocks
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     FLOAT16_MODES,
     ConstOperand,
@@ -553,7 +554,7 @@ def _unpacked_zero_points(
     return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
-class NBitsToOnnxPass(ir.passes.InPlacePass):
+class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite MatMulNBits / GatherBlockQuantized as DequantizeLinear -> MatMul / Gather.
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
