@@ -55,9 +55,7 @@ from qlrewrite.qdq.constants import (
 )
 from qlrewrite.qdq.inference import (
     Inference,
-    forget,
     infer,
-    share,
     tables_of,
 )
 from qlrewrite.qdq.qoperator import (
@@ -153,7 +151,6 @@ __all__ = [
     "drop_unused_domains",
     "ensure_import",
     "ensure_import_at",
-    "forget",
     "function_kinds",
     "functions_of",
     "graphs_within",
@@ -172,7 +169,6 @@ __all__ = [
     "owner_label",
     "proto_graphs",
     "replace_value",
-    "share",
     "site_view",
     "small_array",
     "tables_of",
