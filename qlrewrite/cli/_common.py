@@ -39,7 +39,9 @@ __all__ = [
     "debug_enabled",
     "debug_option",
     "err_console",
+    "for_people",
     "human_bytes",
+    "in_ci",
     "out_console",
     "progress",
     "rewrite_options",
@@ -120,9 +122,20 @@ def run_command(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def in_ci() -> bool:
+    """A CI job (``CI`` set, as GitHub Actions, GitLab and most CI services set it, and not
+    ``0`` / ``false``): plain output even on a terminal, no progress bars."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def for_people(console: Console) -> bool:
+    """Output to ``console`` is read by a person: a terminal, not CI."""
+    return console.is_terminal and not in_ci()
+
+
 def show_progress(quiet: bool = False) -> bool:
     """Progress bars only for people: stderr is a terminal, not CI, not quiet."""
-    return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+    return not quiet and sys.stderr.isatty() and not in_ci()
 
 
 class ProgressBar:

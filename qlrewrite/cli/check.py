@@ -19,6 +19,7 @@ from qlrewrite.cli._common import (
     debug_enabled,
     debug_option,
     err_console,
+    for_people,
     out_console,
     progress,
     run_command,
@@ -28,8 +29,9 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.config import Settings, settings_for
 from qlrewrite.escape import escape
-from qlrewrite.findings import Report, fixable
+from qlrewrite.findings import Report
 from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
+from qlrewrite.formats.concise import fixable_phrase
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -223,7 +225,7 @@ def check_command(**given: Any) -> None:
         if run.fixing is not None:
             reports, refused = _fix_stage(run, targets, checked, reports, reads)
         _print_result(reports, targets, run.selection, show, pending)
-    if show.fmt == DEFAULT_FORMAT and not show.quiet and not show.statistics:
+    if _fixable_line_wanted(show):
         _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
     sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
 
@@ -511,20 +513,19 @@ def _print_diff(outcomes: Sequence[check_fix.FixOutcome], *, quiet: bool) -> Non
         err_console.print(f"{changes} change(s) would be made to {models} model(s)")
 
 
+def _fixable_line_wanted(show: _Show) -> bool:
+    """The text formats' ``N fixable with --fix`` line on stderr: not with --quiet or
+    --statistics, nor after the concise terminal view (its ``Found`` line says it)."""
+    if show.quiet or show.statistics or show.fmt not in (DEFAULT_FORMAT, "full"):
+        return False
+    return not (show.fmt == DEFAULT_FORMAT and show.output is None and for_people(out_console))
+
+
 def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
     """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
-    findings = [f for r in reports for f in r.findings]
-    safe = len(fixable(findings))
-    more = len(fixable(findings, unsafe=True)) - safe
-    if not safe and not more:
-        return
-    if unsafe:
-        safe, more = safe + more, 0
-    line = f"{safe} fixable with --fix" + (" --unsafe-fixes" if unsafe else "") if safe else ""
-    if more:
-        extra = f"{more} more with --fix --unsafe-fixes"
-        line = f"{line} ({extra})" if line else f"{more} fixable with --fix --unsafe-fixes"
-    err_console.print(line)
+    line = fixable_phrase([f for r in reports for f in r.findings], unsafe=unsafe)
+    if line:
+        err_console.print(line)
 
 
 def _print_reports(
@@ -539,7 +540,7 @@ def _print_reports(
     """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
     reports = [render.escaped_report(r) for r in reports]
     output = pending.path if pending is not None else None
-    to_terminal = output is None and out_console.is_terminal
+    to_terminal = output is None and for_people(out_console)
     for report in reports:  # errors on stderr (a text report file keeps its line too)
         if report.load_error:
             click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
