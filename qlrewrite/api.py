@@ -146,6 +146,13 @@ def fix(
     return _rewrite(loaded, passes, "fix") if passes else loaded
 
 
+def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
+    """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
+    first); a refusal raised inside a pass reaches the caller as itself."""
+    rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
+    return rewritten
+
+
 def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str) -> ir.Model:
     """``passes`` on ``model`` as the command ``command`` runs them: the input refused
     when it has error findings no pass repairs, the output when ONNX's checker or our
