@@ -41,7 +41,7 @@ from qlrewrite.qdq.inference import Inference, tables_of
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
-from qlrewrite.untouched import NodeFacts, node_facts, untouched
+from qlrewrite.untouched import Checked, untouched
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
@@ -451,12 +451,12 @@ def _check_input(
     return context, _not_looked_at(report, model, command)
 
 
-def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> NodeFacts:
-    """What the input check judged of each main-graph Q/DQ node (the nodes with a finding
-    left out: they are always checked again), from the input as read and its types."""
+def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
+    """What the input check judged (the nodes with a finding are always checked again):
+    the input as read and its types, compared with the output's when it is checked."""
     types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
-    flagged = {f.output for f in report.findings if f.output}
-    return node_facts(unchanged, types, flagged=flagged)
+    flagged = frozenset(f.output for f in report.findings if f.output)
+    return Checked(unchanged, types, flagged)
 
 
 def _refuse_custom_quant(
@@ -649,7 +649,7 @@ def validate_output(
     *,
     runtime_ops: frozenset[str] = frozenset(),
     weightless: onnx.ModelProto | None = None,
-    checked: NodeFacts | None = None,
+    checked: Checked | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -680,7 +680,7 @@ def validate_output(
     inference = Inference(model, inferred=inferred)
     skip = frozenset()
     if checked is not None:
-        skip = untouched(checked, node_facts(proto, inference.table(MAIN)))
+        skip = untouched(checked, proto, inference.table(MAIN))
     report = _check(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(

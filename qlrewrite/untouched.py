@@ -27,7 +27,7 @@ import onnx_ir as ir
 
 from qlrewrite.qdq.view import TypeShape
 
-__all__ = ["NodeFacts", "node_facts", "untouched"]
+__all__ = ["Checked", "NodeFacts", "node_facts", "untouched"]
 
 #: The node kinds whose verdict is decided from the facts recorded here.
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
@@ -44,17 +44,30 @@ class NodeFacts:
     nodes: Mapping[str, Key]
 
 
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """The input as its check saw it: its weight-free proto as read, the types known of
+    the main graph's values, and the nodes it found something on (first output names).
+    Facts are drawn from it only when the output can be compared (:func:`untouched`)."""
+
+    proto: onnx.ModelProto
+    types: Mapping[str, TypeShape]
+    flagged: frozenset[str]
+
+
+def _model_key(proto: onnx.ModelProto) -> Key:
+    """What every node's verdict depends on: the IR version and the opset imports."""
+    opsets = tuple(sorted((o.domain or "", o.version) for o in proto.opset_import))
+    return (proto.ir_version, opsets)
+
+
 def node_facts(
     proto: onnx.ModelProto, types: Mapping[str, TypeShape], *, flagged: Collection[str] = ()
 ) -> NodeFacts:
     """The facts of ``proto``'s main-graph Q/DQ nodes; ``types``: name -> (type, shape)
     of the main graph's values (declared or inferred); the nodes named in ``flagged``
     (first output names: the input check found something on them) get none."""
-    model = (
-        proto.ir_version,
-        tuple(sorted((o.domain or "", o.version) for o in proto.opset_import)),
-        len(proto.functions),
-    )
+    model = (*_model_key(proto), len(proto.functions))
     graph = proto.graph
     inline = {t.name: t.SerializeToString() for t in graph.initializer}
     types = {**{t.name: _type_of(t) for t in graph.initializer}, **types}
@@ -107,10 +120,18 @@ def _type_of(tensor: onnx.TensorProto) -> TypeShape:
         return None, None
 
 
-def untouched(before: NodeFacts, after: NodeFacts) -> frozenset[str]:
-    """The first output names of the nodes whose facts are equal in ``before`` (the
-    input, as checked) and ``after`` (the output)."""
-    if before.model != after.model or after.model[2]:
+def untouched(
+    checked: Checked, proto: onnx.ModelProto, types: Mapping[str, TypeShape]
+) -> frozenset[str]:
+    """The first output names of the output's nodes whose facts are equal to the input's
+    as ``checked`` (``proto``: the output's weight-free proto, ``types``: its main graph's
+    types). Nothing is compared when the opsets or the IR version changed, or the model
+    has functions (the facts are not even drawn: an upgrade pays nothing)."""
+    if _model_key(checked.proto) != _model_key(proto) or proto.functions:
+        return frozenset()
+    before = node_facts(checked.proto, checked.types, flagged=checked.flagged)
+    after = node_facts(proto, types)
+    if before.model != after.model:
         return frozenset()
     return frozenset(
         name
