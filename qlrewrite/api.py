@@ -5,8 +5,10 @@ Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.M
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
 (:mod:`qlrewrite.passes.commands`) and raises instead of printing: ``InputError`` for a
 model that cannot be read or a bad argument (its message names the parameter), ``Refusal``
-for a rewrite the target cannot express. Unlike the commands, nothing is validated after
-a rewrite: call :func:`check` on the result for that.
+for a rewrite the target cannot express. The rewrites refuse and check as the commands
+do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
+findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
+:class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.
 """
 
 from __future__ import annotations
@@ -149,6 +151,13 @@ def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     return rewritten
 
 
+def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str) -> ir.Model:
+    """``passes`` on ``model`` as the command ``command`` runs them: the input refused
+    when it has error findings no pass repairs, the output when ONNX's checker or our
+    check rejects it (:func:`qlrewrite.pipeline.rewrite_model`)."""
+    return pipeline.rewrite_model(model, passes, command=command).model
+
+
 def fold(
     model: ModelLike,
     *,
@@ -161,7 +170,7 @@ def fold(
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "fold")
 
 
 def convert(
@@ -178,7 +187,7 @@ def convert(
             f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
         )
     passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "convert")
 
 
 def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
@@ -191,7 +200,7 @@ def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) 
     loaded = load(model)
     for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
         upgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "upgrade")
 
 
 def downgrade(model: ModelLike, opset: int) -> ir.Model:
@@ -205,7 +214,7 @@ def downgrade(model: ModelLike, opset: int) -> ir.Model:
     loaded = load(model)
     for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
         downgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "downgrade")
 
 
 def retarget(
@@ -231,4 +240,4 @@ def retarget(
     )
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "retarget")

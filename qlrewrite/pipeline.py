@@ -26,7 +26,7 @@ import onnx_ir as ir
 from qlrewrite import atomic, model_io, output_guard, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
-from qlrewrite.findings import Report
+from qlrewrite.findings import Finding, Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
@@ -51,21 +51,29 @@ from qlrewrite.weightless import (
 __all__ = [
     "FindingsRefusal",
     "RewriteResult",
+    "Rewritten",
     "default_output",
     "model_output",
     "resolve_output",
     "rewrite",
+    "rewrite_model",
     "unrepaired",
     "with_implied_imports",
 ]
 
 
 class FindingsRefusal(Refusal):
-    """Refused because a model (input or rewritten) has error findings."""
+    """Refused because a model (input or rewritten) has error findings: ``.findings``
+    are they, ``.report`` the whole check."""
 
     def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The error findings that refused the model."""
+        return list(self.report.errors)
 
 
 @dataclasses.dataclass
@@ -278,14 +286,12 @@ def _rewrite_loaded(
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = _verifier(input_path, model, verify)
-    context, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
     # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
-    passes = with_implied_imports(model, passes)
-    out = _rewritten(context, passes, input_path, verifier)
-    model, results, serialized, checker_warnings = out
+    out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
+    model, results, serialized, checker_warnings, notes, passes = out
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -347,21 +353,33 @@ def _write_or_stage(
         _save_to_temporary(save, run.target.name)
 
 
-class _Rewritten(NamedTuple):
+class Rewritten(NamedTuple):
+    """A checked rewrite (:func:`rewrite_model`)."""
+
     model: ir.Model
     results: list[ir.passes.PassResult]
     serialized: onnx.ModelProto  # weightless_proto(model): checked, then saved from
     warnings: list[str]  # of the output check
+    notes: list[str]  # what the command leaves as it was
+    passes: list[ir.passes.PassBase]  # as run (the implied imports' pass first, if added)
 
 
-def _rewritten(
-    context: RunContext,
+def rewrite_model(
+    model: ir.Model,
     passes: Sequence[ir.passes.PassBase],
-    input_path: Path,
-    verifier: Verifier | None,
-) -> _Rewritten:
-    """Run ``passes`` on the context's model and validate the output (serialized once,
-    weights left out: the save writes from the same proto)."""
+    *,
+    command: str,
+    source: Path | None = None,
+    verifier: Verifier | None = None,
+) -> Rewritten:
+    """What every rewrite does between reading and writing, for the command line and the
+    Python API alike: refuse an input with error findings no pass repairs
+    (:class:`FindingsRefusal`) or another producer's custom quantization, run ``passes``
+    (after the imports ONNX Runtime implies), and refuse an output that ONNX's checker or
+    our check rejects (serialized once, weights left out: the save writes from the same
+    proto). ``source``: the input's path, for messages (None: "model")."""
+    context, notes = _check_input(model, source, passes, command)
+    passes = with_implied_imports(model, passes)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     runtime_ops = runtime_only_ops(context.model)
     model, results = run_passes(context.model, passes, context)
@@ -370,9 +388,9 @@ def _rewritten(
         _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
-        model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
+        model, source, unchanged, runtime_ops=runtime_ops, weightless=serialized
     )
-    return _Rewritten(model, results, serialized, warnings)
+    return Rewritten(model, results, serialized, warnings, notes, passes)
 
 
 def _expect_measured(
@@ -395,7 +413,7 @@ def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
 
 
 def _check_input(
-    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase], command: str
 ) -> tuple[RunContext, list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
     an error finding no pass repairs); return the run's context (the input's inference
@@ -408,16 +426,17 @@ def _check_input(
     inference = Inference(model, unchanged)
     report = unrepaired(_check(model, input_path, inference), passes)
     if report.errors:
+        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
         raise FindingsRefusal(
-            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
-            "(run `qlrewrite check` for details)",
+            f"{input_path or 'model'}: {len(report.errors)} error finding(s); nothing "
+            f"written ({codes}: run `qlrewrite check` for details)",
             report,
         )
     return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
 
 
 def _refuse_custom_quant(
-    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase]
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase]
 ) -> None:
     """Refuse a model with another producer's custom quantization operators that no pass
     of the run converts."""
@@ -425,8 +444,8 @@ def _refuse_custom_quant(
     groups = [g for g in custom_quant_groups(model) if (g.domain, g.op_type) not in converted]
     if groups:
         raise Refusal(
-            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
-            "with the producer's custom-op library; qlrewrite rewrites standard "
+            f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "
+            "runs only with the producer's custom-op library; qlrewrite rewrites standard "
             "QuantizeLinear / DequantizeLinear only; nothing written"
         )
 
