@@ -26,7 +26,7 @@ from qlrewrite import atomic, reading, tensors, wire
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
 from qlrewrite.limits import LIMITS, Limits
-from qlrewrite.output_guard import is_special
+from qlrewrite.output_guard import destination
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 from qlrewrite.toolkit import (
@@ -484,10 +484,16 @@ def _output_path(path: str | os.PathLike) -> Path:
         raise InputError(f"{path}: output folder does not exist")
     if path.is_dir():
         raise InputError(f"{path}: is a directory; give a file name for the output")
-    if is_special(path):
+    where = destination(path)
+    if where.stream:
         raise InputError(
-            f"{path}: not a regular file (a device, FIFO or socket); models are written to "
-            "regular files only"
+            f"{path}: not a regular file (a device, FIFO, socket or a descriptor such as "
+            "/dev/stdout); models are written to regular files only"
+        )
+    if where.link:
+        raise InputError(
+            f"{path}: is a link; a model and its data file are never written through a link: "
+            "give the file itself or another name (nothing written)"
         )
     return path
 
