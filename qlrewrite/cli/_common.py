@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -242,6 +243,17 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
+class _FiniteRange(click.FloatRange):
+    """A float range that refuses NaN and infinity (NaN passes every comparison of a
+    range: ``--verify-timeout nan`` was an internal error, ``inf`` no time limit)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def verify_option_list() -> list[Callable[[F], F]]:
     """--verify and its details (runs, seed, input shapes, tolerance, time limit), as click
     options."""
@@ -277,14 +289,14 @@ def verify_option_list() -> list[Callable[[F], F]]:
         ),
         click.option(
             "--verify-tolerance",
-            type=click.FloatRange(min=0),
+            type=_FiniteRange(min=0),
             default=None,
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
         click.option(
             "--verify-timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=_FiniteRange(min=0, min_open=True),
             default=VERIFY_TIMEOUT,
             show_default=True,
             metavar="SECONDS",
