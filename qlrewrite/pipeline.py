@@ -390,7 +390,11 @@ def rewrite_model(
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     checked = context.checked
     runtime_ops = runtime_only_ops(context.model)
-    model, results = run_passes(context.model, passes, context)
+    try:
+        model, results = run_passes(context.model, passes, context)
+    except Exception as exc:  # a pass tripped on the input: name it if onnx.checker does
+        _refuse_invalid_input(exc, unchanged, source, runtime_ops)
+        raise
     if verifier is not None:
         verifier.expect_differences(results)
         _expect_measured(verifier, model, results)
@@ -404,6 +408,25 @@ def rewrite_model(
         checked=checked,
     )
     return Rewritten(model, results, serialized, warnings, notes, passes)
+
+
+def _refuse_invalid_input(
+    exc: Exception,
+    unchanged: onnx.ModelProto | None,
+    source: Path | None,
+    runtime_ops: frozenset[str],
+) -> None:
+    """A pass that failed on an input onnx.checker rejects (a cycle: a node reading its
+    own output) is that input's fault: one line naming the checker's complaint, not the
+    pass's internal error. A refusal or usage error stays as it was."""
+    if isinstance(exc, QlrewriteError) or unchanged is None:
+        return
+    problem = _checker_problem(unchanged, runtime_ops)
+    if problem is not None:
+        where = f"{source}: " if source else ""
+        raise Refusal(
+            f"{where}the input model is invalid (onnx.checker: {problem}); nothing written"
+        ) from exc
 
 
 def _expect_measured(
