@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import atomic, model_io, tensors
+from qlrewrite.compare import output_steps, verify_both
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
@@ -35,7 +36,6 @@ from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
-from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
     forget_unchanged,
     share_unchanged,
@@ -206,7 +206,10 @@ def _verifier(input_path: Path, model: ir.Model, verify: VerifyOptions | None) -
     model); made before the passes run, so its usage errors come first."""
     if verify is None:
         return None
-    return Verifier(input_path, model, verify, run=verify_in_child)
+    if verify.deployed:  # read on the input, before the passes change it
+        steps = tuple(sorted(output_steps(model).items()))
+        verify = dataclasses.replace(verify, output_steps=steps)
+    return Verifier(input_path, model, verify, run=verify_both)
 
 
 def _rewrite_loaded(

@@ -42,6 +42,7 @@ __all__ = [
     "input_specs",
     "parse_input_shape",
     "require_onnxruntime",
+    "run_session",
     "summation_order_bound",
     "verify_models",
 ]
@@ -184,6 +185,10 @@ class VerifyOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
     bound: Bound = EXACT_BOUND
+    #: Also run both models as deployed (:mod:`qlrewrite.deployed`); a warning, never a
+    #: failure. ``output_steps``: (output, quantization step) where an output is dequantized.
+    deployed: bool = False
+    output_steps: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -268,6 +273,7 @@ class Verification:
     reason: str | None = None
     bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
+    deployment: Any = None  # qlrewrite.deployed.Deployment: the default session's view
 
     @property
     def passed(self) -> bool:
@@ -316,6 +322,7 @@ class Verification:
             "runtime": self.runtime,
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
+            "deployment": self.deployment.to_json() if self.deployment is not None else None,
         }
 
 
@@ -497,6 +504,11 @@ def _run(ort: Any, session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, n
     )
     names = [o.name for o in session.get_outputs()]
     return {name: _to_numpy(name, value) for name, value in zip(names, values, strict=True)}
+
+
+def run_session(ort: Any, session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of ``session`` on ``feeds``, by name, read from its bytes."""
+    return _run(ort, session, feeds)
 
 
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : (\w+) : ")

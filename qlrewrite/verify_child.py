@@ -10,13 +10,14 @@ crash); tasks and answers are pickled over its stdin and a private copy of its s
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from qlrewrite.verify import (
@@ -28,7 +29,14 @@ from qlrewrite.verify import (
     verify_models,
 )
 
-__all__ = ["verify_in_child"]
+__all__ = ["ChildFailed", "call_in_child", "verify_in_child"]
+
+_CALL = "call"  # a task that calls a function: (_CALL, function, args, keywords)
+
+
+class ChildFailed(Exception):
+    """A function called in the child raised, or the child ended without an answer
+    (the message says which, on which phase)."""
 
 
 def verify_in_child(
@@ -42,7 +50,37 @@ def verify_in_child(
     a mismatch on the rewritten one)."""
     options = options or VerifyOptions()
     task = (os.fspath(original), os.fspath(rewritten), list(specs), options)
-    return _CHILD.run(task, options)
+    answer = _CHILD.exchange(task)
+    if isinstance(answer, _Ended):
+        return _crashed(answer.phase, answer.code, options)
+    return answer
+
+
+def call_in_child(function: Callable[..., Any], *args: Any, **keywords: Any) -> Any:
+    """``function(*args, on_phase=..., **keywords)`` in the child (a module-level function:
+    it is pickled by name; ``on_phase`` names the phase a crash is reported in); raises
+    :class:`ChildFailed` when it raises or ONNX Runtime ends the child."""
+    answer = _CHILD.exchange((_CALL, function, args, keywords))
+    if isinstance(answer, _Ended):
+        raise ChildFailed(f"ONNX Runtime {_how(answer.code)} on the {answer.phase} model")
+    if isinstance(answer, _Raised):
+        raise ChildFailed(answer.message)
+    return answer
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ended:
+    """The child ended without an answer, in ``phase``, with exit ``code``."""
+
+    phase: str
+    code: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Raised:
+    """A called function raised: its message."""
+
+    message: str
 
 
 class _Child:
@@ -52,7 +90,8 @@ class _Child:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
 
-    def run(self, task: tuple, options: VerifyOptions) -> Verification:
+    def exchange(self, task: tuple) -> Any:
+        """The child's answer to ``task``, or :class:`_Ended` when it ended first."""
         with self._lock:
             process = self._started()
             phase = "original"
@@ -68,7 +107,7 @@ class _Child:
                 code = process.wait()
                 if code == -signal.SIGINT:  # Ctrl-C reached the whole process group
                     raise KeyboardInterrupt from None
-                return _crashed(phase, code, options)
+                return _Ended(phase, code)
             except BaseException:  # interrupted mid-task: its answer must not reach the next
                 self.close()
                 raise
@@ -99,11 +138,15 @@ class _Child:
 
 def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
     """The verification of a child that ended without an answer."""
-    how = f"failed (exit {code})"
-    if code < 0 and -code in signal.valid_signals():
-        how = f"crashed ({signal.Signals(-code).name})"
     status = MISMATCH if phase == "rewritten" else UNVERIFIABLE
-    return _not_passed(status, f"ONNX Runtime {how} on the {phase} model", options)
+    return _not_passed(status, f"ONNX Runtime {_how(code)} on the {phase} model", options)
+
+
+def _how(code: int) -> str:
+    """``crashed (SIGABRT)`` or ``failed (exit 3)``."""
+    if code < 0 and -code in signal.valid_signals():
+        return f"crashed ({signal.Signals(-code).name})"
+    return f"failed (exit {code})"
 
 
 def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
@@ -136,8 +179,15 @@ def main() -> None:
         _send(answers, ("result", _verified(answers, task)))
 
 
-def _verified(answers: IO[bytes], task: tuple) -> Verification:
-    """One task's verification; a Python error is its reason (a bug, said as such)."""
+def _verified(answers: IO[bytes], task: tuple) -> Any:
+    """One task's verification (or a called function's value); a Python error is its
+    reason (a bug, said as such)."""
+    if task[0] == _CALL:
+        _, function, args, keywords = task
+        try:
+            return function(*args, on_phase=lambda p: _send(answers, ("phase", p)), **keywords)
+        except Exception as exc:
+            return _Raised(f"{type(exc).__name__}: {exc}")
     try:
         return verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
     except Exception as exc:  # the parent must get an answer

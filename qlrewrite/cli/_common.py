@@ -29,6 +29,7 @@ from qlrewrite.render import finding_lines
 from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
 
 __all__ = [
+    "RewriteCommand",
     "RewriteOptions",
     "debug_enabled",
     "debug_option",
@@ -213,6 +214,30 @@ class RewriteOptions:
 
 _VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
 
+#: ``--verify=SCOPE``: what each scope runs (``--verify`` alone is ``all``).
+VERIFY_SCOPES = {"all": "--verify", "semantics": "--verify-semantics"}
+
+
+class RewriteCommand(click.Command):
+    """A rewriting command: reads ``--verify=semantics`` (click's flags take no value)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        return super().parse_args(ctx, [*map(_verify_scope, args[:end]), *args[end:]])
+
+
+def _verify_scope(arg: str) -> str:
+    """``--verify=semantics`` -> ``--verify-semantics``; other arguments as given."""
+    if not arg.startswith("--verify="):
+        return arg
+    scope = arg.partition("=")[2]
+    if scope not in VERIFY_SCOPES:
+        raise click.UsageError(
+            f"--verify={scope}: --verify takes no value (semantics and deployment), "
+            "or =semantics (only the semantic proof)"
+        )
+    return VERIFY_SCOPES[scope]
+
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
@@ -228,10 +253,13 @@ def verify_option_list() -> list[Callable[[F], F]]:
         click.option(
             "--verify",
             is_flag=True,
-            help="Run the input and the output in ONNX Runtime on generated inputs; write "
-            "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
-            "them (needs: pip install 'qlrewrite[verify]').",
+            help="Run the input and the output in ONNX Runtime on generated inputs, twice. "
+            "Semantics (optimizations off): write nothing (exit 1) if an output differs "
+            "beyond the rewrite's stated bound or ORT cannot run them. Deployment (ORT's "
+            "default session): warn of output differences, latency, integer kernels lost. "
+            "--verify=semantics: only the first (needs: pip install 'qlrewrite[verify]').",
         ),
+        click.option("--verify-semantics", is_flag=True, hidden=True),
         click.option(
             "--verify-runs",
             type=click.IntRange(min=1),
@@ -268,8 +296,10 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
     """Pop --verify and its details out of a command's keyword arguments (the details
     without --verify are a usage error)."""
     details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
-    if kwargs.pop("verify"):
+    semantics_only = kwargs.pop("verify_semantics")
+    if kwargs.pop("verify") or semantics_only:
         return VerifyOptions(
+            deployed=not semantics_only,
             runs=details["verify_runs"],
             seed=details["seed"],
             input_shapes=details["input_shape"],
@@ -407,3 +437,10 @@ def _print_verification(verification: Verification) -> None:
     for output in verification.outputs:
         if not output.exact:
             click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)
+    deployment = verification.deployment
+    if deployment is not None:
+        head, *rest = deployment.lines()
+        warning = "warning: " if deployment.differs else ""
+        click.echo(f"  {warning}verify {escape(head)}", err=True)
+        for line in rest:
+            click.echo(f"    {escape(line)}", err=True)

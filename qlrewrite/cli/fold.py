@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
 from qlrewrite.passes.commands import fold_passes
 from qlrewrite.passes.fold import FLOAT16_MODES
 
@@ -48,6 +54,7 @@ SIZE = _SizeType()
 
 @click.command(
     "fold",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite fold model.onnx                      # writes model.fold.onnx
