@@ -13,12 +13,39 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-from qlrewrite.deployed import Deployment, compare_deployed
+from qlrewrite.deployed import Deployment, Fusions, compare_deployed, optimized_graph
 from qlrewrite.qdq import constant_tensor, iter_sites
+from qlrewrite.tensors import initializer_bytes
 from qlrewrite.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
 from qlrewrite.verify_child import ChildFailed, call_in_child, verify_in_child
 
-__all__ = ["output_steps", "verify_both"]
+__all__ = ["FUSION_CHECK_MAX_BYTES", "ort_fusions", "output_steps", "verify_both"]
+
+
+#: Initializer bytes above which fold does not load the input into ONNX Runtime to warn
+#: of fusions (the session holds every weight, prepacked ones twice); --keep-fused does.
+FUSION_CHECK_MAX_BYTES = 2 << 30
+
+
+def ort_fusions(path: str | os.PathLike, model: ir.Model, *, required: bool = False) -> Fusions:
+    """The graph ONNX Runtime's default CPU session makes of the model at ``path``
+    (``model`` as loaded), read in the child process (no run); when ORT is not installed,
+    fails on it, or (unless ``required``) the model's initializers exceed
+    :data:`FUSION_CHECK_MAX_BYTES`, the reason it was not checked."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return Fusions("ONNX Runtime", reason="onnxruntime is not installed")
+    runtime = f"ONNX Runtime {onnxruntime.__version__}"
+    size = initializer_bytes(model)
+    if size > FUSION_CHECK_MAX_BYTES and not required:
+        return Fusions(runtime, reason=f"the initializers take {size / 2**30:.1f} GiB, above "
+                       f"the {FUSION_CHECK_MAX_BYTES >> 30} GiB this check loads into ORT "
+                       "(--keep-fused checks at any size)")  # fmt: skip
+    try:
+        return Fusions(runtime, call_in_child(optimized_graph, os.fspath(path)))
+    except ChildFailed as exc:
+        return Fusions(runtime, reason=f"it fails on the input ({exc})")
 
 
 def output_steps(model: ir.Model) -> dict[str, float]:

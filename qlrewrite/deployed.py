@@ -39,6 +39,7 @@ from qlrewrite.verify import (
 __all__ = [
     "INTEGER_KERNELS",
     "Deployment",
+    "Fusions",
     "OptimizedGraph",
     "OutputDifference",
     "compare_deployed",
@@ -85,6 +86,21 @@ class OptimizedGraph:
         return None
 
 
+@dataclasses.dataclass(frozen=True)
+class Fusions:
+    """What ONNX Runtime's CPU provider (``runtime``: which release) makes of a model in
+    its default session, or why it was not checked (``graph`` None, ``reason`` says)."""
+
+    runtime: str
+    graph: OptimizedGraph | None = None
+    reason: str | None = None
+
+    def fused(self, dq_output: str) -> bool:
+        """Whether the main-graph DequantizeLinear producing ``dq_output`` is gone from
+        ORT's graph (fused into the kernel that took its constant input)."""
+        return self.graph is not None and dq_output not in self.graph.produced
+
+
 def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = None) -> Any:
     """ONNX Runtime's default CPU session of ``path`` (optimizations ORT_ENABLE_ALL,
     prepacking on); with ``optimized``, ORT writes its optimized graph there (its
@@ -103,8 +119,9 @@ def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = 
     return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
 
-def optimized_graph(path: str | os.PathLike) -> OptimizedGraph:
-    """The main graph ONNX Runtime's default session makes of ``path`` (no run)."""
+def optimized_graph(path: str | os.PathLike, *, on_phase: Any = None) -> OptimizedGraph:
+    """The main graph ONNX Runtime's default session makes of ``path`` (no run;
+    ``on_phase`` is the child's: the model is the original)."""
     ort = require_onnxruntime()
     with tempfile.TemporaryDirectory(prefix="qlrewrite-ort-") as folder:
         target = Path(folder) / "optimized.onnx"

@@ -99,6 +99,8 @@ class _Child:
                 _send(process.stdin, task)
                 while True:
                     kind, value = pickle.load(process.stdout)  # type: ignore[arg-type]
+                    if kind == "raised":
+                        return _Raised(value)
                     if kind != "phase":
                         return value
                     phase = value
@@ -176,23 +178,25 @@ def main() -> None:
             task = pickle.load(sys.stdin.buffer)  # (original, rewritten, specs, options)
         except EOFError:
             return
-        _send(answers, ("result", _verified(answers, task)))
+        _send(answers, _verified(answers, task))
 
 
-def _verified(answers: IO[bytes], task: tuple) -> Any:
-    """One task's verification (or a called function's value); a Python error is its
-    reason (a bug, said as such)."""
+def _verified(answers: IO[bytes], task: tuple) -> tuple[str, Any]:
+    """One task's answer: ``("result", value)`` (a verification, a called function's
+    value) or ``("raised", message)``; a Python error of a verification is its reason (a
+    bug, said as such). Only the parent's types are sent (this module is ``__main__``)."""
     if task[0] == _CALL:
         _, function, args, keywords = task
         try:
-            return function(*args, on_phase=lambda p: _send(answers, ("phase", p)), **keywords)
+            on_phase = lambda p: _send(answers, ("phase", p))  # noqa: E731
+            return "result", function(*args, on_phase=on_phase, **keywords)
         except Exception as exc:
-            return _Raised(f"{type(exc).__name__}: {exc}")
+            return "raised", f"{type(exc).__name__}: {exc}"
     try:
-        return verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
+        return "result", verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
     except Exception as exc:  # the parent must get an answer
         reason = f"the verification failed ({type(exc).__name__}: {exc})"
-        return _not_passed(UNVERIFIABLE, reason, task[-1])
+        return "result", _not_passed(UNVERIFIABLE, reason, task[-1])
 
 
 if __name__ == "__main__":
