@@ -185,15 +185,18 @@ def _verified(answers: IO[bytes], task: tuple) -> tuple[str, Any]:
     """One task's answer: ``("result", value)`` (a verification, a called function's
     value) or ``("raised", message)``; a Python error of a verification is its reason (a
     bug, said as such). Only the parent's types are sent (this module is ``__main__``)."""
+
+    def on_phase(phase: str) -> None:
+        _send(answers, ("phase", phase))
+
     if task[0] == _CALL:
         _, function, args, keywords = task
         try:
-            on_phase = lambda p: _send(answers, ("phase", p))  # noqa: E731
             return "result", function(*args, on_phase=on_phase, **keywords)
         except Exception as exc:
             return "raised", f"{type(exc).__name__}: {exc}"
     try:
-        return "result", verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
+        return "result", verify_models(*task, on_phase=on_phase)
     except Exception as exc:  # the parent must get an answer
         reason = f"the verification failed ({type(exc).__name__}: {exc})"
         return "result", _not_passed(UNVERIFIABLE, reason, task[-1])

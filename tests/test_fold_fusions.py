@@ -85,7 +85,7 @@ def test_without_onnxruntime_fold_says_it_did_not_check(
     assert "not checked which DequantizeLinear ONNX Runtime fuses" in err
     assert "onnxruntime is not installed" in err
     (tmp_path / "out.onnx").unlink()
-    code, err, report = _fold(tmp_path, "cnn-per-channel", "--keep-fused")
+    code, err, _ = _fold(tmp_path, "cnn-per-channel", "--keep-fused")
     assert code == 1 and "--keep-fused needs ONNX Runtime's graph" in err
     assert not (tmp_path / "out.onnx").exists()
 
