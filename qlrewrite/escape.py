@@ -1,10 +1,11 @@
 """One escaping for every name that reaches an output: node names, file names, messages.
 
 A name read from a model or a file system may hold a newline (a forged report line, a
-forged ``::warning`` workflow command), other control characters, or bytes that are not
-UTF-8 (a file name decoded with ``surrogateescape``). :func:`escape` turns each of those
-into a visible backslash escape, so that one finding stays one line and every output
-encodes.
+forged ``::warning`` workflow command), other control characters, bidirectional controls
+(text shown in another order than it is stored), or bytes that are not UTF-8 (a file
+name decoded with ``surrogateescape``). :func:`escape` turns each of those into a
+visible backslash escape, so that one finding stays one line, shows what it holds, and
+every output encodes.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ import re
 
 __all__ = ["escape"]
 
-# C0 and C1 controls, DEL, the Unicode line and paragraph separators, lone surrogates.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+# C0 and C1 controls, DEL, the Unicode line and paragraph separators, the bidirectional
+# controls (embeddings, overrides, isolates and marks: U+202E shows "evil\u202eexe.onnx"
+# as "evilxnno.exe" to a reader), lone surrogates.
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -29,6 +34,6 @@ def _one(match: re.Match[str]) -> str:
 
 
 def escape(text: str) -> str:
-    """``text`` with every control character, line separator and undecodable byte shown
-    as a backslash escape (printable text unchanged)."""
+    """``text`` with every control character, line separator, bidirectional control and
+    undecodable byte shown as a backslash escape (printable text unchanged)."""
     return _UNSAFE.sub(_one, text)

@@ -6,6 +6,9 @@
   names).
 - :func:`refuse_shared_outputs`: two inputs may not map to one output (``m.onnx`` and
   ``m.ONNX`` both to ``m.fix.onnx``), nor an output be another input.
+- :func:`refuse_colliding`: two outputs of one run (``-o``, ``--report``,
+  ``--fix-output``, a fixed or rewritten model and its external data file) may not be
+  one file, compared the same way.
 - :func:`is_special`: a FIFO, a device or a socket, which a report is streamed into and
   never replaced (``-o /dev/null``, ``-o /dev/stdout``).
 - :class:`Snapshot`: the identity of the files a model was read from, to tell before an
@@ -17,15 +20,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from qlrewrite.errors import InputError, Refusal
 
 __all__ = [
+    "Output",
     "Snapshot",
     "is_special",
     "output_key",
+    "refuse_colliding",
     "refuse_if_read",
     "refuse_shared_outputs",
 ]
@@ -106,6 +111,54 @@ def refuse_shared_outputs(pairs: Sequence[tuple[Path, Path]]) -> None:
                 f"the fix of {src} would overwrite {other}, another input (nothing written)"
             )
         seen[key] = src
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """One file a run writes: what it is (``the report``, ``the output``) and where.
+    ``data`` (models only): whether a name in the model's folder is one its external
+    data file may be given (:func:`qlrewrite.atomic.is_data_name`)."""
+
+    label: str
+    path: Path
+    data: Callable[[str], bool] | None = None
+
+
+def refuse_colliding(outputs: Sequence[Output]) -> None:
+    """Raise InputError if two of ``outputs`` are one file (by path, spelling and file
+    identity, as :func:`refuse_if_read`) or one is a data file name of a model among
+    them: the later one would overwrite the earlier. Nothing has been written yet."""
+    seen: dict[object, Output] = {}
+    for later in outputs:
+        keys = [output_key(later.path), _identity(later.path)]
+        for key in keys:
+            earlier = seen.get(key) if key is not None else None
+            if earlier is not None:
+                raise InputError(
+                    f"{later.label} would overwrite {earlier.label}: both are {later.path}; "
+                    "give each its own file (nothing written)"
+                )
+        seen.update((key, later) for key in keys if key is not None)
+    _refuse_data_names(outputs)
+
+
+def _refuse_data_names(outputs: Sequence[Output]) -> None:
+    """An output named like the external data file of a model output in its folder."""
+    data_like = [o for o in outputs if o.path.name.endswith(".data")]
+    for model in outputs if data_like else ():
+        if model.data is None:
+            continue
+        folder = output_key(model.path)[0]
+        for other in data_like:
+            if (
+                other is not model
+                and output_key(other.path)[0] == folder
+                and model.data(other.path.name)
+            ):
+                raise InputError(
+                    f"{other.label} would overwrite the external data of {model.label} "
+                    f"({other.path}); give each its own file (nothing written)"
+                )
 
 
 @dataclasses.dataclass(frozen=True)

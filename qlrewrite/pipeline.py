@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, model_io, tensors
+from qlrewrite import atomic, model_io, output_guard, tensors
 from qlrewrite.compare import output_steps, verify_both
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
@@ -47,6 +47,7 @@ __all__ = [
     "FindingsRefusal",
     "RewriteResult",
     "default_output",
+    "model_output",
     "resolve_output",
     "rewrite",
     "unrepaired",
@@ -388,12 +389,18 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
             f"{report}: the report would overwrite the input's external data "
             "(a file the input reads)"
         )
-    if model_io.same_file(report, target):
-        raise InputError(f"{report}: the report would overwrite the output")
-    if model_io.same_folder(report, target) and atomic.is_data_name(
-        report.name, target.name, target.absolute().parent
-    ):
-        raise InputError(f"{report}: the report would overwrite the output's external data")
+    output_guard.refuse_colliding(
+        [model_output("the output", target), output_guard.Output("the report", report)]
+    )
+
+
+def model_output(label: str, path: Path) -> output_guard.Output:
+    """A model a run writes, as :func:`~qlrewrite.output_guard.refuse_colliding` compares
+    it: its file and the names its external data file may take."""
+    folder = path.absolute().parent
+    return output_guard.Output(
+        label, path, data=lambda name: atomic.is_data_name(name, path.name, folder)
+    )
 
 
 def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:

@@ -23,8 +23,9 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError
-from qlrewrite.findings import WARNING, Finding, Report
+from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
+from qlrewrite.rules import RULES
 from qlrewrite.rules.selection import parse_codes
 
 __all__ = ["IGNORE_KEY", "STALE_RULE", "apply_suppressions", "unused_key_finding"]
@@ -172,7 +173,11 @@ def _named(
     for group in sites.values():
         for site in group:
             probe = Finding(
-                "", WARNING, "", node=site.node.name or "", output=_first_output(site.node)
+                "",
+                RULES[STALE_RULE].severity,
+                "",
+                node=site.node.name or "",
+                output=_first_output(site.node),
             )
             for entry in keyed:
                 if entry.key is not None and _matches_key(probe, entry.key):
@@ -229,8 +234,8 @@ def _stale(
 
 
 def _finding(model: ir.Model, site: QuantizedSite, message: str) -> Finding:
-    return site_view(model, site).finding(
-        STALE_RULE, WARNING, message, "remove the suppression (or the codes that no longer match)"
+    return site_view(model, site).finding_of(
+        RULES[STALE_RULE], message, "remove the suppression (or the codes that no longer match)"
     )
 
 
@@ -238,7 +243,7 @@ def unused_key_finding(key: str, codes: Sequence[str], config: str) -> Finding:
     """QL901 for a ``per-node-ignores`` key that named no node of any model checked."""
     return Finding(
         rule=STALE_RULE,
-        severity=WARNING,
+        severity=RULES[STALE_RULE].severity,
         message=f"per-node-ignores '{key}' = {list(codes)} names no Q/DQ node of the models "
         f"checked with {config}",
         hint="remove the entry, or rename it after the node (or its output) it was for",

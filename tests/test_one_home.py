@@ -116,3 +116,49 @@ def test_views_may_read_their_attributes(tmp_path: Path, monkeypatch: pytest.Mon
     (package / "ok.py").write_text("a = ctx.attributes.get('axis')\nb = fix.view.attributes\n")
     monkeypatch.setitem(globals(), "PACKAGE", package)
     assert list(_violations()) == []
+
+
+# ------------------------------------------------------------------ a rule's code and severity
+
+RULES_DIR = PACKAGE / "rules"
+SEVERITIES = {"ERROR", "WARNING", "INFO"}
+
+
+def _restated(tree: ast.AST, rel: str) -> Iterator[str]:
+    """A rule module that makes its own Finding or passes a code and a severity again."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else ast.unparse(node.func)
+        if name in ("Finding", "finding"):
+            yield f"{rel}:{node.lineno}: builds a Finding (yield ctx.report(message, hint))"
+        args = [ast.unparse(a) for a in node.args]
+        if name not in ("rule", "Finding", "finding") and any(a in SEVERITIES for a in args):
+            yield f"{rel}:{node.lineno}: passes a severity again (the rule's declaration has it)"
+
+
+def _rule_violations(rules_dir: Path) -> Iterator[str]:
+    for path in sorted(rules_dir.glob("ql*.py")):
+        yield from _restated(ast.parse(path.read_text(), str(path)), path.name)
+
+
+def test_rules_report_without_restating_their_code_or_severity() -> None:
+    found = list(_rule_violations(RULES_DIR))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("yield ctx.finding('QL201', ERROR, 'm')", "builds a Finding"),
+        ("yield Finding(rule='QL602', severity=ERROR, message='m')", "builds a Finding"),
+        ("yield from _shape(ctx, 'QL421', WARNING, 'B')", "passes a severity again"),
+    ],
+)
+def test_the_rule_checker_catches_each_kind(source: str, expected: str, tmp_path: Path) -> None:
+    (tmp_path / "ql9xx_bad.py").write_text(source + "\n")
+    (tmp_path / "ql8xx_ok.py").write_text(
+        "@rule('QL801', 'n', ERROR)\ndef f(ctx): yield ctx.report('m')\n"
+    )
+    found = list(_rule_violations(tmp_path))
+    assert len(found) == 1 and expected in found[0], found

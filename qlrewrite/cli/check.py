@@ -229,7 +229,7 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     if statistics and fmt not in {"text", "json"}:
         raise click.UsageError("--statistics prints text or json, not " + fmt)
     targets = [t for t in found if isinstance(t, project.Target)]
-    fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify)
+    fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify, output)
     with contextlib.ExitStack() as stack:
         reads = _files_read(targets, config_file, run_settings, writes=output or fix)
         pending = _pending_report(stack, output, reads)
@@ -274,6 +274,7 @@ class _Fixing:
     output: Path | None
     in_place: bool
     verify: Any
+    report: Path | None  # -o
 
 
 def _fix_stage(  # noqa: PLR0917 (the run's state, passed on as it is)
@@ -296,7 +297,7 @@ def _fix_stage(  # noqa: PLR0917 (the run's state, passed on as it is)
             for t, r in zip(targets, checked, strict=True)
             if fixable(r.findings, unsafe=fixing.unsafe)
         ]
-        _refuse_fix_outputs(to_fix, fixing.output, fixing.in_place, reads)
+        _refuse_fix_outputs(to_fix, fixing, reads)
     options = {"unsafe": fixing.unsafe, "output": fixing.output, "in_place": fixing.in_place,
                "dry_run": fixing.diff, "verify": fixing.verify}  # fmt: skip
     outcomes = _fix_all(targets, checked, options, quiet=quiet)
@@ -419,14 +420,22 @@ def _files_read(
 
 
 def _refuse_fix_outputs(
-    targets: Sequence[project.Target], output: Path | None, in_place: bool, reads: list[Path]
+    targets: Sequence[project.Target], fixing: _Fixing, reads: list[Path]
 ) -> None:
-    """Before anything is written: no two models fixed into one file, and no fix written
-    over a file the run reads (another model, its data, a configuration file)."""
+    """Before anything is written: no fixed model (or its data file) written over the
+    report, no two models fixed into one file, and no fix written over a file the run
+    reads (another model, its data, a configuration file)."""
+    output, in_place = fixing.output, fixing.in_place
+    pairs = [(t.path, pipeline.resolve_output(t.path, output, in_place, "fix")) for t in targets]
+    if not in_place:  # in place, each model replaces itself (the rewrite checks its reads)
+        output_guard.refuse_shared_outputs(pairs)
+    if fixing.report is not None:
+        label = "--fix-output" if output is not None else "the fixed model"
+        fixed = [pipeline.model_output(f"{label} of {src}", out) for src, out in pairs]
+        report = output_guard.Output("the report (-o)", fixing.report)
+        output_guard.refuse_colliding([*fixed, report])
     if in_place:
-        return  # each model replaces itself; its own reads are checked by the rewrite
-    pairs = [(t.path, pipeline.resolve_output(t.path, output, False, "fix")) for t in targets]
-    output_guard.refuse_shared_outputs(pairs)
+        return
     for source, target in pairs:
         own = set(model_io.files_read_by(source))
         flag = "--fix-output" if output is not None else f"the fix of {source} into"

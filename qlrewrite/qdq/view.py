@@ -29,7 +29,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.findings import Finding, Severity
+from qlrewrite.findings import Finding, Rule
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
 from qlrewrite.qdq.sites import QuantizedSite
@@ -202,6 +202,8 @@ class NodeView:
         self._zero_point_index = roles.get("zero_point")
         self._inputs: list[ValueView | None] | None = None
         self._cache: dict[str, object] = {}  # derived facts, computed once
+        #: The rule being run on this view: what :meth:`report` files findings under.
+        self.rule: Rule | None = None
 
     # ------------------------------------------------------------------ identity
 
@@ -493,14 +495,22 @@ class NodeView:
             text = f"{self.domain_label} opset {self.imported}"
         return f"{text} ({self.op_type}-{self.row.since})" if self.row else text
 
-    def finding(
-        self, code: str, severity: Severity, message: str, hint: str = "", *, attribute: str = ""
+    def report(self, message: str, hint: str = "", *, attribute: str = "") -> Finding:
+        """A finding of the rule being run (:attr:`rule`, set by the registry around each
+        check: its code and severity are the rule's declaration) about this node;
+        ``message`` follows ``where``; ``attribute``: the attribute it is about."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check: use finding_of(rule, ...)")
+        return self.finding_of(self.rule, message, hint, attribute=attribute)
+
+    def finding_of(
+        self, rule: Rule, message: str, hint: str = "", *, attribute: str = ""
     ) -> Finding:
-        """A finding about this node (``attribute``: the one it is about); ``message``
-        follows ``where``."""
+        """A finding of ``rule`` about this node (for findings made outside a rule's check,
+        as suppressions are)."""
         return Finding(
-            rule=code,
-            severity=severity,
+            rule=rule.code,
+            severity=rule.severity,
             message=f"{self.where}: {message}",
             hint=hint,
             node=self.node.name or "",

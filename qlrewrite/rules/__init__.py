@@ -12,11 +12,11 @@ Adding a rule:
 1. Take the next free code of its family; it goes in the module named after it (a new
    block of codes for a new operator gets a new ``qlNNx_<what>.py``, imported below).
 2. Write the check, ``(NodeView) -> Iterator[Finding]``, yielding
-   ``ctx.finding(code, severity, message, hint)`` (``attribute=`` names the attribute a
-   finding is about), and decorate it with :func:`rule`: name, severity, summary,
-   explanation (why it matters), example, versions, the node ``kinds`` it reads, and
-   ``examples=[Example(label, bad, good)]``: models built with
-   :mod:`qlrewrite.rules.example_models`.
+   ``ctx.report(message, hint)`` (``attribute=`` names the attribute a finding is about;
+   the code and severity are the declaration's, never repeated), and decorate it with
+   :func:`rule`: name, severity, summary, explanation (why it matters), example,
+   versions, the node ``kinds`` it reads, and ``examples=[Example(label, bad, good)]``:
+   models built with :mod:`qlrewrite.rules.example_models`.
 3. A repair, if ONNX Runtime's outputs stay known: ``fix=Fix(SAFE or UNSAFE, summary,
    applies=..., node=... / model=... / upgrade_opset=...)`` beside the check;
    ``applies`` reads the finding's fields, never its text.

@@ -55,8 +55,8 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
     names = [o.name for o in row.inputs]
     if count < low or (high is not None and count > high) or _bad_variadic(ctx):
         most = "more in threes" if high is None else str(high)
-        yield ctx.finding(
-            "QL107", ERROR, f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
+        yield ctx.report(
+            f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
             f"({', '.join(names)})", "give the node the inputs its schema lists, in order",
         )  # fmt: skip
         return
@@ -66,15 +66,15 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
         if not o.optional and value is None
     ] + _empty_in_threes(ctx)
     if missing:
-        yield ctx.finding(
-            "QL107", ERROR, f"required input {' and '.join(missing)} is empty",
+        yield ctx.report(
+            f"required input {' and '.join(missing)} is empty",
             "connect the missing input",
         )  # fmt: skip
     yield from _runtime_slots(ctx)
     required = sum(not o.optional for o in row.outputs)
     if not required <= len(ctx.node.outputs) <= len(row.outputs):
-        yield ctx.finding(
-            "QL107", ERROR, f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
+        yield ctx.report(
+            f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
             f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
         )  # fmt: skip
 
@@ -85,15 +85,15 @@ def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
     if row.empty_optional_refused:
         empty = [o.name for o, v in zip(row.inputs, inputs, strict=False) if v is None]
         if empty:
-            yield ctx.finding(
-                "QL107", ERROR, f"optional input {' and '.join(empty)} is given as an empty "
+            yield ctx.report(
+                f"optional input {' and '.join(empty)} is given as an empty "
                 "name, which ONNX Runtime refuses for this operator when it loads the model",
                 "connect it, or leave it out only at the end of the inputs",
             )  # fmt: skip
     cut = [o.name for o in row.inputs[len(inputs) :] if o.name in row.slot_needed]
     if cut:
-        yield ctx.finding(
-            "QL107", ERROR, f"the inputs end before {' and '.join(cut)}: ONNX Runtime 1.31 "
+        yield ctx.report(
+            f"the inputs end before {' and '.join(cut)}: ONNX Runtime 1.31 "
             "aborts the process when it loads such a node",
             f"give {' and '.join(cut)} (an empty name in its place is accepted)",
         )  # fmt: skip

@@ -51,9 +51,7 @@ __all__: list[str] = []
 def input_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
     if count not in (2, 3):
-        yield ctx.finding(
-            "QL101",
-            ERROR,
+        yield ctx.report(
             f"has {count} inputs; {ctx.op_type} takes 2 or 3 (x, scale, optional zero point)",
             "give the node x, scale and optionally a zero point, nothing else",
         )
@@ -61,9 +59,7 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     inputs = ctx.node.inputs
     missing = [r for r, v in zip(("x", "scale"), inputs[:2], strict=True) if v is None]
     if missing:
-        yield ctx.finding(
-            "QL101",
-            ERROR,
+        yield ctx.report(
             f"required input {' and '.join(missing)} is empty",
             "connect the missing input; only the zero point may be omitted",
         )
@@ -97,8 +93,8 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
 def output_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.outputs)
     if count != 1:
-        yield ctx.finding(
-            "QL102", ERROR, f"has {count} outputs; {ctx.op_type} has exactly 1",
+        yield ctx.report(
+            f"has {count} outputs; {ctx.op_type} has exactly 1",
             "keep exactly one output",
         )  # fmt: skip
 
@@ -162,9 +158,7 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
 )
 def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None and ctx.domain == opsets.MS_DOMAIN and not ctx.site.ref.in_function:
-        yield ctx.finding(
-            "QL103",
-            WARNING,
+        yield ctx.report(
             f"the domain {ctx.domain_label} is not imported by the model; ONNX Runtime reads "
             f"the node as {ctx.domain_label} 1, onnx.checker refuses the model",
             f"add the opset import {ctx.domain_label} 1 (`qlrewrite check --fix`)",
@@ -216,9 +210,7 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
 def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     if ctx.imported is None and (ctx.domain != opsets.MS_DOMAIN or ctx.site.ref.in_function):
         where = "the function" if ctx.site.ref.in_function else "the model"
-        yield ctx.finding(
-            "QL106",
-            ERROR,
+        yield ctx.report(
             f"the domain {ctx.domain_label} is not imported by {where}",
             f"add an opset import for {ctx.domain_label}"
             + (f" version 1 to {where}" if ctx.domain else " (e.g. version 13)"),
@@ -256,9 +248,7 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
         return
     first = opsets.versions(ctx.domain, ctx.op_type)
     since = first[0].since if first else None
-    yield ctx.finding(
-        "QL104",
-        ERROR,
+    yield ctx.report(
         f"{ctx.domain_label} opset {ctx.imported} has no {ctx.op_type}"
         + (f" (it exists from opset {since})" if since else ""),
         f"import {ctx.domain_label} opset {since} or later" if since else "",
@@ -296,9 +286,7 @@ def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
     names = [o.name for o in ctx.row.inputs]
     if not low <= count <= high:
-        yield ctx.finding(
-            "QL105",
-            ERROR,
+        yield ctx.report(
             f"has {count} inputs; {ctx.op_type} takes {low} to {high} ({', '.join(names)})",
             f"give the node {', '.join(names[:low])} and optionally {', '.join(names[low:])}",
         )
@@ -309,9 +297,7 @@ def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
         if not o.optional and value is None
     ]
     if missing:
-        yield ctx.finding(
-            "QL105",
-            ERROR,
+        yield ctx.report(
             f"required input {' and '.join(missing)} is empty",
             "connect the missing input; only " + ", ".join(names[low:]) + " may be empty",
         )

@@ -102,7 +102,7 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
                 hint += "; blocked quantization needs ai.onnx opset 21 (`qlrewrite convert`)"
         else:
             hint = f"remove the attribute; {ctx.op_type} has no '{name}'"
-        yield ctx.finding("QL201", ERROR, message, hint, attribute=name)
+        yield ctx.report(message, hint, attribute=name)
 
 
 @rule(
@@ -135,9 +135,7 @@ def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():
         spec = ctx.row.attributes.get(name)
         if spec is not None and attr.type != spec[0]:
-            yield ctx.finding(
-                "QL202",
-                ERROR,
+            yield ctx.report(
                 f"attribute '{name}' is {attr.type.name}, {ctx.version_label} wants {spec[0].name}",
                 f"write '{name}' as an integer attribute",
                 attribute=name,
@@ -170,9 +168,7 @@ def attribute_type(ctx: NodeView) -> Iterator[Finding]:
 def required_attribute(ctx: NodeView) -> Iterator[Finding]:
     missing = sorted(set(ctx.row.required) - set(ctx.attributes))
     if missing:
-        yield ctx.finding(
-            "QL203",
-            ERROR,
+        yield ctx.report(
             f"required attribute {', '.join(missing)} is missing ({ctx.row.label})",
             "add the attribute(s); they have no default",
         )
@@ -214,9 +210,7 @@ def weight_bits(ctx: NodeView) -> Iterator[Finding]:
     *head, last = [str(b) for b in sorted(storage.bits)]
     allowed = f"{', '.join(head)} or {last}" if head else last
     how = "" if "bits" in ctx.attributes else " (the default)"
-    yield ctx.finding(
-        "QL204",
-        ERROR,
+    yield ctx.report(
         f"bits={bits}{how}; {ctx.row.weight} of type {dtype.name} takes {allowed}",
         f"set bits to {allowed}, the width the weights were packed with",
     )
@@ -262,9 +256,7 @@ def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
     how = "" if "block_size" in ctx.attributes else " (the default)"
     zero_ok = any(storage.block_size_zero for storage in ctx.row.storage.values())
     zero = f", or 0 for {FP_TYPES_TEXT} data" if zero_ok else ""
-    yield ctx.finding(
-        "QL205",
-        ERROR,
+    yield ctx.report(
         f"block_size={block}{how} is not a power of two >= {minimum}{zero}",
         "quantize again with block_size 16, 32, 64, 128 or 256",
     )
@@ -300,9 +292,7 @@ def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
     levels = ctx.row.accuracy_levels
     value = ctx.weight_attributes.get("accuracy_level")
     if levels and value is not None and value not in levels:
-        yield ctx.finding(
-            "QL206",
-            ERROR,
+        yield ctx.report(
             f"accuracy_level={value} is not one of {min(levels)}-{max(levels)}",
             "use 0 (float math, the default) or 4 (int8 A, fastest on CPU)",
         )
@@ -336,6 +326,4 @@ def weight_dimension_negative(ctx: NodeView) -> Iterator[Finding]:
     for name in ("K", "N"):
         value = values.get(name)
         if name in ctx.row.attributes and value is not None and value < 0:
-            yield ctx.finding(
-                "QL207", ERROR, f"{name}={value} is negative", f"set {name} to the weight's size"
-            )
+            yield ctx.report(f"{name}={value} is negative", f"set {name} to the weight's size")

@@ -73,8 +73,8 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
     for name, param, view in _typed_operands(ctx):
         allowed = row.type_params[param]
         if view.dtype not in allowed:
-            yield ctx.finding(
-                "QL314", ERROR, f"{name} {view.describe()} is {view.dtype.name}; {row.label} "
+            yield ctx.report(
+                f"{name} {view.describe()} is {view.dtype.name}; {row.label} "
                 f"takes {type_names(allowed)}", f"give {name} one of {type_names(allowed)}",
             )  # fmt: skip
             continue
@@ -82,8 +82,8 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
             continue
         first = bound.setdefault(param, (name, view.dtype))
         if first[1] != view.dtype:
-            yield ctx.finding(
-                "QL314", ERROR, f"{name} is {view.dtype.name} but {first[0]} is "
+            yield ctx.report(
+                f"{name} is {view.dtype.name} but {first[0]} is "
                 f"{first[1].name}; {row.label} needs them of one type ({param})",
                 f"give {name} and {first[0]} the same type",
             )  # fmt: skip
@@ -91,7 +91,7 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
         data = t.data.dtype if t.data is not None else None
         zero_point = t.zero_point.dtype if t.zero_point is not None else None
         if data is not None and zero_point is not None and data != zero_point:
-            yield ctx.finding(
-                "QL314", ERROR, f"{t.label}'s zero point is {zero_point.name} but its data "
+            yield ctx.report(
+                f"{t.label}'s zero point is {zero_point.name} but its data "
                 f"is {data.name}", "give them the same type",
             )  # fmt: skip

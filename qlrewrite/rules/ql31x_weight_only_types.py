@@ -53,9 +53,7 @@ def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
             continue
         allowed = row.type_params[spec.type_param]
         if view.dtype not in allowed:
-            yield ctx.finding(
-                "QL310",
-                ERROR,
+            yield ctx.report(
                 f"{spec.name} {view.describe()} is {view.dtype.name}; {row.label} takes "
                 f"{type_names(allowed)}",
                 f"give {spec.name} one of {type_names(allowed)}",
@@ -96,9 +94,7 @@ def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
             continue
         seen = first.setdefault(spec.type_param, (spec.name, view.dtype))
         if seen[1] != view.dtype:
-            yield ctx.finding(
-                "QL311",
-                ERROR,
+            yield ctx.report(
                 f"{spec.name} is {view.dtype.name} but {seen[0]} is {seen[1].name}; "
                 f"{row.op_type} needs them of one type",
                 f"give {spec.name} the type {seen[1].name}",
@@ -136,9 +132,7 @@ def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
     if zp is None or a is None or zp.dtype is None or a.dtype is None:
         return
     if zp.dtype in opsets.FLOAT_TYPES and zp.dtype != a.dtype:
-        yield ctx.finding(
-            "QL312",
-            WARNING,
+        yield ctx.report(
             f"zero_points {zp.describe()} is {zp.dtype.name}, A is {a.dtype.name}",
             f"store the zero points as {a.dtype.name} (or packed uint8)",
         )
@@ -173,9 +167,7 @@ def zero_point_not_allowed(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.operand("zero_points")
     if storage is not None and storage.zero_point == "none" and zp is not None:
         dtype = ctx.operand(ctx.row.weight).dtype  # type: ignore[union-attr]
-        yield ctx.finding(
-            "QL313",
-            ERROR,
+        yield ctx.report(
             f"zero_points {zp.describe()} given for {dtype.name} {ctx.row.weight}",
             "remove the zero point: float8 / float4 data is symmetric",
         )

@@ -37,14 +37,12 @@ def _type_hint(ctx: NodeView, role: str, dtype: ir.DataType, what: str) -> str:
     return f"use one of: {_names(getattr(ctx.row, role))}"
 
 
-def _role_type(ctx: NodeView, code: str, role: str, view: ValueView | None, what: str):
+def _role_type(ctx: NodeView, role: str, view: ValueView | None, what: str):
     if view is None or view.dtype is None:
         return
     allowed = getattr(ctx.row, role)
     if view.dtype not in allowed:
-        yield ctx.finding(
-            code,
-            ERROR,
+        yield ctx.report(
             f"{what} {view.describe()} has type {view.dtype.name}, which {ctx.version_label} "
             f"does not allow (allowed: {_names(allowed)})",
             _type_hint(ctx, role, view.dtype, what),
@@ -77,7 +75,7 @@ def _role_type(ctx: NodeView, code: str, role: str, view: ValueView | None, what
     ],
 )
 def x_type(ctx: NodeView) -> Iterator[Finding]:
-    yield from _role_type(ctx, "QL301", "x_types", ctx.x, "x")
+    yield from _role_type(ctx, "x_types", ctx.x, "x")
 
 
 @rule(
@@ -105,7 +103,7 @@ def x_type(ctx: NodeView) -> Iterator[Finding]:
     ],
 )
 def scale_type(ctx: NodeView) -> Iterator[Finding]:
-    yield from _role_type(ctx, "QL302", "scale_types", ctx.scale, "scale")
+    yield from _role_type(ctx, "scale_types", ctx.scale, "scale")
 
 
 @rule(
@@ -132,7 +130,7 @@ def scale_type(ctx: NodeView) -> Iterator[Finding]:
     ],
 )
 def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
-    yield from _role_type(ctx, "QL303", "zero_point_types", ctx.zero_point, "zero point")
+    yield from _role_type(ctx, "zero_point_types", ctx.zero_point, "zero point")
 
 
 @rule(
@@ -165,9 +163,7 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     if x.dtype not in ctx.row.x_types:  # QL301 says it; "store it as FLOAT" would mislead
         return
     if x.dtype != zp.dtype:
-        yield ctx.finding(
-            "QL304",
-            ERROR,
+        yield ctx.report(
             f"zero point {zp.describe()} has type {zp.dtype.name} but x {x.describe()} is "
             f"{x.dtype.name}",
             f"store the zero point as {x.dtype.name}",
@@ -207,9 +203,7 @@ def scale_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
         hint = f"store the scale as {x.dtype.name}"
         if not ctx.domain:
             hint += " or run `qlrewrite upgrade --opset 23` (mixed types allowed there)"
-        yield ctx.finding(
-            "QL305",
-            ERROR,
+        yield ctx.report(
             f"scale {scale.describe()} is {scale.dtype.name} but x {x.describe()} is "
             f"{x.dtype.name}; {ctx.version_label} needs them equal",
             hint,
@@ -259,9 +253,7 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     except ValueError:
         dtype = None
     if dtype is None or dtype not in allowed:
-        yield ctx.finding(
-            "QL306",
-            ERROR,
+        yield ctx.report(
             f"output_dtype={_dtype_name(value)} is not an output type of {ctx.version_label}",
             f"use one of: {_names(allowed)}",
         )
@@ -269,9 +261,7 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     zp = ctx.zero_point
     matters = ctx.row.output_dtype_matches_zero_point and zp is not None
     if matters and zp.dtype is not None and zp.dtype != dtype:
-        yield ctx.finding(
-            "QL306",
-            ERROR,
+        yield ctx.report(
             f"output_dtype={dtype.name} but the zero point {zp.describe()} is "
             f"{zp.dtype.name}; they must be equal",
             f"drop output_dtype or store the zero point as {dtype.name}",
@@ -307,9 +297,7 @@ def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
     if scale is None or scale.dtype not in ctx.row.scale_needs_output_dtype:
         return
     if not ctx.int_attr("output_dtype"):
-        yield ctx.finding(
-            "QL307",
-            ERROR,
+        yield ctx.report(
             f"scale {scale.describe()} is {scale.dtype.name} and output_dtype is not set",
             "add output_dtype=1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16)",
         )
@@ -346,9 +334,7 @@ def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
         return
     derived = ctx.output_type
     if derived is not None and derived != out.dtype:
-        yield ctx.finding(
-            "QL308",
-            ERROR,
+        yield ctx.report(
             f"output {out.describe()} is declared {out.dtype.name} but {ctx.version_label} "
             f"produces {derived.name}",
             f"declare the output as {derived.name} (or fix the input types)",
@@ -383,9 +369,7 @@ def precision_not_float(ctx: NodeView) -> Iterator[Finding]:
         return
     value = ctx.int_attr("precision")
     if value and value not in {int(t) for t in opsets.FLOAT_TYPES}:
-        yield ctx.finding(
-            "QL309",
-            WARNING,
+        yield ctx.report(
             f"precision={_dtype_name(value)} is not a float type",
             "use precision=1 (FLOAT), 10 (FLOAT16) or 16 (BFLOAT16), or drop it",
         )

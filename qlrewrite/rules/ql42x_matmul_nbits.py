@@ -33,13 +33,11 @@ def _mismatch(view: ValueView | None, shapes: Sequence[tuple[int, ...]]) -> bool
 
 
 def _shape_finding(
-    ctx: NodeView, code: str, name: str, shapes: Sequence[tuple[int, ...]], why: str
+    ctx: NodeView, name: str, shapes: Sequence[tuple[int, ...]], why: str
 ) -> Iterator[Finding]:
     view = ctx.operand(name)
     if _mismatch(view, shapes):
-        yield ctx.finding(
-            code,
-            ERROR,
+        yield ctx.report(
             f"{name} {view.describe()} should be {_shape_text(shapes)} ({why})",  # type: ignore[union-attr]
             f"give {name} the shape {_shape_text(shapes[:1])}, or fix the attributes",
         )
@@ -76,11 +74,9 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
     if a is None or a.shape is None or k is None:
         return
     if a.rank == 0:
-        yield ctx.finding("QL420", ERROR, f"A {a.describe()} is a scalar", "give A rank >= 1")
+        yield ctx.report(f"A {a.describe()} is a scalar", "give A rank >= 1")
     elif a.shape[-1] is not None and a.shape[-1] != k:
-        yield ctx.finding(
-            "QL420",
-            ERROR,
+        yield ctx.report(
             f"A {a.describe()} has last dimension {a.shape[-1]}, K={k}",
             "set K to A's last dimension (the weight's input features)",
         )
@@ -115,7 +111,7 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
 def b_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL421", "B", [form.b_shape], layout_attrs(form))
+        yield from _shape_finding(ctx, "B", [form.b_shape], layout_attrs(form))
 
 
 @rule(
@@ -145,7 +141,7 @@ def b_shape(ctx: NodeView) -> Iterator[Finding]:
 def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL422", "scales", form.scales_shapes, layout_attrs(form))
+        yield from _shape_finding(ctx, "scales", form.scales_shapes, layout_attrs(form))
 
 
 @rule(
@@ -181,7 +177,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
         return
     packed = zp.dtype.name == "UINT8"
     why = f"{'packed uint8' if packed else zp.dtype.name}, {layout_attrs(form)}"
-    yield from _shape_finding(ctx, "QL423", "zero_points", form.zero_point_shapes(packed), why)
+    yield from _shape_finding(ctx, "zero_points", form.zero_point_shapes(packed), why)
 
 
 @rule(
@@ -211,7 +207,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
 def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
-        yield from _shape_finding(ctx, "QL424", "g_idx", form.g_idx_shapes, layout_attrs(form))
+        yield from _shape_finding(ctx, "g_idx", form.g_idx_shapes, layout_attrs(form))
 
 
 @rule(
@@ -240,4 +236,4 @@ def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
 def bias_shape(ctx: NodeView) -> Iterator[Finding]:
     n = ctx.weight_attributes.get("N")
     if n is not None and n >= 0:
-        yield from _shape_finding(ctx, "QL425", "bias", [(n,)], f"N={n}")
+        yield from _shape_finding(ctx, "bias", [(n,)], f"N={n}")

@@ -64,9 +64,7 @@ def data_rank(ctx: NodeView) -> Iterator[Finding]:
     if data is None or data.rank is None:
         return
     if data.rank < 2:
-        yield ctx.finding(
-            "QL430",
-            ERROR,
+        yield ctx.report(
             f"data {data.describe()} has rank {data.rank}; ONNX Runtime needs rank >= 2",
             "reshape the table to [rows, values] (one row per index)",
         )
@@ -113,9 +111,7 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
         if value is not None and not -rank <= value < rank:
             out_of_range = True
             how = "" if name in ctx.attributes else " (the default)"
-            yield ctx.finding(
-                "QL431",
-                ERROR,
+            yield ctx.report(
                 f"{name}={value}{how} is out of range for data {data.describe()}",
                 f"set {name} in [{-rank}, {rank - 1}]",
             )
@@ -124,16 +120,12 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
         return
     gather, quantize = values["gather_axis"], values["quantize_axis"]
     if storage.gather_axis_zero and gather is not None and gather % rank != 0:
-        yield ctx.finding(
-            "QL431",
-            ERROR,
+        yield ctx.report(
             f"gather_axis={gather}; uint8 data must be gathered on axis 0",
             "store the table with the gathered axis first",
         )
     if storage.quantize_axis_last and quantize is not None and quantize % rank != rank - 1:
-        yield ctx.finding(
-            "QL431",
-            ERROR,
+        yield ctx.report(
             f"quantize_axis={quantize}; uint8 data is packed along its last axis ({rank - 1})",
             f"set quantize_axis to {rank - 1} (or -1)",
         )
@@ -171,9 +163,7 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     if form is None or data is None or scales is None or scales.shape is None:
         return
     if scales.rank != data.rank:
-        yield ctx.finding(
-            "QL432",
-            ERROR,
+        yield ctx.report(
             f"scales {scales.describe()} has rank {scales.rank}, data {data.describe()} "
             f"has rank {data.rank}",
             "give scales the rank of data",
@@ -190,9 +180,7 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
             ok = have == size or (form.storage.scale_broadcast and have == 1)
         if not ok:
             what = "the block count on quantize_axis" if i == form.quantize_axis else "data's size"
-            yield ctx.finding(
-                "QL432",
-                ERROR,
+            yield ctx.report(
                 f"scales {scales.describe()} has {have} on axis {i}; {what} is {want} "
                 f"(data {data.describe()}, bits={form.bits}, block_size={form.block_size})",
                 "give scales data's shape with quantize_axis divided into blocks",
@@ -233,9 +221,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     if form.storage.zero_point == "none" or scales.rank != form.rank:
         return  # QL313 / QL432
     if zp.rank != scales.rank:
-        yield ctx.finding(
-            "QL433",
-            ERROR,
+        yield ctx.report(
             f"zero_points {zp.describe()} has rank {zp.rank}, scales has rank {scales.rank}",
             "give zero_points the rank of scales",
         )
@@ -245,9 +231,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     want = form.zero_point_shape(scales.shape)  # type: ignore[arg-type]
     if any(have is not None and have != w for have, w in zip(zp.shape, want, strict=True)):
         packed = " (packed, 8 / bits per byte)" if form.storage.packed else ""
-        yield ctx.finding(
-            "QL433",
-            ERROR,
+        yield ctx.report(
             f"zero_points {zp.describe()} should be {_dims(want)}{packed} for scales "
             f"{scales.describe()}",
             f"give zero_points the shape {_dims(want)}",

@@ -108,8 +108,8 @@ def qoperator_scale_shape(ctx: NodeView) -> Iterator[Finding]:
             problems.append(_length_mismatch(t))
         for problem in problems:
             if problem is not None:
-                yield ctx.finding(
-                    "QL440", ERROR, problem,
+                yield ctx.report(
+                    problem,
                     "quantize activations and outputs per tensor; a per-channel weight "
                     "scale has one value per output channel",
                 )  # fmt: skip
@@ -168,7 +168,7 @@ def qoperator_bias_shape(ctx: NodeView) -> Iterator[Finding]:
     if ctx.op_type == "QGemm":  # Gemm's C broadcasts: scalar, [N], [1, N] also do
         ok = ok or bias.size == 1 or (len(bias.shape) == 2 and bias.shape[-1] == channels)
     if not ok:
-        yield ctx.finding(
-            "QL442", ERROR, f"bias {name} {bias.describe()} must be [{channels}] (one value "
+        yield ctx.report(
+            f"bias {name} {bias.describe()} must be [{channels}] (one value "
             "per output channel)", f"give {name} {channels} int32 values",
         )  # fmt: skip

@@ -83,9 +83,7 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     axis = ctx.axis
     if not -x.rank <= axis < x.rank:
         how = "" if "axis" in ctx.attributes else " (the default)"
-        yield ctx.finding(
-            "QL401",
-            ERROR,
+        yield ctx.report(
             f"axis={axis}{how} is out of range for x {x.describe()} of rank {x.rank}",
             f"set axis to the quantized dimension, in [{-x.rank}, {x.rank - 1}]",
         )
@@ -129,9 +127,7 @@ def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
         return
     for role, view in (("scale", ctx.scale), ("zero point", ctx.zero_point)):
         if view is not None and view.shape is not None and not _per_tensor_shape(view.shape):
-            yield ctx.finding(
-                "QL402",
-                ERROR,
+            yield ctx.report(
                 f"{role} {view.describe()} is not a scalar; {ctx.version_label} is per-tensor only",
                 "per-axis quantization needs opset 13: run `qlrewrite upgrade --opset 13`",
             )
@@ -169,9 +165,7 @@ def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
     if axis is None or x.shape[axis] is None:
         return
     if scale.shape[0] != x.shape[axis]:
-        yield ctx.finding(
-            "QL403",
-            ERROR,
+        yield ctx.report(
             f"per-axis scale {scale.describe()} has {scale.shape[0]} elements but x "
             f"{x.describe()} has {x.shape[axis]} on axis {ctx.axis}",
             f"give one scale per slice ({x.shape[axis]}) or set axis to the right dimension",
@@ -214,9 +208,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
         return
     if ctx.row.scalar_only:
         return  # QL402 reports it
-    yield ctx.finding(
-        "QL404",
-        ERROR,
+    yield ctx.report(
         f"zero point {zp.describe()} does not have the shape of scale {scale.describe()}",
         f"store the zero point with shape {list(scale.shape)}",
     )
@@ -257,9 +249,7 @@ def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
         hint = "com.microsoft has no blocked form; use ai.onnx opset 21 with block_size"
     else:
         hint = "blocked quantization needs opset 21: `qlrewrite upgrade --opset 21`"
-    yield ctx.finding(
-        "QL405",
-        ERROR,
+    yield ctx.report(
         f"scale {scale.describe()} has rank {scale.rank} but block_size is not set",
         hint,
     )
@@ -372,9 +362,7 @@ def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
     if scale is None or zp is None or scale.shape is None or zp.shape is None:
         return
     if {scale.shape, zp.shape} == {(), (1,)}:
-        yield ctx.finding(
-            "QL406",
-            WARNING,
+        yield ctx.report(
             f"zero point {zp.describe()} and scale {scale.describe()} differ in rank",
             "give both the same shape (both scalars)",
         )
@@ -407,8 +395,8 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
         return
     value = ctx.int_attr("block_size")
     if value is not None and value < 0:
-        yield ctx.finding(
-            "QL407", ERROR, f"block_size={value} is negative",
+        yield ctx.report(
+            f"block_size={value} is negative",
             "use 0 (not blocked) or the positive block length",
         )  # fmt: skip
 
@@ -445,9 +433,7 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     if ctx.block_size <= 0 or scale is None or x is None:
         return
     if scale.rank is not None and x.rank is not None and scale.rank != x.rank:
-        yield ctx.finding(
-            "QL408",
-            ERROR,
+        yield ctx.report(
             f"block_size={ctx.block_size} but scale {scale.describe()} has rank {scale.rank} "
             f"and x {x.describe()} has rank {x.rank}",
             "give the scale x's shape with the blocked axis divided into blocks",
@@ -490,9 +476,7 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
         if i != axis and s is not None and d is not None and s != d
     ]  # fmt: skip
     if bad:
-        yield ctx.finding(
-            "QL409",
-            ERROR,
+        yield ctx.report(
             f"scale {scale.describe()} differs from x {x.describe()} on dimension(s) "
             f"{', '.join(map(str, bad))}, which are not the blocked axis {ctx.axis}",
             "match x's size on every dimension except the blocked axis",
@@ -544,9 +528,7 @@ def block_size_range(ctx: NodeView) -> Iterator[Finding]:
         ok = b >= low and (high is None or b <= high)
         wanted = f"[{low}, {high}]" if high is not None else f">= {low}"
     if not ok:
-        yield ctx.finding(
-            "QL410",
-            ERROR,
+        yield ctx.report(
             f"block_size={b} does not fit {d} elements on axis {ctx.axis} with {s} scale "
             f"entries (allowed: {wanted})",
             f"use a block_size in {wanted}, or resize the scale to ceil({d}/{b}) on the axis",
@@ -601,9 +583,7 @@ def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
     if ctx.domain != opsets.MS_DOMAIN or "axis" in ctx.attributes or scale is None:
         return
     if scale.rank == 1 and scale.shape[0] != 1:
-        yield ctx.finding(
-            "QL411",
-            WARNING,
+        yield ctx.report(
             f"scale {scale.describe()} is 1-D but no axis is given (ONNX Runtime uses axis 1)",
             "write axis explicitly (axis=1 keeps ONNX Runtime's behaviour)",
         )

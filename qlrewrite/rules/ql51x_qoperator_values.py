@@ -47,8 +47,8 @@ def qoperator_scale_value(ctx: NodeView) -> Iterator[Finding]:
             continue
         bad = values[~(np.isfinite(values) & (values > 0))]
         if bad.size:
-            yield ctx.finding(
-                "QL511", WARNING, f"{t.label}'s scale {t.scale.describe()} has {bad.size} "
+            yield ctx.report(
+                f"{t.label}'s scale {t.scale.describe()} has {bad.size} "
                 f"value(s) that are not positive and finite: {bad[:4].tolist()}",
                 "recompute the scale from the tensor's range",
             )  # fmt: skip

@@ -59,9 +59,7 @@ def scale_value(ctx: NodeView) -> Iterator[Finding]:
         return
     bad = values[~(np.isfinite(values) & (values != 0))]
     if bad.size:
-        yield ctx.finding(
-            "QL501",
-            WARNING,
+        yield ctx.report(
             f"scale {ctx.scale.describe()} has {bad.size} value(s) that are zero, NaN or "
             f"infinite: {_sample(bad)}",
             "recompute the scale (nonzero, finite) from the tensor's range",
@@ -100,9 +98,7 @@ def scale_negative(ctx: NodeView) -> Iterator[Finding]:
         return
     negative = values[values < 0]
     if negative.size:
-        yield ctx.finding(
-            "QL504",
-            WARNING,
+        yield ctx.report(
             f"scale {ctx.scale.describe()} has {negative.size} negative value(s): "
             f"{_sample(negative)}",
             "negate the scale and the quantized values of the slice, if a positive scale "
@@ -147,9 +143,7 @@ def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
         return
     nonzero = zp.array.ravel()[zp.array.ravel() != 0]
     if nonzero.size:
-        yield ctx.finding(
-            "QL502",
-            WARNING,
+        yield ctx.report(
             f"int32 zero point {zp.describe()} is nonzero: {_sample(nonzero.astype(np.int64))}",
             "fold the zero point into the bias and use zero point 0 (or omit it)",
         )
@@ -187,9 +181,7 @@ def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     values = zp.array.ravel()
     bad = values[values != 0]
     if bad.size:
-        yield ctx.finding(
-            "QL503",
-            WARNING,
+        yield ctx.report(
             f"{zp.dtype.name} zero point {zp.describe()} is not 0: {_sample(bad)}",
             "omit the zero point (float types have none) or set it to 0",
         )
@@ -230,9 +222,7 @@ def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
     if bad.any():
         first = int(np.flatnonzero(bad.ravel())[0])
         value = int(g_idx.array.ravel()[first])
-        yield ctx.finding(
-            "QL510",
-            ERROR,
+        yield ctx.report(
             f"g_idx[{first}] = {value} is outside [0, {form.k_blocks}) ({int(bad.sum())} "
             f"entries out of range; {layout_attrs(form)})",
             "recompute g_idx from the quantizer, or drop it when it is arange(K) // block_size",

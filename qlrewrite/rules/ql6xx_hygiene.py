@@ -91,21 +91,17 @@ def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     for dtype, role in types.items():
         need = opsets.min_ir_version(dtype)
         if ctx.ir_version < need:
-            yield ctx.finding(
-                "QL601",
-                WARNING,
+            yield ctx.report(
                 f"{role} is {dtype.name}, which needs IR version {need}; the model declares "
                 f"IR version {ctx.ir_version}",
                 f"set the model's ir_version to {need} or later",
             )
 
 
-def _data_rule(ctx: ModelContext, code: str, kinds: tuple[str, ...], hint: str):
+def _data_rule(ctx: ModelContext, kinds: tuple[str, ...], hint: str) -> Iterator[Finding]:
     for problem in ctx.data_problems:
         if problem.kind in kinds:
-            yield Finding(
-                rule=code, severity=ERROR, message=problem.message, hint=hint, graph=problem.graph
-            )
+            yield ctx.report(problem.message, hint, graph=problem.graph)
 
 
 @rule(
@@ -135,7 +131,7 @@ def _data_rule(ctx: ModelContext, code: str, kinds: tuple[str, ...], hint: str):
 )
 def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
-        ctx, "QL602", ("external-missing",), "restore the external data file beside the model"
+        ctx, ("external-missing",), "restore the external data file beside the model"
     )
 
 
@@ -166,7 +162,6 @@ def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
 def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
         ctx,
-        "QL603",
         ("external-escapes",),
         "keep external data in the model's folder, with a relative path",
     )
@@ -199,7 +194,6 @@ def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
 def external_data_out_of_range(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
         ctx,
-        "QL604",
         ("external-range",),
         "re-export the model together with its external data file",
     )
@@ -234,7 +228,6 @@ def external_data_out_of_range(ctx: ModelContext) -> Iterator[Finding]:
 def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
     yield from _data_rule(
         ctx,
-        "QL605",
         ("data-length", "negative-dims"),
         "re-export the model; the tensor's data is corrupt",
     )
@@ -270,9 +263,7 @@ def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
 )
 def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
     for reason in _cpu_limits(ctx):
-        yield ctx.finding(
-            "QL606",
-            WARNING,
+        yield ctx.report(
             f"ONNX Runtime's CPU provider cannot run it: {reason}",
             "fine for other providers; for CPU, write the supported form",
         )

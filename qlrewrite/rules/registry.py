@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import textwrap
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, Protocol
 
 import onnx
 import onnx_ir as ir
@@ -174,24 +174,43 @@ def rule(
             source=source_path(func.__module__),
         )
         RULES[code] = entry
-        checked = func if fix is None else _with_fix(func, fix)
         CHECKS[code] = RuleCheck(
-            entry, checked, scope, needs_version, kinds, fix, tuple(examples), func.__module__
+            entry,
+            _bound(func, entry, fix),
+            scope,
+            needs_version,
+            kinds,
+            fix,
+            tuple(examples),
+            func.__module__,
         )
         return func
 
     return register
 
 
-def _with_fix(
-    func: Callable[[Any], Iterable[Finding]], fix: Fix
-) -> Callable[[Any], Iterator[Finding]]:
-    """``func`` whose findings say ``fix.kind`` when ``fix.applies`` to them."""
+class _Reports(Protocol):
+    """What a rule's check is given: a context that files findings under ``rule``."""
+
+    rule: Rule | None
+
+
+def _bound(
+    func: Callable[[Any], Iterable[Finding]], entry: Rule, fix: Fix | None
+) -> Callable[[Any], list[Finding]]:
+    """``func`` run with ``ctx.rule`` set to ``entry`` (so ``ctx.report`` gives the rule's
+    code and severity), its findings saying ``fix.kind`` when ``fix.applies`` to them."""
 
     @functools.wraps(func)
-    def checked(ctx: Any) -> Iterator[Finding]:
-        for finding in func(ctx):
-            yield dataclasses.replace(finding, fix=fix.kind) if fix.applies(finding) else finding
+    def checked(ctx: _Reports) -> list[Finding]:
+        outer, ctx.rule = ctx.rule, entry
+        try:
+            found = list(func(ctx))
+        finally:
+            ctx.rule = outer
+        if fix is None:
+            return found
+        return [dataclasses.replace(f, fix=fix.kind) if fix.applies(f) else f for f in found]
 
     return checked
 
@@ -202,6 +221,21 @@ class ModelContext:
 
     model: ir.Model
     path: str | None = None
+    #: The rule being run: what :meth:`report` files findings under.
+    rule: Rule | None = None
+
+    def report(self, message: str, hint: str = "", *, graph: str = "main") -> Finding:
+        """A finding of the rule being run (its declared code and severity) about the
+        model's ``graph``."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check")
+        return Finding(
+            rule=self.rule.code,
+            severity=self.rule.severity,
+            message=message,
+            hint=hint,
+            graph=graph,
+        )
 
     @functools.cached_property
     def data_problems(self) -> list[tensors.DataProblem]:
