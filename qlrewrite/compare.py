@@ -8,18 +8,36 @@ any two models in ONNX Runtime, the ONNX reference evaluator and OpenVINO when i
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.deployed import Deployment, Fusions, compare_deployed, optimized_graph
+from qlrewrite.deployed import (
+    Deployment,
+    Fusions,
+    OutputDifference,
+    compare_deployed,
+    optimized_graph,
+)
 from qlrewrite.qdq import constant_tensor, iter_sites
+from qlrewrite.runtimes import Divergence, compare_in, first_divergence, label, missing
 from qlrewrite.tensors import initializer_bytes
 from qlrewrite.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
 from qlrewrite.verify_child import ChildFailed, call_in_child, verify_in_child
 
-__all__ = ["FUSION_CHECK_MAX_BYTES", "ort_fusions", "output_steps", "verify_both"]
+__all__ = [
+    "FUSION_CHECK_MAX_BYTES",
+    "Comparison",
+    "RuntimeComparison",
+    "compare_models",
+    "ort_fusions",
+    "output_steps",
+    "verify_both",
+]
 
 
 #: Initializer bytes above which fold does not load the input into ONNX Runtime to warn
@@ -45,7 +63,7 @@ def ort_fusions(path: str | os.PathLike, model: ir.Model, *, required: bool = Fa
     try:
         return Fusions(runtime, call_in_child(optimized_graph, os.fspath(path)))
     except ChildFailed as exc:
-        return Fusions(runtime, reason=f"it fails on the input ({exc})")
+        return Fusions(runtime, reason=f"it {exc.how} on the input")
 
 
 def output_steps(model: ir.Model) -> dict[str, float]:
@@ -84,5 +102,103 @@ def verify_both(
             seed=options.seed, steps=dict(options.output_steps),
         )  # fmt: skip
     except ChildFailed as exc:
-        result.deployment = Deployment("ONNX Runtime CPU, default session", reason=str(exc))
+        result.deployment = Deployment("ONNX Runtime CPU, default session",
+                                       reason=f"ONNX Runtime {exc}")  # fmt: skip
     return result
+
+
+@dataclasses.dataclass
+class RuntimeComparison:
+    """Two models' outputs in one runtime: per output the difference, or why the
+    runtime did not compare them (not installed, failed, crashed)."""
+
+    runtime: str
+    label: str
+    outputs: list[OutputDifference] = dataclasses.field(default_factory=list)
+    reason: str | None = None
+    failed_on: str | None = None  # "first" or "second": the model it failed on
+
+    def diverging(self, rtol: float, atol: float) -> list[OutputDifference]:
+        """The outputs beyond ``atol + rtol x`` their largest magnitude."""
+        return [o for o in self.outputs if not _within(o, rtol, atol)]
+
+
+def _within(output: OutputDifference, rtol: float, atol: float) -> bool:
+    if output.exact:
+        return True
+    if output.problem is not None or output.max_abs == float("inf"):
+        return False
+    magnitude = output.max_abs / output.relative if output.relative else 0.0
+    return output.max_abs <= atol + rtol * magnitude
+
+
+@dataclasses.dataclass
+class Comparison:
+    """``qlrewrite compare``: each runtime's comparison, and with ``--tensors`` the first
+    intermediate tensor that diverges."""
+
+    rtol: float
+    atol: float
+    runtimes: list[RuntimeComparison]
+    divergence: Divergence | None = None
+
+    @property
+    def diverges(self) -> bool:
+        """Whether an output (in any runtime that ran) or a tensor is beyond tolerance,
+        or a runtime failed on the second model only."""
+        outputs = any(r.diverging(self.rtol, self.atol) for r in self.runtimes)
+        failed = any(r.failed_on == "second" for r in self.runtimes)
+        tensor = self.divergence is not None and self.divergence.tensor is not None
+        return outputs or failed or tensor
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "diverges": self.diverges,
+            "runtimes": [
+                {"runtime": r.runtime, "label": r.label, "reason": r.reason,
+                 "outputs": [{**o.to_json(), "within": _within(o, self.rtol, self.atol)}
+                             for o in r.outputs]}
+                for r in self.runtimes
+            ],
+            "tensors": self.divergence.to_json() if self.divergence else None,
+        }  # fmt: skip
+
+
+def compare_models(
+    first: str | os.PathLike,
+    second: str | os.PathLike,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    runtimes: Sequence[str],
+    rtol: float,
+    atol: float,
+    tensors: bool = False,
+    steps: Mapping[str, float] | None = None,
+) -> Comparison:
+    """Both models on ``feeds`` in each of ``runtimes`` (each in the child process, so a
+    runtime crashing is reported, not fatal), and with ``tensors`` the first diverging
+    intermediate tensor (ONNX Runtime, optimizations off)."""
+    first, second = os.fspath(first), os.fspath(second)
+    found = []
+    for runtime in runtimes:
+        if (reason := missing(runtime)) is not None:
+            found.append(RuntimeComparison(runtime, runtime, reason=f"skipped: {reason}"))
+            continue
+        result = RuntimeComparison(runtime, label(runtime))
+        try:
+            result.outputs = call_in_child(compare_in, runtime, first, second, dict(feeds),
+                                           steps=dict(steps or {}))  # fmt: skip
+        except ChildFailed as exc:
+            result.reason, result.failed_on = str(exc), exc.phase
+        found.append(result)
+    comparison = Comparison(rtol, atol, found)
+    if tensors:
+        try:
+            comparison.divergence = call_in_child(
+                first_divergence, first, second, dict(feeds), rtol=rtol, atol=atol
+            )
+        except ChildFailed as exc:
+            comparison.divergence = Divergence(0, reason=f"ONNX Runtime {exc}")
+    return comparison

@@ -40,6 +40,7 @@ __all__ = [
     "compare_arrays",
     "generate_inputs",
     "input_specs",
+    "input_specs_or_refuse",
     "parse_input_shape",
     "require_onnxruntime",
     "run_session",
@@ -417,6 +418,14 @@ def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[In
                                 "and fed to ONNX Runtime")  # fmt: skip
         specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
     return specs
+
+
+def input_specs_or_refuse(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
+    """:func:`input_specs`; an input that cannot be generated is an InputError."""
+    try:
+        return input_specs(model, shapes)
+    except _Unverifiable as exc:
+        raise InputError(f"cannot generate the inputs: {exc}") from None
 
 
 def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, ...]:

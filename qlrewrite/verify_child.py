@@ -35,8 +35,13 @@ _CALL = "call"  # a task that calls a function: (_CALL, function, args, keywords
 
 
 class ChildFailed(Exception):
-    """A function called in the child raised, or the child ended without an answer
-    (the message says which, on which phase)."""
+    """A function called in the child raised, or the child ended without an answer:
+    ``str()`` says how and in which phase (``crashed (SIGABRT) on the second model``)."""
+
+    def __init__(self, how: str, phase: str) -> None:
+        super().__init__(f"{how} on the {phase} model")
+        self.how = how
+        self.phase = phase
 
 
 def verify_in_child(
@@ -62,9 +67,9 @@ def call_in_child(function: Callable[..., Any], *args: Any, **keywords: Any) -> 
     :class:`ChildFailed` when it raises or ONNX Runtime ends the child."""
     answer = _CHILD.exchange((_CALL, function, args, keywords))
     if isinstance(answer, _Ended):
-        raise ChildFailed(f"ONNX Runtime {_how(answer.code)} on the {answer.phase} model")
+        raise ChildFailed(_how(answer.code), answer.phase)
     if isinstance(answer, _Raised):
-        raise ChildFailed(answer.message)
+        raise ChildFailed(f"failed ({answer.message})", answer.phase)
     return answer
 
 
@@ -78,8 +83,9 @@ class _Ended:
 
 @dataclasses.dataclass(frozen=True)
 class _Raised:
-    """A called function raised: its message."""
+    """A called function raised in ``phase``: its message."""
 
+    phase: str
     message: str
 
 
@@ -100,7 +106,7 @@ class _Child:
                 while True:
                     kind, value = pickle.load(process.stdout)  # type: ignore[arg-type]
                     if kind == "raised":
-                        return _Raised(value)
+                        return _Raised(*value)
                     if kind != "phase":
                         return value
                     phase = value
@@ -185,8 +191,10 @@ def _verified(answers: IO[bytes], task: tuple) -> tuple[str, Any]:
     """One task's answer: ``("result", value)`` (a verification, a called function's
     value) or ``("raised", message)``; a Python error of a verification is its reason (a
     bug, said as such). Only the parent's types are sent (this module is ``__main__``)."""
+    phases = ["original"]
 
     def on_phase(phase: str) -> None:
+        phases.append(phase)
         _send(answers, ("phase", phase))
 
     if task[0] == _CALL:
@@ -194,7 +202,8 @@ def _verified(answers: IO[bytes], task: tuple) -> tuple[str, Any]:
         try:
             return "result", function(*args, on_phase=on_phase, **keywords)
         except Exception as exc:
-            return "raised", f"{type(exc).__name__}: {exc}"
+            lines = [line for line in str(exc).splitlines() if line.strip()] or [""]
+            return "raised", (phases[-1], f"{type(exc).__name__}: {lines[0][:300]}")
     try:
         return "result", verify_models(*task, on_phase=on_phase)
     except Exception as exc:  # the parent must get an answer

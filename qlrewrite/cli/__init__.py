@@ -53,6 +53,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "upgrade_command",
         "Convert the model to ai.onnx opset N with ONNX's version converter.",
     ),
+    "compare": (
+        "compare",
+        "compare_command",
+        "Run two models on the same inputs and compare their outputs per runtime.",
+    ),
 }
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "debug_option",
     "err_console",
     "human_bytes",
+    "input_shape_option",
     "out_console",
     "progress",
     "rewrite_options",
@@ -247,6 +248,12 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
+def input_shape_option(help_text: str) -> Callable[[F], F]:
+    """``--input-shape NAME=D1,D2,...`` (repeatable), read as ``{name: shape}``."""
+    return click.option("--input-shape", multiple=True, metavar="NAME=D1,D2,...",
+                        callback=_input_shapes, help=help_text)  # fmt: skip
+
+
 def verify_option_list() -> list[Callable[[F], F]]:
     """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
     return [
@@ -275,13 +282,7 @@ def verify_option_list() -> list[Callable[[F], F]]:
             show_default=True,
             help="Seed of the --verify input generator.",
         ),
-        click.option(
-            "--input-shape",
-            multiple=True,
-            metavar="NAME=D1,D2,...",
-            callback=_input_shapes,
-            help="Shape of an input with unknown dimensions, for --verify (repeatable).",
-        ),
+        input_shape_option("Shape of an input with unknown dimensions, for --verify (repeatable)."),
         click.option(
             "--verify-tolerance",
             type=click.FloatRange(min=0),
