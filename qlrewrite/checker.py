@@ -9,6 +9,7 @@ modified.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
@@ -26,7 +27,7 @@ from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import Source, set_source, source_of
-from qlrewrite.suppress import apply_suppressions
+from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
 
@@ -45,7 +46,8 @@ def check(
     ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
     check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
     name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
-    (see :mod:`qlrewrite.suppress`). A path that cannot be read gives a Report with
+    (see :mod:`qlrewrite.suppress`); an entry of ``per_node_ignores`` that names no node
+    or suppresses nothing is one QL901 finding. A path that cannot be read gives a Report with
     ``load_error``; a ``ModelProto`` is checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
@@ -62,8 +64,21 @@ def check(
         set_source(model, Source(None, model_or_path))
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
-        return check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
-    return finish_report(report, model, codes, per_node_ignores)
+        report = check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+        return _judge_entries(report, codes, per_node_ignores)
+    report = finish_report(report, model, codes, per_node_ignores)
+    return _judge_entries(report, codes, per_node_ignores)
+
+
+def _judge_entries(
+    report: Report, codes: Collection[str], per_node_ignores: Mapping[str, Sequence[str]] | None
+) -> Report:
+    """``report`` with QL901 for the ``per_node_ignores`` entries it left unused: one model
+    checked is the whole run."""
+    if not per_node_ignores or report.load_error or STALE_RULE not in codes:
+        return report
+    stale = unused_entry_findings(per_node_ignores, [report])
+    return dataclasses.replace(report, findings=[*report.findings, *stale]) if stale else report
 
 
 def finish_report(

@@ -112,8 +112,12 @@ class Report:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     nodes_checked: int = 0
     suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
-    #: per-node-ignores keys that named a node of this model (stale keys: QL901)
+    #: per-node-ignores keys that named a node of this model; (key, prefix) pairs of them
+    #: judged here (QL901 and a rule of the prefix enabled), and those that accepted a
+    #: finding: the run judges its entries from these (:mod:`qlrewrite.suppress`).
     matched_suppressions: frozenset[str] = frozenset()
+    judged_suppressions: frozenset[tuple[str, str]] = frozenset()
+    used_suppressions: frozenset[tuple[str, str]] = frozenset()
     #: Other producers' custom quantization operators seen, not checked (see
     #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
     custom_quant: list[Any] = dataclasses.field(default_factory=list)
@@ -123,6 +127,14 @@ class Report:
     #: A folder given to ``check`` in which nothing was checked (``load_error`` says why):
     #: not counted as a file in the summary.
     folder: bool = False
+    #: The report of a configuration file (QL901 on its ``per-node-ignores`` entries):
+    #: its findings are counted, it is not a model checked.
+    config: bool = False
+
+    @property
+    def is_model(self) -> bool:
+        """A model file checked or that could not be (not a folder, not a configuration)."""
+        return not self.folder and not self.config
 
     @property
     def errors(self) -> list[Finding]:

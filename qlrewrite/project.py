@@ -2,8 +2,9 @@
 
 ``qlrewrite check PATHS`` resolves each model's configuration (:mod:`qlrewrite.config`),
 layers the command line's rule selection over it, checks the files (in worker processes
-with ``jobs`` > 1, results in input order) and reports ``per-node-ignores`` keys that
-named no node of any model checked under their configuration (QL901).
+with ``jobs`` > 1, results in input order) and reports the ``per-node-ignores`` entries
+that named no node or suppressed nothing in any model checked under their configuration
+(QL901, once per entry).
 """
 
 from __future__ import annotations
@@ -333,34 +334,33 @@ def _worker(conn: Any, targets: Sequence[Target], selection: Selection, debug: b
 def unused_suppressions(
     targets: Sequence[Target], reports: Sequence[Report], selection: Selection
 ) -> list[Report]:
-    """One report per configuration whose ``per-node-ignores`` keys named no Q/DQ node of
-    any model checked under it (QL901, when that rule is enabled for its models)."""
-    from qlrewrite.suppress import STALE_RULE, unused_key_finding
+    """One report per configuration file with one QL901 per ``per-node-ignores`` entry
+    unused in the whole run (:func:`~qlrewrite.suppress.unused_entry_findings`): decided
+    here, in the parent, from every model's report (a worker process only records what
+    each entry did on its models). A configuration is judged when QL901 is enabled for
+    one of its models and every one of them could be read."""
+    from qlrewrite.suppress import STALE_RULE, unused_entry_findings
 
-    matched: dict[Path, set[str]] = {}
-    judged: dict[Path, Settings] = {}
     by_path = {str(r.path): r for r in reports}
+    members: dict[Path, tuple[Settings, list[Report]]] = {}
+    unjudged: set[Path] = set()
+    judging: set[Path] = set()
     for target in targets:
-        settings = target.settings
-        report = by_path.get(str(target.path))
+        settings, report = target.settings, by_path.get(str(target.path))
         if settings.path is None or not settings.per_node_ignores or report is None:
             continue
-        if report.load_error:
-            matched.setdefault(settings.path, set()).update(settings.per_node_ignores)
-            continue  # an unreadable model may hold the node: judge nothing on its account
-        codes = enabled_codes(settings, selection, target.path)
-        if STALE_RULE not in codes:
-            continue
-        judged[settings.path] = settings
-        matched.setdefault(settings.path, set()).update(report.matched_suppressions)
+        members.setdefault(settings.path, (settings, []))[1].append(report)
+        if report.load_error:  # it may hold the node or the finding: judge nothing
+            unjudged.add(settings.path)
+        elif STALE_RULE in enabled_codes(settings, selection, target.path):
+            judging.add(settings.path)
     extra = []
-    for path, settings in judged.items():
-        unused = [k for k in settings.per_node_ignores if k not in matched.get(path, set())]
-        if unused:
-            findings = [
-                unused_key_finding(k, settings.per_node_ignores[k], str(path)) for k in unused
-            ]
-            extra.append(Report(path=str(path), findings=findings))
+    for path, (settings, checked) in members.items():
+        if path in unjudged or path not in judging:
+            continue
+        findings = unused_entry_findings(settings.per_node_ignores, checked, str(path))
+        if findings:
+            extra.append(Report(path=str(path), findings=findings, config=True))
     return extra
 
 

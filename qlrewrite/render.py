@@ -182,10 +182,10 @@ def summary_line(reports: Sequence[Report]) -> str:
     """``checked 3 file(s), 12 quantized node(s): 2 error(s), 1 warning(s) [QL403 x2, ...]``,
     then ``; 4 suppressed``, ``; 1 could not be checked`` (files) and ``; 1 folder error(s)``
     (a folder without models or unreadable: :attr:`Report.folder`) when there are some."""
-    files = [r for r in reports if not r.folder]
+    files = [r for r in reports if r.is_model]
     nodes = sum(r.nodes_checked for r in files)
-    errors = sum(len(r.errors) for r in files)
-    warnings = sum(len(r.warnings) for r in files)
+    errors = sum(len(r.errors) for r in reports)
+    warnings = sum(len(r.warnings) for r in reports)
     suppressed = sum(len(r.suppressed) for r in files)
     unreadable = sum(1 for r in files if r.load_error)
     custom = sum(g.nodes for r in files for g in r.custom_quant)
@@ -193,7 +193,7 @@ def summary_line(reports: Sequence[Report]) -> str:
         f"checked {len(files)} file(s), {nodes} quantized node(s): "
         f"{errors} error(s), {warnings} warning(s)"
     )
-    counts = rule_counts(files)
+    counts = rule_counts(reports)
     if counts:
         line += " [" + ", ".join(f"{code} x{n}" for code, n in counts.items()) + "]"
     if suppressed:
@@ -204,7 +204,7 @@ def summary_line(reports: Sequence[Report]) -> str:
         line += f"; {unchecked} quantized node(s) of kinds not checked"
     if unreadable:
         line += f"; {unreadable} could not be checked"
-    folders = len(reports) - len(files)
+    folders = sum(1 for r in reports if r.folder)
     return line + (f"; {folders} folder error(s)" if folders else "")
 
 
@@ -336,7 +336,7 @@ def render_json(reports: Sequence[Report]) -> str:
         "version": 1,
         "files": [r.to_json() for r in reports],
         "summary": {
-            "files": len(reports),
+            "files": sum(1 for r in reports if r.is_model),
             "unreadable": sum(1 for r in reports if r.load_error),
             "nodes_checked": sum(r.nodes_checked for r in reports),
             "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),

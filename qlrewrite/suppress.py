@@ -28,7 +28,12 @@ from qlrewrite.qdq import QuantizedSite, iter_sites, site_view
 from qlrewrite.rules import RULES
 from qlrewrite.rules.selection import parse_codes
 
-__all__ = ["IGNORE_KEY", "STALE_RULE", "apply_suppressions", "unused_key_finding"]
+__all__ = [
+    "IGNORE_KEY",
+    "STALE_RULE",
+    "apply_suppressions",
+    "unused_entry_findings",
+]
 
 IGNORE_KEY = "qlrewrite:ignore"
 STALE_RULE = "QL901"
@@ -127,9 +132,13 @@ def apply_suppressions(
     A suppression accepts only findings about the node it names: findings about the model
     or a tensor are never accepted, and a node's ``qlrewrite:ignore`` accepts a finding
     only when no other Q/DQ node shares its graph, name, output and op (then the finding
-    cannot be told apart and stays). ``.matched_suppressions`` gets the
-    ``per_node_ignores`` keys that named a node. ``enabled``: the rule codes checked; a
-    suppression is judged stale (QL901, when enabled) only for codes of enabled rules.
+    cannot be told apart and stays). ``enabled``: the rule codes checked; a suppression is
+    judged stale (QL901, when enabled) only for codes of enabled rules. A node's
+    ``qlrewrite:ignore`` is judged here; ``per_node_ignores`` entries are judged over the
+    run (:func:`unused_entry_findings`) from what the report records:
+    ``.matched_suppressions`` (the keys that named a node), ``.judged_suppressions`` and
+    ``.used_suppressions`` (``(key, prefix)`` pairs judged here, and those that accepted a
+    finding).
     """
     sites: dict[_Key, list[QuantizedSite]] = {}
     for site in iter_sites(model):
@@ -152,15 +161,21 @@ def apply_suppressions(
     for finding in report.findings:
         accepted = _accept(finding, _candidates(finding, sites, named, by_node))
         (suppressed if accepted and finding.rule != STALE_RULE else kept).append(finding)
-    if STALE_RULE in enabled:
-        stale += _stale(model, sites, named, by_node, enabled)
-    else:
-        stale = []
+    judging = STALE_RULE in enabled
+    stale = stale + _stale(model, sites, by_node, enabled) if judging else []
     return dataclasses.replace(
         report,
         findings=kept + stale,
         suppressed=suppressed,
         matched_suppressions=frozenset(matched_keys),
+        judged_suppressions=frozenset(
+            (entry.key, prefix)
+            for entry in keyed
+            if judging and entry.key in matched_keys
+            for prefix in entry.prefixes
+            if any(c.startswith(prefix) for c in enabled)
+        ),
+        used_suppressions=frozenset((e.key, p) for e in keyed for p in e.used),
     )
 
 
@@ -216,20 +231,20 @@ def _accept(finding: Finding, candidates: Sequence[_Entry]) -> bool:
 def _stale(
     model: ir.Model,
     sites: Mapping[_Key, list[QuantizedSite]],
-    named: Mapping[int, list[_Entry]],
     by_node: Mapping[int, _Entry],
     enabled: Collection[str],
 ) -> list[Finding]:
-    """QL901 for each prefix of a suppression on a node that accepted nothing."""
+    """QL901 for each prefix of a node's ``qlrewrite:ignore`` that accepted nothing."""
     stale = []
     for site in (s for group in sites.values() for s in group):
         own = by_node.get(id(site.node))
-        for entry in [*named.get(id(site.node), []), *([own] if own else [])]:
-            stale.extend(
-                _finding(model, site, f"{entry.source}: {prefix or 'ALL'} suppresses nothing here")
-                for prefix in entry.prefixes
-                if prefix not in entry.used and any(c.startswith(prefix) for c in enabled)
-            )
+        if own is None:
+            continue
+        stale.extend(
+            _finding(model, site, f"{own.source}: {prefix or 'ALL'} suppresses nothing here")
+            for prefix in own.prefixes
+            if prefix not in own.used and any(c.startswith(prefix) for c in enabled)
+        )
     return stale
 
 
@@ -239,15 +254,55 @@ def _finding(model: ir.Model, site: QuantizedSite, message: str) -> Finding:
     )
 
 
-def unused_key_finding(key: str, codes: Sequence[str], config: str) -> Finding:
-    """QL901 for a ``per-node-ignores`` key that named no node of any model checked."""
+def unused_entry_findings(
+    per_node_ignores: Mapping[str, Sequence[str]],
+    reports: Sequence[Report],
+    where: str | None = None,
+    *,
+    judge_keys: bool = True,
+) -> list[Finding]:
+    """QL901 once per ``per-node-ignores`` entry unused in the whole run: a key that named
+    no Q/DQ node of ``reports`` (only with ``judge_keys``: QL901 was enabled for some of
+    them), or whose codes judged in some model accepted no finding in any.
+
+    ``reports``: every model checked under the entries (each read: a model that could not
+    be read may hold the node, so its caller judges nothing); ``where``: the
+    configuration file that holds them (None: the entries were given to one check).
+    """
+    matched = frozenset().union(*(r.matched_suppressions for r in reports))
+    judged = frozenset().union(*(r.judged_suppressions for r in reports))
+    used = frozenset().union(*(r.used_suppressions for r in reports))
+    checked = _checked(len(reports), where)
+    findings = []
+    for key, codes in per_node_ignores.items():
+        entry = f"per-node-ignores '{key}' = {list(codes)}"
+        if key not in matched:
+            if judge_keys:
+                message = f"{entry} names no Q/DQ node of {checked}"
+                findings.append(_entry_finding(message, _RENAME))
+            continue
+        unused = sorted({p for k, p in judged - used if k == key})
+        if unused:
+            named = ", ".join(p or "ALL" for p in unused)
+            message = f"{entry}: {named} suppressed nothing in {checked}"
+            findings.append(_entry_finding(message, _REMOVE))
+    return findings
+
+
+_RENAME = "remove the entry, or rename it after the node (or its output) it was for"
+_REMOVE = "remove the entry (or the codes that no longer match)"
+
+
+def _checked(models: int, where: str | None) -> str:
+    """``the 3 models checked with pyproject.toml`` / ``the model checked``."""
+    what = "the model checked" if models == 1 else f"the {models} models checked"
+    return f"{what} with {where}" if where else what
+
+
+def _entry_finding(message: str, hint: str) -> Finding:
+    """A QL901 finding about a configuration entry (no node, no graph)."""
     return Finding(
-        rule=STALE_RULE,
-        severity=RULES[STALE_RULE].severity,
-        message=f"per-node-ignores '{key}' = {list(codes)} names no Q/DQ node of the models "
-        f"checked with {config}",
-        hint="remove the entry, or rename it after the node (or its output) it was for",
-        graph="",
+        rule=STALE_RULE, severity=RULES[STALE_RULE].severity, message=message, hint=hint, graph=""
     )
 
 

@@ -153,6 +153,50 @@ def test_per_node_ignores_are_counted_and_stale_keys_reported(tmp_path: Path) ->
     assert _json("m.onnx", "--ignore", "QL901")[1]["summary"]["by_rule"] == {"QL501": 1}
 
 
+def _named(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    proto.graph.node[0].name = name
+    return proto
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_per_node_ignores_entry_is_judged_over_the_whole_run(tmp_path: Path, jobs: str) -> None:
+    """One entry keyed by a common node name: it silences the 2 models with the finding
+    and is not reported for the 9 without (strict CI stays green); unused in every model,
+    it is one QL901 naming the configuration file, whatever --jobs."""
+    for i in range(11):
+        proto = _warn() if i < 2 else qdq_model(DQ, 21)
+        _save(_named(proto, "w_DQ"), tmp_path / "models" / f"m{i:02d}.onnx")
+    toml = tmp_path / "qlrewrite.toml"
+    toml.write_text('strict = true\n[per-node-ignores]\n"w_DQ" = ["QL501"]\n')
+    code, out, _ = _run("models", "--jobs", jobs)
+    assert code == 0, out
+    assert out.splitlines() == [
+        "checked 11 file(s), 11 quantized node(s): 0 error(s), 0 warning(s); 2 suppressed"
+    ]
+    toml.write_text('strict = true\n[per-node-ignores]\n"w_DQ" = ["QL501", "QL601"]\n')
+    code, doc = _json("models", "--jobs", jobs)
+    stale = [(f["path"], g["message"]) for f in doc["files"] for g in f["findings"]]
+    message = (
+        "per-node-ignores 'w_DQ' = ['QL501', 'QL601']: QL601 suppressed nothing in the 11 "
+        f"models checked with {toml}"
+    )
+    assert code == 1 and stale == [(str(toml), message)]  # strict = true: the file's own
+    assert doc["summary"]["files"] == 11 and doc["summary"]["warnings"] == 1
+    last = _run("models", "--jobs", jobs)[1].splitlines()[-1]
+    assert last.startswith("checked 11 file(s), 11 quantized node(s): 0 error(s), 1 warning(s)")
+
+
+def test_an_entry_is_not_judged_when_a_model_under_it_cannot_be_read(tmp_path: Path) -> None:
+    _save(_named(qdq_model(DQ, 21), "w_DQ"), tmp_path / "m.onnx")
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    (tmp_path / "qlrewrite.toml").write_text(
+        '[per-node-ignores]\n"w_DQ" = ["QL501"]\n"x" = ["QL5"]\n'
+    )
+    code, doc = _json(".")
+    assert code == 2
+    assert [g["rule"] for f in doc["files"] for g in f["findings"]] == []
+
+
 def test_many_files_in_worker_processes_keep_their_order(tmp_path: Path) -> None:
     for i in range(12):
         _save(_ql403() if i % 3 else _warn(), tmp_path / "models" / f"m{i:02d}.onnx")

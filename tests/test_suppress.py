@@ -6,9 +6,9 @@ from __future__ import annotations
 import onnx
 from qdq_models import DQ, load_ir, qdq_model
 
-from qlrewrite.checker import check_model
+from qlrewrite.checker import check, check_model
 from qlrewrite.rules.selection import select_rules
-from qlrewrite.suppress import IGNORE_KEY, apply_suppressions
+from qlrewrite.suppress import IGNORE_KEY, apply_suppressions, unused_entry_findings
 
 ALL = select_rules()
 
@@ -49,20 +49,57 @@ def test_an_entry_for_another_node_suppresses_nothing_and_is_not_judged_here() -
     assert result.suppressed == [] and result.matched_suppressions == set()
 
 
-def test_stale_entry_on_a_named_node_is_ql901() -> None:
+def test_an_entry_on_a_named_node_records_what_it_did_and_is_judged_by_the_run() -> None:
     result = _apply(_warn(), {"qdq": ["QL501", "QL601"]})
-    rules = [f.rule for f in result.findings]
-    assert rules == ["QL901"]
-    stale = result.findings[0]
-    assert "per-node-ignores 'qdq': QL601 suppresses nothing" in stale.message
-    assert stale.node == "qdq" and stale.severity == "warning"
+    assert result.findings == []  # judged over the run, not per model
+    assert result.judged_suppressions == {("qdq", "QL501"), ("qdq", "QL601")}
+    assert result.used_suppressions == {("qdq", "QL501")}
+    (stale,) = unused_entry_findings({"qdq": ["QL501", "QL601"]}, [result], "q.toml")
+    assert stale.rule == "QL901" and stale.severity == "warning" and stale.node == ""
+    assert stale.message == (
+        "per-node-ignores 'qdq' = ['QL501', 'QL601']: QL601 suppressed nothing in the model "
+        "checked with q.toml"
+    )
+
+
+def test_an_entry_used_in_one_model_of_the_run_is_not_stale() -> None:
+    ignores = {"qdq": ["QL5"]}
+    used = _apply(_warn(), ignores)
+    clean = _apply(qdq_model(DQ, 21), ignores)  # the same node, nothing to suppress
+    assert clean.judged_suppressions == {("qdq", "QL5")} and not clean.used_suppressions
+    assert unused_entry_findings(ignores, [clean, used, clean], "q.toml") == []
+    (stale,) = unused_entry_findings(ignores, [clean, clean], "q.toml")
+    assert "QL5 suppressed nothing in the 2 models checked with q.toml" in stale.message
+
+
+def test_an_entry_naming_no_node_is_one_finding_unless_keys_are_not_judged() -> None:
+    result = _apply(_warn(), {"gone": ["QL501"]})
+    (stale,) = unused_entry_findings({"gone": ["QL501"]}, [result, result], "q.toml")
+    assert "'gone' = ['QL501'] names no Q/DQ node of the 2 models checked with q.toml" in (
+        stale.message
+    )
+    assert unused_entry_findings({"gone": ["QL501"]}, [result], judge_keys=False) == []
 
 
 def test_stale_only_for_enabled_codes_and_only_when_ql901_is_enabled() -> None:
-    no_601 = ALL - {"QL601"}
-    assert _apply(_warn(), {"qdq": ["QL501", "QL601"]}, no_601).findings == []
-    no_901 = ALL - {"QL901"}
-    assert _apply(_warn(), {"qdq": ["QL501", "QL601"]}, no_901).findings == []
+    ignores = {"qdq": ["QL501", "QL601"]}
+    no_601 = _apply(_warn(), ignores, ALL - {"QL601"})
+    assert no_601.judged_suppressions == {("qdq", "QL501")}
+    assert unused_entry_findings(ignores, [no_601]) == []
+    no_901 = _apply(_warn(), ignores, ALL - {"QL901"})
+    assert no_901.judged_suppressions == frozenset()
+    assert unused_entry_findings(ignores, [no_901]) == []
+
+
+def test_the_api_judges_its_one_model_as_the_whole_run() -> None:
+    report = check(_warn(), per_node_ignores={"qdq": ["QL501", "QL601"], "gone": ["QL5"]})
+    stale = sorted(f.message for f in report.findings if f.rule == "QL901")
+    assert stale == [
+        "per-node-ignores 'gone' = ['QL5'] names no Q/DQ node of the model checked",
+        "per-node-ignores 'qdq' = ['QL501', 'QL601']: QL601 suppressed nothing in the model "
+        "checked",
+    ]
+    assert check(_warn(), per_node_ignores={"qdq": ["QL501"]}).findings == []
 
 
 def test_metadata_props_ignore() -> None:

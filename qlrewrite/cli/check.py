@@ -546,8 +546,10 @@ def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
 
 
 def _strictness(targets: Sequence[project.Target], selection: project.Selection):
-    """Per report: --strict / --no-strict, else the strict of the model's configuration."""
-    settings = {str(t.path): t.settings for t in targets}
+    """Per report: --strict / --no-strict, else the strict of the model's configuration
+    (of the configuration itself for its report: QL901 on its entries)."""
+    settings = {str(t.settings.path): t.settings for t in targets if t.settings.path}
+    settings |= {str(t.path): t.settings for t in targets}
 
     def strict(report: Report) -> bool:
         if selection.strict is not None:

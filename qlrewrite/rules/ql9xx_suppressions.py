@@ -20,11 +20,13 @@ __all__: list[str] = []
     Suppressions accept a known finding on one node. Once the model is re-exported or the
     node repaired, a suppression that matches nothing only hides the next real problem on
     that node (or names a node that no longer exists); remove it. Like ruff's RUF100, only
-    codes of enabled rules are judged.
+    codes of enabled rules are judged. A node's qlrewrite:ignore is judged on its node; a
+    per-node-ignores entry over the whole run (one finding on the configuration file when
+    it named no node or accepted nothing in every model checked under it).
     """,
     example="""
     warn: [tool.qlrewrite.per-node-ignores] "b1_DequantizeLinear" = ["QL406"]
-          (b1_DequantizeLinear has no QL406 finding any more)
+          (no model checked has a QL406 finding on b1_DequantizeLinear any more)
     good: the entry removed
     """,
     versions="all",
