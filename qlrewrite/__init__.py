@@ -28,6 +28,7 @@ _API = {
     "load": "qlrewrite.api",
     "save": "qlrewrite.api",
     "check": "qlrewrite.api",
+    "fix": "qlrewrite.api",
     "fold": "qlrewrite.api",
     "convert": "qlrewrite.api",
     "upgrade": "qlrewrite.api",

@@ -1,4 +1,5 @@
-"""The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fold``, ``convert``, ``upgrade``.
+"""The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fix``, ``fold``, ``convert``,
+``upgrade``.
 
 Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
@@ -17,18 +18,40 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import checker, model_io, pipeline
+from qlrewrite import checker, model_io, opsets, pipeline
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
-from qlrewrite.passes.commands import convert_passes, fold_passes, upgrade_passes
-from qlrewrite.source import Source, set_source
+from qlrewrite.passes.commands import (
+    convert_passes,
+    downgrade_passes,
+    fix_passes,
+    fold_passes,
+    upgrade_passes,
+)
+from qlrewrite.passes.convert_domain import TARGETS, target
+from qlrewrite.passes.fold_tensor import FLOAT16_MODES
 
-__all__ = ["ModelLike", "check", "convert", "fold", "load", "save", "upgrade"]
+__all__ = [
+    "ModelLike",
+    "check",
+    "convert",
+    "downgrade",
+    "fix",
+    "fold",
+    "load",
+    "save",
+    "upgrade",
+]
 
 #: What every function of the API takes as a model.
 ModelLike = ir.Model | onnx.ModelProto | str | os.PathLike
 
 _TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
+
+
+def _one_of(values: Sequence[str]) -> str:
+    """``'a' or 'b'`` for messages."""
+    return " or ".join(f"'{v}'" for v in values)
 
 
 def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
@@ -38,13 +61,7 @@ def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, onnx.ModelProto):
-        try:
-            loaded = ir.serde.deserialize_model(model)
-        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
-            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputError(f"model: not a valid ONNX model ({first})") from exc
-        set_source(loaded, Source(None, model))
-        return loaded
+        return model_io.from_proto(model)
     if isinstance(model, str | os.PathLike):
         return model_io.load(model, check_data=check_data)
     raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
@@ -99,6 +116,29 @@ def check(
     return report
 
 
+def fix(
+    model: ModelLike,
+    *,
+    unsafe: bool = False,
+    select: str | Iterable[str] = (),
+    ignore: str | Iterable[str] = (),
+    per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+) -> ir.Model:
+    """``model`` with the findings of :func:`check` (same ``select``, ``ignore``,
+    ``per_node_ignores``) repaired as ``qlrewrite check --fix`` repairs them; with
+    ``unsafe``, as ``--fix --unsafe-fixes``. The fixes are the rules' own
+    (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
+    place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
+    then the result is a new model. Findings without a fix stay: call :func:`check` on the
+    result to see what remains."""
+    if not isinstance(unsafe, bool):
+        raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
+    loaded = load(model)
+    report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
+    passes = fix_passes(report.findings, unsafe=unsafe)
+    return _run(loaded, passes) if passes else loaded
+
+
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     """``passes`` on ``model`` as the commands run them (the imports ONNX Runtime implies
     added first); a refusal raised inside a pass reaches the caller as itself."""
@@ -115,8 +155,8 @@ def fold(
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
     is folded in place and returned. Values are computed lazily, when saved or read."""
-    if float16 not in ("exact", "compact"):
-        raise InputError(f"float16 must be 'exact' or 'compact', not {float16!r}")
+    if float16 not in FLOAT16_MODES:
+        raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
     return _run(load(model), passes)
 
@@ -127,10 +167,13 @@ def convert(
     """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
     ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` (nothing
     changed) when a node cannot be expressed in the target."""
-    if to not in ("onnx", "ai.onnx", "com.microsoft"):
-        raise InputError(f"to must be 'onnx' or 'com.microsoft', not {to!r}")
-    if accuracy_level not in range(5):
-        raise InputError(f"accuracy_level must be 0 to 4, not {accuracy_level!r}")
+    if target(to) is None:
+        raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
+    levels = opsets.ACCURACY_LEVELS
+    if accuracy_level not in levels:
+        raise InputError(
+            f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
+        )
     passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
     return _run(load(model), passes)
 
@@ -145,4 +188,18 @@ def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) 
     loaded = load(model)
     for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
         upgrade_pass.requires(loaded)
+    return _run(loaded, passes)
+
+
+def downgrade(model: ModelLike, opset: int) -> ir.Model:
+    """``model`` at the lower ai.onnx ``opset``, as ``qlrewrite downgrade --opset N``: a new
+    model (the input is not modified). An opset not below the model's raises
+    ``InputError``; a node the opset cannot hold exactly raises ``Refusal`` naming it and
+    the lowest opset that holds it."""
+    if isinstance(opset, bool) or not isinstance(opset, int):
+        raise TypeError(f"opset must be an int, not {type(opset).__name__}")
+    passes = downgrade_passes(opset)
+    loaded = load(model)
+    for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
+        downgrade_pass.requires(loaded)
     return _run(loaded, passes)

@@ -11,7 +11,8 @@
   the single commit point; only then are the data files the replaced model named removed
   (never a file found by its name alone). A commit killed before its model went in
   leaves a journal in its staging folder; the next run into the folder removes the data
-  file it names unless a model there reads it.
+  file it names unless a model there reads it, and only if it is still the very file the
+  journal recorded (a journal this tool did not write is ignored with a warning).
   A reader sees the old pair or the new pair, never one's model with the other's data,
   whatever kills or concurrent writers do. Commits in one folder take turns (a lock
   on the folder), which also makes removing leftovers safe.
@@ -31,6 +32,7 @@ import secrets
 import shutil
 import signal
 import stat
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -39,6 +41,7 @@ from pathlib import Path
 import onnx
 
 from qlrewrite.errors import InputError
+from qlrewrite.escape import escape
 from qlrewrite.output_guard import is_special
 
 __all__ = [
@@ -85,71 +88,184 @@ def _try_lock(fd: int) -> bool:
 
 
 def remove_stale(folder: Path) -> list[str]:
-    """Remove the staging folders of killed runs in ``folder`` (those nobody holds);
-    return their names. A live run's staging folder is never touched."""
+    """Remove the staging folders of killed runs in ``folder`` (those nobody holds and
+    this user owns); return their names. A live run's staging folder is never touched,
+    nor another user's."""
     removed = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return removed
     for entry in entries:
-        if entry.name.startswith(_NEW) and entry.is_dir(follow_symlinks=False):
-            with contextlib.suppress(OSError):
-                if time.time() - entry.stat(follow_symlinks=False).st_mtime > _NEW_STALE_SECONDS:
-                    shutil.rmtree(entry.path)
-                    removed.append(entry.name)
+        if not entry.is_dir(follow_symlinks=False):
             continue
-        if not entry.name.startswith(_STAGING) or not entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            if _try_lock(fd):  # its owner is gone
-                _remove_uncommitted_data(folder, Path(entry.path))
-                shutil.rmtree(entry.path, ignore_errors=True)
+        if entry.name.startswith(_NEW):
+            if _remove_half_created(entry):
                 removed.append(entry.name)
-        finally:
-            os.close(fd)
+        elif entry.name.startswith(_STAGING) and _remove_unheld(folder, Path(entry.path)):
+            removed.append(entry.name)
     return removed
 
 
+def _remove_half_created(entry: os.DirEntry[str]) -> bool:
+    """Remove a staging folder killed before it was locked, once it is old enough."""
+    with contextlib.suppress(OSError):
+        info = entry.stat(follow_symlinks=False)
+        if info.st_uid == os.geteuid() and time.time() - info.st_mtime > _NEW_STALE_SECONDS:
+            shutil.rmtree(entry.path)
+            return True
+    return False
+
+
+def _remove_unheld(folder: Path, staging: Path) -> bool:
+    """Finish or undo the commit of ``staging`` and remove it, if its owner is gone."""
+    try:
+        fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if os.fstat(fd).st_uid != os.geteuid() or not _try_lock(fd):
+            return False  # another user's, or its owner is alive
+        _remove_uncommitted_data(folder, staging)
+        shutil.rmtree(staging, ignore_errors=True)
+        return True
+    finally:
+        os.close(fd)
+
+
 _JOURNAL = "commit.json"
+_JOURNAL_VERSION = 2
+#: A journal holds a few names and numbers: a larger file is not one this tool wrote.
+_JOURNAL_MAX = 1 << 20
+
+#: A file's identity as a journal records it: device, inode, size, modification time.
+_Identity = tuple[int, int, int, int]
 
 
-def _journal(staging: Path, data_name: str, model_name: str, replaced: list[str]) -> None:
+def _identity(path: Path) -> _Identity:
+    info = os.lstat(path)
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+def _journal(
+    staging: Path, data: tuple[str, Path], model_name: str, replaced: Collection[str]
+) -> None:
     """Record in the staging folder, before it goes in, the data file a commit moves
-    beside the model and the replaced model's data files it will remove: if the run is
-    killed, the next run into the folder finishes or undoes exactly that."""
-    entry = {"data": data_name, "model": model_name, "replaced": replaced}
-    (staging / _JOURNAL).write_text(json.dumps(entry))
+    beside the model (``data``: its name there and its staged path) and the replaced
+    model's data files it will remove, each with its identity: if the run is killed,
+    the next run into the folder finishes or undoes exactly that, on exactly those files."""
+    folder = staging.parent
+    olds = []
+    for name in replaced:
+        with contextlib.suppress(OSError):
+            olds.append({"name": name, "id": _identity(folder / name)})
+    entry = {
+        "version": _JOURNAL_VERSION,
+        "model": model_name,
+        "data": {"name": data[0], "id": _identity(data[1])},
+        "replaced": olds,
+    }
+    text = json.dumps(entry)
+    if len(text) > _JOURNAL_MAX:  # a model naming thousands of data files: left behind
+        text = json.dumps({**entry, "replaced": []})
+    (staging / _JOURNAL).write_text(text)
+
+
+class _Foreign(Exception):
+    """A journal this tool did not write (the message says why)."""
+
+
+def _read_journal(path: Path) -> tuple[str, tuple[str, _Identity], list] | None:
+    """The commit a journal records (model name, data file, replaced files), None when
+    there is none (a run killed before its commit began). Read only from a regular file
+    of this user's, not through a link, and at most :data:`_JOURNAL_MAX` bytes (a FIFO or
+    a device is never opened for reading); raises :class:`_Foreign` otherwise."""
+    try:
+        _check_journal_file(os.lstat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _Foreign(exc.strerror or str(exc)) from exc
+    try:
+        _check_journal_file(os.fstat(fd))
+        raw = os.read(fd, _JOURNAL_MAX + 1)
+    finally:
+        os.close(fd)
+    try:
+        entry = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise _Foreign("not JSON, or nested too deep") from exc
+    return _journal_entry(entry)
+
+
+def _check_journal_file(info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise _Foreign("not a regular file")
+    if info.st_uid != os.geteuid():
+        raise _Foreign("another user's file")
+    if info.st_size > _JOURNAL_MAX:
+        raise _Foreign(f"larger than {_JOURNAL_MAX} bytes")
+
+
+def _journal_entry(entry: object) -> tuple[str, tuple[str, _Identity], list]:
+    """The fields of a parsed journal, each checked for its type and shape."""
+    if not isinstance(entry, dict) or entry.get("version") != _JOURNAL_VERSION:
+        raise _Foreign("not a journal of this version")
+    model, replaced = entry.get("model"), entry.get("replaced")
+    if not _plain_name(model) or not isinstance(replaced, list):
+        raise _Foreign("not a journal of this version")
+    return model, _file_entry(entry.get("data")), [_file_entry(r) for r in replaced]
+
+
+def _file_entry(entry: object) -> tuple[str, _Identity]:
+    """A file of a journal: a plain name and its identity (four non-negative integers)."""
+    ident = entry.get("id") if isinstance(entry, dict) else None
+    if not isinstance(ident, list) or len(ident) != 4:
+        raise _Foreign("a file without its identity")
+    if _plain_name(entry.get("name")) and all(type(v) is int and v >= 0 for v in ident):
+        return entry["name"], (ident[0], ident[1], ident[2], ident[3])
+    raise _Foreign("a file without its identity")
+
+
+def _plain_name(name: object) -> bool:
+    """A file name, never a path."""
+    return isinstance(name, str) and Path(name).name == name and name not in ("", ".", "..")
 
 
 def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
     """A killed commit (its journal says what it did): if its model went in, remove the
     replaced data files the model there does not name; else remove the data file it
-    moved in. Files named by the model now in place are never removed."""
+    moved in. A file is removed only if it is still the very file the journal recorded
+    (device, inode, size, modification time); files named by the model now in place
+    never are. A journal this tool did not write is one warning line, and changes
+    nothing."""
+    journal = staging / _JOURNAL
     try:
-        entry = json.loads((staging / _JOURNAL).read_text())
-        data, model = str(entry["data"]), str(entry["model"])
-        replaced = [str(name) for name in entry["replaced"]]
-    except (OSError, ValueError, KeyError, TypeError):
+        commit = _read_journal(journal)
+    except _Foreign as exc:
+        print(
+            f"qlrewrite: warning: {escape(str(journal))}: not a commit journal of "
+            f"qlrewrite ({exc}); ignored, no file removed",
+            file=sys.stderr,
+        )
         return
-    names = [data, model, *replaced]
-    if any(Path(name).name != name or name in ("", ".", "..") for name in names):
-        return  # names only, never paths
+    if commit is None:
+        return
+    model, data, replaced = commit
     pattern = _data_names(model, folder)
     named = set(_named_data_files(folder / model, pattern))
-    doomed = replaced if data in named else [data]
-    _unlink_all(
-        folder,
-        [n for n in doomed if n not in named and pattern.fullmatch(n) and _plain(folder / n)],
-    )
+    doomed = replaced if data[0] in named else [data]
+    for name, ident in doomed:
+        if name not in named and pattern.fullmatch(name):
+            _unlink_if_same(folder / name, ident)
 
 
-def _plain(path: Path) -> bool:
-    return path.is_file() and not path.is_symlink()
+def _unlink_if_same(path: Path, ident: _Identity) -> None:
+    """Remove ``path`` if it is a regular file (not a link) with identity ``ident``."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(path).st_mode) and _identity(path) == ident:
+            os.unlink(path)
 
 
 class Staging:
@@ -402,7 +518,7 @@ def _ready_data(
     if data_mode is not None:
         os.chmod(staged_data, data_mode)
     doomed = _removable(folder, replaced, name, keep)
-    _journal(staged_model.parent, name, dest.name, doomed)
+    _journal(staged_model.parent, (name, staged_data), dest.name, doomed)
     return name
 
 

@@ -26,7 +26,7 @@ from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
 from qlrewrite.rules.selection import filter_report, select_rules
-from qlrewrite.source import Source, set_source, source_of
+from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
@@ -58,10 +58,9 @@ def check(
         report = check_model(model, path=path)
     elif isinstance(model_or_path, onnx.ModelProto):
         try:
-            model = ir.serde.deserialize_model(model_or_path)
-        except Exception as exc:  # onnx_ir raises many kinds on malformed protos
-            return Report(load_error=f"not a valid ONNX model ({exc})".splitlines()[0])
-        set_source(model, Source(None, model_or_path))
+            model = model_io.from_proto(model_or_path)
+        except InputError as exc:
+            return Report(load_error=str(exc).removeprefix("model: "))
         report = check_model(model, weightless=weightless_from_source(model_or_path))
     else:
         report = check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)

@@ -51,7 +51,7 @@ KEYS = {
     "exclude": "globs of model files or folders skipped when a folder is searched",
     "per-file-ignores": "glob -> codes ignored in the model files it matches",
     "per-node-ignores": "node name or output name (or glob) -> codes accepted on it",
-    "output-format": "text, json, sarif or github",
+    "output-format": "a format of qlrewrite check --output-format",
 }
 
 
@@ -239,7 +239,7 @@ class _Reader:
         return table
 
     def output_format(self) -> str | None:
-        from qlrewrite.render import FORMATS
+        from qlrewrite.formats import FORMATS
 
         value = self.table.get("output-format")
         if value is not None and (not isinstance(value, str) or value not in FORMATS):

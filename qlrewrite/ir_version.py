@@ -6,7 +6,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.toolkit import all_graphs, onnx_opset
+from qlrewrite.toolkit import all_graphs, function_kinds, onnx_opset
 
 __all__ = ["element_types", "ir_version_for_opset", "needed_ir_version", "raise_ir_version"]
 
@@ -39,9 +39,16 @@ def element_types(model: ir.Model) -> set[ir.DataType]:
     return found
 
 
+#: Model-local functions appear in IR version 8, function overloads in 10.
+_FUNCTIONS_IR, _OVERLOAD_IR = 8, 10
+
+
 def needed_ir_version(model: ir.Model) -> int:
-    """The lowest IR version that has the model's ai.onnx opset and all its element types."""
+    """The lowest IR version that has the model's ai.onnx opset, all its element types and
+    its functions (overloads included)."""
     needed = max((opsets.min_ir_version(t) for t in element_types(model)), default=3)
+    functions, overloads = function_kinds(model)
+    needed = max(needed, _FUNCTIONS_IR if functions else 0, _OVERLOAD_IR if overloads else 0)
     opset = onnx_opset(model)
     if opset is not None:
         needed = max(needed, ir_version_for_opset(opset) or 0)

@@ -44,6 +44,7 @@ __all__ = [
     "SaveCallback",
     "files_read",
     "files_read_by",
+    "from_proto",
     "load",
     "same_file",
     "same_folder",
@@ -183,7 +184,17 @@ class _Undefined(logging.Handler):
         )
 
 
-def _deserialize(proto: onnx.ModelProto, path: Path) -> ir.Model:
+def from_proto(proto: onnx.ModelProto, label: str | os.PathLike = "model") -> ir.Model:
+    """An ``onnx_ir.Model`` of ``proto`` (its tensors wrapped, not copied), recorded as
+    read from ``proto`` (:mod:`qlrewrite.source`): the one place a ModelProto becomes a
+    model. InputError (``<label>: not a valid ONNX model ...``, one line) for a proto
+    onnx_ir cannot read or a node input defined nowhere."""
+    model = _deserialize(proto, label)
+    set_source(model, Source(None, proto))
+    return model
+
+
+def _deserialize(proto: onnx.ModelProto, path: str | os.PathLike) -> ir.Model:
     logger = logging.getLogger("onnx_ir.serde")
     handler = _Undefined()
     propagate, level = logger.propagate, logger.level

@@ -148,7 +148,14 @@ def _ints(*pairs: tuple[str, int | None]) -> dict[str, tuple[ir.AttributeType, i
     return {name: (INT, default) for name, default in pairs}
 
 
-_AXIS = ("axis", 1)
+#: The axis a Q/DQ node applies when it names none: the default of ai.onnx's versions
+#: from 13, and what ONNX Runtime's kernels apply for com.microsoft's (whose schema has
+#: no default). Read through :attr:`qlrewrite.qdq.NodeView.axis` and the kernels' default.
+DEFAULT_AXIS = 1
+#: MatMulNBits' accuracy_level values: 0 unset, 1 float32, 2 float16, 3 bfloat16, 4 int8.
+ACCURACY_LEVELS = range(5)
+
+_AXIS = ("axis", DEFAULT_AXIS)
 _SATURATE = ("saturate", 1)
 _BLOCK = ("block_size", 0)
 _OUT_DTYPE = ("output_dtype", 0)
@@ -306,7 +313,7 @@ MATMUL_NBITS_1 = WeightOnlyVersion(
     activation="A",
     storage={DT.UINT8: _PACKED_UINT8},
     cpu_block_sizes=frozenset({16, 32, 64, 128, 256}),
-    accuracy_levels=frozenset(range(5)),
+    accuracy_levels=frozenset(ACCURACY_LEVELS),
     read_values=frozenset({"g_idx"}),
 )  # fmt: skip
 

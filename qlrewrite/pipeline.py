@@ -30,7 +30,8 @@ from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.imports import ImpliedImportsPass
-from qlrewrite.passes.results import RepairsFindings, RewritePassResult
+from qlrewrite.passes.qoperator_to_qdq import measured_bound
+from qlrewrite.passes.results import QOperatorResult, RepairsFindings, RewritePassResult
 from qlrewrite.qdq.inference import Inference, forget, share
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
@@ -138,8 +139,10 @@ def rewrite(
     verify: VerifyOptions | None = None,
     on_tensor_saved: model_io.SaveCallback | None = None,
     report_path: str | Path | None = None,
+    only_if_repaired: bool = False,
 ) -> RewriteResult:
-    """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``).
+    """Load ``input_path``, run ``passes``, validate, and save (unless ``dry_run``, or
+    ``only_if_repaired`` and no pass result lists ``changes``: ``check --fix``).
 
     ``on_tensor_saved`` is called after each tensor written to external data (progress).
 
@@ -171,7 +174,7 @@ def rewrite(
             pending = stack.enter_context(atomic.PendingFile(report_path))
         keep = [] if in_place else reads
         run = _Run(command, input_path, target, dry_run, external_data, max_size, verify,
-                   on_tensor_saved, keep, pending, snapshot, started)  # fmt: skip
+                   on_tensor_saved, keep, pending, snapshot, started, only_if_repaired)  # fmt: skip
         try:
             result = _rewrite_loaded(model, passes, run)
         except Exception:  # lazily read data vanishes when another run commits
@@ -200,6 +203,17 @@ class _Run:
     pending: atomic.PendingFile | None  # the --report
     snapshot: Snapshot  # the input's files as read
     started: float
+    only_if_repaired: bool = False
+
+
+def _writes(
+    run: _Run, results: Sequence[ir.passes.PassResult], verifier: Verifier | None
+) -> tuple[bool, Verifier | None]:
+    """Whether the run writes its output, and the verifier still to run: on
+    ``only_if_repaired``, neither when no pass repaired a finding."""
+    if run.only_if_repaired and not any(_repairs(r) for r in results):
+        return False, None
+    return not run.dry_run, verifier
 
 
 def _verifier(input_path: Path, model: ir.Model, verify: VerifyOptions | None) -> Verifier | None:
@@ -228,13 +242,14 @@ def _rewrite_loaded(
     out = _rewritten(model, passes, input_path, unchanged, verifier)
     model, results, serialized, checker_warnings = out
     bytes_after = _refuse_over_max_size(model, run.max_size)
+    writes, verifier = _writes(run, results, verifier)
 
     def result() -> RewriteResult:
         return RewriteResult(
             command=command,
             input=input_path,
-            output=None if dry_run else target,
-            written=not dry_run,
+            output=target if writes else None,
+            written=writes,
             dry_run=dry_run,
             changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
             bytes_before=bytes_before,
@@ -254,18 +269,18 @@ def _rewrite_loaded(
             except VerificationFailed as exc:
                 _report_refused(pending, command, input_path, exc)
                 raise
-        if pending is not None and not dry_run:
+        if pending is not None and writes:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
     save = functools.partial(model_io.save, model, external_data=external_data,
                              before_commit=before_commit, weightless=serialized)  # fmt: skip
-    if not dry_run:
+    if writes:
         save(target, callback=run.on_tensor_saved, keep=run.keep,
              unchanged=lambda: run.snapshot.refuse_if_changed(input_path))  # fmt: skip
     elif verifier is not None:
         _save_to_temporary(save, target.name)
     done = result()
-    if pending is not None and dry_run:
+    if pending is not None and not writes:
         pending.write(_json(done.to_json()))
     return done
 
@@ -294,11 +309,25 @@ def _rewritten(
         forget(original)
     if verifier is not None:
         verifier.expect_differences(results)
+        _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
         model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
     )
     return _Rewritten(model, results, serialized, warnings)
+
+
+def _expect_measured(
+    verifier: Verifier, model: ir.Model, results: Sequence[ir.passes.PassResult]
+) -> None:
+    """``--verify`` after a QOperator conversion also compares each converted node's
+    output inside both models, and decides on the differences measured there."""
+    converted = [r for r in results if isinstance(r, QOperatorResult) and r.differences]
+    if not converted:
+        return
+    result = converted[0]
+    probes = [o.name for node in model.graph for o in node.outputs if o.name]
+    verifier.expect_measured(probes, functools.partial(measured_bound, model, result))
 
 
 def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
@@ -411,7 +440,7 @@ def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
     rewritten model is checked again in full, so an input finding that was not actually
     repaired still refuses.
     """
-    repaired = {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
+    repaired = _repaired_by(passes)
     if not repaired:
         return report
     kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
@@ -422,12 +451,18 @@ def with_implied_imports(
     model: ir.Model, passes: Sequence[ir.passes.PassBase]
 ) -> list[ir.passes.PassBase]:
     """``passes``, after an :class:`~qlrewrite.passes.imports.ImpliedImportsPass` when the
-    model uses com.microsoft without importing it (QL103) and no pass repairs QL103 itself
-    (``check --fix``): the output imports what ONNX Runtime read."""
-    repairs = any("QL103" in getattr(p, "repairs_rules", ()) for p in passes)
-    if repairs or not implied_imports(model):
+    model uses com.microsoft without importing it and no pass repairs what that pass
+    repairs (``check --fix`` repairs it itself): the output imports what ONNX Runtime
+    read."""
+    implied = set(ImpliedImportsPass.repairs_rules)
+    if _repaired_by(passes) & implied or not implied_imports(model):
         return list(passes)
     return [ImpliedImportsPass(), *passes]
+
+
+def _repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
+    """The rule codes whose findings one of ``passes`` declares it repairs."""
+    return {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
 
 
 def run_passes(
@@ -469,6 +504,11 @@ def _not_looked_at(report: Report, model: ir.Model, command: str) -> list[str]:
     if command == "fold" and (folds_not := not_folded(model)) is not None:
         notes.append(folds_not)
     return notes
+
+
+def _repairs(result: ir.passes.PassResult) -> list[tuple[str, str, str]]:
+    """The findings a pass repaired (``check --fix``): (code, where, what)."""
+    return result.changes if isinstance(result, RewritePassResult) else []
 
 
 def _warnings(result: ir.passes.PassResult) -> list[Any]:

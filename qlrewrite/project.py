@@ -19,10 +19,9 @@ from typing import Any
 
 from qlrewrite.config import Settings, forget, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
-from qlrewrite.findings import Finding, Report
+from qlrewrite.findings import Report
 
 __all__ = [
-    "FixOutcome",
     "Selection",
     "Target",
     "check_targets",
@@ -30,7 +29,7 @@ __all__ = [
     "default_jobs",
     "enabled_codes",
     "exit_code",
-    "fix_target",
+    "strictness",
     "unused_suppressions",
 ]
 
@@ -364,110 +363,43 @@ def unused_suppressions(
     return extra
 
 
-def exit_code(reports: Sequence[Report], *, strict: bool | Callable[[Report], bool] = False) -> int:
+def exit_code(
+    reports: Sequence[Report],
+    *,
+    strict: bool | Callable[[Report], bool] = False,
+    refused: bool = False,
+    exit_zero: bool = False,
+) -> int:
     """2 if any model was unreadable, else 1 on an error finding (any finding where
-    ``strict`` holds), else 0."""
+    ``strict`` holds) or a ``refused`` fix, else 0; ``exit_zero`` (``--exit-zero``) turns
+    1 into 0, never 2."""
     is_strict = strict if callable(strict) else (lambda _report: strict)
     if any(r.load_error for r in reports):
         return EXIT_INPUT
-    if any(r.errors or (r.findings and is_strict(r)) for r in reports):
-        return EXIT_FINDINGS
+    if refused or any(r.errors or (r.findings and is_strict(r)) for r in reports):
+        return EXIT_OK if exit_zero else EXIT_FINDINGS
     return EXIT_OK
 
 
-@dataclasses.dataclass
-class FixOutcome:
-    """What ``check --fix`` / ``--diff`` did to one model."""
-
-    path: Path
-    changes: list[tuple[str, str, str]]  # (code, where, what), in the order applied
-    fixable: int  # findings the fixes were for
-    output: Path | None = None  # the file written (None: --diff, or refused)
-    refused: str | None = None  # why nothing was written
-    verification: Any = None  # the --verify result, when asked
+def diff_exit_code(
+    reports: Sequence[Report], *, strict: Callable[[Report], bool], changed: bool
+) -> int:
+    """``check --diff`` keeps the exit codes of ``check``: an unreadable input is 2, a
+    remaining error finding or a change to make (or a refused fix) is 1."""
+    code = exit_code(reports, strict=strict)
+    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
 
 
-def fix_target(
-    target: Target,
-    report: Report,
-    *,
-    unsafe: bool = False,
-    output: Path | None = None,
-    in_place: bool = False,
-    dry_run: bool = False,
-    verify: Any = None,
-) -> FixOutcome | None:
-    """Repair ``report``'s fixable findings of ``target`` through the rewrite path every
-    command takes (:func:`qlrewrite.pipeline.rewrite`: refusals, atomic write,
-    ``verify``); None when nothing is fixable. ``dry_run``: what would change (``--diff``).
-    """
-    from qlrewrite import pipeline
-    from qlrewrite.errors import Refusal
-    from qlrewrite.passes.fix import fix_passes, fixable
-    from qlrewrite.verify import VerificationFailed
+def strictness(targets: Sequence[Target], selection: Selection) -> Callable[[Report], bool]:
+    """Per report: ``--strict`` / ``--no-strict``, else the ``strict`` of the model's
+    configuration (of the configuration itself for its report: QL901 on its entries)."""
+    settings = {str(t.settings.path): t.settings for t in targets if t.settings.path}
+    settings |= {str(t.path): t.settings for t in targets}
 
-    if report.load_error:
-        return None
-    wanted = fixable(report.findings, unsafe=unsafe)
-    passes = fix_passes(wanted, unsafe=unsafe)
-    if not passes:
-        return None
-    outcome = FixOutcome(target.path, [], len(wanted))
-    outcome.refused = _unfixed_refusal(report, wanted)
-    if outcome.refused:  # the rewrite would refuse the input: say why in the words of check
-        return outcome
+    def strict(report: Report) -> bool:
+        if selection.strict is not None:
+            return selection.strict
+        found = settings.get(str(report.path))
+        return bool(found.strict) if found is not None else False
 
-    def run(passes: list, dry: bool, verify_with: Any) -> Any:
-        return pipeline.rewrite(
-            target.path,
-            passes,
-            command="fix",
-            output=output,
-            in_place=in_place,
-            dry_run=dry,
-            verify=verify_with,
-        )
-
-    try:
-        # A dry run first when writing: a fix may find nothing to change on its node (a
-        # [1] scale that is a graph input), and an unchanged copy is not worth writing.
-        result = run(passes, True, None if not dry_run else verify)
-        outcome.changes = _changes(result)
-        if not dry_run and outcome.changes:
-            passes = fix_passes(wanted, unsafe=unsafe)
-            result = run(passes, False, verify)
-            outcome.changes = _changes(result)
-            outcome.output = result.output
-    except VerificationFailed as exc:
-        outcome.refused, outcome.verification = str(exc), exc.verification
-        return outcome
-    except Refusal as exc:
-        outcome.refused = str(exc).removeprefix(f"{target.path}: ")
-        return outcome
-    outcome.verification = result.verification
-    return outcome
-
-
-def _unfixed_refusal(report: Report, wanted: Sequence[Finding]) -> str | None:
-    """Why the rewrite would refuse the model: error findings no fix is for (None: none)."""
-    unfixed = sorted({f.rule for f in report.errors if f not in wanted})
-    if not unfixed:
-        return None
-    return (
-        f"{len([f for f in report.errors if f not in wanted])} error finding(s) without "
-        f"a fix ({', '.join(unfixed)}); nothing written"
-    )
-
-
-def _changes(result: Any) -> list[tuple[str, str, str]]:
-    """What the fix passes of a rewrite changed: (code, where, what)."""
-    from qlrewrite.passes.results import FixResult, UpgradeResult
-
-    changes: list[tuple[str, str, str]] = []
-    for pass_result in result.pass_results:
-        if isinstance(pass_result, FixResult):
-            changes.extend(pass_result.changes)
-        elif isinstance(pass_result, UpgradeResult):  # the upgrade to opset 13 (QL201 / QL402)
-            opset = pass_result.summary["opset_after"]
-            changes.append(("QL201", "model", f"ai.onnx opset upgraded to {opset}"))
-    return changes
+    return strict

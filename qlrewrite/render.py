@@ -1,4 +1,4 @@
-"""Renderers of check reports (text, json, sarif, github) and of the rule catalogue.
+"""The text of check reports (lines, groups, tables, the summary) and the rule catalogue.
 
 Pure functions from :class:`~qlrewrite.findings.Report` lists and
 :class:`~qlrewrite.findings.Rule` entries to text; the CLI only picks one and writes it.
@@ -8,38 +8,29 @@ Pure functions from :class:`~qlrewrite.findings.Report` lists and
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import re
 import sys
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path, PurePath
-from typing import Any
+from pathlib import Path
 
 from rich.console import Console
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite import __version__
 from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 
 __all__ = [
-    "FORMATS",
     "FindingGroup",
     "finding_line",
     "finding_lines",
     "group_findings",
+    "node_where",
     "print_rule",
     "print_rules_table",
     "print_text_tables",
-    "render",
-    "render_github",
-    "render_json",
-    "render_sarif",
     "rule_counts",
     "rule_text",
     "rules_json",
@@ -49,8 +40,6 @@ __all__ = [
     "text_lines",
 ]
 
-FORMATS = ("text", "json", "sarif", "github")
-SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow"}
 _CATEGORIES = {
     "QL1": "Structure",
@@ -104,7 +93,7 @@ def _node_label(finding: Finding) -> str:
     return f"<{finding.op_type}>" if finding.op_type else ""
 
 
-def _where(finding: Finding) -> str:
+def node_where(finding: Finding) -> str:
     """``graph/node`` (just the graph for a finding about a tensor)."""
     label = _node_label(finding)
     return f"{finding.graph}/{label}" if label else finding.graph
@@ -325,199 +314,6 @@ def print_text_tables(
         console.print(table)
     if summary:
         console.print(Text(summary_line(reports), style="bold"))
-
-
-# --------------------------------------------------------------------------- json
-
-
-def render_json(reports: Sequence[Report]) -> str:
-    """``{"version": 1, "files": [Report.to_json(), ...], "summary": {...}}``."""
-    document = {
-        "version": 1,
-        "files": [r.to_json() for r in reports],
-        "summary": {
-            "files": sum(1 for r in reports if r.is_model),
-            "unreadable": sum(1 for r in reports if r.load_error),
-            "nodes_checked": sum(r.nodes_checked for r in reports),
-            "custom_quant_nodes": sum(g.nodes for r in reports for g in r.custom_quant),
-            "errors": sum(len(r.errors) for r in reports),
-            "warnings": sum(len(r.warnings) for r in reports),
-            "suppressed": sum(len(r.suppressed) for r in reports),
-            "by_rule": rule_counts(reports),
-        },
-    }
-    return json.dumps(document, indent=2) + "\n"
-
-
-# --------------------------------------------------------------------------- github
-
-
-def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(text: str) -> str:
-    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
-def render_github(reports: Sequence[Report]) -> str:
-    """GitHub Actions workflow commands: ``::error file=...,title=...::message`` lines."""
-    rules = _rules()
-    lines = []
-    for report in reports:
-        path = _escape_property(_relative_posix(report.path or ""))
-        if report.load_error:
-            lines.append(
-                f"::error file={path},title=unreadable model::{_escape_data(report.load_error)}"
-            )
-        for f in report.findings:
-            rule = rules.get(f.rule)
-            title = _escape_property(f"{f.rule} {rule.name}" if rule else f.rule)
-            message = f.message + (f"\nhint: {f.hint}" if f.hint else "")
-            lines.append(f"::{f.severity} file={path},title={title}::{_escape_data(message)}")
-    lines.append(summary_line(reports))
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- sarif
-
-
-def _relative_posix(path: str) -> str:
-    """``path`` relative to the current folder when inside it, with forward slashes."""
-    pure = Path(path)
-    if pure.is_absolute():
-        try:
-            pure = pure.relative_to(Path.cwd())
-        except ValueError:
-            return pure.as_posix()
-    return PurePath(os.path.normpath(pure)).as_posix()
-
-
-def _artifact_location(path: str) -> dict[str, str]:
-    relative = _relative_posix(path)
-    if Path(relative).is_absolute():
-        return {"uri": Path(relative).as_uri()}
-    return {"uri": urllib.parse.quote(relative, safe="/"), "uriBaseId": "%SRCROOT%"}
-
-
-def _sarif_rule(rule: Rule) -> dict[str, Any]:
-    return {
-        "id": rule.code,
-        "name": rule.name,
-        "shortDescription": {"text": rule.summary},
-        "fullDescription": {"text": rule.explanation},
-        "help": {
-            "text": f"{rule.explanation}\n\nExample:\n{rule.example}",
-            "markdown": f"{rule.explanation}\n\nExample:\n\n```\n{rule.example}\n```",
-        },
-        "defaultConfiguration": {"level": rule.severity, "enabled": not rule.opt_in},
-        "properties": {
-            "tags": ["onnx", "quantization"],
-            "versions": rule.versions,
-            "fix": rule.fix or "none",
-            "fixSummary": rule.fix_summary,
-        },
-    }
-
-
-def _sarif_result(f: Finding, path: str, index: dict[str, int]) -> dict[str, Any]:
-    text = f.message + (f" (hint: {f.hint})" if f.hint else "")
-    fingerprint = hashlib.sha256(
-        "\0".join((path, f.rule, f.graph, f.node, f.op_type, f.message)).encode()
-    ).hexdigest()
-    result: dict[str, Any] = {
-        "ruleId": f.rule,
-        "level": f.severity,
-        "message": {"text": text},
-        "locations": [
-            {
-                "physicalLocation": {
-                    "artifactLocation": _artifact_location(path),
-                    "region": {"startLine": 1},
-                },
-                "logicalLocations": [
-                    {
-                        "name": f.node or f.op_type or f.graph,
-                        "fullyQualifiedName": _where(f),
-                        "kind": "function" if f.op_type else "module",
-                    }
-                ],
-            }
-        ],
-        "partialFingerprints": {"qlrewriteFinding/v1": fingerprint},
-        "properties": {
-            "graph": f.graph,
-            "node": f.node,
-            "op_type": f.op_type,
-            "domain": f.domain,
-            "opset": f.opset,
-            "hint": f.hint,
-            "fix": f.fix or "none",
-        },
-    }
-    if f.rule in index:
-        result["ruleIndex"] = index[f.rule]
-    return result
-
-
-def render_sarif(reports: Sequence[Report], codes: Iterable[str] | None = None) -> str:
-    """SARIF 2.1.0 for GitHub code scanning; ``codes``: the rules listed (default all)."""
-    rules = _rules()
-    listed = [rules[c] for c in (codes if codes is not None else rules) if c in rules]
-    listed.sort(key=lambda r: r.code)
-    index = {r.code: i for i, r in enumerate(listed)}
-    results = [
-        _sarif_result(f, report.path or "", index) for report in reports for f in report.findings
-    ]
-    notifications = [
-        {
-            "level": "error",
-            "message": {"text": report.load_error},
-            "locations": [
-                {"physicalLocation": {"artifactLocation": _artifact_location(report.path or "")}}
-            ],
-        }
-        for report in reports
-        if report.load_error
-    ]
-    document = {
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "qlrewrite",
-                        "version": __version__,
-                        "semanticVersion": __version__,
-                        "rules": [_sarif_rule(r) for r in listed],
-                    }
-                },
-                "invocations": [
-                    {
-                        "executionSuccessful": not notifications,
-                        "toolExecutionNotifications": notifications,
-                    }
-                ],
-                "results": results,
-                "columnKind": "unicodeCodePoints",
-            }
-        ],
-    }
-    return json.dumps(document, indent=2) + "\n"
-
-
-def render(reports: Sequence[Report], fmt: str, *, codes: Iterable[str] | None = None) -> str:
-    """``reports`` in ``fmt`` (text as log lines) as one string ending with a newline."""
-    if fmt == "json":
-        return render_json(reports)
-    if fmt == "sarif":
-        return render_sarif(reports, codes)
-    if fmt == "github":
-        return render_github(reports)
-    if fmt == "text":
-        return "\n".join(text_lines(reports)) + "\n"
-    raise ValueError(f"unknown format {fmt!r}")
 
 
 # --------------------------------------------------------------------------- rules

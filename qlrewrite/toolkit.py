@@ -43,6 +43,7 @@ __all__ = [
     "drop_unused_domains",
     "ensure_import",
     "ensure_import_at",
+    "function_kinds",
     "functions_of",
     "graphs_within",
     "implied_imports",
@@ -300,6 +301,12 @@ def drop_unused_domain(model: ir.Model, domain: str) -> bool:
             del graph_like.opset_imports[domain]
             changed = True
     return changed
+
+
+def function_kinds(model: ir.Model) -> tuple[bool, bool]:
+    """(has model-local functions, has a function with an overload)."""
+    functions = model.functions.values()
+    return bool(functions), any(f.overload for f in functions)
 
 
 def drop_unused_domains(model: ir.Model) -> int:

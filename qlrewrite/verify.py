@@ -78,8 +78,10 @@ class Bound:
       |expected| (a float32 summation-order bound scales with the output's magnitude);
     - ``ulp``: at most ``ulp`` representable steps between expected and actual;
     - ``per_output``: (output name, limit) pairs: max |expected - actual| <= limit for that
-      output (a quantization bound: N steps of the output, N for an integer output, N x
-      its scale for a dequantized one).
+      output (steps for an integer output, float units otherwise; see
+      :mod:`qlrewrite.difference`);
+    - ``unbounded``: outputs whose difference nothing bounds (a LayerNormalization after a
+      converted node): their difference is reported, not checked.
 
     A missing output, a changed type or shape, or NaN against a number is never accepted.
     """
@@ -88,12 +90,13 @@ class Bound:
     relative: float | None = None
     ulp: int | None = None
     per_output: tuple[tuple[str, float], ...] = ()
+    unbounded: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         limits = (self.relative, self.ulp, *(v for _, v in self.per_output))
         if any(v is not None and v < 0 for v in limits):
             raise ValueError("a bound's limits are not negative")
-        if (self.reason is None) != all(v is None for v in limits):
+        if (self.reason is None) != (all(v is None for v in limits) and not self.unbounded):
             raise ValueError("a bound states a limit and its reason, or neither (exact)")
 
     @property
@@ -107,6 +110,8 @@ class Bound:
             return True
         if verdict.problem is not None or verdict.max_abs == float("inf"):
             return False
+        if verdict.name in self.unbounded:
+            return True
         if self.relative is not None and verdict.max_abs <= self.relative * verdict.max_ref:
             return True
         limit = dict(self.per_output).get(verdict.name)
@@ -126,8 +131,9 @@ class Bound:
         per_output = dict(self.per_output)
         for name, limit in other.per_output:
             per_output[name] = _looser(per_output.get(name), limit)
-        return Bound("; ".join(r for r in reasons if r), relative,
-                     _looser(self.ulp, other.ulp), tuple(sorted(per_output.items())))  # fmt: skip
+        unbounded = tuple(sorted({*self.unbounded, *other.unbounded}))
+        return Bound("; ".join(r for r in reasons if r), relative, _looser(self.ulp, other.ulp),
+                     tuple(sorted(per_output.items())), unbounded)  # fmt: skip
 
     def describe(self) -> str:
         """``exact``, or the accepted limits in words."""
@@ -142,11 +148,17 @@ class Bound:
             shown = ", ".join(f"{limit:.3g} at {name}" for name, limit in self.per_output[:4])
             more = f" and {len(self.per_output) - 4} more" if len(self.per_output) > 4 else ""
             limits.append(f"{shown}{more}")
-        return f"differences up to {' or '.join(limits)}"
+        text = f"differences up to {' or '.join(limits)}" if limits else ""
+        if self.unbounded:
+            names = ", ".join(self.unbounded[:4])
+            more = f" and {len(self.unbounded) - 4} more" if len(self.unbounded) > 4 else ""
+            text += ("; " if text else "") + f"unbounded: {names}{more} (reported, not checked)"
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {"exact": self.exact, "relative": self.relative, "ulp": self.ulp,
-                "per_output": dict(self.per_output), "reason": self.reason}  # fmt: skip
+                "per_output": dict(self.per_output), "unbounded": list(self.unbounded),
+                "reason": self.reason}  # fmt: skip
 
 
 def _looser(a: float | int | None, b: float | int | None) -> Any:
@@ -190,6 +202,8 @@ class VerifyOptions:
     #: failure. ``output_steps``: (output, quantization step) where an output is dequantized.
     deployed: bool = False
     output_steps: tuple[tuple[str, float], ...] = ()
+    #: Values inside both models to compare too (outputs of converted nodes, by name).
+    probes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +289,8 @@ class Verification:
     bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
     deployment: Any = None  # qlrewrite.deployed.Deployment: the default session's view
+    #: The largest difference measured at each probe (VerifyOptions.probes) both had.
+    probes: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -476,12 +492,46 @@ def generate_inputs(specs: Sequence[InputSpec], rng: np.random.Generator) -> dic
 # --------------------------------------------------------------------------- running
 
 
-def _session(ort: Any, path: Path) -> Any:
+def _session(ort: Any, path: Path, probes: Sequence[str] = ()) -> tuple[Any, frozenset[str]]:
+    """An ONNX Runtime session of ``path`` and the probes it outputs beside its own."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 3
-    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    source, added = _with_probes(path, probes) if probes else (None, frozenset())
+    session = ort.InferenceSession(
+        source or os.fspath(path), options, providers=["CPUExecutionProvider"]
+    )
+    return session, added
+
+
+#: Models probed inside (every probe kept alive for one run): at most this large.
+MAX_PROBED_BYTES = 256 << 20
+
+
+def _with_probes(path: Path, probes: Sequence[str]) -> tuple[bytes | None, frozenset[str]]:
+    """The model at ``path`` with the main graph's node outputs named in ``probes`` made
+    graph outputs too, and their names; (None, {}) for a model too large or with external
+    data (not probed)."""
+    import onnx
+
+    if path.stat().st_size > MAX_PROBED_BYTES:
+        return None, frozenset()
+    proto = onnx.load_model(os.fspath(path), load_external_data=False)
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        return None, frozenset()
+    wanted = set(probes) - {o.name for o in proto.graph.output}
+    added = [name for node in proto.graph.node for name in node.output if name in wanted]
+    proto.graph.output.extend(onnx.helper.make_empty_tensor_value_info(n) for n in added)
+    return proto.SerializeToString(), frozenset(added)
+
+
+def _split(
+    run: dict[str, np.ndarray], added: frozenset[str], probes: Sequence[str]
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A run's graph outputs, and its probes' values (a graph output can be a probe)."""
+    outputs = {n: v for n, v in run.items() if n not in added}
+    return outputs, {n: run[n] for n in probes if n in run}
 
 
 def _ort_value(ort: Any, array: np.ndarray) -> Any:
@@ -643,14 +693,15 @@ def verify_models(
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
     on_phase("original")
-    expected = _run_original(ort, Path(original), feeds, result)
+    expected = _run_original(ort, Path(original), feeds, result, options.probes)
     if expected is None:
         return result
     on_phase("rewritten")
-    actual = _run_rewritten(ort, Path(rewritten), feeds, result)
+    actual = _run_rewritten(ort, Path(rewritten), feeds, result, options.probes)
     if actual is None:
         return result
-    result.outputs = _compare_runs(expected, actual)
+    result.probes = _probed([p for _, p in expected], [p for _, p in actual])
+    result.outputs = _compare_runs([o for o, _ in expected], [o for o, _ in actual])
     if all(o.exact for o in result.outputs):
         result.status = EXACT
     elif all(o.within(options.tolerance, options.bound) for o in result.outputs):
@@ -660,18 +711,39 @@ def verify_models(
     return result
 
 
+#: One run's graph outputs and probe values.
+_Outputs = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
+
+
+def _probed(
+    expected: Sequence[Mapping[str, np.ndarray]], actual: Sequence[Mapping[str, np.ndarray]]
+) -> dict[str, float]:
+    """The largest difference at each probe both runs have (inf where the type or shape
+    differs)."""
+    found: dict[str, float] = {}
+    for before, after in zip(expected, actual, strict=True):
+        for name in before.keys() & after.keys():
+            verdict = compare_arrays(name, before[name], after[name])
+            found[name] = max(found.get(name, 0.0), verdict.max_abs)
+    return found
+
+
 def _run_original(
-    ort: Any, path: Path, feeds: Sequence[Mapping[str, np.ndarray]], result: Verification
-) -> list[dict[str, np.ndarray]] | None:
+    ort: Any,
+    path: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    result: Verification,
+    probes: Sequence[str] = (),
+) -> list[_Outputs] | None:
     """The original model's outputs on every input set; None when it cannot be loaded or
     run (``result`` says why: unverifiable)."""
     try:
-        session = _session(ort, path)
+        session, added = _session(ort, path, probes)
     except Exception as exc:
         result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
         return None
     try:
-        return [_run(ort, session, f) for f in feeds]
+        return [_split(_run(ort, session, f), added, probes) for f in feeds]
     except _Unverifiable as exc:
         result.reason = str(exc)
         return None
@@ -685,13 +757,17 @@ def _run_original(
 
 
 def _run_rewritten(
-    ort: Any, path: Path, feeds: Sequence[Mapping[str, np.ndarray]], result: Verification
-) -> list[dict[str, np.ndarray]] | None:
+    ort: Any,
+    path: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    result: Verification,
+    probes: Sequence[str] = (),
+) -> list[_Outputs] | None:
     """The rewritten model's outputs on every input set; None when it cannot be loaded or
     run (``result`` says why: unverifiable when ONNX Runtime lacks support or an output is
     not a tensor, a mismatch when it rejects or fails on the model)."""
     try:
-        session = _session(ort, path)
+        session, added = _session(ort, path, probes)
     except Exception as exc:
         if _is_unsupported(exc):
             result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
@@ -700,7 +776,7 @@ def _run_rewritten(
             result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
         return None
     try:
-        return [_run(ort, session, f) for f in feeds]
+        return [_split(_run(ort, session, f), added, probes) for f in feeds]
     except _Unverifiable as exc:
         result.reason = str(exc)
         return None
@@ -752,6 +828,10 @@ class Verifier:
         self.options = options
         self._run = run  # verify_models, or a runner in another process
         self.result: Verification | None = None
+        #: Given the differences measured at ``options.probes``: the bound they allow and
+        #: the probes that exceed what their inputs allow (:meth:`expect_measured`).
+        self._refine: Callable[[Mapping[str, float]], tuple[Bound, list[str]]] | None = None
+        self._unprobed = options.bound  # the bounds of rewrites not re-checked on probes
         try:
             self.specs: list[InputSpec] | None = input_specs(model, options.input_shapes)
             self._reason = ""
@@ -769,7 +849,22 @@ class Verifier:
             stated = getattr(result, "verify_bound", None)
             if isinstance(stated, Bound):
                 bound = bound.join(stated)
+                if not getattr(result, "differences", None):
+                    self._unprobed = self._unprobed.join(stated)
         self.options = dataclasses.replace(self.options, bound=bound)
+
+    def expect_measured(
+        self,
+        probes: Sequence[str],
+        refine: Callable[[Mapping[str, float]], tuple[Bound, list[str]]],
+    ) -> None:
+        """Compare the values named ``probes`` inside both models too, and decide with
+        ``refine`` (the bound the measured differences allow, and the probes exceeding
+        what their inputs allow) instead of the stated bound of the rewrites that gave
+        them (unless ``--verify-tolerance`` is given)."""
+        if self.options.tolerance is None and probes:
+            self.options = dataclasses.replace(self.options, probes=tuple(probes))
+            self._refine = refine
 
     def __call__(self, staged: Path) -> None:
         if self.specs is None:
@@ -777,5 +872,25 @@ class Verifier:
                                        self.options.tolerance, reason=self._reason)  # fmt: skip
         else:
             self.result = self._run(self.original, staged, self.specs, self.options)
+        if self._refine is not None and self.result.probes and self.result.outputs:
+            self._decide_on_probes(self.result, self._refine)
         if not self.result.passed:
             raise VerificationFailed(self.result)
+
+    def _decide_on_probes(
+        self, result: Verification, refine: Callable[[Mapping[str, float]], tuple[Bound, list[str]]]
+    ) -> None:
+        """The status again, from the bound the measured differences allow."""
+        measured, violations = refine(result.probes)
+        result.bound = self._unprobed.join(measured)
+        if violations:
+            more = f" and {len(violations) - 3} more" if len(violations) > 3 else ""
+            result.status = MISMATCH
+            result.reason = ("inside the model, " + "; ".join(violations[:3]) + more
+                             + " (a difference a correct conversion cannot make)")  # fmt: skip
+        elif all(o.exact for o in result.outputs):
+            result.status = EXACT
+        elif all(o.within(result.tolerance, result.bound) for o in result.outputs):
+            result.status = WITHIN_TOLERANCE
+        else:
+            result.status = MISMATCH

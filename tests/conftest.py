@@ -8,7 +8,10 @@ each run explores new examples. ``HYPOTHESIS_PROFILE`` picks a profile explicitl
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -20,3 +23,14 @@ settings.register_profile("ci", parent=settings.get_profile("default"), derandom
 settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default")
 )
+
+
+@pytest.fixture
+def in_tmp_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
+    """The test runs in ``tmp_path``, with no configuration file cached before or after."""
+    from qlrewrite import config
+
+    monkeypatch.chdir(tmp_path)
+    config.forget()
+    yield tmp_path
+    config.forget()

@@ -18,10 +18,11 @@ from onnx import helper
 from qdq_models import DQ, DT, Q, qdq_model
 
 import qlrewrite
+from qlrewrite import checker
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
 
-API = ("load", "save", "check", "fold", "convert", "upgrade", "quantize", "dequantize")
+API = ("load", "save", "check", "fix", "fold", "convert", "upgrade", "quantize", "dequantize")
 
 
 def _bad() -> onnx.ModelProto:
@@ -172,3 +173,19 @@ def test_public_passes_compose_in_a_pass_manager(tmp_path: Path) -> None:
     )
     result = manager(model)
     assert [n.domain for n in result.model.graph] == [""] and result.modified
+
+
+def test_a_proto_is_read_as_a_file_is(tmp_path: Path) -> None:
+    """A ModelProto goes through the one ModelProto -> ir.Model step (model_io.from_proto):
+    a node input defined nowhere is refused as it is in a file (the API used to wrap it
+    and check it as if the input existed)."""
+    proto = qdq_model(DQ, 21)
+    proto.graph.node[0].input[0] = "nowhere"
+    onnx.save(proto, tmp_path / "m.onnx")
+    with pytest.raises(InputError) as from_file:
+        qlrewrite.check(tmp_path / "m.onnx")
+    with pytest.raises(InputError) as from_proto:
+        qlrewrite.check(proto)
+    why = str(from_file.value).removeprefix(f"{tmp_path / 'm.onnx'}: ")
+    assert "'nowhere'" in why and str(from_proto.value) == f"model: {why}"
+    assert checker.check(proto).load_error == why

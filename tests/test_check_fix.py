@@ -17,21 +17,17 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
 from qdq_models import DQ, DT, qdq_model
 
-from qlrewrite import config, render
+from qlrewrite import render
 from qlrewrite.checker import check_path
 from qlrewrite.cli import main
+from qlrewrite.formats import sarif
 from qlrewrite.passes.fix import FIXES, fixable
 from qlrewrite.rules import RULES
 
 pytest.importorskip("onnxruntime")
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.chdir(tmp_path)
-    config.forget()
-    yield
-    config.forget()
+pytestmark = pytest.mark.usefixtures("in_tmp_folder")
 
 
 def _run(*args: str | Path) -> tuple[int, str, str]:
@@ -253,8 +249,10 @@ def test_catalogue_and_fixes_agree() -> None:
         assert RULES[code].fix in ("safe", "unsafe") and len(RULES[code].fix_summary) > 40
     safe = {"QL103", "QL406", "QL411", "QL601"}  # QL103: safe since round 3
     assert {c for c in with_fix if RULES[c].fix == "safe"} == safe
-    sarif = json.loads(render.render_sarif([]))
-    props = {r["id"]: r["properties"]["fix"] for r in sarif["runs"][0]["tool"]["driver"]["rules"]}
+    document = json.loads(sarif.render_sarif([]))
+    props = {
+        r["id"]: r["properties"]["fix"] for r in document["runs"][0]["tool"]["driver"]["rules"]
+    }
     assert props["QL406"] == "safe" and props["QL201"] == "unsafe" and props["QL101"] == "none"
     lines = render.rules_lines(RULES.values())
     assert any(re.match(r"QL406  warning \(opt-in\)  safe ", line) for line in lines)

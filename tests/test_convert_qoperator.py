@@ -180,18 +180,24 @@ def test_ort_fused_dynamic_ops_convert(tmp_path) -> None:
 # --------------------------------------------------------------------------- --verify
 
 
-def test_bound_is_one_step_per_converted_node_deep() -> None:
+def test_bound_is_one_step_per_converted_node_carried_to_the_outputs() -> None:
     _, result = _convert(build("QLinearAdd"))
     bound = result.verify_bound
     assert bound.per_output == (("C", 1.0),)  # a uint8 output, one node deep
     assert "requantizes" in bound.reason and bound.relative is None
     _, result = _convert(quantized("cnn-qop-u8s8"))
+    assert result.differences == dict.fromkeys(
+        ("c1_quantized", "c2_quantized", "m_quantized", "a_quantized", "y_quantized"), 1.0
+    )
     ((name, limit),) = result.verify_bound.per_output
     scale = next(
         onnx.numpy_helper.to_array(t) for t in quantized("cnn-qop-u8s8").graph.initializer
         if t.name == "y_scale"
     )  # fmt: skip
-    assert name == "y" and limit == pytest.approx(5 * float(scale))  # 5 converted deep
+    # amplified by each layer's weights, a step at the first conv may reach the whole
+    # range of y by the last layer: the stated bound alone says little, which is why
+    # --verify re-checks it on the values measured inside (test_verify_bound.py)
+    assert name == "y" and limit == pytest.approx(255 * float(scale), rel=1e-4)
 
 
 def test_bound_of_dynamic_forms_is_float_summation() -> None:

@@ -1,17 +1,22 @@
 """One home per idea, enforced: outside the toolkit (qlrewrite/toolkit.py), the node
 meaning (qlrewrite/qdq/) and the opset table (qlrewrite/opsets.py), no code walks a
 model's graphs by hand, reads an opset import table, or reads a Q/DQ attribute from a
-node instead of its NodeView (which applies the version in force and the defaults)."""
+node instead of its NodeView (which applies the version in force and the defaults). A
+rule never restates its code or severity; the output formats, float16 modes, convert
+targets, accuracy levels, the default axis, the version and the ModelProto -> ir.Model
+step are each written in one place (a second copy fails here)."""
 
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "qlrewrite"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "qlrewrite"
 HOMES = ("toolkit.py", "opsets.py", "qdq/")
 QDQ_ATTRIBUTES = {"axis", "block_size", "saturate", "output_dtype", "precision"}
 #: Receivers whose ``.attributes`` are a NodeView's (version in force, defaults applied)
@@ -20,6 +25,7 @@ VIEWS = {"ctx", "view", "context", "row"}
 #: Reads that look like a Q/DQ attribute but are not one, with the reason.
 NOT_QDQ = {
     ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
+    ("difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
 }
 
 
@@ -162,3 +168,119 @@ def test_the_rule_checker_catches_each_kind(source: str, expected: str, tmp_path
     )
     found = list(_rule_violations(tmp_path))
     assert len(found) == 1 and expected in found[0], found
+
+
+# ------------------------------------------------------------------ facts with one home each
+
+#: Each fact: the module that holds it, and what a second copy looks like (a literal
+#: collection holding these strings together, or a call written like it).
+FACT_HOMES = {
+    "output formats": "formats/",
+    "float16 modes": "passes/fold_tensor.py",
+    "convert targets": "passes/convert_domain.py",
+    "accuracy levels": "opsets.py",
+    "default axis": "opsets.py",
+    "ModelProto -> ir.Model": "model_io.py",
+}
+#: Two or more of one group in one literal collection is a second copy of the list.
+LITERAL_GROUPS = {
+    "output formats": ({"sarif", "github"}, {"text", "json", "sarif", "github"}),
+    "float16 modes": ({"exact", "compact"}, {"exact", "compact"}),
+    "convert targets": ({"com.microsoft"}, {"onnx", "ai.onnx", "com.microsoft"}),
+}
+#: Where a fact is read for another purpose, with the reason.
+FACT_EXCEPTIONS = {
+    ("passes/upgrade.py", "ModelProto -> ir.Model"): "the version converter's output",
+}
+
+
+def _literal_strings(node: ast.AST) -> set[str]:
+    if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set()
+    return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+
+
+def _literal_copies(node: ast.AST) -> Iterator[str]:
+    strings = _literal_strings(node)
+    for fact, (needed, group) in LITERAL_GROUPS.items():
+        if strings & needed and len(strings & group) >= 2:
+            yield fact
+
+
+def _call_copies(node: ast.Call) -> Iterator[str]:
+    call = ast.unparse(node)
+    if call in ("range(5)", "click.IntRange(0, 4)"):
+        yield "accuracy levels"
+    if isinstance(node.func, ast.Attribute) and node.func.attr == "deserialize_model":
+        yield "ModelProto -> ir.Model"
+
+
+def _axis_defaults(node: ast.arguments) -> Iterator[ast.expr]:
+    """The default values of the parameters named ``axis``."""
+    positional = [*node.posonlyargs, *node.args]
+    named = positional[len(positional) - len(node.defaults) :]
+    pairs = [*zip(named, node.defaults, strict=True)]
+    pairs += [(a, d) for a, d in zip(node.kwonlyargs, node.kw_defaults, strict=True) if d]
+    return (default for arg, default in pairs if arg.arg == "axis")
+
+
+def _fact_copies(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, fact) of everything in ``tree`` that restates a fact."""
+    for node in ast.walk(tree):
+        yield from ((node.lineno, fact) for fact in _literal_copies(node))
+        if isinstance(node, ast.Call):
+            yield from ((node.lineno, fact) for fact in _call_copies(node))
+        if isinstance(node, ast.arguments):
+            for default in _axis_defaults(node):
+                if isinstance(default, ast.Constant):
+                    yield default.lineno, "default axis"
+        assigned = isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        if assigned and ast.unparse(node.targets[0]).endswith("_AXIS"):
+            yield node.lineno, "default axis"
+
+
+def _fact_violations(package: Path) -> Iterator[str]:
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package).as_posix()
+        for line, fact in _fact_copies(ast.parse(path.read_text(), str(path))):
+            home = FACT_HOMES[fact]
+            if not rel.startswith(home) and (rel, fact) not in FACT_EXCEPTIONS:
+                yield f"{rel}:{line}: a second copy of the {fact} (their home: {home})"
+
+
+def test_every_fact_has_one_home() -> None:
+    found = list(_fact_violations(REPO / "qlrewrite"))
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("source", "fact"),
+    [
+        ("FORMATS = ('text', 'json', 'sarif', 'github')", "output formats"),
+        ("ok = fmt in {'json', 'github'}", "output formats"),
+        ("if mode not in ('exact', 'compact'): pass", "float16 modes"),
+        ("TARGETS = ['onnx', 'com.microsoft']", "convert targets"),
+        ("LEVELS = range(5)", "accuracy levels"),
+        ("t = click.IntRange(0, 4)", "accuracy levels"),
+        ("def q(x, *, axis: int = 1): pass", "default axis"),
+        ("def q(x, axis=1): pass", "default axis"),
+        ("_DEFAULT_AXIS = 1", "default axis"),
+        ("m = ir.serde.deserialize_model(proto)", "ModelProto -> ir.Model"),
+    ],
+)
+def test_the_fact_checker_catches_each_copy(source: str, fact: str, tmp_path: Path) -> None:
+    (tmp_path / "copy.py").write_text(source + "\n")
+    (tmp_path / "fine.py").write_text("a = ('text', 'json')\nb = range(n)\ndef f(x, y=1): pass\n")
+    found = list(_fact_violations(tmp_path))
+    assert len(found) == 1 and f"the {fact}" in found[0], found
+
+
+def test_the_version_has_one_home() -> None:
+    """``qlrewrite.__version__`` is the version; pyproject.toml reads it (dynamic)."""
+    pyproject = (REPO / "pyproject.toml").read_text()
+    project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
+    assert not re.search(r"^version\s*=", project, re.MULTILINE), "pyproject.toml has a version"
+    assert 'version = { attr = "qlrewrite.__version__" }' in pyproject
+    package = REPO / "qlrewrite"
+    assigned = [p for p in package.rglob("*.py") if "__version__ =" in p.read_text()]
+    assert assigned == [package / "__init__.py"]

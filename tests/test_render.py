@@ -10,6 +10,8 @@ import pytest
 
 from qlrewrite import render
 from qlrewrite.findings import Finding, Report
+from qlrewrite.formats import github, sarif
+from qlrewrite.formats import json as json_format
 from qlrewrite.rules import RULES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
@@ -45,14 +47,14 @@ def test_finding_line_and_summary() -> None:
 
 def test_github_escapes_data_and_properties() -> None:
     report = Report("dir,x/a:b%.onnx", findings=[_finding()])
-    line = render.render_github([report]).splitlines()[0]
+    line = github.render_github([report]).splitlines()[0]
     assert line.startswith("::error file=dir%2Cx/a%3Ab%25.onnx,title=QL403 per-axis-scale-length::")
     data = line.split("::", 2)[2]
     assert data == (
         "DequantizeLinear 'dq' in main: 100%25 wrong,%0Areally: yes%0D%0Ahint: fix: it, now"
     )
     assert "\n" not in line and "\r" not in line
-    unreadable = render.render_github([Report("m.onnx", load_error="bad\nthing")]).splitlines()[0]
+    unreadable = github.render_github([Report("m.onnx", load_error="bad\nthing")]).splitlines()[0]
     assert unreadable == "::error file=m.onnx,title=unreadable model::bad%0Athing"
 
 
@@ -69,7 +71,7 @@ def test_sarif_locations_and_unreadable_files(
         Report(outside, findings=[tensor]),
         Report("c.onnx", load_error="empty file"),
     ]
-    doc = json.loads(render.render_sarif(reports, codes=["QL605", "QL403"]))
+    doc = json.loads(sarif.render_sarif(reports, codes=["QL605", "QL403"]))
     run = doc["runs"][0]
     assert [r["id"] for r in run["tool"]["driver"]["rules"]] == ["QL403", "QL605"]
     first, second = run["results"]
@@ -92,7 +94,7 @@ def test_sarif_locations_and_unreadable_files(
 
 
 def test_json_of_an_unreadable_file() -> None:
-    doc = json.loads(render.render_json([Report("x.onnx", load_error="empty file")]))
+    doc = json.loads(json_format.render_json([Report("x.onnx", load_error="empty file")]))
     assert doc["files"] == [
         {
             "path": "x.onnx",
@@ -204,6 +206,6 @@ def test_groups_in_terminal_tables_and_counts_in_json() -> None:
     text = console.export_text()
     assert "+7 more" in text and "b2_DequantizeLinear, b3_DequantizeLinear" in text
     assert "b8_DequantizeLinear" not in text
-    summary = json.loads(render.render_json([report]))
+    summary = json.loads(json_format.render_json([report]))
     assert summary["summary"]["by_rule"] == {"QL406": 8}
     assert len(summary["files"][0]["findings"]) == 8  # machines get every finding

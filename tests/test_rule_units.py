@@ -27,7 +27,7 @@ from qlrewrite import render
 from qlrewrite.checker import check
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding
-from qlrewrite.passes.fix import fix_passes
+from qlrewrite.passes.commands import fix_passes
 from qlrewrite.rules import CHECKS, RULES, Example, RuleCheck
 
 ROOT = Path(__file__).resolve().parents[1]

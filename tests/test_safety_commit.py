@@ -3,6 +3,7 @@ concurrent writers and readers; staging leftovers of killed runs; SIGTERM and SI
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -306,3 +307,138 @@ def test_library_save_keeps_the_files_the_model_still_reads(tmp_path: Path) -> N
     assert (tmp_path / "b.onnx.data").exists()
     np.testing.assert_array_equal(model.graph.initializers["W"].const_value.numpy(), w)
     np.testing.assert_array_equal(_pair_weights(tmp_path / "b.onnx"), w)
+
+
+# ------------------------------------------- issue 30, 1: recovery state is authenticated
+
+
+def _planted(folder: Path, journal: bytes | None = None) -> Path:
+    """A staging folder nobody holds, as a checkout or another user could leave it, with
+    ``journal`` as its commit.json (None: the caller makes it)."""
+    staging = folder / ".qlrewrite-staging-planted"
+    staging.mkdir()
+    if journal is not None:
+        (staging / "commit.json").write_bytes(journal)
+    return staging
+
+
+def _other_models_data(folder: Path) -> tuple[Path, Path]:
+    """b.onnx reading o.onnx.data (there is no o.onnx): a pair a planted journal names."""
+    model, _ = write_external_model(folder, "o.onnx")
+    model.rename(folder / "b.onnx")
+    return folder / "b.onnx", folder / "o.onnx.data"
+
+
+def _warnings(stderr: str) -> int:
+    """The journal warnings in ``stderr`` (each one whole line)."""
+    lines = stderr.splitlines()
+    return sum(
+        1 for line in lines if line.startswith("qlrewrite: warning: ") and "commit.json" in line
+    )
+
+
+def _fold_into(folder: Path) -> subprocess.CompletedProcess[str]:
+    """``fold a.onnx -o folded.onnx`` in ``folder``, in a child (a hang fails, not blocks)."""
+    source, _ = write_external_model(folder, "a.onnx", seed=5)
+    command = ["fold", str(source), "-o", str(folder / "f.onnx")]
+    return subprocess.run(
+        [sys.executable, "-m", "qlrewrite", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "journal",
+    [
+        b'{"data": "o.onnx.data", "model": "o.onnx", "replaced": []}',  # the issue's case
+        b'{"data": "x.data", "model": "o.onnx", "replaced": ["o.onnx.data"]}',
+    ],
+)
+def test_a_planted_journal_removes_no_file(tmp_path: Path, journal: bytes) -> None:
+    """A journal this tool did not write (no identity of what it moved in) removes
+    nothing; it is one warning line, and the run goes on."""
+    other, data = _other_models_data(tmp_path)
+    if b"x.data" in journal:  # a model o.onnx that reads x.data: o.onnx.data "replaced"
+        (tmp_path / "o.onnx").write_bytes(other.read_bytes().replace(b"o.onnx.data", b"x.data"))
+        (tmp_path / "x.data").write_bytes(data.read_bytes())
+    _planted(tmp_path, journal)
+    done = _fold_into(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert data.exists()
+    np.testing.assert_array_equal(_pair_weights(other), weights((64, 32), 0))
+    assert _warnings(done.stderr) == 1, done.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "deep", "large", "link", "not-object", "foreign"])
+def test_a_bad_journal_is_ignored_and_never_blocks(tmp_path: Path, kind: str) -> None:
+    """A FIFO (which hung every write into the folder), an array nested 100,000 deep (an
+    internal RecursionError), a huge file, a link, another shape, another user's file:
+    each is one warning line; the write goes on, the staging folder is removed."""
+    other, data = _other_models_data(tmp_path)
+    staging = _planted(tmp_path)
+    journal = staging / "commit.json"
+    if kind == "fifo":
+        os.mkfifo(journal)
+    elif kind == "deep":
+        journal.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    elif kind == "large":
+        journal.write_bytes(b'{"data": "o.onnx.data", "pad": "' + b" " * (8 << 20) + b'"}')
+    elif kind == "link":
+        (tmp_path / "j.json").write_text('{"data": "o.onnx.data", "model": "o.onnx"}')
+        journal.symlink_to(tmp_path / "j.json")
+    elif kind == "not-object":
+        journal.write_text('["o.onnx.data"]')
+    else:  # another user's journal, even one naming the file's identity right
+        info = data.stat()
+        ident = [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns]
+        data_entry = {"name": data.name, "id": ident}
+        entry = {"version": 2, "model": "o.onnx", "replaced": [], "data": data_entry}
+        journal.write_text(json.dumps(entry))
+        if os.geteuid() != 0:
+            pytest.skip("making another user's file needs root")
+        os.chown(journal, 12345, 12345)
+    done = _fold_into(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert data.exists() and other.exists()
+    assert _warnings(done.stderr) == 1, done.stderr
+    assert not staging.exists()
+
+
+def test_a_data_file_replaced_after_a_kill_is_not_removed(tmp_path: Path) -> None:
+    """A run killed with its data file moved in, then that file replaced by another one
+    under the same name: the journal's identity no longer matches, the file stays."""
+    source, out, _, old_w = _setup(tmp_path)
+    process = _run("data-in-place", "kill", "convert", str(source), "--to=onnx", f"--output={out}")
+    assert process.returncode == -signal.SIGKILL
+    moved = [n for n in _data_files(tmp_path, "out.onnx") if n != "out.onnx.data"]
+    assert len(moved) == 1
+    (tmp_path / moved[0]).unlink()
+    (tmp_path / moved[0]).write_bytes(b"another file under the name")
+    assert atomic.remove_stale(tmp_path) != []
+    assert (tmp_path / moved[0]).read_bytes() == b"another file under the name"
+    np.testing.assert_array_equal(_pair_weights(out), old_w)
+
+
+def test_a_killed_commit_is_still_undone(tmp_path: Path) -> None:
+    """The journal this tool wrote is acted on: the data file of a model that never went
+    in is removed by the next run (no warning)."""
+    source, out, _, old_w = _setup(tmp_path)
+    process = _run("data-in-place", "kill", "convert", str(source), "--to=onnx", f"--output={out}")
+    assert process.returncode == -signal.SIGKILL
+    assert len(_data_files(tmp_path, "out.onnx")) == 2
+    assert len(atomic.remove_stale(tmp_path)) == 1
+    assert _data_files(tmp_path, "out.onnx") == ["out.onnx.data"]
+    np.testing.assert_array_equal(_pair_weights(out), old_w)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's folder needs root")
+def test_another_users_staging_folder_is_left_alone(tmp_path: Path) -> None:
+    """In a shared folder, another user's leftover is theirs: not read, not removed."""
+    _, data = _other_models_data(tmp_path)
+    staging = _planted(tmp_path, b'{"data": "o.onnx.data", "model": "o.onnx", "replaced": []}')
+    os.chown(staging, 12345, 12345)
+    assert atomic.remove_stale(tmp_path) == []
+    assert staging.exists() and data.exists()

@@ -53,6 +53,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "upgrade_command",
         "Convert the model to ai.onnx opset N with ONNX's version converter.",
     ),
+    "downgrade": (
+        "downgrade",
+        "downgrade_command",
+        "Lower the model to ai.onnx opset N, exactly, or refuse naming what N cannot hold.",
+    ),
     "compare": (
         "compare",
         "compare_command",

@@ -15,10 +15,7 @@ from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.rules import RULES
 
-__all__ = ["show_files", "show_settings", "statistics", "statistics_text"]
-
-#: The fix marks of ``--statistics``, as ruff's: a safe fix, an unsafe one, none.
-_FIX_MARK = {"safe": "[*] ", "unsafe": "[-] ", None: ""}
+__all__ = ["show_files", "show_settings", "statistics"]
 
 
 def _errors(found: Sequence[project.Target | Report]) -> int:
@@ -116,16 +113,3 @@ def statistics(reports: Sequence[Report]) -> list[dict[str, Any]]:
         rows.append({"code": code, "name": name, "severity": severity, "count": count,
                      "fixable": fix})  # fmt: skip
     return rows
-
-
-def statistics_text(rows: Sequence[dict[str, Any]]) -> str:
-    """``--statistics`` as text: ``count  code  severity  [*] name`` per rule."""
-    if not rows:
-        return ""
-    width = max(len(str(row["count"])) for row in rows)
-    lines = [
-        f"{row['count']:>{width}}  {row['code']}  {row['severity']:<7}  "
-        f"{_FIX_MARK.get(row['fixable'], '')}{row['name']}"
-        for row in rows
-    ]
-    return "\n".join(lines) + "\n"

@@ -37,6 +37,7 @@ __all__ = [
     "human_bytes",
     "input_shape_option",
     "out_console",
+    "print_verification",
     "progress",
     "rewrite_options",
     "run_command",
@@ -403,7 +404,7 @@ def run_rewrite(
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:
-        _print_verification(exc.verification)
+        print_verification(exc.verification)
         raise
     if not options.quiet:
         _print_summary(result)
@@ -430,10 +431,11 @@ def _print_summary(result: RewriteResult) -> None:
             f"  warning: {escape(str(getattr(warning, 'message', warning)))}", markup=False
         )
     if result.verification is not None:
-        _print_verification(result.verification)
+        print_verification(result.verification)
 
 
-def _print_verification(verification: Verification) -> None:
+def print_verification(verification: Verification) -> None:
+    """The ``--verify`` lines on stderr: the semantic verdict, then the deployment."""
     click.echo(f"  verify: {verification.describe()}", err=True)
     for output in verification.outputs:
         if not output.exact:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -13,13 +12,16 @@ from typing import Any
 
 import click
 
-from qlrewrite import atomic, model_io, output_guard, pipeline, project, render
+from qlrewrite import atomic, check_fix, model_io, output_guard, project, render
+from qlrewrite.check_fix import FixOptions
 from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
+    RewriteCommand,
     debug_enabled,
     debug_option,
     err_console,
     out_console,
+    print_verification,
     progress,
     run_command,
     show_progress,
@@ -27,9 +29,9 @@ from qlrewrite.cli._common import (
     verify_option_list,
 )
 from qlrewrite.config import Settings, settings_for
-from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report, fixable
+from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -44,6 +46,7 @@ def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
 
 @click.command(
     "check",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite check model.onnx
@@ -76,10 +79,12 @@ over 1). `qlrewrite rules` lists the rules.
     "--output-format",
     "--format",
     "fmt",
-    type=click.Choice(render.FORMATS),
+    type=click.Choice(list(FORMATS)),
     default=None,
-    help="Output format (text: tables on a terminal, one line per finding otherwise; default: "
-    "output-format of the configuration, else text). --format is the same option.",
+    help="Output format: "
+    + "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
+    + f" (default: output-format of the configuration, else {DEFAULT_FORMAT}). --format is "
+    "the same option.",
 )
 @click.option(
     "--select",
@@ -183,31 +188,7 @@ over 1). `qlrewrite rules` lists the rules.
 @_verify_options
 @debug_option
 @run_command
-def check_command(  # noqa: PLR0917 (one parameter per click option)
-    models: tuple[Path, ...],
-    fmt: str | None,
-    select: tuple[str, ...],
-    extend_select: tuple[str, ...],
-    ignore: tuple[str, ...],
-    strict: bool | None,
-    config_file: Path | None,
-    isolated: bool,
-    force_exclude: bool,
-    show_all: bool,
-    jobs: int | None,
-    output: Path | None,
-    quiet: bool,
-    exit_zero: bool,
-    statistics: bool,
-    show_settings: bool,
-    show_files: bool,
-    fix: bool,
-    unsafe_fixes: bool,
-    diff: bool,
-    in_place: bool,
-    fix_output: Path | None,
-    **verify_args: object,
-) -> None:
+def check_command(**given: Any) -> None:
     """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
     GatherBlockQuantized, against its opset's rules.
 
@@ -215,34 +196,116 @@ def check_command(  # noqa: PLR0917 (one parameter per click option)
     findings that have a safe fix are repaired through the same path as the rewriting
     commands (refusals, atomic write, --verify).
     """
-    verify = verify_from(verify_args)
-    if config_file is not None and isolated:
-        raise click.UsageError("--config and --isolated: give one of them")
-    _check_fix_options(fix, diff, in_place, fix_output, verify is not None, len(models))
-    selection = _selection(select, ignore, extend_select, strict)
+    run = _parse(given)
+    find = run.find
     found = project.collect_models(
-        models, config=config_file, isolated=isolated, force_exclude=force_exclude
+        find.models, config=find.config, isolated=find.isolated, force_exclude=find.force_exclude
     )
-    run_settings = settings_for(Path.cwd(), config=config_file, isolated=isolated)
-    fmt = fmt or run_settings.output_format or "text"
-    _show(found, selection, fmt, show_files=show_files, show_settings=show_settings)
-    if statistics and fmt not in {"text", "json"}:
-        raise click.UsageError("--statistics prints text or json, not " + fmt)
+    run_settings = settings_for(Path.cwd(), config=run.find.config, isolated=run.find.isolated)
+    fmt = run.show.fmt or run_settings.output_format or DEFAULT_FORMAT
+    show = dataclasses.replace(run.show, fmt=fmt)
+    _show(found, run.selection, show)
+    _check_statistics_format(fmt, show.statistics)
     targets = [t for t in found if isinstance(t, project.Target)]
-    fixing = _Fixing(fix, diff, unsafe_fixes, fix_output, in_place, verify, output)
+    strict = project.strictness(targets, run.selection)
     with contextlib.ExitStack() as stack:
-        reads = _files_read(targets, config_file, run_settings, writes=output or fix)
-        pending = _pending_report(stack, output, reads)
-        checked, reports = _check_found(found, targets, selection, jobs, quiet=quiet)
-        reports, refused = _fix_stage(fixing, targets, checked, reports, selection, reads, quiet)
-        if statistics:
-            _print_statistics(reports, fmt, pending)
-        else:
-            codes = _listed_codes(targets, selection)
-            _print_reports(reports, fmt, pending, quiet=quiet, show_all=show_all, codes=codes)
-    if fmt == "text" and not quiet and not statistics:
-        _print_fixable(reports, unsafe_fixes)
-    sys.exit(_exit_code(reports, _strictness(targets, selection), refused, exit_zero))
+        writes = show.output is not None or run.fixing is not None
+        reads = _files_read(targets, find.config, run_settings, writes=writes)
+        pending = _pending_report(stack, show.output, reads)
+        checked, reports = _check_found(found, targets, run.selection, find.jobs, quiet=show.quiet)
+        refused = False
+        if run.fixing is not None:
+            reports, refused = _fix_stage(run, targets, checked, reports, reads)
+        _print_result(reports, targets, run.selection, show, pending)
+    if show.fmt == DEFAULT_FORMAT and not show.quiet and not show.statistics:
+        _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
+    sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Find:
+    """Which models, under which configuration: the arguments, --config, --isolated,
+    --force-exclude and --jobs."""
+
+    models: tuple[Path, ...]
+    config: Path | None
+    isolated: bool
+    force_exclude: bool
+    jobs: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Show:
+    """What is printed, and how: the format, -o, --quiet, --show-all, --statistics,
+    --show-files, --show-settings and --exit-zero."""
+
+    fmt: str | None
+    output: Path | None
+    quiet: bool
+    show_all: bool
+    statistics: bool
+    show_files: bool
+    show_settings: bool
+    exit_zero: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckRun:
+    """The command line, parsed: ``fixing`` is None without --fix / --diff."""
+
+    find: _Find
+    selection: project.Selection
+    show: _Show
+    fixing: FixOptions | None
+
+
+def _fields(cls: type, given: dict[str, Any]) -> Any:
+    """``cls`` built from the click parameters named as its fields."""
+    return cls(**{f.name: given[f.name] for f in dataclasses.fields(cls)})
+
+
+def _parse(given: dict[str, Any]) -> _CheckRun:
+    """The options of one ``check`` run, grouped; usage errors (exit 2) raised here."""
+    verify = verify_from(given)
+    find = _fields(_Find, {**given, "config": given["config_file"]})
+    show = _fields(_Show, given)
+    if find.config is not None and find.isolated:
+        raise click.UsageError("--config and --isolated: give one of them")
+    if show.show_files and show.show_settings:
+        raise click.UsageError("--show-files and --show-settings: give one of them")
+    fix, diff = given["fix"], given["diff"]
+    in_place, output = given["in_place"], given["fix_output"]
+    _check_fix_options(fix, diff, in_place, output, verify is not None, len(find.models))
+    fixing = None
+    if fix or diff:
+        unsafe = given["unsafe_fixes"]
+        fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
+    codes = (given["select"], given["ignore"], given["extend_select"])
+    selection = _selection(*codes, given["strict"])
+    return _CheckRun(find, selection, show, fixing)
+
+
+def _print_result(
+    reports: Sequence[Report],
+    targets: Sequence[project.Target],
+    selection: project.Selection,
+    show: _Show,
+    pending: atomic.PendingFile | None,
+) -> None:
+    """The reports (or --statistics) to stdout, or into ``pending`` for ``-o``."""
+    fmt = show.fmt or DEFAULT_FORMAT
+    if show.statistics:
+        _print_statistics(reports, fmt, pending)
+        return
+    codes = _listed_codes(targets, selection)
+    _print_reports(reports, fmt, pending, quiet=show.quiet, show_all=show.show_all, codes=codes)
+
+
+def _check_statistics_format(fmt: str, statistics: bool) -> None:
+    """``--statistics`` only in the formats that print it."""
+    if statistics and output_format(fmt).statistics is None:
+        shown = " or ".join(f.name for f in FORMATS.values() if f.statistics is not None)
+        raise click.UsageError(f"--statistics prints {shown}, not {fmt}")
 
 
 def _pending_report(
@@ -264,49 +327,31 @@ def _selection(
     return selection
 
 
-@dataclasses.dataclass(frozen=True)
-class _Fixing:
-    """What ``--fix`` / ``--diff`` were asked to do."""
-
-    fix: bool
-    diff: bool
-    unsafe: bool
-    output: Path | None
-    in_place: bool
-    verify: Any
-    report: Path | None  # -o
-
-
-def _fix_stage(  # noqa: PLR0917 (the run's state, passed on as it is)
-    fixing: _Fixing,
+def _fix_stage(
+    run: _CheckRun,
     targets: Sequence[project.Target],
     checked: Sequence[Report],
     reports: list[Report],
-    selection: project.Selection,
     reads: list[Path],
-    quiet: bool,
 ) -> tuple[list[Report], bool]:
     """``--fix`` / ``--diff``: refuse shared or protected outputs first, fix each model,
     print the diff (and exit) or return the reports after the fixes and whether a fix
     was refused."""
-    if not (fixing.fix or fixing.diff):
-        return reports, False
-    if fixing.fix:
-        to_fix = [
-            t
-            for t, r in zip(targets, checked, strict=True)
-            if fixable(r.findings, unsafe=fixing.unsafe)
-        ]
-        _refuse_fix_outputs(to_fix, fixing, reads)
-    options = {"unsafe": fixing.unsafe, "output": fixing.output, "in_place": fixing.in_place,
-               "dry_run": fixing.diff, "verify": fixing.verify}  # fmt: skip
-    outcomes = _fix_all(targets, checked, options, quiet=quiet)
+    fixing = run.fixing
+    assert fixing is not None
+    check_fix.refuse_fix_outputs(targets, checked, fixing, reads, report=run.show.output)
+    quiet = run.show.quiet
+    outcomes = check_fix.fix_targets(
+        targets, checked, fixing, on_outcome=lambda o: _print_outcome(o, quiet)
+    )
     refused = any(o.refused for o in outcomes)
     if fixing.diff:
         _print_diff(outcomes, quiet=quiet)
-        changed = any(o.changes for o in outcomes)
-        sys.exit(_diff_exit(reports, _strictness(targets, selection), changed or refused))
-    return _after_fixes(reports, targets, outcomes, selection), refused
+        _print_load_errors(reports)
+        changed = any(o.changes for o in outcomes) or refused
+        strict = project.strictness(targets, run.selection)
+        sys.exit(project.diff_exit_code(reports, strict=strict, changed=changed))
+    return check_fix.fixed_reports(reports, targets, outcomes, run.selection), refused
 
 
 def _listed_codes(
@@ -355,55 +400,32 @@ def _check_all(
         )
 
 
-def _exit_code(reports: Sequence[Report], strict_of: Any, refused: bool, exit_zero: bool) -> int:
-    """2 an unreadable input, 1 findings (or a refused fix), else 0; ``--exit-zero``
-    turns 1 into 0, never 2."""
-    code = project.exit_code(reports, strict=strict_of)
-    code = max(code, EXIT_FINDINGS) if refused and code != EXIT_INPUT else code
-    return EXIT_OK if exit_zero and code == EXIT_FINDINGS else code
-
-
 def _show(
-    found: Sequence[project.Target | Report],
-    selection: project.Selection,
-    fmt: str,
-    *,
-    show_files: bool,
-    show_settings: bool,
+    found: Sequence[project.Target | Report], selection: project.Selection, show: _Show
 ) -> None:
     """``--show-files`` / ``--show-settings``: print, then exit (nothing is checked)."""
-    if show_files and show_settings:
-        raise click.UsageError("--show-files and --show-settings: give one of them")
-    if show_files:
+    if show.show_files:
         sys.exit(_check_views.show_files(found))
-    if show_settings:
-        sys.exit(_check_views.show_settings(found, selection, fmt))
+    if show.show_settings:
+        sys.exit(_check_views.show_settings(found, selection, show.fmt or "text"))
 
 
 def _print_statistics(
     reports: Sequence[Report], fmt: str, pending: atomic.PendingFile | None
 ) -> None:
     """``--statistics``: findings per rule (unreadable models said on stderr)."""
+    _print_load_errors(reports)
+    statistics = output_format(fmt).statistics
+    assert statistics is not None  # refused before the check
+    _emit(statistics(_check_views.statistics(reports)), pending)
+
+
+def _print_load_errors(reports: Sequence[Report]) -> None:
+    """One line on stderr per model that could not be read."""
     for report in reports:
         if report.load_error:
             click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
                        f"{escape(report.load_error)}", err=True)  # fmt: skip
-    rows = _check_views.statistics(reports)
-    if fmt == "json":
-        _emit(json.dumps(rows, indent=2) + "\n", pending)
-    else:
-        _emit(_check_views.statistics_text(rows), pending)
-
-
-def _diff_exit(reports: Sequence[Report], strict_of: Any, changed: bool) -> int:
-    """``--diff`` keeps the exit codes of ``check``: an unreadable input (shown on stderr)
-    is 2, a remaining error finding or a change to make is 1."""
-    for report in reports:
-        if report.load_error:
-            click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
-                       f"{escape(report.load_error)}", err=True)  # fmt: skip
-    code = project.exit_code(reports, strict=strict_of)
-    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
 
 
 def _files_read(
@@ -419,29 +441,6 @@ def _files_read(
     return reads + sorted({Path(c) for c in configs if c is not None})
 
 
-def _refuse_fix_outputs(
-    targets: Sequence[project.Target], fixing: _Fixing, reads: list[Path]
-) -> None:
-    """Before anything is written: no fixed model (or its data file) written over the
-    report, no two models fixed into one file, and no fix written over a file the run
-    reads (another model, its data, a configuration file)."""
-    output, in_place = fixing.output, fixing.in_place
-    pairs = [(t.path, pipeline.resolve_output(t.path, output, in_place, "fix")) for t in targets]
-    if not in_place:  # in place, each model replaces itself (the rewrite checks its reads)
-        output_guard.refuse_shared_outputs(pairs)
-    if fixing.report is not None:
-        label = "--fix-output" if output is not None else "the fixed model"
-        fixed = [pipeline.model_output(f"{label} of {src}", out) for src, out in pairs]
-        report = output_guard.Output("the report (-o)", fixing.report)
-        output_guard.refuse_colliding([*fixed, report])
-    if in_place:
-        return
-    for source, target in pairs:
-        own = set(model_io.files_read_by(source))
-        flag = "--fix-output" if output is not None else f"the fix of {source} into"
-        output_guard.refuse_if_read(target, [r for r in reads if r not in own], flag)
-
-
 def _check_fix_options(  # noqa: PLR0917 (the options, as given)
     fix: bool, diff: bool, in_place: bool, fix_output: Path | None, verify: bool, models: int
 ) -> None:
@@ -455,32 +454,17 @@ def _check_fix_options(  # noqa: PLR0917 (the options, as given)
         raise click.UsageError("--fix-output takes one model; use --in-place for several")
 
 
-def _fix_all(
-    targets: Sequence[project.Target],
-    reports: Sequence[Report],
-    options: dict,
-    *,
-    quiet: bool,
-) -> list[project.FixOutcome]:
-    """Fix each model that has fixable findings, one at a time; say what happened."""
-    outcomes = []
-    for target, report in zip(targets, reports, strict=True):
-        outcome = project.fix_target(target, report, **options)
-        if outcome is None:
-            continue
-        outcomes.append(outcome)
-        if outcome.refused:
-            click.echo(
-                f"qlrewrite: {escape(str(target.path))}: fix refused: {escape(outcome.refused)}",
-                err=True,
-            )
-        elif outcome.output is not None and not quiet:
-            counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
-            line = f"fixed {target.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
-            err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
-        if outcome.verification is not None:
-            click.echo(f"  verify: {outcome.verification.describe()}", err=True)
-    return outcomes
+def _print_outcome(outcome: check_fix.FixOutcome, quiet: bool) -> None:
+    """What happened to one model's fix: refused (why), or written (how many changes)."""
+    path = escape(str(outcome.path))
+    if outcome.refused:
+        click.echo(f"qlrewrite: {path}: fix refused: {escape(outcome.refused)}", err=True)
+    elif outcome.output is not None and not quiet:
+        counts = ", ".join(f"{c} x{n}" for c, n in _count_codes(outcome.changes).items())
+        line = f"fixed {outcome.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
+        err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
+    if outcome.verification is not None:
+        print_verification(outcome.verification)
 
 
 def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:
@@ -490,7 +474,7 @@ def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:
     return counts
 
 
-def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
+def _print_diff(outcomes: Sequence[check_fix.FixOutcome], *, quiet: bool) -> None:
     """``--diff``: per model, one line per change (code, where, what), then a count."""
     lines = []
     for outcome in outcomes:
@@ -509,26 +493,6 @@ def _print_diff(outcomes: Sequence[project.FixOutcome], *, quiet: bool) -> None:
         err_console.print(f"{changes} change(s) would be made to {models} model(s)")
 
 
-def _after_fixes(
-    reports: list[Report],
-    targets: Sequence[project.Target],
-    outcomes: Sequence[project.FixOutcome],
-    selection: project.Selection,
-) -> list[Report]:
-    """The reports with each fixed model replaced by its output's report (what remains)."""
-    written = {str(o.path): o.output for o in outcomes if o.output is not None}
-    settings = {str(t.path): t.settings for t in targets}
-    replaced = []
-    for report in reports:
-        output = written.get(str(report.path))
-        if output is None:
-            replaced.append(report)
-            continue
-        target = project.Target(Path(output), settings[str(report.path)])
-        replaced.append(project.check_one(target, selection))
-    return replaced
-
-
 def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
     """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
     findings = [f for r in reports for f in r.findings]
@@ -543,21 +507,6 @@ def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
         extra = f"{more} more with --fix --unsafe-fixes"
         line = f"{line} ({extra})" if line else f"{more} fixable with --fix --unsafe-fixes"
     err_console.print(line)
-
-
-def _strictness(targets: Sequence[project.Target], selection: project.Selection):
-    """Per report: --strict / --no-strict, else the strict of the model's configuration
-    (of the configuration itself for its report: QL901 on its entries)."""
-    settings = {str(t.settings.path): t.settings for t in targets if t.settings.path}
-    settings |= {str(t.path): t.settings for t in targets}
-
-    def strict(report: Report) -> bool:
-        if selection.strict is not None:
-            return selection.strict
-        found = settings.get(str(report.path))
-        return bool(found.strict) if found is not None else False
-
-    return strict
 
 
 def _print_reports(
@@ -576,18 +525,12 @@ def _print_reports(
     for report in reports:  # errors on stderr (a text report file keeps its line too)
         if report.load_error:
             click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)
-    if fmt == "text" and to_terminal:
-        render.print_text_tables(
-            reports, out_console, summary=not quiet, show_all=show_all, load_errors=False
-        )
-    elif fmt == "text":
-        lines = render.text_lines(
-            reports, summary=not quiet, show_all=show_all, load_errors=output is not None
-        )
-        text = "\n".join(lines)
-        _emit(text + "\n" if text else "", pending)
+    emitter = output_format(fmt)
+    options = RenderOptions(codes, not quiet, show_all, load_errors=output is not None)
+    if emitter.terminal is not None and to_terminal:
+        emitter.terminal(reports, out_console, options)
     else:
-        _emit(render.render(reports, fmt, codes=codes), pending)
+        _emit(emitter.render(reports, options), pending)
     if output is not None and not quiet:
         line = f"{render.summary_line(reports)}; report written to {escape(str(output))}"
         err_console.print(line, markup=False)

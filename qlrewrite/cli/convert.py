@@ -14,6 +14,7 @@ from qlrewrite.cli._common import (
     run_command,
     run_rewrite,
 )
+from qlrewrite.opsets import ACCURACY_LEVELS
 from qlrewrite.passes.commands import convert_passes
 from qlrewrite.passes.convert_domain import TARGETS
 
@@ -41,7 +42,7 @@ Examples:
 )
 @click.option(
     "--accuracy-level",
-    type=click.IntRange(0, 4),
+    type=click.IntRange(ACCURACY_LEVELS[0], ACCURACY_LEVELS[-1]),
     default=0,
     show_default=True,
     help="--to com.microsoft: accuracy_level of the MatMulNBits written (0 keeps float "

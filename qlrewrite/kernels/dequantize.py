@@ -36,6 +36,7 @@ from qlrewrite.kernels._types import (
     code_table,
     to_dtype,
 )
+from qlrewrite.opsets import DEFAULT_AXIS
 
 __all__ = ["dequantize"]
 
@@ -47,7 +48,7 @@ def dequantize(
     scale: np.ndarray,
     zero_point: np.ndarray | None = None,
     *,
-    axis: int = 1,
+    axis: int = DEFAULT_AXIS,
     block_size: int = 0,
     output_dtype: Any = None,
     threads: int | None = None,

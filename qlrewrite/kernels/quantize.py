@@ -49,6 +49,7 @@ from qlrewrite.kernels._types import (
     float_max,
     to_dtype,
 )
+from qlrewrite.opsets import DEFAULT_AXIS
 
 __all__ = ["quantize"]
 
@@ -67,7 +68,7 @@ def quantize(
     scale: np.ndarray,
     zero_point: np.ndarray | None = None,
     *,
-    axis: int = 1,
+    axis: int = DEFAULT_AXIS,
     block_size: int = 0,
     saturate: bool = True,
     output_dtype: Any = None,

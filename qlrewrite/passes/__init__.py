@@ -3,8 +3,9 @@
 The passes below are public: each is an ``onnx_ir.passes`` pass (call it on a model, or
 compose them in an ``onnx_ir.passes.PassManager``) whose result is typed
 (:mod:`qlrewrite.passes.results`: ``summary`` counts, ``warnings``). They are imported on
-first use, so ``import qlrewrite.passes`` stays cheap. ``fold_passes``, ``convert_passes``
-and ``upgrade_passes`` give the lists the commands run. Example: docs/python-api.md.
+first use, so ``import qlrewrite.passes`` stays cheap. ``fold_passes``, ``convert_passes``,
+``upgrade_passes``, ``downgrade_passes`` and ``fix_passes`` give the lists the commands run.
+Example: docs/python-api.md.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ _EXPORTS = {
     "FoldPass": "qlrewrite.passes.fold",
     "ConvertDomainPass": "qlrewrite.passes.convert_domain",
     "UpgradePass": "qlrewrite.passes.upgrade",
+    "DowngradePass": "qlrewrite.passes.downgrade",
     "NBitsToOnnxPass": "qlrewrite.passes.nbits_to_onnx",
     "NBitsFromOnnxPass": "qlrewrite.passes.nbits_from_onnx",
     "QOperatorToQdqPass": "qlrewrite.passes.qoperator_to_qdq",
@@ -24,6 +26,8 @@ _EXPORTS = {
     "fold_passes": "qlrewrite.passes.commands",
     "convert_passes": "qlrewrite.passes.commands",
     "upgrade_passes": "qlrewrite.passes.commands",
+    "fix_passes": "qlrewrite.passes.commands",
+    "downgrade_passes": "qlrewrite.passes.commands",
 }
 
 __all__ = list(_EXPORTS)

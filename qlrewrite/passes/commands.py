@@ -4,19 +4,22 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
 from qlrewrite.deployed import Fusions
+from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.downgrade import DowngradePass
+from qlrewrite.passes.fix import FIXES, FixPass, finding_key
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.upgrade import UpgradePass
 
-__all__ = ["convert_passes", "fold_passes", "upgrade_passes"]
+__all__ = ["convert_passes", "downgrade_passes", "fix_passes", "fold_passes", "upgrade_passes"]
 
 
 def fold_passes(
@@ -49,6 +52,47 @@ def convert_passes(
     return [NBitsFromOnnxPass(accuracy_level=accuracy_level), last]
 
 
-def upgrade_passes(opset: int, *, convert_weight_only: bool = False) -> list[ir.passes.PassBase]:
-    """``qlrewrite upgrade --opset N``."""
-    return [UpgradePass(opset, convert_weight_only=convert_weight_only)]
+def upgrade_passes(
+    opset: int, *, convert_weight_only: bool = False, fixing: tuple[str, ...] = ()
+) -> list[ir.passes.PassBase]:
+    """``qlrewrite upgrade --opset N``: ONNX's converter, then com.microsoft Q/DQ to ai.onnx
+    where the new opset expresses them (not strict: the others stay), then with
+    ``convert_weight_only`` MatMulNBits / GatherBlockQuantized to DequantizeLinear ->
+    MatMul / Gather (not strict). ``fixing``: the rule codes ``check --fix`` upgrades for."""
+    passes: list[ir.passes.PassBase] = [
+        UpgradePass(opset, fixing=fixing),
+        ConvertDomainPass("onnx", strict=False),
+    ]
+    if convert_weight_only:
+        passes.append(NBitsToOnnxPass(strict=False))
+    return passes
+
+
+def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.passes.PassBase]:
+    """``qlrewrite check --fix`` (``--unsafe-fixes``): the passes that repair ``findings``
+    (those :func:`~qlrewrite.findings.fixable` allows); [] if none.
+
+    Read from the rules' own :class:`~qlrewrite.rules.registry.Fix`: a fix that is an
+    upgrade (``upgrade_opset``) puts ``qlrewrite upgrade --opset N`` first, for the codes
+    that asked for it; the node and model fixes run in one
+    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given.
+    """
+    chosen = fixable(findings, unsafe=unsafe)
+    if not chosen:
+        return []
+    keys = {finding_key(f) for f in chosen}
+    codes = sorted({f.rule for f in chosen})
+    by_opset: dict[int, tuple[str, ...]] = {}
+    for code in codes:
+        if (opset := FIXES[code].upgrade_opset) is not None:
+            by_opset[opset] = (*by_opset.get(opset, ()), code)
+    passes = [
+        p for opset in sorted(by_opset) for p in upgrade_passes(opset, fixing=by_opset[opset])
+    ]
+    passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
+    return passes
+
+
+def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:
+    """``qlrewrite downgrade --opset N``."""
+    return [DowngradePass(opset)]

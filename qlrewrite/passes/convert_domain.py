@@ -31,10 +31,20 @@ __all__ = [
     "convert",
     "divides_in_scale_type",
     "keep_float32_division",
+    "target",
 ]
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
+#: Other spellings of a target (the ai.onnx domain's own names).
+_ALIASES = {"ai.onnx": "onnx", "": "onnx"}
+
+
+def target(to: str) -> str | None:
+    """The target ``to`` names (one of :data:`TARGETS`), or None when it names none."""
+    to = _ALIASES.get(to, to)
+    return to if to in TARGETS else None
+
 
 _DT = ir.DataType
 
@@ -229,11 +239,10 @@ class ConvertDomainPass(ir.passes.InPlacePass):
 
     def __init__(self, to: str, *, strict: bool = True, allow_float16: bool = False) -> None:
         super().__init__()
-        if to in ("ai.onnx", ""):
-            to = "onnx"
-        if to not in TARGETS:
+        found = target(to)
+        if found is None:
             raise ValueError(f"unknown target domain {to!r}; expected one of {TARGETS}")
-        self.to = to
+        self.to = found
         self.strict = strict
         self.allow_float16 = allow_float16
 

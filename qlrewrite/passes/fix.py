@@ -9,8 +9,8 @@ again by running each rule on each node, so it repairs exactly what the check re
 ``wanted`` narrows that to the findings reported (not suppressed).
 
 A rule whose fix is an upgrade (QL201 ``axis`` / QL402 below opset 13: the opset-12
-per-axis DequantizeLinear that ONNX Runtime's quantizer writes) gets an
-:class:`~qlrewrite.passes.upgrade.UpgradePass` first (:func:`fix_passes`).
+per-axis DequantizeLinear that ONNX Runtime's quantizer writes) gets the upgrade's passes
+first: :func:`qlrewrite.passes.commands.fix_passes` composes them.
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import onnx_ir as ir
 
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.results import FixResult, RepairsFindings
-from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
 from qlrewrite.toolkit import FreshNames
 
-__all__ = ["FIXES", "FixPass", "fix_passes", "fixable"]
+__all__ = ["FIXES", "FixPass", "finding_key", "fixable"]
 
 #: code -> the rule's fix, for every rule that has one (read from the registry).
 FIXES: Mapping[str, Fix] = {code: c.fix for code, c in CHECKS.items() if c.fix is not None}
@@ -108,19 +107,3 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
 def _record(result: FixResult, code: str, where: str, what: str) -> None:
     result.changes.append((code, where, what))
     result.summary[code] = result.summary.get(code, 0) + 1
-
-
-def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.passes.PassBase]:
-    """The passes that repair ``findings`` (those :func:`fixable` allows); [] if none.
-
-    A rule whose fix is an upgrade (``Fix.upgrade_opset``) puts that upgrade first.
-    """
-    chosen = fixable(findings, unsafe=unsafe)
-    if not chosen:
-        return []
-    keys = {finding_key(f) for f in chosen}
-    codes = {f.rule for f in chosen}
-    upgrades = {FIXES[c].upgrade_opset for c in codes if FIXES[c].upgrade_opset is not None}
-    passes: list[ir.passes.PassBase] = [UpgradePass(opset) for opset in sorted(upgrades)]
-    passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
-    return passes

@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -35,7 +35,9 @@ from qlrewrite.errors import Refusal
 from qlrewrite.kernels import check_granularity
 from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.passes.fold_tensor import (
+    FLOAT16_MODES,
     ConstOperand,
+    Float16Mode,
     FoldedTensor,
     FoldSpec,
     Operand,
@@ -56,10 +58,6 @@ from qlrewrite.qdq import (
 from qlrewrite.toolkit import FreshNames, all_graphs
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
-
-#: How float16 DQ values that ONNX Runtime computes in float32 are folded.
-FLOAT16_MODES = ("exact", "compact")
-Float16Mode = Literal["exact", "compact"]
 
 
 def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exact") -> ir.Model:

@@ -19,12 +19,17 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.toolkit import main_graphs
+
+#: How float16 DQ values that ONNX Runtime computes in float32 are folded: "exact" (as
+#: ONNX Runtime computes them: float32, then a Cast) or "compact" (float16, rounded).
+Float16Mode = Literal["exact", "compact"]
+FLOAT16_MODES: tuple[str, ...] = get_args(Float16Mode)
 
 __all__ = [
     "CHUNK_BYTES",

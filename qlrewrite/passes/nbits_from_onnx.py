@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
@@ -209,8 +210,10 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
 
     def __init__(self, *, accuracy_level: int = 0) -> None:
         super().__init__()
-        if accuracy_level not in range(5):
-            raise ValueError(f"accuracy_level must be 0 to 4, got {accuracy_level}")
+        if accuracy_level not in opsets.ACCURACY_LEVELS:
+            raise ValueError(
+                f"accuracy_level must be {list(opsets.ACCURACY_LEVELS)}, got {accuracy_level}"
+            )
         self.accuracy_level = accuracy_level
         self._views: dict[int, NodeView] = {}
         self._half = False

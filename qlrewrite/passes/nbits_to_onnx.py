@@ -34,6 +34,7 @@ from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.passes.fold_tensor import (
+    FLOAT16_MODES,
     ConstOperand,
     FoldedTensor,
     FoldSpec,
@@ -541,8 +542,8 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
         self, *, strict: bool = True, dequantize: bool = False, float16: str = "exact"
     ) -> None:
         super().__init__()
-        if float16 not in ("exact", "compact"):
-            raise ValueError(f"float16 must be 'exact' or 'compact', got {float16!r}")
+        if float16 not in FLOAT16_MODES:
+            raise ValueError(f"float16 must be one of {FLOAT16_MODES}, got {float16!r}")
         self.strict = strict
         self.dequantize = dequantize
         self.float16 = float16

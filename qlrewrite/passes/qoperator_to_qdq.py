@@ -25,12 +25,15 @@ float form by a quantization step; the result carries the bound ``--verify`` che
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.difference import output_bounds
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
@@ -40,7 +43,6 @@ from qlrewrite.qdq import (
     NodeView,
     TripleView,
     ValueView,
-    constant_tensor,
     drop_unused_domain,
     iter_sites,
     site_view,
@@ -49,7 +51,7 @@ from qlrewrite.qdq import (
 from qlrewrite.toolkit import FreshNames, replace_value
 from qlrewrite.verify import EXACT_BOUND, Bound
 
-__all__ = ["QOperatorToQdqPass"]
+__all__ = ["QOperatorToQdqPass", "measured_bound"]
 
 _DT = ir.DataType
 #: Attributes of the QOperator node the float operator keeps, per float op.
@@ -280,8 +282,9 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
             "opset_imports_dropped": int(dropped),
         }
         float_sums = any(_sums_in_float(p) for p in done)
-        bound = _bound(model, rewriter.requantized, float_sums)
-        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound)
+        bound = _bound(model, rewriter, float_sums)
+        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound,
+                               differences=dict(rewriter.requantized))  # fmt: skip
 
 
 #: Why ``--verify`` accepts differences after a QOperator conversion.
@@ -290,7 +293,14 @@ REQUANTIZE_REASON = (
     "rounding, DequantizeLinear -> float op -> QuantizeLinear rounds the float result "
     "once: each converted node's output may differ by one quantization step (measured: "
     "bit-identical on ONNX Runtime's quantizer outputs, one step in a few elements of "
-    "QLinearAdd and the average pools), and a step carries on through later nodes"
+    "QLinearAdd and the average pools); each step is carried through the ops after it "
+    "to every output by how much each op can amplify a difference (docs/verify.md)"
+)
+#: Why a uint8 QLinearSoftmax may differ by its whole range.
+SOFTMAX_WRAP_REASON = (
+    "ONNX Runtime's uint8 QLinearSoftmax wraps around where a probability quantizes above "
+    "255 (measured, 1.31: a one-element row at output scale 1/256 gives 0, not 255), the "
+    "QuantizeLinear of the Q/DQ form saturates"
 )
 #: Why, and by how much relative to an output's largest magnitude, float results differ.
 FLOAT_SUM_REASON = (
@@ -302,42 +312,38 @@ FLOAT_SUM_REASON = (
 FLOAT_SUM_RELATIVE = 1e-5
 
 
-def _bound(model: ir.Model, requantized: set[int], float_sums: bool) -> Bound:
-    """What ``--verify`` accepts: at an output N requantizing conversions deep, N steps of
-    its quantization (N for an integer output, N x scale after a per-tensor
-    DequantizeLinear); float sums in another order within FLOAT_SUM_RELATIVE."""
-    depth: dict[int, int] = {}
-    for node in model.graph:  # in graph (topological) order
-        inputs = [depth.get(id(v), 0) for v in node.inputs if v is not None]
-        deep = max(inputs, default=0) + (id(node) in requantized)
-        depth.update((id(out), deep) for out in node.outputs)
-    per_output = []
-    for output in model.graph.outputs:
-        steps = depth.get(id(output), 0)
-        step = _step(output) if steps else None
-        if step is not None and output.name:
-            per_output.append((output.name, steps * step))
-    reasons = ([REQUANTIZE_REASON] if per_output else []) + ([FLOAT_SUM_REASON] * float_sums)
+def _bound(model: ir.Model, rewriter: _Rewriter, float_sums: bool) -> Bound:
+    """What ``--verify`` accepts: the difference each requantizing conversion may make,
+    carried to every output (:func:`qlrewrite.difference.output_bounds`: steps for an
+    integer output, float units otherwise; an output it cannot bound is ``unbounded``);
+    float sums in another order within FLOAT_SUM_RELATIVE."""
+    sources = rewriter.requantized
+    limits = output_bounds(model, sources).bounds if sources else {}
+    return _stated(limits, rewriter.wraps, float_sums)
+
+
+def _stated(limits: dict[str, float], wraps: bool, float_sums: bool) -> Bound:
+    per_output = tuple((n, v) for n, v in sorted(limits.items()) if 0 < v < math.inf)
+    unbounded = tuple(n for n, v in sorted(limits.items()) if v == math.inf)
+    differ = bool(per_output or unbounded)
+    reasons = [REQUANTIZE_REASON] * differ + [SOFTMAX_WRAP_REASON] * (wraps and differ)
+    reasons += [FLOAT_SUM_REASON] * float_sums
     if not reasons:
         return EXACT_BOUND
     relative = FLOAT_SUM_RELATIVE if float_sums else None
-    return Bound("; ".join(reasons), relative, None, tuple(per_output))
+    return Bound("; ".join(reasons), relative, None, per_output, unbounded)
 
 
-def _step(output: ir.Value) -> float | None:
-    """One quantization step of ``output``: 1 for a QuantizeLinear output, the scale of a
-    per-tensor DequantizeLinear; None otherwise."""
-    producer = output.producer()
-    if producer is None:
-        return None
-    if producer.op_type == "QuantizeLinear":
-        return 1.0
-    if producer.op_type != "DequantizeLinear" or len(producer.inputs) < 2:
-        return None
-    tensor = constant_tensor(producer.inputs[1]) if producer.inputs[1] is not None else None
-    if tensor is None or tensor.size != 1:
-        return None
-    return float(np.abs(tensor.numpy()).reshape(-1)[0])
+def measured_bound(
+    model: ir.Model, result: QOperatorResult, measured: Mapping[str, float]
+) -> tuple[Bound, list[str]]:
+    """The bound of :func:`_bound` from the differences ``--verify`` measured inside both
+    models (``result.differences`` are the sources), and the values that differ more than
+    their inputs' measured differences allow."""
+    outcome = output_bounds(model, result.differences, measured)
+    wraps = any(steps > 1 for steps in result.differences.values())
+    float_sums = result.verify_bound.relative is not None
+    return _stated(outcome.bounds, wraps, float_sums), outcome.violations
 
 
 def _sums_in_float(plan: _Plan) -> bool:
@@ -352,6 +358,18 @@ def _refusal(failed: list[_Plan]) -> str:
     if len(failed) > 10:
         parts.append(f"and {len(failed) - 10} more")
     return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {'; '.join(parts)}"
+
+
+def _may_wrap(t: TripleView) -> bool:
+    """A uint8 softmax output whose probability 1 quantizes above 255 (unknown: yes)."""
+    if t.dtype != _DT.UINT8:
+        return False
+    scale = t.scale.array if t.scale is not None else None
+    zero = t.zero_point.array if t.zero_point is not None else None
+    if scale is None or scale.size != 1 or scale.reshape(-1)[0] <= 0:
+        return True
+    offset = float(zero.reshape(-1)[0]) if zero is not None and zero.size else 0.0
+    return round(1 / float(scale.reshape(-1)[0])) + offset > 255
 
 
 def _per_channel(view: ValueView | None) -> bool:
@@ -370,8 +388,16 @@ class _Rewriter:
     def __init__(self, model: ir.Model) -> None:
         self._names = FreshNames(model, nodes=True)
         self._dq: dict[tuple, ir.Value] = {}
-        #: ids of the QuantizeLinear nodes written for converted nodes' outputs.
-        self.requantized: set[int] = set()
+        #: each QuantizeLinear output written for a converted node, and the steps it may
+        #: differ by with the same input (1; a wrapping softmax's range).
+        self._requantized: list[tuple[ir.Value, float]] = []
+        self.wraps = False  # a uint8 QLinearSoftmax that may wrap around was converted
+
+    @property
+    def requantized(self) -> dict[str, float]:
+        """The name each requantized output has now (it takes the converted node's
+        output's name) -> its steps."""
+        return {value.name: steps for value, steps in self._requantized if value.name}
 
     def name(self, base: str) -> str:
         """A name no value, node or initializer of the model has."""
@@ -525,7 +551,10 @@ class _Rewriter:
             )
         base = (plan.view.node.outputs[0].name or "y") + "_quantize"
         result = self._node(plan, "QuantizeLinear", [value, scale, zero_point], {}, base)
-        self.requantized.add(id(result.producer()))
+        steps = 1.0
+        if plan.view.op_type == "QLinearSoftmax" and _may_wrap(t):
+            steps, self.wraps = 255.0, True
+        self._requantized.append((result, steps))
         return result
 
     def _apply_pattern(self, plan: _Plan) -> None:

@@ -12,6 +12,7 @@ from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
+    "DowngradeResult",
     "FixResult",
     "FoldResult",
     "ImportsResult",
@@ -34,14 +35,15 @@ class RewritePassResult(ir.passes.PassResult):
     #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
     #: may differ (see :class:`qlrewrite.verify.Bound`).
     verify_bound: Bound = EXACT_BOUND
+    #: The findings it repaired, one ``(code, where, what)`` per repair, in the order
+    #: made (``check --diff`` prints them; ``check --fix`` counts them per code).
+    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass
 class FixResult(RewritePassResult):
     """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
-    ``changes``: one ``(code, where, what)`` per repair, for ``check --diff``."""
-
-    changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    one ``changes`` entry per repair."""
 
 
 @dataclasses.dataclass
@@ -74,7 +76,12 @@ class NBitsResult(RewritePassResult):
 @dataclasses.dataclass
 class QOperatorResult(RewritePassResult):
     """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
-    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``."""
+    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
+    ``differences``: the output name of each QuantizeLinear written for a converted node
+    -> the steps it may differ by (the sources of :func:`qlrewrite.difference.output_bounds`,
+    which ``--verify`` re-checks on measured values)."""
+
+    differences: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -83,8 +90,18 @@ class UpgradeResult(RewritePassResult):
     after, nodes converted to ai.onnx and com.microsoft nodes left."""
 
 
+@dataclasses.dataclass
+class DowngradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
+    after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
+    written as com.microsoft, nodes relabelled at the older version."""
+
+
 class RepairsFindings:
     """Mixin of a pass that repairs input findings: the pipeline does not refuse an input
-    for error findings of ``repairs_rules`` (the output is checked again in full)."""
+    for error findings of ``repairs_rules`` (the output is checked again in full), and
+    adds no pass of its own for them (:func:`qlrewrite.pipeline.with_implied_imports`).
+    What a pass repairs is read from the rules' declarations (their ``Fix`` and
+    ``upgrade_repairs``), never listed a second time."""
 
     repairs_rules: tuple[str, ...] = ()

@@ -5,24 +5,25 @@
    become placeholder graph inputs, so nothing above a few bytes is serialized or read).
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
-3. com.microsoft Q/DQ become ai.onnx where the new opset expresses them
-   (:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`, not strict). The
-   weight-only MatMulNBits / GatherBlockQuantized stay (they are com.microsoft, whatever
-   the ai.onnx opset; ``weight_only_nodes_kept`` counts them) unless
-   ``convert_weight_only`` asks to rewrite them as DequantizeLinear -> MatMul / Gather
-   (:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`, not strict).
-4. The IR version is raised to what the opset and the element types need, and opset
+3. The IR version is raised to what the opset and the element types need, and opset
    imports nothing uses any more are dropped.
 
-Q/DQ attributes newer than the input's opset (ORT's quantizer writes DQ ``axis`` at opset
-12) are repaired by upgrading to an opset that has them: the pass declares the input rule
-codes it repairs in ``repairs_rules`` and the rewritten model is checked again in full.
+``qlrewrite upgrade`` runs more passes after this one
+(:func:`qlrewrite.passes.commands.upgrade_passes`): com.microsoft Q/DQ become ai.onnx
+where the new opset expresses them, and with ``--convert-weight-only`` MatMulNBits /
+GatherBlockQuantized become DequantizeLinear -> MatMul / Gather.
+
+Findings of rules that declare ``upgrade_repairs`` (an op, attribute, type or
+granularity newer than the input's opset; :class:`~qlrewrite.rules.registry.RuleCheck`)
+do not refuse the input: the pass repairs them by raising the opset, and the rewritten
+model is checked again in full.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 
 import onnx
 import onnx.version_converter
@@ -30,12 +31,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.ir_version import raise_ir_version
-from qlrewrite.passes.convert_domain import (
-    ConvertDomainPass,
-    divides_in_scale_type,
-    keep_float32_division,
-)
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.convert_domain import divides_in_scale_type, keep_float32_division
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (
     WEIGHT_ONLY,
@@ -48,20 +44,12 @@ from qlrewrite.qdq import (
 )
 from qlrewrite.source import set_source, source_of
 from qlrewrite.toolkit import main_graphs
-from qlrewrite.verify import EXACT_BOUND
 from qlrewrite.weightless import weightless_of
 
-__all__ = ["UpgradePass", "upgrade"]
-
-#: What NBitsToOnnxPass reports, in the summary of an upgrade (0 when it does not run).
-_NBITS_KEYS = ("matmul_nbits_converted", "gather_block_quantized_converted", "nbits_nodes_left")
+__all__ = ["UpgradePass", "convert_weightless", "upgrade"]
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
-
-#: Input findings an upgrade can repair: an op, attribute, type or granularity newer than the
-#: opset (the rules whose hints say `qlrewrite upgrade`). The output is checked in full.
-REPAIRS = ("QL104", "QL201", "QL301", "QL302", "QL303", "QL305", "QL402", "QL405")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,15 +67,23 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 
     Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
     converter cannot convert the model. The
-    :class:`~qlrewrite.passes.results.UpgradeResult` says what changed.
+    :class:`~qlrewrite.passes.results.UpgradeResult` says what changed. ``fixing``: the
+    rule codes ``check --fix`` upgrades for (each gets a line in the result's
+    ``changes``).
     """
 
-    repairs_rules = REPAIRS
-
-    def __init__(self, opset: int, *, convert_weight_only: bool = False) -> None:
+    def __init__(self, opset: int, *, fixing: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.opset = int(opset)
-        self.convert_weight_only = convert_weight_only
+        self.fixing = fixing
+
+    @property
+    def repairs_rules(self) -> tuple[str, ...]:  # type: ignore[override]
+        """The rules that declare an upgrade repairs their findings (read from the
+        registry: :attr:`~qlrewrite.rules.registry.RuleCheck.upgrade_repairs`)."""
+        from qlrewrite.rules import CHECKS  # every rule module: only when checking
+
+        return tuple(code for code, unit in CHECKS.items() if unit.upgrade_repairs)
 
     def requires(self, model: ir.Model) -> None:
         current = onnx_opset(model)
@@ -96,8 +92,8 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
         if self.opset < current:
             raise InputError(
                 f"opset {self.opset} is below the model's ai.onnx opset {current}: "
-                "downgrades are not supported (to move Q/DQ nodes between domains at the "
-                "current opset, use `qlrewrite convert`)",
+                "to lower it, use `qlrewrite downgrade` (to move Q/DQ nodes between domains "
+                "at the current opset, use `qlrewrite convert`)",
                 parameter="opset",
             )
         latest = onnx.defs.onnx_opset_version()
@@ -110,7 +106,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 
     def call(self, model: ir.Model) -> UpgradeResult:
         before = onnx_opset(model) or 0
-        new = _convert_weightless(model, self.opset)
+        new = convert_weightless(model, self.opset)
         pinned = 0
         if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             for site in iter_sites(new):
@@ -118,27 +114,21 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
                 if view is not None and view.scale is not None:
                     precision = view.int_attr("precision")
                     pinned += keep_float32_division(site.node, view.scale.dtype, precision)
-        converted = ConvertDomainPass("onnx", strict=False)(new)
-        kept = 0 if self.convert_weight_only else sum(1 for _ in iter_sites(new, WEIGHT_ONLY))
-        nbits = NBitsToOnnxPass(strict=False)(new) if self.convert_weight_only else None
         dropped = drop_unused_domains(new)
         raise_ir_version(new)
-        changes = converted.summary
         summary = {
             "opset_before": before,
             "opset_after": self.opset,
-            "nodes_converted_to_onnx": changes["nodes_converted"],
-            "com_microsoft_nodes_left": changes["nodes_left"],
-            "precision_set": pinned + changes["precision_set"],
-            **{key: nbits.summary[key] if nbits else 0 for key in _NBITS_KEYS},
-            "weight_only_nodes_kept": kept,
-            "opset_imports_dropped": int(dropped) + changes["opset_imports_dropped"],
+            "precision_set": pinned,
+            "weight_only_nodes": sum(1 for _ in iter_sites(new, WEIGHT_ONLY)),
+            "opset_imports_dropped": int(dropped),
             "ir_version_before": model.ir_version,
             "ir_version_after": new.ir_version,
         }
-        warnings = [*converted.warnings, *(nbits.warnings if nbits else ())]
-        bound = nbits.verify_bound if nbits else EXACT_BOUND
-        return UpgradeResult(new, True, summary, warnings, verify_bound=bound)
+        result = UpgradeResult(new, True, summary)
+        what = f"ai.onnx opset upgraded to {self.opset}"
+        result.changes.extend((code, "model", what) for code in self.fixing)
+        return result
 
 
 def _large_weights(model: ir.Model) -> list[_Weight]:
@@ -164,16 +154,29 @@ def _large_weights(model: ir.Model) -> list[_Weight]:
     return weights
 
 
-def _convert_weightless(model: ir.Model, opset: int) -> ir.Model:
-    """ONNX's version converter on a weight-free copy, with the original weights put back."""
+def convert_weightless(
+    model: ir.Model,
+    opset: int,
+    *,
+    prepare: Callable[[onnx.ModelProto], object] | None = None,
+    lower: bool = False,
+) -> ir.Model:
+    """ONNX's version converter on a weight-free copy, with the original weights put back.
+
+    ``prepare`` may change the weight-free proto first (the downgrade holds nodes aside);
+    ``lower``: functions importing a newer opset are converted down too."""
     weights = _large_weights(model)
     proto = weightless_of(model, max_inline_bytes=_MAX_INLINE_BYTES)
+    if prepare is not None:
+        prepare(proto)
     # The converter fails (IndexError) on any model with local functions: convert the
     # main graph without them, then each function on its own.
     functions = list(proto.functions)
     del proto.functions[:]
     converted = _run_converter(proto, opset, "this model")
-    converted.functions.extend(_convert_function(f, opset, proto.ir_version) for f in functions)
+    converted.functions.extend(
+        _convert_function(f, opset, proto.ir_version, lower=lower) for f in functions
+    )
     new = ir.serde.deserialize_model(converted)
     graphs = main_graphs(new)
     if len(graphs) != len(main_graphs(model)):
@@ -226,11 +229,12 @@ def _run_converter(proto: onnx.ModelProto, opset: int, what: str) -> onnx.ModelP
 
 
 def _convert_function(
-    function: onnx.FunctionProto, opset: int, ir_version: int
+    function: onnx.FunctionProto, opset: int, ir_version: int, *, lower: bool = False
 ) -> onnx.FunctionProto:
-    """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model)."""
+    """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model;
+    ``lower``: also down to it)."""
     current = imported_version({o.domain: o.version for o in function.opset_import}, "")
-    if current is None or current >= opset:
+    if current is None or current == opset or (current > opset and not lower):
         return function
     label = f"function {function.domain}.{function.name}"
     _refuse_attribute_references(function, current, opset, label)
@@ -278,12 +282,17 @@ def _refuse_attribute_references(
 
 
 def upgrade(model: ir.Model, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
-    """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified).
+    """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified),
+    as ``qlrewrite upgrade`` converts it (:func:`qlrewrite.passes.commands.upgrade_passes`).
 
     com.microsoft Q/DQ become ai.onnx where the opset expresses them; the IR version
     follows. MatMulNBits / GatherBlockQuantized stay unless ``convert_weight_only``.
     Raises InputError for a downgrade, Refusal when the conversion fails.
     """
-    upgrade_pass = UpgradePass(opset, convert_weight_only=convert_weight_only)
-    upgrade_pass.requires(model)  # a downgrade raises InputError itself, not PreconditionError
-    return upgrade_pass(model).model
+    from qlrewrite.passes.commands import upgrade_passes  # it imports this module
+
+    passes = upgrade_passes(opset, convert_weight_only=convert_weight_only)
+    passes[0].requires(model)  # a downgrade raises InputError itself, not PreconditionError
+    for rewrite_pass in passes:
+        model = rewrite_pass(model).model
+    return model

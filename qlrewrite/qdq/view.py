@@ -47,9 +47,6 @@ Dims = tuple[int | None, ...]
 #: What type inference knows of a value: (element type, dims); either may be None.
 TypeShape = tuple[ir.DataType | None, Dims | None]
 
-#: The axis a Q/DQ node applies when it names none (see :attr:`NodeView.axis`).
-_DEFAULT_AXIS = 1
-
 
 @dataclasses.dataclass(frozen=True)
 class ValueView:
@@ -366,7 +363,7 @@ class NodeView:
         (1), else 1 (com.microsoft Q/DQ have no default in the schema; ONNX Runtime's
         kernel applies axis 1). The one place this default is decided."""
         axis = self.attr_or_default("axis")
-        return _DEFAULT_AXIS if axis is None else axis
+        return opsets.DEFAULT_AXIS if axis is None else axis
 
     # ------------------------------------------------------------------ derived facts
 

@@ -233,6 +233,7 @@ def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     good: opset_import: [ai.onnx 10] (or later)
     """,
     versions="ai.onnx < 10, com.microsoft < 1",
+    upgrade_repairs=True,
     needs_version=False,
     kinds=CHECKED_KINDS,
     examples=[

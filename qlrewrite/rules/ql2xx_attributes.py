@@ -266,7 +266,8 @@ def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
     "QL206",
     "accuracy-level",
     ERROR,
-    summary="MatMulNBits' accuracy_level is outside 0-4.",
+    summary="MatMulNBits' accuracy_level is outside "
+    f"{opsets.ACCURACY_LEVELS[0]}-{opsets.ACCURACY_LEVELS[-1]}.",
     explanation="""
     accuracy_level says how far ONNX Runtime may lower the precision of A while computing:
     0 unset, 1 float32, 2 float16, 3 bfloat16, 4 int8 (A quantized blockwise). The schema

@@ -66,6 +66,7 @@ def _role_type(ctx: NodeView, role: str, view: ValueView | None, what: str):
     good: opset 21: DequantizeLinear(x: int4, scale, zp)   # qlrewrite upgrade --opset 21
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    upgrade_repairs=True,
     examples=[
         Example(
             "dq-x-float16",
@@ -94,6 +95,7 @@ def x_type(ctx: NodeView) -> Iterator[Finding]:
     good: opset 19: DequantizeLinear(x: uint8, scale: float16, zp)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    upgrade_repairs=True,
     examples=[
         Example(
             "scale-double",
@@ -121,6 +123,7 @@ def scale_type(ctx: NodeView) -> Iterator[Finding]:
     good: opset 21: QuantizeLinear(x, scale, zp: int4)
     """,
     versions="ai.onnx 10+, com.microsoft 1",
+    upgrade_repairs=True,
     examples=[
         Example(
             "q-zero-point-int32",
@@ -185,6 +188,7 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     good: opset 21: QuantizeLinear(x: float16, scale: float16, zp)  # or opset 23
     """,
     versions="ai.onnx QuantizeLinear 19-22, com.microsoft QuantizeLinear 1",
+    upgrade_repairs=True,
     examples=[
         Example(
             "q-scale-not-x-type",

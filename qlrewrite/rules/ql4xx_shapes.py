@@ -229,6 +229,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     good: DequantizeLinear(w: [64, 128], scale: [64, 4], zp: [64, 4], axis=1, block_size=32)
     """,
     versions="ai.onnx 13+, com.microsoft 1 (10-12: QL402)",
+    upgrade_repairs=True,
     examples=[
         Example(
             "rank-2-scale",

@@ -122,6 +122,9 @@ class RuleCheck:
     fix: Fix | None = None
     examples: tuple[Example, ...] = ()
     module: str = ""  # the Python module that declares the unit
+    #: An opset upgrade repairs its findings (an op, attribute, type or granularity newer
+    #: than the input's opset): declared by the rule, or implied by its ``Fix.upgrade_opset``.
+    upgrade_repairs: bool = False
 
 
 #: The catalogue, ordered by code once every rule module is imported.
@@ -150,11 +153,14 @@ def rule(
     opt_in: bool = False,
     kinds: tuple[SiteKind, ...] = (QDQ,),
     examples: Iterable[Example] = (),
+    upgrade_repairs: bool = False,
 ) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
     An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
-    ``fix`` is the rule's repair; ``examples`` its test models.
+    ``fix`` is the rule's repair; ``examples`` its test models. ``upgrade_repairs``: the
+    finding goes away at a newer opset (``qlrewrite upgrade`` does not refuse such an
+    input; a ``fix`` with ``upgrade_opset`` implies it).
     """
 
     def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
@@ -174,6 +180,7 @@ def rule(
             source=source_path(func.__module__),
         )
         RULES[code] = entry
+        by_upgrade = upgrade_repairs or (fix is not None and fix.upgrade_opset is not None)
         CHECKS[code] = RuleCheck(
             entry,
             _bound(func, entry, fix),
@@ -183,6 +190,7 @@ def rule(
             fix,
             tuple(examples),
             func.__module__,
+            by_upgrade,
         )
         return func
 
