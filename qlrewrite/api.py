@@ -84,8 +84,9 @@ def _codes(value: str | Iterable[str], parameter: str) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if not isinstance(value, Iterable):
-        raise TypeError(f"{parameter} must be a rule code or a list of codes, not "
-                        f"{type(value).__name__}")  # fmt: skip
+        raise TypeError(
+            f"{parameter} must be a rule code or a list of codes, not {type(value).__name__}"
+        )
     return tuple(value)
 
 

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import onnx
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
 from qlrewrite.output_guard import is_special
@@ -50,10 +51,12 @@ __all__ = [
     "Staging",
     "commit_model",
     "data_stem",
+    "fitted_stem",
     "free_data_name",
     "fsync_dir",
     "fsync_file",
     "is_data_name",
+    "refuse_long_name",
     "remove_stale",
     "write_error",
 ]
@@ -366,16 +369,42 @@ def _name_max(folder: Path) -> int:
         return 255
 
 
+def fitted_stem(stem: str, folder: Path, room: int) -> str:
+    """``stem``, or when ``room`` more bytes would make a name longer than ``folder``'s
+    file system takes (its ``NAME_MAX``), ``stem`` cut to fit followed by ``~`` and 8 hex
+    digits of its hash: the same name every run, still recognisable. The one home of
+    names qlrewrite derives (data files, ``<stem>.fold.onnx``)."""
+    raw = os.fsencode(stem)  # a name that is not UTF-8 counts its bytes too
+    limit = _name_max(folder) - room
+    if len(raw) <= limit:
+        return stem
+    digest = hashlib.sha256(raw).hexdigest()[:8]
+    cut = raw[: max(limit - 9, 1)]
+    try:
+        raw.decode("utf-8")
+        head = cut.decode("utf-8", "ignore")  # no character cut in half
+    except UnicodeDecodeError:
+        head = os.fsdecode(cut)
+    return f"{head}~{digest}"
+
+
 def data_stem(model_name: str, folder: Path) -> str:
     """What data file names of ``model_name`` start with: the model's name, or when
-    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name cut
-    to fit followed by ``~`` and 8 hex digits of its hash (the same name every run)."""
-    limit = _name_max(folder) - _SUFFIX_BYTES
-    if len(model_name.encode()) <= limit:
-        return model_name
-    digest = hashlib.sha256(model_name.encode()).hexdigest()[:8]
-    head = model_name.encode()[: max(limit - 9, 1)].decode("utf-8", "ignore")
-    return f"{head}~{digest}"
+    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name
+    shortened by :func:`fitted_stem`."""
+    return fitted_stem(model_name, folder, _SUFFIX_BYTES)
+
+
+def refuse_long_name(path: Path, what: str) -> None:
+    """Raise InputError if ``path``'s name is longer than its folder's file system takes
+    (``what``: "the output", "the report"), before anything is written."""
+    size = len(os.fsencode(path.name))
+    limit = _name_max(path.absolute().parent)
+    if size > limit:
+        raise InputError(
+            f"{path}: the name of {what} is {size} bytes, longer than the file system takes "
+            f"({limit}); choose a shorter name (nothing written)"
+        )
 
 
 def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
@@ -409,9 +438,15 @@ def free_data_name(folder: Path, model_name: str) -> str:
     return name
 
 
+def _model_proto(path: Path) -> onnx.ModelProto:
+    """The model at ``path`` (no external data), read through :mod:`qlrewrite.reading`."""
+    data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
+    return onnx.load_model_from_string(data, format="protobuf")
+
+
 def _relocate(staged_model: Path, old: str, new: str) -> None:
     """Point the staged model's external data at ``new`` instead of ``old``."""
-    proto = onnx.load_model(str(staged_model), load_external_data=False)
+    proto = _model_proto(staged_model)
     from qlrewrite.tensors import proto_tensors
 
     for _, tensor in proto_tensors(proto):
@@ -464,7 +499,7 @@ def commit_model(
         _step("locked")
         if unchanged is not None:
             unchanged()
-        replaced = _named_data_files(dest, pattern)
+        replaced = _named_data_files(dest, pattern, any_name=True)
         data_dest: Path | None = None
         old_mode: int | None = None
         with contextlib.suppress(OSError):
@@ -490,7 +525,8 @@ def commit_model(
         fsync_dir(folder)
         _step("model-in-place")
         new_name = data_dest.name if data_dest is not None else ""
-        _unlink_all(folder, _removable(folder, replaced, new_name, keep))
+        removable = _removable(folder, replaced, new_name, keep, dest=dest, pattern=pattern)
+        _unlink_all(folder, removable)
         _step("cleaned")
     return data_dest
 
@@ -517,7 +553,7 @@ def _ready_data(
     data_mode = _data_mode(folder, pattern)
     if data_mode is not None:
         os.chmod(staged_data, data_mode)
-    doomed = _removable(folder, replaced, name, keep)
+    doomed = _removable(folder, replaced, name, keep, dest=dest, pattern=pattern)
     _journal(staged_model.parent, (name, staged_data), dest.name, doomed)
     return name
 
@@ -531,34 +567,85 @@ def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:
     return None
 
 
-def _named_data_files(dest: Path, pattern: re.Pattern[str]) -> list[str]:
+def _named_data_files(dest: Path, pattern: re.Pattern[str], *, any_name: bool = False) -> list[str]:
     """The data files beside ``dest`` that the model now at ``dest`` names (its external
-    data locations with a data-file name of ``dest``); none when there is no readable
-    model there."""
+    data locations with a data-file name of ``dest``; with ``any_name`` every plain file
+    name of its folder); none when there is no readable model there."""
     if not dest.is_file():
         return []
+    names = _locations(dest)
+    if names is None:  # not a model: it names nothing
+        return []
+    return sorted(
+        n for n in names if pattern.fullmatch(n) or (any_name and _is_name(n) and n != dest.name)
+    )
+
+
+def _is_name(name: str) -> bool:
+    """A file name of the folder itself (no folder part, not ``.`` or ``..``)."""
+    return Path(name).name == name and name not in ("", ".", "..")
+
+
+def _locations(model: Path) -> set[str] | None:
+    """The external data locations ``model`` names (None: not a readable model)."""
     from qlrewrite.tensors import proto_tensors
 
     try:
-        proto = onnx.load_model(str(dest), load_external_data=False)
-    except Exception:  # not a model: it names nothing
-        return []
-    names = {
+        proto = _model_proto(model)
+    except Exception:  # not a model, or not a file qlrewrite reads: it names nothing
+        return None
+    return {
         entry.value
         for _, tensor in proto_tensors(proto)
         for entry in tensor.external_data
         if entry.key == "location"
     }
-    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+#: A model beside the output larger than this is not read to learn whether it names a
+#: replaced data file of another name: that file is then kept.
+OTHER_MODEL_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _named_by_others(folder: Path, names: Collection[str], model_name: str) -> set[str]:
+    """Of ``names``, those another model of ``folder`` (``*.onnx`` other than
+    ``model_name``) names, or may name: every one when such a model is too large to read
+    (:data:`OTHER_MODEL_READ_LIMIT`) or cannot be listed."""
+    if not names:
+        return set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return set(names)
+    named: set[str] = set()
+    for entry in entries:
+        if entry.name == model_name or not entry.name.lower().endswith(".onnx"):
+            continue
+        try:
+            if not entry.is_file() or entry.stat().st_size > OTHER_MODEL_READ_LIMIT:
+                return set(names)
+        except OSError:
+            return set(names)
+        named |= (_locations(Path(entry.path)) or set()) & set(names)
+    return named
 
 
 def _removable(
-    folder: Path, replaced: Collection[str], new: str, keep: Collection[Path]
+    folder: Path,
+    replaced: Collection[str],
+    new: str,
+    keep: Collection[Path],
+    *,
+    dest: Path,
+    pattern: re.Pattern[str],
 ) -> list[str]:
     """Of the data files the replaced model named, those to remove once the new model is
-    in: not the new data file, not a file in ``keep``, only plain files."""
+    in: not the new data file, not a file in ``keep``, only plain files. A file whose name
+    is not one of ``dest``'s data-file names (``pattern``: a producer's ``weights.bin``)
+    is removed only when no other name links to it and no other model of the folder
+    names it."""
     kept = {os.path.realpath(p) for p in keep}
-    return [
+    candidates = [
         name
         for name in replaced
         if name != new
@@ -566,6 +653,17 @@ def _removable(
         and (folder / name).is_file()
         and not (folder / name).is_symlink()
     ]
+    foreign = [n for n in candidates if not pattern.fullmatch(n)]
+    lone = [n for n in foreign if _single_link(folder / n)]
+    shared = _named_by_others(folder, lone, dest.name)
+    return [n for n in candidates if pattern.fullmatch(n) or (n in lone and n not in shared)]
+
+
+def _single_link(path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_nlink == 1
+    except OSError:
+        return False
 
 
 def _unlink_all(folder: Path, names: Collection[str]) -> None:
@@ -593,6 +691,7 @@ class PendingFile:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        refuse_long_name(self.path, "the report")
         self._text: str | None = None
         self._stream = is_special(self.path)
         if self._stream:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError
 
 if sys.version_info >= (3, 11):
@@ -143,11 +144,9 @@ def _has_tool_table(pyproject: Path) -> bool:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    data = reading.read_bytes(path, "configuration file", reading.CONFIG_BYTES)
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read configuration ({exc.strerror or exc})") from exc
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{path}: not valid TOML ({exc})") from exc
     except RecursionError as exc:  # an array or table nested thousands deep

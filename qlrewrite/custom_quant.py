@@ -27,25 +27,47 @@ from qlrewrite.qdq import iter_graphs
 
 __all__ = ["CUSTOM_QUANT_DOMAINS", "CustomQuantGroup", "custom_quant_groups", "describe"]
 
-_QONNX_OPS = frozenset({
-    "Quant", "IntQuant", "BipolarQuant", "FloatQuant", "Trunc", "QuantLSTMCell",
-    "MultiThreshold",
-})  # fmt: skip
+_QONNX_OPS = frozenset(
+    {
+        "Quant",
+        "IntQuant",
+        "BipolarQuant",
+        "FloatQuant",
+        "Trunc",
+        "QuantLSTMCell",
+        "MultiThreshold",
+    }
+)
 
 #: domain -> (producer, quantization operators of that domain)
 CUSTOM_QUANT_DOMAINS: dict[str, tuple[str, frozenset[str]]] = {
-    "com.amd.quark": ("AMD Quark", frozenset({
-        "ExtendedQuantizeLinear", "ExtendedDequantizeLinear", "BFPQuantizeDequantize",
-        "MXQuantizeDequantize",
-    })),
-    "com.vai.quantize": ("AMD Vitis AI / Quark (older releases)", frozenset({
-        "VitisQuantizeLinear", "VitisDequantizeLinear", "BFPFixNeuron", "MXFixNeuron",
-        "FixNeuron",
-    })),
+    "com.amd.quark": (
+        "AMD Quark",
+        frozenset(
+            {
+                "ExtendedQuantizeLinear",
+                "ExtendedDequantizeLinear",
+                "BFPQuantizeDequantize",
+                "MXQuantizeDequantize",
+            }
+        ),
+    ),
+    "com.vai.quantize": (
+        "AMD Vitis AI / Quark (older releases)",
+        frozenset(
+            {
+                "VitisQuantizeLinear",
+                "VitisDequantizeLinear",
+                "BFPFixNeuron",
+                "MXFixNeuron",
+                "FixNeuron",
+            }
+        ),
+    ),
     "qonnx.custom_op.general": ("Brevitas / QONNX", _QONNX_OPS),
     "finn.custom_op.general": ("FINN / QONNX (older releases)", _QONNX_OPS),
     "onnx.brevitas": ("Brevitas (older QONNX export)", _QONNX_OPS),
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,7 +21,7 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, tensors
+from qlrewrite import atomic, reading, tensors
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
 from qlrewrite.limits import LIMITS, Limits
@@ -46,6 +46,7 @@ __all__ = [
     "files_read_by",
     "from_proto",
     "load",
+    "read_model_bytes",
     "same_file",
     "same_folder",
     "save",
@@ -216,34 +217,25 @@ def _deserialize(proto: onnx.ModelProto, path: str | os.PathLike) -> ir.Model:
     return model
 
 
-def _refuse_unreadable(path: Path) -> None:
-    """Refuse a path that is not a non-empty regular file (before opening it: a FIFO
-    would hang the read)."""
-    if not path.exists():
-        raise InputError(f"{path}: no such file")
-    if path.is_dir():
-        raise InputError(f"{path}: is a directory, not a model file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a regular file")
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from exc
-    if size == 0:
+def read_model_bytes(path: str | os.PathLike) -> bytes:
+    """The bytes of the model file at ``path``, through :mod:`qlrewrite.reading` (a
+    regular file under 2 GiB, never a FIFO or device); an empty file is refused."""
+    data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
+    if not data:
         raise InputError(f"{path}: empty file")
+    return data
 
 
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
     unless it is an ONNX model onnx_ir can read and write back within the limits."""
-    _refuse_unreadable(path)
+    data = read_model_bytes(path)
     try:
         # The format is fixed: onnx would otherwise pick a text parser from the suffix.
-        proto = onnx.load_model(str(path), format="protobuf", load_external_data=False)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+        proto = onnx.load_model_from_string(data, format="protobuf")
     except Exception as exc:  # DecodeError, RuntimeWarning-as-error, ...: all mean "not ONNX"
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
+    del data
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
     over = _over_limits(proto, LIMITS.get())

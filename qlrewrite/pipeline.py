@@ -102,17 +102,23 @@ class RewriteResult:
 
 
 def default_output(input_path: Path, command: str) -> Path:
-    """``<stem>.<command>.onnx`` beside the input."""
-    return input_path.with_name(f"{input_path.stem}.{command}.onnx")
+    """``<stem>.<command>.onnx`` beside the input; a stem too long for the file system's
+    names is shortened as data file names are (:func:`~qlrewrite.atomic.fitted_stem`)."""
+    suffix = f".{command}.onnx"
+    folder = input_path.absolute().parent
+    stem = atomic.fitted_stem(input_path.stem, folder, len(os.fsencode(suffix)))
+    return input_path.with_name(stem + suffix)
 
 
 def resolve_output(input_path: Path, output: Path | None, in_place: bool, command: str) -> Path:
-    """Where to write: refuses to touch the input unless ``in_place``."""
+    """Where to write: refuses to touch the input unless ``in_place``, and a name the
+    file system cannot hold."""
     if in_place:
         if output is not None and not model_io.same_file(output, input_path):
             raise InputError("--in-place and -o name different files; give one of them")
         return input_path
     target = output if output is not None else default_output(input_path, command)
+    atomic.refuse_long_name(target, "the output")
     if target.exists() and model_io.same_file(target, input_path):
         raise InputError(
             f"{target}: the output is the input; use --in-place to overwrite the input"
@@ -159,32 +165,70 @@ def rewrite(
     started = time.perf_counter()
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
+    model, reads, snapshot = _load_input(input_path, target, in_place)
+    with contextlib.ExitStack() as stack:
+        pending = _pending_report(stack, report_path, reads, target)
+        run = _Run(
+            command,
+            input_path,
+            target,
+            dry_run,
+            external_data,
+            max_size,
+            verify,
+            on_tensor_saved,
+            [] if in_place else reads,
+            pending,
+            snapshot,
+            started,
+            only_if_repaired,
+        )
+        result = _rewrite_guarded(model, passes, run)
+        if pending is not None:
+            pending.commit()
+    return result
+
+
+def _load_input(
+    input_path: Path, target: Path, in_place: bool
+) -> tuple[ir.Model, list[Path], Snapshot]:
+    """The input model, the files it reads, and their snapshot (the model file's taken
+    before reading it); refused when unwritable or when the output would overwrite it."""
     as_read = Snapshot.of([Path(os.path.realpath(input_path))])  # before reading it
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     reads = model_io.files_read(model)
     _refuse_overwriting_input(reads, target, in_place)
-    snapshot = Snapshot.of(reads, earlier=as_read)
-    with contextlib.ExitStack() as stack:
-        pending = None
-        if report_path is not None:
-            report_path = Path(report_path)
-            _refuse_report_path(report_path, reads, target)
-            pending = stack.enter_context(atomic.PendingFile(report_path))
-        keep = [] if in_place else reads
-        run = _Run(command, input_path, target, dry_run, external_data, max_size, verify,
-                   on_tensor_saved, keep, pending, snapshot, started, only_if_repaired)  # fmt: skip
-        try:
-            result = _rewrite_loaded(model, passes, run)
-        except Exception:  # lazily read data vanishes when another run commits
-            if snapshot.changed() is None:
-                raise
-            snapshot.refuse_if_changed(input_path)
+    return model, reads, Snapshot.of(reads, earlier=as_read)
+
+
+def _pending_report(
+    stack: contextlib.ExitStack,
+    report_path: str | Path | None,
+    reads: Sequence[Path],
+    target: Path,
+) -> atomic.PendingFile | None:
+    """The staged ``--report`` file (None without one), refused up front if it names a
+    file the input reads, the output or its data file."""
+    if report_path is None:
+        return None
+    _refuse_report_path(Path(report_path), reads, target)
+    return stack.enter_context(atomic.PendingFile(Path(report_path)))
+
+
+def _rewrite_guarded(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], run: _Run
+) -> RewriteResult:
+    """:func:`_rewrite_loaded`, with a failure while another run replaced the input (its
+    lazily read data vanished) said as that."""
+    try:
+        return _rewrite_loaded(model, passes, run)
+    except Exception:
+        if run.snapshot.changed() is None:
             raise
-        if pending is not None:
-            pending.commit()
-    return result
+        run.snapshot.refuse_if_changed(run.input_path)
+        raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,17 +316,34 @@ def _rewrite_loaded(
         if pending is not None and writes:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
-    save = functools.partial(model_io.save, model, external_data=external_data,
-                             before_commit=before_commit, weightless=serialized)  # fmt: skip
-    if writes:
-        save(target, callback=run.on_tensor_saved, keep=run.keep,
-             unchanged=lambda: run.snapshot.refuse_if_changed(input_path))  # fmt: skip
-    elif verifier is not None:
-        _save_to_temporary(save, target.name)
+    save = functools.partial(
+        model_io.save,
+        model,
+        external_data=external_data,
+        before_commit=before_commit,
+        weightless=serialized,
+    )
+    _write_or_stage(run, save, writes=writes, verifying=verifier is not None)
     done = result()
     if pending is not None and not writes:
         pending.write(_json(done.to_json()))
     return done
+
+
+def _write_or_stage(
+    run: _Run, save: Callable[..., object], *, writes: bool, verifying: bool
+) -> None:
+    """Write the output; or, not writing but verifying, save it to a temporary folder
+    (the verification runs on it before that folder goes)."""
+    if writes:
+        save(
+            run.target,
+            callback=run.on_tensor_saved,
+            keep=run.keep,
+            unchanged=lambda: run.snapshot.refuse_if_changed(run.input_path),
+        )
+    elif verifying:
+        _save_to_temporary(save, run.target.name)
 
 
 class _Rewritten(NamedTuple):
@@ -387,10 +448,18 @@ def _report_refused(
 ) -> None:
     """The ``--report`` of a run that --verify refused: why nothing was written."""
     if pending is not None:
-        pending.write(_json({
-            "version": 1, "command": command, "input": str(input_path),
-            "written": False, "error": str(exc), "verify": exc.verification.to_json(),
-        }))  # fmt: skip
+        pending.write(
+            _json(
+                {
+                    "version": 1,
+                    "command": command,
+                    "input": str(input_path),
+                    "written": False,
+                    "error": str(exc),
+                    "verify": exc.verification.to_json(),
+                }
+            )
+        )
         pending.commit()
 
 
@@ -411,6 +480,7 @@ def _refuse_overwriting_input(reads: Sequence[Path], target: Path, in_place: boo
 
 def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> None:
     """The report may not replace the input, a file it reads, the output or its data."""
+    atomic.refuse_long_name(report, "the report")
     if model_io.same_file(report, reads[0]):
         raise InputError(f"{report}: the report would overwrite the input model")
     if any(model_io.same_file(report, read) for read in reads[1:]):

@@ -96,8 +96,14 @@ def collect_models(
                 )
             elif not models:
                 where = _settings(every[0], config, isolated).path
-                found.append(Report(path=str(path), load_error=f"every .onnx file in the folder "
-                                    f"is excluded (exclude in {where})", folder=True))  # fmt: skip
+                found.append(
+                    Report(
+                        path=str(path),
+                        load_error=f"every .onnx file in the folder "
+                        f"is excluded (exclude in {where})",
+                        folder=True,
+                    )
+                )
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):
@@ -381,13 +387,12 @@ def exit_code(
     return EXIT_OK
 
 
-def diff_exit_code(
-    reports: Sequence[Report], *, strict: Callable[[Report], bool], changed: bool
-) -> int:
-    """``check --diff`` keeps the exit codes of ``check``: an unreadable input is 2, a
-    remaining error finding or a change to make (or a refused fix) is 1."""
-    code = exit_code(reports, strict=strict)
-    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
+def diff_exit_code(reports: Sequence[Report], *, changed: bool) -> int:
+    """``check --diff`` exits as ruff's: 1 when something would change (or a fix would be
+    refused), else 0 whatever findings remain; an unreadable input is 2."""
+    if any(r.load_error for r in reports):
+        return EXIT_INPUT
+    return EXIT_FINDINGS if changed else EXIT_OK
 
 
 def strictness(targets: Sequence[Target], selection: Selection) -> Callable[[Report], bool]:

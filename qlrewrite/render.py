@@ -19,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from qlrewrite import reading
 from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 
@@ -133,8 +134,12 @@ class FindingGroup:
 
 
 def _pattern(finding: Finding) -> tuple[str, str, str, str]:
-    return (finding.rule, finding.severity, _NAMES.sub("#", finding.message),
-            _NAMES.sub("#", finding.hint))  # fmt: skip
+    return (
+        finding.rule,
+        finding.severity,
+        _NAMES.sub("#", finding.message),
+        _NAMES.sub("#", finding.hint),
+    )
 
 
 def group_findings(
@@ -507,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = Path(paths[0] if paths else "docs/rules.md")
     text = rules_markdown()
     if check_only:
-        current = target.read_text(encoding="utf-8") if target.exists() else ""
+        exists = target.exists()
+        current = reading.read_text(target, "document", reading.DOCUMENT_BYTES) if exists else ""
         if current != text:
             print(f"{target} is out of date; run python -m qlrewrite.render {target}")
             return 1

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import reading
 from qlrewrite.errors import InputError, Refusal
 
 __all__ = [
@@ -132,8 +133,13 @@ class Bound:
         for name, limit in other.per_output:
             per_output[name] = _looser(per_output.get(name), limit)
         unbounded = tuple(sorted({*self.unbounded, *other.unbounded}))
-        return Bound("; ".join(r for r in reasons if r), relative, _looser(self.ulp, other.ulp),
-                     tuple(sorted(per_output.items())), unbounded)  # fmt: skip
+        return Bound(
+            "; ".join(r for r in reasons if r),
+            relative,
+            _looser(self.ulp, other.ulp),
+            tuple(sorted(per_output.items())),
+            unbounded,
+        )
 
     def describe(self) -> str:
         """``exact``, or the accepted limits in words."""
@@ -156,9 +162,14 @@ class Bound:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"exact": self.exact, "relative": self.relative, "ulp": self.ulp,
-                "per_output": dict(self.per_output), "unbounded": list(self.unbounded),
-                "reason": self.reason}  # fmt: skip
+        return {
+            "exact": self.exact,
+            "relative": self.relative,
+            "ulp": self.ulp,
+            "per_output": dict(self.per_output),
+            "unbounded": list(self.unbounded),
+            "reason": self.reason,
+        }
 
 
 def _looser(a: float | int | None, b: float | int | None) -> Any:
@@ -184,8 +195,10 @@ def summation_order_bound(k: int, reason: str) -> Bound:
     """
     n = k + 1
     gamma = n * FLOAT32_UNIT_ROUNDOFF / (1 - n * FLOAT32_UNIT_ROUNDOFF)
-    return Bound(f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
-                 relative=2 * gamma)  # fmt: skip
+    return Bound(
+        f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
+        relative=2 * gamma,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,18 +433,25 @@ def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[In
     for name in shapes:
         if name not in names:
             listed = ", ".join(names) or "none"
-            raise InputError(f"--input-shape names '{name}', which is not a graph input "
-                             f"(inputs: {listed})")  # fmt: skip
+            raise InputError(
+                f"--input-shape names '{name}', which is not a graph input (inputs: {listed})"
+            )
     specs = []
     for value in feeds:
         if not isinstance(value.type, ir.TensorType):
             raise _Unverifiable(f"input '{value.name}' is not a tensor ({value.type})")
         dtype = value.type.dtype
-        unfed = (ir.DataType.STRING, ir.DataType.UNDEFINED, ir.DataType.COMPLEX64,
-                 ir.DataType.COMPLEX128)  # fmt: skip
+        unfed = (
+            ir.DataType.STRING,
+            ir.DataType.UNDEFINED,
+            ir.DataType.COMPLEX64,
+            ir.DataType.COMPLEX128,
+        )
         if dtype in unfed or dtype.bitwidth < 8:
-            raise _Unverifiable(f"input '{value.name}' is {dtype.name}, which cannot be generated "
-                                "and fed to ONNX Runtime")  # fmt: skip
+            raise _Unverifiable(
+                f"input '{value.name}' is {dtype.name}, which cannot be generated "
+                "and fed to ONNX Runtime"
+            )
         specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
     return specs
 
@@ -460,12 +480,16 @@ def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, 
     given = tuple(given)
     if declared is not None:
         if len(declared) != len(given):
-            raise InputError(f"--input-shape gives {len(given)} dimension(s) for input "
-                             f"'{value.name}', which has {len(declared)}")  # fmt: skip
+            raise InputError(
+                f"--input-shape gives {len(given)} dimension(s) for input "
+                f"'{value.name}', which has {len(declared)}"
+            )
         for index, (dim, size) in enumerate(zip(declared, given, strict=True)):
             if isinstance(dim, int) and dim != size:
-                raise InputError(f"--input-shape gives {size} for dimension {index} of input "
-                                 f"'{value.name}', declared {dim}")  # fmt: skip
+                raise InputError(
+                    f"--input-shape gives {size} for dimension {index} of input "
+                    f"'{value.name}', declared {dim}"
+                )
     return given
 
 
@@ -481,8 +505,7 @@ def generate_inputs(specs: Sequence[InputSpec], rng: np.random.Generator) -> dic
             array = rng.integers(0, 2, spec.shape, dtype=np.uint8).astype(np.bool_)
         elif dtype in _FULL_RANGE:
             info = np.iinfo(dtype.numpy())
-            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(),
-                                 endpoint=True)  # fmt: skip
+            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(), endpoint=True)
         else:
             array = rng.integers(0, _SMALL_INT_HIGH, spec.shape).astype(dtype.numpy())
         feeds[spec.name] = np.ascontiguousarray(array)
@@ -515,9 +538,11 @@ def _with_probes(path: Path, probes: Sequence[str]) -> tuple[bytes | None, froze
     data (not probed)."""
     import onnx
 
-    if path.stat().st_size > MAX_PROBED_BYTES:
+    try:
+        data = reading.read_bytes(path, "model file", MAX_PROBED_BYTES)
+    except InputError:  # too large to probe (or gone: the run that reads it says so)
         return None, frozenset()
-    proto = onnx.load_model(os.fspath(path), load_external_data=False)
+    proto = onnx.load_model_from_string(data, format="protobuf")
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
         return None, frozenset()
     wanted = set(probes) - {o.name for o in proto.graph.output}
@@ -619,8 +644,9 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> Outpu
         verdict.exact = False
         verdict.max_abs = float("inf")
         verdict.mismatched = verdict.elements
-        verdict.problem = (f"{expected.dtype}{list(expected.shape)} became "
-                           f"{actual.dtype}{list(actual.shape)}")  # fmt: skip
+        verdict.problem = (
+            f"{expected.dtype}{list(expected.shape)} became {actual.dtype}{list(actual.shape)}"
+        )
         return verdict
     if expected.dtype == object:  # strings
         differs = expected != actual
@@ -797,9 +823,13 @@ def _compare_runs(
             if name in after:
                 verdict = compare_arrays(name, value, after[name])
             else:
-                verdict = OutputVerdict(name, exact=False, elements=int(value.size),
-                                        max_abs=float("inf"),
-                                        problem="missing from the rewritten model")  # fmt: skip
+                verdict = OutputVerdict(
+                    name,
+                    exact=False,
+                    elements=int(value.size),
+                    max_abs=float("inf"),
+                    problem="missing from the rewritten model",
+                )
             if name in verdicts:
                 verdicts[name].merge(verdict)
             else:
@@ -868,8 +898,13 @@ class Verifier:
 
     def __call__(self, staged: Path) -> None:
         if self.specs is None:
-            self.result = Verification(UNVERIFIABLE, self.options.runs, self.options.seed,
-                                       self.options.tolerance, reason=self._reason)  # fmt: skip
+            self.result = Verification(
+                UNVERIFIABLE,
+                self.options.runs,
+                self.options.seed,
+                self.options.tolerance,
+                reason=self._reason,
+            )
         else:
             self.result = self._run(self.original, staged, self.specs, self.options)
         if self._refine is not None and self.result.probes and self.result.outputs:
@@ -886,8 +921,12 @@ class Verifier:
         if violations:
             more = f" and {len(violations) - 3} more" if len(violations) > 3 else ""
             result.status = MISMATCH
-            result.reason = ("inside the model, " + "; ".join(violations[:3]) + more
-                             + " (a difference a correct conversion cannot make)")  # fmt: skip
+            result.reason = (
+                "inside the model, "
+                + "; ".join(violations[:3])
+                + more
+                + " (a difference a correct conversion cannot make)"
+            )
         elif all(o.exact for o in result.outputs):
             result.status = EXACT
         elif all(o.within(result.tolerance, result.bound) for o in result.outputs):

@@ -159,8 +159,9 @@ def _how(code: int) -> str:
 
 def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
     """A verification that ended on ``reason``, with no outputs compared."""
-    return Verification(status, options.runs, options.seed, options.tolerance,
-                        reason=reason, bound=options.bound)  # fmt: skip
+    return Verification(
+        status, options.runs, options.seed, options.tolerance, reason=reason, bound=options.bound
+    )
 
 
 def _send(stream: IO[bytes] | None, message: Any) -> None:

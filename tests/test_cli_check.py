@@ -297,6 +297,20 @@ def test_rules_explains_one_rule() -> None:
     assert code == 2 and out == "" and "unknown rule 'QL999'" in err
 
 
+def test_rules_lists_the_rules_a_prefix_names_as_select_does() -> None:
+    """`rules QL4` was refused while `--select QL4` worked: a prefix lists its rules."""
+    code, out, _ = _run("rules", "ql4")
+    expected = [c for c in RULES if c.startswith("QL4")]
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == expected
+    code, out, _ = _run("rules", "QL40,QL9", "--format", "json")
+    assert code == 0 and [e["code"] for e in json.loads(out)] == [
+        c for c in RULES if c.startswith(("QL40", "QL9"))
+    ]
+    assert len(json.loads(_run("rules", "ALL", "--format", "json")[1])) == len(RULES)
+    code, out, err = _run("rules", "QL7")
+    assert code == 2 and out == "" and "unknown rule 'QL7': no rule code, name or code" in err
+
+
 # --------------------------------------------------------------------------- API
 
 

@@ -36,7 +36,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "rules": (
         "rules",
         "rules_command",
-        "List the check rules, or explain rule CODE (a code or a name) with an example.",
+        "List the check rules, or explain rule CODE (a code or a name) with an example; a "
+        "code prefix (QL4, as --select takes it) lists the rules it names.",
     ),
     "fold": (
         "fold",

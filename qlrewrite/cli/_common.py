@@ -244,8 +244,9 @@ def _verify_scope(arg: str) -> str:
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
     verify = verify_from(kwargs)
-    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)
-              if f.name != "verify"}  # fmt: skip
+    fields = {
+        f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions) if f.name != "verify"
+    }
     return RewriteOptions(**fields, verify=verify)
 
 
@@ -308,8 +309,11 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
             tolerance=details["verify_tolerance"],
         )
     ctx = click.get_current_context()
-    given = [n for n in _VERIFY_DETAILS
-             if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+    given = [
+        n
+        for n in _VERIFY_DETAILS
+        if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)
+    ]
     if given:
         raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
     return None

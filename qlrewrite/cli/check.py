@@ -349,8 +349,7 @@ def _fix_stage(
         _print_diff(outcomes, quiet=quiet)
         _print_load_errors(reports)
         changed = any(o.changes for o in outcomes) or refused
-        strict = project.strictness(targets, run.selection)
-        sys.exit(project.diff_exit_code(reports, strict=strict, changed=changed))
+        sys.exit(project.diff_exit_code(reports, changed=changed))
     return check_fix.fixed_reports(reports, targets, outcomes, run.selection), refused
 
 
@@ -424,8 +423,10 @@ def _print_load_errors(reports: Sequence[Report]) -> None:
     """One line on stderr per model that could not be read."""
     for report in reports:
         if report.load_error:
-            click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
-                       f"{escape(report.load_error)}", err=True)  # fmt: skip
+            click.echo(
+                f"qlrewrite: error: {escape(report.path or '')}: {escape(report.load_error)}",
+                err=True,
+            )
 
 
 def _files_read(
@@ -446,8 +447,11 @@ def _check_fix_options(  # noqa: PLR0917 (the options, as given)
 ) -> None:
     if fix and diff:
         raise click.UsageError("--fix and --diff: give one of them")
-    for flag, given in (("--in-place", in_place), ("--fix-output", fix_output is not None),
-                        ("--verify", verify)):  # fmt: skip
+    for flag, given in (
+        ("--in-place", in_place),
+        ("--fix-output", fix_output is not None),
+        ("--verify", verify),
+    ):
         if given and not fix and not (diff and flag == "--verify"):
             raise click.UsageError(f"{flag} needs --fix")
     if fix_output is not None and models != 1:

@@ -20,7 +20,7 @@ import mmap
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite import tensors
+from qlrewrite import reading, tensors
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
 from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 
@@ -62,7 +62,8 @@ def raw_bytes(tensor: ir.TensorProtocol) -> np.ndarray:
         length = tensors.tensor_bytes(tensor)
         if length == 0:
             return np.empty(0, _U8)
-        with open(tensors.data_file(tensor), "rb") as file:  # the model's folder only
+        path = tensors.data_file(tensor)  # the model's folder only
+        with reading.opened(path, "external data file", None) as file:
             mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(mapped, _U8, count=length, offset=tensor.offset or 0)
     if tensor.dtype.bitwidth >= 8:

@@ -59,12 +59,18 @@ _DT = ir.DataType
 _INTEGER_OPS = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
 _KEPT = {
     "Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
-    "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
-                    "strides"),
+    "AveragePool": (
+        "auto_pad",
+        "ceil_mode",
+        "count_include_pad",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ),
     "Gemm": ("alpha", "transA", "transB"),
     "LeakyRelu": ("alpha",),
     "Concat": ("axis",),
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass
@@ -197,9 +203,11 @@ def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Val
     node = view.node
     inputs = list(node.inputs) + [None] * (4 - len(node.inputs))
     source = inputs[0].producer() if inputs[0] is not None else None
-    if source is None or source.op_type != "DynamicQuantizeLinear" or source.domain not in (
-        "", "ai.onnx"
-    ):  # fmt: skip
+    if (
+        source is None
+        or source.op_type != "DynamicQuantizeLinear"
+        or source.domain not in ("", "ai.onnx")
+    ):
         return None
     if inputs[2] is not None and inputs[2] is not source.outputs[2]:
         return None
@@ -283,8 +291,14 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
         }
         float_sums = any(_sums_in_float(p) for p in done)
         bound = _bound(model, rewriter, float_sums)
-        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound,
-                               differences=dict(rewriter.requantized))  # fmt: skip
+        return QOperatorResult(
+            model,
+            bool(done),
+            summary,
+            warnings,
+            verify_bound=bound,
+            differences=dict(rewriter.requantized),
+        )
 
 
 #: Why ``--verify`` accepts differences after a QOperator conversion.
@@ -413,8 +427,9 @@ class _Rewriter:
             node.outputs[0].name = name
             graph.insert_before(plan.view.node, node)
             return node.outputs[0]
-        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape,
-                         const_value=tensor)  # fmt: skip
+        value = ir.Value(
+            name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
+        )
         graph.register_initializer(value)
         return value
 
@@ -473,9 +488,13 @@ class _Rewriter:
         scale = self.constant(plan, product.reshape(shape), (bias.name or "bias") + "_scale")
         spec = dataclasses.replace(weight.spec, channel_axis=0)
         bias_triple = dataclasses.replace(
-            weight, spec=spec, values=(bias, scale, None), zero_point=None, channel_axis=0,
+            weight,
+            spec=spec,
+            values=(bias, scale, None),
+            zero_point=None,
+            channel_axis=0,
             scale=dataclasses.replace(weight.scale, shape=shape),
-        )  # fmt: skip
+        )
         return self.dequantize(plan, bias_triple, scale)
 
     def apply(self, plan: _Plan) -> None:

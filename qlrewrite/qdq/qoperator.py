@@ -125,10 +125,14 @@ def triples(view: NodeView) -> list[TripleView]:
     if not isinstance(row, opsets.QOperatorVersion):
         return []
     found = [
-        _bind(view, spec, spec.data, tuple(_value(view, row, n) for n in
-                                          (spec.data, spec.scale, spec.zero_point)))
+        _bind(
+            view,
+            spec,
+            spec.data,
+            tuple(_value(view, row, n) for n in (spec.data, spec.scale, spec.zero_point)),
+        )
         for spec in row.triples
-    ]  # fmt: skip
+    ]
     if row.variadic:
         fixed = len(row.inputs) - 1
         inputs = list(view.node.inputs)

@@ -72,8 +72,11 @@ class ValueView:
     def describe(self) -> str:
         """``'name' (FLOAT [3, 4])`` for messages."""
         dtype = self.dtype.name if self.dtype is not None else "?"
-        shape = "?" if self.shape is None else "[" + ", ".join(
-            "?" if d is None else str(d) for d in self.shape) + "]"  # fmt: skip
+        shape = (
+            "?"
+            if self.shape is None
+            else "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        )
         return f"'{self.name}' ({dtype} {shape})"
 
 
