@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from qlrewrite import reading
 from qlrewrite.verify import (
     InputSpec,
     OutputVerdict,
@@ -127,7 +128,7 @@ def optimized_graph(path: str | os.PathLike, *, on_phase: Any = None) -> Optimiz
         target = Path(folder) / "optimized.onnx"
         session = default_session(ort, path, target)
         del session
-        proto = onnx.load(os.fspath(target), load_external_data=False)
+        proto = _read_graph(target)
     nodes = proto.graph.node
     kernels = tuple(
         (n.op_type, n.name, tuple(n.input)) for n in nodes if n.op_type in INTEGER_KERNELS
@@ -137,6 +138,12 @@ def optimized_graph(path: str | os.PathLike, *, on_phase: Any = None) -> Optimiz
         produced=frozenset(o for n in nodes for o in n.output),
         kernels=kernels,
     )
+
+
+def _read_graph(path: Path) -> onnx.ModelProto:
+    """The graph ORT wrote at ``path`` (its initializers in a file beside it, not read)."""
+    data = reading.read_bytes(path, "ONNX Runtime optimized model", reading.MODEL_BYTES)
+    return onnx.load_from_string(data)
 
 
 def median_latency(
@@ -301,7 +308,7 @@ def _measure(
     with tempfile.TemporaryDirectory(prefix="qlrewrite-ort-") as folder:
         target = Path(folder) / "optimized.onnx"
         session = default_session(ort, path, target)
-        proto = onnx.load(os.fspath(target), load_external_data=False)
+        proto = _read_graph(target)
     kernels = collections.Counter(
         n.op_type for n in proto.graph.node if n.op_type in INTEGER_KERNELS
     )

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from qlrewrite import reading
 from qlrewrite.deployed import OutputDifference, default_session, differences
 from qlrewrite.verify import compare_arrays, require_onnxruntime, run_session
 
@@ -80,7 +81,8 @@ def _run_ort(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
 def _run_reference(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     from onnx.reference import ReferenceEvaluator
 
-    model = onnx.load(os.fspath(path))
+    model = _read_model(path)
+    onnx.external_data_helper.load_external_data_for_model(model, os.fspath(path.parent))
     names = [o.name for o in model.graph.output]
     try:
         values = ReferenceEvaluator(model).run(None, dict(feeds))
@@ -173,8 +175,7 @@ def first_divergence(
     """The first tensor, in the first model's topological order, that both models
     produce and that differs beyond ``atol + rtol x`` its largest magnitude, read with
     ONNX Runtime's optimizations off."""
-    model_a = onnx.load(os.fspath(first), load_external_data=False)
-    model_b = onnx.load(os.fspath(second), load_external_data=False)
+    model_a, model_b = _read_model(Path(first)), _read_model(Path(second))
     produced_b = {o for n in model_b.graph.node for o in n.output if o}
     order = [(o, n) for n in model_a.graph.node for o in n.output if o and o in produced_b]
     names = [o for o, _ in order]
@@ -192,6 +193,11 @@ def first_divergence(
             where = f"'{node.name}' ({node.op_type})" if node.name else f"a {node.op_type}"
             return Divergence(compared, OutputDifference.of(verdict, None), where)
     return Divergence(compared)
+
+
+def _read_model(path: Path) -> onnx.ModelProto:
+    """The model file (its external data not read), through the one reader."""
+    return onnx.load_from_string(reading.read_bytes(path, "model file", reading.MODEL_BYTES))
 
 
 def _within(max_abs: float, max_ref: float, rtol: float, atol: float) -> bool:

@@ -123,3 +123,24 @@ def test_ort_crashing_in_the_deployment_is_reported_not_fatal(tmp_path: Path) ->
     assert again.passed and again.deployment.reason is None
     assert all(o.exact for o in again.deployment.outputs)
     assert np.isfinite(again.deployment.latency_ms).all()
+
+
+def test_dynamic_model_as_qdq_loses_a_dynamic_kernel(tmp_path: Path) -> None:
+    """quantize_dynamic's MLP block: ORT fuses DynamicQuantizeLinear + MatMulInteger +
+    scaling into MatMulIntegerToFloat and DynamicQuantizeMatMul; `convert --to onnx`
+    (Q/DQ form, within its stated bound by the semantics) lets ORT re-form all but one
+    DynamicQuantizeMatMul."""
+    source = tmp_path / "in.onnx"
+    onnx.save(quantized("mlp-dynamic"), source)
+    report = tmp_path / "report.json"
+    result = CliRunner().invoke(main, ["convert", str(source), "--to", "onnx", "-o",
+                                       str(tmp_path / "out.onnx"), "--verify", "--report",
+                                       str(report)])  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    verify = json.loads(report.read_text())["verify"]
+    assert verify["passed"]
+    deployed = verify["deployment"]
+    assert deployed["kernels"]["original"] == {
+        "DynamicQuantizeMatMul": 3, "MatMulIntegerToFloat": 3}  # fmt: skip
+    assert deployed["lost_kernels"] == {"DynamicQuantizeMatMul": 1}
+    assert "DynamicQuantizeMatMul x1" in result.stderr

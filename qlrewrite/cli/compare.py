@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import tempfile
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import click
 import numpy as np
 
-from qlrewrite import model_io
+from qlrewrite import model_io, reading
 from qlrewrite.cli._common import debug_option, input_shape_option, run_command
 from qlrewrite.compare import Comparison, compare_models, output_steps
 from qlrewrite.errors import InputError
@@ -131,10 +132,11 @@ def _feeds(
     if inputs_path is None:
         specs = input_specs_or_refuse(model, shapes)
         return generate_inputs(specs, np.random.default_rng(seed))
+    data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
     try:
-        with np.load(inputs_path, allow_pickle=False) as archive:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             feeds = {name: archive[name] for name in archive.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
     wanted = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
     if absent := [name for name in wanted if name not in feeds]:
