@@ -26,6 +26,7 @@ from qlrewrite.passes.commands import (
     downgrade_passes,
     fix_passes,
     fold_passes,
+    retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.convert_domain import TARGETS, target
@@ -39,6 +40,7 @@ __all__ = [
     "fix",
     "fold",
     "load",
+    "retarget",
     "save",
     "upgrade",
 ]
@@ -204,3 +206,29 @@ def downgrade(model: ModelLike, opset: int) -> ir.Model:
     for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
         downgrade_pass.requires(loaded)
     return _run(loaded, passes)
+
+
+def retarget(
+    model: ModelLike,
+    *,
+    zero_point: str | None = None,
+    symmetric: bool = False,
+    narrow: bool = False,
+    drop_redundant: bool = False,
+    split_shared: bool = False,
+) -> ir.Model:
+    """``model`` retargeted as ``qlrewrite retarget`` (``zero_point``: ``"signed"`` or
+    ``"unsigned"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` naming the
+    tensors that cannot be retargeted exactly (nothing changed)."""
+    if zero_point not in (None, "signed", "unsigned"):
+        raise InputError(f"zero_point must be 'signed' or 'unsigned', not {zero_point!r}")
+    passes = retarget_passes(
+        zero_point=zero_point,  # type: ignore[arg-type]
+        symmetric=symmetric,
+        narrow=narrow,
+        drop_redundant=drop_redundant,
+        split_shared=split_shared,
+    )
+    if not passes:
+        raise InputError("nothing to do: ask for at least one retarget")
+    return _run(load(model), passes)

@@ -29,17 +29,16 @@ from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.output_guard import Snapshot
+from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.qoperator_to_qdq import measured_bound
 from qlrewrite.passes.results import QOperatorResult, RepairsFindings, RewritePassResult
-from qlrewrite.qdq.inference import Inference, forget, share
+from qlrewrite.qdq.inference import Inference
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.weightless import (
-    forget_unchanged,
-    share_unchanged,
     weightless_from_source,
     weightless_proto,
 )
@@ -277,13 +276,13 @@ def _rewrite_loaded(
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = _verifier(input_path, model, verify)
-    unchanged, notes = _check_input(model, input_path, passes, command)
+    context, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
     # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
     passes = with_implied_imports(model, passes)
-    out = _rewritten(model, passes, input_path, unchanged, verifier)
+    out = _rewritten(context, passes, input_path, verifier)
     model, results, serialized, checker_warnings = out
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
@@ -354,20 +353,16 @@ class _Rewritten(NamedTuple):
 
 
 def _rewritten(
-    model: ir.Model,
+    context: RunContext,
     passes: Sequence[ir.passes.PassBase],
     input_path: Path,
-    unchanged: onnx.ModelProto | None,
     verifier: Verifier | None,
 ) -> _Rewritten:
-    """Run ``passes`` on ``model`` and validate the output (serialized once, weights
-    left out: the save writes from the same proto)."""
-    original = model
-    runtime_ops = runtime_only_ops(model)
-    try:
-        model, results = run_passes(model, passes)
-    finally:
-        forget(original)
+    """Run ``passes`` on the context's model and validate the output (serialized once,
+    weights left out: the save writes from the same proto)."""
+    unchanged = context.unchanged  # the input as read: names the cause of a checker error
+    runtime_ops = runtime_only_ops(context.model)
+    model, results = run_passes(context.model, passes, context)
     if verifier is not None:
         verifier.expect_differences(results)
         _expect_measured(verifier, model, results)
@@ -399,26 +394,24 @@ def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
 
 def _check_input(
     model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
-) -> tuple[onnx.ModelProto | None, list[str]]:
+) -> tuple[RunContext, list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
-    an error finding no pass repairs); return its weight-free proto (as read) and the
-    notes on what the command leaves alone. The input's inference is offered to the
-    passes (:func:`~qlrewrite.qdq.inference.share`): it runs once per run."""
+    an error finding no pass repairs); return the run's context (the input's inference
+    and weight-free proto as read, handed to the passes: each is made once per run) and
+    the notes on what the command leaves alone."""
     _refuse_custom_quant(model, input_path)
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
     report = unrepaired(_check(model, input_path, inference), passes)
-    share(model, inference)
-    share_unchanged(model, unchanged)  # for the first pass (upgrade), which sees it as read
     if report.errors:
         raise FindingsRefusal(
             f"{input_path}: {len(report.errors)} error finding(s); nothing written "
             "(run `qlrewrite check` for details)",
             report,
         )
-    return unchanged, _not_looked_at(report, model, command)
+    return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
 
 
 def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
@@ -536,18 +529,24 @@ def _repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
 
 
 def run_passes(
-    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+    model: ir.Model,
+    passes: Sequence[ir.passes.PassBase],
+    context: RunContext | None = None,
 ) -> tuple[ir.Model, list[ir.passes.PassResult]]:
     """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
+    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (one for the
+    run when not given; its ``model`` must be ``model``), which follows the passes.
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
+    context = context if context is not None else RunContext.fresh(model)
+    if context.model is not model:
+        raise ValueError("the run context describes another model")
     results = []
     for rewrite_pass in passes:
         try:
-            result = rewrite_pass(model)
-            forget_unchanged(model)  # what was read no longer describes it
+            result = _run_one(rewrite_pass, context)
         except (ir.passes.PassError, ir.passes.InvariantError) as exc:
             cause: BaseException | None = exc
             while cause is not None and not isinstance(cause, QlrewriteError):
@@ -556,8 +555,16 @@ def run_passes(
                 raise
             raise cause from exc
         results.append(result)
-        model = result.model
-    return model, results
+        context.advance(rewrite_pass, result)
+    return context.model, results
+
+
+def _run_one(rewrite_pass: ir.passes.PassBase, context: RunContext) -> ir.passes.PassResult:
+    """``rewrite_pass`` on the context's model, handed the context if it reads one."""
+    if not isinstance(rewrite_pass, ContextPass):
+        return rewrite_pass(context.model)
+    with rewrite_pass.handed(context):
+        return rewrite_pass(context.model)
 
 
 def _summary(result: ir.passes.PassResult) -> dict[str, int]:

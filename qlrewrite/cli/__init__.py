@@ -59,6 +59,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "downgrade_command",
         "Lower the model to ai.onnx opset N, exactly, or refuse naming what N cannot hold.",
     ),
+    "retarget": (
+        "retarget",
+        "retarget_command",
+        "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
+    ),
     "compare": (
         "compare",
         "compare_command",

@@ -20,6 +20,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.ort_float16 import domain_changes_result
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 from qlrewrite.toolkit import ensure_import_at
@@ -228,7 +229,7 @@ def _describe(plans: list[_Plan], nodes: int = 3) -> str:
     return "; ".join(parts)
 
 
-class ConvertDomainPass(ir.passes.InPlacePass):
+class ConvertDomainPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite Q/DQ nodes into the ``to`` domain ("onnx" or "com.microsoft").
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
@@ -236,6 +237,8 @@ class ConvertDomainPass(ir.passes.InPlacePass):
     the rest. The :class:`~qlrewrite.passes.results.ConvertResult` counts what changed
     and lists :class:`ConvertWarning`.
     """
+
+    needs = frozenset({"inference"})  # the types of x and the scale when undeclared
 
     def __init__(self, to: str, *, strict: bool = True, allow_float16: bool = False) -> None:
         super().__init__()
@@ -259,7 +262,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ConvertResult:
         plans = [
             _plan_to_onnx(site, ctxs) if self.to == "onnx" else _plan_to_microsoft(site, ctxs)
-            for site, ctxs in node_views(model)
+            for site, ctxs in node_views(model, inference=self.context(model).inference)
             if site.domain == self.source_domain
         ]
         for plan in plans:

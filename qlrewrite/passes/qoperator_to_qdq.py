@@ -35,6 +35,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.difference import output_bounds
 from qlrewrite.errors import Refusal
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
     LEFT_ALONE,
@@ -248,7 +249,7 @@ def _only_use(value: ir.Value) -> ir.Node | None:
     return uses[0].node
 
 
-class QOperatorToQdqPass(ir.passes.InPlacePass):
+class QOperatorToQdqPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite QOperator / dynamic nodes as DequantizeLinear -> float op -> QuantizeLinear.
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) when a com.microsoft

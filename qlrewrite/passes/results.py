@@ -19,6 +19,7 @@ __all__ = [
     "NBitsResult",
     "QOperatorResult",
     "RepairsFindings",
+    "RetargetResult",
     "RewritePassResult",
     "UpgradeResult",
 ]
@@ -95,6 +96,15 @@ class DowngradeResult(RewritePassResult):
     """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
     after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
     written as com.microsoft, nodes relabelled at the older version."""
+
+
+@dataclasses.dataclass
+class RetargetResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.retarget.RetargetPass`: quantized tensors ``sign_flipped``,
+    ``made_symmetric``, ``narrowed`` (to 4 bits) and ``narrow_left`` (8-bit weights that do
+    not fit 4 bits or whose opset has no 4-bit types);
+    :class:`~qlrewrite.passes.qdq_tidy.QdqTidyPass`: ``redundant_pairs_removed``,
+    ``shared_dequantize_split``, ``shared_initializers_split``."""
 
 
 class RepairsFindings:

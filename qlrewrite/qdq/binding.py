@@ -130,12 +130,12 @@ def node_views(
 ) -> Iterator[tuple[QuantizedSite, list[NodeView]]]:
     """Every node of ``kinds`` with its views: one per call site for a node inside a
     function, else one. Shape inference runs once, on first need: ``inference`` when
-    given, else on ``weightless`` when given, else the run's (see
-    :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the values of
+    given (a run's, :class:`~qlrewrite.passes.context.RunContext`), else a new one, on
+    ``weightless`` when given. ``read``: the views read the values of
     small constant scales and zero points (the rules need them). ``calls=False``: a node
     inside a function gets one view, from the function's own declarations."""
     if inference is None:
-        inference = Inference(model, weightless) if weightless else Inference.of(model)
+        inference = Inference(model, weightless)
     builder = _Builder(model, inference, read)
     sites = list(iter_sites(model, kinds))
     builder.sites = {id(site.node): site for site in sites}
