@@ -57,9 +57,12 @@ def ort_fusions(path: str | os.PathLike, model: ir.Model, *, required: bool = Fa
     runtime = f"ONNX Runtime {onnxruntime.__version__}"
     size = initializer_bytes(model)
     if size > FUSION_CHECK_MAX_BYTES and not required:
-        return Fusions(runtime, reason=f"the initializers take {size / 2**30:.1f} GiB, above "
-                       f"the {FUSION_CHECK_MAX_BYTES >> 30} GiB this check loads into ORT "
-                       "(--keep-fused checks at any size)")  # fmt: skip
+        return Fusions(
+            runtime,
+            reason=f"the initializers take {size / 2**30:.1f} GiB, above "
+            f"the {FUSION_CHECK_MAX_BYTES >> 30} GiB this check loads into ORT "
+            "(--keep-fused checks at any size)",
+        )
     try:
         return Fusions(runtime, call_in_child(optimized_graph, os.fspath(path)))
     except ChildFailed as exc:
@@ -98,12 +101,17 @@ def verify_both(
         return result
     try:
         result.deployment = call_in_child(
-            compare_deployed, os.fspath(original), os.fspath(rewritten), list(specs),
-            seed=options.seed, steps=dict(options.output_steps),
-        )  # fmt: skip
+            compare_deployed,
+            os.fspath(original),
+            os.fspath(rewritten),
+            list(specs),
+            seed=options.seed,
+            steps=dict(options.output_steps),
+        )
     except ChildFailed as exc:
-        result.deployment = Deployment("ONNX Runtime CPU, default session",
-                                       reason=f"ONNX Runtime {exc}")  # fmt: skip
+        result.deployment = Deployment(
+            "ONNX Runtime CPU, default session", reason=f"ONNX Runtime {exc}"
+        )
     return result
 
 
@@ -157,13 +165,19 @@ class Comparison:
             "atol": self.atol,
             "diverges": self.diverges,
             "runtimes": [
-                {"runtime": r.runtime, "label": r.label, "reason": r.reason,
-                 "outputs": [{**o.to_json(), "within": _within(o, self.rtol, self.atol)}
-                             for o in r.outputs]}
+                {
+                    "runtime": r.runtime,
+                    "label": r.label,
+                    "reason": r.reason,
+                    "outputs": [
+                        {**o.to_json(), "within": _within(o, self.rtol, self.atol)}
+                        for o in r.outputs
+                    ],
+                }
                 for r in self.runtimes
             ],
             "tensors": self.divergence.to_json() if self.divergence else None,
-        }  # fmt: skip
+        }
 
 
 def compare_models(
@@ -188,8 +202,9 @@ def compare_models(
             continue
         result = RuntimeComparison(runtime, label(runtime))
         try:
-            result.outputs = call_in_child(compare_in, runtime, first, second, dict(feeds),
-                                           steps=dict(steps or {}))  # fmt: skip
+            result.outputs = call_in_child(
+                compare_in, runtime, first, second, dict(feeds), steps=dict(steps or {})
+            )
         except ChildFailed as exc:
             result.reason, result.failed_on = str(exc), exc.phase
         found.append(result)

@@ -51,14 +51,34 @@ __all__ = [
 
 #: Integer and weight-only kernels of ONNX Runtime's CPU provider (ai.onnx and
 #: com.microsoft): what a fused DQ of a weight becomes.
-INTEGER_KERNELS = frozenset({
-    "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "QGemm",
-    "MatMulIntegerToFloat", "DynamicQuantizeMatMul", "MatMulNBits", "GatherBlockQuantized",
-    "QLinearAdd", "QLinearMul", "QLinearSoftmax", "QLinearSigmoid", "QLinearLeakyRelu",
-    "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearConcat", "QLinearReduceMean",
-    "QLinearWhere", "QAttention", "DynamicQuantizeLSTM", "QEmbedLayerNormalization",
-    "MatMulBnb4", "QLinearConvTranspose",
-})  # fmt: skip
+INTEGER_KERNELS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+        "QGemm",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "MatMulNBits",
+        "GatherBlockQuantized",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSoftmax",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearReduceMean",
+        "QLinearWhere",
+        "QAttention",
+        "DynamicQuantizeLSTM",
+        "QEmbedLayerNormalization",
+        "MatMulBnb4",
+        "QLinearConvTranspose",
+    }
+)
 
 #: Timed runs of each model for its latency (after one warm-up run).
 LATENCY_RUNS = 5
@@ -181,8 +201,16 @@ class OutputDifference:
         if verdict.exact:
             relative = 0.0
         steps = verdict.max_abs / step if step and verdict.problem is None else None
-        return cls(verdict.name, verdict.max_abs, relative, verdict.max_ulp, steps,
-                   verdict.mismatched, verdict.elements, verdict.problem)  # fmt: skip
+        return cls(
+            verdict.name,
+            verdict.max_abs,
+            relative,
+            verdict.max_ulp,
+            steps,
+            verdict.mismatched,
+            verdict.elements,
+            verdict.problem,
+        )
 
     @property
     def exact(self) -> bool:
@@ -205,10 +233,17 @@ class OutputDifference:
 
     def to_json(self) -> dict[str, Any]:
         finite = self.max_abs != float("inf")
-        return {"name": self.name, "exact": self.exact,
-                "max_abs": self.max_abs if finite else None, "relative": self.relative,
-                "ulp": self.ulp, "steps": self.steps, "mismatched": self.mismatched,
-                "elements": self.elements, "problem": self.problem}  # fmt: skip
+        return {
+            "name": self.name,
+            "exact": self.exact,
+            "max_abs": self.max_abs if finite else None,
+            "relative": self.relative,
+            "ulp": self.ulp,
+            "steps": self.steps,
+            "mismatched": self.mismatched,
+            "elements": self.elements,
+            "problem": self.problem,
+        }
 
 
 @dataclasses.dataclass
@@ -260,10 +295,15 @@ class Deployment:
         latency = None
         if self.latency_ms is not None:
             latency = {"original_ms": self.latency_ms[0], "rewritten_ms": self.latency_ms[1]}
-        return {"runtime": self.runtime, "reason": self.reason, "differs": self.differs,
-                "outputs": [o.to_json() for o in self.outputs], "latency": latency,
-                "kernels": {"original": self.kernels[0], "rewritten": self.kernels[1]},
-                "lost_kernels": self.lost_kernels}  # fmt: skip
+        return {
+            "runtime": self.runtime,
+            "reason": self.reason,
+            "differs": self.differs,
+            "outputs": [o.to_json() for o in self.outputs],
+            "latency": latency,
+            "kernels": {"original": self.kernels[0], "rewritten": self.kernels[1]},
+            "lost_kernels": self.lost_kernels,
+        }
 
 
 def runtime_label(ort: Any) -> str:
@@ -323,8 +363,9 @@ def differences(
     found = []
     for name, value in expected.items():
         if name not in actual:
-            verdict = OutputVerdict(name, exact=False, elements=int(value.size),
-                                    max_abs=float("inf"), problem="missing")  # fmt: skip
+            verdict = OutputVerdict(
+                name, exact=False, elements=int(value.size), max_abs=float("inf"), problem="missing"
+            )
         else:
             verdict = compare_arrays(name, value, actual[name])
         step = 1.0 if value.dtype.kind in "iu" else steps.get(name)

@@ -104,12 +104,18 @@ def _newest_qdq() -> list[type]:
     from onnx.reference.ops import op_dequantize_linear as dq
     from onnx.reference.ops import op_quantize_linear as q
 
-    newest_dq = max((c for n, c in vars(dq).items() if n.startswith("DequantizeLinear_")),
-                    key=lambda c: int(c.__name__.rpartition("_")[2]))  # fmt: skip
-    newest_q = max((c for n, c in vars(q).items() if n.startswith("QuantizeLinear_")),
-                   key=lambda c: int(c.__name__.rpartition("_")[2]))  # fmt: skip
-    return [type("DequantizeLinear", (newest_dq,), {"op_domain": ""}),
-            type("QuantizeLinear", (newest_q,), {"op_domain": ""})]  # fmt: skip
+    newest_dq = max(
+        (c for n, c in vars(dq).items() if n.startswith("DequantizeLinear_")),
+        key=lambda c: int(c.__name__.rpartition("_")[2]),
+    )
+    newest_q = max(
+        (c for n, c in vars(q).items() if n.startswith("QuantizeLinear_")),
+        key=lambda c: int(c.__name__.rpartition("_")[2]),
+    )
+    return [
+        type("DequantizeLinear", (newest_dq,), {"op_domain": ""}),
+        type("QuantizeLinear", (newest_q,), {"op_domain": ""}),
+    ]
 
 
 def _run_openvino(path: Path, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -159,8 +165,12 @@ class Divergence:
     reason: str | None = None  # why nothing was compared
 
     def to_json(self) -> dict[str, Any]:
-        return {"compared": self.compared, "node": self.node, "reason": self.reason,
-                "tensor": self.tensor.to_json() if self.tensor else None}  # fmt: skip
+        return {
+            "compared": self.compared,
+            "node": self.node,
+            "reason": self.reason,
+            "tensor": self.tensor.to_json() if self.tensor else None,
+        }
 
 
 def first_divergence(

@@ -252,8 +252,13 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
 
 def input_shape_option(help_text: str) -> Callable[[F], F]:
     """``--input-shape NAME=D1,D2,...`` (repeatable), read as ``{name: shape}``."""
-    return click.option("--input-shape", multiple=True, metavar="NAME=D1,D2,...",
-                        callback=_input_shapes, help=help_text)  # fmt: skip
+    return click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=D1,D2,...",
+        callback=_input_shapes,
+        help=help_text,
+    )
 
 
 def verify_option_list() -> list[Callable[[F], F]]:

@@ -75,9 +75,12 @@ Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverge
     "optimizations off) and name the first, in topological order, that diverges.",
 )
 @click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text",
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
     show_default=True,
-)  # fmt: skip
+)
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -112,12 +115,21 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     model_io.load(second)  # unreadable: exit 2 before anything runs
     feeds = _feeds(model, inputs_path, input_shape, seed)
     comparison = compare_models(
-        first, second, feeds, runtimes=runtimes or list(RUNTIMES), rtol=rtol, atol=atol,
-        tensors=tensors, steps=output_steps(model),
-    )  # fmt: skip
+        first,
+        second,
+        feeds,
+        runtimes=runtimes or list(RUNTIMES),
+        rtol=rtol,
+        atol=atol,
+        tensors=tensors,
+        steps=output_steps(model),
+    )
     if output_format == "json":
-        click.echo(json.dumps({"first": str(first), "second": str(second), **comparison.to_json()},
-                              indent=2))  # fmt: skip
+        click.echo(
+            json.dumps(
+                {"first": str(first), "second": str(second), **comparison.to_json()}, indent=2
+            )
+        )
     else:
         _print_text(comparison, first, second, seed if inputs_path is None else None)
     if plot is not None:
@@ -147,8 +159,9 @@ def _feeds(
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
     inputs = f"seed {seed}" if seed is not None else "given inputs"
     limit = f"{comparison.atol:g} + {comparison.rtol:g} x |largest|"
-    click.echo(f"compare {escape(str(first))} {escape(str(second))} ({inputs}; "
-               f"diverges beyond {limit})")  # fmt: skip
+    click.echo(
+        f"compare {escape(str(first))} {escape(str(second))} ({inputs}; diverges beyond {limit})"
+    )
     for result in comparison.runtimes:
         if result.reason is not None:
             click.echo(f"  {result.runtime}: {escape(result.reason)}")
@@ -170,8 +183,10 @@ def _tensor_line(divergence: Any) -> str:
         return f"not compared: {divergence.reason}"
     if divergence.tensor is None:
         return f"{divergence.compared} shared tensors, none diverges (ORT, optimizations off)"
-    return (f"first diverging of {divergence.compared} shared: '{divergence.tensor.name}' "
-            f"from {divergence.node}: {divergence.tensor.describe()}")  # fmt: skip
+    return (
+        f"first diverging of {divergence.compared} shared: '{divergence.tensor.name}' "
+        f"from {divergence.node}: {divergence.tensor.describe()}"
+    )
 
 
 def _require_matplotlib() -> None:
@@ -210,8 +225,9 @@ def _plot(comparison: Comparison, path: Path) -> None:
 
 def _write_atomically(path: Path, data: bytes) -> None:
     """``data`` at ``path`` whole or not at all (staged beside it, then renamed)."""
-    with tempfile.NamedTemporaryFile(dir=path.absolute().parent, prefix=f".{path.name}.",
-                                     delete=False) as staged:  # fmt: skip
+    with tempfile.NamedTemporaryFile(
+        dir=path.absolute().parent, prefix=f".{path.name}.", delete=False
+    ) as staged:
         staged.write(data)
     try:
         os.replace(staged.name, path)

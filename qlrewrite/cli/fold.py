@@ -133,8 +133,13 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     """
     # asked when the fold runs, after the input check; --keep-dq folds no DQ
     fusions = None if keep_dq else functools.partial(ort_fusions, model, required=keep_fused)
-    passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights,
-                         fusions=fusions, keep_fused=keep_fused)  # fmt: skip
+    passes = fold_passes(
+        keep_dq=keep_dq,
+        float16=float16,
+        dequantize_weights=dequantize_weights,
+        fusions=fusions,
+        keep_fused=keep_fused,
+    )
     run_rewrite(
         model,
         passes,

@@ -122,8 +122,9 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         self.fusions = fusions(model) if callable(fusions) else fusions
         if self.keep_fused and (self.fusions is None or self.fusions.graph is None):
             reason = self.fusions.reason if self.fusions is not None else "not asked"
-            raise Refusal(f"--keep-fused needs ONNX Runtime's graph of the input: {reason}; "
-                          "nothing written")  # fmt: skip
+            raise Refusal(
+                f"--keep-fused needs ONNX Runtime's graph of the input: {reason}; nothing written"
+            )
         rounded, overridable = self._fold_sites(model)
         warnings = _fold_warnings(rounded, overridable)
         warnings += self._fusion_warnings()
@@ -182,8 +183,10 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         if fusions is None:
             return []
         if fusions.graph is None:
-            return [f"not checked which DequantizeLinear {fusions.runtime} fuses into "
-                    f"integer kernels: {fusions.reason}"]  # fmt: skip
+            return [
+                f"not checked which DequantizeLinear {fusions.runtime} fuses into "
+                f"integer kernels: {fusions.reason}"
+            ]
         count = sum(self._fused.values())
         if not count or self.keep_fused:  # kept: the summary counts them
             return []
