@@ -139,7 +139,7 @@ def _remove_unheld(folder: Path, staging: Path) -> bool:
 _JOURNAL = "commit.json"
 _JOURNAL_VERSION = 2
 #: A journal holds a few names and numbers: a larger file is not one this tool wrote.
-_JOURNAL_MAX = 1 << 20
+_JOURNAL_MAX = reading.JOURNAL_BYTES
 
 #: A file's identity as a journal records it: device, inode, size, modification time.
 _Identity = tuple[int, int, int, int]
@@ -181,34 +181,27 @@ class _Foreign(Exception):
 def _read_journal(path: Path) -> tuple[str, tuple[str, _Identity], list] | None:
     """The commit a journal records (model name, data file, replaced files), None when
     there is none (a run killed before its commit began). Read only from a regular file
-    of this user's, not through a link, and at most :data:`_JOURNAL_MAX` bytes (a FIFO or
-    a device is never opened for reading); raises :class:`_Foreign` otherwise."""
+    of this user's (``lstat`` first: a FIFO or a device is never opened), through
+    :mod:`qlrewrite.reading` (no link, at most ``JOURNAL_BYTES``); raises
+    :class:`_Foreign` otherwise."""
     try:
-        _check_journal_file(os.lstat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        info = os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _Foreign(exc.strerror or str(exc)) from exc
-    try:
-        _check_journal_file(os.fstat(fd))
-        raw = os.read(fd, _JOURNAL_MAX + 1)
-    finally:
-        os.close(fd)
-    try:
-        entry = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _Foreign("not JSON, or nested too deep") from exc
-    return _journal_entry(entry)
-
-
-def _check_journal_file(info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise _Foreign("not a regular file")
     if info.st_uid != os.geteuid():
         raise _Foreign("another user's file")
-    if info.st_size > _JOURNAL_MAX:
-        raise _Foreign(f"larger than {_JOURNAL_MAX} bytes")
+    try:
+        raw = reading.read_bytes(path, "commit journal", _JOURNAL_MAX, follow_links=False)
+        entry = json.loads(raw)
+    except InputError as exc:
+        raise _Foreign(str(exc).removeprefix(f"{path}: ")) from exc
+    except (ValueError, RecursionError) as exc:
+        raise _Foreign("not JSON, or nested too deep") from exc
+    return _journal_entry(entry)
 
 
 def _journal_entry(entry: object) -> tuple[str, tuple[str, _Identity], list]:

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from qlrewrite.deployed import (
     Deployment,
     Fusions,
+    OptimizedGraph,
     OutputDifference,
     compare_deployed,
     optimized_graph,
@@ -64,7 +65,8 @@ def ort_fusions(path: str | os.PathLike, model: ir.Model, *, required: bool = Fa
             "(--keep-fused checks at any size)",
         )
     try:
-        return Fusions(runtime, call_in_child(optimized_graph, os.fspath(path)))
+        graph = call_in_child(optimized_graph, OptimizedGraph, os.fspath(path))
+        return Fusions(runtime, graph)
     except ChildFailed as exc:
         return Fusions(runtime, reason=f"it {exc.how} on the input")
 
@@ -102,11 +104,13 @@ def verify_both(
     try:
         result.deployment = call_in_child(
             compare_deployed,
+            Deployment,
             os.fspath(original),
             os.fspath(rewritten),
             list(specs),
             seed=options.seed,
             steps=dict(options.output_steps),
+            timeout=options.timeout,
         )
     except ChildFailed as exc:
         result.deployment = Deployment(
@@ -180,6 +184,9 @@ class Comparison:
         }
 
 
+_PHASES = ("first", "second")  # what compare's child reports it runs
+
+
 def compare_models(
     first: str | os.PathLike,
     second: str | os.PathLike,
@@ -203,7 +210,14 @@ def compare_models(
         result = RuntimeComparison(runtime, label(runtime))
         try:
             result.outputs = call_in_child(
-                compare_in, runtime, first, second, dict(feeds), steps=dict(steps or {})
+                compare_in,
+                list[OutputDifference],
+                runtime,
+                first,
+                second,
+                dict(feeds),
+                phases=_PHASES,
+                steps=dict(steps or {}),
             )
         except ChildFailed as exc:
             result.reason, result.failed_on = str(exc), exc.phase
@@ -212,7 +226,14 @@ def compare_models(
     if tensors:
         try:
             comparison.divergence = call_in_child(
-                first_divergence, first, second, dict(feeds), rtol=rtol, atol=atol
+                first_divergence,
+                Divergence,
+                first,
+                second,
+                dict(feeds),
+                phases=_PHASES,
+                rtol=rtol,
+                atol=atol,
             )
         except ChildFailed as exc:
             comparison.divergence = Divergence(0, reason=f"ONNX Runtime {exc}")

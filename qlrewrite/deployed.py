@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 import statistics
 import tempfile
@@ -90,9 +91,14 @@ class OptimizedGraph:
     of its nodes, the values its nodes produce, and its integer / weight-only kernels as
     (op type, node name, input names)."""
 
-    op_types: Mapping[str, int]
-    produced: frozenset[str]
+    op_types: dict[str, int]
+    produced: tuple[str, ...]
     kernels: tuple[tuple[str, str, tuple[str, ...]], ...]
+
+    @functools.cached_property
+    def produced_set(self) -> frozenset[str]:
+        """:attr:`produced` as a set (looked up once per DQ)."""
+        return frozenset(self.produced)
 
     def kernel_counts(self) -> dict[str, int]:
         """Integer / weight-only kernels by op type."""
@@ -119,7 +125,7 @@ class Fusions:
     def fused(self, dq_output: str) -> bool:
         """Whether the main-graph DequantizeLinear producing ``dq_output`` is gone from
         ORT's graph (fused into the kernel that took its constant input)."""
-        return self.graph is not None and dq_output not in self.graph.produced
+        return self.graph is not None and dq_output not in self.graph.produced_set
 
 
 def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = None) -> Any:
@@ -155,7 +161,7 @@ def optimized_graph(path: str | os.PathLike, *, on_phase: Any = None) -> Optimiz
     )
     return OptimizedGraph(
         op_types=dict(collections.Counter(n.op_type for n in nodes)),
-        produced=frozenset(o for n in nodes for o in n.output),
+        produced=tuple(sorted({o for n in nodes for o in n.output})),
         kernels=kernels,
     )
 
@@ -255,7 +261,9 @@ class Deployment:
     runtime: str
     outputs: list[OutputDifference] = dataclasses.field(default_factory=list)
     latency_ms: tuple[float, float] | None = None
-    kernels: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    kernels: tuple[dict[str, int], dict[str, int]] = dataclasses.field(
+        default_factory=lambda: ({}, {})
+    )
     reason: str | None = None
 
     @property

@@ -31,6 +31,7 @@ __all__ = [
     "EXACT_BOUND",
     "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
+    "VERIFY_TIMEOUT",
     "Bound",
     "InputSpec",
     "OutputVerdict",
@@ -201,10 +202,16 @@ def summation_order_bound(k: int, reason: str) -> Bound:
     )
 
 
+#: Seconds a verification may take in its child process (``--verify-timeout``).
+VERIFY_TIMEOUT = 600.0
+
+
 @dataclasses.dataclass(frozen=True)
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
-    (``--verify-tolerance``), and the rewrite's stated :class:`Bound`."""
+    (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
+    seconds of a verification in its child process (``--verify-timeout``: past it, the
+    verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
@@ -217,6 +224,11 @@ class VerifyOptions:
     output_steps: tuple[tuple[str, float], ...] = ()
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
+    timeout: float = VERIFY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("a verification's time limit is a positive number of seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,7 +313,9 @@ class Verification:
     reason: str | None = None
     bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
-    deployment: Any = None  # qlrewrite.deployed.Deployment: the default session's view
+    #: qlrewrite.deployed.Deployment, the default session's view: set in the parent process
+    #: after the child's verification (which never sends it).
+    deployment: Any = dataclasses.field(default=None, metadata={"parent_only": True})
     #: The largest difference measured at each probe (VerifyOptions.probes) both had.
     probes: dict[str, float] = dataclasses.field(default_factory=dict)
 

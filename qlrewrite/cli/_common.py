@@ -26,7 +26,13 @@ from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
-from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
+from qlrewrite.verify import (
+    VERIFY_TIMEOUT,
+    Verification,
+    VerificationFailed,
+    VerifyOptions,
+    parse_input_shape,
+)
 
 __all__ = [
     "RewriteCommand",
@@ -214,7 +220,7 @@ class RewriteOptions:
     verify: VerifyOptions | None = None
 
 
-_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
+_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance", "verify_timeout")
 
 #: ``--verify=SCOPE``: what each scope runs (``--verify`` alone is ``all``).
 VERIFY_SCOPES = {"all": "--verify", "semantics": "--verify-semantics"}
@@ -262,7 +268,8 @@ def input_shape_option(help_text: str) -> Callable[[F], F]:
 
 
 def verify_option_list() -> list[Callable[[F], F]]:
-    """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
+    """--verify and its details (runs, seed, input shapes, tolerance, time limit), as click
+    options."""
     return [
         click.option(
             "--verify",
@@ -297,6 +304,14 @@ def verify_option_list() -> list[Callable[[F], F]]:
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
+        click.option(
+            "--verify-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=VERIFY_TIMEOUT,
+            show_default=True,
+            metavar="SECONDS",
+            help="With --verify, give up after SECONDS: unverifiable, nothing written.",
+        ),
     ]
 
 
@@ -312,6 +327,7 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
             seed=details["seed"],
             input_shapes=details["input_shape"],
             tolerance=details["verify_tolerance"],
+            timeout=details["verify_timeout"],
         )
     ctx = click.get_current_context()
     given = [
