@@ -12,8 +12,10 @@ the producer's custom-op library loaded:
   ``finn.custom_op.general`` and ``onnx.brevitas``): ``Quant`` (integer of any bit
   width), ``BipolarQuant``, ``FloatQuant``, ``Trunc``, ``QuantLSTMCell``, ``MultiThreshold``.
 
-qlrewrite checks and rewrites the standard operators only: ``check`` and ``info`` list
-these nodes (count, domain, op) and every rewrite refuses a model that has them.
+qlrewrite checks the standard operators only: ``check`` and ``info`` list these nodes
+(count, domain, op). Every rewrite refuses a model that has them, except those a pass of
+the rewrite converts (QONNX ``Quant``: ``convert --to onnx``,
+:mod:`qlrewrite.passes.qonnx_to_qdq`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ import onnx_ir as ir
 
 from qlrewrite.qdq import iter_graphs
 
-__all__ = ["CUSTOM_QUANT_DOMAINS", "CustomQuantGroup", "custom_quant_groups", "describe"]
+__all__ = [
+    "CUSTOM_QUANT_DOMAINS",
+    "QONNX_DOMAINS",
+    "CustomQuantGroup",
+    "custom_quant_groups",
+    "describe",
+]
 
 _QONNX_OPS = frozenset(
     {
@@ -38,6 +46,9 @@ _QONNX_OPS = frozenset(
         "MultiThreshold",
     }
 )
+
+#: The domains of QONNX's operators, newest first.
+QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 
 #: domain -> (producer, quantization operators of that domain)
 CUSTOM_QUANT_DOMAINS: dict[str, tuple[str, frozenset[str]]] = {

@@ -32,7 +32,12 @@ from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.qoperator_to_qdq import measured_bound
-from qlrewrite.passes.results import QOperatorResult, RepairsFindings, RewritePassResult
+from qlrewrite.passes.results import (
+    ConvertsCustomOps,
+    QOperatorResult,
+    RepairsFindings,
+    RewritePassResult,
+)
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
@@ -399,7 +404,7 @@ def _check_input(
     an error finding no pass repairs); return the run's context (the input's inference
     and weight-free proto as read, handed to the passes: each is made once per run) and
     the notes on what the command leaves alone."""
-    _refuse_custom_quant(model, input_path)
+    _refuse_custom_quant(model, input_path, passes)
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
@@ -414,9 +419,14 @@ def _check_input(
     return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
 
 
-def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
-    """Refuse a model with another producer's custom quantization operators."""
-    if groups := custom_quant_groups(model):
+def _refuse_custom_quant(
+    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase]
+) -> None:
+    """Refuse a model with another producer's custom quantization operators that no pass
+    of the run converts."""
+    converted = {pair for p in passes if isinstance(p, ConvertsCustomOps) for pair in p.custom_ops}
+    groups = [g for g in custom_quant_groups(model) if (g.domain, g.op_type) not in converted]
+    if groups:
         raise Refusal(
             f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
             "with the producer's custom-op library; qlrewrite rewrites standard "

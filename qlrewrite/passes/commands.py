@@ -17,6 +17,7 @@ from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.qdq_tidy import QdqTidyPass
+from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.retarget import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
@@ -57,7 +58,7 @@ def convert_passes(
     GatherBlockQuantized; then the Q/DQ nodes change domain."""
     last = ConvertDomainPass(to, allow_float16=allow_float16)
     if last.to == "onnx":
-        return [QOperatorToQdqPass(), NBitsToOnnxPass(), last]
+        return [QonnxToQdqPass(), QOperatorToQdqPass(), NBitsToOnnxPass(), last]
     return [NBitsFromOnnxPass(accuracy_level=accuracy_level), last]
 
 

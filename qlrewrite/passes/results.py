@@ -12,6 +12,7 @@ from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
+    "ConvertsCustomOps",
     "DowngradeResult",
     "FixResult",
     "FoldResult",
@@ -105,6 +106,14 @@ class RetargetResult(RewritePassResult):
     not fit 4 bits or whose opset has no 4-bit types);
     :class:`~qlrewrite.passes.qdq_tidy.QdqTidyPass`: ``redundant_pairs_removed``,
     ``shared_dequantize_split``, ``shared_initializers_split``."""
+
+
+class ConvertsCustomOps:
+    """Mixin of a pass that converts other producers' custom quantization operators
+    (:mod:`qlrewrite.custom_quant`): the pipeline does not refuse an input for the
+    ``(domain, op_type)`` pairs in ``custom_ops``."""
+
+    custom_ops: frozenset[tuple[str, str]] = frozenset()
 
 
 class RepairsFindings:
