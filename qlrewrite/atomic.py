@@ -43,7 +43,7 @@ import onnx
 from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
-from qlrewrite.output_guard import is_special
+from qlrewrite.output_guard import Destination, destination
 
 __all__ = [
     "COMMIT_LOCK_SECONDS",
@@ -677,25 +677,31 @@ class PendingFile:
     atomically; leaving the block without committing leaves ``path`` untouched.
 
     Creating it checks that the folder exists and takes files, so a report that cannot
-    be written refuses before anything else is. A FIFO, device or socket at ``path``
-    (``/dev/null``, ``/dev/stdout``, a pipe) is written into as a stream at commit, never
-    replaced by a regular file.
+    be written refuses before anything else is. A stream (a FIFO, device or socket, or a
+    path whose links lead through ``/proc/*/fd``, ``/dev/fd`` or ``/dev/std*``: see
+    :func:`~qlrewrite.output_guard.destination`) is written into at commit, never
+    replaced; ``/dev/stdout`` and the like through this process's own descriptor. A link
+    of this user's to a regular file is written through: the file it points to is
+    replaced atomically, the link stays. Any other link is refused.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         refuse_long_name(self.path, "the report")
         self._text: str | None = None
-        self._stream = is_special(self.path)
+        where = destination(self.path)
+        self._stream, self._fd = where.stream, where.fd
         if self._stream:
+            _check_descriptor(self.path, self._fd)
             return
-        folder = self.path.absolute().parent
+        self._target = _link_target(where) if where.link else self.path
+        folder = self._target.absolute().parent
         if not folder.is_dir():
             raise InputError(f"{path}: output folder does not exist")
-        if self.path.is_dir():
+        if self._target.is_dir():
             raise InputError(f"{path}: is a directory; give a file name")
         self._staging = Staging(folder, str(path))
-        self._staged = self._staging.__enter__() / self.path.name
+        self._staged = self._staging.__enter__() / self._target.name
         try:
             self._staged.write_bytes(b"")
         except OSError as exc:
@@ -720,25 +726,35 @@ class PendingFile:
 
     def commit(self) -> None:
         """Move the staged text to ``path`` (permissions: the replaced file's, else the
-        umask's, as for any file the user creates); into a special file, written."""
+        umask's, as for any file the user creates); into a stream, written."""
         if self._stream:
             self._write_stream()
             return
         try:
-            mode = stat.S_IMODE(os.stat(self.path).st_mode)
+            mode = stat.S_IMODE(os.stat(self._target).st_mode)
         except OSError:
             mode = 0o666 & ~_umask()
         try:
             os.chmod(self._staged, mode)
-            os.replace(self._staged, self.path)
+            os.replace(self._staged, self._target)
         except OSError as exc:
             raise write_error(self.path, exc, "the report") from exc
-        fsync_dir(self.path.absolute().parent)
+        fsync_dir(self._target.absolute().parent)
         self.discard()
 
     def _write_stream(self) -> None:
+        """The text into the stream: through this process's descriptor when ``path``
+        names one (after what Python buffered for it), else opened without truncating
+        or creating anything."""
         try:
-            with open(self.path, "w", encoding="utf-8") as out:
+            if self._fd is not None:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                fd = os.dup(self._fd)
+            else:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC)
+            with open(fd, "w", encoding="utf-8") as out:
                 out.write(self._text or "")
         except OSError as exc:
             raise write_error(self.path, exc, "the report") from exc
@@ -747,6 +763,33 @@ class PendingFile:
         """Remove the staged file (``path`` as it was)."""
         if not self._stream:
             self._staging.__exit__(None, None, None)
+
+
+def _check_descriptor(path: Path, fd: int | None) -> None:
+    """Refuse a stream that names a descriptor this process does not have open."""
+    if fd is not None:
+        try:
+            os.fstat(fd)
+        except OSError as exc:
+            raise InputError(f"{path}: names descriptor {fd}, which is not open") from exc
+
+
+def _link_target(where: Destination) -> Path:
+    """The file a report is written to through the link ``where.given``: refused when
+    the link leads nowhere (a report would create a file where a link says) or is
+    another user's (as the kernel's ``protected_symlinks`` would)."""
+    given = where.given
+    if where.path is None:
+        raise InputError(
+            f"{given}: is a link to a file that does not exist; a report is written through "
+            "a link only into an existing file (nothing written)"
+        )
+    if os.lstat(given).st_uid != os.geteuid():
+        raise InputError(
+            f"{given}: is another user's link; a report is never written through it "
+            "(nothing written)"
+        )
+    return where.path
 
 
 def write_error(path: Path, exc: OSError, what: str = "the output") -> InputError:

@@ -29,6 +29,7 @@ __all__ = [
     "default_jobs",
     "enabled_codes",
     "exit_code",
+    "runtime_targets",
     "strictness",
     "unused_suppressions",
 ]
@@ -42,6 +43,7 @@ class Selection:
     ignore: tuple[str, ...] = ()
     extend_select: tuple[str, ...] = ()
     strict: bool | None = None  # None: as the configuration says (default False)
+    target: tuple[str, ...] = ()  # --target: replaces the configuration's target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,15 +163,26 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def runtime_targets(settings: Settings, selection: Selection) -> tuple[str, ...]:
+    """The ``--target`` specs a model is checked against: the command line's, else its
+    configuration's ``target``."""
+    return selection.target or settings.target
+
+
 def check_one(target: Target, selection: Selection, debug: bool = False) -> Report:
     """One model's finished report; a crash of the checker is that file's error, not the
     run's (``debug``: raise it)."""
     from qlrewrite.checker import check_path
+    from qlrewrite.targets.spec import parse_targets
 
     try:
         codes = enabled_codes(target.settings, selection, target.path)
+        runtimes = parse_targets(runtime_targets(target.settings, selection))
         return check_path(
-            target.path, codes=codes, per_node_ignores=target.settings.per_node_ignores
+            target.path,
+            codes=codes,
+            per_node_ignores=target.settings.per_node_ignores,
+            targets=runtimes,
         )
     except Exception as exc:  # a checker bug must not hide the other models' findings
         if debug:

@@ -323,8 +323,9 @@ class Verification:
     def passed(self) -> bool:
         return self.status in (EXACT, WITHIN_TOLERANCE)
 
-    def describe(self) -> str:
-        """One line: the status and what decided it."""
+    def describe(self, *, outputs: bool = True) -> str:
+        """One line: the status and what decided it (``outputs``: with the differences of
+        the first outputs that differ; the command line prints them on their own lines)."""
         if self.status == UNVERIFIABLE:
             return f"unverifiable: {self.reason}"
         if self.reason:
@@ -337,17 +338,17 @@ class Verification:
         note = ""
         if not self.bound.exact:
             note = f"; {self.bound.reason}; accepted: {self.bound.describe()}"
-        note = self._which_exact() + note
+        note = self._which_exact(outputs) + note
         if self.status == WITHIN_TOLERANCE:
             if self.tolerance is None:
                 return f"within tolerance ({runs}){note}"
             return f"within tolerance {self.tolerance:g} ({runs}){note}"
         return f"mismatch ({runs}){note}"
 
-    def _which_exact(self) -> str:
+    def _which_exact(self, outputs: bool = True) -> str:
         """``; bit-identical: y1; differ: y2 (3 of 64 elements differ: ...)``."""
         exact = [o.name for o in self.outputs if o.exact]
-        differ = [f"{o.name} ({o.describe()})" for o in self.outputs if not o.exact]
+        differ = [f"{o.name} ({o.describe()})" for o in self.outputs if not o.exact and outputs]
         text = f"; bit-identical: {', '.join(exact[:4])}" if exact else ""
         if len(exact) > 4:
             text += f" and {len(exact) - 4} more"
@@ -380,17 +381,21 @@ class VerificationFailed(Refusal):
                 "(run without --verify to write the model unverified)"
             )
         else:
-            differing = [
-                o
-                for o in verification.outputs
-                if not o.within(verification.tolerance, verification.bound)
-            ]
-            detail = verification.reason or "; ".join(
-                f"{o.name}: {o.describe()}" for o in differing[:3]
-            )
-            message = f"verification failed, outputs differ ({detail}); nothing written"
+            message = f"verification failed: {_failure(verification)}; nothing written"
         super().__init__(message)
         self.verification = verification
+
+
+def _failure(verification: Verification) -> str:
+    """Why a verification that ran did not pass, naming the outputs beyond their bound."""
+    if verification.reason:
+        return verification.reason
+    beyond = [
+        o for o in verification.outputs if not o.within(verification.tolerance, verification.bound)
+    ]
+    detail = "; ".join(f"{o.name}: {o.describe()}" for o in beyond[:3])
+    more = f" and {len(beyond) - 3} more" if len(beyond) > 3 else ""
+    return f"outputs differ beyond what the rewrite allows ({detail}{more})"
 
 
 class _Unverifiable(Exception):

@@ -177,3 +177,20 @@ def test_against_qonnx_s_executor(tmp_path: Path) -> None:
         np.save(feeds, _X)
         subprocess.run([sys.executable, "-c", _QONNX_EXEC, path, feeds, out], check=True)
         np.testing.assert_array_equal(run_ort(_convert(model), {"x": _X})[0], np.load(out))
+
+
+def test_overridable_parameters_as_brevitas_exports_them(tmp_path: Path) -> None:
+    """PyTorch's exporter lists Brevitas' scale / zero point / bit width initializers as
+    graph inputs too: converted at the initializer's value, with a warning."""
+    model = quant_model(bits=6, signed=False)
+    model.graph.input.extend(
+        helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims))
+        for t in model.graph.initializer
+    )
+    path, out = tmp_path / "m.onnx", tmp_path / "o.onnx"
+    onnx.save(model, path)
+    result = CliRunner().invoke(main, ["convert", "--to", "onnx", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "1 Quant node(s) read a scale, zero point or bit width" in result.output
+    want = quant_reference(_X, np.float32(0.05), 0.0, 6, signed=False, narrow=False)
+    np.testing.assert_array_equal(run_ort(onnx.load(out), {"x": _X})[0], np.maximum(want, 0))

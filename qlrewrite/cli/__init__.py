@@ -30,8 +30,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check": (
         "check",
         "check_command",
-        "Check every QuantizeLinear / DequantizeLinear node, and com.microsoft "
-        "MatMulNBits / GatherBlockQuantized, against its opset's rules.",
+        "Check every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized, QOperator) "
+        "against its opset's rules and, with --target, against what a runtime accepts.",
     ),
     "rules": (
         "rules",

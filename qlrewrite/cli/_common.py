@@ -40,7 +40,9 @@ __all__ = [
     "debug_enabled",
     "debug_option",
     "err_console",
+    "for_people",
     "human_bytes",
+    "in_ci",
     "input_shape_option",
     "out_console",
     "print_verification",
@@ -123,9 +125,20 @@ def run_command(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def in_ci() -> bool:
+    """A CI job (``CI`` set, as GitHub Actions, GitLab and most CI services set it, and not
+    ``0`` / ``false``): plain output even on a terminal, no progress bars."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def for_people(console: Console) -> bool:
+    """Output to ``console`` is read by a person: a terminal, not CI."""
+    return console.is_terminal and not in_ci()
+
+
 def show_progress(quiet: bool = False) -> bool:
     """Progress bars only for people: stderr is a terminal, not CI, not quiet."""
-    return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+    return not quiet and sys.stderr.isatty() and not in_ci()
 
 
 class ProgressBar:
@@ -428,8 +441,8 @@ def run_rewrite(
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
-    except VerificationFailed as exc:
-        print_verification(exc.verification)
+    except VerificationFailed as exc:  # the error line says why; the differences here
+        print_verification(exc.verification, failed=True)
         raise
     if not options.quiet:
         _print_summary(result)
@@ -459,9 +472,13 @@ def _print_summary(result: RewriteResult) -> None:
         print_verification(result.verification)
 
 
-def print_verification(verification: Verification) -> None:
-    """The ``--verify`` lines on stderr: the semantic verdict, then the deployment."""
-    click.echo(f"  verify: {verification.describe()}", err=True)
+def print_verification(verification: Verification, *, failed: bool = False) -> None:
+    """The ``--verify`` lines on stderr: the verification's line and each differing
+    output's (once each: a failed one's reason is the error line's, not repeated here),
+    then the deployment's."""
+    if failed and verification.reason:
+        return
+    click.echo(f"  verify: {verification.describe(outputs=False)}", err=True)
     for output in verification.outputs:
         if not output.exact:
             click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)

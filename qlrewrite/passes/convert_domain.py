@@ -19,6 +19,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.listing import grouped
 from qlrewrite.ort_float16 import domain_changes_result
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import ConvertResult
@@ -213,20 +214,9 @@ _FLOAT16_PROBLEM = (
 )
 
 
-def _describe(plans: list[_Plan], nodes: int = 3) -> str:
-    """The refused nodes grouped by their reasons: ``8 nodes ('a' in main, 'b' in main,
-    'c' in main, ...): reason; reason`` (one node: ``'a' in main (reason)``)."""
-    groups: dict[str, list[str]] = {}
-    for plan in plans:
-        groups.setdefault("; ".join(dict.fromkeys(plan.problems)), []).append(plan.where)
-    parts = []
-    for reasons, wheres in groups.items():
-        if len(wheres) == 1:
-            parts.append(f"{wheres[0]} ({reasons})")
-            continue
-        named = ", ".join(wheres[:nodes]) + (", ..." if len(wheres) > nodes else "")
-        parts.append(f"{len(wheres)} nodes ({named}): {reasons}")
-    return "; ".join(parts)
+def _describe(plans: list[_Plan]) -> str:
+    """The refused nodes grouped by their reasons (:func:`qlrewrite.listing.grouped`)."""
+    return grouped((plan.where, plan.problems) for plan in plans)
 
 
 class ConvertDomainPass(ContextPass, ir.passes.InPlacePass):

@@ -34,6 +34,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
+from qlrewrite.listing import grouped
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
@@ -622,9 +623,7 @@ class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
 
 
 def _refusal(failed: list[_Plan], dequantize: bool) -> str:
-    parts = [f"{_where(p.view.site)} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
-    if len(failed) > 10:
-        parts.append(f"and {len(failed) - 10} more")
+    described = grouped((_where(p.view.site), p.problems) for p in failed)
     lowest = [p.lowest_opset for p in failed]
     hint = ""
     if all(v is not None for v in lowest):
@@ -634,7 +633,7 @@ def _refusal(failed: list[_Plan], dequantize: bool) -> str:
             f"run `qlrewrite upgrade --opset {opset} --convert-weight-only`"
         )
     what = "dequantize" if dequantize else "convert"
-    return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {'; '.join(parts)}"
+    return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {described}"
 
 
 class _Rewriter:

@@ -71,6 +71,11 @@ _NUMPY = {
     _DT.UINT16: np.uint16,
 }
 _ROUNDING = ("ROUND", "HALF_EVEN")
+_OVERRIDABLE = (
+    "{} Quant node(s) read a scale, zero point or bit width from an initializer that is "
+    "also a graph input (overridable): converted with the initializer's value, which a "
+    "value given for that input no longer changes"
+)
 _NARROWER = {_DT.INT8: _DT.INT4, _DT.UINT8: _DT.UINT4}
 #: The lowest ai.onnx opset with per-axis QuantizeLinear / DequantizeLinear.
 _PER_AXIS_OPSET = 13
@@ -89,6 +94,7 @@ class _Plan:
     clip: bool = False
     scale: np.ndarray | None = None
     axis: int | None = None
+    overridable: bool = False  # a parameter is an initializer listed as a graph input
 
     @property
     def where(self) -> str:
@@ -112,12 +118,14 @@ class QonnxToQdqPass(ir.passes.InPlacePass, ConvertsCustomOps):
                 drop_unused_domain(model, domain)
             ensure_import(model, "", _PER_AXIS_OPSET)
         counts["qcdq_collapsed"] = _collapse_qcdq(model, names) if opset >= _INT4_OPSET else 0
+        overridable = sum(p.overridable for p in plans)
+        warnings = [_OVERRIDABLE.format(overridable)] if overridable else []
         summary = {
             "quant_to_qdq": counts["qdq"],
             "quant_to_qcdq": counts["qcdq"],
             "qcdq_collapsed": counts["qcdq_collapsed"],
         }
-        return QOperatorResult(model, any(summary.values()), summary)
+        return QOperatorResult(model, any(summary.values()), summary, warnings)
 
 
 def _quant_nodes(model: ir.Model) -> list[tuple[ir.Node, ir.Graph]]:
@@ -131,9 +139,20 @@ def _quant_nodes(model: ir.Model) -> list[tuple[ir.Node, ir.Graph]]:
 
 
 def _constant(node: ir.Node, index: int) -> np.ndarray | None:
+    """The small constant value of input ``index`` (None: not a constant)."""
     value = node.inputs[index] if index < len(node.inputs) else None
     tensor = constant_tensor(value) if value is not None else None
     return small_array(tensor) if tensor is not None else None
+
+
+def _parameter(node: ir.Node, index: int) -> tuple[np.ndarray | None, bool]:
+    """A Quant parameter's value and whether it is overridable: an initializer that is also
+    a graph input (PyTorch's exporter lists Brevitas' lifted tensors so) is read at its
+    initializer's value."""
+    value = node.inputs[index] if index < len(node.inputs) else None
+    if value is not None and value.is_graph_input() and value.const_value is not None:
+        return small_array(value.const_value), True
+    return _constant(node, index), False
 
 
 def _attribute(node: ir.Node, name: str, default: object) -> object:
@@ -146,7 +165,8 @@ def _plan(node: ir.Node, graph: ir.Graph | ir.Function, opset: int) -> _Plan:
     if not isinstance(graph, ir.Graph):
         plan.problems.append("a Quant inside a function is not converted")
         return plan
-    scale, zero, bits = _constant(node, 1), _constant(node, 2), _constant(node, 3)
+    (scale, s_in), (zero, z_in), (bits, b_in) = (_parameter(node, i) for i in (1, 2, 3))
+    plan.overridable = s_in or z_in or b_in
     rounding = str(_attribute(node, "rounding_mode", "ROUND")).upper()
     if rounding not in _ROUNDING:
         plan.problems.append(f"rounding mode {rounding}: QuantizeLinear rounds half to even")

@@ -35,6 +35,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.difference import output_bounds
 from qlrewrite.errors import Refusal
+from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
@@ -369,10 +370,8 @@ def _sums_in_float(plan: _Plan) -> bool:
 
 
 def _refusal(failed: list[_Plan]) -> str:
-    parts = [f"{p.where} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
-    if len(failed) > 10:
-        parts.append(f"and {len(failed) - 10} more")
-    return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {'; '.join(parts)}"
+    described = grouped((p.where, p.problems) for p in failed)
+    return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {described}"
 
 
 def _may_wrap(t: TripleView) -> bool:
