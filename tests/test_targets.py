@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner
@@ -361,3 +362,19 @@ def test_info_lists_what_each_target_refuses(tmp_path: Path) -> None:
     code, out, _ = _run("info", path, "--target", "ort==1.16", "--format", "json")
     found = json.loads(out)["targets"]["ORT 1.16"]
     assert [f["rule"] for f in found] == ["QL703"] and found[0]["node"] == "qdq"
+
+
+def test_per_tensor_and_per_channel_qoperator_weights_are_told_apart(tmp_path: Path) -> None:
+    """OpenVINO refuses a QLinearMatMul with per-column B scales ("shape_size(node_shape) ==
+    1") and runs a per-tensor one: the form keys them apart, so the per-tensor one is clean
+    (it was flagged when the form held types only)."""
+    from qlrewrite.rules.qoperator_models import build
+
+    per_tensor = {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)}
+    for model, flagged in (
+        (build("QLinearMatMul"), True),
+        (build("QLinearMatMul", **per_tensor), False),
+    ):
+        path = tmp_path / "m.onnx"
+        onnx.save(model, path)
+        assert ("QL703" in _check_errors(path, "openvino")) == flagged

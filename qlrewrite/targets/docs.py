@@ -58,7 +58,10 @@ scales (and float16 per-tensor from opset 19); com.microsoft Q/DQ; MatMulNBits w
 bits 2 / 4 / 8, accuracy_level 0-4, zero points none / packed uint8 / float, with and
 without g_idx, float32 and float16 A (K 64, N 8, block 32); GatherBlockQuantized (packed
 uint8 4 and 8 bits, int4, uint4, quantized on the last or first axis); the QOperator
-operators; and DQ(weight) -> MatMul weight patterns.
+operators (each input's type, `[n]` marking a per-channel scale or zero point; weights
+per-tensor and per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul patterns
+(8- and 16-bit activations, 8- and 4-bit weights), whose optimized graph ONNX Runtime
+saves: the kernels it formed.
 
 Refresh for a new release (about a minute per release on 2 cores):
 

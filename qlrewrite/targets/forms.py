@@ -79,15 +79,20 @@ def _gather_block_form(view: NodeView) -> str | None:
 
 
 def _qoperator_form(view: NodeView) -> str | None:
+    """Each input's type; a scale or zero point of more than one element (per-channel) is
+    marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
+    names = [spec.name for spec in getattr(view.row, "inputs", ())]
     types = []
-    for value in view.inputs:
+    for index, value in enumerate(view.inputs):
         if value is None:
             types.append("-")
             continue
         name = _name(value.dtype)
         if name is None:
             return None
-        types.append(name)
+        role = names[index] if index < len(names) else ""
+        per_channel = role.endswith(("scale", "zero_point")) and value.size not in (None, 1)
+        types.append(f"{name}[n]" if per_channel else name)
     while types and types[-1] == "-":
         types.pop()
     return f"{view.domain_label} {view.op_type} opset={view.imported} {','.join(types)}"

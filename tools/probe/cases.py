@@ -271,6 +271,16 @@ def gather_block_cases() -> Iterator[Case]:
             yield case
 
 
+#: Per-tensor weight scales and zero points of the QOperator models whose examples are
+#: per-channel.
+PER_TENSOR_WEIGHTS = {
+    "QLinearConv": {"w_scale": np.array(0.01, np.float32), "w_zero_point": np.array(0, np.int8)},
+    "ms-QLinearConv": {"w_scale": np.array(0.01, np.float32), "w_zero_point": np.array(0, np.int8)},
+    "QLinearMatMul": {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)},
+    "QGemm": {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)},
+}
+
+
 def qoperator_cases() -> Iterator[Case]:
     """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
     MatMulInteger, ConvInteger and DynamicQuantizeLinear."""
@@ -278,6 +288,11 @@ def qoperator_cases() -> Iterator[Case]:
         case = _case(qoperator_models.build(name, opset=opset))
         if case is not None:
             yield case
+        per_tensor = PER_TENSOR_WEIGHTS.get(name)
+        if per_tensor is not None:  # the same op with per-tensor weight scale and zero point
+            case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
+            if case is not None:
+                yield case
     for a, b in itertools.product((DT.UINT8, DT.INT8), repeat=2):
         case = _case(_integer_model("MatMulInteger", a, b, [2, 4], [4, 3], [2, 3]))
         if case is not None:
