@@ -191,3 +191,44 @@ def test_plot_of_per_output_error(tmp_path: Path) -> None:
     code, _, err = _compare(path, path, "--runtime", "ort", "--plot", image)
     assert code == 0, err
     assert image.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("target", ["first", "second", "link to first", "inputs"])
+def test_plot_never_replaces_a_file_compared(tmp_path: Path, target: str) -> None:
+    """``--plot a.onnx`` replaced the model compared with the image (its own staged
+    rename, no guard): refused before anything runs, exit 2, every file as it was."""
+    first, second, inputs = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "in.npz"
+    onnx.save(quantized("mlp-u8s8"), first)
+    onnx.save(quantized("mlp-u8s8"), second)
+    np.savez(inputs, x=np.ones((1, 16, 64), np.float32))
+    (tmp_path / "link.onnx").symlink_to(first)
+    plot = {"first": first, "second": second, "link to first": tmp_path / "link.onnx",
+            "inputs": inputs}[target]  # fmt: skip
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, _, err = _compare(first, second, "--inputs", inputs, "--plot", plot)
+    assert code == 2 and "--plot" in err and "choose another file" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_the_plot_is_written_as_reports_are(tmp_path: Path) -> None:
+    """The image goes through the report writer: through a link of the user's to a file,
+    the file is replaced and the link stays (it was renamed over the link)."""
+    from qlrewrite.cli.compare import save_image
+
+    target = tmp_path / "real.png"
+    target.write_bytes(b"old")
+    link = tmp_path / "plot.png"
+    link.symlink_to(target)
+    save_image(link, b"\x89PNG image")
+    assert link.is_symlink() and target.read_bytes() == b"\x89PNG image"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "real.png"]
+
+
+@pytest.mark.parametrize("option", ["--rtol", "--atol"])
+def test_tolerances_must_be_finite(tmp_path: Path, option: str) -> None:
+    """``--rtol nan`` made every comparison false: two different models were 'within
+    tolerance', exit 0. A usage error now."""
+    path = tmp_path / "m.onnx"
+    onnx.save(quantized("mlp-u8s8"), path)
+    code, _, err = _compare(path, path, "--runtime", "ort", option, "nan")
+    assert code == 2 and f"Invalid value for '{option}'" in err

@@ -270,7 +270,7 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
-class _FiniteRange(click.FloatRange):
+class FiniteRange(click.FloatRange):
     """A float range that refuses NaN and infinity (NaN passes every comparison of a
     range: ``--verify-timeout nan`` was an internal error, ``inf`` no time limit)."""
 
@@ -324,14 +324,14 @@ def verify_option_list() -> list[Callable[[F], F]]:
         input_shape_option("Shape of an input with unknown dimensions, for --verify (repeatable)."),
         click.option(
             "--verify-tolerance",
-            type=_FiniteRange(min=0),
+            type=FiniteRange(min=0),
             default=None,
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
         click.option(
             "--verify-timeout",
-            type=_FiniteRange(min=0, min_open=True),
+            type=FiniteRange(min=0, min_open=True),
             default=VERIFY_TIMEOUT,
             show_default=True,
             metavar="SECONDS",

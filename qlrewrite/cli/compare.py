@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,10 +15,12 @@ import click
 import numpy as np
 
 from qlrewrite import model_io, reading
-from qlrewrite.cli._common import debug_option, input_shape_option, run_command
+from qlrewrite.atomic import PendingFile
+from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
 from qlrewrite.compare import Comparison, compare_models, output_steps
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
+from qlrewrite.output_guard import refuse_if_read
 from qlrewrite.runtimes import RUNTIMES
 from qlrewrite.verify import generate_inputs, input_specs_or_refuse
 
@@ -62,12 +62,12 @@ Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverge
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
 @click.option(
     "--rtol",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=1e-4,
     show_default=True,
     help="Diverges beyond ATOL + RTOL x the output's largest |value| (in the first model).",
 )
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--atol", type=FiniteRange(min=0), default=0.0, show_default=True)
 @click.option(
     "--tensors",
     is_flag=True,
@@ -109,10 +109,11 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     input types (seeded; --input-shape for unknown dimensions) or read from --inputs.
     Each runtime runs in a child process: one that crashes is reported.
     """
-    if plot is not None:
-        _require_matplotlib()
     model = model_io.load(first)
     model_io.load(second)  # unreadable: exit 2 before anything runs
+    if plot is not None:
+        _refuse_plot_over_a_read(plot, first, second, inputs_path)
+        _require_matplotlib()
     feeds = _feeds(model, inputs_path, input_shape, seed)
     comparison = compare_models(
         first,
@@ -189,6 +190,15 @@ def _tensor_line(divergence: Any) -> str:
     )
 
 
+def _refuse_plot_over_a_read(
+    plot: Path, first: Path, second: Path, inputs_path: Path | None
+) -> None:
+    """``--plot`` naming a model compared, one of its data files or the --inputs file
+    (or a link to one) is refused before anything runs: it was replaced by the image."""
+    reads = [*model_io.files_read_by(first), *model_io.files_read_by(second)]
+    refuse_if_read(plot, [*reads, *([inputs_path] if inputs_path else [])], "--plot")
+
+
 def _require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
@@ -220,17 +230,12 @@ def _plot(comparison: Comparison, path: Path) -> None:
     image = io.BytesIO()
     figure.savefig(image, format=path.suffix.lstrip(".") or "png")
     pyplot.close(figure)
-    _write_atomically(path, image.getvalue())
+    save_image(path, image.getvalue())
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` whole or not at all (staged beside it, then renamed)."""
-    with tempfile.NamedTemporaryFile(
-        dir=path.absolute().parent, prefix=f".{path.name}.", delete=False
-    ) as staged:
-        staged.write(data)
-    try:
-        os.replace(staged.name, path)
-    except OSError:
-        os.unlink(staged.name)
-        raise
+def save_image(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` as reports are written (:class:`~qlrewrite.atomic.PendingFile`):
+    whole or not at all, a stream written into, never renamed over a link or a device."""
+    with PendingFile(path) as pending:
+        pending.write(data)
+        pending.commit()
