@@ -232,3 +232,62 @@ def test_tolerances_must_be_finite(tmp_path: Path, option: str) -> None:
     onnx.save(quantized("mlp-u8s8"), path)
     code, _, err = _compare(path, path, "--runtime", "ort", option, "nan")
     assert code == 2 and f"Invalid value for '{option}'" in err
+
+
+def test_nothing_compared_is_not_within_tolerance(tmp_path: Path) -> None:
+    """A model every runtime fails on (a Reshape to a shape its input cannot take) was
+    'within tolerance', exit 0: nothing was compared. Now said, exit 1."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([3, 3], np.int64), "s")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=8), path)  # fmt: skip
+    code, out, _ = _compare(path, path, "--runtime", "ort")
+    assert code == 1 and out.splitlines()[-1] == "not compared: no runtime ran both models"
+    code, out, _ = _compare(path, path, "--runtime", "ort", "--format", "json")
+    assert code == 1 and json.loads(out)["compared"] is False
+
+
+def _npz_member(path: Path, header: dict, payload: bytes) -> None:
+    import io
+    import zipfile
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, header)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", head.getvalue() + payload)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"x": np.ones((1, 16, 64), np.int64)}, "array x is int64, the model takes float32"),
+        ({"x": np.ones((2, 3), np.float32)}, "has shape [2, 3], the model takes [1, 16, 64]"),
+        ({"x": np.array(["a"])}, "array x is <U1"),
+        ("liar", "array x is larger than the bytes it holds"),
+        ("bomb", "has shape [1, 4194304], the model takes"),
+    ],
+)
+def test_inputs_are_checked_before_they_are_read(tmp_path: Path, arrays, message: str) -> None:
+    """--inputs: an array of the wrong type or shape went to the runtime, which failed on
+    it, and the comparison said 'within tolerance', exit 0; a header claiming 2^60
+    elements over 16 bytes was an internal MemoryError; 1 MB of compressed zeros was
+    decompressed (1 GiB from 1 MB). Each array's header is judged first: one line, exit 2."""
+    path = tmp_path / "m.onnx"
+    onnx.save(quantized("mlp-u8s8"), path)
+    inputs = tmp_path / "in.npz"
+    if arrays == "liar":
+        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)},
+                    b"\0" * 16)  # fmt: skip
+    elif arrays == "bomb":
+        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (1, 2**22)},
+                    bytes(2**24))  # fmt: skip
+    else:
+        np.savez(inputs, **arrays)
+    code, _, err = _compare(path, path, "--inputs", inputs, "--runtime", "ort")
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err

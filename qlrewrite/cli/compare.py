@@ -37,8 +37,8 @@ Examples:
   qlrewrite compare a.onnx b.onnx --inputs batch.npz --format json
   qlrewrite compare a.onnx b.onnx --plot errors.png     # needs matplotlib
 
-Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges,
-2 usage error or unreadable model.
+Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges
+or no runtime ran both models, 2 usage error, unreadable model or --inputs.
 """,
 )
 @click.argument("first", type=click.Path(path_type=Path))
@@ -135,7 +135,7 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
         _print_text(comparison, first, second, seed if inputs_path is None else None)
     if plot is not None:
         _plot(comparison, plot)
-    sys.exit(1 if comparison.diverges else 0)
+    sys.exit(1 if comparison.diverges or not comparison.compared else 0)
 
 
 def _feeds(
@@ -146,15 +146,66 @@ def _feeds(
         specs = input_specs_or_refuse(model, shapes)
         return generate_inputs(specs, np.random.default_rng(seed))
     data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
+    wanted = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            feeds = {name: archive[name] for name in archive.files}
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            _check_headers(archive, wanted, inputs_path)
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            feeds = {name: arrays[name] for name in arrays.files if name in wanted}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
-    wanted = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
     if absent := [name for name in wanted if name not in feeds]:
         raise InputError(f"{inputs_path}: no array for input(s) {', '.join(absent)}")
     return {name: feeds[name] for name in wanted}
+
+
+#: The .npy header readers of the format versions NumPy writes for plain arrays.
+_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def _check_headers(archive: zipfile.ZipFile, wanted: Mapping[str, Any], path: Path) -> None:
+    """Each array's header, read before its data: its size must fit the bytes stored for
+    it (a header claiming 2^60 elements was an internal MemoryError), and its type and
+    rank (and fixed dims) must be what the first model takes (a 1 MB archive of 1 GiB of
+    zeros for a [1, 4] input was decompressed, then failed in the runtime, and the
+    comparison said 'within tolerance')."""
+    for info in archive.infolist():
+        name = info.filename.removesuffix(".npy")
+        if name not in wanted:
+            continue
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in _HEADERS:
+                raise InputError(f"{path}: array {escape(name)}: .npy format {version} not read")
+            shape, _, dtype = _HEADERS[version](member)
+        if dtype.hasobject:
+            raise InputError(f"{path}: array {escape(name)} holds Python objects (not read)")
+        if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
+            raise InputError(f"{path}: array {escape(name)} is larger than the bytes it holds")
+        _check_fits(wanted[name], shape, dtype, path)
+
+
+def _check_fits(value: Any, shape: tuple[int, ...], dtype: np.dtype, path: Path) -> None:
+    """``shape`` / ``dtype`` as the model's input ``value`` declares them (unknown dims
+    take any size)."""
+    name = escape(value.name)
+    expected = value.dtype.numpy() if value.dtype is not None else None
+    if expected is not None and np.dtype(expected) != dtype:
+        raise InputError(f"{path}: array {name} is {dtype}, the model takes {np.dtype(expected)}")
+    declared = value.shape
+    if declared is None:
+        return
+    fixed = [d if isinstance(d, int) else None for d in declared]
+    if len(fixed) != len(shape) or any(
+        d is not None and d != g for d, g in zip(fixed, shape, strict=False)
+    ):
+        dims = ["?" if d is None else str(d) for d in fixed]
+        raise InputError(
+            f"{path}: array {name} has shape {list(shape)}, the model takes [{', '.join(dims)}]"
+        )
 
 
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
@@ -175,8 +226,10 @@ def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | N
     divergence = comparison.divergence
     if divergence is not None:
         click.echo(f"  tensors: {escape(_tensor_line(divergence))}")
-    verdict = "diverges" if comparison.diverges else "within tolerance"
-    click.echo(verdict)
+    if not comparison.compared:
+        click.echo("not compared: no runtime ran both models")
+        return
+    click.echo("diverges" if comparison.diverges else "within tolerance")
 
 
 def _tensor_line(divergence: Any) -> str:
