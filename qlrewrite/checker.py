@@ -113,15 +113,20 @@ def check_path(
     codes: Collection[str] | None = None,
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
     targets: Sequence[Target] = (),
+    data: bytes | None = None,
 ) -> Report:
-    """Load and check one model file; an unreadable file gives a Report with ``load_error``.
+    """Load and check one model file (``data``: its bytes, read from stdin, ``path`` its
+    label); an unreadable file gives a Report with ``load_error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
     error is one line without the path (the Report has it). With ``codes`` (the enabled
     rules) the report is finished as :func:`finish_report` does.
     """
     try:
-        model = model_io.load(path, check_data=False)
+        if data is not None:
+            model = model_io.load_bytes(data, str(path))
+        else:
+            model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)
