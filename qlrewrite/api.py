@@ -5,8 +5,10 @@ Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.M
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
 (:mod:`qlrewrite.passes.commands`) and raises instead of printing: ``InputError`` for a
 model that cannot be read or a bad argument (its message names the parameter), ``Refusal``
-for a rewrite the target cannot express. Unlike the commands, nothing is validated after
-a rewrite: call :func:`check` on the result for that.
+for a rewrite the target cannot express. The rewrites refuse and check as the commands
+do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
+findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
+:class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.
 """
 
 from __future__ import annotations
@@ -133,20 +135,29 @@ def fix(
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
     place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
     then the result is a new model. Findings without a fix stay: call :func:`check` on the
-    result to see what remains."""
+    result to see what remains. As the other functions, it refuses an input with error
+    findings no fix repairs and an output ONNX's checker or our check would reject
+    (``FindingsRefusal`` / ``Refusal``)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
     loaded = load(model)
     report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
     passes = fix_passes(report.findings, unsafe=unsafe)
-    return _run(loaded, passes) if passes else loaded
+    return _rewrite(loaded, passes, "fix") if passes else loaded
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """``passes`` on ``model`` as the commands run them (the imports ONNX Runtime implies
-    added first); a refusal raised inside a pass reaches the caller as itself."""
+    """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
+    first); a refusal raised inside a pass reaches the caller as itself."""
     rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
     return rewritten
+
+
+def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str) -> ir.Model:
+    """``passes`` on ``model`` as the command ``command`` runs them: the input refused
+    when it has error findings no pass repairs, the output when ONNX's checker or our
+    check rejects it (:func:`qlrewrite.pipeline.rewrite_model`)."""
+    return pipeline.rewrite_model(model, passes, command=command).model
 
 
 def fold(
@@ -161,7 +172,7 @@ def fold(
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "fold")
 
 
 def convert(
@@ -178,7 +189,7 @@ def convert(
             f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
         )
     passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "convert")
 
 
 def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
@@ -191,7 +202,7 @@ def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) 
     loaded = load(model)
     for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
         upgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "upgrade")
 
 
 def downgrade(model: ModelLike, opset: int) -> ir.Model:
@@ -205,7 +216,7 @@ def downgrade(model: ModelLike, opset: int) -> ir.Model:
     loaded = load(model)
     for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
         downgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "downgrade")
 
 
 def retarget(
@@ -231,4 +242,4 @@ def retarget(
     )
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "retarget")

@@ -26,7 +26,7 @@ import onnx_ir as ir
 from qlrewrite import atomic, model_io, output_guard, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
-from qlrewrite.findings import Report
+from qlrewrite.findings import Finding, Report
 from qlrewrite.output_guard import Snapshot
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
@@ -37,10 +37,11 @@ from qlrewrite.passes.results import (
     RepairsFindings,
     RewritePassResult,
 )
-from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.inference import Inference, tables_of
 from qlrewrite.source import source_of
-from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
+from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
+from qlrewrite.untouched import NodeFacts, node_facts, untouched
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
@@ -51,21 +52,29 @@ from qlrewrite.weightless import (
 __all__ = [
     "FindingsRefusal",
     "RewriteResult",
+    "Rewritten",
     "default_output",
     "model_output",
     "resolve_output",
     "rewrite",
+    "rewrite_model",
     "unrepaired",
     "with_implied_imports",
 ]
 
 
 class FindingsRefusal(Refusal):
-    """Refused because a model (input or rewritten) has error findings."""
+    """Refused because a model (input or rewritten) has error findings: ``.findings``
+    are they, ``.report`` the whole check."""
 
     def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The error findings that refused the model."""
+        return list(self.report.errors)
 
 
 @dataclasses.dataclass
@@ -130,10 +139,16 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, inference: Inference) -> Report:
+def _check(
+    model: ir.Model,
+    path: Path | None,
+    inference: Inference,
+    unchanged: frozenset[str] = frozenset(),
+) -> Report:
     from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
-    return check_model(model, path=str(path) if path else None, inference=inference)
+    where = str(path) if path else None
+    return check_model(model, path=where, inference=inference, unchanged=unchanged)
 
 
 def rewrite(
@@ -278,14 +293,12 @@ def _rewrite_loaded(
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = _verifier(input_path, model, verify)
-    context, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
     # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
-    passes = with_implied_imports(model, passes)
-    out = _rewritten(context, passes, input_path, verifier)
-    model, results, serialized, checker_warnings = out
+    out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
+    model, results, serialized, checker_warnings, notes, passes = out
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -347,22 +360,35 @@ def _write_or_stage(
         _save_to_temporary(save, run.target.name)
 
 
-class _Rewritten(NamedTuple):
+class Rewritten(NamedTuple):
+    """A checked rewrite (:func:`rewrite_model`)."""
+
     model: ir.Model
     results: list[ir.passes.PassResult]
     serialized: onnx.ModelProto  # weightless_proto(model): checked, then saved from
     warnings: list[str]  # of the output check
+    notes: list[str]  # what the command leaves as it was
+    passes: list[ir.passes.PassBase]  # as run (the implied imports' pass first, if added)
 
 
-def _rewritten(
-    context: RunContext,
+def rewrite_model(
+    model: ir.Model,
     passes: Sequence[ir.passes.PassBase],
-    input_path: Path,
-    verifier: Verifier | None,
-) -> _Rewritten:
-    """Run ``passes`` on the context's model and validate the output (serialized once,
-    weights left out: the save writes from the same proto)."""
+    *,
+    command: str,
+    source: Path | None = None,
+    verifier: Verifier | None = None,
+) -> Rewritten:
+    """What every rewrite does between reading and writing, for the command line and the
+    Python API alike: refuse an input with error findings no pass repairs
+    (:class:`FindingsRefusal`) or another producer's custom quantization, run ``passes``
+    (after the imports ONNX Runtime implies), and refuse an output that ONNX's checker or
+    our check rejects (serialized once, weights left out: the save writes from the same
+    proto). ``source``: the input's path, for messages (None: "model")."""
+    context, notes = _check_input(model, source, passes, command)
+    passes = with_implied_imports(model, passes)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
+    checked = context.checked
     runtime_ops = runtime_only_ops(context.model)
     model, results = run_passes(context.model, passes, context)
     if verifier is not None:
@@ -370,9 +396,14 @@ def _rewritten(
         _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
-        model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
+        model,
+        source,
+        unchanged,
+        runtime_ops=runtime_ops,
+        weightless=serialized,
+        checked=checked,
     )
-    return _Rewritten(model, results, serialized, warnings)
+    return Rewritten(model, results, serialized, warnings, notes, passes)
 
 
 def _expect_measured(
@@ -395,7 +426,7 @@ def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
 
 
 def _check_input(
-    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase], command: str
 ) -> tuple[RunContext, list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
     an error finding no pass repairs); return the run's context (the input's inference
@@ -406,18 +437,30 @@ def _check_input(
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
-    report = unrepaired(_check(model, input_path, inference), passes)
+    found = _check(model, input_path, inference)
+    checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
+    report = unrepaired(found, passes)
     if report.errors:
+        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
         raise FindingsRefusal(
-            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
-            "(run `qlrewrite check` for details)",
+            f"{input_path or 'model'}: {len(report.errors)} error finding(s); nothing "
+            f"written ({codes}: run `qlrewrite check` for details)",
             report,
         )
-    return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
+    context = RunContext(model, inference, unchanged, checked=checked)
+    return context, _not_looked_at(report, model, command)
+
+
+def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> NodeFacts:
+    """What the input check judged of each main-graph Q/DQ node (the nodes with a finding
+    left out: they are always checked again), from the input as read and its types."""
+    types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    flagged = {f.output for f in report.findings if f.output}
+    return node_facts(unchanged, types, flagged=flagged)
 
 
 def _refuse_custom_quant(
-    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase]
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase]
 ) -> None:
     """Refuse a model with another producer's custom quantization operators that no pass
     of the run converts."""
@@ -425,8 +468,8 @@ def _refuse_custom_quant(
     groups = [g for g in custom_quant_groups(model) if (g.domain, g.op_type) not in converted]
     if groups:
         raise Refusal(
-            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
-            "with the producer's custom-op library; qlrewrite rewrites standard "
+            f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "
+            "runs only with the producer's custom-op library; qlrewrite rewrites standard "
             "QuantizeLinear / DequantizeLinear only; nothing written"
         )
 
@@ -606,6 +649,7 @@ def validate_output(
     *,
     runtime_ops: frozenset[str] = frozenset(),
     weightless: onnx.ModelProto | None = None,
+    checked: NodeFacts | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -616,7 +660,9 @@ def validate_output(
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
     :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
-    made it (the save reuses it); it is left as it came.
+    made it (the save reuses it); it is left as it came. ``checked``: what the input
+    check judged of each node (:mod:`qlrewrite.untouched`); the node rules are not run
+    again on the nodes the passes left exactly as that check saw them.
     """
     proto = weightless if weightless is not None else weightless_proto(model)
     try:
@@ -631,7 +677,11 @@ def validate_output(
         raise Refusal(
             f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
         ) from exc
-    report = _check(model, source, Inference(model, inferred=inferred))
+    inference = Inference(model, inferred=inferred)
+    skip = frozenset()
+    if checked is not None:
+        skip = untouched(checked, node_facts(proto, inference.table(MAIN)))
+    report = _check(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "
