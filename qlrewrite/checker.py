@@ -24,7 +24,8 @@ from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
-from qlrewrite.rules import CHECKS
+from qlrewrite.rules import CHECKS, RULES
+from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
@@ -194,7 +195,22 @@ def check_model(
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
+    report.findings.extend(_nothing_quantized(report, left_alone))
     return report
+
+
+def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Finding]:
+    """QL607 when no quantized node of any kind was found in any graph or function (the
+    float model, likely): none checked, none left alone, no other producer's operator."""
+    if report.nodes_checked or left_alone or report.custom_quant:
+        return []
+    rule = RULES[NO_QUANTIZED_NODE]
+    message = (
+        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
+        "or other quantization operator in any graph or function): is this the float model?"
+    )
+    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
 
 
 def _checks_of(
