@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
@@ -35,10 +36,12 @@ from qlrewrite.rules.registry import (
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
-from qlrewrite.targets.spec import Target, parse_targets
 from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
 
@@ -63,7 +66,7 @@ def check(
     checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
-    runtimes = parse_targets(targets)
+    runtimes = _parse_targets(targets)
     if isinstance(model_or_path, ir.Model):
         model = model_or_path
         source = source_of(model)
@@ -95,6 +98,17 @@ def _judge_entries(
         return report
     stale = unused_entry_findings(per_node_ignores, [report])
     return dataclasses.replace(report, findings=[*report.findings, *stale]) if stale else report
+
+
+def _parse_targets(specs: Iterable[str]) -> tuple[Target, ...]:
+    """The targets of ``specs``; :mod:`qlrewrite.targets` is imported only when some are
+    given (start-up stays as without it)."""
+    specs = tuple(specs)
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
 
 
 def finish_report(
