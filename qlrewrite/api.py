@@ -135,18 +135,20 @@ def fix(
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
     place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
     then the result is a new model. Findings without a fix stay: call :func:`check` on the
-    result to see what remains."""
+    result to see what remains. As the other functions, it refuses an input with error
+    findings no fix repairs and an output ONNX's checker or our check would reject
+    (``FindingsRefusal`` / ``Refusal``)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
     loaded = load(model)
     report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
     passes = fix_passes(report.findings, unsafe=unsafe)
-    return _run(loaded, passes) if passes else loaded
+    return _rewrite(loaded, passes, "fix") if passes else loaded
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """``passes`` on ``model`` as the commands run them (the imports ONNX Runtime implies
-    added first); a refusal raised inside a pass reaches the caller as itself."""
+    """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
+    first); a refusal raised inside a pass reaches the caller as itself."""
     rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
     return rewritten
 

@@ -22,8 +22,9 @@ from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.qdq.sites import LEFT_ALONE
-from qlrewrite.rules import CHECKS
+from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
+from qlrewrite.rules import CHECKS, RULES
+from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
@@ -35,6 +36,7 @@ from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
 from qlrewrite.targets.spec import Target, parse_targets
+from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
 
@@ -137,6 +139,7 @@ def check_model(
     weightless: onnx.ModelProto | None = None,
     inference: Inference | None = None,
     targets: Sequence[Target] = (),
+    unchanged: Collection[str] = (),
 ) -> Report:
     """Every finding of every rule on ``model`` (which is not modified); the target rules
     once per target of ``targets``.
@@ -146,6 +149,9 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed. ``inference``: the
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
+    ``unchanged``: first output names of main-graph nodes whose node rules are not run
+    again (a rewrite's output check: nodes judged on input and left as they were, see
+    :mod:`qlrewrite.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
@@ -165,19 +171,49 @@ def check_model(
             left_alone.append(site)
             continue
         report.nodes_checked += 1
-        checks = checks_of.get(id(site.kind))
-        if checks is None:  # once per kind, not per node
-            checks = checks_of[id(site.kind)] = [
-                c for c in node_checks if any(k is site.kind for k in c.kinds)
-            ]
-        for view in views:
-            report.findings.extend(_node_findings(view, checks, seen))
         if targets:
             every_view.extend(views)
+        if _left_as_checked(site, unchanged):
+            continue
+        checks = _checks_of(site, node_checks, checks_of)
+        for view in views:
+            report.findings.extend(_node_findings(view, checks, seen))
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
+    report.findings.extend(_nothing_quantized(report, left_alone))
     return report
+
+
+def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Finding]:
+    """QL607 when no quantized node of any kind was found in any graph or function (the
+    float model, likely): none checked, none left alone, no other producer's operator."""
+    if report.nodes_checked or left_alone or report.custom_quant:
+        return []
+    rule = RULES[NO_QUANTIZED_NODE]
+    message = (
+        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
+        "or other quantization operator in any graph or function): is this the float model?"
+    )
+    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
+
+
+def _checks_of(
+    site: QuantizedSite, node_checks: list[RuleCheck], memo: dict[int, list[RuleCheck]]
+) -> list[RuleCheck]:
+    """The node rules of ``site``'s kind (decided once per kind, not per node)."""
+    checks = memo.get(id(site.kind))
+    if checks is None:
+        checks = memo[id(site.kind)] = [
+            c for c in node_checks if any(k is site.kind for k in c.kinds)
+        ]
+    return checks
+
+
+def _left_as_checked(site: QuantizedSite, unchanged: Collection[str]) -> bool:
+    """A main-graph node named in ``unchanged``: its node rules are not run again."""
+    return bool(unchanged) and site.ref == MAIN and site.node.outputs[0].name in unchanged
 
 
 def _target_findings(

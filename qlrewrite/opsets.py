@@ -921,7 +921,10 @@ QUANTIZED_LEFT_ALONE: Mapping[tuple[str, str], str] = {
 
 
 #: Every row, per (domain, op_type) in ascending since_version.
-TABLE: tuple[OpVersion | WeightOnlyVersion | QOperatorVersion, ...] = (
+#: A row of the table: one operator version of one kind of quantized node.
+Row = OpVersion | WeightOnlyVersion | QOperatorVersion
+
+TABLE: tuple[Row, ...] = (
     # ai.onnx DequantizeLinear
     _dq(
         10,
@@ -1035,7 +1038,7 @@ TABLE: tuple[OpVersion | WeightOnlyVersion | QOperatorVersion, ...] = (
     *QOPERATOR_ROWS,
 )
 
-_BY_OP: dict[tuple[str, str], list[OpVersion | WeightOnlyVersion | QOperatorVersion]] = {}
+_BY_OP: dict[tuple[str, str], list[Row]] = {}
 for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
@@ -1045,9 +1048,10 @@ def normalize_domain(domain: str) -> str:
     return "" if domain in ONNX_DOMAINS else domain
 
 
-def versions(domain: str, op_type: str) -> list[Any]:
+def versions(domain: str, op_type: str) -> list[Row]:
     """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first:
-    :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops."""
+    :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops,
+    :class:`QOperatorVersion` for the QOperator ones."""
     return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
 
 
@@ -1066,7 +1070,7 @@ def qoperator(domain: str, op_type: str, imported: int | None) -> QOperatorVersi
 
 
 @functools.cache  # once per (domain, op, opset), not per node
-def lookup(domain: str, op_type: str, imported: int | None) -> Any:
+def lookup(domain: str, op_type: str, imported: int | None) -> Row | None:
     """The version in force when the model imports opset ``imported`` of ``domain``.
 
     None when the domain is not imported or has no version of the op at that opset

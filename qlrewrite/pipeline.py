@@ -37,10 +37,11 @@ from qlrewrite.passes.results import (
     RepairsFindings,
     RewritePassResult,
 )
-from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.inference import Inference, tables_of
 from qlrewrite.source import source_of
-from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
+from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
+from qlrewrite.untouched import NodeFacts, node_facts, untouched
 from qlrewrite.verify import (
     EXACT_BOUND,
     Verification,
@@ -144,10 +145,16 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, inference: Inference) -> Report:
+def _check(
+    model: ir.Model,
+    path: Path | None,
+    inference: Inference,
+    unchanged: frozenset[str] = frozenset(),
+) -> Report:
     from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
-    return check_model(model, path=str(path) if path else None, inference=inference)
+    where = str(path) if path else None
+    return check_model(model, path=where, inference=inference, unchanged=unchanged)
 
 
 def rewrite(
@@ -387,6 +394,7 @@ def rewrite_model(
     context, notes = _check_input(model, source, passes, command)
     passes = with_implied_imports(model, passes)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
+    checked = context.checked
     runtime_ops = runtime_only_ops(context.model)
     model, results = run_passes(context.model, passes, context)
     if verifier is not None:
@@ -394,7 +402,12 @@ def rewrite_model(
         _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
-        model, source, unchanged, runtime_ops=runtime_ops, weightless=serialized
+        model,
+        source,
+        unchanged,
+        runtime_ops=runtime_ops,
+        weightless=serialized,
+        checked=checked,
     )
     return Rewritten(model, results, serialized, warnings, notes, passes)
 
@@ -435,7 +448,9 @@ def _check_input(
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
-    report = unrepaired(_check(model, input_path, inference), passes)
+    found = _check(model, input_path, inference)
+    checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
+    report = unrepaired(found, passes)
     if report.errors:
         codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
         raise FindingsRefusal(
@@ -443,7 +458,16 @@ def _check_input(
             f"written ({codes}: run `qlrewrite check` for details)",
             report,
         )
-    return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
+    context = RunContext(model, inference, unchanged, checked=checked)
+    return context, _not_looked_at(report, model, command)
+
+
+def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> NodeFacts:
+    """What the input check judged of each main-graph Q/DQ node (the nodes with a finding
+    left out: they are always checked again), from the input as read and its types."""
+    types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    flagged = {f.output for f in report.findings if f.output}
+    return node_facts(unchanged, types, flagged=flagged)
 
 
 def _refuse_custom_quant(
@@ -636,6 +660,7 @@ def validate_output(
     *,
     runtime_ops: frozenset[str] = frozenset(),
     weightless: onnx.ModelProto | None = None,
+    checked: NodeFacts | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -646,7 +671,9 @@ def validate_output(
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
     :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
-    made it (the save reuses it); it is left as it came.
+    made it (the save reuses it); it is left as it came. ``checked``: what the input
+    check judged of each node (:mod:`qlrewrite.untouched`); the node rules are not run
+    again on the nodes the passes left exactly as that check saw them.
     """
     proto = weightless if weightless is not None else weightless_proto(model)
     try:
@@ -661,7 +688,11 @@ def validate_output(
         raise Refusal(
             f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
         ) from exc
-    report = _check(model, source, Inference(model, inferred=inferred))
+    inference = Inference(model, inferred=inferred)
+    skip = frozenset()
+    if checked is not None:
+        skip = untouched(checked, node_facts(proto, inference.table(MAIN)))
+    report = _check(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "

@@ -136,3 +136,22 @@ def test_errors_on_stderr_and_files_counted_honestly(tmp_path: Path, fmt: str) -
         assert summary.endswith("; 1 could not be checked; 1 folder error(s)")
     code, out, _ = _run(tmp_path / "empty")
     assert code == 2 and out.startswith("checked 0 file(s)")
+
+
+def test_a_float_model_is_not_a_silent_pass(tmp_path: Path) -> None:
+    """`check` of a model with no quantized node (likely the float model, not the quantized
+    one) passed silently: now a warning (QL607), exit 0 unless --strict, ignorable."""
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = _save(helper.make_model(graph), tmp_path / "float.onnx")
+    code, out, _ = _run(model)
+    assert code == 0 and out.startswith(f"{model}: QL607 warning: no quantized node found")
+    assert out.splitlines()[-1].endswith("0 error(s), 1 warning(s) [QL607 x1]")
+    assert _run(model, "--strict")[0] == 1
+    clean = "checked 1 file(s), 0 quantized node(s): 0 error(s), 0 warning(s)\n"
+    assert _run(model, "--strict", "--ignore", "QL607")[:2] == (0, clean)
+    quantized = _save(qdq_model(DQ, 21), tmp_path / "q.onnx")
+    assert _run(quantized, "--strict")[0] == 0  # one quantized node: nothing to say
