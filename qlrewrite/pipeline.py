@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import atomic, model_io, output_guard, tensors
+from qlrewrite.compare import output_steps, verify_both
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Finding, Report
@@ -49,7 +50,6 @@ from qlrewrite.verify import (
     Verifier,
     VerifyOptions,
 )
-from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
     weightless_from_source,
     weightless_proto,
@@ -290,7 +290,10 @@ def _verifier(input_path: Path, model: ir.Model, verify: VerifyOptions | None) -
     model); made before the passes run, so its usage errors come first."""
     if verify is None:
         return None
-    return Verifier(input_path, model, verify, run=verify_in_child)
+    if verify.deployed:  # read on the input, before the passes change it
+        steps = tuple(sorted(output_steps(model).items()))
+        verify = dataclasses.replace(verify, output_steps=steps)
+    return Verifier(input_path, model, verify, run=verify_both)
 
 
 def _rewrite_loaded(

@@ -64,6 +64,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "retarget_command",
         "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
     ),
+    "compare": (
+        "compare",
+        "compare_command",
+        "Run two models on the same inputs and compare their outputs per runtime.",
+    ),
 }
 
 

@@ -16,11 +16,13 @@ from qlrewrite import atomic, check_fix, model_io, output_guard, project, render
 from qlrewrite.check_fix import FixOptions
 from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
+    RewriteCommand,
     debug_enabled,
     debug_option,
     err_console,
     for_people,
     out_console,
+    print_verification,
     progress,
     run_command,
     show_progress,
@@ -46,6 +48,7 @@ def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
 
 @click.command(
     "check",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite check model.onnx
@@ -484,7 +487,7 @@ def _print_outcome(outcome: check_fix.FixOutcome, quiet: bool) -> None:
         line = f"fixed {outcome.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
         err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
     if outcome.verification is not None:
-        click.echo(f"  verify: {outcome.verification.describe()}", err=True)
+        print_verification(outcome.verification)
 
 
 def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:

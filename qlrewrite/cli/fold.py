@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
+from qlrewrite.compare import ort_fusions
 from qlrewrite.passes.commands import fold_passes
 from qlrewrite.passes.fold import FLOAT16_MODES
 
@@ -48,11 +56,13 @@ SIZE = _SizeType()
 
 @click.command(
     "fold",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite fold model.onnx                      # writes model.fold.onnx
   qlrewrite fold model.onnx -o folded.onnx --max-size 4GB
   qlrewrite fold model.onnx --keep-dq -o smaller.onnx
+  qlrewrite fold int8_cnn.onnx --keep-fused       # for ONNX Runtime: keep what it fuses
   qlrewrite fold int4_llm.onnx --dequantize-weights -o float_baseline.onnx
   qlrewrite fold model.onnx --dry-run --report fold.json
 """,
@@ -62,6 +72,14 @@ Examples:
     "--keep-dq",
     is_flag=True,
     help="Fold only QuantizeLinear of constants; keep every DequantizeLinear (QDQ form).",
+)
+@click.option(
+    "--keep-fused",
+    is_flag=True,
+    help="Leave the DequantizeLinear that ONNX Runtime's CPU provider (the installed "
+    "release) fuses into integer / weight-only kernels (QLinearConv, QLinearMatMul, QGemm, "
+    "MatMulNBits, ...) and fold the rest: for models run by ORT. Read from ORT's optimized "
+    "graph of the input; without it, fold warns of those it folds.",
 )
 @click.option(
     "--dequantize-weights",
@@ -90,6 +108,7 @@ Examples:
 def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     model: Path,
     keep_dq: bool,
+    keep_fused: bool,
     dequantize_weights: bool,
     float16: str,
     max_size: int | None,
@@ -112,9 +131,18 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     Such a DQ is folded to a float32 value and a Cast to float16 (--float16 exact), which
     ORT removes: its outputs stay bit-identical, and other runtimes get the float16 value.
     """
+    # asked when the fold runs, after the input check; --keep-dq folds no DQ
+    fusions = None if keep_dq else functools.partial(ort_fusions, model, required=keep_fused)
+    passes = fold_passes(
+        keep_dq=keep_dq,
+        float16=float16,
+        dequantize_weights=dequantize_weights,
+        fusions=fusions,
+        keep_fused=keep_fused,
+    )
     run_rewrite(
         model,
-        fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights),
+        passes,
         command="fold",
         options=options,
         max_size=max_size,
