@@ -166,12 +166,21 @@ def fold(
     keep_dq: bool = False,
     float16: str = "exact",
     dequantize_weights: bool = False,
+    bias_only: bool = False,
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
-    is folded in place and returned. Values are computed lazily, when saved or read."""
+    is folded in place and returned. Values are computed lazily, when saved or read.
+    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``)."""
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
-    passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
+    if keep_dq and bias_only:
+        raise InputError("keep_dq and bias_only fold disjoint sets: give one")
+    passes = fold_passes(
+        keep_dq=keep_dq,
+        float16=float16,
+        dequantize_weights=dequantize_weights,
+        bias_only=bias_only,
+    )
     return _rewrite(load(model), passes, "fold")
 
 

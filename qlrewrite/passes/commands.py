@@ -39,11 +39,19 @@ def fold_passes(
     dequantize_weights: bool = False,
     fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
     keep_fused: bool = False,
+    bias_only: bool = False,
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite fold``: weight-only nodes to MatMul / Gather of float weights (with
     ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: what ONNX
-    Runtime makes of the input; ``keep_fused``: leave the DQs it fuses)."""
-    fold = FoldPass(keep_dq=keep_dq, float16=float16, fusions=fusions, keep_fused=keep_fused)  # type: ignore[arg-type]
+    Runtime makes of the input; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
+    fold only the int32 bias DQs)."""
+    fold = FoldPass(
+        keep_dq=keep_dq,
+        float16=float16,  # type: ignore[arg-type]
+        fusions=fusions,
+        keep_fused=keep_fused,
+        bias_only=bias_only,
+    )
     passes: list[ir.passes.PassBase] = [fold]
     if dequantize_weights:
         passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))

@@ -88,6 +88,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         float16: Float16Mode = "exact",
         fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
         keep_fused: bool = False,
+        bias_only: bool = False,
     ) -> None:
         super().__init__()
         if float16 not in FLOAT16_MODES:
@@ -100,6 +101,9 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         self._fusions = fusions
         self.fusions: Fusions | None = None
         self.keep_fused = keep_fused
+        #: Fold only DequantizeLinear of int32 constants (biases), for runtimes that refuse
+        #: them (TensorRT: onnx/onnx-tensorrt#850); every other Q/DQ stays.
+        self.bias_only = bias_only
         self._summary: dict[str, int] = {}
         self._fused: collections.Counter[str] = collections.Counter()
 
@@ -147,6 +151,8 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         overridable = rounded = 0
         for site in sites:
             view, widen = views[id(site.node)], id(site.node) in in_float32
+            if self.bias_only and not _int32_bias(view):
+                continue
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 if widen and self._widen_kept_dq(view):
                     rounded += self.float16 == "compact"
@@ -336,6 +342,11 @@ def _fold_warnings(rounded: int, overridable: int) -> list[str]:
             "export without keep_initializers_as_inputs to fold them"
         )
     return warnings
+
+
+def _int32_bias(view: NodeView) -> bool:
+    """True for a DequantizeLinear of int32 (a bias: QLinearConv's and QGemm's form)."""
+    return not view.is_quantize and view.x_type == ir.DataType.INT32
 
 
 def _dq_in_float32(view: NodeView) -> bool:
