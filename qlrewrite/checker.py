@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
@@ -35,10 +36,12 @@ from qlrewrite.rules.registry import (
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
-from qlrewrite.targets.spec import Target, parse_targets
 from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
 
@@ -63,7 +66,7 @@ def check(
     checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
-    runtimes = parse_targets(targets)
+    runtimes = _parse_targets(targets)
     if isinstance(model_or_path, ir.Model):
         model = model_or_path
         source = source_of(model)
@@ -97,6 +100,17 @@ def _judge_entries(
     return dataclasses.replace(report, findings=[*report.findings, *stale]) if stale else report
 
 
+def _parse_targets(specs: Iterable[str]) -> tuple[Target, ...]:
+    """The targets of ``specs``; :mod:`qlrewrite.targets` is imported only when some are
+    given (start-up stays as without it)."""
+    specs = tuple(specs)
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
+
+
 def finish_report(
     report: Report,
     model: ir.Model,
@@ -113,15 +127,20 @@ def check_path(
     codes: Collection[str] | None = None,
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
     targets: Sequence[Target] = (),
+    data: bytes | None = None,
 ) -> Report:
-    """Load and check one model file; an unreadable file gives a Report with ``load_error``.
+    """Load and check one model file (``data``: its bytes, read from stdin, ``path`` its
+    label); an unreadable file gives a Report with ``load_error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
     error is one line without the path (the Report has it). With ``codes`` (the enabled
     rules) the report is finished as :func:`finish_report` does.
     """
     try:
-        model = model_io.load(path, check_data=False)
+        if data is not None:
+            model = model_io.load_bytes(data, str(path))
+        else:
+            model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)

@@ -35,6 +35,7 @@ from qlrewrite.findings import Report
 from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
 from qlrewrite.formats.concise import fixable_phrase
 from qlrewrite.project import enabled_codes
+from qlrewrite.reading import STDIN
 
 __all__ = ["check_command"]
 
@@ -56,6 +57,7 @@ Examples:
   qlrewrite check models/ --format sarif -o qlrewrite.sarif
   qlrewrite check models/ --format github          # annotations in GitHub Actions
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
+  cat model.onnx | qlrewrite check -              # - reads the model from stdin
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
   qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
@@ -287,6 +289,8 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
     fix, diff = given["fix"], given["diff"]
     in_place, output = given["in_place"], given["fix_output"]
     _check_fix_options(fix, diff, in_place, output, verify is not None, len(find.models))
+    if (fix or diff) and any(str(m) == STDIN for m in find.models):
+        raise click.UsageError("--fix and --diff rewrite model files: give a path, not - (stdin)")
     fixing = None
     if fix or diff:
         unsafe = given["unsafe_fixes"]
