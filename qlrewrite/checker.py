@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
@@ -23,7 +24,8 @@ from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
-from qlrewrite.rules import CHECKS
+from qlrewrite.rules import CHECKS, RULES
+from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
@@ -34,10 +36,12 @@ from qlrewrite.rules.registry import (
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
-from qlrewrite.targets.spec import Target, parse_targets
 from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
 
@@ -62,7 +66,7 @@ def check(
     checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
-    runtimes = parse_targets(targets)
+    runtimes = _parse_targets(targets)
     if isinstance(model_or_path, ir.Model):
         model = model_or_path
         source = source_of(model)
@@ -96,6 +100,17 @@ def _judge_entries(
     return dataclasses.replace(report, findings=[*report.findings, *stale]) if stale else report
 
 
+def _parse_targets(specs: Iterable[str]) -> tuple[Target, ...]:
+    """The targets of ``specs``; :mod:`qlrewrite.targets` is imported only when some are
+    given (start-up stays as without it)."""
+    specs = tuple(specs)
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
+
+
 def finish_report(
     report: Report,
     model: ir.Model,
@@ -112,15 +127,20 @@ def check_path(
     codes: Collection[str] | None = None,
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
     targets: Sequence[Target] = (),
+    data: bytes | None = None,
 ) -> Report:
-    """Load and check one model file; an unreadable file gives a Report with ``load_error``.
+    """Load and check one model file (``data``: its bytes, read from stdin, ``path`` its
+    label); an unreadable file gives a Report with ``load_error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
     error is one line without the path (the Report has it). With ``codes`` (the enabled
     rules) the report is finished as :func:`finish_report` does.
     """
     try:
-        model = model_io.load(path, check_data=False)
+        if data is not None:
+            model = model_io.load_bytes(data, str(path))
+        else:
+            model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)
@@ -180,7 +200,22 @@ def check_model(
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
+    report.findings.extend(_nothing_quantized(report, left_alone))
     return report
+
+
+def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Finding]:
+    """QL607 when no quantized node of any kind was found in any graph or function (the
+    float model, likely): none checked, none left alone, no other producer's operator."""
+    if report.nodes_checked or left_alone or report.custom_quant:
+        return []
+    rule = RULES[NO_QUANTIZED_NODE]
+    message = (
+        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
+        "or other quantization operator in any graph or function): is this the float model?"
+    )
+    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
 
 
 def _checks_of(

@@ -9,7 +9,6 @@ expected differences are known without running qlrewrite.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -560,6 +559,19 @@ def test_the_verify_timeout_option_is_checked() -> None:
     assert result.exit_code == 2 and "--verify-timeout needs --verify" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+@pytest.mark.parametrize("option", ["--verify-timeout", "--verify-tolerance"])
+def test_verify_numbers_must_be_finite(tmp_path: Path, option: str, value: str) -> None:
+    """``--verify-timeout nan`` passed the option's range (NaN compares false) and ended in a
+    traceback; ``inf`` meant no time limit. Both are usage errors, exit 2, one line."""
+    source = _save(_model(), tmp_path / "m.onnx")
+    result = CliRunner().invoke(main, ["fold", str(source), "--verify", option, value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output + result.stderr
+    assert f"Invalid value for '{option}'" in result.stderr
+    assert _files(tmp_path) == {"m.onnx"}
+
+
 def test_the_working_directory_is_not_on_the_childs_import_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -709,7 +721,7 @@ def test_every_field_of_a_verification_crosses_from_the_child() -> None:
                 OutputVerdict("z", problem="missing from the rewritten model")]  # fmt: skip
     sent = Verification("mismatch", 3, 7, 0.25, verdicts, "why", bound, "ONNX Runtime 1.31.1",
                         probes={"p": float("nan"), "q": 1.5})  # fmt: skip
-    data = json.dumps({"result": dataclasses.asdict(sent)}).encode()
+    data = json.dumps({"result": verify_child._jsonable(sent)}).encode()  # as the child sends
     read, write = os.pipe()
     os.write(write, len(data).to_bytes(8, "big") + data)
     try:
