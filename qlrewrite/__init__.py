@@ -32,6 +32,8 @@ _API = {
     "fold": "qlrewrite.api",
     "convert": "qlrewrite.api",
     "upgrade": "qlrewrite.api",
+    "downgrade": "qlrewrite.api",
+    "retarget": "qlrewrite.api",
     "dequantize": "qlrewrite.kernels",
     "quantize": "qlrewrite.kernels",
 }

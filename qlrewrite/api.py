@@ -5,8 +5,10 @@ Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.M
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
 (:mod:`qlrewrite.passes.commands`) and raises instead of printing: ``InputError`` for a
 model that cannot be read or a bad argument (its message names the parameter), ``Refusal``
-for a rewrite the target cannot express. Unlike the commands, nothing is validated after
-a rewrite: call :func:`check` on the result for that.
+for a rewrite the target cannot express. The rewrites refuse and check as the commands
+do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
+findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
+:class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from qlrewrite.passes.commands import (
     downgrade_passes,
     fix_passes,
     fold_passes,
+    retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.convert_domain import TARGETS, target
@@ -39,6 +42,7 @@ __all__ = [
     "fix",
     "fold",
     "load",
+    "retarget",
     "save",
     "upgrade",
 ]
@@ -84,8 +88,9 @@ def _codes(value: str | Iterable[str], parameter: str) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if not isinstance(value, Iterable):
-        raise TypeError(f"{parameter} must be a rule code or a list of codes, not "
-                        f"{type(value).__name__}")  # fmt: skip
+        raise TypeError(
+            f"{parameter} must be a rule code or a list of codes, not {type(value).__name__}"
+        )
     return tuple(value)
 
 
@@ -146,6 +151,13 @@ def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     return rewritten
 
 
+def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str) -> ir.Model:
+    """``passes`` on ``model`` as the command ``command`` runs them: the input refused
+    when it has error findings no pass repairs, the output when ONNX's checker or our
+    check rejects it (:func:`qlrewrite.pipeline.rewrite_model`)."""
+    return pipeline.rewrite_model(model, passes, command=command).model
+
+
 def fold(
     model: ModelLike,
     *,
@@ -158,7 +170,7 @@ def fold(
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "fold")
 
 
 def convert(
@@ -175,7 +187,7 @@ def convert(
             f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
         )
     passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
-    return _run(load(model), passes)
+    return _rewrite(load(model), passes, "convert")
 
 
 def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
@@ -188,7 +200,7 @@ def upgrade(model: ModelLike, opset: int, *, convert_weight_only: bool = False) 
     loaded = load(model)
     for upgrade_pass in passes:  # a downgrade is InputError, not onnx_ir's PreconditionError
         upgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "upgrade")
 
 
 def downgrade(model: ModelLike, opset: int) -> ir.Model:
@@ -202,4 +214,30 @@ def downgrade(model: ModelLike, opset: int) -> ir.Model:
     loaded = load(model)
     for downgrade_pass in passes:  # InputError, not onnx_ir's PreconditionError
         downgrade_pass.requires(loaded)
-    return _run(loaded, passes)
+    return _rewrite(loaded, passes, "downgrade")
+
+
+def retarget(
+    model: ModelLike,
+    *,
+    zero_point: str | None = None,
+    symmetric: bool = False,
+    narrow: bool = False,
+    drop_redundant: bool = False,
+    split_shared: bool = False,
+) -> ir.Model:
+    """``model`` retargeted as ``qlrewrite retarget`` (``zero_point``: ``"signed"`` or
+    ``"unsigned"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` naming the
+    tensors that cannot be retargeted exactly (nothing changed)."""
+    if zero_point not in (None, "signed", "unsigned"):
+        raise InputError(f"zero_point must be 'signed' or 'unsigned', not {zero_point!r}")
+    passes = retarget_passes(
+        zero_point=zero_point,  # type: ignore[arg-type]
+        symmetric=symmetric,
+        narrow=narrow,
+        drop_redundant=drop_redundant,
+        split_shared=split_shared,
+    )
+    if not passes:
+        raise InputError("nothing to do: ask for at least one retarget")
+    return _rewrite(load(model), passes, "retarget")

@@ -43,7 +43,7 @@ import onnx
 from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
-from qlrewrite.output_guard import is_special
+from qlrewrite.output_guard import Destination, destination
 
 __all__ = [
     "COMMIT_LOCK_SECONDS",
@@ -139,7 +139,7 @@ def _remove_unheld(folder: Path, staging: Path) -> bool:
 _JOURNAL = "commit.json"
 _JOURNAL_VERSION = 2
 #: A journal holds a few names and numbers: a larger file is not one this tool wrote.
-_JOURNAL_MAX = 1 << 20
+_JOURNAL_MAX = reading.JOURNAL_BYTES
 
 #: A file's identity as a journal records it: device, inode, size, modification time.
 _Identity = tuple[int, int, int, int]
@@ -181,34 +181,27 @@ class _Foreign(Exception):
 def _read_journal(path: Path) -> tuple[str, tuple[str, _Identity], list] | None:
     """The commit a journal records (model name, data file, replaced files), None when
     there is none (a run killed before its commit began). Read only from a regular file
-    of this user's, not through a link, and at most :data:`_JOURNAL_MAX` bytes (a FIFO or
-    a device is never opened for reading); raises :class:`_Foreign` otherwise."""
+    of this user's (``lstat`` first: a FIFO or a device is never opened), through
+    :mod:`qlrewrite.reading` (no link, at most ``JOURNAL_BYTES``); raises
+    :class:`_Foreign` otherwise."""
     try:
-        _check_journal_file(os.lstat(path))
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        info = os.lstat(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _Foreign(exc.strerror or str(exc)) from exc
-    try:
-        _check_journal_file(os.fstat(fd))
-        raw = os.read(fd, _JOURNAL_MAX + 1)
-    finally:
-        os.close(fd)
-    try:
-        entry = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise _Foreign("not JSON, or nested too deep") from exc
-    return _journal_entry(entry)
-
-
-def _check_journal_file(info: os.stat_result) -> None:
     if not stat.S_ISREG(info.st_mode):
         raise _Foreign("not a regular file")
     if info.st_uid != os.geteuid():
         raise _Foreign("another user's file")
-    if info.st_size > _JOURNAL_MAX:
-        raise _Foreign(f"larger than {_JOURNAL_MAX} bytes")
+    try:
+        raw = reading.read_bytes(path, "commit journal", _JOURNAL_MAX, follow_links=False)
+        entry = json.loads(raw)
+    except InputError as exc:
+        raise _Foreign(str(exc).removeprefix(f"{path}: ")) from exc
+    except (ValueError, RecursionError) as exc:
+        raise _Foreign("not JSON, or nested too deep") from exc
+    return _journal_entry(entry)
 
 
 def _journal_entry(entry: object) -> tuple[str, tuple[str, _Identity], list]:
@@ -499,7 +492,7 @@ def commit_model(
         _step("locked")
         if unchanged is not None:
             unchanged()
-        replaced = _named_data_files(dest, pattern)
+        replaced = _named_data_files(dest, pattern, any_name=True)
         data_dest: Path | None = None
         old_mode: int | None = None
         with contextlib.suppress(OSError):
@@ -525,7 +518,8 @@ def commit_model(
         fsync_dir(folder)
         _step("model-in-place")
         new_name = data_dest.name if data_dest is not None else ""
-        _unlink_all(folder, _removable(folder, replaced, new_name, keep))
+        removable = _removable(folder, replaced, new_name, keep, dest=dest, pattern=pattern)
+        _unlink_all(folder, removable)
         _step("cleaned")
     return data_dest
 
@@ -552,7 +546,7 @@ def _ready_data(
     data_mode = _data_mode(folder, pattern)
     if data_mode is not None:
         os.chmod(staged_data, data_mode)
-    doomed = _removable(folder, replaced, name, keep)
+    doomed = _removable(folder, replaced, name, keep, dest=dest, pattern=pattern)
     _journal(staged_model.parent, (name, staged_data), dest.name, doomed)
     return name
 
@@ -566,34 +560,85 @@ def _data_mode(folder: Path, pattern: re.Pattern[str]) -> int | None:
     return None
 
 
-def _named_data_files(dest: Path, pattern: re.Pattern[str]) -> list[str]:
+def _named_data_files(dest: Path, pattern: re.Pattern[str], *, any_name: bool = False) -> list[str]:
     """The data files beside ``dest`` that the model now at ``dest`` names (its external
-    data locations with a data-file name of ``dest``); none when there is no readable
-    model there."""
+    data locations with a data-file name of ``dest``; with ``any_name`` every plain file
+    name of its folder); none when there is no readable model there."""
     if not dest.is_file():
         return []
+    names = _locations(dest)
+    if names is None:  # not a model: it names nothing
+        return []
+    return sorted(
+        n for n in names if pattern.fullmatch(n) or (any_name and _is_name(n) and n != dest.name)
+    )
+
+
+def _is_name(name: str) -> bool:
+    """A file name of the folder itself (no folder part, not ``.`` or ``..``)."""
+    return Path(name).name == name and name not in ("", ".", "..")
+
+
+def _locations(model: Path) -> set[str] | None:
+    """The external data locations ``model`` names (None: not a readable model)."""
     from qlrewrite.tensors import proto_tensors
 
     try:
-        proto = _model_proto(dest)
+        proto = _model_proto(model)
     except Exception:  # not a model, or not a file qlrewrite reads: it names nothing
-        return []
-    names = {
+        return None
+    return {
         entry.value
         for _, tensor in proto_tensors(proto)
         for entry in tensor.external_data
         if entry.key == "location"
     }
-    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+#: A model beside the output larger than this is not read to learn whether it names a
+#: replaced data file of another name: that file is then kept.
+OTHER_MODEL_READ_LIMIT = 64 * 1024 * 1024
+
+
+def _named_by_others(folder: Path, names: Collection[str], model_name: str) -> set[str]:
+    """Of ``names``, those another model of ``folder`` (``*.onnx`` other than
+    ``model_name``) names, or may name: every one when such a model is too large to read
+    (:data:`OTHER_MODEL_READ_LIMIT`) or cannot be listed."""
+    if not names:
+        return set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return set(names)
+    named: set[str] = set()
+    for entry in entries:
+        if entry.name == model_name or not entry.name.lower().endswith(".onnx"):
+            continue
+        try:
+            if not entry.is_file() or entry.stat().st_size > OTHER_MODEL_READ_LIMIT:
+                return set(names)
+        except OSError:
+            return set(names)
+        named |= (_locations(Path(entry.path)) or set()) & set(names)
+    return named
 
 
 def _removable(
-    folder: Path, replaced: Collection[str], new: str, keep: Collection[Path]
+    folder: Path,
+    replaced: Collection[str],
+    new: str,
+    keep: Collection[Path],
+    *,
+    dest: Path,
+    pattern: re.Pattern[str],
 ) -> list[str]:
     """Of the data files the replaced model named, those to remove once the new model is
-    in: not the new data file, not a file in ``keep``, only plain files."""
+    in: not the new data file, not a file in ``keep``, only plain files. A file whose name
+    is not one of ``dest``'s data-file names (``pattern``: a producer's ``weights.bin``)
+    is removed only when no other name links to it and no other model of the folder
+    names it."""
     kept = {os.path.realpath(p) for p in keep}
-    return [
+    candidates = [
         name
         for name in replaced
         if name != new
@@ -601,6 +646,17 @@ def _removable(
         and (folder / name).is_file()
         and not (folder / name).is_symlink()
     ]
+    foreign = [n for n in candidates if not pattern.fullmatch(n)]
+    lone = [n for n in foreign if _single_link(folder / n)]
+    shared = _named_by_others(folder, lone, dest.name)
+    return [n for n in candidates if pattern.fullmatch(n) or (n in lone and n not in shared)]
+
+
+def _single_link(path: Path) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_nlink == 1
+    except OSError:
+        return False
 
 
 def _unlink_all(folder: Path, names: Collection[str]) -> None:
@@ -621,25 +677,31 @@ class PendingFile:
     atomically; leaving the block without committing leaves ``path`` untouched.
 
     Creating it checks that the folder exists and takes files, so a report that cannot
-    be written refuses before anything else is. A FIFO, device or socket at ``path``
-    (``/dev/null``, ``/dev/stdout``, a pipe) is written into as a stream at commit, never
-    replaced by a regular file.
+    be written refuses before anything else is. A stream (a FIFO, device or socket, or a
+    path whose links lead through ``/proc/*/fd``, ``/dev/fd`` or ``/dev/std*``: see
+    :func:`~qlrewrite.output_guard.destination`) is written into at commit, never
+    replaced; ``/dev/stdout`` and the like through this process's own descriptor. A link
+    of this user's to a regular file is written through: the file it points to is
+    replaced atomically, the link stays. Any other link is refused.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         refuse_long_name(self.path, "the report")
         self._text: str | None = None
-        self._stream = is_special(self.path)
+        where = destination(self.path)
+        self._stream, self._fd = where.stream, where.fd
         if self._stream:
+            _check_descriptor(self.path, self._fd)
             return
-        folder = self.path.absolute().parent
+        self._target = _link_target(where) if where.link else self.path
+        folder = self._target.absolute().parent
         if not folder.is_dir():
             raise InputError(f"{path}: output folder does not exist")
-        if self.path.is_dir():
+        if self._target.is_dir():
             raise InputError(f"{path}: is a directory; give a file name")
         self._staging = Staging(folder, str(path))
-        self._staged = self._staging.__enter__() / self.path.name
+        self._staged = self._staging.__enter__() / self._target.name
         try:
             self._staged.write_bytes(b"")
         except OSError as exc:
@@ -664,25 +726,35 @@ class PendingFile:
 
     def commit(self) -> None:
         """Move the staged text to ``path`` (permissions: the replaced file's, else the
-        umask's, as for any file the user creates); into a special file, written."""
+        umask's, as for any file the user creates); into a stream, written."""
         if self._stream:
             self._write_stream()
             return
         try:
-            mode = stat.S_IMODE(os.stat(self.path).st_mode)
+            mode = stat.S_IMODE(os.stat(self._target).st_mode)
         except OSError:
             mode = 0o666 & ~_umask()
         try:
             os.chmod(self._staged, mode)
-            os.replace(self._staged, self.path)
+            os.replace(self._staged, self._target)
         except OSError as exc:
             raise write_error(self.path, exc, "the report") from exc
-        fsync_dir(self.path.absolute().parent)
+        fsync_dir(self._target.absolute().parent)
         self.discard()
 
     def _write_stream(self) -> None:
+        """The text into the stream: through this process's descriptor when ``path``
+        names one (after what Python buffered for it), else opened without truncating
+        or creating anything."""
         try:
-            with open(self.path, "w", encoding="utf-8") as out:
+            if self._fd is not None:
+                for stream in (sys.stdout, sys.stderr):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+                fd = os.dup(self._fd)
+            else:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC)
+            with open(fd, "w", encoding="utf-8") as out:
                 out.write(self._text or "")
         except OSError as exc:
             raise write_error(self.path, exc, "the report") from exc
@@ -691,6 +763,33 @@ class PendingFile:
         """Remove the staged file (``path`` as it was)."""
         if not self._stream:
             self._staging.__exit__(None, None, None)
+
+
+def _check_descriptor(path: Path, fd: int | None) -> None:
+    """Refuse a stream that names a descriptor this process does not have open."""
+    if fd is not None:
+        try:
+            os.fstat(fd)
+        except OSError as exc:
+            raise InputError(f"{path}: names descriptor {fd}, which is not open") from exc
+
+
+def _link_target(where: Destination) -> Path:
+    """The file a report is written to through the link ``where.given``: refused when
+    the link leads nowhere (a report would create a file where a link says) or is
+    another user's (as the kernel's ``protected_symlinks`` would)."""
+    given = where.given
+    if where.path is None:
+        raise InputError(
+            f"{given}: is a link to a file that does not exist; a report is written through "
+            "a link only into an existing file (nothing written)"
+        )
+    if os.lstat(given).st_uid != os.geteuid():
+        raise InputError(
+            f"{given}: is another user's link; a report is never written through it "
+            "(nothing written)"
+        )
+    return where.path
 
 
 def write_error(path: Path, exc: OSError, what: str = "the output") -> InputError:

@@ -70,9 +70,16 @@ def fix_target(path: Path, report: Report, options: FixOptions) -> FixOutcome | 
     if outcome.refused:  # the rewrite would refuse the input: say why in the words of check
         return outcome
     try:
-        result = pipeline.rewrite(path, passes, command="fix", output=options.output,
-                                  in_place=options.in_place, dry_run=options.diff,
-                                  verify=options.verify, only_if_repaired=True)  # fmt: skip
+        result = pipeline.rewrite(
+            path,
+            passes,
+            command="fix",
+            output=options.output,
+            in_place=options.in_place,
+            dry_run=options.diff,
+            verify=options.verify,
+            only_if_repaired=True,
+        )
     except VerificationFailed as exc:
         outcome.refused, outcome.verification = str(exc), exc.verification
         return outcome

@@ -24,10 +24,17 @@ from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import CHECKED_KINDS, ModelContext, RuleCheck
+from qlrewrite.rules.registry import (
+    CHECKED_KINDS,
+    ModelContext,
+    RuleCheck,
+    TargetModel,
+    TargetNode,
+)
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
+from qlrewrite.targets.spec import Target, parse_targets
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
 
@@ -40,30 +47,38 @@ def check(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+    targets: Iterable[str] = (),
 ) -> Report:
     """Check a model (``ir.Model``, ``onnx.ModelProto`` or a path): the findings of the CLI.
 
     ``select`` / ``ignore`` take rule codes or code prefixes (``"QL4"``), as ``qlrewrite
-    check --select/--ignore``. Findings accepted by ``per_node_ignores`` (node or output
-    name -> codes) or by a node's ``qlrewrite:ignore`` metadata move to ``.suppressed``
-    (see :mod:`qlrewrite.suppress`); an entry of ``per_node_ignores`` that names no node
-    or suppresses nothing is one QL901 finding. A path that cannot be read gives a Report with
-    ``load_error``; a ``ModelProto`` is checked as if its file were in the current folder.
+    check --select/--ignore``; ``targets`` the runtimes deployed to, as ``--target``
+    (``"ort==1.16"``, ``"openvino"``: see :mod:`qlrewrite.targets`). Findings accepted by
+    ``per_node_ignores`` (node or output name -> codes) or by a node's ``qlrewrite:ignore``
+    metadata move to ``.suppressed`` (see :mod:`qlrewrite.suppress`); an entry of
+    ``per_node_ignores`` that names no node or suppresses nothing is one QL901 finding. A
+    path that cannot be read gives a Report with ``load_error``; a ``ModelProto`` is
+    checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
+    runtimes = parse_targets(targets)
     if isinstance(model_or_path, ir.Model):
         model = model_or_path
         source = source_of(model)
         path = str(source.path) if source is not None and source.path is not None else None
-        report = check_model(model, path=path)
+        report = check_model(model, path=path, targets=runtimes)
     elif isinstance(model_or_path, onnx.ModelProto):
         try:
             model = model_io.from_proto(model_or_path)
         except InputError as exc:
             return Report(load_error=str(exc).removeprefix("model: "))
-        report = check_model(model, weightless=weightless_from_source(model_or_path))
+        report = check_model(
+            model, weightless=weightless_from_source(model_or_path), targets=runtimes
+        )
     else:
-        report = check_path(model_or_path, codes=codes, per_node_ignores=per_node_ignores)
+        report = check_path(
+            model_or_path, codes=codes, per_node_ignores=per_node_ignores, targets=runtimes
+        )
         return _judge_entries(report, codes, per_node_ignores)
     report = finish_report(report, model, codes, per_node_ignores)
     return _judge_entries(report, codes, per_node_ignores)
@@ -95,6 +110,7 @@ def check_path(
     *,
     codes: Collection[str] | None = None,
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+    targets: Sequence[Target] = (),
 ) -> Report:
     """Load and check one model file; an unreadable file gives a Report with ``load_error``.
 
@@ -108,7 +124,7 @@ def check_path(
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)
     weightless = weightless_from_source(source.proto) if source is not None else None
-    report = check_model(model, path=str(path), weightless=weightless)
+    report = check_model(model, path=str(path), weightless=weightless, targets=targets)
     if codes is None:
         return report
     return finish_report(report, model, codes, per_node_ignores)
@@ -120,8 +136,10 @@ def check_model(
     path: str | None = None,
     weightless: onnx.ModelProto | None = None,
     inference: Inference | None = None,
+    targets: Sequence[Target] = (),
 ) -> Report:
-    """Every finding of every rule on ``model`` (which is not modified).
+    """Every finding of every rule on ``model`` (which is not modified); the target rules
+    once per target of ``targets``.
 
     ``weightless``: a weight-free proto of ``model`` as it is now (from
     :func:`~qlrewrite.weightless.weightless_proto` or, for a model just loaded,
@@ -138,6 +156,7 @@ def check_model(
     seen: set[tuple[str, str, int, str]] = set()
     checks_of: dict[int, list[RuleCheck]] = {}
     left_alone = []  # found by the same walk: named, not checked
+    every_view: list[NodeView] = []  # kept for the target rules
     kinds = (*CHECKED_KINDS, LEFT_ALONE)
     if inference is None:
         inference = Inference(model, weightless)
@@ -153,8 +172,31 @@ def check_model(
             ]
         for view in views:
             report.findings.extend(_node_findings(view, checks, seen))
+        if targets:
+            every_view.extend(views)
     report.unchecked = group_sites(left_alone)
+    for target in targets:
+        report.findings.extend(_target_findings(model_ctx, target, every_view))
     return report
+
+
+def _target_findings(
+    model_ctx: ModelContext, target: Target, views: list[NodeView]
+) -> Iterator[Finding]:
+    """The findings of the target rules for one target: the model's, then each node's."""
+    for rule_check in CHECKS.values():
+        if rule_check.scope == "target-model":
+            yield from rule_check.func(TargetModel(model_ctx, target))
+    node_checks = [c for c in CHECKS.values() if c.scope == "target-node"]
+    seen: set[tuple[str, str, int, str]] = set()
+    for view in views:
+        checks = [c for c in node_checks if any(k is view.site.kind for k in c.kinds)]
+        for rule_check in checks:
+            for finding in rule_check.func(TargetNode(view, target)):
+                key = (finding.rule, finding.graph, id(view.node), finding.message)
+                if key not in seen:
+                    seen.add(key)
+                    yield finding
 
 
 def _node_findings(

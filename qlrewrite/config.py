@@ -53,6 +53,8 @@ KEYS = {
     "per-file-ignores": "glob -> codes ignored in the model files it matches",
     "per-node-ignores": "node name or output name (or glob) -> codes accepted on it",
     "output-format": "a format of qlrewrite check --output-format",
+    "target": "runtimes deployed to (ort, ort==1.20, ort>=1.17, openvino, tensorrt, qnn): "
+    "the QL7xx rules check what they refuse",
 }
 
 
@@ -69,6 +71,7 @@ class Settings:
     per_file_ignores: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     per_node_ignores: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     output_format: str | None = None
+    target: tuple[str, ...] = ()
 
     @property
     def root(self) -> Path:
@@ -189,6 +192,7 @@ def load_config(path: Path) -> Settings:
         per_file_ignores=values.code_table("per-file-ignores"),
         per_node_ignores=values.code_table("per-node-ignores"),
         output_format=values.output_format(),
+        target=values.targets("target"),
     )
     return settings
 
@@ -236,6 +240,17 @@ class _Reader:
             check_codes(codes, f"{self.where}: '{key}' entry '{name}'")
             table[name] = tuple(codes)
         return table
+
+    def targets(self, key: str) -> tuple[str, ...]:
+        from qlrewrite.targets.spec import parse_target
+
+        specs = self.strings(key)
+        for spec in specs:
+            try:
+                parse_target(spec)
+            except InputError as exc:
+                raise InputError(f"{self.where}: '{key}': {exc}") from None
+        return specs
 
     def output_format(self) -> str | None:
         from qlrewrite.formats import FORMATS

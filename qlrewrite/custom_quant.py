@@ -12,8 +12,10 @@ the producer's custom-op library loaded:
   ``finn.custom_op.general`` and ``onnx.brevitas``): ``Quant`` (integer of any bit
   width), ``BipolarQuant``, ``FloatQuant``, ``Trunc``, ``QuantLSTMCell``, ``MultiThreshold``.
 
-qlrewrite checks and rewrites the standard operators only: ``check`` and ``info`` list
-these nodes (count, domain, op) and every rewrite refuses a model that has them.
+qlrewrite checks the standard operators only: ``check`` and ``info`` list these nodes
+(count, domain, op). Every rewrite refuses a model that has them, except those a pass of
+the rewrite converts (QONNX ``Quant``: ``convert --to onnx``,
+:mod:`qlrewrite.passes.qonnx_to_qdq`).
 """
 
 from __future__ import annotations
@@ -25,27 +27,58 @@ import onnx_ir as ir
 
 from qlrewrite.qdq import iter_graphs
 
-__all__ = ["CUSTOM_QUANT_DOMAINS", "CustomQuantGroup", "custom_quant_groups", "describe"]
+__all__ = [
+    "CUSTOM_QUANT_DOMAINS",
+    "QONNX_DOMAINS",
+    "CustomQuantGroup",
+    "custom_quant_groups",
+    "describe",
+]
 
-_QONNX_OPS = frozenset({
-    "Quant", "IntQuant", "BipolarQuant", "FloatQuant", "Trunc", "QuantLSTMCell",
-    "MultiThreshold",
-})  # fmt: skip
+_QONNX_OPS = frozenset(
+    {
+        "Quant",
+        "IntQuant",
+        "BipolarQuant",
+        "FloatQuant",
+        "Trunc",
+        "QuantLSTMCell",
+        "MultiThreshold",
+    }
+)
+
+#: The domains of QONNX's operators, newest first.
+QONNX_DOMAINS = ("qonnx.custom_op.general", "finn.custom_op.general", "onnx.brevitas")
 
 #: domain -> (producer, quantization operators of that domain)
 CUSTOM_QUANT_DOMAINS: dict[str, tuple[str, frozenset[str]]] = {
-    "com.amd.quark": ("AMD Quark", frozenset({
-        "ExtendedQuantizeLinear", "ExtendedDequantizeLinear", "BFPQuantizeDequantize",
-        "MXQuantizeDequantize",
-    })),
-    "com.vai.quantize": ("AMD Vitis AI / Quark (older releases)", frozenset({
-        "VitisQuantizeLinear", "VitisDequantizeLinear", "BFPFixNeuron", "MXFixNeuron",
-        "FixNeuron",
-    })),
+    "com.amd.quark": (
+        "AMD Quark",
+        frozenset(
+            {
+                "ExtendedQuantizeLinear",
+                "ExtendedDequantizeLinear",
+                "BFPQuantizeDequantize",
+                "MXQuantizeDequantize",
+            }
+        ),
+    ),
+    "com.vai.quantize": (
+        "AMD Vitis AI / Quark (older releases)",
+        frozenset(
+            {
+                "VitisQuantizeLinear",
+                "VitisDequantizeLinear",
+                "BFPFixNeuron",
+                "MXFixNeuron",
+                "FixNeuron",
+            }
+        ),
+    ),
     "qonnx.custom_op.general": ("Brevitas / QONNX", _QONNX_OPS),
     "finn.custom_op.general": ("FINN / QONNX (older releases)", _QONNX_OPS),
     "onnx.brevitas": ("Brevitas (older QONNX export)", _QONNX_OPS),
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass(frozen=True)

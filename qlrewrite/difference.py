@@ -43,14 +43,44 @@ _U = 2.0**-24  # float32 unit roundoff
 #: approximations are within a few).
 ROUNDING_ULPS = 64
 #: Lipschitz constants of elementwise ops (|f'| at most): Gelu's x Phi(x) peaks at 1.1289.
-_LIPSCHITZ = {"Tanh": (1.0, 1.0), "Sigmoid": (0.25, 1.0), "Erf": (2 / math.sqrt(math.pi), 1.0),
-              "Softsign": (1.0, 1.0)}  # fmt: skip
+_LIPSCHITZ = {
+    "Tanh": (1.0, 1.0),
+    "Sigmoid": (0.25, 1.0),
+    "Erf": (2 / math.sqrt(math.pi), 1.0),
+    "Softsign": (1.0, 1.0),
+}
 _GELU = 1.13
-_MOVES = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice",
-          "Gather", "GatherElements", "GatherND", "Split", "Expand", "Tile", "DepthToSpace",
-          "SpaceToDepth", "Dropout"}  # fmt: skip
-_SELECTS = {"Max", "Min", "Relu", "Clip", "Abs", "Neg", "MaxPool", "ReduceMax", "ReduceMin",
-            "Concat", "Where"}  # fmt: skip
+_MOVES = {
+    "Identity",
+    "Reshape",
+    "Transpose",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Slice",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "Split",
+    "Expand",
+    "Tile",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Dropout",
+}
+_SELECTS = {
+    "Max",
+    "Min",
+    "Relu",
+    "Clip",
+    "Abs",
+    "Neg",
+    "MaxPool",
+    "ReduceMax",
+    "ReduceMin",
+    "Concat",
+    "Where",
+}
 _AVERAGES = {"AveragePool", "GlobalAveragePool", "ReduceMean", "GlobalMaxPool"}
 _SHAPES = {"Shape", "Size"}
 
@@ -144,8 +174,10 @@ class _Walker:
         self.bounds[id(value)] = bound[0]
         if found > bound[0] * (1 + 1e-9):
             limit = "an exact value" if bound[0] == 0 else f"at most {bound[0]:.6g}"
-            self.violations.append(f"'{value.name}' differs by {found:.6g} where the "
-                                   f"differences of its inputs allow {limit}")  # fmt: skip
+            self.violations.append(
+                f"'{value.name}' differs by {found:.6g} where the "
+                f"differences of its inputs allow {limit}"
+            )
         return (found, bound[1])
 
     def _opaque(self, node: ir.Node) -> bool:
@@ -197,8 +229,9 @@ class _Walker:
         if any(p is None for p in parts[:2]) or (len(parts) > 2 and parts[2] is None):
             return None
         arrays = [p.numpy() if p is not None else None for p in parts] + [None]
-        return dequantize(arrays[0], arrays[1], arrays[2], axis=view.axis,
-                          block_size=view.block_size).astype(np.float64)  # fmt: skip
+        return dequantize(
+            arrays[0], arrays[1], arrays[2], axis=view.axis, block_size=view.block_size
+        ).astype(np.float64)
 
 
 def _largest(tensor: ir.TensorProtocol) -> float:
@@ -426,8 +459,16 @@ _RULES: dict[str, _Rule] = {
     **dict.fromkeys(_LIPSCHITZ, _lipschitz),
     **dict.fromkeys(("Gelu", "FastGelu", "BiasGelu"), _gelu),
     **dict.fromkeys(("Add", "Sub", "Sum"), _sum),
-    "LeakyRelu": _leaky, "Mul": _mul, "Div": _div, "Pow": _pow, "Softmax": _softmax,
-    **dict.fromkeys(("LayerNormalization", "SkipLayerNormalization",
-                     "SimplifiedLayerNormalization"), _layer_norm),
-    "MatMul": _matmul, "Gemm": _gemm, "Conv": _conv,
-}  # fmt: skip
+    "LeakyRelu": _leaky,
+    "Mul": _mul,
+    "Div": _div,
+    "Pow": _pow,
+    "Softmax": _softmax,
+    **dict.fromkeys(
+        ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"),
+        _layer_norm,
+    ),
+    "MatMul": _matmul,
+    "Gemm": _gemm,
+    "Conv": _conv,
+}

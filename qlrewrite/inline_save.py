@@ -67,9 +67,13 @@ def _skeleton(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
             assert tensor is not None
             swapped.append((value, tensor))
             value.const_value = ir.ExternalTensor(
-                _PLACEHOLDER, 0, 0, tensor.dtype, shape=ir.Shape(tensor.shape.numpy()),
+                _PLACEHOLDER,
+                0,
+                0,
+                tensor.dtype,
+                shape=ir.Shape(tensor.shape.numpy()),
                 name=value.name or "",
-            )  # fmt: skip
+            )
         with external_in_memory(model, initializers=lambda t: t.location != _PLACEHOLDER):
             proto = ir.serde.serialize_model(model)
     finally:
@@ -123,8 +127,9 @@ def _write_graph(
         file.write(head)
         file.write(data)
         if callback is not None:
-            info = CallbackInfo(total=len(values), index=index, offset=file.tell(),
-                                filename=file.name)  # fmt: skip
+            info = CallbackInfo(
+                total=len(values), index=index, offset=file.tell(), filename=file.name
+            )
             callback(tensor, info)
         size += len(head) + len(data)
     end = file.tell()

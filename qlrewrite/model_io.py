@@ -10,6 +10,7 @@ flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -21,11 +22,11 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, reading, tensors
+from qlrewrite import atomic, reading, tensors, wire
 from qlrewrite.errors import InputError
 from qlrewrite.inline_save import save_inline
 from qlrewrite.limits import LIMITS, Limits
-from qlrewrite.output_guard import is_special
+from qlrewrite.output_guard import destination
 from qlrewrite.source import Source, set_source, source_of
 from qlrewrite.tensors import external_in_memory
 from qlrewrite.toolkit import (
@@ -226,6 +227,12 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
     return data
 
 
+def _what_it_is(data: bytes) -> str | None:
+    """What bytes onnx cannot parse are, from their wire format
+    (:func:`qlrewrite.wire.diagnose`)."""
+    return wire.diagnose(io.BytesIO(data), len(data))
+
+
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
     unless it is an ONNX model onnx_ir can read and write back within the limits."""
@@ -234,6 +241,9 @@ def _read_proto(path: Path) -> onnx.ModelProto:
         # The format is fixed: onnx would otherwise pick a text parser from the suffix.
         proto = onnx.load_model_from_string(data, format="protobuf")
     except Exception as exc:  # DecodeError, RuntimeWarning-as-error, ...: all mean "not ONNX"
+        what = _what_it_is(data)
+        if what is not None:
+            raise InputError(f"{path}: {what}") from exc
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     del data
     if not proto.HasField("graph") or proto.ir_version <= 0:
@@ -474,10 +484,16 @@ def _output_path(path: str | os.PathLike) -> Path:
         raise InputError(f"{path}: output folder does not exist")
     if path.is_dir():
         raise InputError(f"{path}: is a directory; give a file name for the output")
-    if is_special(path):
+    where = destination(path)
+    if where.stream:
         raise InputError(
-            f"{path}: not a regular file (a device, FIFO or socket); models are written to "
-            "regular files only"
+            f"{path}: not a regular file (a device, FIFO, socket or a descriptor such as "
+            "/dev/stdout); models are written to regular files only"
+        )
+    if where.link:
+        raise InputError(
+            f"{path}: is a link; a model and its data file are never written through a link: "
+            "give the file itself or another name (nothing written)"
         )
     return path
 

@@ -174,23 +174,46 @@ def _dq(
     kw.setdefault("output_types", FLOAT_TYPES)
     kw.setdefault("granularities", _GRAN_BLOCK if since >= 21 else _GRAN_AXIS)
     return OpVersion(
-        "", "DequantizeLinear", since, until, _ints(*attrs), x_types=x | {DT.INT32},
-        scale_types=scale, zero_point_types=x | {DT.INT32}, has_block_size=since >= 21, **kw,
-    )  # fmt: skip
+        "",
+        "DequantizeLinear",
+        since,
+        until,
+        _ints(*attrs),
+        x_types=x | {DT.INT32},
+        scale_types=scale,
+        zero_point_types=x | {DT.INT32},
+        has_block_size=since >= 21,
+        **kw,
+    )
 
 
 def _q(
-    since: int, until: int | None, attrs: tuple, *, x: frozenset, scale: frozenset, y: frozenset,
+    since: int,
+    until: int | None,
+    attrs: tuple,
+    *,
+    x: frozenset,
+    scale: frozenset,
+    y: frozenset,
     **kw,
-) -> OpVersion:  # fmt: skip
+) -> OpVersion:
     """An ai.onnx QuantizeLinear row; the output takes the type of the zero point."""
     kw.setdefault("output_from", ("zero_point", "output_dtype", "UINT8"))
     kw.setdefault("granularities", _GRAN_BLOCK if since >= 21 else _GRAN_AXIS)
     return OpVersion(
-        "", "QuantizeLinear", since, until, _ints(*attrs), x_types=x, scale_types=scale,
-        zero_point_types=y, output_types=y, has_block_size=since >= 21,
-        output_dtype_matches_zero_point=since >= 21, **kw,
-    )  # fmt: skip
+        "",
+        "QuantizeLinear",
+        since,
+        until,
+        _ints(*attrs),
+        x_types=x,
+        scale_types=scale,
+        zero_point_types=y,
+        output_types=y,
+        has_block_size=since >= 21,
+        output_dtype_matches_zero_point=since >= 21,
+        **kw,
+    )
 
 
 _DQ_23 = (_AXIS, _BLOCK, _OUT_DTYPE)
@@ -299,15 +322,33 @@ _FP_STORAGE = WeightStorage(
 #: (blob = block_size * bits / 8), quantized along K; zero points packed uint8 or in a
 #: float type. ONNX Runtime 1.31's CPU kernel runs block sizes 16 to 256 only.
 MATMUL_NBITS_1 = WeightOnlyVersion(
-    MS_DOMAIN, "MatMulNBits", 1, None,
-    inputs=(Operand("A", "T1"), Operand("B", "T2"), Operand("scales", "T1"),
-            Operand("zero_points", "T3", True), Operand("g_idx", "T4", True),
-            Operand("bias", "T1", True)),
+    MS_DOMAIN,
+    "MatMulNBits",
+    1,
+    None,
+    inputs=(
+        Operand("A", "T1"),
+        Operand("B", "T2"),
+        Operand("scales", "T1"),
+        Operand("zero_points", "T3", True),
+        Operand("g_idx", "T4", True),
+        Operand("bias", "T1", True),
+    ),
     output=Operand("Y", "T1"),
-    type_params={"T1": _F16_32_BF16, "T2": frozenset({DT.UINT8}),
-                 "T3": _F16_32_BF16 | {DT.UINT8}, "T4": frozenset({DT.INT32})},
-    attributes=_ints(("K", None), ("N", None), ("bits", 4), ("block_size", None),
-                     ("accuracy_level", 0), ("weight_prepacked", 0)),
+    type_params={
+        "T1": _F16_32_BF16,
+        "T2": frozenset({DT.UINT8}),
+        "T3": _F16_32_BF16 | {DT.UINT8},
+        "T4": frozenset({DT.INT32}),
+    },
+    attributes=_ints(
+        ("K", None),
+        ("N", None),
+        ("bits", 4),
+        ("block_size", None),
+        ("accuracy_level", 0),
+        ("weight_prepacked", 0),
+    ),
     required=frozenset({"K", "N", "block_size"}),
     weight="B",
     activation="A",
@@ -315,32 +356,42 @@ MATMUL_NBITS_1 = WeightOnlyVersion(
     cpu_block_sizes=frozenset({16, 32, 64, 128, 256}),
     accuracy_levels=frozenset(ACCURACY_LEVELS),
     read_values=frozenset({"g_idx"}),
-)  # fmt: skip
+)
 
 #: com.microsoft GatherBlockQuantized-1: Gather of data quantized blockwise along
 #: quantize_axis. uint8 data packs 8 / bits values along the last axis (gather_axis 0);
 #: int4 / uint4 hold one value per element (bits 4, zero point default 0); float8 /
 #: float4 data is symmetric (no zero point, block_size 0 allowed, scales broadcast).
 GATHER_BLOCK_QUANTIZED_1 = WeightOnlyVersion(
-    MS_DOMAIN, "GatherBlockQuantized", 1, None,
-    inputs=(Operand("data", "T1"), Operand("indices", "Tind"), Operand("scales", "T2"),
-            Operand("zero_points", "T1", True)),
+    MS_DOMAIN,
+    "GatherBlockQuantized",
+    1,
+    None,
+    inputs=(
+        Operand("data", "T1"),
+        Operand("indices", "Tind"),
+        Operand("scales", "T2"),
+        Operand("zero_points", "T1", True),
+    ),
     output=Operand("output", "T2"),
-    type_params={"T1": frozenset({DT.INT4, DT.UINT4, DT.UINT8, *_FLOAT8, DT.FLOAT4E2M1}),
-                 "T2": _F16_32_BF16, "Tind": frozenset({DT.INT32, DT.INT64})},
-    attributes=_ints(("bits", 4), ("block_size", 128), ("gather_axis", 0),
-                     ("quantize_axis", 1)),
+    type_params={
+        "T1": frozenset({DT.INT4, DT.UINT4, DT.UINT8, *_FLOAT8, DT.FLOAT4E2M1}),
+        "T2": _F16_32_BF16,
+        "Tind": frozenset({DT.INT32, DT.INT64}),
+    },
+    attributes=_ints(("bits", 4), ("block_size", 128), ("gather_axis", 0), ("quantize_axis", 1)),
     required=frozenset(),
     weight="data",
     activation="indices",
     storage={
-        DT.UINT8: dataclasses.replace(_PACKED_UINT8, gather_axis_zero=True,
-                                      quantize_axis_last=True),
+        DT.UINT8: dataclasses.replace(
+            _PACKED_UINT8, gather_axis_zero=True, quantize_axis_last=True
+        ),
         DT.INT4: WeightStorage(bits=frozenset({4}), packed=False, zero_point="zero"),
         DT.UINT4: WeightStorage(bits=frozenset({4}), packed=False, zero_point="zero"),
         **dict.fromkeys((*_FLOAT8, DT.FLOAT4E2M1), _FP_STORAGE),
     },
-)  # fmt: skip
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -562,10 +613,17 @@ def _matmul_inputs(scale: str) -> tuple:
     """QLinearMatMul's inputs; the scales are ``scale`` (float at 10, TS from 21)."""
     return tuple(
         (name, scale if name.endswith("scale") else param, False)
-        for name, param in (("a", "T1"), ("a_scale", ""), ("a_zero_point", "T1"), ("b", "T2"),
-                            ("b_scale", ""), ("b_zero_point", "T2"), ("y_scale", ""),
-                            ("y_zero_point", "T3"))
-    )  # fmt: skip
+        for name, param in (
+            ("a", "T1"),
+            ("a_scale", ""),
+            ("a_zero_point", "T1"),
+            ("b", "T2"),
+            ("b_scale", ""),
+            ("b_zero_point", "T2"),
+            ("y_scale", ""),
+            ("y_zero_point", "T3"),
+        )
+    )
 
 
 _MATMUL_TRIPLES = (
@@ -592,117 +650,264 @@ _DYNAMIC_REFUSAL = (
 #: with their scales and zero points (ai.onnx and ONNX Runtime's com.microsoft ops).
 QOPERATOR_ROWS: tuple[QOperatorVersion, ...] = (
     _conv("", {}),
-    _qop(("", "QLinearMatMul", 10, 20), _matmul_inputs(FLOAT_), (("y", "T3", False),),
-         {"T1": _I8_U8, "T2": _I8_U8, "T3": _I8_U8}, _MATMUL_TRIPLES,
-         float_op="MatMul"),
-    _qop(("", "QLinearMatMul", 21, None), _matmul_inputs("TS"), (("y", "T3", False),),
-         {"TS": FLOAT_TYPES, "T1": _I8_U8 | _FLOAT8_SET, "T2": _I8_U8 | _FLOAT8_SET,
-          "T3": _I8_U8 | _FLOAT8_SET}, _MATMUL_TRIPLES, float_op="MatMul"),
-    _qop(("", "ConvInteger", 10, None),
-         (("x", "T1", False), ("w", "T2", False), ("x_zero_point", "T1", True),
-          ("w_zero_point", "T2", True)), (("y", "T3", False),),
-         {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
-         (("input", "x", None, "x_zero_point"), ("weight", "w", None, "w_zero_point", 0)),
-         attrs=_CONV_ATTRS, dynamic=True,
-         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
-         "(DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul by a_scale * b_scale) "
-         "becomes DequantizeLinear -> Conv"),
-    _qop(("", "MatMulInteger", 10, None),
-         (("A", "T1", False), ("B", "T2", False), ("a_zero_point", "T1", True),
-          ("b_zero_point", "T2", True)), (("Y", "T3", False),),
-         {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
-         (("input", "A", None, "a_zero_point"), ("weight", "B", None, "b_zero_point", -1)),
-         dynamic=True,
-         refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
-         "(DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by a_scale * b_scale) "
-         "becomes DequantizeLinear -> MatMul"),
-    _qop(("", "DynamicQuantizeLinear", 11, None), (("x", "T1", False),),
-         (("y", "T2", False), ("y_scale", FLOAT_, False), ("y_zero_point", "T2", False)),
-         {"T1": _F32, "T2": frozenset({DT.UINT8})}, (("output", *_Y),), dynamic=True,
-         refusal="it is the QuantizeLinear of dynamic Q/DQ (ai.onnx): it stays"),
+    _qop(
+        ("", "QLinearMatMul", 10, 20),
+        _matmul_inputs(FLOAT_),
+        (("y", "T3", False),),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": _I8_U8},
+        _MATMUL_TRIPLES,
+        float_op="MatMul",
+    ),
+    _qop(
+        ("", "QLinearMatMul", 21, None),
+        _matmul_inputs("TS"),
+        (("y", "T3", False),),
+        {
+            "TS": FLOAT_TYPES,
+            "T1": _I8_U8 | _FLOAT8_SET,
+            "T2": _I8_U8 | _FLOAT8_SET,
+            "T3": _I8_U8 | _FLOAT8_SET,
+        },
+        _MATMUL_TRIPLES,
+        float_op="MatMul",
+    ),
+    _qop(
+        ("", "ConvInteger", 10, None),
+        (
+            ("x", "T1", False),
+            ("w", "T2", False),
+            ("x_zero_point", "T1", True),
+            ("w_zero_point", "T2", True),
+        ),
+        (("y", "T3", False),),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
+        (("input", "x", None, "x_zero_point"), ("weight", "w", None, "w_zero_point", 0)),
+        attrs=_CONV_ATTRS,
+        dynamic=True,
+        refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+        "(DynamicQuantizeLinear -> ConvInteger -> Cast -> Mul by a_scale * b_scale) "
+        "becomes DequantizeLinear -> Conv",
+    ),
+    _qop(
+        ("", "MatMulInteger", 10, None),
+        (
+            ("A", "T1", False),
+            ("B", "T2", False),
+            ("a_zero_point", "T1", True),
+            ("b_zero_point", "T2", True),
+        ),
+        (("Y", "T3", False),),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": frozenset({DT.INT32})},
+        (("input", "A", None, "a_zero_point"), ("weight", "B", None, "b_zero_point", -1)),
+        dynamic=True,
+        refusal="its int32 output has no scale: only ONNX Runtime's dynamic pattern "
+        "(DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul by a_scale * b_scale) "
+        "becomes DequantizeLinear -> MatMul",
+    ),
+    _qop(
+        ("", "DynamicQuantizeLinear", 11, None),
+        (("x", "T1", False),),
+        (("y", "T2", False), ("y_scale", FLOAT_, False), ("y_zero_point", "T2", False)),
+        {"T1": _F32, "T2": frozenset({DT.UINT8})},
+        (("output", *_Y),),
+        dynamic=True,
+        refusal="it is the QuantizeLinear of dynamic Q/DQ (ai.onnx): it stays",
+    ),
     _conv(MS_DOMAIN, {"channels_last": (INT, 0)}),
     _binary("QLinearAdd", "Add"),
     _binary("QLinearMul", "Mul"),
-    _unary("QLinearSigmoid", ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"),
-           "Sigmoid", slot_needed=frozenset({"Y_zero_point"})),
-    _unary("QLinearLeakyRelu",
-           ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"), "LeakyRelu",
-           attrs={"alpha": (_FLT, 0.01)}, slot_needed=frozenset({"Y_zero_point"})),
-    _unary("QLinearAveragePool", _XY, "AveragePool", attrs=_POOL_ATTRS,
-           required=frozenset({"kernel_shape"}), empty_optional_refused=True),
-    _unary("QLinearGlobalAveragePool", _XY, "GlobalAveragePool",
-           attrs={"channels_last": (INT, 0)}, zero_points_optional=(False, False)),
-    _qop((MS_DOMAIN, "QLinearConcat", 1, None),
-         (("Y_scale", "TF", False), ("Y_zero_point", "T8", False), ("inputs", "TV", False)),
-         (("Y", "T8", False),), {"TF": _F32, "T8": _I8_U8, "TV": _I8_U8 | _F32},
-         (("output", "Y", "Y_scale", "Y_zero_point"),), attrs={"axis": (INT, None)},
-         required=frozenset({"axis"}), float_op="Concat", variadic=True),
-    _unary("QLinearSoftmax", ("X", "X_scale", "x_zero_point", "y_scale", "y_zero_point", "Y"),
-           "Softmax", attrs={"axis": (INT, -1), "opset": (INT, None)},
-           required=frozenset({"opset"}), zero_points_optional=(True, False)),
-    _qop((MS_DOMAIN, "QLinearWhere", 1, None),
-         (("condition", "B", False), ("X", "T", False), ("x_scale", "TF", False),
-          ("x_zero_point", "T", False), ("Y", "T", False), ("y_scale", "TF", False),
-          ("y_zero_point", "T", False), ("z_scale", "TF", False),
-          ("z_zero_point", "T", False)), (("Z", "T", False),),
-         {"B": frozenset({DT.BOOL}), "TF": _F32, "T": _I8_U8},
-         (("input", "X", "x_scale", "x_zero_point"), ("input", "Y", "y_scale", "y_zero_point"),
-          ("output", "Z", "z_scale", "z_zero_point")), float_op="Where"),
-    _unary("QLinearReduceMean",
-           ("data", "data_scale", "data_zero_point", "reduced_scale", "reduced_zero_point",
-            "reduced"), "ReduceMean",
-           attrs={"axes": (_INTS, None), "keepdims": (INT, None)},
-           required=frozenset({"axes", "keepdims"}), empty_optional_refused=True),
-    _qop((MS_DOMAIN, "QGemm", 1, None),
-         (("A", "TA", False), ("a_scale", "T", False), ("a_zero_point", "TA", False),
-          ("B", "TB", False), ("b_scale", "T", False), ("b_zero_point", "TB", False),
-          ("C", "TC", True), ("y_scale", "T", True), ("y_zero_point", "TYZ", True)),
-         (("Y", "TY", False),),
-         {"T": _F32, "TA": _I8_U8, "TB": _I8_U8, "TC": frozenset({DT.INT32}), "TYZ": _I8_U8,
-          "TY": _I8_U8 | _F32},
-         (("input", "A", "a_scale", "a_zero_point"),
-          ("weight", "B", "b_scale", "b_zero_point", 1, ("transB", 0)),
-          ("output", "Y", "y_scale", "y_zero_point")),
-         attrs={"alpha": (_FLT, 1.0), "transA": (INT, 0), "transB": (INT, 0)},
-         float_op="Gemm"),
-    _qop((MS_DOMAIN, "DynamicQuantizeMatMul", 1, None),
-         (("A", "T1", False), ("B", "T2", False), ("b_scale", "T1", False),
-          ("b_zero_point", "T2", True), ("bias", "T1", True)), (("Y", "T1", False),),
-         {"T1": _F32, "T2": _I8_U8}, (("weight", "B", "b_scale", "b_zero_point", -1),),
-         dynamic=True, float_op="MatMul"),
-    _qop((MS_DOMAIN, "MatMulIntegerToFloat", 1, None),
-         (("A", "T1", False), ("B", "T2", False), ("a_scale", "T3", False),
-          ("b_scale", "T3", False), ("a_zero_point", "T1", True), ("b_zero_point", "T2", True),
-          ("bias", "T3", True)), (("Y", "T3", False),),
-         {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT},
-         (("input", "A", "a_scale", "a_zero_point"),
-          ("weight", "B", "b_scale", "b_zero_point", -1)), float_op="MatMul"),
-    _qop((MS_DOMAIN, "QAttention", 1, None),
-         (("input", "T1", False), ("weight", "T2", False), ("bias", "T3", False),
-          ("input_scale", "T3", False), ("weight_scale", "T3", False),
-          ("mask_index", "T4", True), ("input_zero_point", "T1", True),
-          ("weight_zero_point", "T2", True), ("past", "T3", True)),
-         (("output", "T3", False), ("present", "T3", True)),
-         {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT, "T4": frozenset({DT.INT32})},
-         (("input", "input", "input_scale", "input_zero_point"),
-          ("weight", "weight", "weight_scale", "weight_zero_point", -1)),
-         attrs={"do_rotary": (INT, 0), "mask_filter_value": (_FLT, -10000.0),
-                "num_heads": (INT, None), "past_present_share_buffer": (INT, 0),
-                "scale": (_FLT, 0.0), "unidirectional": (INT, 0)},
-         required=frozenset({"num_heads"}),
-         refusal="ai.onnx has no Attention operator below opset 23 to put between "
-         "DequantizeLinear and QuantizeLinear"),
-)  # fmt: skip
+    _unary(
+        "QLinearSigmoid",
+        ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"),
+        "Sigmoid",
+        slot_needed=frozenset({"Y_zero_point"}),
+    ),
+    _unary(
+        "QLinearLeakyRelu",
+        ("X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point", "Y"),
+        "LeakyRelu",
+        attrs={"alpha": (_FLT, 0.01)},
+        slot_needed=frozenset({"Y_zero_point"}),
+    ),
+    _unary(
+        "QLinearAveragePool",
+        _XY,
+        "AveragePool",
+        attrs=_POOL_ATTRS,
+        required=frozenset({"kernel_shape"}),
+        empty_optional_refused=True,
+    ),
+    _unary(
+        "QLinearGlobalAveragePool",
+        _XY,
+        "GlobalAveragePool",
+        attrs={"channels_last": (INT, 0)},
+        zero_points_optional=(False, False),
+    ),
+    _qop(
+        (MS_DOMAIN, "QLinearConcat", 1, None),
+        (("Y_scale", "TF", False), ("Y_zero_point", "T8", False), ("inputs", "TV", False)),
+        (("Y", "T8", False),),
+        {"TF": _F32, "T8": _I8_U8, "TV": _I8_U8 | _F32},
+        (("output", "Y", "Y_scale", "Y_zero_point"),),
+        attrs={"axis": (INT, None)},
+        required=frozenset({"axis"}),
+        float_op="Concat",
+        variadic=True,
+    ),
+    _unary(
+        "QLinearSoftmax",
+        ("X", "X_scale", "x_zero_point", "y_scale", "y_zero_point", "Y"),
+        "Softmax",
+        attrs={"axis": (INT, -1), "opset": (INT, None)},
+        required=frozenset({"opset"}),
+        zero_points_optional=(True, False),
+    ),
+    _qop(
+        (MS_DOMAIN, "QLinearWhere", 1, None),
+        (
+            ("condition", "B", False),
+            ("X", "T", False),
+            ("x_scale", "TF", False),
+            ("x_zero_point", "T", False),
+            ("Y", "T", False),
+            ("y_scale", "TF", False),
+            ("y_zero_point", "T", False),
+            ("z_scale", "TF", False),
+            ("z_zero_point", "T", False),
+        ),
+        (("Z", "T", False),),
+        {"B": frozenset({DT.BOOL}), "TF": _F32, "T": _I8_U8},
+        (
+            ("input", "X", "x_scale", "x_zero_point"),
+            ("input", "Y", "y_scale", "y_zero_point"),
+            ("output", "Z", "z_scale", "z_zero_point"),
+        ),
+        float_op="Where",
+    ),
+    _unary(
+        "QLinearReduceMean",
+        ("data", "data_scale", "data_zero_point", "reduced_scale", "reduced_zero_point", "reduced"),
+        "ReduceMean",
+        attrs={"axes": (_INTS, None), "keepdims": (INT, None)},
+        required=frozenset({"axes", "keepdims"}),
+        empty_optional_refused=True,
+    ),
+    _qop(
+        (MS_DOMAIN, "QGemm", 1, None),
+        (
+            ("A", "TA", False),
+            ("a_scale", "T", False),
+            ("a_zero_point", "TA", False),
+            ("B", "TB", False),
+            ("b_scale", "T", False),
+            ("b_zero_point", "TB", False),
+            ("C", "TC", True),
+            ("y_scale", "T", True),
+            ("y_zero_point", "TYZ", True),
+        ),
+        (("Y", "TY", False),),
+        {
+            "T": _F32,
+            "TA": _I8_U8,
+            "TB": _I8_U8,
+            "TC": frozenset({DT.INT32}),
+            "TYZ": _I8_U8,
+            "TY": _I8_U8 | _F32,
+        },
+        (
+            ("input", "A", "a_scale", "a_zero_point"),
+            ("weight", "B", "b_scale", "b_zero_point", 1, ("transB", 0)),
+            ("output", "Y", "y_scale", "y_zero_point"),
+        ),
+        attrs={"alpha": (_FLT, 1.0), "transA": (INT, 0), "transB": (INT, 0)},
+        float_op="Gemm",
+    ),
+    _qop(
+        (MS_DOMAIN, "DynamicQuantizeMatMul", 1, None),
+        (
+            ("A", "T1", False),
+            ("B", "T2", False),
+            ("b_scale", "T1", False),
+            ("b_zero_point", "T2", True),
+            ("bias", "T1", True),
+        ),
+        (("Y", "T1", False),),
+        {"T1": _F32, "T2": _I8_U8},
+        (("weight", "B", "b_scale", "b_zero_point", -1),),
+        dynamic=True,
+        float_op="MatMul",
+    ),
+    _qop(
+        (MS_DOMAIN, "MatMulIntegerToFloat", 1, None),
+        (
+            ("A", "T1", False),
+            ("B", "T2", False),
+            ("a_scale", "T3", False),
+            ("b_scale", "T3", False),
+            ("a_zero_point", "T1", True),
+            ("b_zero_point", "T2", True),
+            ("bias", "T3", True),
+        ),
+        (("Y", "T3", False),),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT},
+        (("input", "A", "a_scale", "a_zero_point"), ("weight", "B", "b_scale", "b_zero_point", -1)),
+        float_op="MatMul",
+    ),
+    _qop(
+        (MS_DOMAIN, "QAttention", 1, None),
+        (
+            ("input", "T1", False),
+            ("weight", "T2", False),
+            ("bias", "T3", False),
+            ("input_scale", "T3", False),
+            ("weight_scale", "T3", False),
+            ("mask_index", "T4", True),
+            ("input_zero_point", "T1", True),
+            ("weight_zero_point", "T2", True),
+            ("past", "T3", True),
+        ),
+        (("output", "T3", False), ("present", "T3", True)),
+        {"T1": _I8_U8, "T2": _I8_U8, "T3": _MS_FLOAT, "T4": frozenset({DT.INT32})},
+        (
+            ("input", "input", "input_scale", "input_zero_point"),
+            ("weight", "weight", "weight_scale", "weight_zero_point", -1),
+        ),
+        attrs={
+            "do_rotary": (INT, 0),
+            "mask_filter_value": (_FLT, -10000.0),
+            "num_heads": (INT, None),
+            "past_present_share_buffer": (INT, 0),
+            "scale": (_FLT, 0.0),
+            "unidirectional": (INT, 0),
+        },
+        required=frozenset({"num_heads"}),
+        refusal="ai.onnx has no Attention operator below opset 23 to put between "
+        "DequantizeLinear and QuantizeLinear",
+    ),
+)
 
 #: Quantized operators qlrewrite recognises but neither checks nor converts, with why.
 QUANTIZED_LEFT_ALONE: Mapping[tuple[str, str], str] = {
     **dict.fromkeys(
-        ((MS_DOMAIN, op) for op in ("QOrderedMatMul", "QOrderedAttention",
-         "QOrderedLayerNormalization", "QOrderedGelu", "QOrderedLongformerAttention",
-         "QuantizeWithOrder", "DequantizeWithOrder")),
-        "ONNX Runtime's CUDA-only ordered int8 operators (COL32 layouts); no ai.onnx form"),
-    (MS_DOMAIN, "QEmbedLayerNormalization"):
-        "a fused embedding + layer normalization with quantized tables; no ai.onnx form",
+        (
+            (MS_DOMAIN, op)
+            for op in (
+                "QOrderedMatMul",
+                "QOrderedAttention",
+                "QOrderedLayerNormalization",
+                "QOrderedGelu",
+                "QOrderedLongformerAttention",
+                "QuantizeWithOrder",
+                "DequantizeWithOrder",
+            )
+        ),
+        "ONNX Runtime's CUDA-only ordered int8 operators (COL32 layouts); no ai.onnx form",
+    ),
+    (
+        MS_DOMAIN,
+        "QEmbedLayerNormalization",
+    ): "a fused embedding + layer normalization with quantized tables; no ai.onnx form",
     (MS_DOMAIN, "DynamicQuantizeLSTM"): "a fused LSTM quantizing at run time; no ai.onnx form",
     (MS_DOMAIN, "MatMulInteger16"): "16-bit integer MatMul without scales; no ai.onnx form",
     (MS_DOMAIN, "MulInteger"): "an integer Mul without output scale; no ai.onnx form",
@@ -712,51 +917,128 @@ QUANTIZED_LEFT_ALONE: Mapping[tuple[str, str], str] = {
     (MS_DOMAIN, "QMoE"): "a fused mixture of experts with quantized weights; no ai.onnx form",
     (MS_DOMAIN, "MatMulBlockQuantizedFp8Weight"): "a fused float8 weight-only MatMul",
     (MS_DOMAIN, "MatMulBlockQuantizedFp4Weight"): "a fused float4 weight-only MatMul",
-}  # fmt: skip
+}
 
 
 #: Every row, per (domain, op_type) in ascending since_version.
-TABLE: tuple[OpVersion | WeightOnlyVersion | QOperatorVersion, ...] = (
+#: A row of the table: one operator version of one kind of quantized node.
+Row = OpVersion | WeightOnlyVersion | QOperatorVersion
+
+TABLE: tuple[Row, ...] = (
     # ai.onnx DequantizeLinear
-    _dq(10, 12, (), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",),
-        granularities=_GRAN_TENSOR, scalar_only=True),
+    _dq(
+        10,
+        12,
+        (),
+        x=_Q10,
+        scale=_F32,
+        output_types=_F32,
+        output_from=("FLOAT",),
+        granularities=_GRAN_TENSOR,
+        scalar_only=True,
+    ),
     _dq(13, 18, (_AXIS,), x=_Q10, scale=_F32, output_types=_F32, output_from=("FLOAT",)),
     _dq(19, 20, (_AXIS,), x=_Q19, scale=FLOAT_TYPES, output_from=_FROM_SCALE),
     _dq(21, 22, (_AXIS, _BLOCK), x=_Q21, scale=FLOAT_TYPES, output_from=_FROM_SCALE),
     _dq(23, 23, _DQ_23, x=_Q23, scale=FLOAT_TYPES, output_from=_FROM_DTYPE),
-    _dq(24, 24, _DQ_23, x=_Q23, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
-        scale_needs_output_dtype=_E8M0),
-    _dq(25, 27, _DQ_23, x=_Q25, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
-        scale_needs_output_dtype=_E8M0),
-    _dq(28, None, _DQ_23, x=_Q28, scale=FLOAT_TYPES | _E8M0, output_from=_FROM_DTYPE,
-        scale_needs_output_dtype=_E8M0),
+    _dq(
+        24,
+        24,
+        _DQ_23,
+        x=_Q23,
+        scale=FLOAT_TYPES | _E8M0,
+        output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0,
+    ),
+    _dq(
+        25,
+        27,
+        _DQ_23,
+        x=_Q25,
+        scale=FLOAT_TYPES | _E8M0,
+        output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0,
+    ),
+    _dq(
+        28,
+        None,
+        _DQ_23,
+        x=_Q28,
+        scale=FLOAT_TYPES | _E8M0,
+        output_from=_FROM_DTYPE,
+        scale_needs_output_dtype=_E8M0,
+    ),
     # ai.onnx QuantizeLinear
-    _q(10, 12, (), x=_F32_I32, scale=_F32, y=_Q10, output_from=_FROM_ZP,
-       granularities=_GRAN_TENSOR, scalar_only=True),
+    _q(
+        10,
+        12,
+        (),
+        x=_F32_I32,
+        scale=_F32,
+        y=_Q10,
+        output_from=_FROM_ZP,
+        granularities=_GRAN_TENSOR,
+        scalar_only=True,
+    ),
     _q(13, 18, (_AXIS,), x=_F32_I32, scale=_F32, y=_Q10, output_from=_FROM_ZP),
-    _q(19, 20, (_AXIS, _SATURATE), x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q19,
-       output_from=_FROM_ZP, scale_matches_x=True),
-    _q(21, 22, (_AXIS, _SATURATE, _BLOCK, _OUT_DTYPE), x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q21,
-       scale_matches_x=True),
+    _q(
+        19,
+        20,
+        (_AXIS, _SATURATE),
+        x=_FLOAT_I32,
+        scale=_FLOAT_I32,
+        y=_Q19,
+        output_from=_FROM_ZP,
+        scale_matches_x=True,
+    ),
+    _q(
+        21,
+        22,
+        (_AXIS, _SATURATE, _BLOCK, _OUT_DTYPE),
+        x=_FLOAT_I32,
+        scale=_FLOAT_I32,
+        y=_Q21,
+        scale_matches_x=True,
+    ),
     _q(23, 23, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32, y=_Q23),
     _q(24, 24, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q23),
     _q(25, 27, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q25),
     _q(28, None, _Q_23, x=_FLOAT_I32, scale=_FLOAT_I32 | _E8M0, y=_Q28),
     # com.microsoft (ONNX Runtime contrib ops). axis has no default in the schema text
     # (absent: per-tensor), but ORT's kernel applies axis 1 to a 1-D scale.
-    OpVersion(MS_DOMAIN, "DequantizeLinear", 1, None, _ints(("axis", None)),
-              x_types=_MS_Q | {DT.INT32}, scale_types=_MS_FLOAT,
-              zero_point_types=_MS_Q | {DT.INT32}, output_types=_MS_FLOAT,
-              output_from=_FROM_SCALE, granularities=_GRAN_AXIS),
-    OpVersion(MS_DOMAIN, "QuantizeLinear", 1, None, _ints(("axis", None)), x_types=_MS_FLOAT,
-              scale_types=_MS_FLOAT, zero_point_types=_MS_Q, output_types=_MS_Q,
-              output_from=_FROM_ZP, granularities=_GRAN_AXIS, scale_matches_x=True),
+    OpVersion(
+        MS_DOMAIN,
+        "DequantizeLinear",
+        1,
+        None,
+        _ints(("axis", None)),
+        x_types=_MS_Q | {DT.INT32},
+        scale_types=_MS_FLOAT,
+        zero_point_types=_MS_Q | {DT.INT32},
+        output_types=_MS_FLOAT,
+        output_from=_FROM_SCALE,
+        granularities=_GRAN_AXIS,
+    ),
+    OpVersion(
+        MS_DOMAIN,
+        "QuantizeLinear",
+        1,
+        None,
+        _ints(("axis", None)),
+        x_types=_MS_FLOAT,
+        scale_types=_MS_FLOAT,
+        zero_point_types=_MS_Q,
+        output_types=_MS_Q,
+        output_from=_FROM_ZP,
+        granularities=_GRAN_AXIS,
+        scale_matches_x=True,
+    ),
     MATMUL_NBITS_1,
     GATHER_BLOCK_QUANTIZED_1,
     *QOPERATOR_ROWS,
-)  # fmt: skip
+)
 
-_BY_OP: dict[tuple[str, str], list[OpVersion | WeightOnlyVersion | QOperatorVersion]] = {}
+_BY_OP: dict[tuple[str, str], list[Row]] = {}
 for _row in TABLE:
     _BY_OP.setdefault((_row.domain, _row.op_type), []).append(_row)
 
@@ -766,9 +1048,10 @@ def normalize_domain(domain: str) -> str:
     return "" if domain in ONNX_DOMAINS else domain
 
 
-def versions(domain: str, op_type: str) -> list[Any]:
+def versions(domain: str, op_type: str) -> list[Row]:
     """Every row of ``op_type`` in ``domain`` ('' or 'ai.onnx' for ONNX), oldest first:
-    :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops."""
+    :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops,
+    :class:`QOperatorVersion` for the QOperator ones."""
     return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
 
 
@@ -787,7 +1070,7 @@ def qoperator(domain: str, op_type: str, imported: int | None) -> QOperatorVersi
 
 
 @functools.cache  # once per (domain, op, opset), not per node
-def lookup(domain: str, op_type: str, imported: int | None) -> Any:
+def lookup(domain: str, op_type: str, imported: int | None) -> Row | None:
     """The version in force when the model imports opset ``imported`` of ``domain``.
 
     None when the domain is not imported or has no version of the op at that opset

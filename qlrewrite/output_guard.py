@@ -11,6 +11,9 @@
   one file, compared the same way.
 - :func:`is_special`: a FIFO, a device or a socket, which a report is streamed into and
   never replaced (``-o /dev/null``, ``-o /dev/stdout``).
+- :func:`destination`: where an output really goes: a stream (a special file, or a path
+  whose links lead through ``/proc/*/fd``, ``/dev/fd`` or ``/dev/std*``), a link to a
+  file, or a file; never a link renamed over.
 - :class:`Snapshot`: the identity of the files a model was read from, to tell before an
   in-place commit that another run replaced them meanwhile.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -26,8 +30,10 @@ from pathlib import Path
 from qlrewrite.errors import InputError, Refusal
 
 __all__ = [
+    "Destination",
     "Output",
     "Snapshot",
+    "destination",
     "is_special",
     "output_key",
     "refuse_colliding",
@@ -43,6 +49,72 @@ def is_special(path: str | os.PathLike) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+#: A path that names an open descriptor: ``/proc/<pid>/fd/N`` (also ``self``,
+#: ``thread-self``, ``task/<tid>``), ``/dev/fd/N``, ``/dev/stdin|stdout|stderr``.
+_FD_ALIAS = re.compile(
+    r"/(?:dev/fd|proc/(?P<pid>self|thread-self|\d+)(?:/task/\d+)?/fd)/(?P<fd>\d+)"
+    r"|/dev/std(?P<std>in|out|err)"
+)
+#: Links followed at most in a chain (the kernel's limit).
+_MAX_LINKS = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class Destination:
+    """Where an output given as ``given`` goes.
+
+    ``stream``: written into, never replaced (a FIFO, device or socket, or a path that
+    names a descriptor); ``fd``: this process's descriptor it names, written directly
+    (``/dev/stdout`` is fd 1), else None. ``link``: ``given`` is a link to a file (not a
+    stream), ``path`` the file it leads to (None: it leads nowhere). Otherwise ``path``
+    is ``given``."""
+
+    given: Path
+    path: Path | None
+    stream: bool = False
+    fd: int | None = None
+    link: bool = False
+
+
+def _chain(path: Path) -> list[str]:
+    """``path`` and every path its links lead to, absolute, each also with its folder's
+    links resolved (``x/1`` where ``x`` links to ``/proc/self/fd``)."""
+    current, seen = os.path.abspath(path), []
+    for _ in range(_MAX_LINKS):
+        folder = os.path.realpath(os.path.dirname(current))
+        seen += [current, os.path.join(folder, os.path.basename(current))]
+        try:
+            current = os.path.join(os.path.dirname(current), os.readlink(current))
+        except OSError:
+            break
+    return seen
+
+
+def _fd_of(match: re.Match[str]) -> int | None:
+    """The descriptor of this process a matched alias names (None: another process's)."""
+    if match["std"]:
+        return ("in", "out", "err").index(match["std"])
+    pid = match["pid"]
+    if pid in (None, "self", "thread-self") or int(pid) == os.getpid():
+        return int(match["fd"])
+    return None
+
+
+def destination(path: str | os.PathLike) -> Destination:
+    """How an output at ``path`` is written (see :class:`Destination`)."""
+    given = Path(path)
+    for hop in _chain(given):
+        match = _FD_ALIAS.fullmatch(hop)
+        if match is not None:
+            return Destination(given, given, stream=True, fd=_fd_of(match))
+    if is_special(given):
+        return Destination(given, given, stream=True)
+    if given.is_symlink():
+        target = Path(os.path.realpath(given))
+        return Destination(given, target if target.exists() else None, link=True)
+    return Destination(given, given)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -26,20 +26,24 @@ import onnx_ir as ir
 from qlrewrite import atomic, model_io, output_guard, tensors
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
-from qlrewrite.findings import Report
+from qlrewrite.findings import Finding, Report
 from qlrewrite.output_guard import Snapshot
+from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.qoperator_to_qdq import measured_bound
-from qlrewrite.passes.results import QOperatorResult, RepairsFindings, RewritePassResult
-from qlrewrite.qdq.inference import Inference, forget, share
+from qlrewrite.passes.results import (
+    ConvertsCustomOps,
+    QOperatorResult,
+    RepairsFindings,
+    RewritePassResult,
+)
+from qlrewrite.qdq.inference import Inference
 from qlrewrite.source import source_of
 from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
 from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
-    forget_unchanged,
-    share_unchanged,
     weightless_from_source,
     weightless_proto,
 )
@@ -47,21 +51,29 @@ from qlrewrite.weightless import (
 __all__ = [
     "FindingsRefusal",
     "RewriteResult",
+    "Rewritten",
     "default_output",
     "model_output",
     "resolve_output",
     "rewrite",
+    "rewrite_model",
     "unrepaired",
     "with_implied_imports",
 ]
 
 
 class FindingsRefusal(Refusal):
-    """Refused because a model (input or rewritten) has error findings."""
+    """Refused because a model (input or rewritten) has error findings: ``.findings``
+    are they, ``.report`` the whole check."""
 
     def __init__(self, message: str, report: Report) -> None:
         super().__init__(message)
         self.report = report
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The error findings that refused the model."""
+        return list(self.report.errors)
 
 
 @dataclasses.dataclass
@@ -165,32 +177,70 @@ def rewrite(
     started = time.perf_counter()
     input_path = Path(input_path)
     target = resolve_output(input_path, Path(output) if output else None, in_place, command)
+    model, reads, snapshot = _load_input(input_path, target, in_place)
+    with contextlib.ExitStack() as stack:
+        pending = _pending_report(stack, report_path, reads, target)
+        run = _Run(
+            command,
+            input_path,
+            target,
+            dry_run,
+            external_data,
+            max_size,
+            verify,
+            on_tensor_saved,
+            [] if in_place else reads,
+            pending,
+            snapshot,
+            started,
+            only_if_repaired,
+        )
+        result = _rewrite_guarded(model, passes, run)
+        if pending is not None:
+            pending.commit()
+    return result
+
+
+def _load_input(
+    input_path: Path, target: Path, in_place: bool
+) -> tuple[ir.Model, list[Path], Snapshot]:
+    """The input model, the files it reads, and their snapshot (the model file's taken
+    before reading it); refused when unwritable or when the output would overwrite it."""
     as_read = Snapshot.of([Path(os.path.realpath(input_path))])  # before reading it
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     reads = model_io.files_read(model)
     _refuse_overwriting_input(reads, target, in_place)
-    snapshot = Snapshot.of(reads, earlier=as_read)
-    with contextlib.ExitStack() as stack:
-        pending = None
-        if report_path is not None:
-            report_path = Path(report_path)
-            _refuse_report_path(report_path, reads, target)
-            pending = stack.enter_context(atomic.PendingFile(report_path))
-        keep = [] if in_place else reads
-        run = _Run(command, input_path, target, dry_run, external_data, max_size, verify,
-                   on_tensor_saved, keep, pending, snapshot, started, only_if_repaired)  # fmt: skip
-        try:
-            result = _rewrite_loaded(model, passes, run)
-        except Exception:  # lazily read data vanishes when another run commits
-            if snapshot.changed() is None:
-                raise
-            snapshot.refuse_if_changed(input_path)
+    return model, reads, Snapshot.of(reads, earlier=as_read)
+
+
+def _pending_report(
+    stack: contextlib.ExitStack,
+    report_path: str | Path | None,
+    reads: Sequence[Path],
+    target: Path,
+) -> atomic.PendingFile | None:
+    """The staged ``--report`` file (None without one), refused up front if it names a
+    file the input reads, the output or its data file."""
+    if report_path is None:
+        return None
+    _refuse_report_path(Path(report_path), reads, target)
+    return stack.enter_context(atomic.PendingFile(Path(report_path)))
+
+
+def _rewrite_guarded(
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], run: _Run
+) -> RewriteResult:
+    """:func:`_rewrite_loaded`, with a failure while another run replaced the input (its
+    lazily read data vanished) said as that."""
+    try:
+        return _rewrite_loaded(model, passes, run)
+    except Exception:
+        if run.snapshot.changed() is None:
             raise
-        if pending is not None:
-            pending.commit()
-    return result
+        run.snapshot.refuse_if_changed(run.input_path)
+        raise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,14 +286,12 @@ def _rewrite_loaded(
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = _verifier(input_path, model, verify)
-    unchanged, notes = _check_input(model, input_path, passes, command)
     bytes_before = tensors.initializer_bytes(model)
     # decided on the input: a pass may replace every external tensor
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
-    passes = with_implied_imports(model, passes)
-    out = _rewritten(model, passes, input_path, unchanged, verifier)
-    model, results, serialized, checker_warnings = out
+    out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
+    model, results, serialized, checker_warnings, notes, passes = out
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -275,49 +323,74 @@ def _rewrite_loaded(
         if pending is not None and writes:
             pending.write(_json(result().to_json()))  # staged: moved in after the output
 
-    save = functools.partial(model_io.save, model, external_data=external_data,
-                             before_commit=before_commit, weightless=serialized)  # fmt: skip
-    if writes:
-        save(target, callback=run.on_tensor_saved, keep=run.keep,
-             unchanged=lambda: run.snapshot.refuse_if_changed(input_path))  # fmt: skip
-    elif verifier is not None:
-        _save_to_temporary(save, target.name)
+    save = functools.partial(
+        model_io.save,
+        model,
+        external_data=external_data,
+        before_commit=before_commit,
+        weightless=serialized,
+    )
+    _write_or_stage(run, save, writes=writes, verifying=verifier is not None)
     done = result()
     if pending is not None and not writes:
         pending.write(_json(done.to_json()))
     return done
 
 
-class _Rewritten(NamedTuple):
+def _write_or_stage(
+    run: _Run, save: Callable[..., object], *, writes: bool, verifying: bool
+) -> None:
+    """Write the output; or, not writing but verifying, save it to a temporary folder
+    (the verification runs on it before that folder goes)."""
+    if writes:
+        save(
+            run.target,
+            callback=run.on_tensor_saved,
+            keep=run.keep,
+            unchanged=lambda: run.snapshot.refuse_if_changed(run.input_path),
+        )
+    elif verifying:
+        _save_to_temporary(save, run.target.name)
+
+
+class Rewritten(NamedTuple):
+    """A checked rewrite (:func:`rewrite_model`)."""
+
     model: ir.Model
     results: list[ir.passes.PassResult]
     serialized: onnx.ModelProto  # weightless_proto(model): checked, then saved from
     warnings: list[str]  # of the output check
+    notes: list[str]  # what the command leaves as it was
+    passes: list[ir.passes.PassBase]  # as run (the implied imports' pass first, if added)
 
 
-def _rewritten(
+def rewrite_model(
     model: ir.Model,
     passes: Sequence[ir.passes.PassBase],
-    input_path: Path,
-    unchanged: onnx.ModelProto | None,
-    verifier: Verifier | None,
-) -> _Rewritten:
-    """Run ``passes`` on ``model`` and validate the output (serialized once, weights
-    left out: the save writes from the same proto)."""
-    original = model
-    runtime_ops = runtime_only_ops(model)
-    try:
-        model, results = run_passes(model, passes)
-    finally:
-        forget(original)
+    *,
+    command: str,
+    source: Path | None = None,
+    verifier: Verifier | None = None,
+) -> Rewritten:
+    """What every rewrite does between reading and writing, for the command line and the
+    Python API alike: refuse an input with error findings no pass repairs
+    (:class:`FindingsRefusal`) or another producer's custom quantization, run ``passes``
+    (after the imports ONNX Runtime implies), and refuse an output that ONNX's checker or
+    our check rejects (serialized once, weights left out: the save writes from the same
+    proto). ``source``: the input's path, for messages (None: "model")."""
+    context, notes = _check_input(model, source, passes, command)
+    passes = with_implied_imports(model, passes)
+    unchanged = context.unchanged  # the input as read: names the cause of a checker error
+    runtime_ops = runtime_only_ops(context.model)
+    model, results = run_passes(context.model, passes, context)
     if verifier is not None:
         verifier.expect_differences(results)
         _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
-        model, input_path, unchanged, runtime_ops=runtime_ops, weightless=serialized
+        model, source, unchanged, runtime_ops=runtime_ops, weightless=serialized
     )
-    return _Rewritten(model, results, serialized, warnings)
+    return Rewritten(model, results, serialized, warnings, notes, passes)
 
 
 def _expect_measured(
@@ -340,35 +413,39 @@ def _save_to_temporary(save: Callable[[Path], None], name: str) -> None:
 
 
 def _check_input(
-    model: ir.Model, input_path: Path, passes: Sequence[ir.passes.PassBase], command: str
-) -> tuple[onnx.ModelProto | None, list[str]]:
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase], command: str
+) -> tuple[RunContext, list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
-    an error finding no pass repairs); return its weight-free proto (as read) and the
-    notes on what the command leaves alone. The input's inference is offered to the
-    passes (:func:`~qlrewrite.qdq.inference.share`): it runs once per run."""
-    _refuse_custom_quant(model, input_path)
+    an error finding no pass repairs); return the run's context (the input's inference
+    and weight-free proto as read, handed to the passes: each is made once per run) and
+    the notes on what the command leaves alone."""
+    _refuse_custom_quant(model, input_path, passes)
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
     report = unrepaired(_check(model, input_path, inference), passes)
-    share(model, inference)
-    share_unchanged(model, unchanged)  # for the first pass (upgrade), which sees it as read
     if report.errors:
+        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
         raise FindingsRefusal(
-            f"{input_path}: {len(report.errors)} error finding(s); nothing written "
-            "(run `qlrewrite check` for details)",
+            f"{input_path or 'model'}: {len(report.errors)} error finding(s); nothing "
+            f"written ({codes}: run `qlrewrite check` for details)",
             report,
         )
-    return unchanged, _not_looked_at(report, model, command)
+    return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
 
 
-def _refuse_custom_quant(model: ir.Model, input_path: Path) -> None:
-    """Refuse a model with another producer's custom quantization operators."""
-    if groups := custom_quant_groups(model):
+def _refuse_custom_quant(
+    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase]
+) -> None:
+    """Refuse a model with another producer's custom quantization operators that no pass
+    of the run converts."""
+    converted = {pair for p in passes if isinstance(p, ConvertsCustomOps) for pair in p.custom_ops}
+    groups = [g for g in custom_quant_groups(model) if (g.domain, g.op_type) not in converted]
+    if groups:
         raise Refusal(
-            f"{input_path}: {describe(groups)}: custom operators that ONNX Runtime runs only "
-            "with the producer's custom-op library; qlrewrite rewrites standard "
+            f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "
+            "runs only with the producer's custom-op library; qlrewrite rewrites standard "
             "QuantizeLinear / DequantizeLinear only; nothing written"
         )
 
@@ -390,10 +467,18 @@ def _report_refused(
 ) -> None:
     """The ``--report`` of a run that --verify refused: why nothing was written."""
     if pending is not None:
-        pending.write(_json({
-            "version": 1, "command": command, "input": str(input_path),
-            "written": False, "error": str(exc), "verify": exc.verification.to_json(),
-        }))  # fmt: skip
+        pending.write(
+            _json(
+                {
+                    "version": 1,
+                    "command": command,
+                    "input": str(input_path),
+                    "written": False,
+                    "error": str(exc),
+                    "verify": exc.verification.to_json(),
+                }
+            )
+        )
         pending.commit()
 
 
@@ -470,18 +555,24 @@ def _repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
 
 
 def run_passes(
-    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+    model: ir.Model,
+    passes: Sequence[ir.passes.PassBase],
+    context: RunContext | None = None,
 ) -> tuple[ir.Model, list[ir.passes.PassResult]]:
     """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
+    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (one for the
+    run when not given; its ``model`` must be ``model``), which follows the passes.
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
+    context = context if context is not None else RunContext.fresh(model)
+    if context.model is not model:
+        raise ValueError("the run context describes another model")
     results = []
     for rewrite_pass in passes:
         try:
-            result = rewrite_pass(model)
-            forget_unchanged(model)  # what was read no longer describes it
+            result = _run_one(rewrite_pass, context)
         except (ir.passes.PassError, ir.passes.InvariantError) as exc:
             cause: BaseException | None = exc
             while cause is not None and not isinstance(cause, QlrewriteError):
@@ -490,8 +581,16 @@ def run_passes(
                 raise
             raise cause from exc
         results.append(result)
-        model = result.model
-    return model, results
+        context.advance(rewrite_pass, result)
+    return context.model, results
+
+
+def _run_one(rewrite_pass: ir.passes.PassBase, context: RunContext) -> ir.passes.PassResult:
+    """``rewrite_pass`` on the context's model, handed the context if it reads one."""
+    if not isinstance(rewrite_pass, ContextPass):
+        return rewrite_pass(context.model)
+    with rewrite_pass.handed(context):
+        return rewrite_pass(context.model)
 
 
 def _summary(result: ir.passes.PassResult) -> dict[str, int]:

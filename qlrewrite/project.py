@@ -29,6 +29,7 @@ __all__ = [
     "default_jobs",
     "enabled_codes",
     "exit_code",
+    "runtime_targets",
     "strictness",
     "unused_suppressions",
 ]
@@ -42,6 +43,7 @@ class Selection:
     ignore: tuple[str, ...] = ()
     extend_select: tuple[str, ...] = ()
     strict: bool | None = None  # None: as the configuration says (default False)
+    target: tuple[str, ...] = ()  # --target: replaces the configuration's target
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +98,14 @@ def collect_models(
                 )
             elif not models:
                 where = _settings(every[0], config, isolated).path
-                found.append(Report(path=str(path), load_error=f"every .onnx file in the folder "
-                                    f"is excluded (exclude in {where})", folder=True))  # fmt: skip
+                found.append(
+                    Report(
+                        path=str(path),
+                        load_error=f"every .onnx file in the folder "
+                        f"is excluded (exclude in {where})",
+                        folder=True,
+                    )
+                )
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):
@@ -155,15 +163,26 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def runtime_targets(settings: Settings, selection: Selection) -> tuple[str, ...]:
+    """The ``--target`` specs a model is checked against: the command line's, else its
+    configuration's ``target``."""
+    return selection.target or settings.target
+
+
 def check_one(target: Target, selection: Selection, debug: bool = False) -> Report:
     """One model's finished report; a crash of the checker is that file's error, not the
     run's (``debug``: raise it)."""
     from qlrewrite.checker import check_path
+    from qlrewrite.targets.spec import parse_targets
 
     try:
         codes = enabled_codes(target.settings, selection, target.path)
+        runtimes = parse_targets(runtime_targets(target.settings, selection))
         return check_path(
-            target.path, codes=codes, per_node_ignores=target.settings.per_node_ignores
+            target.path,
+            codes=codes,
+            per_node_ignores=target.settings.per_node_ignores,
+            targets=runtimes,
         )
     except Exception as exc:  # a checker bug must not hide the other models' findings
         if debug:
@@ -381,13 +400,12 @@ def exit_code(
     return EXIT_OK
 
 
-def diff_exit_code(
-    reports: Sequence[Report], *, strict: Callable[[Report], bool], changed: bool
-) -> int:
-    """``check --diff`` keeps the exit codes of ``check``: an unreadable input is 2, a
-    remaining error finding or a change to make (or a refused fix) is 1."""
-    code = exit_code(reports, strict=strict)
-    return code if code == EXIT_INPUT else max(code, EXIT_FINDINGS if changed else EXIT_OK)
+def diff_exit_code(reports: Sequence[Report], *, changed: bool) -> int:
+    """``check --diff`` exits as ruff's: 1 when something would change (or a fix would be
+    refused), else 0 whatever findings remain; an unreadable input is 2."""
+    if any(r.load_error for r in reports):
+        return EXIT_INPUT
+    return EXIT_FINDINGS if changed else EXIT_OK
 
 
 def strictness(targets: Sequence[Target], selection: Selection) -> Callable[[Report], bool]:

@@ -28,6 +28,7 @@ __all__ = [
     "finding_line",
     "finding_lines",
     "group_findings",
+    "node_label",
     "node_where",
     "print_rule",
     "print_rules_table",
@@ -87,7 +88,7 @@ def _rules() -> Mapping[str, Rule]:
 # --------------------------------------------------------------------------- text
 
 
-def _node_label(finding: Finding) -> str:
+def node_label(finding: Finding) -> str:
     """The node's name, ``<op_type>`` for an unnamed node, "" for a tensor finding."""
     if finding.node:
         return finding.node
@@ -96,7 +97,7 @@ def _node_label(finding: Finding) -> str:
 
 def node_where(finding: Finding) -> str:
     """``graph/node`` (just the graph for a finding about a tensor)."""
-    label = _node_label(finding)
+    label = node_label(finding)
     return f"{finding.graph}/{label}" if label else finding.graph
 
 
@@ -128,14 +129,18 @@ class FindingGroup:
 
     def nodes(self, limit: int = GROUP_NODES) -> str:
         """``a, b, c, ...``: the first ``limit`` nodes after the first finding's."""
-        labels = [_node_label(f) or f.graph for f in self.findings[1:]]
+        labels = [node_label(f) or f.graph for f in self.findings[1:]]
         shown = ", ".join(labels[:limit])
         return shown + (", ..." if len(labels) > limit else "")
 
 
 def _pattern(finding: Finding) -> tuple[str, str, str, str]:
-    return (finding.rule, finding.severity, _NAMES.sub("#", finding.message),
-            _NAMES.sub("#", finding.hint))  # fmt: skip
+    return (
+        finding.rule,
+        finding.severity,
+        _NAMES.sub("#", finding.message),
+        _NAMES.sub("#", finding.hint),
+    )
 
 
 def group_findings(
@@ -299,7 +304,7 @@ def print_text_tables(
                 f.rule,
                 Text(f.severity, style=_SEVERITY_STYLE[f.severity]),
                 Text(f.graph),
-                Text(_node_label(f)),
+                Text(node_label(f)),
                 Text(f.message),
                 Text(f.hint),
             )

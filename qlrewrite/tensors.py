@@ -291,9 +291,9 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
     folder = os.path.abspath(folder)
     count = 0
     for slot in list(ir_tensor_slots(model, external_only=True)):
-        slot.replace([
-            _anchored(t, folder) if isinstance(t, ir.ExternalTensor) else t for t in slot.tensors
-        ])  # fmt: skip
+        slot.replace(
+            [_anchored(t, folder) if isinstance(t, ir.ExternalTensor) else t for t in slot.tensors]
+        )
         count += 1
     return count
 

@@ -31,6 +31,7 @@ __all__ = [
     "EXACT_BOUND",
     "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
+    "VERIFY_TIMEOUT",
     "Bound",
     "InputSpec",
     "OutputVerdict",
@@ -131,8 +132,13 @@ class Bound:
         for name, limit in other.per_output:
             per_output[name] = _looser(per_output.get(name), limit)
         unbounded = tuple(sorted({*self.unbounded, *other.unbounded}))
-        return Bound("; ".join(r for r in reasons if r), relative, _looser(self.ulp, other.ulp),
-                     tuple(sorted(per_output.items())), unbounded)  # fmt: skip
+        return Bound(
+            "; ".join(r for r in reasons if r),
+            relative,
+            _looser(self.ulp, other.ulp),
+            tuple(sorted(per_output.items())),
+            unbounded,
+        )
 
     def describe(self) -> str:
         """``exact``, or the accepted limits in words."""
@@ -155,9 +161,14 @@ class Bound:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"exact": self.exact, "relative": self.relative, "ulp": self.ulp,
-                "per_output": dict(self.per_output), "unbounded": list(self.unbounded),
-                "reason": self.reason}  # fmt: skip
+        return {
+            "exact": self.exact,
+            "relative": self.relative,
+            "ulp": self.ulp,
+            "per_output": dict(self.per_output),
+            "unbounded": list(self.unbounded),
+            "reason": self.reason,
+        }
 
 
 def _looser(a: float | int | None, b: float | int | None) -> Any:
@@ -183,14 +194,22 @@ def summation_order_bound(k: int, reason: str) -> Bound:
     """
     n = k + 1
     gamma = n * FLOAT32_UNIT_ROUNDOFF / (1 - n * FLOAT32_UNIT_ROUNDOFF)
-    return Bound(f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
-                 relative=2 * gamma)  # fmt: skip
+    return Bound(
+        f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
+        relative=2 * gamma,
+    )
+
+
+#: Seconds a verification may take in its child process (``--verify-timeout``).
+VERIFY_TIMEOUT = 600.0
 
 
 @dataclasses.dataclass(frozen=True)
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
-    (``--verify-tolerance``), and the rewrite's stated :class:`Bound`."""
+    (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
+    seconds of a verification in its child process (``--verify-timeout``: past it, the
+    verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
@@ -199,6 +218,11 @@ class VerifyOptions:
     bound: Bound = EXACT_BOUND
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
+    timeout: float = VERIFY_TIMEOUT
+
+    def __post_init__(self) -> None:
+        if not self.timeout > 0:
+            raise ValueError("a verification's time limit is a positive number of seconds")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,8 +314,9 @@ class Verification:
     def passed(self) -> bool:
         return self.status in (EXACT, WITHIN_TOLERANCE)
 
-    def describe(self) -> str:
-        """One line: the status and what decided it."""
+    def describe(self, *, outputs: bool = True) -> str:
+        """One line: the status and what decided it (``outputs``: with the differences of
+        the first outputs that differ; the command line prints them on their own lines)."""
         if self.status == UNVERIFIABLE:
             return f"unverifiable: {self.reason}"
         if self.reason:
@@ -304,17 +329,17 @@ class Verification:
         note = ""
         if not self.bound.exact:
             note = f"; {self.bound.reason}; accepted: {self.bound.describe()}"
-        note = self._which_exact() + note
+        note = self._which_exact(outputs) + note
         if self.status == WITHIN_TOLERANCE:
             if self.tolerance is None:
                 return f"within tolerance ({runs}){note}"
             return f"within tolerance {self.tolerance:g} ({runs}){note}"
         return f"mismatch ({runs}){note}"
 
-    def _which_exact(self) -> str:
+    def _which_exact(self, outputs: bool = True) -> str:
         """``; bit-identical: y1; differ: y2 (3 of 64 elements differ: ...)``."""
         exact = [o.name for o in self.outputs if o.exact]
-        differ = [f"{o.name} ({o.describe()})" for o in self.outputs if not o.exact]
+        differ = [f"{o.name} ({o.describe()})" for o in self.outputs if not o.exact and outputs]
         text = f"; bit-identical: {', '.join(exact[:4])}" if exact else ""
         if len(exact) > 4:
             text += f" and {len(exact) - 4} more"
@@ -346,17 +371,21 @@ class VerificationFailed(Refusal):
                 "(run without --verify to write the model unverified)"
             )
         else:
-            differing = [
-                o
-                for o in verification.outputs
-                if not o.within(verification.tolerance, verification.bound)
-            ]
-            detail = verification.reason or "; ".join(
-                f"{o.name}: {o.describe()}" for o in differing[:3]
-            )
-            message = f"verification failed, outputs differ ({detail}); nothing written"
+            message = f"verification failed: {_failure(verification)}; nothing written"
         super().__init__(message)
         self.verification = verification
+
+
+def _failure(verification: Verification) -> str:
+    """Why a verification that ran did not pass, naming the outputs beyond their bound."""
+    if verification.reason:
+        return verification.reason
+    beyond = [
+        o for o in verification.outputs if not o.within(verification.tolerance, verification.bound)
+    ]
+    detail = "; ".join(f"{o.name}: {o.describe()}" for o in beyond[:3])
+    more = f" and {len(beyond) - 3} more" if len(beyond) > 3 else ""
+    return f"outputs differ beyond what the rewrite allows ({detail}{more})"
 
 
 class _Unverifiable(Exception):
@@ -413,18 +442,25 @@ def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[In
     for name in shapes:
         if name not in names:
             listed = ", ".join(names) or "none"
-            raise InputError(f"--input-shape names '{name}', which is not a graph input "
-                             f"(inputs: {listed})")  # fmt: skip
+            raise InputError(
+                f"--input-shape names '{name}', which is not a graph input (inputs: {listed})"
+            )
     specs = []
     for value in feeds:
         if not isinstance(value.type, ir.TensorType):
             raise _Unverifiable(f"input '{value.name}' is not a tensor ({value.type})")
         dtype = value.type.dtype
-        unfed = (ir.DataType.STRING, ir.DataType.UNDEFINED, ir.DataType.COMPLEX64,
-                 ir.DataType.COMPLEX128)  # fmt: skip
+        unfed = (
+            ir.DataType.STRING,
+            ir.DataType.UNDEFINED,
+            ir.DataType.COMPLEX64,
+            ir.DataType.COMPLEX128,
+        )
         if dtype in unfed or dtype.bitwidth < 8:
-            raise _Unverifiable(f"input '{value.name}' is {dtype.name}, which cannot be generated "
-                                "and fed to ONNX Runtime")  # fmt: skip
+            raise _Unverifiable(
+                f"input '{value.name}' is {dtype.name}, which cannot be generated "
+                "and fed to ONNX Runtime"
+            )
         specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
     return specs
 
@@ -445,12 +481,16 @@ def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, 
     given = tuple(given)
     if declared is not None:
         if len(declared) != len(given):
-            raise InputError(f"--input-shape gives {len(given)} dimension(s) for input "
-                             f"'{value.name}', which has {len(declared)}")  # fmt: skip
+            raise InputError(
+                f"--input-shape gives {len(given)} dimension(s) for input "
+                f"'{value.name}', which has {len(declared)}"
+            )
         for index, (dim, size) in enumerate(zip(declared, given, strict=True)):
             if isinstance(dim, int) and dim != size:
-                raise InputError(f"--input-shape gives {size} for dimension {index} of input "
-                                 f"'{value.name}', declared {dim}")  # fmt: skip
+                raise InputError(
+                    f"--input-shape gives {size} for dimension {index} of input "
+                    f"'{value.name}', declared {dim}"
+                )
     return given
 
 
@@ -466,8 +506,7 @@ def generate_inputs(specs: Sequence[InputSpec], rng: np.random.Generator) -> dic
             array = rng.integers(0, 2, spec.shape, dtype=np.uint8).astype(np.bool_)
         elif dtype in _FULL_RANGE:
             info = np.iinfo(dtype.numpy())
-            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(),
-                                 endpoint=True)  # fmt: skip
+            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(), endpoint=True)
         else:
             array = rng.integers(0, _SMALL_INT_HIGH, spec.shape).astype(dtype.numpy())
         feeds[spec.name] = np.ascontiguousarray(array)
@@ -601,8 +640,9 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> Outpu
         verdict.exact = False
         verdict.max_abs = float("inf")
         verdict.mismatched = verdict.elements
-        verdict.problem = (f"{expected.dtype}{list(expected.shape)} became "
-                           f"{actual.dtype}{list(actual.shape)}")  # fmt: skip
+        verdict.problem = (
+            f"{expected.dtype}{list(expected.shape)} became {actual.dtype}{list(actual.shape)}"
+        )
         return verdict
     if expected.dtype == object:  # strings
         differs = expected != actual
@@ -779,9 +819,13 @@ def _compare_runs(
             if name in after:
                 verdict = compare_arrays(name, value, after[name])
             else:
-                verdict = OutputVerdict(name, exact=False, elements=int(value.size),
-                                        max_abs=float("inf"),
-                                        problem="missing from the rewritten model")  # fmt: skip
+                verdict = OutputVerdict(
+                    name,
+                    exact=False,
+                    elements=int(value.size),
+                    max_abs=float("inf"),
+                    problem="missing from the rewritten model",
+                )
             if name in verdicts:
                 verdicts[name].merge(verdict)
             else:
@@ -850,8 +894,13 @@ class Verifier:
 
     def __call__(self, staged: Path) -> None:
         if self.specs is None:
-            self.result = Verification(UNVERIFIABLE, self.options.runs, self.options.seed,
-                                       self.options.tolerance, reason=self._reason)  # fmt: skip
+            self.result = Verification(
+                UNVERIFIABLE,
+                self.options.runs,
+                self.options.seed,
+                self.options.tolerance,
+                reason=self._reason,
+            )
         else:
             self.result = self._run(self.original, staged, self.specs, self.options)
         if self._refine is not None and self.result.probes and self.result.outputs:
@@ -868,8 +917,12 @@ class Verifier:
         if violations:
             more = f" and {len(violations) - 3} more" if len(violations) > 3 else ""
             result.status = MISMATCH
-            result.reason = ("inside the model, " + "; ".join(violations[:3]) + more
-                             + " (a difference a correct conversion cannot make)")  # fmt: skip
+            result.reason = (
+                "inside the model, "
+                + "; ".join(violations[:3])
+                + more
+                + " (a difference a correct conversion cannot make)"
+            )
         elif all(o.exact for o in result.outputs):
             result.status = EXACT
         elif all(o.within(result.tolerance, result.bound) for o in result.outputs):

@@ -3,25 +3,42 @@ assertion in its graph code), which must end the verification with its reason, n
 command.
 
 One child serves every verification of a process (started on first use, again after a
-crash); tasks and answers are pickled over its stdin and a private copy of its stdout.
-``python -m qlrewrite.verify_child`` is the child.
+crash). It is isolated and bounded: started with ``python -I`` and the parent's import
+path without the working directory (a ``numpy.py`` or ``qlrewrite/`` there is never
+imported), qlrewrite loaded from the parent's own copy; each task has a time limit
+(``VerifyOptions.timeout``); it dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and
+its stdin reaching EOF ends it even mid-task). Tasks are pickled over its stdin; answers
+come back on a private copy of its stdout as length-prefixed JSON, read with a deadline,
+bounded in size and checked field by field: anything else kills the child and is
+*unverifiable*, never believed.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import ctypes
+import dataclasses
+import json
 import os
 import pickle
+import queue
+import select
 import signal
 import subprocess
 import sys
 import threading
+import time
+import types
+import typing
 from collections.abc import Sequence
 from typing import IO, Any
 
 from qlrewrite.verify import (
+    EXACT,
     MISMATCH,
     UNVERIFIABLE,
+    WITHIN_TOLERANCE,
     InputSpec,
     Verification,
     VerifyOptions,
@@ -29,6 +46,27 @@ from qlrewrite.verify import (
 )
 
 __all__ = ["verify_in_child"]
+
+#: The largest answer the parent reads (a verification of 100,000 outputs is ~30 MB).
+_ANSWER_MAX = 64 << 20
+_HEADER = 8  # bytes of an answer's length, big-endian
+#: How long a child that closed its answers gets to exit before it is killed.
+_EXIT_SECONDS = 5.0
+_PR_SET_PDEATHSIG = 1
+
+#: The child's first code: the import path the parent gives it, then qlrewrite from the
+#: parent's own folder (argv: parent pid, die-with-parent flag, package folder, path).
+_BOOT = """\
+import importlib.util, json, sys
+sys.path[:] = json.loads(sys.argv[4])
+spec = importlib.util.spec_from_file_location(
+    "qlrewrite", sys.argv[3] + "/__init__.py", submodule_search_locations=[sys.argv[3]])
+package = importlib.util.module_from_spec(spec)
+sys.modules["qlrewrite"] = package
+spec.loader.exec_module(package)
+from qlrewrite.verify_child import main
+main(int(sys.argv[1]), sys.argv[2] == "1")
+"""
 
 
 def verify_in_child(
@@ -39,10 +77,36 @@ def verify_in_child(
 ) -> Verification:
     """:func:`~qlrewrite.verify.verify_models` in the child process; a crash of ONNX
     Runtime there is a verification that did not pass (unverifiable on the original model,
-    a mismatch on the rewritten one)."""
+    a mismatch on the rewritten one); a task over ``options.timeout`` seconds, or an
+    answer that cannot be read, is unverifiable."""
     options = options or VerifyOptions()
     task = (os.fspath(original), os.fspath(rewritten), list(specs), options)
     return _CHILD.run(task, options)
+
+
+class _Unreadable(Exception):
+    """The child's answer is not one this module sends (the message says how)."""
+
+
+class _TimedOut(Exception):
+    """The task's time limit passed."""
+
+
+def _child_command() -> list[str]:
+    """The child's command line: isolated (``-I``: no working directory, no user site,
+    no PYTHON* variables), with the parent's import path less the working directory."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    cwd = os.path.realpath(os.getcwd())
+    path = [
+        os.path.abspath(p)
+        for p in sys.path
+        if p not in ("", ".") and os.path.realpath(os.path.abspath(p)) != cwd
+    ]
+    # PR_SET_PDEATHSIG fires when the thread that started the child ends: only the main
+    # thread's children use it (the others end with their stdin).
+    main_thread = threading.current_thread() is threading.main_thread()
+    flag = "1" if main_thread else "0"
+    return [sys.executable, "-I", "-c", _BOOT, str(os.getpid()), flag, package, json.dumps(path)]
 
 
 class _Child:
@@ -55,20 +119,24 @@ class _Child:
     def run(self, task: tuple, options: VerifyOptions) -> Verification:
         with self._lock:
             process = self._started()
-            phase = "original"
+            phase = ["original"]
             try:
                 _send(process.stdin, task)
-                while True:
-                    kind, value = pickle.load(process.stdout)  # type: ignore[arg-type]
-                    if kind != "phase":
-                        return value
-                    phase = value
-            except (EOFError, OSError, pickle.UnpicklingError):
+                return _answer(process, time.monotonic() + options.timeout, phase)
+            except _TimedOut:
+                self._end(process)
+                reason = f"no answer within {options.timeout:g} s on the {phase[0]} model"
+                return _not_passed(UNVERIFIABLE, f"{reason} (--verify-timeout)", options)
+            except _Unreadable as exc:
+                self._end(process)
+                reason = f"the verification process sent an answer that cannot be read ({exc})"
+                return _not_passed(UNVERIFIABLE, reason, options)
+            except (EOFError, OSError):
                 self._process = None
-                code = process.wait()
+                code = _reaped(process)
                 if code == -signal.SIGINT:  # Ctrl-C reached the whole process group
                     raise KeyboardInterrupt from None
-                return _crashed(phase, code, options)
+                return _crashed(phase[0], code, options)
             except BaseException:  # interrupted mid-task: its answer must not reach the next
                 self.close()
                 raise
@@ -76,25 +144,159 @@ class _Child:
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is None or self._process.poll() is not None:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "qlrewrite.verify_child"],
+                _child_command(),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,  # ONNX Runtime's own logging; nothing reads it
             )
         return self._process
 
-    def close(self) -> None:
-        """End the child: it exits when its stdin closes, or is killed if busy."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.stdin is not None:
-            process.stdin.close()
-        try:
-            process.wait(timeout=2)
-        except subprocess.TimeoutExpired:
+    def _end(self, process: subprocess.Popen[bytes]) -> None:
+        """Kill ``process`` (busy or lying) and forget it: the next task starts another."""
+        self._process = None
+        with contextlib.suppress(OSError):
             process.kill()
-            process.wait()
+        process.wait()
+        _close_pipes(process)
+
+    def close(self) -> None:
+        """End the child: it exits when its stdin closes, or is killed if it does not."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+            _reaped(process, wait=2)
+            _close_pipes(process)
+
+
+def _reaped(process: subprocess.Popen[bytes], wait: float = _EXIT_SECONDS) -> int:
+    """The exit code of a child that is ending, killed if it is still alive after
+    ``wait`` seconds (a child that closed its answers but runs on)."""
+    try:
+        return process.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait()
+
+
+def _close_pipes(process: subprocess.Popen[bytes]) -> None:
+    for stream in (process.stdin, process.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
+
+
+def _answer(process: subprocess.Popen[bytes], deadline: float, phase: list[str]) -> Verification:
+    """Read the child's messages until its result; ``phase[0]`` follows the phases it
+    reports. Raises _TimedOut, _Unreadable, or EOFError when the child ended."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    while True:
+        message = _read_message(fd, deadline)
+        if set(message) == {"phase"} and message["phase"] in ("original", "rewritten"):
+            phase[0] = message["phase"]
+        elif set(message) == {"result"}:
+            return _verification(message["result"])
+        else:
+            raise _Unreadable("not a phase nor a result")
+
+
+def _read_message(fd: int, deadline: float) -> dict[str, Any]:
+    """One length-prefixed JSON object from ``fd``, read before ``deadline``."""
+    size = int.from_bytes(_read_exactly(fd, _HEADER, deadline), "big")
+    if size > _ANSWER_MAX:
+        raise _Unreadable(f"{size} bytes announced, more than {_ANSWER_MAX}")
+    try:
+        message = json.loads(_read_exactly(fd, size, deadline))
+    except (ValueError, RecursionError) as exc:
+        raise _Unreadable("not JSON") from exc
+    if not isinstance(message, dict):
+        raise _Unreadable("not a JSON object")
+    return message
+
+
+def _read_exactly(fd: int, size: int, deadline: float) -> bytes:
+    """``size`` bytes from ``fd``; _TimedOut at ``deadline``, EOFError if it closes
+    first (a child that ended)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    data = bytearray()
+    while len(data) < size:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _TimedOut
+        if not poller.poll(min(left, 3600.0) * 1000):
+            continue
+        chunk = os.read(fd, min(size - len(data), 1 << 20))
+        if not chunk:
+            if data:
+                raise _Unreadable("the answer ends early")
+            raise EOFError
+        data += chunk
+    return bytes(data)
+
+
+def _verification(value: object) -> Verification:
+    """The child's result as a :class:`Verification`, every field checked for its type."""
+    result = _decoded(Verification, value)
+    if result.status not in (EXACT, WITHIN_TOLERANCE, MISMATCH, UNVERIFIABLE):
+        raise _Unreadable(f"unknown status {result.status!r}")
+    return result
+
+
+def _decoded(cls: type, value: object) -> Any:
+    """``value`` (parsed JSON) as an instance of the dataclass ``cls``: exactly its fields,
+    each of its annotated type."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    if not isinstance(value, dict) or set(value) != names:
+        raise _Unreadable(f"not the fields of {cls.__name__}")
+    hints = typing.get_type_hints(cls)
+    try:
+        return cls(**{name: _typed(hints[name], item) for name, item in value.items()})
+    except (TypeError, ValueError) as exc:  # a dataclass refusing its values
+        raise _Unreadable(f"{cls.__name__}: {exc}") from exc
+
+
+def _typed(hint: Any, value: object) -> Any:
+    """``value`` checked against the annotation ``hint`` (unions, lists, tuples, dicts,
+    dataclasses, bool, int, float, str, None), converted where JSON has no such type."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        for arg in args:
+            with contextlib.suppress(_Unreadable):
+                return _typed(arg, value)
+        raise _Unreadable(f"{type(value).__name__} is not {hint}")
+    if dataclasses.is_dataclass(hint):
+        return _decoded(typing.cast(type, hint), value)
+    if origin in (list, tuple):
+        return _typed_sequence(origin, args, value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Unreadable(f"{type(value).__name__} is not an object")
+        return {_typed(args[0], k): _typed(args[1], v) for k, v in value.items()}
+    return _typed_scalar(hint, value)
+
+
+def _typed_sequence(origin: type, args: tuple, value: object) -> Any:
+    if not isinstance(value, list):
+        raise _Unreadable(f"{type(value).__name__} is not a list")
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        if len(args) != len(value):
+            raise _Unreadable(f"{len(value)} items, not {len(args)}")
+        return tuple(_typed(arg, item) for arg, item in zip(args, value, strict=True))
+    items = [_typed(args[0], item) for item in value]
+    return tuple(items) if origin is tuple else items
+
+
+def _typed_scalar(hint: Any, value: object) -> Any:
+    if hint is type(None) and value is None:
+        return None
+    if hint in (bool, int, str) and type(value) is hint:
+        return value
+    if hint is float and type(value) in (int, float):
+        return float(typing.cast(float, value))
+    raise _Unreadable(f"{type(value).__name__} is not {getattr(hint, '__name__', hint)}")
 
 
 def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
@@ -108,13 +310,14 @@ def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
 
 def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
     """A verification that ended on ``reason``, with no outputs compared."""
-    return Verification(status, options.runs, options.seed, options.tolerance,
-                        reason=reason, bound=options.bound)  # fmt: skip
+    return Verification(
+        status, options.runs, options.seed, options.tolerance, reason=reason, bound=options.bound
+    )
 
 
-def _send(stream: IO[bytes] | None, message: Any) -> None:
+def _send(stream: IO[bytes] | None, task: tuple) -> None:
     assert stream is not None
-    pickle.dump(message, stream)
+    pickle.dump(task, stream)
     stream.flush()
 
 
@@ -122,28 +325,55 @@ _CHILD = _Child()
 atexit.register(_CHILD.close)
 
 
-def main() -> None:
-    """The child: verify each task read on stdin until it closes. The answers go to a
-    copy of stdout taken first; fd 1 then points at stderr, so nothing a library prints
-    can reach the answers."""
+# --------------------------------------------------------------------------- the child
+
+
+def main(parent: int | None = None, die_with_parent: bool = False) -> None:
+    """The child: verify each task read on stdin, until it closes (then exit at once,
+    even mid-task). The answers go to a copy of stdout taken first; fd 1 then points at
+    stderr, so nothing a library prints can reach the answers."""
+    if die_with_parent:
+        _die_with_parent()
+    if parent is not None and os.getppid() != parent:
+        os._exit(0)  # the parent died before the line above took effect
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
+    tasks: queue.Queue[tuple] = queue.Queue()
+    threading.Thread(target=_read_tasks, args=(tasks,), daemon=True).start()
+    while True:
+        task = tasks.get()
+        on_phase = lambda p: _answer_with(answers, {"phase": p})  # noqa: E731
+        result = _verified(task, on_phase)
+        _answer_with(answers, {"result": dataclasses.asdict(result)})
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the parent's thread that started it ends."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _read_tasks(tasks: queue.Queue[tuple]) -> None:
+    """Stdin, in its own thread: each task for the main thread; EOF (the parent closed
+    it, or died) ends the process at once, even while a task runs."""
     while True:
         try:
-            task = pickle.load(sys.stdin.buffer)  # (original, rewritten, specs, options)
-        except EOFError:
-            return
-        _send(answers, ("result", _verified(answers, task)))
+            tasks.put(pickle.load(sys.stdin.buffer))  # (original, rewritten, specs, options)
+        except BaseException:  # EOF, or a broken pipe: no parent to answer
+            os._exit(0)
 
 
-def _verified(answers: IO[bytes], task: tuple) -> Verification:
+def _answer_with(answers: IO[bytes], message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode()
+    answers.write(len(data).to_bytes(_HEADER, "big") + data)
+    answers.flush()
+
+
+def _verified(task: tuple, on_phase: Any) -> Verification:
     """One task's verification; a Python error is its reason (a bug, said as such)."""
     try:
-        return verify_models(*task, on_phase=lambda p: _send(answers, ("phase", p)))
+        return verify_models(*task, on_phase=on_phase)
     except Exception as exc:  # the parent must get an answer
         reason = f"the verification failed ({type(exc).__name__}: {exc})"
         return _not_passed(UNVERIFIABLE, reason, task[-1])
-
-
-if __name__ == "__main__":
-    main()

@@ -18,45 +18,14 @@ from qlrewrite import tensors
 from qlrewrite.tensors import external_in_memory
 from qlrewrite.toolkit import main_graphs, proto_graphs
 
-__all__ = [
-    "forget_unchanged",
-    "share_unchanged",
-    "weightless_from_source",
-    "weightless_of",
-    "weightless_proto",
-]
+__all__ = ["INLINE_BYTES", "weightless_from_source", "weightless_proto"]
 
 _PLACEHOLDER = "qlrewrite-weightless-placeholder"
-_UNCHANGED = "qlrewrite.weightless"
-_INLINE = 1024  # bytes: a larger initializer is left out (declared as an input)
+#: Bytes: a larger initializer is left out (declared as an input).
+INLINE_BYTES = 1024
 
 
-def share_unchanged(model: ir.Model, proto: onnx.ModelProto | None) -> None:
-    """Offer ``proto`` (:func:`weightless_from_source` of ``model`` as loaded, default
-    threshold) to the
-    first pass of a run: :func:`weightless_of` copies it instead of serializing the
-    model. The pipeline forgets it once a pass has run (:func:`forget_unchanged`)."""
-    if proto is not None:
-        model.meta[_UNCHANGED] = proto
-
-
-def forget_unchanged(model: ir.Model) -> None:
-    """The model may have changed: :func:`weightless_of` serializes it again."""
-    model.meta.pop(_UNCHANGED, None)
-
-
-def weightless_of(model: ir.Model, *, max_inline_bytes: int = _INLINE) -> onnx.ModelProto:
-    """:func:`weightless_proto` of ``model``: a copy of the shared one while the model is
-    as loaded (:func:`share_unchanged`); the caller may change it."""
-    shared = model.meta.get(_UNCHANGED)
-    if not isinstance(shared, onnx.ModelProto) or max_inline_bytes != _INLINE:
-        return weightless_proto(model, max_inline_bytes=max_inline_bytes)
-    copy = onnx.ModelProto()
-    copy.CopyFrom(shared)
-    return copy
-
-
-def weightless_proto(model: ir.Model, *, max_inline_bytes: int = _INLINE) -> onnx.ModelProto:
+def weightless_proto(model: ir.Model, *, max_inline_bytes: int = INLINE_BYTES) -> onnx.ModelProto:
     """Serialize ``model`` without initializers larger than ``max_inline_bytes``.
 
     Evaluates no lazy tensor and reads no large initializer; the model is left unchanged.
@@ -113,7 +82,7 @@ def _hoist_placeholders(proto: onnx.ModelProto) -> None:
 
 
 def weightless_from_source(
-    source: onnx.ModelProto, *, max_inline_bytes: int = _INLINE
+    source: onnx.ModelProto, *, max_inline_bytes: int = INLINE_BYTES
 ) -> onnx.ModelProto | None:
     """What :func:`weightless_proto` returns, built from the ModelProto a model was just
     deserialized from: a copy of its nodes and small initializers, no per-node Python work.

@@ -189,3 +189,27 @@ def test_a_proto_is_read_as_a_file_is(tmp_path: Path) -> None:
     why = str(from_file.value).removeprefix(f"{tmp_path / 'm.onnx'}: ")
     assert "'nowhere'" in why and str(from_proto.value) == f"model: {why}"
     assert checker.check(proto).load_error == why
+
+
+@pytest.mark.parametrize("where", ["x", "scale"])
+def test_quantize_refuses_float64_saying_to_pass_float32(where: str) -> None:
+    """A Python list is float64 to NumPy: refused with the types taken and the cast to make
+    (ONNX has no float64 QuantizeLinear and ONNX Runtime no such kernel)."""
+    x, scale = np.array([0.0, 0.5], np.float32), np.float32(0.01)
+    args = ([0.0, 0.5], scale) if where == "x" else (x, 0.01)
+    with pytest.raises(
+        ValueError, match=r"of type float64 \(it takes bfloat16, float16, float32"
+    ) as info:
+        qlrewrite.quantize(*args, np.int8(0))
+    assert f"pass np.asarray({where}, np.float32)" in str(info.value)
+    with pytest.raises(ValueError, match=r"DequantizeLinear cannot read scale of type float64"):
+        qlrewrite.dequantize(np.array([1, 2], np.int8), 0.01)
+    cast = np.asarray([0.0, 0.5], np.float32)
+    assert qlrewrite.quantize(cast, np.float32(0.01), np.int8(0)).tolist() == [0, 50]
+    assert "pass" not in _message(lambda: qlrewrite.quantize(np.array([1], np.int64), scale))
+
+
+def _message(call) -> str:
+    with pytest.raises(ValueError) as info:
+        call()
+    return str(info.value)

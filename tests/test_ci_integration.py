@@ -216,3 +216,23 @@ def test_docs_snippets_match_the_hook_the_action_and_the_configuration(tmp_path:
     (workflow,) = [y for y in yamls if "jobs" in y]
     step = next(s for s in workflow["jobs"]["qlrewrite"]["steps"] if "qlrewrite@" in s["uses"])
     assert set(step["with"]) <= set(_action()["inputs"])
+
+
+def test_pre_commit_passes_target_args_through(tmp_path: Path) -> None:
+    """A hook whose args add ``--target`` (ending with ``--``, as the manifest says) checks
+    the staged models against that runtime: IR version 14 fails for ONNX Runtime 1.31."""
+    env = _env(tmp_path)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    onnx.save(qdq_model(DQ, 21, ir_version=14), repo / "model.onnx")
+    (hook,) = _manifest()
+    local = {**hook, "language": "system", "args": ["--target", "ort==1.31", "--"]}
+    local.pop("minimum_pre_commit_version", None)
+    config = {"repos": [{"repo": "local", "hooks": [local]}]}
+    (repo / ".pre-commit-config.yaml").write_text(yaml.safe_dump(config))
+    _git(repo, "init", "-q", env=env)
+    _git(repo, "add", "-A", env=env)
+    command = [sys.executable, "-m", "pre_commit", "run", "--all-files", "--verbose"]
+    done = _run(command, repo, env)
+    assert done.returncode == 1 and "Failed" in done.stdout, done.stdout + done.stderr
+    assert "model.onnx: QL701 error: IR version 14 is newer than ORT 1.31.1" in done.stdout

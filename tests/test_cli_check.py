@@ -152,12 +152,13 @@ def test_text_lines_when_not_a_terminal(tmp_path: Path) -> None:
     assert _run("check", "-q", good)[1] == ""
 
 
-def test_text_tables_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_full_tables_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=220, color_system=None)
     monkeypatch.setattr("qlrewrite.cli.check.out_console", console)
+    monkeypatch.delenv("CI", raising=False)
     path = _save(_both(), tmp_path / "both.onnx")
-    assert _run("check", path)[0] == 1
+    assert _run("check", path, "--output-format", "full")[0] == 1
     text = buffer.getvalue()
     header = next(line for line in text.splitlines() if "severity" in line)
     for column in ("rule", "severity", "graph", "node", "message", "hint"):
@@ -295,6 +296,20 @@ def test_rules_explains_one_rule() -> None:
     assert json.loads(_run("rules", "QL401", "--format", "json")[1])["name"] == entry.name
     code, out, err = _run("rules", "QL999")
     assert code == 2 and out == "" and "unknown rule 'QL999'" in err
+
+
+def test_rules_lists_the_rules_a_prefix_names_as_select_does() -> None:
+    """`rules QL4` was refused while `--select QL4` worked: a prefix lists its rules."""
+    code, out, _ = _run("rules", "ql4")
+    expected = [c for c in RULES if c.startswith("QL4")]
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == expected
+    code, out, _ = _run("rules", "QL40,QL9", "--format", "json")
+    assert code == 0 and [e["code"] for e in json.loads(out)] == [
+        c for c in RULES if c.startswith(("QL40", "QL9"))
+    ]
+    assert len(json.loads(_run("rules", "ALL", "--format", "json")[1])) == len(RULES)
+    code, out, err = _run("rules", "QL8")
+    assert code == 2 and out == "" and "unknown rule 'QL8': no rule code, name or code" in err
 
 
 # --------------------------------------------------------------------------- API

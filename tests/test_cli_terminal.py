@@ -24,14 +24,27 @@ EXAMPLES = ROOT / "examples"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
 
 
-def _terminal(*args: str, columns: int = 80) -> tuple[int, str]:
-    """``qlrewrite ARGS`` with stdout and stderr on a pseudo-terminal ``columns`` wide:
-    the exit code and what the terminal received, colours and cursor moves removed."""
+def run_on_terminal(
+    *args: str,
+    columns: int = 80,
+    cwd: Path | None = None,
+    stderr: bool = True,
+    env: dict[str, str] | None = None,
+) -> tuple[int, str]:
+    """``qlrewrite ARGS`` with stdout (and ``stderr``, else nothing) on a pseudo-terminal
+    ``columns`` wide, CI unset unless ``env`` sets it: the exit code and what the
+    terminal received, colours and all."""
     main, child = pty.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"}
-    env.pop("CI", None)
+    full_env = {**os.environ, "COLUMNS": str(columns), "LINES": "40", "TERM": "xterm"}
+    full_env.pop("CI", None)
+    full_env.pop("NO_COLOR", None)
+    full_env.update(env or {})
     process = subprocess.Popen(
-        [sys.executable, "-m", "qlrewrite", *args], stdout=child, stderr=child, env=env
+        [sys.executable, "-m", "qlrewrite", *args],
+        stdout=child,
+        stderr=child if stderr else subprocess.DEVNULL,
+        env=full_env,
+        cwd=cwd,
     )
     os.close(child)
     chunks = []
@@ -48,7 +61,14 @@ def _terminal(*args: str, columns: int = 80) -> tuple[int, str]:
         chunks.append(data)
     os.close(main)
     code = process.wait(timeout=60)
-    return code, ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+    return code, b"".join(chunks).decode("utf-8", "replace")
+
+
+def _terminal(*args: str, columns: int = 80) -> tuple[int, str]:
+    """``qlrewrite ARGS`` with stdout and stderr on a pseudo-terminal ``columns`` wide:
+    the exit code and what the terminal received, colours and cursor moves removed."""
+    code, raw = run_on_terminal(*args, columns=columns)
+    return code, ANSI.sub("", raw)
 
 
 def _lines(text: str) -> list[str]:

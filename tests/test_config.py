@@ -99,7 +99,7 @@ output-format = "github"
         ('[per-file-ignores]\n"*.onnx" = ["nope"]\n', "unknown rule code or prefix 'nope'"),
         ("strict = 1\n", "'strict' must be true or false"),
         ("select = 4\n", "'select' must be a list of strings"),
-        ('output-format = "xml"\n', "'output-format' must be text or json"),
+        ('output-format = "xml"\n', "'output-format' must be text or full or json"),
         ("select = [\n", "not valid TOML"),
         ("per-node-ignores = 3\n", "'per-node-ignores' must be a table"),
     ],

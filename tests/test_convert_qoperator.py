@@ -113,7 +113,8 @@ def test_dynamic_pattern_becomes_dq_matmul() -> None:
     assert len(weights) == 6  # per-column int8 weights stay quantized
 
 
-def test_qattention_is_refused_with_the_reason() -> None:
+def _qattention(count: int = 1) -> onnx.ModelProto:
+    """``count`` QAttention nodes in a chain (each refused for the same reason)."""
     rng = np.random.default_rng(0)
     inits = [
         onnx.numpy_helper.from_array(rng.integers(-5, 5, (8, 24)).astype(np.int8), "w"),
@@ -121,17 +122,35 @@ def test_qattention_is_refused_with_the_reason() -> None:
         onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
         onnx.numpy_helper.from_array(np.array(0.05, np.float32), "ws"),
     ]
-    node = onnx.helper.make_node(
-        "QAttention", ["x", "w", "bias", "s", "ws"], ["y"], domain=MS, num_heads=2
-    )
+    nodes = [
+        onnx.helper.make_node("QAttention", ["x", "w", "bias", "s", "ws"], [f"y{i}"],
+                              domain=MS, num_heads=2, name=f"attention_{i}")
+        for i in range(count)
+    ]  # fmt: skip
     graph = onnx.helper.make_graph(
-        [node], "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4, 8])],
-        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], initializer=inits,
+        nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4, 8])],
+        [onnx.helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, None)
+         for i in range(count)], initializer=inits,
     )  # fmt: skip
     imports = [onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid(MS, 1)]
-    model = onnx.helper.make_model(graph, opset_imports=imports)
+    return onnx.helper.make_model(graph, opset_imports=imports)
+
+
+def test_qattention_is_refused_with_the_reason() -> None:
     with pytest.raises(Refusal, match=r"QAttention.*no Attention operator"):
-        _convert(model)
+        _convert(_qattention())
+
+
+def test_a_refusal_groups_identical_reasons() -> None:
+    """Six nodes refused for one reason: the reason once, three names, the count (it was
+    one 2.3 KB line repeating the reasons for each node)."""
+    with pytest.raises(Refusal) as caught:
+        _convert(_qattention(6))
+    message = str(caught.value)
+    assert message.count("no Attention operator") == 1
+    assert "6 nodes (QAttention 'attention_0' in main, " in message
+    assert "'attention_2' in main, ...): ai.onnx has no Attention" in message
+    assert "attention_3" not in message and len(message) < 500
 
 
 def test_channels_last_is_refused() -> None:

@@ -311,13 +311,13 @@ INPUT_ERRORS: dict[str, tuple[Case, str]] = {
     "directory": (_directory, "is a directory"),
     "fifo": (_fifo, "not a regular file"),
     "empty": (_empty, "empty file"),
-    "random-bytes": (_random, "not an ONNX model"),
-    "truncated": (_truncated, "not an ONNX model"),
-    "truncated-by-one": (_truncated_by_one, "not an ONNX model"),
-    "garbage-appended": (_garbage_appended, "not an ONNX model"),
-    "json": (_json, "not an ONNX model"),
-    "textproto": (_textproto, "not an ONNX model"),
-    "zip": (_zip, "not an ONNX model"),
+    "random-bytes": (_random, "looks like raw tensor data, not an ONNX model"),
+    "truncated": (_truncated, "truncated: the file ends at byte"),
+    "truncated-by-one": (_truncated_by_one, "truncated: the file ends at byte"),
+    "garbage-appended": (_garbage_appended, "other bytes appended to a model?"),
+    "json": (_json, "looks like text, not an ONNX model"),
+    "textproto": (_textproto, "looks like text, not an ONNX model"),
+    "zip": (_zip, "a zip archive, not an ONNX model"),
     "no-graph": (_no_graph, "no graph"),
     "no-ir-version": (_no_ir_version, "no IR version"),
     "undefined-input": (
@@ -581,3 +581,35 @@ def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:
     model = model_io.load(_write(tmp_path / "m.onnx", proto))
     assert tensors.initializer_bytes(model) == 64 * 32 * 4 + 3 + 24
     assert not tensors.uses_external_data(model)
+
+
+def test_a_data_file_and_a_truncated_model_are_named_as_what_they_are(tmp_path) -> None:
+    """`check` of a model's external data file, or of a model cut short, says what it is
+    (it said only "not an ONNX model (Wire format was corrupt)")."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
+        initializer=[numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32), "w")],
+    ))  # fmt: skip
+    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data",
+                    size_threshold=0)  # fmt: skip
+    result = cli("check", str(tmp_path / "m.data"))
+    assert result.exit_code == 2
+    assert "m.data: looks like raw tensor data, not an ONNX model" in result.stderr
+    whole = tmp_path / "m.onnx"
+    data = whole.read_bytes()
+    # the graph is ModelProto field 7: its tag (0x3a) and length at the start of the file
+    at = data.index(b"\x3a")
+    length, shift, end = 0, 0, at + 1
+    while True:
+        length |= (data[end] & 0x7F) << shift
+        shift, end = shift + 7, end + 1
+        if data[end - 1] < 0x80:
+            break
+    cut = tmp_path / "cut.onnx"
+    cut.write_bytes(data[: end + length // 2])
+    result = cli("check", str(cut))
+    assert (
+        f"cut.onnx: truncated: the file ends at byte {end + length // 2}, inside a field of "
+        f"{length} bytes: graph (from byte {at})"
+    ) in result.stderr

@@ -161,7 +161,7 @@ def test_refusal_names_the_node_and_the_lowest_opset():
         assert f"upgrade --opset {lowest}" in str(info.value)
 
 
-def test_g_idx_and_float_zero_points_are_refused():
+def test_g_idx_is_refused():
     rng = np.random.default_rng(6)
     model = matmul_nbits_model(rng, n=4, k=64, bits=4, block_size=16, zero_points=False)
     g_idx = onnx.numpy_helper.from_array((np.arange(64) // 16).astype(np.int32), "g")
@@ -171,18 +171,11 @@ def test_g_idx_and_float_zero_points_are_refused():
         _converted(model)
     assert "MatMulNBits" in [n.op_type for n in _converted(model, strict=False).graph]
 
-    model = matmul_nbits_model(rng, n=4, k=64, bits=4, block_size=16, zero_points=False)
-    zp = onnx.numpy_helper.from_array(np.full((4, 4), 8, np.float32), "zpf")
-    model.graph.initializer.append(zp)
-    model.graph.node[0].input.append("zpf")
-    with pytest.raises(Refusal, match="scale type"):
-        _converted(model)
-
 
 @pytest.mark.parametrize("k", [64, 100])
 def test_float_zero_points_fold_as_ort_computes_them(k):
     """Zero points in the scale type: ORT computes q * scale - scale * zp (rounded twice);
-    --dequantize-weights writes exactly that, convert refuses (no DequantizeLinear does)."""
+    --dequantize-weights writes exactly that, convert its standard form."""
     rng = np.random.default_rng(9)
     model = matmul_nbits_model(rng, n=6, k=k, bits=4, block_size=32, zero_points=False)
     k_blocks = -(-k // 32)
@@ -193,8 +186,12 @@ def test_float_zero_points_fold_as_ort_computes_them(k):
     folded = _converted(model, dequantize=True)
     value = next(n for n in folded.graph if n.op_type == "MatMul").inputs[1].const_value
     assert _bits_equal(value.numpy() + np.float32(0), expected)
-    with pytest.raises(Refusal, match="scale type"):
-        _converted(model)
+    # convert: DequantizeLinear(q, scale) - scale * zp per block (a partial last block at
+    # k=100: Slice), the same float32 weight
+    converted = _converted(model)
+    ops = [n.op_type for n in converted.graph]
+    assert "Sub" in ops and ("Slice" in ops) == (k % 32 != 0), ops
+    assert _bits_equal(_run_with_weight(converted, k)[1], expected)
 
 
 def test_shared_weight_is_converted_once():

@@ -116,21 +116,57 @@ def test_hqq_float_zero_points_check_info_and_fold(tmp_path: Path, block_size: i
 
 @pytest.mark.parametrize("block_size", [32, 128])
 def test_hqq_float_zero_points_other_rewrites(tmp_path: Path, block_size: int) -> None:
-    """Kept as MatMulNBits (exact) everywhere; to DequantizeLinear refused, with why."""
+    """Kept as MatMulNBits (exact) by the rewrites that keep weight-only nodes."""
     path = _save(_hqq(block_size), tmp_path / "m.onnx")
     for args in (["convert", "--to", MS], ["upgrade", "--opset", "21"], ["fold"]):
         out_path = tmp_path / "out.onnx"
         code, out = _cli(*args, path, "-o", out_path, "--verify")
         assert code == 0 and "verify: exact" in out, (args, out)
         assert [n.op_type for n in onnx.load(out_path).graph.node] == ["MatMulNBits"]
-    code, out = _cli("upgrade", "--opset", "21", "--convert-weight-only", path, "-o",
-                     tmp_path / "u.onnx", "--verify")  # fmt: skip
-    assert code == 0 and "left as it is: zero points are given in the scale type" in out, out
+
+
+def _standard_weight(model: onnx.ModelProto) -> np.ndarray:
+    """The float weight a converted HQQ model computes (the Sub's output) in ORT."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    (sub,) = [n for n in model.graph.node if n.op_type == "Sub"]
+    model.graph.output.append(onnx.helper.make_tensor_value_info(sub.output[0], 1, None))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = K
+    return _session(model).run(None, {"A": np.eye(K, dtype=np.float32)})[1]
+
+
+@pytest.mark.parametrize("block_size", [32, 64, 128])
+def test_hqq_to_standard_onnx_weight_is_ort_s_bit_for_bit(tmp_path: Path, block_size: int) -> None:
+    """DequantizeLinear(q, scale) - scale * zp repeated per block: the float32 weight ORT's
+    MatMulNBits computes (q * scale - scale * zp, each product rounded), bit for bit; the
+    outputs within the MatMul summation-order bound --verify states."""
     opset21 = _hqq(block_size)
     opset21.opset_import[0].version = 21
+    weight = _ort_weight(opset21)
     path21 = _save(opset21, tmp_path / "m21.onnx")
-    code, out = _cli("convert", "--to", "onnx", path21, "-o", tmp_path / "c.onnx")
-    assert code == 1 and "zero points are given in the scale type" in out, out
+    code, out = _cli("convert", "--to", "onnx", path21, "-o", tmp_path / "c.onnx", "--verify")
+    assert code == 0 and "verify:" in out, out
+    converted = onnx.load(tmp_path / "c.onnx")
+    ops = [n.op_type for n in converted.graph.node]
+    assert ops[0] == "DequantizeLinear" and ops[-2:] == ["Sub", "MatMul"], ops
+    assert {o.domain for o in converted.opset_import} == {""}
+    np.testing.assert_array_equal(
+        _standard_weight(converted).view(np.uint32), weight.view(np.uint32)
+    )
+    source = _save(_hqq(block_size), tmp_path / "m.onnx")
+    upgrade = ["upgrade", "--opset", "21", "--convert-weight-only", source]
+    code, out = _cli(*upgrade, "-o", tmp_path / "u.onnx", "--verify")
+    assert code == 0 and "matmul nbits converted 1" in out, out
+
+
+def test_hqq_float16_zero_points_stay_refused(tmp_path: Path) -> None:
+    model = _hqq(32)
+    model.opset_import[0].version = 21
+    zp = model.graph.initializer[-1]
+    zp.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(zp).astype(np.float16), zp.name))
+    code, out = _cli(
+        "convert", "--to", "onnx", _save(model, tmp_path / "m.onnx"), "-o", tmp_path / "c.onnx"
+    )
+    assert code != 0 and "only computed by ONNX Runtime for 4 bits and float32" in out, out
     assert not (tmp_path / "c.onnx").exists()
 
 

@@ -48,7 +48,7 @@ def _bad_model(tmp_path: Path) -> Path:
 
 
 def test_every_builtin_format_is_registered_once_and_in_the_cli() -> None:
-    assert list(FORMATS) == ["text", "json", "sarif", "github"]
+    assert list(FORMATS) == ["text", "full", "json", "sarif", "github"]
     option = next(p for p in main.commands["check"].params if p.name == "fmt")
     assert tuple(option.type.choices) == tuple(FORMATS)
     for fmt in FORMATS.values():
@@ -127,4 +127,4 @@ def test_statistics_come_from_the_formats_that_have_them(tmp_path: Path) -> None
     assert json.loads(result.stdout)[0]["code"] == "QL201"
     result = CliRunner().invoke(main, ["check", str(model), "--statistics", "--format", "github"])
     assert result.exit_code == 2
-    assert "--statistics prints text or json, not github" in result.stderr
+    assert "--statistics prints text or full or json, not github" in result.stderr

@@ -112,9 +112,7 @@ NOT_READS = {
     ("atomic.py", "_write_synced"): "writes",
     ("atomic.py", "_write_stream"): "writes",
     ("inline_save.py", "save_inline"): "writes",
-    ("atomic.py", "_remove_uncommitted_data"): "the journal: issue 30 item 1 (audit-a)",
-    ("verify_child.py", "run"): "the --verify child's answers, on a pipe",
-    ("verify_child.py", "main"): "the --verify child's tasks, on a pipe",
+    ("verify_child.py", "_read_tasks"): "the --verify child's tasks, on its stdin pipe",
 }
 _READS = {"open", "read_bytes", "read_text", "load_model", "fromfile", "memmap"}
 #: ``X.load(...)`` reads a file for these X (``model_io.load`` goes through the reader).

@@ -163,6 +163,15 @@ def test_diff_keeps_the_exit_codes_of_check(tmp_path: Path) -> None:
     assert _run("--diff", tmp_path / "ok.onnx")[0] == 0
 
 
+def test_diff_exits_1_only_when_something_would_change(tmp_path: Path) -> None:
+    """As ruff's --diff (and the docs): an error finding with no fix changes nothing, so
+    --diff exits 0 (it exited 1); the check itself still exits 1."""
+    onnx.save(qdq_model(DQ, 13, scale_shape=(5,), attrs={"axis": 0}), tmp_path / "e.onnx")
+    assert _run(tmp_path / "e.onnx")[0] == 1  # QL403: an error, no fix
+    code, out, err = _run("--diff", "--strict", tmp_path / "e.onnx")
+    assert (code, out) == (0, "") and "0 change(s) would be made" in err
+
+
 # ---------------------------------------------------------------- 11 deep trees
 
 

@@ -7,8 +7,11 @@ system; a huge block is not padded to its size."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +73,43 @@ def test_replacing_a_model_removes_the_data_it_named_and_only_that(tmp_path: Pat
     assert locations <= set(data) and stray.name not in locations
 
 
+def _dq_with_data(folder: Path, name: str, location: str) -> Path:
+    """``name``: one int8 DequantizeLinear at opset 13 whose weight is in ``location``."""
+    weight = numpy_helper.from_array(
+        np.arange(4096, dtype=np.int64).astype(np.int8).reshape(64, 64), "w"
+    )
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    node = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], name="dq")
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 64])
+    graph = helper.make_graph([node], "g", [], [out], initializer=[weight, scale])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    path = folder / name
+    onnx.save(model, path, save_as_external_data=True, location=location, size_threshold=1024)
+    return path
+
+
+@pytest.mark.parametrize("other", ["alone", "another-model-names-it", "hard-linked"])
+def test_in_place_removes_the_replaced_models_data_of_another_name(
+    tmp_path: Path, other: str
+) -> None:
+    """upgrade --in-place of a model whose data file is weights.bin (not a name qlrewrite
+    gives): the new model reads m.onnx.<hex>.data and weights.bin was left behind (56 MiB
+    in the report), though docs/safety.md says the replaced model's data is removed. It is
+    removed now, unless another model of the folder names it or another name links to it."""
+    model = _dq_with_data(tmp_path, "m.onnx", "weights.bin")
+    expected = _run(model, {})[0]
+    if other == "another-model-names-it":
+        _dq_with_data(tmp_path, "b.onnx", "weights.bin")
+    elif other == "hard-linked":
+        os.link(tmp_path / "weights.bin", tmp_path / "copy.bin")
+    result = cli("upgrade", "--opset", "21", "--in-place", str(model))
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(_run(model, {})[0], expected)
+    assert (tmp_path / "weights.bin").exists() == (other != "alone"), _listing(tmp_path)
+    if other == "another-model-names-it":
+        np.testing.assert_array_equal(_run(tmp_path / "b.onnx", {})[0], expected)
+
+
 # ------------------------------------------------------------------ 2: special files
 
 
@@ -119,6 +159,133 @@ def test_a_model_is_never_written_over_a_special_file(tmp_path: Path) -> None:
     assert "not a regular file" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert fifo.exists() and not fifo.is_file()
+
+
+def _checked_model(folder: Path) -> Path:
+    model = folder / "m.onnx"
+    onnx.save(qdq_model(DQ, 21), model)
+    return model
+
+
+def test_a_link_to_stdout_is_written_as_a_stream(tmp_path: Path) -> None:
+    """``check m.onnx --format json -o LINK > report.json``, LINK -> /dev/stdout (a link of
+    the test's own: the real /dev/stdout is never risked): the report reaches report.json
+    through the descriptor, the link stays (it was staged beside and renamed over the
+    link; report.json stayed empty)."""
+    model = _checked_model(tmp_path)
+    link = tmp_path / "stdout"
+    link.symlink_to("/dev/stdout")
+    report = tmp_path / "report.json"
+    with report.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "qlrewrite", "check", str(model), "--format", "json",
+             "-o", str(link)],
+            stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
+    assert json.loads(report.read_text())["files"] is not None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".qlrewrite")]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
+@pytest.mark.parametrize("option", ["-o", "--report"])
+def test_a_link_into_proc_self_fd_is_written_as_a_stream(tmp_path: Path, option: str) -> None:
+    """A link to /proc/self/fd/N (N: a descriptor of this process, open on a regular
+    file), for a report of check (-o) or of a rewrite (--report): written through N."""
+    model = _checked_model(tmp_path)
+    target = tmp_path / "target.json"
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    link = tmp_path / "out.json"
+    link.symlink_to(f"/proc/self/fd/{fd}")
+    try:
+        if option == "-o":
+            result = cli("check", str(model), "--format", "json", "-o", str(link))
+        else:
+            result = cli("fold", str(model), "-o", str(tmp_path / "f.onnx"), "--report", str(link))
+    finally:
+        os.close(fd)
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink()
+    assert json.loads(target.read_text())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".qlrewrite")]
+
+
+def test_a_link_to_a_fifo_is_written_as_a_stream(tmp_path: Path) -> None:
+    model = _checked_model(tmp_path)
+    fifo, link = tmp_path / "pipe", tmp_path / "out.json"
+    os.mkfifo(fifo)
+    link.symlink_to(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        result = cli("check", str(model), "-o", str(link), "--format", "json")
+        text = os.read(reader, 1 << 20).decode()
+    finally:
+        os.close(reader)
+    assert result.exit_code == 0, result.output
+    assert json.loads(text) and link.is_symlink() and stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_report_through_a_link_to_a_file_replaces_the_file(tmp_path: Path) -> None:
+    """A link (of this user's) to a regular file: the report replaces the file it points
+    to, atomically; the link stays a link to it."""
+    model = _checked_model(tmp_path)
+    (tmp_path / "reports").mkdir()
+    target = tmp_path / "reports" / "r.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    result = cli("check", str(model), "-o", str(link), "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert link.is_symlink() and link.resolve() == target
+    assert json.loads(target.read_text())
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert not [p for p in (tmp_path / "reports").iterdir() if p.name != "r.json"]
+
+
+@pytest.mark.parametrize("case", ["dangling", "other-users"])
+def test_a_report_through_a_doubtful_link_is_refused(tmp_path: Path, case: str) -> None:
+    """A link to nothing (a report would create a file where the link says), or another
+    user's link (as the kernel's protected_symlinks): one line, exit 2, nothing written."""
+    model = _checked_model(tmp_path)
+    target, link = tmp_path / "elsewhere.json", tmp_path / "out.json"
+    link.symlink_to(target)
+    if case == "other-users":
+        if os.geteuid() != 0:
+            pytest.skip("making another user's link needs root")
+        target.write_text("theirs")
+        os.lchown(link, 12345, 12345)
+    result = cli("check", str(model), "-o", str(link), "--format", "json")
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "link" in result.stderr
+    assert link.is_symlink()
+    assert (not target.exists()) if case == "dangling" else target.read_text() == "theirs"
+
+
+@pytest.mark.parametrize("to", ["file", "fd"])
+@pytest.mark.parametrize("option", ["-o", "--fix-output"])
+def test_a_model_is_never_written_through_a_link(tmp_path: Path, to: str, option: str) -> None:
+    """A model output that is a link (to a regular file, or into /proc/self/fd) is
+    refused in one line: a model and its data file are written as regular files only."""
+    src, _ = write_external_model(tmp_path, "m.onnx")
+    if option == "--fix-output":
+        src = _fixable(tmp_path / "fx.onnx")
+    target = tmp_path / "target.onnx"
+    target.write_bytes(b"mine")
+    link = tmp_path / "link.onnx"
+    fd = os.open(target, os.O_WRONLY)
+    link.symlink_to(target if to == "file" else f"/proc/self/fd/{fd}")
+    try:
+        if option == "-o":
+            result = cli("fold", str(src), "-o", str(link))
+        else:
+            result = cli("check", str(src), "--fix", "--fix-output", str(link))
+    finally:
+        os.close(fd)
+    assert result.exit_code == 2, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and "link" in result.stderr
+    assert link.is_symlink() and target.read_bytes() == b"mine"
 
 
 # ------------------------------------------------------------------ 3: shared outputs

@@ -8,9 +8,16 @@ expected differences are known without running qlrewrite.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import hashlib
 import json
+import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +156,8 @@ def test_numeric_change_is_refused_and_nothing_written(tmp_path: Path, ulps: int
     assert _files(tmp_path) == before | {"r.json"}  # no output, no staging folder
     assert f"z: 1 of 4 elements differ: max abs {abs_diff:.6g}, max ulp {ulps}" in err
     assert "verification failed" in err and "nothing written" in err
+    # the verify line names no difference: it is on the output's line and the error's
+    assert err.count("1 of 4 elements differ") == 2 and "differ: z" not in err
     failed = json.loads(report.read_text())
     assert failed["written"] is False
     z = next(o for o in failed["verify"]["outputs"] if o["name"] == "z")
@@ -276,6 +285,8 @@ def test_unverifiable_model_is_not_a_pass(tmp_path: Path) -> None:
     assert not out.exists()
     assert "cannot verify with ONNX Runtime" in err
     assert "Unsupported model IR version: 14" in err or "DequantizeLinear(28)" in err
+    # ORT's error once (it was on the verify line and again on the error line)
+    assert err.count("Unsupported model IR version") + err.count("DequantizeLinear(28)") == 1
     verify = json.loads(report.read_text())["verify"]
     assert verify["status"] == "unverifiable" and not verify["passed"]
     code, _ = _invoke(main, "fold", source, "-o", out)
@@ -298,7 +309,9 @@ def test_fold_upgrade_convert_have_the_options() -> None:
             continue
         options = {o for p in main.commands[name].params for o in p.opts}
         assert {"--verify", "--verify-runs", "--seed", "--input-shape",
-                "--verify-tolerance"} <= options, name  # fmt: skip
+                "--verify-tolerance", "--verify-timeout"} <= options, name  # fmt: skip
+    check = {o for p in main.commands["check"].params for o in p.opts}
+    assert {"--verify", "--verify-timeout"} <= check
 
 
 # --------------------------------------------------------------------------- the library
@@ -487,3 +500,224 @@ def test_ort_crashing_the_process_ends_the_verification_not_the_command(
     assert not result.passed
     same = verify_in_child(good, good, specs)  # the child's answer when nothing crashes
     assert same.passed and same.status == "exact"
+
+
+# ------------------------------------- issue 30, 2: the child is isolated and bounded
+
+
+def _endless_loop_model() -> onnx.ModelProto:
+    """A valid model of 271 bytes: a Loop of 2^62 iterations (ONNX Runtime runs it for
+    ever)."""
+    f, b, i64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond"], ["cond_out"]),
+         helper.make_node("Add", ["v", "one"], ["v_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond", b, []),
+         helper.make_tensor_value_info("v", f, [1])],
+        [helper.make_tensor_value_info("cond_out", b, []),
+         helper.make_tensor_value_info("v_out", f, [1])],
+        initializer=[numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)],
+        "g",
+        [helper.make_tensor_value_info("x", f, [1])],
+        [helper.make_tensor_value_info("y", f, [1])],
+        initializer=[numpy_helper.from_array(np.array(2**62, np.int64), "M"),
+                     numpy_helper.from_array(np.array(True), "c")],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_a_verification_past_its_time_limit_is_unverifiable(tmp_path: Path) -> None:
+    """``fold --verify`` of an endless Loop hung for ever: now unverifiable after
+    --verify-timeout, exit 1, nothing written; the next verification gets a new child."""
+    source = _save(_endless_loop_model(), tmp_path / "loop.onnx")
+    out = tmp_path / "out.onnx"
+    before = _files(tmp_path)
+    start = time.monotonic()
+    code, err = _invoke(main, "fold", source, "-o", out, "--verify", "--verify-timeout", "1.5")
+    assert time.monotonic() - start < 60
+    assert code == 1, err
+    # the reason once, on the error line (the verify line no longer repeats it)
+    assert err.count("no answer within 1.5 s on the original model") == 1
+    assert "cannot verify with ONNX Runtime: no answer within 1.5 s on the original" in err
+    assert _files(tmp_path) == before
+    with pytest.raises(VerificationFailed) as info:  # the Python API has the limit too
+        pipeline.rewrite(source, [_Perturb(0)], command="p", verify=VerifyOptions(timeout=1))
+    assert info.value.verification.status == "unverifiable"
+    assert "no answer within 1 s" in str(info.value.verification.reason)
+    good = _save(_model(), tmp_path / "m.onnx")
+    result = pipeline.rewrite(good, [_Perturb(0)], command="p", verify=VerifyOptions())
+    assert result.verification is not None and result.verification.status == "exact"
+
+
+def test_the_verify_timeout_option_is_checked() -> None:
+    with pytest.raises(ValueError):
+        VerifyOptions(timeout=0)
+    result = CliRunner().invoke(main, ["fold", "m.onnx", "--verify-timeout", "1"])
+    assert result.exit_code == 2 and "--verify-timeout needs --verify" in result.stderr
+
+
+def test_the_working_directory_is_not_on_the_childs_import_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A numpy.py, onnxruntime.py or qlrewrite/ in the current folder (in CI, the checkout
+    under test) is never imported by the child: each would leave a marker."""
+    from qlrewrite import verify_child
+
+    good = _save(_model(), tmp_path / "m.onnx")
+    marker = tmp_path / "marker"
+    plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    for name in ("numpy.py", "onnxruntime.py", "onnx_ir.py", "qlrewrite/__init__.py",
+                 "qlrewrite/verify_child.py", "qlrewrite/verify.py"):  # fmt: skip
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(plant)
+    verify_child._CHILD.close()  # a child started here, now
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # as `python -m` puts it first
+    try:
+        specs = input_specs_of(good)
+        result = verify_child.verify_in_child(good, good, specs)
+    finally:
+        verify_child._CHILD.close()
+    assert not marker.exists(), marker.read_text()
+    assert result.status == "exact", result.reason
+
+
+def input_specs_of(path: Path) -> list[InputSpec]:
+    from qlrewrite.verify import input_specs
+
+    return input_specs(ir.load(path), {})
+
+
+def _fake_child(folder: Path, answer: bytes) -> tuple[Path, Path]:
+    """A program that writes ``answer`` where the child answers and then runs on (or
+    exits, after an answer cut short); its pid goes to a file."""
+    pid, script, code = folder / "pid", folder / "fake-python", folder / "fake.py"
+    out = "sys.stdout.buffer"
+    then = "sys.exit(0)" if answer.endswith(b"cut") else "time.sleep(600)"
+    code.write_text(f"import sys, time\n{out}.write({answer!r})\n{out}.flush()\n{then}\n")
+    script.write_text(f"#!/bin/sh\necho $$ > {pid}\nexec {sys.executable} {code}\n")
+    script.chmod(0o755)
+    return script, pid
+
+
+def _frame(message: object) -> bytes:
+    data = json.dumps(message).encode()
+    return len(data).to_bytes(8, "big") + data
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"garbage!" + b"\0" * 64,  # not an answer at all
+        _frame({"result": {"status": "exact"}}),  # missing fields
+        _frame({"result": {"status": "exact", "runs": 1, "seed": 0, "tolerance": None,
+                           "outputs": "all", "reason": None, "runtime": None,
+                           "bound": {"reason": None, "relative": None, "ulp": None,
+                                     "per_output": []}}}),  # outputs of the wrong type
+        _frame({"result": {"status": "passed", "runs": 1, "seed": 0, "tolerance": None,
+                           "outputs": [], "reason": None, "runtime": None,
+                           "bound": {"reason": None, "relative": None, "ulp": None,
+                                     "per_output": []}}}),  # no such status
+        _frame([[[[[]]]]]),  # not an object
+        _frame({"phase": "original"}) + b"\0" * 7 + b"\x40cut",  # a phase, an answer cut
+    ],
+)  # fmt: skip
+def test_an_answer_that_cannot_be_read_kills_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes
+) -> None:
+    """Any undecodable answer is unverifiable at once (it hung in wait() on the live
+    child, or was an internal ValueError), and the child is killed."""
+    from qlrewrite import verify_child
+
+    script, pid_file = _fake_child(tmp_path, answer)
+    monkeypatch.setattr(sys, "executable", str(script))
+    child = verify_child._Child()
+    results: list[Any] = []
+    task = ("a.onnx", "b.onnx", [], VerifyOptions())
+    thread = threading.Thread(target=lambda: results.append(child.run(task, task[-1])))
+    thread.daemon = True
+    thread.start()
+    thread.join(timeout=60)
+    pid = int(pid_file.read_text())
+    try:
+        assert not thread.is_alive(), "the parent hangs on the answer"
+        assert len(results) == 1 and results[0].status == "unverifiable"
+        assert not results[0].passed
+        assert not Path(f"/proc/{pid}").exists()  # killed and reaped
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+_PARENT = """
+import sys
+import onnx_ir as ir
+from qlrewrite import verify_child
+from qlrewrite.verify import input_specs
+loop = sys.argv[1]
+specs = input_specs(ir.load(loop), {})
+print(verify_child._CHILD._started().pid, flush=True)
+verify_child.verify_in_child(loop, loop, specs)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent SIGKILLed while its child runs an endless Loop: the child is gone within
+    seconds (it ran on, spinning, for ever)."""
+    loop = _save(_endless_loop_model(), tmp_path / "loop.onnx")
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(loop)],
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert parent.stdout is not None
+    pid = int(parent.stdout.readline())
+    try:
+        time.sleep(3)  # the child is in the Loop
+        assert _alive(pid)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(pid)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_every_field_of_a_verification_crosses_from_the_child() -> None:
+    """The child's answer, as JSON, is read back whole: every field and type, NaN and
+    infinity included (a field the reader does not know would make every answer
+    unverifiable)."""
+    from qlrewrite import verify_child
+    from qlrewrite.verify import OutputVerdict, Verification
+
+    bound = Bound("a reason", relative=1e-6, ulp=2, per_output=(("y", 0.5),), unbounded=("z",))
+    verdicts = [OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=float("inf"),
+                              max_ulp=2**70, problem=None, max_ref=3.0),
+                OutputVerdict("z", problem="missing from the rewritten model")]  # fmt: skip
+    sent = Verification("mismatch", 3, 7, 0.25, verdicts, "why", bound, "ONNX Runtime 1.31.1",
+                        probes={"p": float("nan"), "q": 1.5})  # fmt: skip
+    data = json.dumps({"result": dataclasses.asdict(sent)}).encode()
+    read, write = os.pipe()
+    os.write(write, len(data).to_bytes(8, "big") + data)
+    try:
+        got = verify_child._read_message(read, time.monotonic() + 5)
+    finally:
+        os.close(read)
+        os.close(write)
+    received = verify_child._verification(got["result"])
+    assert received.probes["q"] == 1.5 and np.isnan(received.probes["p"])
+    received.probes["p"] = sent.probes["p"] = 0.0
+    assert received == sent

@@ -30,13 +30,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "check": (
         "check",
         "check_command",
-        "Check every QuantizeLinear / DequantizeLinear node, and com.microsoft "
-        "MatMulNBits / GatherBlockQuantized, against its opset's rules.",
+        "Check every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized, QOperator) "
+        "against its opset's rules and, with --target, against what a runtime accepts.",
     ),
     "rules": (
         "rules",
         "rules_command",
-        "List the check rules, or explain rule CODE (a code or a name) with an example.",
+        "List the check rules, or explain rule CODE (a code or a name) with an example; a "
+        "code prefix (QL4, as --select takes it) lists the rules it names.",
     ),
     "fold": (
         "fold",
@@ -57,6 +58,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "downgrade",
         "downgrade_command",
         "Lower the model to ai.onnx opset N, exactly, or refuse naming what N cannot hold.",
+    ),
+    "retarget": (
+        "retarget",
+        "retarget_command",
+        "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
     ),
 }
 

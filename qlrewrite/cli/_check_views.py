@@ -22,8 +22,10 @@ def _errors(found: Sequence[project.Target | Report]) -> int:
     """Say on stderr why each path gave nothing to check; the exit code."""
     failed = [r for r in found if isinstance(r, Report)]
     for report in failed:
-        click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
-                   f"{escape(report.load_error or '')}", err=True)  # fmt: skip
+        click.echo(
+            f"qlrewrite: error: {escape(report.path or '')}: {escape(report.load_error or '')}",
+            err=True,
+        )
     return EXIT_INPUT if failed else EXIT_OK
 
 
@@ -110,6 +112,7 @@ def statistics(reports: Sequence[Report]) -> list[dict[str, Any]]:
         rule = RULES.get(code)
         fix = None if rule is None or rule.fix is None else str(rule.fix)
         name, severity = (rule.name, str(rule.severity)) if rule else ("", "")
-        rows.append({"code": code, "name": name, "severity": severity, "count": count,
-                     "fixable": fix})  # fmt: skip
+        rows.append(
+            {"code": code, "name": name, "severity": severity, "count": count, "fixable": fix}
+        )
     return rows

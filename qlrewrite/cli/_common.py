@@ -26,14 +26,22 @@ from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
 from qlrewrite.render import finding_lines
-from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions, parse_input_shape
+from qlrewrite.verify import (
+    VERIFY_TIMEOUT,
+    Verification,
+    VerificationFailed,
+    VerifyOptions,
+    parse_input_shape,
+)
 
 __all__ = [
     "RewriteOptions",
     "debug_enabled",
     "debug_option",
     "err_console",
+    "for_people",
     "human_bytes",
+    "in_ci",
     "out_console",
     "progress",
     "rewrite_options",
@@ -114,9 +122,20 @@ def run_command(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def in_ci() -> bool:
+    """A CI job (``CI`` set, as GitHub Actions, GitLab and most CI services set it, and not
+    ``0`` / ``false``): plain output even on a terminal, no progress bars."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def for_people(console: Console) -> bool:
+    """Output to ``console`` is read by a person: a terminal, not CI."""
+    return console.is_terminal and not in_ci()
+
+
 def show_progress(quiet: bool = False) -> bool:
     """Progress bars only for people: stderr is a terminal, not CI, not quiet."""
-    return not quiet and sys.stderr.isatty() and not os.environ.get("CI")
+    return not quiet and sys.stderr.isatty() and not in_ci()
 
 
 class ProgressBar:
@@ -211,19 +230,21 @@ class RewriteOptions:
     verify: VerifyOptions | None = None
 
 
-_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance")
+_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance", "verify_timeout")
 
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
     verify = verify_from(kwargs)
-    fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions)
-              if f.name != "verify"}  # fmt: skip
+    fields = {
+        f.name: kwargs.pop(f.name) for f in dataclasses.fields(RewriteOptions) if f.name != "verify"
+    }
     return RewriteOptions(**fields, verify=verify)
 
 
 def verify_option_list() -> list[Callable[[F], F]]:
-    """--verify and its details (runs, seed, input shapes, tolerance), as click options."""
+    """--verify and its details (runs, seed, input shapes, tolerance, time limit), as click
+    options."""
     return [
         click.option(
             "--verify",
@@ -261,6 +282,14 @@ def verify_option_list() -> list[Callable[[F], F]]:
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
+        click.option(
+            "--verify-timeout",
+            type=click.FloatRange(min=0, min_open=True),
+            default=VERIFY_TIMEOUT,
+            show_default=True,
+            metavar="SECONDS",
+            help="With --verify, give up after SECONDS: unverifiable, nothing written.",
+        ),
     ]
 
 
@@ -274,10 +303,14 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
             seed=details["seed"],
             input_shapes=details["input_shape"],
             tolerance=details["verify_tolerance"],
+            timeout=details["verify_timeout"],
         )
     ctx = click.get_current_context()
-    given = [n for n in _VERIFY_DETAILS
-             if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)]  # fmt: skip
+    given = [
+        n
+        for n in _VERIFY_DETAILS
+        if ctx.get_parameter_source(n) not in (None, ParameterSource.DEFAULT)
+    ]
     if given:
         raise click.UsageError(f"--{given[0].replace('_', '-')} needs --verify")
     return None
@@ -371,8 +404,8 @@ def run_rewrite(
     except pipeline.FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
-    except VerificationFailed as exc:
-        _print_verification(exc.verification)
+    except VerificationFailed as exc:  # the error line says why; the differences here
+        _print_verification(exc.verification, failed=True)
         raise
     if not options.quiet:
         _print_summary(result)
@@ -402,8 +435,12 @@ def _print_summary(result: RewriteResult) -> None:
         _print_verification(result.verification)
 
 
-def _print_verification(verification: Verification) -> None:
-    click.echo(f"  verify: {verification.describe()}", err=True)
+def _print_verification(verification: Verification, *, failed: bool = False) -> None:
+    """The verification's line and each differing output's (once each: a failed one's
+    reason is the error line's, not repeated here)."""
+    if failed and verification.reason:
+        return
+    click.echo(f"  verify: {verification.describe(outputs=False)}", err=True)
     for output in verification.outputs:
         if not output.exact:
             click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)

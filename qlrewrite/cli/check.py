@@ -19,6 +19,7 @@ from qlrewrite.cli._common import (
     debug_enabled,
     debug_option,
     err_console,
+    for_people,
     out_console,
     progress,
     run_command,
@@ -28,8 +29,9 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.config import Settings, settings_for
 from qlrewrite.escape import escape
-from qlrewrite.findings import Report, fixable
+from qlrewrite.findings import Report
 from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
+from qlrewrite.formats.concise import fixable_phrase
 from qlrewrite.project import enabled_codes
 
 __all__ = ["check_command"]
@@ -53,6 +55,7 @@ Examples:
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
+  qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
   qlrewrite check models/ --diff                   # what --fix would change
   qlrewrite check model.onnx --fix --verify        # writes model.fix.onnx, proven in ORT
   qlrewrite check models/ --fix --in-place --unsafe-fixes
@@ -60,7 +63,8 @@ Examples:
 \b
 Configuration: [tool.qlrewrite] in pyproject.toml, or qlrewrite.toml, found from each
 model's folder upwards (keys: select, extend-select, ignore, strict, exclude,
-per-file-ignores, per-node-ignores, output-format); the command line overrides it.
+per-file-ignores, per-node-ignores, output-format, target); the command line overrides
+it.
 
 \b
 Exit codes: 0 no error findings (warnings allowed); 1 at least one error finding
@@ -101,6 +105,14 @@ over 1). `qlrewrite rules` lists the rules.
     multiple=True,
     metavar="CODES",
     help="Skip these rule codes or prefixes (the more specific of select/ignore wins).",
+)
+@click.option(
+    "--target",
+    multiple=True,
+    metavar="SPEC",
+    help="Also check what this runtime refuses (repeatable; QL7xx rules): ort (the installed "
+    "release), ort==1.20, ort>=1.17 (flagged if any release in the range refuses), openvino, "
+    "tensorrt, qnn (documented only). Replaces the configuration's target.",
 )
 @click.option(
     "--strict/--no-strict",
@@ -186,12 +198,11 @@ over 1). `qlrewrite rules` lists the rules.
 @debug_option
 @run_command
 def check_command(**given: Any) -> None:
-    """Check every QuantizeLinear / DequantizeLinear node, and com.microsoft MatMulNBits /
-    GatherBlockQuantized, against its opset's rules.
+    """Check every quantized node (Q/DQ, MatMulNBits, GatherBlockQuantized, QOperator) against
+    its opset's rules and, with --target, against what a runtime accepts.
 
-    Reads no weights: a model of any size checks in about a second. With --fix, the
-    findings that have a safe fix are repaired through the same path as the rewriting
-    commands (refusals, atomic write, --verify).
+    Reads no weights: a model of any size checks in about a second. --fix repairs the
+    findings that have a safe fix through the rewriting commands' path (atomic, --verify).
     """
     run = _parse(given)
     find = run.find
@@ -214,7 +225,7 @@ def check_command(**given: Any) -> None:
         if run.fixing is not None:
             reports, refused = _fix_stage(run, targets, checked, reports, reads)
         _print_result(reports, targets, run.selection, show, pending)
-    if show.fmt == DEFAULT_FORMAT and not show.quiet and not show.statistics:
+    if _fixable_line_wanted(show):
         _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
     sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
 
@@ -278,7 +289,7 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         unsafe = given["unsafe_fixes"]
         fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
     codes = (given["select"], given["ignore"], given["extend_select"])
-    selection = _selection(*codes, given["strict"])
+    selection = _selection(*codes, given["strict"], given["target"])
     return _CheckRun(find, selection, show, fixing)
 
 
@@ -316,11 +327,19 @@ def _pending_report(
 
 
 def _selection(
-    select: tuple[str, ...], ignore: tuple[str, ...], extend: tuple[str, ...], strict: bool | None
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    extend: tuple[str, ...],
+    strict: bool | None,
+    target: tuple[str, ...] = (),
 ) -> project.Selection:
-    """The command line's rule selection; a wrong code is a usage error (exit 2) here."""
-    selection = project.Selection(select, ignore, extend, strict)
+    """The command line's rule selection; a wrong code or target is a usage error (exit 2)
+    here."""
+    from qlrewrite.targets.spec import parse_targets
+
+    selection = project.Selection(select, ignore, extend, strict, target)
     enabled_codes(Settings(), selection, Path())
+    parse_targets(target)
     return selection
 
 
@@ -346,8 +365,7 @@ def _fix_stage(
         _print_diff(outcomes, quiet=quiet)
         _print_load_errors(reports)
         changed = any(o.changes for o in outcomes) or refused
-        strict = project.strictness(targets, run.selection)
-        sys.exit(project.diff_exit_code(reports, strict=strict, changed=changed))
+        sys.exit(project.diff_exit_code(reports, changed=changed))
     return check_fix.fixed_reports(reports, targets, outcomes, run.selection), refused
 
 
@@ -421,8 +439,10 @@ def _print_load_errors(reports: Sequence[Report]) -> None:
     """One line on stderr per model that could not be read."""
     for report in reports:
         if report.load_error:
-            click.echo(f"qlrewrite: error: {escape(report.path or '')}: "
-                       f"{escape(report.load_error)}", err=True)  # fmt: skip
+            click.echo(
+                f"qlrewrite: error: {escape(report.path or '')}: {escape(report.load_error)}",
+                err=True,
+            )
 
 
 def _files_read(
@@ -443,8 +463,11 @@ def _check_fix_options(  # noqa: PLR0917 (the options, as given)
 ) -> None:
     if fix and diff:
         raise click.UsageError("--fix and --diff: give one of them")
-    for flag, given in (("--in-place", in_place), ("--fix-output", fix_output is not None),
-                        ("--verify", verify)):  # fmt: skip
+    for flag, given in (
+        ("--in-place", in_place),
+        ("--fix-output", fix_output is not None),
+        ("--verify", verify),
+    ):
         if given and not fix and not (diff and flag == "--verify"):
             raise click.UsageError(f"{flag} needs --fix")
     if fix_output is not None and models != 1:
@@ -490,20 +513,19 @@ def _print_diff(outcomes: Sequence[check_fix.FixOutcome], *, quiet: bool) -> Non
         err_console.print(f"{changes} change(s) would be made to {models} model(s)")
 
 
+def _fixable_line_wanted(show: _Show) -> bool:
+    """The text formats' ``N fixable with --fix`` line on stderr: not with --quiet or
+    --statistics, nor after the concise terminal view (its ``Found`` line says it)."""
+    if show.quiet or show.statistics or show.fmt not in (DEFAULT_FORMAT, "full"):
+        return False
+    return not (show.fmt == DEFAULT_FORMAT and show.output is None and for_people(out_console))
+
+
 def _print_fixable(reports: Sequence[Report], unsafe: bool) -> None:
     """``N fixable with --fix`` (and how many more with --unsafe-fixes) on stderr."""
-    findings = [f for r in reports for f in r.findings]
-    safe = len(fixable(findings))
-    more = len(fixable(findings, unsafe=True)) - safe
-    if not safe and not more:
-        return
-    if unsafe:
-        safe, more = safe + more, 0
-    line = f"{safe} fixable with --fix" + (" --unsafe-fixes" if unsafe else "") if safe else ""
-    if more:
-        extra = f"{more} more with --fix --unsafe-fixes"
-        line = f"{line} ({extra})" if line else f"{more} fixable with --fix --unsafe-fixes"
-    err_console.print(line)
+    line = fixable_phrase([f for r in reports for f in r.findings], unsafe=unsafe)
+    if line:
+        err_console.print(line)
 
 
 def _print_reports(
@@ -518,7 +540,7 @@ def _print_reports(
     """Render ``reports`` to stdout, or into ``pending`` (committed) for ``-o``."""
     reports = [render.escaped_report(r) for r in reports]
     output = pending.path if pending is not None else None
-    to_terminal = output is None and out_console.is_terminal
+    to_terminal = output is None and for_people(out_console)
     for report in reports:  # errors on stderr (a text report file keeps its line too)
         if report.load_error:
             click.echo(f"qlrewrite: error: {report.path}: {report.load_error}", err=True)

@@ -33,6 +33,7 @@ Examples:
   qlrewrite info model.onnx
   qlrewrite info model.onnx --format json | jq '.qdq'
   qlrewrite info llm.onnx --format json | jq '.weight_only[] | {K, N, bits, nodes}'
+  qlrewrite info model.onnx --target ort==1.16 --target tensorrt
 """,
 )
 @click.argument("model", type=click.Path(path_type=Path))
@@ -44,9 +45,16 @@ Examples:
     show_default=True,
     help="Output format.",
 )
+@click.option(
+    "--target",
+    multiple=True,
+    metavar="SPEC",
+    help="Also list the nodes this runtime refuses or runs elsewhere (repeatable): ort, "
+    "ort==1.20, ort>=1.17, openvino, tensorrt, qnn (the QL7xx rules of check --target).",
+)
 @debug_option
 @run_command
-def info_command(model: Path, fmt: str) -> None:
+def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
     """Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized),
     opsets and initializers (reads no weights).
 
@@ -59,10 +67,36 @@ def info_command(model: Path, fmt: str) -> None:
     source = source_of(loaded)
     weightless = weightless_from_source(source.proto, max_inline_bytes=0) if source else None
     summary = {"path": str(model), **model_summary(loaded, weightless=weightless)}
+    if target:
+        summary["targets"] = _target_findings(loaded, target)
     if fmt == "json":
         click.echo(json.dumps(summary, indent=2))
         return
-    _print_text(summary, _text_console())
+    console = _text_console()
+    _print_text(summary, console)
+    _print_targets(summary.get("targets", {}), console)
+
+
+def _target_findings(loaded: Any, specs: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
+    """Per target, the QL7xx findings of check --target (what the runtime refuses)."""
+    from qlrewrite.checker import check
+    from qlrewrite.targets.spec import parse_targets
+
+    found = {}
+    for runtime in parse_targets(specs):
+        report = check(loaded, select=["QL7"], targets=[runtime.spec])
+        found[runtime.label] = [f.to_json() for f in report.findings]
+    return found
+
+
+def _print_targets(targets: dict[str, list[dict[str, Any]]], console: Console) -> None:
+    for label, findings in targets.items():
+        if not findings:
+            _say(console, f"{label}: nothing refused (the QL7xx rules found nothing)")
+            continue
+        _say(console, f"{label}: {len(findings)} finding(s)", "bold")
+        for f in findings:
+            _say(console, f"  {f['rule']} {f['severity']}: {f['message']}")
 
 
 def _text_console() -> Console:

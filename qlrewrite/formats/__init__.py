@@ -8,7 +8,7 @@ configuration's ``output-format`` and ``--statistics`` all read :data:`FORMATS`.
 
 from __future__ import annotations
 
-from qlrewrite.formats import github, json, sarif, text
+from qlrewrite.formats import full, github, json, sarif, text
 from qlrewrite.formats.base import OutputFormat, RenderOptions
 
 __all__ = [
@@ -42,5 +42,5 @@ def output_format(name: str) -> OutputFormat:
         raise ValueError(f"unknown output format {name!r}") from None
 
 
-for _module in (text, json, sarif, github):
+for _module in (text, full, json, sarif, github):
     register(_module.FORMAT)

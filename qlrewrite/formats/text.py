@@ -1,16 +1,16 @@
 """``--output-format text`` (the default): one line per finding, or per group of similar
-findings, for logs and files; rich tables on a terminal."""
+findings, for logs, files and CI; on a terminal, ruff's concise lines in colour
+(:mod:`qlrewrite.formats.concise`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from rich.console import Console
-
 from qlrewrite.findings import Report
 from qlrewrite.formats.base import OutputFormat, RenderOptions
-from qlrewrite.render import print_text_tables, text_lines
+from qlrewrite.formats.concise import print_concise
+from qlrewrite.render import text_lines
 
 __all__ = ["FORMAT", "statistics_text"]
 
@@ -28,16 +28,6 @@ def _render(reports: Sequence[Report], options: RenderOptions) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-def _terminal(reports: Sequence[Report], console: Console, options: RenderOptions) -> None:
-    print_text_tables(
-        reports,
-        console,
-        summary=options.summary,
-        show_all=options.show_all,
-        load_errors=options.load_errors,
-    )
-
-
 def statistics_text(rows: Sequence[dict[str, Any]]) -> str:
     """``--statistics`` as text: ``count  code  severity  [*] name`` per rule."""
     if not rows:
@@ -53,8 +43,9 @@ def statistics_text(rows: Sequence[dict[str, Any]]) -> str:
 
 FORMAT = OutputFormat(
     "text",
-    "one line per finding (similar findings grouped); tables on a terminal",
+    "one line per finding (similar findings grouped); on a terminal, in colour as ruff's "
+    "concise lines (path:graph:node: CODE [*] message)",
     _render,
-    terminal=_terminal,
+    terminal=print_concise,
     statistics=statistics_text,
 )

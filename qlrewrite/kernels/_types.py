@@ -26,6 +26,7 @@ __all__ = [
     "code_table",
     "float_max",
     "to_dtype",
+    "type_refusal",
 ]
 
 
@@ -108,3 +109,20 @@ def code_table(dtype: np.dtype) -> np.ndarray:
     codes = np.arange(256, dtype=np.uint8).view(dtype)
     with np.errstate(invalid="ignore", over="ignore"):
         return codes.astype(np.float32)
+
+
+def type_refusal(op: str, role: str, dtype: np.dtype, allowed: frozenset[np.dtype]) -> ValueError:
+    """The error for an input of a type ``op`` does not take: the types it takes and, for
+    float64 (what NumPy makes of a Python list or float), to pass float32: ONNX defines no
+    float64 Q/DQ and ONNX Runtime has no such kernel, so the exact kernel has no float64
+    result to match; the cast rounds each value to the nearest float32, as any caller of
+    ONNX Runtime does."""
+    names = ", ".join(sorted(str(t) for t in allowed))
+    message = f"{op} cannot read {role} of type {dtype} (it takes {names})"
+    if dtype == np.float64:
+        message += (
+            f"; ONNX has no float64 {op} (ONNX Runtime takes float32): pass "
+            f"np.asarray({role}, np.float32) (a Python list or float becomes float64; the cast "
+            "rounds each value to the nearest float32)"
+        )
+    return ValueError(message)

@@ -35,6 +35,7 @@ from qlrewrite.kernels._types import (
     MINIFLOAT_TYPES,
     code_table,
     to_dtype,
+    type_refusal,
 )
 from qlrewrite.opsets import DEFAULT_AXIS
 
@@ -164,11 +165,11 @@ def _output_type(
     x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, output_dtype: Any
 ) -> np.dtype:
     if x.dtype not in DQ_X_TYPES:
-        raise ValueError(f"DequantizeLinear cannot read x of type {x.dtype}")
+        raise type_refusal("DequantizeLinear", "x", x.dtype, DQ_X_TYPES)
     if zp is not None and zp.dtype != x.dtype:
         raise ValueError(f"zero point type {zp.dtype} differs from x type {x.dtype}")
     if scale.dtype not in DQ_SCALE_TYPES:
-        raise ValueError(f"DequantizeLinear scale type {scale.dtype} is not supported")
+        raise type_refusal("DequantizeLinear", "scale", scale.dtype, DQ_SCALE_TYPES)
     out = to_dtype(output_dtype)
     if out is None:
         if scale.dtype not in DQ_OUTPUT_TYPES:

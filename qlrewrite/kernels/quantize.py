@@ -48,6 +48,7 @@ from qlrewrite.kernels._types import (
     Q_X_TYPES,
     float_max,
     to_dtype,
+    type_refusal,
 )
 from qlrewrite.opsets import DEFAULT_AXIS
 
@@ -169,9 +170,9 @@ def _output_type(
     x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None, output_dtype: Any
 ) -> np.dtype:
     if x.dtype not in Q_X_TYPES:
-        raise ValueError(f"QuantizeLinear cannot read x of type {x.dtype}")
+        raise type_refusal("QuantizeLinear", "x", x.dtype, Q_X_TYPES)
     if scale.dtype not in Q_SCALE_TYPES:
-        raise ValueError(f"QuantizeLinear scale type {scale.dtype} is not supported")
+        raise type_refusal("QuantizeLinear", "scale", scale.dtype, Q_SCALE_TYPES)
     out = to_dtype(output_dtype)
     if zp is not None:
         if out is not None and out != zp.dtype:

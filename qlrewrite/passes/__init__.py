@@ -19,6 +19,8 @@ _EXPORTS = {
     "ConvertDomainPass": "qlrewrite.passes.convert_domain",
     "UpgradePass": "qlrewrite.passes.upgrade",
     "DowngradePass": "qlrewrite.passes.downgrade",
+    "RetargetPass": "qlrewrite.passes.retarget",
+    "QdqTidyPass": "qlrewrite.passes.qdq_tidy",
     "NBitsToOnnxPass": "qlrewrite.passes.nbits_to_onnx",
     "NBitsFromOnnxPass": "qlrewrite.passes.nbits_from_onnx",
     "QOperatorToQdqPass": "qlrewrite.passes.qoperator_to_qdq",
@@ -28,6 +30,7 @@ _EXPORTS = {
     "upgrade_passes": "qlrewrite.passes.commands",
     "fix_passes": "qlrewrite.passes.commands",
     "downgrade_passes": "qlrewrite.passes.commands",
+    "retarget_passes": "qlrewrite.passes.commands",
 }
 
 __all__ = list(_EXPORTS)

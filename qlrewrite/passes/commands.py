@@ -15,10 +15,20 @@ from qlrewrite.passes.fix import FIXES, FixPass, finding_key
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.qdq_tidy import QdqTidyPass
+from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.retarget import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
 
-__all__ = ["convert_passes", "downgrade_passes", "fix_passes", "fold_passes", "upgrade_passes"]
+__all__ = [
+    "convert_passes",
+    "downgrade_passes",
+    "fix_passes",
+    "fold_passes",
+    "retarget_passes",
+    "upgrade_passes",
+]
 
 
 def fold_passes(
@@ -40,7 +50,7 @@ def convert_passes(
     GatherBlockQuantized; then the Q/DQ nodes change domain."""
     last = ConvertDomainPass(to, allow_float16=allow_float16)
     if last.to == "onnx":
-        return [QOperatorToQdqPass(), NBitsToOnnxPass(), last]
+        return [QonnxToQdqPass(), QOperatorToQdqPass(), NBitsToOnnxPass(), last]
     return [NBitsFromOnnxPass(accuracy_level=accuracy_level), last]
 
 
@@ -88,3 +98,21 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
 def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:
     """``qlrewrite downgrade --opset N``."""
     return [DowngradePass(opset)]
+
+
+def retarget_passes(
+    *,
+    zero_point: Signedness | None = None,
+    symmetric: bool = False,
+    narrow: bool = False,
+    drop_redundant: bool = False,
+    split_shared: bool = False,
+) -> list[ir.passes.PassBase]:
+    """``qlrewrite retarget``: tidy first (split shared inputs, drop redundant pairs), then
+    the zero-point and width retargets, each exact or refused."""
+    passes: list[ir.passes.PassBase] = []
+    if drop_redundant or split_shared:
+        passes.append(QdqTidyPass(drop_redundant=drop_redundant, split_shared=split_shared))
+    if zero_point or symmetric or narrow:
+        passes.append(RetargetPass(signedness=zero_point, symmetric=symmetric, narrow=narrow))
+    return passes

@@ -19,7 +19,9 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.listing import grouped
 from qlrewrite.ort_float16 import domain_changes_result
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 from qlrewrite.toolkit import ensure_import_at
@@ -212,23 +214,12 @@ _FLOAT16_PROBLEM = (
 )
 
 
-def _describe(plans: list[_Plan], nodes: int = 3) -> str:
-    """The refused nodes grouped by their reasons: ``8 nodes ('a' in main, 'b' in main,
-    'c' in main, ...): reason; reason`` (one node: ``'a' in main (reason)``)."""
-    groups: dict[str, list[str]] = {}
-    for plan in plans:
-        groups.setdefault("; ".join(dict.fromkeys(plan.problems)), []).append(plan.where)
-    parts = []
-    for reasons, wheres in groups.items():
-        if len(wheres) == 1:
-            parts.append(f"{wheres[0]} ({reasons})")
-            continue
-        named = ", ".join(wheres[:nodes]) + (", ..." if len(wheres) > nodes else "")
-        parts.append(f"{len(wheres)} nodes ({named}): {reasons}")
-    return "; ".join(parts)
+def _describe(plans: list[_Plan]) -> str:
+    """The refused nodes grouped by their reasons (:func:`qlrewrite.listing.grouped`)."""
+    return grouped((plan.where, plan.problems) for plan in plans)
 
 
-class ConvertDomainPass(ir.passes.InPlacePass):
+class ConvertDomainPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite Q/DQ nodes into the ``to`` domain ("onnx" or "com.microsoft").
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
@@ -236,6 +227,8 @@ class ConvertDomainPass(ir.passes.InPlacePass):
     the rest. The :class:`~qlrewrite.passes.results.ConvertResult` counts what changed
     and lists :class:`ConvertWarning`.
     """
+
+    needs = frozenset({"inference"})  # the types of x and the scale when undeclared
 
     def __init__(self, to: str, *, strict: bool = True, allow_float16: bool = False) -> None:
         super().__init__()
@@ -259,7 +252,7 @@ class ConvertDomainPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ConvertResult:
         plans = [
             _plan_to_onnx(site, ctxs) if self.to == "onnx" else _plan_to_microsoft(site, ctxs)
-            for site, ctxs in node_views(model)
+            for site, ctxs in node_views(model, inference=self.context(model).inference)
             if site.domain == self.source_domain
         ]
         for plan in plans:

@@ -25,6 +25,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.ir_version import needed_ir_version
 from qlrewrite.passes import downgrade_lower as lower
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.downgrade_plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
 from qlrewrite.passes.downgrade_relabel import relabel_problem
 from qlrewrite.passes.results import DowngradeResult
@@ -41,12 +42,15 @@ _HOLD = "qlrewrite.hold"
 _QUANTIZED_OPS = frozenset(op for kind in (QDQ, QOPERATOR) for d, op in kind.ops if d == "")
 
 
-class DowngradePass(ir.passes.FunctionalPass):
+class DowngradePass(ContextPass, ir.passes.FunctionalPass):
     """Convert the model to ai.onnx opset ``opset`` (below the current one); a new model.
 
     Raises InputError for an upgrade or an opset below 10, Refusal naming every node the
     target cannot hold (with the lowest opset that does) or what ONNX's converter refuses.
     """
+
+    needs = frozenset({"inference", "weightless"})
+    keeps_types = False  # a new model
 
     def __init__(self, opset: int) -> None:
         super().__init__()
@@ -71,12 +75,14 @@ class DowngradePass(ir.passes.FunctionalPass):
 
     def call(self, model: ir.Model) -> DowngradeResult:
         before = onnx_opset(model) or 0
-        plans = plan_downgrade(model, self.opset)
+        context = self.context(model)
+        plans = plan_downgrade(model, self.opset, context.inference)
         _refuse(plans, self.opset)
         relabelled: list[str] = []
         new = convert_weightless(
             model,
             self.opset,
+            context,
             prepare=lambda proto: relabelled.extend(_hold(proto, before, self.opset)),
             lower=True,
         )

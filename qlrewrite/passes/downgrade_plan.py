@@ -22,6 +22,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.qdq.constants import is_constant
+from qlrewrite.qdq.inference import Inference
 
 __all__ = ["KEEP", "Plan", "plan_downgrade"]
 
@@ -55,10 +56,11 @@ class Plan:
         return str(self.site.ref), self.site.node.outputs[0].name or ""
 
 
-def plan_downgrade(model: ir.Model, opset: int) -> list[Plan]:
-    """One plan per ai.onnx Q/DQ node of ``model`` for a downgrade to ``opset``."""
+def plan_downgrade(model: ir.Model, opset: int, inference: Inference) -> list[Plan]:
+    """One plan per ai.onnx Q/DQ node of ``model`` for a downgrade to ``opset`` (types
+    nobody declared from ``inference``, the run's)."""
     plans = []
-    for site, views in node_views(model, read=False):
+    for site, views in node_views(model, read=False, inference=inference):
         if site.domain != "":
             continue
         plan = Plan(site, views[0].where)

@@ -21,6 +21,7 @@ from typing import Any
 import onnx_ir as ir
 
 from qlrewrite.findings import Finding, fixable
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import FixResult, RepairsFindings
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
@@ -43,12 +44,14 @@ def finding_key(finding: Finding) -> Key:
 Planned = tuple[QuantizedSite, NodeView, Finding]
 
 
-class FixPass(ir.passes.InPlacePass, RepairsFindings):
+class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     """Apply the fixes of ``codes`` to the findings ``wanted`` accepts (default: all).
 
     The :class:`~qlrewrite.passes.results.FixResult` lists what changed, one
     ``(code, where, what)`` per repair, for ``--diff``, and counts them per code.
     """
+
+    needs = frozenset({"inference"})  # the rules read it, as in the check
 
     def __init__(
         self, codes: Collection[str], wanted: Callable[[Finding], bool] | None = None
@@ -89,7 +92,8 @@ class FixPass(ir.passes.InPlacePass, RepairsFindings):
         if not units:
             return planned
         kinds = tuple({id(k): k for unit in units for k in unit.kinds}.values())
-        for site, views in node_views(model, kinds=kinds):
+        inference = self.context(model).inference
+        for site, views in node_views(model, inference=inference, kinds=kinds):
             for unit in units:
                 if not any(k is site.kind for k in unit.kinds):
                     continue

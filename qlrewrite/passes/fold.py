@@ -30,6 +30,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.kernels import check_granularity
 from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     FLOAT16_MODES,
     ConstOperand,
@@ -65,7 +66,7 @@ def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exac
     return FoldPass(keep_dq=keep_dq, float16=float16)(model).model
 
 
-class FoldPass(ir.passes.InPlacePass):
+class FoldPass(ContextPass, ir.passes.InPlacePass):
     """Constant-fold Q/DQ nodes; the :class:`~qlrewrite.passes.results.FoldResult` counts
     what was folded and removed.
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import ImportsResult, RepairsFindings
 from qlrewrite.toolkit import ensure_import, implied_imports
 
 __all__ = ["ImpliedImportsPass"]
 
 
-class ImpliedImportsPass(ir.passes.InPlacePass, RepairsFindings):
+class ImpliedImportsPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     """Import the domains ONNX Runtime implies (com.microsoft 1) where the model's graph
     uses them without importing them: what QL103 reports (a pass that repairs QL103
     itself, ``check --fix``, makes this one unnecessary)."""

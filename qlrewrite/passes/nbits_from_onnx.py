@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, ORDER_REASON, min_block
@@ -37,7 +38,6 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.qdq.inference import Inference
 from qlrewrite.toolkit import FreshNames, ensure_import_at
 from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
 
@@ -203,10 +203,12 @@ def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Valu
     return add, other
 
 
-class NBitsFromOnnxPass(ir.passes.InPlacePass):
+class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite constant DequantizeLinear -> MatMul / Gather as MatMulNBits /
     GatherBlockQuantized where the weight stays bit-identical; the
     :class:`~qlrewrite.passes.results.NBitsResult` counts them."""
+
+    needs = frozenset({"inference"})  # the outputs it replaces, before the first change
 
     def __init__(self, *, accuracy_level: int = 0) -> None:
         super().__init__()
@@ -230,7 +232,7 @@ class NBitsFromOnnxPass(ir.passes.InPlacePass):
         # Types and shapes of the outputs it replaces, inferred before the first change:
         # ONNX inference stops at MatMulNBits, so later passes (convert's Q/DQ planning)
         # would no longer know the types downstream of a shapeless output.
-        self._inference = Inference.of(model)
+        self._inference = self.context(model).inference
         self._names = FreshNames(model)
         for scope in list(iter_graphs(model)):
             graph = scope.graph

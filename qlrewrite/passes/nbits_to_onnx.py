@@ -16,9 +16,10 @@
 
 What a node needs that the target cannot express is refused with the node named and the
 lowest ai.onnx opset that would: int4 and blocks need opset 21, int2 opset 25.
-Not converted (bit-exactness could not hold): ``g_idx`` and zero points in the scale type
-(ONNX Runtime then computes ``q * scale - scale * zp``; ``dequantize`` writes that value for
-the 4-bit float32 case ORT runs), prepacked B, FP8 / FP4 data.
+Zero points in the scale type (HQQ; ONNX Runtime computes ``q * scale - scale * zp``, 4
+bits and float32 only) become ``DequantizeLinear(q, scale) - scale * zp`` (the products
+rounded as ORT rounds them; see :func:`_plan_float_zero_points`). Not converted
+(bit-exactness could not hold): ``g_idx``, prepacked B, FP8 / FP4 data.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
+from qlrewrite.listing import grouped
+from qlrewrite.passes.blocks import Writer, repeat_blocks
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     FLOAT16_MODES,
     ConstOperand,
@@ -129,6 +133,9 @@ class _Weight:
     reuse_zero_point: ir.Value | None = None
     #: The float weight itself, when no DequantizeLinear computes it (dequantize only).
     folded: StreamedTensor | None = None
+    #: Subtracted after the DequantizeLinear, repeated over each block (``[k_blocks, N]``):
+    #: ``scale * zp`` for zero points in the scale type (HQQ).
+    offset: ir.TensorProtocol | None = None
 
 
 @dataclasses.dataclass
@@ -235,7 +242,7 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
     layout, b, scales, zero_points = found
     if zero_points is not None and zero_points.dtype != _DT.UINT8:
         _plan_float_zero_points(
-            plan, layout, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
+            plan, layout, opset, b=b, scales=scales, zero_points=zero_points, dequantize=dequantize
         )
     elif not plan.problems:
         _plan_matmul_nbits_weight(plan, found, opset, dequantize)
@@ -323,21 +330,19 @@ def _plan_matmul_nbits_weight(
 def _plan_float_zero_points(
     plan: _Plan,
     layout: MatMulNBitsLayout,
+    opset: int | None,
     *,
     b: ir.TensorProtocol,
     scales: ir.TensorProtocol,
     zero_points: ir.TensorProtocol,
     dequantize: bool,
 ) -> None:
-    """Zero points in the scale type: ONNX Runtime's kernel (4 bits, float32 only: for
-    float16 it ignores them) computes ``q * scale - scale * zp``. No DequantizeLinear
-    computes that; ``fold --dequantize-weights`` writes it."""
-    if not dequantize:
-        plan.problems.append(
-            "zero points are given in the scale type: ONNX Runtime then dequantizes as "
-            "q * scale - scale * zp, which DequantizeLinear cannot reproduce"
-        )
-        return
+    """Zero points in the scale type (HQQ): ONNX Runtime's kernel (4 bits, float32 only:
+    for float16 it ignores them) computes ``q * scale - scale * zp``, each product rounded
+    to float32. Written as ``DequantizeLinear(q, scale)`` (uint4, no zero point: ``q *
+    scale``, one rounding) minus the precomputed ``scale * zp`` repeated over each block:
+    the same two roundings, then the same subtraction; ``fold --dequantize-weights``
+    writes that weight itself."""
     if layout.bits != 4 or scales.dtype != _DT.FLOAT or zero_points.dtype != _DT.FLOAT:
         plan.problems.append(
             "zero points in the scale type are only computed by ONNX Runtime for 4 bits "
@@ -347,8 +352,32 @@ def _plan_float_zero_points(
     if zero_points.size != layout.N * layout.k_blocks:
         plan.problems.append(f"zero points are not {layout.N} x {layout.k_blocks} floats")
         return
-    folded = MatMulNBitsFloat(layout, b=b, scales=scales, zero_points=zero_points)
-    plan.weight = _Weight(b, scales, zero_points, 0, layout.block_size, _DT.FLOAT, folded=folded)
+    if dequantize:
+        folded = MatMulNBitsFloat(layout, b=b, scales=scales, zero_points=zero_points)
+        plan.weight = _Weight(
+            b, scales, zero_points, 0, layout.block_size, _DT.FLOAT, folded=folded
+        )
+        return
+    _check_dq_form(plan, opset, _DT.UINT4, _DT.FLOAT, zero_point=False)
+    name = plan.view.node.inputs[1].name or "B"
+    sources = {"b": b, "zero_points": None}
+    x = MatMulNBitsWeight("x", layout, _DT.UINT4, scales=scales, **sources, name=f"{name}_q")
+    scale = MatMulNBitsWeight("scale", layout, _DT.FLOAT, scales=scales, **sources)
+    zero = MatMulNBitsWeight("scale", layout, _DT.FLOAT, scales=zero_points, **sources)
+
+    def offset() -> ir.TensorProtocol:  # ORT's scale * zp, rounded to float32 once
+        return ir.tensor(np.multiply(scale.numpy(), zero.numpy(), dtype=np.float32))
+
+    scale.name = f"{name}_s"
+    plan.weight = _Weight(
+        x,
+        scale,
+        None,
+        axis=0,
+        block_size=layout.block_size,
+        out_type=_DT.FLOAT,
+        offset=ir.LazyTensor(offset, dtype=_DT.FLOAT, shape=scale.shape, name=f"{name}_offset"),
+    )
 
 
 def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
@@ -526,7 +555,7 @@ def _unpacked_zero_points(
     return MappedTensor(reader, int_type(bits, signed=False), shape, sources=(zero_points,))
 
 
-class NBitsToOnnxPass(ir.passes.InPlacePass):
+class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite MatMulNBits / GatherBlockQuantized as DequantizeLinear -> MatMul / Gather.
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
@@ -594,9 +623,7 @@ class NBitsToOnnxPass(ir.passes.InPlacePass):
 
 
 def _refusal(failed: list[_Plan], dequantize: bool) -> str:
-    parts = [f"{_where(p.view.site)} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
-    if len(failed) > 10:
-        parts.append(f"and {len(failed) - 10} more")
+    described = grouped((_where(p.view.site), p.problems) for p in failed)
     lowest = [p.lowest_opset for p in failed]
     hint = ""
     if all(v is not None for v in lowest):
@@ -606,7 +633,7 @@ def _refusal(failed: list[_Plan], dequantize: bool) -> str:
             f"run `qlrewrite upgrade --opset {opset} --convert-weight-only`"
         )
     what = "dequantize" if dequantize else "convert"
-    return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {'; '.join(parts)}"
+    return f"cannot {what} {len(failed)} node(s){hint}; nothing written: {described}"
 
 
 class _Rewriter:
@@ -716,7 +743,30 @@ class _Rewriter:
         dq.outputs[0].dtype = weight.out_type
         dq.outputs[0].shape = ir.Shape(weight.x.shape.numpy())
         graph.insert_before(node, dq)
-        return dq.outputs[0]
+        if weight.offset is None:
+            return dq.outputs[0]
+        return self._minus_offset(graph, node, weight, dq.outputs[0], base)
+
+    def _minus_offset(
+        self,
+        graph: ir.Graph | ir.Function,
+        node: ir.Node,
+        weight: _Weight,
+        dequantized: ir.Value,
+        base: str,
+    ) -> ir.Value:
+        """``dequantized`` minus the weight's offset repeated over each block."""
+        assert weight.offset is not None
+        offset = self._constant(graph, weight.offset, base + "_offset")
+        writer = Writer(node, self._names, base)
+        shape = [int(d) for d in weight.offset.shape.numpy()]
+        length = int(weight.x.shape[0])
+        per_element = repeat_blocks(
+            writer, offset, shape, axis=0, block=weight.block_size, length=length
+        )
+        result = writer.node("Sub", [dequantized, per_element])
+        result.dtype, result.shape = weight.out_type, dequantized.shape
+        return result
 
     def apply(self, plan: _Plan) -> None:
         node, graph = plan.view.node, plan.view.site.graph

@@ -35,6 +35,8 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.difference import output_bounds
 from qlrewrite.errors import Refusal
+from qlrewrite.listing import grouped
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
     LEFT_ALONE,
@@ -59,12 +61,18 @@ _DT = ir.DataType
 _INTEGER_OPS = {"MatMulInteger": "MatMul", "ConvInteger": "Conv"}
 _KEPT = {
     "Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
-    "AveragePool": ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads",
-                    "strides"),
+    "AveragePool": (
+        "auto_pad",
+        "ceil_mode",
+        "count_include_pad",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ),
     "Gemm": ("alpha", "transA", "transB"),
     "LeakyRelu": ("alpha",),
     "Concat": ("axis",),
-}  # fmt: skip
+}
 
 
 @dataclasses.dataclass
@@ -203,9 +211,11 @@ def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Val
     node = view.node
     inputs = list(node.inputs) + [None] * (4 - len(node.inputs))
     source = inputs[0].producer() if inputs[0] is not None else None
-    if source is None or source.op_type != "DynamicQuantizeLinear" or source.domain not in (
-        "", "ai.onnx"
-    ):  # fmt: skip
+    if (
+        source is None
+        or source.op_type != "DynamicQuantizeLinear"
+        or source.domain not in ("", "ai.onnx")
+    ):
         return None
     if inputs[2] is not None and inputs[2] is not source.outputs[2]:
         return None
@@ -246,7 +256,7 @@ def _only_use(value: ir.Value) -> ir.Node | None:
     return uses[0].node
 
 
-class QOperatorToQdqPass(ir.passes.InPlacePass):
+class QOperatorToQdqPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite QOperator / dynamic nodes as DequantizeLinear -> float op -> QuantizeLinear.
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) when a com.microsoft
@@ -289,8 +299,14 @@ class QOperatorToQdqPass(ir.passes.InPlacePass):
         }
         float_sums = any(_sums_in_float(p) for p in done)
         bound = _bound(model, rewriter, float_sums)
-        return QOperatorResult(model, bool(done), summary, warnings, verify_bound=bound,
-                               differences=dict(rewriter.requantized))  # fmt: skip
+        return QOperatorResult(
+            model,
+            bool(done),
+            summary,
+            warnings,
+            verify_bound=bound,
+            differences=dict(rewriter.requantized),
+        )
 
 
 #: Why ``--verify`` accepts differences after a QOperator conversion.
@@ -360,10 +376,8 @@ def _sums_in_float(plan: _Plan) -> bool:
 
 
 def _refusal(failed: list[_Plan]) -> str:
-    parts = [f"{p.where} ({'; '.join(dict.fromkeys(p.problems))})" for p in failed[:10]]
-    if len(failed) > 10:
-        parts.append(f"and {len(failed) - 10} more")
-    return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {'; '.join(parts)}"
+    described = grouped((p.where, p.problems) for p in failed)
+    return f"cannot convert {len(failed)} node(s) to Q/DQ; nothing written: {described}"
 
 
 def _may_wrap(t: TripleView) -> bool:
@@ -419,8 +433,9 @@ class _Rewriter:
             node.outputs[0].name = name
             graph.insert_before(plan.view.node, node)
             return node.outputs[0]
-        value = ir.Value(name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape,
-                         const_value=tensor)  # fmt: skip
+        value = ir.Value(
+            name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
+        )
         graph.register_initializer(value)
         return value
 
@@ -479,9 +494,13 @@ class _Rewriter:
         scale = self.constant(plan, product.reshape(shape), (bias.name or "bias") + "_scale")
         spec = dataclasses.replace(weight.spec, channel_axis=0)
         bias_triple = dataclasses.replace(
-            weight, spec=spec, values=(bias, scale, None), zero_point=None, channel_axis=0,
+            weight,
+            spec=spec,
+            values=(bias, scale, None),
+            zero_point=None,
+            channel_axis=0,
             scale=dataclasses.replace(weight.scale, shape=shape),
-        )  # fmt: skip
+        )
         return self.dequantize(plan, bias_triple, scale)
 
     def apply(self, plan: _Plan) -> None:

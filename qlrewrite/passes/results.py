@@ -12,6 +12,7 @@ from qlrewrite.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
+    "ConvertsCustomOps",
     "DowngradeResult",
     "FixResult",
     "FoldResult",
@@ -19,6 +20,7 @@ __all__ = [
     "NBitsResult",
     "QOperatorResult",
     "RepairsFindings",
+    "RetargetResult",
     "RewritePassResult",
     "UpgradeResult",
 ]
@@ -95,6 +97,23 @@ class DowngradeResult(RewritePassResult):
     """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
     after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
     written as com.microsoft, nodes relabelled at the older version."""
+
+
+@dataclasses.dataclass
+class RetargetResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.retarget.RetargetPass`: quantized tensors ``sign_flipped``,
+    ``made_symmetric``, ``narrowed`` (to 4 bits) and ``narrow_left`` (8-bit weights that do
+    not fit 4 bits or whose opset has no 4-bit types);
+    :class:`~qlrewrite.passes.qdq_tidy.QdqTidyPass`: ``redundant_pairs_removed``,
+    ``shared_dequantize_split``, ``shared_initializers_split``."""
+
+
+class ConvertsCustomOps:
+    """Mixin of a pass that converts other producers' custom quantization operators
+    (:mod:`qlrewrite.custom_quant`): the pipeline does not refuse an input for the
+    ``(domain, op_type)`` pairs in ``custom_ops``."""
+
+    custom_ops: frozenset[tuple[str, str]] = frozenset()
 
 
 class RepairsFindings:

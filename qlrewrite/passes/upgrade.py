@@ -1,7 +1,7 @@
 """Upgrade a model's ai.onnx opset, on models of any size.
 
 1. ONNX's version converter (``onnx.version_converter``) converts every op, on a
-   weight-free copy (:func:`qlrewrite.weightless.weightless_of`: large initializers
+   weight-free copy (:meth:`qlrewrite.passes.context.RunContext.weightless`: large initializers
    become placeholder graph inputs, so nothing above a few bytes is serialized or read).
 2. The converted graph is deserialized and the original tensor objects are put back as
    initializers of the graphs they came from; the placeholder inputs are removed.
@@ -31,6 +31,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.convert_domain import divides_in_scale_type, keep_float32_division
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (
@@ -44,7 +45,6 @@ from qlrewrite.qdq import (
 )
 from qlrewrite.source import set_source, source_of
 from qlrewrite.toolkit import main_graphs
-from qlrewrite.weightless import weightless_of
 
 __all__ = ["UpgradePass", "convert_weightless", "upgrade"]
 
@@ -62,7 +62,7 @@ class _Weight:
     is_input: bool  # also a main-graph input (an overridable initializer)
 
 
-class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
+class UpgradePass(ContextPass, ir.passes.FunctionalPass, RepairsFindings):
     """Convert the model to ai.onnx opset ``opset`` (>= the current one); a new model.
 
     Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
@@ -71,6 +71,9 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
     rule codes ``check --fix`` upgrades for (each gets a line in the result's
     ``changes``).
     """
+
+    needs = frozenset({"weightless"})  # ONNX's converter runs on it
+    keeps_types = False  # a new model
 
     def __init__(self, opset: int, *, fixing: tuple[str, ...] = ()) -> None:
         super().__init__()
@@ -106,7 +109,7 @@ class UpgradePass(ir.passes.FunctionalPass, RepairsFindings):
 
     def call(self, model: ir.Model) -> UpgradeResult:
         before = onnx_opset(model) or 0
-        new = convert_weightless(model, self.opset)
+        new = convert_weightless(model, self.opset, self.context(model))
         pinned = 0
         if divides_in_scale_type(self.opset) and not divides_in_scale_type(before):
             for site in iter_sites(new):
@@ -157,16 +160,19 @@ def _large_weights(model: ir.Model) -> list[_Weight]:
 def convert_weightless(
     model: ir.Model,
     opset: int,
+    context: RunContext,
     *,
     prepare: Callable[[onnx.ModelProto], object] | None = None,
     lower: bool = False,
 ) -> ir.Model:
     """ONNX's version converter on a weight-free copy, with the original weights put back.
 
-    ``prepare`` may change the weight-free proto first (the downgrade holds nodes aside);
+    The weight-free proto comes from the run's ``context`` (a copy of the one made when
+    the model was read, when no pass ran before). ``prepare`` may change it first (the
+    downgrade holds nodes aside);
     ``lower``: functions importing a newer opset are converted down too."""
     weights = _large_weights(model)
-    proto = weightless_of(model, max_inline_bytes=_MAX_INLINE_BYTES)
+    proto = context.weightless(max_inline_bytes=_MAX_INLINE_BYTES)
     if prepare is not None:
         prepare(proto)
     # The converter fails (IndexError) on any model with local functions: convert the

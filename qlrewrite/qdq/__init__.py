@@ -42,32 +42,138 @@ were added, :data:`~qlrewrite.qdq.sites.WEIGHT_ONLY`):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-#: The modules whose names this package exports, lightest first: a name is looked up in
-#: each on first use (``qlrewrite.toolkit``'s graph facts are re-exported).
-_MODULES = tuple(
-    f"qlrewrite.{m}"
-    for m in (
-        "toolkit",
-        "qdq.sites",
-        "qdq.constants",
-        "qdq.view",
-        "qdq.qoperator",
-        "qdq.inference",
-        "qdq.binding",
-    )
+from qlrewrite.qdq.binding import (
+    node_views,
+    site_view,
+)
+from qlrewrite.qdq.constants import (
+    MAX_VALUE_BYTES,
+    constant_tensor,
+    is_constant,
+    small_array,
+    value_dtype,
+)
+from qlrewrite.qdq.inference import (
+    Inference,
+    infer,
+    tables_of,
+)
+from qlrewrite.qdq.qoperator import (
+    PER_CHANNEL,
+    TripleView,
+    triples,
+)
+from qlrewrite.qdq.sites import (
+    GATHER_BLOCK_QUANTIZED,
+    LEFT_ALONE,
+    MATMUL_NBITS,
+    QDQ,
+    QDQ_OPS,
+    QOPERATOR,
+    WEIGHT_ONLY,
+    QuantizedSite,
+    SiteKind,
+    iter_sites,
+)
+from qlrewrite.qdq.view import (
+    Dims,
+    Granularity,
+    NodeView,
+    QDQView,
+    QOperatorView,
+    TypeShape,
+    ValueView,
+    WeightOnlyView,
+    view_class,
+    view_of,
+)
+from qlrewrite.toolkit import (
+    MAIN,
+    MS_DOMAIN,
+    ONNX_DOMAINS,
+    FreshNames,
+    GraphRef,
+    GraphScope,
+    ProtoGraph,
+    all_graphs,
+    drop_unused_domain,
+    drop_unused_domains,
+    ensure_import,
+    ensure_import_at,
+    function_kinds,
+    functions_of,
+    graphs_within,
+    implied_imports,
+    import_table,
+    imported_version,
+    iter_graphs,
+    main_graphs,
+    model_folder,
+    normalize_domain,
+    onnx_opset,
+    owner_label,
+    proto_graphs,
+    replace_value,
 )
 
-
-def __getattr__(name: str) -> Any:
-    for module_name in _MODULES:
-        module = importlib.import_module(module_name)
-        if name in module.__all__:
-            return getattr(module, name)
-    raise AttributeError(f"module 'qlrewrite.qdq' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(name for m in _MODULES for name in importlib.import_module(m).__all__)
+__all__ = [
+    "GATHER_BLOCK_QUANTIZED",
+    "LEFT_ALONE",
+    "MAIN",
+    "MATMUL_NBITS",
+    "MAX_VALUE_BYTES",
+    "MS_DOMAIN",
+    "ONNX_DOMAINS",
+    "PER_CHANNEL",
+    "QDQ",
+    "QDQ_OPS",
+    "QOPERATOR",
+    "WEIGHT_ONLY",
+    "Dims",
+    "FreshNames",
+    "Granularity",
+    "GraphRef",
+    "GraphScope",
+    "Inference",
+    "NodeView",
+    "ProtoGraph",
+    "QDQView",
+    "QOperatorView",
+    "QuantizedSite",
+    "SiteKind",
+    "TripleView",
+    "TypeShape",
+    "ValueView",
+    "WeightOnlyView",
+    "all_graphs",
+    "constant_tensor",
+    "drop_unused_domain",
+    "drop_unused_domains",
+    "ensure_import",
+    "ensure_import_at",
+    "function_kinds",
+    "functions_of",
+    "graphs_within",
+    "implied_imports",
+    "import_table",
+    "imported_version",
+    "infer",
+    "is_constant",
+    "iter_graphs",
+    "iter_sites",
+    "main_graphs",
+    "model_folder",
+    "node_views",
+    "normalize_domain",
+    "onnx_opset",
+    "owner_label",
+    "proto_graphs",
+    "replace_value",
+    "site_view",
+    "small_array",
+    "tables_of",
+    "triples",
+    "value_dtype",
+    "view_class",
+    "view_of",
+]

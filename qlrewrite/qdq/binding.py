@@ -16,7 +16,7 @@ import onnx_ir as ir
 
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import QDQ, QuantizedSite, SiteKind, iter_sites
-from qlrewrite.qdq.view import NodeView, ValueView, view_of
+from qlrewrite.qdq.view import NodeView, ValueView, view_class, view_of
 from qlrewrite.toolkit import GraphRef, iter_graphs
 
 __all__ = ["node_views", "site_view"]
@@ -57,7 +57,8 @@ def _resolve_attributes(node: ir.Node, binding: _Binding | None) -> dict[str, ir
     attrs: dict[str, ir.Attr] = {}
     for name, attr in node.attributes.items():
         if attr.is_ref():
-            actual = binding.attributes.get(attr.ref_attr_name) if binding else None
+            ref = attr.ref_attr_name
+            actual = binding.attributes.get(ref) if binding and ref is not None else None
             if isinstance(actual, ir.Attr) and actual.value is not None:
                 attrs[name] = ir.Attr(name, actual.type, actual.value)
             continue
@@ -108,7 +109,7 @@ class _Builder:
                 self._parents[key] = self.view(parent, binding)
             return self._parents[key]
 
-        return NodeView(
+        return view_class(site)(
             site,
             lookup=lookup,
             attributes=_resolve_attributes(site.node, binding),
@@ -130,12 +131,12 @@ def node_views(
 ) -> Iterator[tuple[QuantizedSite, list[NodeView]]]:
     """Every node of ``kinds`` with its views: one per call site for a node inside a
     function, else one. Shape inference runs once, on first need: ``inference`` when
-    given, else on ``weightless`` when given, else the run's (see
-    :class:`~qlrewrite.qdq.inference.Inference`). ``read``: the views read the values of
+    given (a run's, :class:`~qlrewrite.passes.context.RunContext`), else a new one, on
+    ``weightless`` when given. ``read``: the views read the values of
     small constant scales and zero points (the rules need them). ``calls=False``: a node
     inside a function gets one view, from the function's own declarations."""
     if inference is None:
-        inference = Inference(model, weightless) if weightless else Inference.of(model)
+        inference = Inference(model, weightless)
     builder = _Builder(model, inference, read)
     sites = list(iter_sites(model, kinds))
     builder.sites = {id(site.node): site for site in sites}

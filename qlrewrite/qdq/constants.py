@@ -78,9 +78,9 @@ def _constant_tensor(value: ir.Value) -> ir.TensorProtocol | None:
     return value.const_value
 
 
-_NON_NUMERIC = frozenset({
-    ir.DataType.STRING, ir.DataType.COMPLEX64, ir.DataType.COMPLEX128, ir.DataType.UNDEFINED
-})  # fmt: skip
+_NON_NUMERIC = frozenset(
+    {ir.DataType.STRING, ir.DataType.COMPLEX64, ir.DataType.COMPLEX128, ir.DataType.UNDEFINED}
+)
 
 
 def small_array(

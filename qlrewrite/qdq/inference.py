@@ -3,7 +3,8 @@
 Run at most once per model, and only when a view asks for a value that is neither
 constant nor declared. Results are kept per :class:`~qlrewrite.qdq.graphs.GraphRef`
 (subgraphs see their outer scopes' names). Model-local functions get nothing here: inside
-them only the call site's actual values have inferred facts.
+them only the call site's actual values have inferred facts. A run of passes shares one
+(:class:`qlrewrite.passes.context.RunContext`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 from qlrewrite.weightless import weightless_proto
 
-__all__ = ["Inference", "forget", "infer", "share", "tables_of"]
+__all__ = ["Inference", "infer", "tables_of"]
 
 
 class Inference:
@@ -42,12 +43,6 @@ class Inference:
         if inferred is not None:  # ONNX shape inference already ran on it (strict check)
             self._tables = tables_of(inferred)
         self._visible: dict[GraphRef, dict[str, TypeShape]] = {}
-
-    @classmethod
-    def of(cls, model: ir.Model) -> Inference:
-        """The run's inference of ``model`` (:func:`share`), else a new one."""
-        shared = model.meta.get(_SHARED)
-        return shared if isinstance(shared, Inference) and shared._model is model else cls(model)
 
     def table(self, ref: GraphRef) -> dict[str, TypeShape]:
         """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
@@ -118,23 +113,6 @@ def tables_of(inferred: onnx.ModelProto) -> dict[GraphRef, dict[str, TypeShape]]
     for ref, graph in graphs_within(inferred.graph, MAIN):
         _collect(graph, tables.setdefault(ref, {}))
     return tables
-
-
-_SHARED = "qlrewrite.inference"
-
-
-def share(model: ir.Model, inference: Inference) -> None:
-    """Offer ``inference`` (of ``model``) to the passes of this run (:meth:`Inference.of`).
-
-    Rewrites keep each value's type under its name and give new values fresh names with
-    their types declared, so what was inferred on the input stays true for the names it
-    knows while passes change the model. The output is checked on a fresh inference."""
-    model.meta[_SHARED] = inference
-
-
-def forget(model: ir.Model) -> None:
-    """The passes are done: later users of ``model`` infer again (:func:`share`)."""
-    model.meta.pop(_SHARED, None)
 
 
 def _collect(graph: onnx.GraphProto, table: dict[str, TypeShape]) -> None:

@@ -96,7 +96,15 @@ def _channel_axis(view: NodeView, spec: opsets.Quantized) -> int | None:
     return spec.channel_axis
 
 
-def _bind(view: NodeView, spec: opsets.Quantized, label: str, values: tuple) -> TripleView:
+_Values = tuple[ir.Value | None, ir.Value | None, ir.Value | None]
+
+
+def _bind(
+    view: NodeView,
+    spec: opsets.Quantized,
+    label: str,
+    values: _Values,
+) -> TripleView:
     data, scale, zero_point = values
     return TripleView(
         spec,
@@ -125,15 +133,23 @@ def triples(view: NodeView) -> list[TripleView]:
     if not isinstance(row, opsets.QOperatorVersion):
         return []
     found = [
-        _bind(view, spec, spec.data, tuple(_value(view, row, n) for n in
-                                          (spec.data, spec.scale, spec.zero_point)))
+        _bind(
+            view,
+            spec,
+            spec.data,
+            (
+                _value(view, row, spec.data),
+                _value(view, row, spec.scale),
+                _value(view, row, spec.zero_point),
+            ),
+        )
         for spec in row.triples
-    ]  # fmt: skip
+    ]
     if row.variadic:
         fixed = len(row.inputs) - 1
         inputs = list(view.node.inputs)
         spec = opsets.Quantized("input", row.inputs[-1].name, "", "")
         for number, start in enumerate(range(fixed, len(inputs) - 2, 3)):
-            values = tuple(inputs[start : start + 3])
+            values = (inputs[start], inputs[start + 1], inputs[start + 2])
             found.append(_bind(view, spec, f"{spec.data}[{number}]", values))
     return found

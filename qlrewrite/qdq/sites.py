@@ -54,6 +54,7 @@ QDQ = SiteKind(
 def _weight_only(name: str, op_type: str) -> SiteKind:
     """A weight-only op's kind; its roles are read from the table (x: the row's weight)."""
     row = opsets.versions(MS_DOMAIN, op_type)[0]
+    assert isinstance(row, opsets.WeightOnlyVersion), op_type
     roles = {"x": row.weight, "scale": "scales", "zero_point": "zero_points"}
     return SiteKind(
         name,
@@ -93,7 +94,7 @@ class QuantizedSite:
     imported: int | None  # the version of the node's domain imported for its graph
     #: The version in force (None: no such op at that opset): OpVersion for Q/DQ,
     #: WeightOnlyVersion for the weight-only kinds, QOperatorVersion for QOPERATOR.
-    row: opsets.OpVersion | opsets.WeightOnlyVersion | opsets.QOperatorVersion | None
+    row: opsets.Row | None
 
     @property
     def graph(self) -> ir.Graph | ir.Function:

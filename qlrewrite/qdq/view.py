@@ -1,20 +1,23 @@
 """The per-node view: what one quantized node means, decided once and read everywhere.
 
-A :class:`NodeView` describes one node of a :class:`~qlrewrite.qdq.sites.QuantizedSite` as seen
-from one place (inside a model-local function: from one call site, with the function's
-inputs and attribute references replaced by the call's). It answers, without reading
-weights:
+A view describes one node of a :class:`~qlrewrite.qdq.sites.QuantizedSite` as seen from
+one place (inside a model-local function: from one call site, with the function's inputs
+and attribute references replaced by the call's), without reading weights. One class per
+kind of node, over the parts they share (:class:`NodeView`: identity, the attributes in
+force with :meth:`NodeView.attr_or_default`, x / scale / zero point / output as
+:class:`ValueView` from constants, declarations and type inference, messages):
 
-- the attributes in force (:meth:`NodeView.attr_or_default`: as written, else the
-  default of the operator version, from :mod:`qlrewrite.opsets`);
-- x / scale / zero point / output as :class:`ValueView` (element type, shape, the values of
-  a small constant), from constants, declarations and type inference;
-- :attr:`NodeView.output_type`: the output's element type as the version in force decides
-  it; :attr:`NodeView.x_type`: x's element type, also where only the producer or the
-  operator's type constraints tell it; :attr:`NodeView.granularity`;
-- for com.microsoft MatMulNBits / GatherBlockQuantized: every input by its schema name
-  (:meth:`NodeView.operand`), the attributes in force (:attr:`NodeView.weight_attributes`)
-  and the weights' layout (:attr:`NodeView.weight_layout`).
+- :class:`QDQView` (QuantizeLinear / DequantizeLinear, ``row``: an
+  :class:`~qlrewrite.opsets.OpVersion`): ``axis``, ``block_size``, ``output_type`` (as the
+  version in force decides it), ``x_type`` (also where only the producer or the
+  operator's type constraints tell it), ``granularity``;
+- :class:`WeightOnlyView` (com.microsoft MatMulNBits / GatherBlockQuantized, ``row``: a
+  :class:`~qlrewrite.opsets.WeightOnlyVersion`): every input by its schema name
+  (``operand``), the attributes in force (``weight_attributes``), the weights' layout
+  (``weight_layout``) and its granularity;
+- :class:`QOperatorView` (QLinearConv, QLinearMatMul, ..., ``row``: a
+  :class:`~qlrewrite.opsets.QOperatorVersion`): ``operand``; its triples are
+  :func:`qlrewrite.qdq.qoperator.triples`.
 
 Views are built by :func:`qlrewrite.qdq.binding.node_views` (with type inference) or
 :func:`qlrewrite.qdq.binding.site_view` (constants and declarations only).
@@ -23,7 +26,9 @@ Views are built by :func:`qlrewrite.qdq.binding.node_views` (with type inference
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+import functools
+import math
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import onnx_ir as ir
@@ -32,7 +37,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import Finding, Rule
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
-from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite
 from qlrewrite.toolkit import GraphRef
 from qlrewrite.weight_only import (
     GatherBlockForm,
@@ -41,7 +46,18 @@ from qlrewrite.weight_only import (
     matmul_nbits_layout,
 )
 
-__all__ = ["Dims", "Granularity", "NodeView", "TypeShape", "ValueView", "view_of"]
+__all__ = [
+    "Dims",
+    "Granularity",
+    "NodeView",
+    "QDQView",
+    "QOperatorView",
+    "TypeShape",
+    "ValueView",
+    "WeightOnlyView",
+    "view_class",
+    "view_of",
+]
 
 Dims = tuple[int | None, ...]
 #: What type inference knows of a value: (element type, dims); either may be None.
@@ -65,19 +81,23 @@ class ValueView:
     @property
     def size(self) -> int | None:
         """The element count, when every dim is known."""
-        if self.shape is None or any(d is None for d in self.shape):
+        dims = [d for d in self.shape or () if d is not None]
+        if self.shape is None or len(dims) != len(self.shape):
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(dims)
 
     def describe(self) -> str:
         """``'name' (FLOAT [3, 4])`` for messages."""
         dtype = self.dtype.name if self.dtype is not None else "?"
-        shape = "?" if self.shape is None else "[" + ", ".join(
-            "?" if d is None else str(d) for d in self.shape) + "]"  # fmt: skip
+        shape = (
+            "?"
+            if self.shape is None
+            else "[" + ", ".join("?" if d is None else str(d) for d in self.shape) + "]"
+        )
         return f"'{self.name}' ({dtype} {shape})"
 
 
-def _dims(shape: ir.Shape | None) -> Dims | None:
+def _dims(shape: Iterable[object] | None) -> Dims | None:
     if shape is None:
         return None
     return tuple(d if isinstance(d, int) else None for d in shape)
@@ -100,10 +120,10 @@ def view_of(
     tensor = constant_tensor(value)
     if tensor is not None:
         dtype = tensor.dtype
-        dims = tuple(tensor.shape)
-        known = all(type(d) is int for d in dims)  # a tensor's always are
-        shape = dims if known else _dims(tensor.shape)
-        array = small_array(tensor, dims if known else None) if read else None
+        shape = _dims(tensor.shape)  # a tensor's dims are always known
+        ints = tuple(d for d in shape or () if d is not None)
+        known = shape is not None and len(ints) == len(shape)
+        array = small_array(tensor, ints if known else None) if read else None
     if (dtype is None or shape is None) and name in inferred:
         inf_dtype, inf_shape = inferred[name]
         dtype = dtype if dtype is not None else inf_dtype
@@ -141,10 +161,6 @@ class Granularity:
 Lookup = Callable[[ir.Value | None, bool], ValueView | None]
 
 
-def _weight_only(row: object) -> bool:
-    return isinstance(row, opsets.WeightOnlyVersion)
-
-
 def _layout_granularity(layout: MatMulNBitsLayout | GatherBlockForm | None) -> Granularity | None:
     """A weight-only op's granularity from its weight layout (None: no layout)."""
     if isinstance(layout, MatMulNBitsLayout):  # blocks along K of the [K, N] weight
@@ -171,7 +187,10 @@ def _scale_granularity(axis: int, block: int, shape: Dims | None) -> Granularity
 
 
 class NodeView:
-    """One quantized node as rules, passes and ``info`` see it."""
+    """One quantized node as rules, passes and ``info`` see it: the parts every kind
+    shares (identity, x / scale / zero point / output, attributes, messages). Each kind
+    has its subclass: :class:`QDQView`, :class:`WeightOnlyView`, :class:`QOperatorView`
+    (:func:`view_class` picks it)."""
 
     def __init__(
         self,
@@ -197,8 +216,6 @@ class NodeView:
         self._x_index = roles.get("x")
         self._scale_index = roles.get("scale")
         self._zero_point_index = roles.get("zero_point")
-        self._inputs: list[ValueView | None] | None = None
-        self._cache: dict[str, object] = {}  # derived facts, computed once
         #: The rule being run on this view: what :meth:`report` files findings under.
         self.rule: Rule | None = None
 
@@ -225,7 +242,7 @@ class NodeView:
         return self.site.imported
 
     @property
-    def row(self) -> opsets.OpVersion | None:
+    def row(self) -> opsets.Row | None:
         """The operator version in force (None: none at that opset)."""
         return self.site.row
 
@@ -251,56 +268,40 @@ class NodeView:
 
     # ------------------------------------------------------------------ values
 
-    @property
+    def _read_indices(self) -> set[int]:
+        """The inputs whose small constant values are read: every one but x."""
+        return set(range(len(self.node.inputs))) - {self._x_index}
+
+    @functools.cached_property
     def inputs(self) -> list[ValueView | None]:
         """One view per input slot (None for an omitted one); the values of small constants
-        other than x are read (unless the view was built not to read any); of a weight-only
-        op, only those its row names (``read_values``: g_idx)."""
-        if self._inputs is None:
-            read, x_index, row = self._read, self._x_index, self.row
-            if _weight_only(row) or isinstance(row, opsets.QOperatorVersion):
-                # only what a rule reads: g_idx (never scales of LLMs); QOperator scales
-                # and zero points (never the weights)
-                names = [spec.name for spec in row.inputs]
-                wanted = {i for i, name in enumerate(names) if name in row.read_values}
-                if getattr(row, "variadic", False):  # QLinearConcat: (x, scale, zp) threes
-                    fixed = len(names) - 1
-                    count = len(self.node.inputs)
-                    wanted |= {i for i in range(fixed, count) if (i - fixed) % 3}
-            else:
-                wanted = set(range(len(self.node.inputs))) - {x_index}
-            self._inputs = [
-                self._lookup(v, read and i in wanted) for i, v in enumerate(self.node.inputs)
-            ]
-        return self._inputs
+        are read as the kind says (:meth:`_read_indices`), unless the view was built not
+        to read any."""
+        wanted = self._read_indices() if self._read else set()
+        return [self._lookup(v, i in wanted) for i, v in enumerate(self.node.inputs)]
 
     def _at(self, index: int | None) -> ValueView | None:
         inputs = self.inputs
         return inputs[index] if index is not None and index < len(inputs) else None
 
-    @property
+    @functools.cached_property
     def x(self) -> ValueView | None:
         """The quantized data: x of Q/DQ, the weight of a weight-only op. What neither a
         declaration nor inference tells of it (ONNX inference stops at com.microsoft nodes
         and does not run inside functions) comes from the quantized node producing it: its
         output type, and for a Q/DQ producer its x's shape (Q/DQ keep the shape)."""
-        if "x" not in self._cache:
-            self._cache["x"] = self._completed_x()
-        return self._cache["x"]  # type: ignore[return-value]
-
-    def _completed_x(self) -> ValueView | None:
         x = self._at(self._x_index)
-        if x is None or (x.dtype is not None and x.shape is not None):
+        if x is None or self._x_index is None or (x.dtype is not None and x.shape is not None):
             return x
-        self._cache["x"] = x  # a cycle of producers (invalid graph) reads x as declared
-        value = self.node.inputs[self._x_index]  # type: ignore[index]
+        self.__dict__["x"] = x  # a cycle of producers (invalid graph) reads x as declared
+        value = self.node.inputs[self._x_index]
         producer = value.producer() if value is not None else None
         parent = self._producer(producer) if producer is not None else None
         if parent is None:
             return x
         dtype = x.dtype if x.dtype is not None else parent.output_type
         shape = x.shape
-        if shape is None and isinstance(parent.row, opsets.OpVersion) and parent.x is not None:
+        if shape is None and isinstance(parent, QDQView) and parent.x is not None:
             shape = parent.x.shape
         return dataclasses.replace(x, dtype=dtype, shape=shape)
 
@@ -314,26 +315,33 @@ class NodeView:
         """The zero point input (None when omitted)."""
         return self._at(self._zero_point_index)
 
-    def operand(self, name: str) -> ValueView | None:
-        """The input the schema of a weight-only op names ``name`` ("A", "g_idx", "bias",
-        "indices", ...); None when omitted, or for Q/DQ."""
-        for index, spec in enumerate(getattr(self.row, "inputs", ())):
-            if spec.name == name:
-                return self._at(index)
-        return None
-
     def value_view(self, value: ir.Value | None, *, read: bool = False) -> ValueView | None:
         """The :class:`ValueView` of any input or output ``value`` of the node, seen from
         this view's place (``read``: read a small constant's values)."""
         return self._lookup(value, read)
 
-    @property
+    @functools.cached_property
     def output(self) -> ValueView | None:
         """The first output."""
-        if "output" not in self._cache:
-            outputs = self.node.outputs
-            self._cache["output"] = self._lookup(outputs[0], False) if outputs else None
-        return self._cache["output"]  # type: ignore[return-value]
+        outputs = self.node.outputs
+        return self._lookup(outputs[0], False) if outputs else None
+
+    @property
+    def output_type(self) -> ir.DataType | None:
+        """The output's element type as the version in force decides it (None: cannot
+        tell, or decided by another input, as a weight-only op's)."""
+        return None
+
+    @property
+    def x_type(self) -> ir.DataType | None:
+        """x's element type (completed from its producer, see :attr:`x`)."""
+        x = self.x
+        return x.dtype if x is not None else None
+
+    @property
+    def granularity(self) -> Granularity:
+        """Per-tensor, per-axis or blocked (``?`` where the kind does not say)."""
+        return Granularity(UNKNOWN, "?")
 
     # ------------------------------------------------------------------ attributes
 
@@ -347,124 +355,14 @@ class NodeView:
     def attr_or_default(self, name: str) -> int | None:
         """The value the version in force gives attribute ``name``: as written, else its
         default. None when the version has no such attribute (or no default)."""
-        if self.row is None or name not in self.row.attributes:
+        row = self.row
+        if row is None or name not in row.attributes:
             return None
         value = self.int_attr(name)
-        return value if value is not None else self.row.default(name)
-
-    @property
-    def block_size(self) -> int:
-        """block_size (0 when absent or not part of the version in force)."""
-        return self.attr_or_default("block_size") or 0
-
-    @property
-    def axis(self) -> int:
-        """The Q/DQ axis applied: as written, else the default of the version in force
-        (1), else 1 (com.microsoft Q/DQ have no default in the schema; ONNX Runtime's
-        kernel applies axis 1). The one place this default is decided."""
-        axis = self.attr_or_default("axis")
-        return opsets.DEFAULT_AXIS if axis is None else axis
-
-    # ------------------------------------------------------------------ derived facts
-
-    @property
-    def weight_attributes(self) -> dict[str, int | None]:
-        """A weight-only op's attributes in force (as written, else the default; None:
-        absent without a default, or not an INT); {} for Q/DQ."""
-        if "weight_attributes" not in self._cache:
-            row = self.row
-            found = int_attributes(self.attributes, row) if _weight_only(row) else {}
-            self._cache["weight_attributes"] = found
-        return self._cache["weight_attributes"]  # type: ignore[return-value]
-
-    @property
-    def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
-        """How a weight-only op's weights are laid out: a
-        :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
-        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
-        scale and zero-point shapes). None for Q/DQ, or attributes / a data type that
-        describe none (the check rules say why)."""
-        if "weight_layout" not in self._cache:
-            self._cache["weight_layout"] = self._weight_layout()
-        return self._cache["weight_layout"]  # type: ignore[return-value]
-
-    def _weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
-        row, values, x = self.row, self.weight_attributes, self.x
-        if not _weight_only(row):
-            return None
-        if self.op_type == "MatMulNBits":
-            return matmul_nbits_layout(values, row)
-        dtype = x.dtype if x is not None else None
-        return gather_block_form(values, row, dtype, x.rank if x is not None else None)
-
-    @property
-    def output_type(self) -> ir.DataType | None:
-        """The output's element type as the version in force decides it (None: cannot
-        tell). See :func:`qlrewrite.opsets.output_type` for the rule of each version."""
-        if "output_type" not in self._cache:
-            self._cache["output_type"] = self._output_type()
-        return self._cache["output_type"]  # type: ignore[return-value]
-
-    def _output_type(self) -> ir.DataType | None:
-        row, zp, scale = self.row, self.zero_point, self.scale
-        if not isinstance(row, opsets.OpVersion):
-            return None  # no version in force, or a weight-only op (its output is float A's)
-        if "zero_point" in row.output_from and zp is not None and zp.dtype is None:
-            return None
-        try:
-            return opsets.output_type(
-                row,
-                scale_type=scale.dtype if scale is not None else None,
-                zero_point_type=zp.dtype if zp is not None else None,
-                output_dtype=self.int_attr("output_dtype"),
-            )
-        except ValueError:  # output_dtype is not a data type (QL306)
-            return None
-
-    @property
-    def x_type(self) -> ir.DataType | None:
-        """x's element type: known from x itself, else the output type of the quantized node
-        producing it (ONNX inference stops at com.microsoft nodes), else the type x shares
-        with the scale (Q-19/21, com.microsoft Q) or the zero point (DequantizeLinear)."""
-        if "x_type" not in self._cache:
-            self._cache["x_type"] = self._x_type()
-        return self._cache["x_type"]  # type: ignore[return-value]
-
-    def _x_type(self) -> ir.DataType | None:
-        x = self.x
-        if x is not None and x.dtype is not None:
-            return x.dtype
-        scale, zp = self.scale, self.zero_point
-        shares_scale = isinstance(self.row, opsets.OpVersion) and self.row.scale_matches_x
-        if shares_scale and scale is not None and scale.dtype is not None:
-            return scale.dtype
-        if not self.is_quantize and zp is not None:
-            return zp.dtype
-        return None
-
-    @property
-    def granularity(self) -> Granularity:
-        """Per-tensor, per-axis or blocked, from block_size and the scale's shape."""
-        if "granularity" not in self._cache:
-            self._cache["granularity"] = self._granularity()
-        return self._cache["granularity"]  # type: ignore[return-value]
-
-    def _granularity(self) -> Granularity:
-        """The weight-only layout's granularity, or the Q/DQ scale's (with a note when the
-        axis or block_size attribute is not an integer)."""
-        found = _layout_granularity(self.weight_layout)
-        if found is not None:
-            return found
-        if _weight_only(self.row):
-            return Granularity(UNKNOWN, "?")
-        axis, block = self.axis, self.block_size
-        scale = self.scale
-        found = _scale_granularity(axis, block, scale.shape if scale is not None else None)
-        for name in ("axis", "block_size"):
-            attr = self.attributes.get(name)
-            if attr is not None and attr.type != ir.AttributeType.INT:
-                return dataclasses.replace(found, text=f"? ({name} is {attr.type.name})")
-        return found
+        if value is not None:
+            return value
+        default = row.default(name)
+        return default if isinstance(default, int) else None
 
     # ------------------------------------------------------------------ messages
 
@@ -518,3 +416,172 @@ class NodeView:
             output=(self.node.outputs[0].name or "") if self.node.outputs else "",
             attribute=attribute,
         )
+
+
+class QDQView(NodeView):
+    """A QuantizeLinear / DequantizeLinear node (ai.onnx or com.microsoft)."""
+
+    @property
+    def row(self) -> opsets.OpVersion | None:
+        """The Q/DQ version in force."""
+        row = self.site.row
+        return row if isinstance(row, opsets.OpVersion) else None
+
+    @property
+    def block_size(self) -> int:
+        """block_size (0 when absent or not part of the version in force)."""
+        return self.attr_or_default("block_size") or 0
+
+    @property
+    def axis(self) -> int:
+        """The Q/DQ axis applied: as written, else the default of the version in force,
+        else :data:`qlrewrite.opsets.DEFAULT_AXIS` (com.microsoft Q/DQ have no default in
+        the schema; ONNX Runtime's kernel applies axis 1)."""
+        axis = self.attr_or_default("axis")
+        return opsets.DEFAULT_AXIS if axis is None else axis
+
+    @functools.cached_property
+    def output_type(self) -> ir.DataType | None:
+        """The output's element type as the version in force decides it (None: cannot
+        tell). See :func:`qlrewrite.opsets.output_type` for the rule of each version."""
+        row, zp, scale = self.row, self.zero_point, self.scale
+        if row is None:
+            return None
+        if "zero_point" in row.output_from and zp is not None and zp.dtype is None:
+            return None
+        try:
+            return opsets.output_type(
+                row,
+                scale_type=scale.dtype if scale is not None else None,
+                zero_point_type=zp.dtype if zp is not None else None,
+                output_dtype=self.int_attr("output_dtype"),
+            )
+        except ValueError:  # output_dtype is not a data type (QL306)
+            return None
+
+    @functools.cached_property
+    def x_type(self) -> ir.DataType | None:
+        """x's element type: known from x itself, else the output type of the quantized node
+        producing it (ONNX inference stops at com.microsoft nodes), else the type x shares
+        with the scale (Q-19/21, com.microsoft Q) or the zero point (DequantizeLinear)."""
+        x = self.x
+        if x is not None and x.dtype is not None:
+            return x.dtype
+        scale, zp = self.scale, self.zero_point
+        shares_scale = self.row is not None and self.row.scale_matches_x
+        if shares_scale and scale is not None and scale.dtype is not None:
+            return scale.dtype
+        if not self.is_quantize and zp is not None:
+            return zp.dtype
+        return None
+
+    @functools.cached_property
+    def granularity(self) -> Granularity:
+        """From block_size and the scale's shape (with a note when the axis or block_size
+        attribute is not an integer)."""
+        scale = self.scale
+        found = _scale_granularity(
+            self.axis, self.block_size, scale.shape if scale is not None else None
+        )
+        for name in ("axis", "block_size"):
+            attr = self.attributes.get(name)
+            if attr is not None and attr.type != ir.AttributeType.INT:
+                return dataclasses.replace(found, text=f"? ({name} is {attr.type.name})")
+        return found
+
+
+class _SchemaView(NodeView):
+    """A node whose schema names its inputs (weight-only and QOperator rows): only the
+    values a rule reads are read (``row.read_values``: never the weights)."""
+
+    @property
+    def row(self) -> opsets.WeightOnlyVersion | opsets.QOperatorVersion | None:
+        """The version in force."""
+        row = self.site.row
+        return row if not isinstance(row, opsets.OpVersion) else None
+
+    def _read_indices(self) -> set[int]:
+        row = self.row
+        if row is None:
+            return set()
+        names = [spec.name for spec in row.inputs]
+        return {i for i, name in enumerate(names) if name in row.read_values}
+
+    def operand(self, name: str) -> ValueView | None:
+        """The input the schema names ``name`` ("A", "g_idx", "bias", "indices", ...);
+        None when omitted."""
+        row = self.row
+        for index, spec in enumerate(row.inputs if row is not None else ()):
+            if spec.name == name:
+                return self._at(index)
+        return None
+
+
+class WeightOnlyView(_SchemaView):
+    """A com.microsoft MatMulNBits / GatherBlockQuantized node: every input by its schema
+    name, the attributes in force and the weights' layout."""
+
+    @property
+    def row(self) -> opsets.WeightOnlyVersion | None:
+        """The weight-only version in force."""
+        row = self.site.row
+        return row if isinstance(row, opsets.WeightOnlyVersion) else None
+
+    @functools.cached_property
+    def weight_attributes(self) -> dict[str, int | None]:
+        """The attributes in force (as written, else the default; None: absent without a
+        default, or not an INT)."""
+        row = self.row
+        return int_attributes(self.attributes, row) if row is not None else {}
+
+    @functools.cached_property
+    def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
+        """How the weights are laid out: a
+        :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
+        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
+        scale and zero-point shapes). None for attributes / a data type that describe
+        none (the check rules say why)."""
+        row, values, x = self.row, self.weight_attributes, self.x
+        if row is None:
+            return None
+        if self.op_type == "MatMulNBits":
+            return matmul_nbits_layout(values, row)
+        dtype = x.dtype if x is not None else None
+        return gather_block_form(values, row, dtype, x.rank if x is not None else None)
+
+    @functools.cached_property
+    def granularity(self) -> Granularity:
+        """From the weight layout (``?`` without one)."""
+        found = _layout_granularity(self.weight_layout)
+        return found if found is not None else Granularity(UNKNOWN, "?")
+
+
+class QOperatorView(_SchemaView):
+    """A QOperator / dynamic node (QLinearConv, QLinearMatMul, MatMulInteger,
+    com.microsoft QLinear*, QGemm, ...): its (data, scale, zero point) triples are read
+    with :func:`qlrewrite.qdq.qoperator.triples`."""
+
+    @property
+    def row(self) -> opsets.QOperatorVersion | None:
+        """The QOperator version in force."""
+        row = self.site.row
+        return row if isinstance(row, opsets.QOperatorVersion) else None
+
+    def _read_indices(self) -> set[int]:
+        wanted = super()._read_indices()
+        row = self.row
+        if row is not None and row.variadic:  # QLinearConcat: (x, scale, zp) threes
+            fixed = len(row.inputs) - 1
+            wanted |= {i for i in range(fixed, len(self.node.inputs)) if (i - fixed) % 3}
+        return wanted
+
+
+def view_class(site: QuantizedSite) -> type[NodeView]:
+    """The view of ``site``'s kind."""
+    if site.kind is QDQ:
+        return QDQView
+    if site.kind is QOPERATOR:
+        return QOperatorView
+    if any(site.kind is kind for kind in WEIGHT_ONLY):
+        return WeightOnlyView
+    return NodeView

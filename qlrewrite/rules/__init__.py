@@ -1,11 +1,12 @@
 """Check rules for the quantized operators: one unit per rule, one module per code family.
 
 Codes are stable and grouped: QL1xx structure, QL2xx attributes, QL3xx element types,
-QL4xx granularity and shapes, QL5xx constant values, QL6xx model hygiene, QL9xx
-suppressions. A rule's module is named after its codes (``ql4xx_shapes.py``; a more
-specific ``ql42x_matmul_nbits.py`` holds QL420-QL429): there, :func:`rule` declares the
-unit (code, docs, check, fix, examples). :data:`RULES` is the catalogue that ``qlrewrite
-rules`` prints and :data:`CHECKS` holds the units the check and fix passes run.
+QL4xx granularity and shapes, QL5xx constant values, QL6xx model hygiene, QL7xx the
+target runtime (only with ``--target``), QL9xx suppressions. A rule's module is named
+after its codes (``ql4xx_shapes.py``; a more specific ``ql42x_matmul_nbits.py`` holds
+QL420-QL429): there, :func:`rule` declares the unit (code, docs, check, fix, examples).
+:data:`RULES` is the catalogue that ``qlrewrite rules`` prints and :data:`CHECKS` holds
+the units the check and fix passes run.
 
 Adding a rule:
 
@@ -33,6 +34,7 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql4xx_shapes,
     ql5xx_values,
     ql6xx_hygiene,
+    ql7xx_targets,
     ql9xx_suppressions,
     ql10x_qoperator_structure,
     ql31x_qoperator_types,
@@ -41,6 +43,8 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql43x_gather_block,
     ql44x_qoperator_shapes,
     ql51x_qoperator_values,
+    ql71x_tensorrt,
+    ql72x_qnn,
 )
 from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, RuleCheck, rule
 

@@ -16,6 +16,7 @@ __all__ = [
     "WEIGHT_ONLY_VERSIONS",
     "layout_attrs",
     "matmul_nbits_layout",
+    "quantized_type",
     "type_names",
     "weight_storage",
 ]
@@ -54,3 +55,10 @@ def matmul_nbits_layout(ctx: NodeView) -> MatMulNBitsLayout | None:
 def layout_attrs(form: MatMulNBitsLayout) -> str:
     """``K=.., N=.., bits=.., block_size=..`` for messages."""
     return f"K={form.K}, N={form.N}, bits={form.bits}, block_size={form.block_size}"
+
+
+def quantized_type(view: NodeView) -> str | None:
+    """The quantized element type's name of a Q/DQ node: QuantizeLinear's output type,
+    DequantizeLinear's x type (None: not known)."""
+    dtype = view.output_type if view.is_quantize else (view.x.dtype if view.x else None)
+    return getattr(dtype, "name", None)

@@ -374,13 +374,9 @@ def gather_block_quantized_model(
     default_scales, zp_default = _gbq_shapes(
         data_shape, q_axis, 128 if block_size is None else block_size, per_byte
     )
-    node_attrs = {
-        name: value
-        for name, value in (("bits", bits), ("block_size", block_size),
-                            ("gather_axis", gather_axis), ("quantize_axis", quantize_axis))
-        if value is not None
-    }  # fmt: skip
-    node_attrs.update(attrs or {})
+    written = {"bits": bits, "block_size": block_size}
+    written |= {"gather_axis": gather_axis, "quantize_axis": quantize_axis}
+    node_attrs = {k: v for k, v in written.items() if v is not None} | dict(attrs or {})
     inits = [
         _zeros("data", data_type, data_shape),
         _zeros("scales", scale_type, scale_shape or default_scales, 0.5),
@@ -397,9 +393,12 @@ def gather_block_quantized_model(
     if per_byte > 1 and isinstance(out_shape[-1], int):
         out_shape[-1] *= per_byte
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("indices", int(indices_type), indices_shape)],
-        [helper.make_tensor_value_info("output", int(scale_type), out_shape)], initializer=inits,
-    )  # fmt: skip
+        [node],
+        "g",
+        [helper.make_tensor_value_info("indices", int(indices_type), indices_shape)],
+        [helper.make_tensor_value_info("output", int(scale_type), out_shape)],
+        initializer=inits,
+    )
     return _ms_model(graph, opset, ms_opset, ir_version)
 
 
@@ -421,8 +420,15 @@ def edited(proto: onnx.ModelProto, *edits: Callable[[onnx.ModelProto], None]) ->
     return proto
 
 
-_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
-                "uint64_data", "string_data")  # fmt: skip
+_DATA_FIELDS = (
+    "raw_data",
+    "float_data",
+    "int32_data",
+    "int64_data",
+    "double_data",
+    "uint64_data",
+    "string_data",
+)
 
 
 def _initializer(proto: onnx.ModelProto, name: str) -> onnx.TensorProto:

@@ -56,9 +56,9 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
     if count < low or (high is not None and count > high) or _bad_variadic(ctx):
         most = "more in threes" if high is None else str(high)
         yield ctx.report(
-            f"has {count} inputs; {ctx.op_type} takes {low} to {most} "
-            f"({', '.join(names)})", "give the node the inputs its schema lists, in order",
-        )  # fmt: skip
+            f"has {count} inputs; {ctx.op_type} takes {low} to {most} ({', '.join(names)})",
+            "give the node the inputs its schema lists, in order",
+        )
         return
     missing = [
         o.name
@@ -69,14 +69,15 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"required input {' and '.join(missing)} is empty",
             "connect the missing input",
-        )  # fmt: skip
+        )
     yield from _runtime_slots(ctx)
     required = sum(not o.optional for o in row.outputs)
     if not required <= len(ctx.node.outputs) <= len(row.outputs):
         yield ctx.report(
             f"has {len(ctx.node.outputs)} outputs; {ctx.op_type} has "
-            f"{required} to {len(row.outputs)}", "keep the outputs the schema lists",
-        )  # fmt: skip
+            f"{required} to {len(row.outputs)}",
+            "keep the outputs the schema lists",
+        )
 
 
 def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
@@ -89,14 +90,14 @@ def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
                 f"optional input {' and '.join(empty)} is given as an empty "
                 "name, which ONNX Runtime refuses for this operator when it loads the model",
                 "connect it, or leave it out only at the end of the inputs",
-            )  # fmt: skip
+            )
     cut = [o.name for o in row.inputs[len(inputs) :] if o.name in row.slot_needed]
     if cut:
         yield ctx.report(
             f"the inputs end before {' and '.join(cut)}: ONNX Runtime 1.31 "
             "aborts the process when it loads such a node",
             f"give {' and '.join(cut)} (an empty name in its place is accepted)",
-        )  # fmt: skip
+        )
 
 
 _THREE = ("data", "scale", "zero point")

@@ -96,7 +96,7 @@ def output_count(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"has {count} outputs; {ctx.op_type} has exactly 1",
             "keep exactly one output",
-        )  # fmt: skip
+        )
 
 
 def _import_com_microsoft(fix: FixContext) -> str | None:

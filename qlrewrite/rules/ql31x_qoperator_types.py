@@ -28,9 +28,11 @@ def _typed_operands(ctx: NodeView) -> Iterator[tuple[str, str, ValueView]]:
         scale, zero_point = row.inputs[0].type_param, row.inputs[1].type_param
         for t in triples(ctx)[len(row.triples) :]:
             for suffix, view, param in zip(
-                ("", "_scale", "_zero_point"), (t.data, t.scale, t.zero_point),
-                (row.inputs[-1].type_param, scale, zero_point), strict=True,
-            ):  # fmt: skip
+                ("", "_scale", "_zero_point"),
+                (t.data, t.scale, t.zero_point),
+                (row.inputs[-1].type_param, scale, zero_point),
+                strict=True,
+            ):
                 if view is not None and view.dtype is not None:
                     yield t.label + suffix, param, view
     outputs = list(zip(row.outputs, ctx.node.outputs, strict=False))
@@ -75,8 +77,9 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
         if view.dtype not in allowed:
             yield ctx.report(
                 f"{name} {view.describe()} is {view.dtype.name}; {row.label} "
-                f"takes {type_names(allowed)}", f"give {name} one of {type_names(allowed)}",
-            )  # fmt: skip
+                f"takes {type_names(allowed)}",
+                f"give {name} one of {type_names(allowed)}",
+            )
             continue
         if param.startswith("tensor(") or len(allowed) == 1:
             continue
@@ -86,12 +89,12 @@ def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
                 f"{name} is {view.dtype.name} but {first[0]} is "
                 f"{first[1].name}; {row.label} needs them of one type ({param})",
                 f"give {name} and {first[0]} the same type",
-            )  # fmt: skip
+            )
     for t in triples(ctx)[len(row.triples) :] if row.variadic else ():
         data = t.data.dtype if t.data is not None else None
         zero_point = t.zero_point.dtype if t.zero_point is not None else None
         if data is not None and zero_point is not None and data != zero_point:
             yield ctx.report(
-                f"{t.label}'s zero point is {zero_point.name} but its data "
-                f"is {data.name}", "give them the same type",
-            )  # fmt: skip
+                f"{t.label}'s zero point is {zero_point.name} but its data is {data.name}",
+                "give them the same type",
+            )

@@ -113,7 +113,7 @@ def qoperator_scale_shape(ctx: NodeView) -> Iterator[Finding]:
                     problem,
                     "quantize activations and outputs per tensor; a per-channel weight "
                     "scale has one value per output channel",
-                )  # fmt: skip
+                )
 
 
 def _bias_channels(ctx: NodeView) -> tuple[str, int | None] | None:
@@ -170,9 +170,9 @@ def qoperator_bias_shape(ctx: NodeView) -> Iterator[Finding]:
         ok = ok or bias.size == 1 or (len(bias.shape) == 2 and bias.shape[-1] == channels)
     if not ok:
         yield ctx.report(
-            f"bias {name} {bias.describe()} must be [{channels}] (one value "
-            "per output channel)", f"give {name} {channels} int32 values",
-        )  # fmt: skip
+            f"bias {name} {bias.describe()} must be [{channels}] (one value per output channel)",
+            f"give {name} {channels} int32 values",
+        )
 
 
 #: QLinearConv constants with 0 output channels.

@@ -399,7 +399,7 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"block_size={value} is negative",
             "use 0 (not blocked) or the positive block length",
-        )  # fmt: skip
+        )
 
 
 @rule(
@@ -473,9 +473,10 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
         return
     scale, x, axis = blocked
     bad = [
-        i for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
+        i
+        for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
         if i != axis and s is not None and d is not None and s != d
-    ]  # fmt: skip
+    ]
     if bad:
         yield ctx.report(
             f"scale {scale.describe()} differs from x {x.describe()} on dimension(s) "

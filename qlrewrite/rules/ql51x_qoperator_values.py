@@ -51,4 +51,4 @@ def qoperator_scale_value(ctx: NodeView) -> Iterator[Finding]:
                 f"{t.label}'s scale {t.scale.describe()} has {bad.size} "
                 f"value(s) that are not positive and finite: {bad[:4].tolist()}",
                 "recompute the scale from the tensor's range",
-            )  # fmt: skip
+            )

@@ -16,11 +16,17 @@ from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
-_FLOAT_ZERO_POINT = frozenset({
-    ir.DataType.FLOAT8E4M3FN, ir.DataType.FLOAT8E4M3FNUZ, ir.DataType.FLOAT8E5M2,
-    ir.DataType.FLOAT8E5M2FNUZ, ir.DataType.FLOAT4E2M1, ir.DataType.FLOAT6E2M3,
-    ir.DataType.FLOAT6E3M2,
-})  # fmt: skip
+_FLOAT_ZERO_POINT = frozenset(
+    {
+        ir.DataType.FLOAT8E4M3FN,
+        ir.DataType.FLOAT8E4M3FNUZ,
+        ir.DataType.FLOAT8E5M2,
+        ir.DataType.FLOAT8E5M2FNUZ,
+        ir.DataType.FLOAT4E2M1,
+        ir.DataType.FLOAT6E2M3,
+        ir.DataType.FLOAT6E3M2,
+    }
+)
 
 
 def _sample(values: np.ndarray, limit: int = 4) -> str:

@@ -84,8 +84,12 @@ def _raise_ir_version(model: ir.Model) -> str | None:
 def ir_version_too_old(ctx: NodeView) -> Iterator[Finding]:
     types: dict[ir.DataType, str] = {}
     x_name = getattr(ctx.row, "weight", "x")  # a weight-only op's weight: "B", "data"
-    for role, view in ((x_name, ctx.x), ("scale", ctx.scale), ("zero point", ctx.zero_point),
-                       ("output", ctx.output)):  # fmt: skip
+    for role, view in (
+        (x_name, ctx.x),
+        ("scale", ctx.scale),
+        ("zero point", ctx.zero_point),
+        ("output", ctx.output),
+    ):
         if view is not None and view.dtype is not None:
             types.setdefault(view.dtype, role)
     for dtype, role in types.items():

@@ -26,6 +26,7 @@ from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
+from qlrewrite.targets.spec import Target
 from qlrewrite.toolkit import FreshNames
 
 #: The kinds of quantized node the rules shared by Q/DQ and the weight-only ops apply to.
@@ -45,10 +46,14 @@ __all__ = [
     "ModelContext",
     "RuleCheck",
     "Scope",
+    "TargetModel",
+    "TargetNode",
     "rule",
 ]
 
-Scope = Literal["node", "model", "report"]
+#: "node" and "model" rules run on every check; "target-node" / "target-model" rules only
+#: for each ``--target`` (:mod:`qlrewrite.rules.ql7xx_targets`); "report" rules after.
+Scope = Literal["node", "model", "report", "target-node", "target-model"]
 
 
 @dataclasses.dataclass
@@ -98,7 +103,8 @@ class Example:
     gives exactly the rule's code, ``good`` does not (and no error). ``label`` names the
     case; ``ort``: the good model (and the fixed bad one) must load and run in ONNX
     Runtime; ``checker``: they must pass ``onnx.checker`` (full check); ``files``: written
-    beside the model (external data)."""
+    beside the model (external data); ``targets``: the ``--target`` specs both are
+    checked with (a target rule's examples)."""
 
     label: str
     bad: Callable[[], onnx.ModelProto]
@@ -106,6 +112,7 @@ class Example:
     ort: bool = True
     checker: bool = True
     files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
+    targets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +123,8 @@ class RuleCheck:
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
     scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
-    # "report": findings made after the check, from the report (suppressions)
+    # "report": findings made after the check, from the report (suppressions);
+    # "target-node" / "target-model": per --target, with a TargetNode / TargetModel
     needs_version: bool  # node rules: skipped when the imported opset has no version of the op
     kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
     fix: Fix | None = None
@@ -249,3 +257,52 @@ class ModelContext:
     def data_problems(self) -> list[tensors.DataProblem]:
         """Tensors whose data is missing, escapes the folder or has the wrong size."""
         return tensors.data_problems(self.model)
+
+
+@dataclasses.dataclass
+class TargetNode:
+    """What a "target-node" rule gets: one node's view and one ``--target``."""
+
+    view: NodeView
+    target: Target
+    #: The rule being run: what :meth:`report` files findings under.
+    rule: Rule | None = None
+
+    def report(self, message: str, hint: str = "") -> Finding:
+        """A finding of the rule being run about the node."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check")
+        return self.view.finding_of(self.rule, message, hint)
+
+
+@dataclasses.dataclass
+class TargetModel:
+    """What a "target-model" rule gets: the whole model and one ``--target``."""
+
+    context: ModelContext
+    target: Target
+    #: The rule being run: what :meth:`report` files findings under.
+    rule: Rule | None = None
+
+    def report(
+        self,
+        message: str,
+        hint: str = "",
+        *,
+        domain: str = "",
+        opset: int | None = None,
+        attribute: str = "",
+    ) -> Finding:
+        """A finding of the rule being run about the model (``domain`` / ``opset``: the
+        import it is about; ``attribute``: the model field a fix reads)."""
+        if self.rule is None:
+            raise RuntimeError("report() outside a rule's check")
+        return Finding(
+            rule=self.rule.code,
+            severity=self.rule.severity,
+            message=message,
+            hint=hint,
+            domain=domain,
+            opset=opset,
+            attribute=attribute,
+        )

@@ -1,0 +1,72 @@
+"""Writing nodes before a node, and a per-block tensor repeated over its blocks, with the
+standard ops of every opset from 10: one home for the downgrade's blocked lowering and the
+float-zero-point (HQQ) MatMulNBits conversion.
+
+:func:`repeat_blocks` turns a tensor with one entry per block along ``axis`` into one entry
+per element: Reshape (a length-1 axis after the block axis) / Expand (to the block size) /
+Reshape (blocks times block size), and a Slice when the last block is partial. Values are
+copied, never computed: exact for any element type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.toolkit import FreshNames
+
+__all__ = ["Writer", "repeat_blocks"]
+
+
+class Writer:
+    """Adds nodes and int64 constants before ``anchor`` in its graph (initializers) or
+    function (Constant nodes), named from ``names``."""
+
+    def __init__(self, anchor: ir.Node, names: FreshNames, base: str | None = None) -> None:
+        graph = anchor.graph
+        assert graph is not None
+        self.anchor, self.graph, self.names = anchor, graph, names
+        self.base = base or anchor.name or anchor.op_type.lower()
+
+    def ints(self, values: list[int]) -> ir.Value:
+        """A constant int64 vector."""
+        name = self.names.fresh(f"{self.base}_shape")
+        tensor = ir.tensor(np.array(values, dtype=np.int64), name=name)
+        if isinstance(self.graph, ir.Function):
+            node = ir.node("Constant", [], attributes={"value": tensor}, name=name)
+            node.outputs[0].name = name
+            self.graph.insert_before(self.anchor, node)
+            return node.outputs[0]
+        value = ir.Value(name=name, shape=ir.Shape([len(values)]), const_value=tensor)
+        value.type = ir.TensorType(ir.DataType.INT64)
+        self.graph.register_initializer(value)
+        return value
+
+    def node(self, op: str, inputs: list[ir.Value], **attributes: object) -> ir.Value:
+        """A node of ``op`` on ``inputs``; its (single) output."""
+        output = ir.Value(name=self.names.fresh(f"{self.base}_{op.lower()}"))
+        node = ir.node(
+            op,
+            inputs,
+            attributes,  # type: ignore[arg-type]
+            outputs=[output],
+            name=self.names.fresh(f"{self.base}/{op}"),
+        )
+        self.graph.insert_before(self.anchor, node)
+        return output
+
+
+def repeat_blocks(
+    writer: Writer, value: ir.Value, shape: list[int], *, axis: int, block: int, length: int
+) -> ir.Value:
+    """``value`` (``shape``, one entry per block along ``axis``) repeated over each block of
+    ``block`` elements, cut to ``length`` along the axis."""
+    blocks = shape[axis]
+    before, after = shape[:axis], shape[axis + 1 :]
+    split = writer.node("Reshape", [value, writer.ints([*before, blocks, 1, *after])])
+    wide = writer.node("Expand", [split, writer.ints([*before, blocks, block, *after])])
+    joined = writer.node("Reshape", [wide, writer.ints([*before, blocks * block, *after])])
+    if blocks * block == length:
+        return joined
+    starts, ends, axes = writer.ints([0]), writer.ints([length]), writer.ints([axis])
+    return writer.node("Slice", [joined, starts, ends, axes])

@@ -1,0 +1,294 @@
+"""Exact retargets of the Q/DQ form for runtimes that take only some of it.
+
+Each works on a whole quantized tensor with its QuantizeLinear and DequantizeLinear nodes
+(:mod:`qlrewrite.passes.retarget_groups`) and is exact, or refuses (nothing written):
+
+- ``signedness``: uint8 with zero point z <-> int8 with zero point z - 128 (uint4 / int4:
+  8, uint16 / int16: 32768), weights shifted by the same offset. Exact for QuantizeLinear
+  too: ``clamp(round(x / s) + z, 0, 255) - 128 == clamp(round(x / s) + z - 128, -128,
+  127)``, and DequantizeLinear reads ``(q - z) * s`` unchanged.
+- ``symmetric``: zero points become 0. For a weight, ``x - z`` (computed exactly, as an
+  integer) replaces x when every value fits the type; for activations a non-zero zero
+  point cannot move exactly (the clamp range would change): refused.
+- ``narrow``: 8-bit weights whose values and zero points fit 4 bits are stored as int4 /
+  uint4 (half the bytes) where the opset has them (ai.onnx 21, com.microsoft); others are
+  left as they are (counted).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from qlrewrite.errors import Refusal
+from qlrewrite.kernels import dequantize
+from qlrewrite.passes.results import RetargetResult
+from qlrewrite.passes.retarget_groups import Group, Member, groups
+from qlrewrite.qdq import constant_tensor
+from qlrewrite.toolkit import FreshNames
+
+__all__ = ["SIGNEDNESS", "RetargetPass", "numpy_type"]
+
+#: Values of ``signedness``.
+SIGNEDNESS = ("signed", "unsigned")
+Signedness = Literal["signed", "unsigned"]
+
+_DT = ir.DataType
+_FLIP = {
+    _DT.UINT8: _DT.INT8,
+    _DT.INT8: _DT.UINT8,
+    _DT.UINT4: _DT.INT4,
+    _DT.INT4: _DT.UINT4,
+    _DT.UINT16: _DT.INT16,
+    _DT.INT16: _DT.UINT16,
+}
+_SIGNED = frozenset({_DT.INT8, _DT.INT4, _DT.INT16})
+_NARROW = {_DT.INT8: _DT.INT4, _DT.UINT8: _DT.UINT4}
+_NUMPY = {
+    _DT.INT8: np.int8,
+    _DT.UINT8: np.uint8,
+    _DT.INT16: np.int16,
+    _DT.UINT16: np.uint16,
+    _DT.INT4: ml_dtypes.int4,
+    _DT.UINT4: ml_dtypes.uint4,
+}
+#: The lowest ai.onnx opset with int4 / uint4 QuantizeLinear / DequantizeLinear.
+_INT4_OPSET = 21
+
+#: The counts of a change that rewrites its group.
+_WRITTEN = frozenset({"sign_flipped", "made_symmetric", "narrowed"})
+
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+def numpy_type(dtype: ir.DataType) -> type | None:
+    """The NumPy / ml_dtypes type of an integer quantized type (None: not one)."""
+    return _NUMPY.get(dtype)
+
+
+def _range(dtype: ir.DataType) -> tuple[int, int]:
+    info = ml_dtypes.iinfo(_NUMPY[dtype])
+    return int(info.min), int(info.max)
+
+
+@dataclasses.dataclass
+class _Change:
+    """What happens to one group: its new type, each member's zero point, the weight's
+    values (a transform of the array as read), or why not."""
+
+    group: Group
+    dtype: ir.DataType
+    zero_points: list[np.ndarray | None]
+    source: ir.TensorProtocol | None = None  # the weight as read (None: an activation)
+    transforms: list[Transform] = dataclasses.field(default_factory=list)
+    problems: list[str] = dataclasses.field(default_factory=list)
+    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+    def weight(self) -> np.ndarray:
+        """The weight's values after the transforms so far (int64)."""
+        assert self.source is not None
+        array = np.asarray(self.source.numpy()).astype(np.int64)
+        for transform in self.transforms:
+            array = transform(array)
+        return array
+
+
+class RetargetPass(ir.passes.InPlacePass):
+    """Apply the requested retargets (see module); raises Refusal naming every quantized
+    tensor that cannot be retargeted exactly."""
+
+    def __init__(
+        self,
+        *,
+        signedness: Signedness | None = None,
+        symmetric: bool = False,
+        narrow: bool = False,
+    ) -> None:
+        super().__init__()
+        self.signedness = signedness
+        self.symmetric = symmetric
+        self.narrow = narrow
+
+    def call(self, model: ir.Model) -> RetargetResult:
+        changes = [self._plan(group) for group in groups(model)]
+        _refuse([c for c in changes if c.problems])
+        names = FreshNames(model)
+        counts: collections.Counter = collections.Counter()
+        for change in changes:
+            counts.update(change.counts)
+            if change.counts.keys() & _WRITTEN:
+                _write(change, names)
+        summary = {k: counts[k] for k in ("sign_flipped", "made_symmetric", "narrowed")}
+        summary["narrow_left"] = counts["narrow_left"]
+        return RetargetResult(model, any(summary.values()), summary)
+
+    def _plan(self, group: Group) -> _Change:
+        dtype = group.dtype
+        zero_points = [m.zero_point for m in group.members]
+        source = constant_tensor(group.value) if group.producer is None else None
+        change = _Change(group, dtype or _DT.UNDEFINED, zero_points, source)
+        if dtype not in _FLIP:
+            return change
+        if self.signedness is not None and (dtype in _SIGNED) != (self.signedness == "signed"):
+            _flip(change)
+        if self.symmetric and not change.problems:
+            _symmetric(change)
+        if self.narrow and not change.problems:
+            _narrow(change)
+        return change
+
+
+def _flip(change: _Change) -> None:
+    """Signed <-> unsigned with the zero point and the weight shifted by the offset."""
+    group = change.group
+    if group.why:
+        change.problems.append(f"{group.dtype.name if group.dtype else '?'}: {group.why}")
+        return
+    new = _FLIP[change.dtype]
+    delta = _range(new)[0] - _range(change.dtype)[0]
+    change.zero_points = [_zeros_if_none(z, m) + delta for z, m in _pairs(change)]
+    if group.producer is None:
+        change.transforms.append(lambda array: array + delta)
+    change.dtype = new
+    change.counts["sign_flipped"] += 1
+
+
+def _pairs(change: _Change) -> list[tuple[np.ndarray | None, Member]]:
+    return list(zip(change.zero_points, change.group.members, strict=True))
+
+
+def _zeros_if_none(zero_point: np.ndarray | None, member: Member) -> np.ndarray:
+    if zero_point is not None:
+        return zero_point.astype(np.int64)
+    scale = member.view.scale
+    shape = tuple(int(d or 1) for d in scale.shape) if scale and scale.shape else ()
+    return np.zeros(shape, np.int64)
+
+
+def _symmetric(change: _Change) -> None:
+    """Zero points to 0: a weight takes x - z when it fits; activations only if z is 0."""
+    if all(z is None or not np.any(z) for z in change.zero_points):
+        return
+    group = change.group
+    if group.why or group.producer is not None:
+        reason = group.why or "the zero point of an activation cannot become 0 exactly"
+        change.problems.append(reason)
+        return
+    first = change.zero_points[0]
+    if any(z is None or not np.array_equal(z, first) for z in change.zero_points):
+        change.problems.append("its readers' zero points differ")
+        return
+    reader = group.readers[0].view
+    axis, block = reader.axis, reader.block_size
+    zero = np.asarray(first).astype(np.int32)
+
+    def shift(array: np.ndarray) -> np.ndarray:
+        """x - z per element, by the reader's granularity (the kernel's int32 path: exact)."""
+        ones = np.ones(zero.shape, np.float32)
+        values = dequantize(array.astype(np.int32), ones, zero, axis=axis, block_size=block)
+        return values.astype(np.int64)
+
+    shifted = shift(change.weight())
+    low, high = _range(change.dtype)
+    if shifted.size and (shifted.min() < low or shifted.max() > high):
+        change.problems.append(
+            f"x - zero_point spans [{shifted.min()}, {shifted.max()}], beyond "
+            f"{change.dtype.name}'s [{low}, {high}]"
+        )
+        return
+    change.transforms.append(shift)
+    change.zero_points = [np.zeros_like(first, np.int64) for _ in change.zero_points]
+    change.counts["made_symmetric"] += 1
+
+
+def _narrow(change: _Change) -> None:
+    """An 8-bit weight whose values and zero points fit 4 bits, as int4 / uint4."""
+    group = change.group
+    new = _NARROW.get(change.dtype)
+    if new is None or group.why or group.producer is not None:
+        return
+    if any(m.site.domain == "" and (m.site.opset or 0) < _INT4_OPSET for m in group.members):
+        change.counts["narrow_left"] += 1
+        return
+    low, high = _range(new)
+    values = [change.weight(), *(z for z in change.zero_points if z is not None)]
+    if any(v.size and (v.min() < low or v.max() > high) for v in values):
+        change.counts["narrow_left"] += 1
+        return
+    change.dtype = new
+    change.zero_points = [z if z is None else z.astype(np.int64) for z in change.zero_points]
+    change.counts["narrowed"] += 1
+
+
+def _refuse(refused: list[_Change]) -> None:
+    if not refused:
+        return
+    by_reason: dict[str, list[str]] = collections.defaultdict(list)
+    for change in refused:
+        for problem in dict.fromkeys(change.problems):
+            by_reason[problem].append(change.group.where)
+    parts = [
+        f"{len(nodes)} tensor(s) ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}): "
+        f"{reason}"
+        for reason, nodes in by_reason.items()
+    ]
+    raise Refusal("cannot retarget exactly: " + " | ".join(parts) + "; nothing written")
+
+
+def _write(change: _Change, names: FreshNames) -> None:
+    """Write ``change`` into the model: zero points, the producer's type, the weight."""
+    dtype, group = change.dtype, change.group
+    for zero_point, member in _pairs(change):
+        if zero_point is not None:
+            _set_zero_point(member.node, zero_point, dtype, names)
+    producer = group.producer
+    if producer is not None and producer.view.int_attr("output_dtype"):
+        producer.node.attributes["output_dtype"] = ir.AttrInt64("output_dtype", int(dtype))
+    group.value.type = ir.TensorType(dtype)
+    if producer is None:
+        _set_weight(change)
+
+
+def _set_zero_point(
+    node: ir.Node, values: np.ndarray, dtype: ir.DataType, names: FreshNames
+) -> None:
+    name = names.fresh(f"{node.name or 'qdq'}_zero_point")
+    tensor = ir.tensor(values.astype(_NUMPY[dtype]), dtype=dtype, name=name)
+    value = ir.Value(name=name, shape=ir.Shape(values.shape), const_value=tensor)
+    value.type = ir.TensorType(dtype)
+    graph = node.graph
+    if isinstance(graph, ir.Graph):
+        graph.register_initializer(value)
+    else:  # a function has no initializers
+        raise Refusal(f"{node.name}: zero points inside functions are not retargeted")
+    if len(node.inputs) < 3:
+        node.resize_inputs(3)
+    old = node.inputs[2]
+    node.replace_input_with(2, value)
+    _drop_if_unused(graph, old)
+
+
+def _drop_if_unused(graph: ir.Graph, value: ir.Value | None) -> None:
+    """Remove the initializer ``value`` when nothing reads it any more."""
+    if value is None or not value.name or not value.is_initializer() or value.uses():
+        return
+    if not value.is_graph_input() and not value.is_graph_output():
+        graph.initializers.pop(value.name, None)
+
+
+def _set_weight(change: _Change) -> None:
+    """The weight as ``change`` computes it, lazily (read and written one tensor at a
+    time when the model is saved)."""
+    value, dtype, tensor = change.group.value, change.dtype, change.source
+    assert tensor is not None
+
+    def compute() -> ir.TensorProtocol:
+        return ir.tensor(change.weight().astype(_NUMPY[dtype]), dtype=dtype, name=value.name)
+
+    value.const_value = ir.LazyTensor(compute, dtype=dtype, shape=tensor.shape, name=value.name)

@@ -1,0 +1,475 @@
+"""QL7xx: what the runtime a model is deployed to refuses, run only for ``--target``: the
+IR version and opsets it loads (QL701, QL702) and the node forms it has no kernel for
+(QL703), read from the measured tables of :mod:`qlrewrite.targets`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper
+
+from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
+from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.rules.example_models import DQ, DT, MS, qdq_model
+from qlrewrite.rules.registry import (
+    CHECKED_KINDS,
+    Example,
+    Fix,
+    TargetModel,
+    TargetNode,
+    rule,
+)
+from qlrewrite.targets.forms import form_of
+from qlrewrite.targets.spec import Target
+from qlrewrite.targets.tables import Refusal, Table, ort_releases, table
+from qlrewrite.toolkit import import_table, normalize_domain
+
+__all__: list[str] = []
+
+#: Refusals the model-level rules already say (QL701: IR version, QL702: opset).
+_MODEL_LEVEL = ("ir", "opset")
+
+
+def _who(target: Target, refusing: list[Table]) -> str:
+    """``ORT 1.31.1`` for a one-release target, else the refusing releases of the range:
+    ``ORT 1.15.1, 1.16.3 (of ort>=1.15)``."""
+    if len(target.table_names) == 1:
+        return refusing[0].label
+    runtime = refusing[0].label.rsplit(" ", 1)[0]
+    return f"{runtime} {', '.join(t.release for t in refusing)} (of {target.spec})"
+
+
+def _lower_ir_version(model: ir.Model) -> str | None:
+    """QL701's fix: the model's ir_version lowered to what its opsets and types need."""
+    before, after = model.ir_version, needed_ir_version(model)
+    if after >= before:
+        return None
+    model.ir_version = after
+    return f"ir_version {before} -> {after}"
+
+
+@rule(
+    "QL701",
+    "target-ir-version",
+    ERROR,
+    summary="The model's IR version is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release loads models up to one IR version (measured: ONNX Runtime 1.15
+    to 1.17 load IR 9, 1.18 to 1.22 IR 10, 1.23 IR 11, 1.24 to 1.31 IR 13, 1.32 IR 14)
+    and refuses newer ones at load, whatever the model holds. A model saved by a newer
+    onnx carries that onnx's IR version even when it needs an older one: when its opsets
+    and element types need no more than the target loads, setting the IR version lower
+    is exact (no computation depends on it).
+    """,
+    example="""
+    bad:  ir_version 14, ai.onnx 21, DequantizeLinear(uint8)   (--target ort==1.31)
+    good: ir_version 10
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        Lowers the model's ir_version to the lowest its opsets and element types need, when
+        the target loads that (computation does not depend on it: outputs are
+        bit-identical).
+        """,
+        applies=lambda finding: finding.attribute == "ir_version",
+        model=_lower_ir_version,
+    ),
+    examples=[
+        Example(
+            "ir-14-on-ort-1.31",
+            lambda: qdq_model(DQ, 21, ir_version=14),
+            lambda: qdq_model(DQ, 21, ir_version=10),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
+    model = ctx.context.model
+    refusing = [t for t in ctx.target.tables if _too_new(model.ir_version, t.max_ir_version)]
+    if not refusing:
+        return
+    newest = min(t.max_ir_version for t in refusing)  # type: ignore[type-var]
+    needed = needed_ir_version(model)
+    lowers = needed <= newest
+    hint = (
+        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        "(exact; check --fix does it)"
+        if lowers
+        else f"its opsets and types need IR version {needed}: target a newer release"
+    )
+    yield ctx.report(
+        f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+        f"loads (IR {newest} at most)",
+        hint,
+        attribute="ir_version" if lowers else "",
+    )
+
+
+def _too_new(version: int | None, limit: int | None) -> bool:
+    return version is not None and limit is not None and version > limit
+
+
+@rule(
+    "QL702",
+    "target-opset",
+    ERROR,
+    summary="An opset the model imports is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release knows the ai.onnx and com.microsoft opsets up to its own
+    (measured: ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and
+    1.22 22, 1.23 23, 1.24 25, 1.25 to 1.31 26, 1.32 28) and refuses a model importing a
+    newer one at load ("Opset 20 is under development"), even when no node uses what the
+    new opset changed. `qlrewrite downgrade --opset N` lowers the ai.onnx opset exactly,
+    or refuses naming what opset N cannot hold.
+    """,
+    example="""
+    bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
+    good: ai.onnx 19
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    examples=[
+        Example(
+            "opset-20-on-ort-1.16",
+            lambda: qdq_model(DQ, 20, ir_version=9),
+            lambda: qdq_model(DQ, 19, ir_version=9),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_opset(ctx: TargetModel) -> Iterator[Finding]:
+    imports = import_table(ctx.context.model)
+    for domain, version in sorted(imports.items()):
+        name = normalize_domain(domain) or "ai.onnx"
+        refusing = [t for t in ctx.target.tables if _too_new(version, t.max_opset.get(name))]
+        if not refusing:
+            continue
+        newest = min(t.max_opset[name] for t in refusing)  # type: ignore[type-var]
+        yield ctx.report(
+            f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+            f"loads ({name} {newest} at most)",
+            f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
+            f"opset {newest} cannot hold)"
+            if name == "ai.onnx"
+            else f"export the model at {name} opset {newest} or older",
+            domain="" if name == "ai.onnx" else name,
+            opset=version,
+        )
+
+
+def _oldest_running(form: str) -> str | None:
+    """The oldest ONNX Runtime release whose table ran ``form``."""
+    for major, minor in ort_releases():
+        row = table(f"ort-{major}.{minor}").forms.get(form)
+        if row == "runs" or (isinstance(row, dict) and row.get("runs")):
+            return f"ORT {major}.{minor}"
+    return None
+
+
+def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
+    found = []
+    for runtime in target.tables:
+        refusal = runtime.refusal(form)
+        if refusal is not None and refusal.reason not in _MODEL_LEVEL:
+            found.append((runtime, refusal))
+    return found
+
+
+@rule(
+    "QL703",
+    "target-refuses-node",
+    ERROR,
+    summary="The target runtime has no kernel for the node as it is typed (measured).",
+    explanation="""
+    The node's form (operator, domain, opset, element types, granularity; for
+    MatMulNBits its bits, accuracy_level, zero points and g_idx) was loaded and run as a
+    one-node model in each release the target covers, and this release refused it, at
+    load (no kernel registered for those types) or at run (a kernel that rejects the
+    form). ONNX Runtime 1.16, for instance, has no com.microsoft DequantizeLinear for
+    uint16 or int16, which 1.17 added. A weight's DequantizeLinear is also looked up as part
+    of the MatMul it feeds (the probe's QDQ MatMul patterns): ONNX Runtime 1.18 and 1.19
+    fuse a uint8 x int8 per-axis QDQ MatMul at opset 21 into a QLinearMatMul(21) they have
+    no kernel for, and refuse the model. The message quotes the runtime's own error and
+    the oldest release that runs the form.
+    """,
+    example="""
+    bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
+    good: com.microsoft DequantizeLinear(x: uint8)
+    """,
+    versions="--target ort / openvino",
+    scope="target-node",
+    needs_version=False,
+    kinds=CHECKED_KINDS,
+    examples=[
+        Example(
+            "ms-uint16-on-ort-1.16",
+            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT16, ir_version=7),
+            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT8, ir_version=7),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
+    if not ctx.target.tables:
+        return
+    form = form_of(ctx.view)
+    if form is None:
+        return
+    refused, what = _refusals(ctx.target, form), "it"
+    if not refused and not ctx.view.is_quantize:  # the quantized MatMul it is part of
+        matmul = _matmul_of(ctx)
+        key = _pattern_key(ctx, matmul) if matmul is not None else None
+        if key is not None:
+            form, what = key, "the quantized MatMul it feeds (as its weight)"
+            refused = _refusals(ctx.target, key)
+    if not refused:
+        return
+    refusal = refused[-1][1]
+    when = "when loaded" if refusal.stage == "load" else "when run"
+    oldest = _oldest_running(form) if ctx.target.runtime == "ort" else None
+    hint = (
+        f"{oldest} is the oldest release that runs it" if oldest else "no measured release runs it"
+    )
+    who = _who(ctx.target, [t for t, _ in refused])
+    verb = "refuses" if len(refused) == 1 else "refuse"
+    yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
+
+
+#: The weight patterns the probe measured, keyed by the DQ's form after this prefix.
+WEIGHT_PATTERN = "weight DQ->MatMul: "
+#: Runtime precisions that are not integer or low-precision float.
+_FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
+#: Execution-graph layers that compute (not constants, reorders or transposes).
+_COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
+
+
+def _weight_matmul(dtype: DT) -> onnx.ModelProto:
+    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
+    the form the probe measured as "weight DQ->MatMul"."""
+    weight = ir.serde.serialize_tensor(
+        ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
+    )
+    zero = ir.serde.serialize_tensor(
+        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
+    )
+    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
+    nodes = [
+        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq"),
+        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=[weight, scale, zero],
+    )
+    imports = [helper.make_opsetid("", 21)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def _folded(runtime_ops: list[str]) -> bool:
+    """Whether an execution graph computes the weight's MatMul in float only."""
+    compute = [op.partition(":")[2] for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
+    return bool(compute) and all(precision in _FLOAT_PRECISIONS for precision in compute)
+
+
+def _feeds_matmul(ctx: TargetNode) -> bool:
+    outputs = ctx.view.node.outputs
+    consumers = outputs[0].consumers() if outputs else ()
+    return any(n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx") for n in consumers)
+
+
+@rule(
+    "QL704",
+    "target-folds-to-float",
+    WARNING,
+    summary="The target runtime dequantizes the weight when it compiles the model and multiplies "
+    "in float (measured).",
+    explanation="""
+    A DequantizeLinear of a constant weight feeding a MatMul was compiled by the runtime
+    (OpenVINO's CPU plugin) and its execution graph inspected: the probe records the
+    layer types and precisions it ran. When the MatMul's layer runs in float only, the
+    weight was decompressed when the model was compiled: it runs, but neither the memory
+    nor the integer arithmetic of the quantized form is kept. (OpenVINO 2026.4 keeps 8-,
+    4-bit weights compressed: its FullyConnected runs on u8 / i8 / u4 / i4.) The finding
+    names the layers measured.
+    """,
+    example="""
+    warn: DequantizeLinear(w: <a type OpenVINO decompresses>) -> MatMul   (--target openvino)
+    good: DequantizeLinear(w: int8) -> MatMul
+    """,
+    versions="--target openvino",
+    scope="target-node",
+    needs_version=False,
+    examples=[
+        Example(
+            "folded-weight",
+            lambda: _weight_matmul(DT.FLOAT8E5M2),
+            lambda: _weight_matmul(DT.INT8),
+            targets=("openvino",),
+            ort=False,
+        ),
+    ],
+)
+def target_folds_to_float(ctx: TargetNode) -> Iterator[Finding]:
+    view = ctx.view
+    if ctx.target.runtime != "openvino" or view.is_quantize or not _feeds_matmul(ctx):
+        return
+    form = form_of(view)
+    if form is None:
+        return
+    for runtime in ctx.target.tables:
+        ops = runtime.runtime_ops(WEIGHT_PATTERN + form)
+        if ops is not None and runtime.refusal(WEIGHT_PATTERN + form) is None and _folded(ops):
+            yield ctx.report(
+                f"{runtime.label} dequantizes this weight when compiling and multiplies in "
+                f"float (measured layers: {', '.join(ops)})",
+                "a weight type it keeps compressed (int8, uint8, int4, uint4) keeps the memory "
+                "and integer math",
+            )
+            return
+
+
+#: The QDQ MatMul patterns the probe measured: activation type, then the weight DQ's form.
+QDQ_PATTERN = "QDQ MatMul: "
+#: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
+_INTEGER_KERNELS = frozenset(
+    {
+        "QLinearMatMul",
+        "com.microsoft:MatMulIntegerToFloat",
+        "com.microsoft:MatMulNBits",
+        "MatMulInteger",
+        "com.microsoft:QGemm",
+        "com.microsoft:DynamicQuantizeMatMul",
+    }
+)
+
+
+def _matmul_of(ctx: TargetNode) -> ir.Node | None:
+    """The MatMul whose weight (second input) the DequantizeLinear gives."""
+    outputs = ctx.view.node.outputs
+    for node in outputs[0].consumers() if outputs else ():
+        matmul = node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
+        if matmul and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
+            return node
+    return None
+
+
+def _activation_type(matmul: ir.Node) -> str | None:
+    """The quantized type of the MatMul's first input when a DequantizeLinear gives it: its
+    x's declared type, else its zero point's (None: float, or not known)."""
+    producer = matmul.inputs[0].producer() if matmul.inputs[0] is not None else None
+    if producer is None or producer.op_type != "DequantizeLinear":
+        return None
+    for value in (producer.inputs[0], *producer.inputs[2:3]):
+        if value is not None and value.dtype is not None:
+            return value.dtype.name
+    return None
+
+
+def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
+    form = form_of(ctx.view)
+    if form is None:
+        return None
+    activation = _activation_type(matmul)
+    if activation is None:
+        return WEIGHT_PATTERN + form
+    return f"{QDQ_PATTERN}activation={activation} weight={form}"
+
+
+def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
+    found = []
+    for runtime in target.tables:
+        ops = runtime.runtime_ops(key)
+        if ops is not None and runtime.refusal(key) is None and not _INTEGER_KERNELS & set(ops):
+            found.append((runtime, ops))
+    return found
+
+
+@rule(
+    "QL705",
+    "target-runs-in-float",
+    WARNING,
+    summary="ONNX Runtime runs this quantized MatMul as DequantizeLinear and a float MatMul "
+    "(no integer kernel formed; measured).",
+    explanation="""
+    ONNX Runtime's graph optimizer fuses a quantized MatMul into an integer kernel only for
+    some types: the probe saved the optimized graph of each pattern (a constant weight
+    dequantized into a MatMul, its activation quantized and dequantized or not) in each
+    release. Measured in 1.31: 8-bit activations with 8-bit weights become QLinearMatMul;
+    16-bit activations, or 4-bit weights under Q/DQ activations, stay DequantizeLinear ->
+    MatMul in float; a weight-only 4-bit DequantizeLinear into a MatMul becomes
+    MatMulNBits from 1.20 on. The model runs and computes what the ONNX semantics say,
+    at float speed, with the weight dequantized at each run. Opt-in (`--select QL705`): it
+    is advice on speed, not a refusal.
+    """,
+    example="""
+    warn: Q/DQ(a: int16) -> MatMul <- DequantizeLinear(w: int8)   (--target ort==1.31)
+    good: Q/DQ(a: uint8) -> MatMul <- DequantizeLinear(w: int8)   (QLinearMatMul)
+    """,
+    versions="--target ort",
+    scope="target-node",
+    needs_version=False,
+    opt_in=True,
+    examples=[
+        Example(
+            "int16-activation",
+            lambda: _qdq_matmul(DT.INT16),
+            lambda: _qdq_matmul(DT.UINT8),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_runs_in_float(ctx: TargetNode) -> Iterator[Finding]:
+    view = ctx.view
+    if view.is_quantize or ctx.target.runtime != "ort":
+        return
+    matmul = _matmul_of(ctx)
+    key = _pattern_key(ctx, matmul) if matmul is not None else None
+    if key is None:
+        return
+    found = _float_runs(ctx.target, key)
+    if found:
+        who = _who(ctx.target, [t for t, _ in found])
+        yield ctx.report(
+            f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
+            "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
+        )
+
+
+def _qdq_matmul(activation: DT) -> onnx.ModelProto:
+    """Q -> DQ of a [2, 64] activation of ``activation`` into a MatMul with a dequantized
+    int8 [64, 8] weight, its output quantized again: the QDQ form ORT's quantizer writes."""
+    model = _weight_matmul(DT.INT8)
+    graph = model.graph
+    zero = ir.Tensor(np.zeros((), dtype=activation.numpy()), dtype=activation, name="az")
+    graph.initializer.extend(
+        [
+            helper.make_tensor("as", onnx.TensorProto.FLOAT, [], [0.05]),
+            ir.serde.serialize_tensor(zero),
+        ]
+    )
+    quantize = [
+        helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"], name="qa"),
+        helper.make_node(DQ, ["aq", "as", "az"], ["af"], name="dqa"),
+    ]
+    graph.node[1].input[0] = "af"
+    graph.node[1].output[0] = "yf"
+    graph.node.extend(
+        [
+            helper.make_node("QuantizeLinear", ["yf", "as", "az"], ["yq"], name="qy"),
+            helper.make_node(DQ, ["yq", "as", "az"], ["y"], name="dqy"),
+        ]
+    )
+    for node in reversed(quantize):
+        graph.node.insert(0, node)
+    return model

@@ -1,0 +1,130 @@
+"""The measured runtime tables: one JSON file per release under ``data/``, parsed on first
+use.
+
+A table records the release it was measured with, the highest IR version and opset per
+domain it loads, and per node form (:func:`qlrewrite.targets.forms.form_of`) whether the
+release ran the one-node model of that form, or refused it (at load or at run) with its
+reason and message. A form missing from a table was not measured: no rule speaks about it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from qlrewrite import reading
+from qlrewrite.reading import DOCUMENT_BYTES
+
+__all__ = ["DATA", "Fact", "Refusal", "Table", "documented", "ort_releases", "table"]
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A form a release did not run: when (``load`` or ``run``), why (``ir``, ``opset``,
+    ``kernel``, ``type``, ``crash`` or ``other``) and the runtime's own message."""
+
+    stage: str
+    reason: str
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """One release's measured table."""
+
+    name: str  # the file's stem: "ort-1.16", "openvino"
+    runtime: str  # "onnxruntime", "openvino"
+    release: str  # "1.16.3"
+    measured: str  # the date
+    max_ir_version: int | None
+    max_opset: Mapping[str, int | None]
+    forms: Mapping[str, Any]
+
+    @property
+    def label(self) -> str:
+        """``ORT 1.16.3``, ``OpenVINO 2025.3.0``."""
+        runtime = {"onnxruntime": "ORT", "openvino": "OpenVINO"}.get(self.runtime, self.runtime)
+        return f"{runtime} {self.release}"
+
+    def measured_form(self, form: str) -> bool:
+        """Whether the probe measured ``form`` on this release."""
+        return form in self.forms
+
+    def refusal(self, form: str) -> Refusal | None:
+        """How this release refused ``form`` (None: it ran it, or it was not measured)."""
+        row = self.forms.get(form)
+        if not isinstance(row, dict) or row.get("runs"):
+            return None
+        return Refusal(row["refused"], row["reason"], row.get("error", ""))
+
+    def runtime_ops(self, form: str) -> list[str] | None:
+        """What the runtime made of ``form`` when it ran it (OpenVINO: the execution graph's
+        layer types and precisions), None when not recorded."""
+        row = self.forms.get(form)
+        return row.get("runtime_ops") if isinstance(row, dict) else None
+
+
+def _document(name: str) -> dict[str, Any]:
+    """``data/<name>.json``, read through the one reader of the package."""
+    return json.loads(reading.read_text(DATA / f"{name}.json", "runtime table", DOCUMENT_BYTES))
+
+
+@functools.cache
+def table(name: str) -> Table:
+    """The table ``data/<name>.json`` (parsed once)."""
+    document = _document(name)
+    return Table(
+        name=name,
+        runtime=document["runtime"],
+        release=document["release"],
+        measured=document["measured"],
+        max_ir_version=document["max_ir_version"],
+        max_opset=document["max_opset"],
+        forms=document["forms"],
+    )
+
+
+def _minor(name: str) -> tuple[int, int]:
+    major, minor = re.fullmatch(r"ort-(\d+)\.(\d+)", name).groups()  # type: ignore[union-attr]
+    return int(major), int(minor)
+
+
+@functools.cache
+def ort_releases() -> tuple[tuple[int, int], ...]:
+    """The ONNX Runtime releases (major, minor) that have a table, oldest first."""
+    names = [p.stem for p in DATA.glob("ort-*.json")]
+    return tuple(sorted(_minor(n) for n in names))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One documented limit of a target known from its vendor's documents only: the rule as
+    the document states it, the values it names, and where it says so."""
+
+    rule: str
+    source: str  # the document's address
+    section: str  # where in it
+    values: Mapping[str, Any]  # the fact's other fields (types, block sizes, operators)
+
+    @property
+    def cited(self) -> str:
+        """``<source>, <section>`` for messages and docs."""
+        return f"{self.source} ({self.section})"
+
+
+@functools.cache
+def documented(name: str) -> dict[str, Fact]:
+    """The documented facts of target ``name`` (``tensorrt``, ``qnn``): ``data/<name>.json``."""
+    document = _document(name)
+    facts = {}
+    for key, entry in document["facts"].items():
+        values = {k: v for k, v in entry.items() if k not in ("rule", "source", "section")}
+        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values)
+    return facts

@@ -1,0 +1,454 @@
+"""The probe's one-node models: every form the runtime tables record, built with onnx.helper
+(through the builders of the rules' examples), each with the key qlrewrite gives it.
+
+A case is a model file and the feeds the runner makes for it (name, NumPy dtype, shape):
+the runner, in a venv holding only the runtime and NumPy, needs no onnx. Inputs of types
+NumPy cannot feed (int4, float8, ...) are initializers instead, and the runner disables
+constant folding so the node still runs in the kernel under test.
+
+Keys: ``ir_version=N`` (an Add at opset 7 saved with IR version N), ``<domain> opset=N``
+(one node of that domain at that opset, IR 7), and the node forms of
+:func:`qlrewrite.targets.forms.form_of` (read back from the built model, so the probe and the
+rules cannot disagree on a key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import helper
+
+from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.qdq import node_views
+from qlrewrite.rules import qoperator_models
+from qlrewrite.rules.example_models import (
+    DQ,
+    DT,
+    MS,
+    Q,
+    gather_block_quantized_model,
+    matmul_nbits_model,
+    qdq_model,
+)
+from qlrewrite.rules.registry import CHECKED_KINDS
+from qlrewrite.targets.forms import form_of
+
+#: The newest ai.onnx opset and IR version probed (the installed onnx's).
+NEWEST_OPSET = onnx.defs.onnx_opset_version()
+NEWEST_IR = onnx.IR_VERSION
+
+#: Quantized element types probed in Q/DQ (ai.onnx), oldest first.
+QDQ_TYPES = (
+    DT.UINT8,
+    DT.INT8,
+    DT.INT32,
+    DT.UINT16,
+    DT.INT16,
+    DT.FLOAT8E4M3FN,
+    DT.FLOAT8E4M3FNUZ,
+    DT.FLOAT8E5M2,
+    DT.FLOAT8E5M2FNUZ,
+    DT.INT4,
+    DT.UINT4,
+    DT.FLOAT4E2M1,
+    DT.INT2,
+    DT.UINT2,
+)
+MS_TYPES = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16, DT.INT32, DT.INT4, DT.UINT4)
+#: Element types NumPy (and so the runner's feeds) can hold.
+FEEDABLE = {
+    DT.FLOAT: "float32",
+    DT.FLOAT16: "float16",
+    DT.UINT8: "uint8",
+    DT.INT8: "int8",
+    DT.UINT16: "uint16",
+    DT.INT16: "int16",
+    DT.INT32: "int32",
+    DT.INT64: "int64",
+}
+
+
+@dataclasses.dataclass
+class Case:
+    """One probe model: its key, the model, and what the runner feeds it."""
+
+    key: str
+    model: onnx.ModelProto
+    feeds: list[tuple[str, str, list[int]]] = dataclasses.field(default_factory=list)
+
+
+def _feeds_of(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]] | None:
+    """The graph inputs as (name, NumPy dtype, shape); None when one cannot be fed."""
+    feeds = []
+    for value in model.graph.input:
+        tensor = value.type.tensor_type
+        dtype = FEEDABLE.get(DT(tensor.elem_type))
+        if dtype is None:
+            return None
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor.shape.dim]
+        feeds.append((value.name, dtype, shape))
+    return feeds
+
+
+def _as_initializer(model: onnx.ModelProto, name: str) -> None:
+    """Graph input ``name`` becomes a zero-filled initializer of its type and shape."""
+    value = next(v for v in model.graph.input if v.name == name)
+    tensor = value.type.tensor_type
+    shape = [d.dim_value or 1 for d in tensor.shape.dim]
+    dtype = DT(tensor.elem_type)
+    array = np.zeros(shape, dtype=dtype.numpy())
+    init = ir.serde.serialize_tensor(ir.Tensor(array, dtype=dtype, name=name))
+    model.graph.initializer.append(init)
+    model.graph.input.remove(value)
+
+
+def _case(model: onnx.ModelProto, key: str | None = None) -> Case | None:
+    """The case of a one-node model (key from qlrewrite's view when not given); None when
+    qlrewrite gives the node no form (an unknown type)."""
+    if key is None:
+        key = key_of(model)
+        if key is None:
+            return None
+    feeds = _feeds_of(model)
+    if feeds is None:
+        for value in list(model.graph.input):
+            if DT(value.type.tensor_type.elem_type) not in FEEDABLE:
+                _as_initializer(model, value.name)
+        feeds = _feeds_of(model) or []
+    return Case(key, model, feeds)
+
+
+def key_of(model: onnx.ModelProto, node: str | None = None) -> str | None:
+    """The form qlrewrite gives the model's quantized node (``node``: the one of that name)."""
+    ir_model = ir.serde.deserialize_model(model)
+    for site, views in node_views(ir_model, kinds=CHECKED_KINDS):
+        if node is None or site.node.name == node:
+            return form_of(views[0])
+    return None
+
+
+def _with_min_ir(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` saved with the lowest IR version its opset and types need."""
+    model.ir_version = needed_ir_version(ir.serde.deserialize_model(model))
+    return model
+
+
+def ir_cases() -> Iterator[Case]:
+    """An Add at opset 7 under each IR version 3 .. the newest."""
+    for version in range(3, NEWEST_IR + 1):
+        yield _case(_add_model("", 7, version), f"ir_version={version}")  # type: ignore[misc]
+
+
+def _add_model(domain: str, opset: int, ir_version: int) -> onnx.ModelProto:
+    op = "Gelu" if domain == MS else "Add"
+    inputs = ["a"] if domain == MS else ["a", "a"]
+    node = helper.make_node(op, inputs, ["y"], domain=domain)
+    value = helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2])
+    out = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    imports = [helper.make_opsetid("", opset if domain == "" else 13)]
+    if domain:
+        imports.append(helper.make_opsetid(domain, opset))
+    graph = helper.make_graph([node], "g", [value], [out])
+    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+
+
+def opset_cases() -> Iterator[Case]:
+    """One ai.onnx Add per opset 7 .. the newest, one com.microsoft Gelu per opset 1 .. 3
+    (IR 7: the IR version is probed on its own)."""
+    for opset in range(7, NEWEST_OPSET + 1):
+        yield _case(_add_model("", opset, 7), f"ai.onnx opset={opset}")  # type: ignore[misc]
+    for opset in (1, 2, 3):
+        yield _case(_add_model(MS, opset, 7), f"com.microsoft opset={opset}")  # type: ignore[misc]
+
+
+#: (x shape, scale shape, attributes) per granularity: per-axis on the last axis (a MatMul
+#: weight's N), blocks of 32 along the last axis.
+GRANULARITIES = {
+    "per-tensor": ((4, 8), (), {}),
+    "per-axis": ((4, 8), (8,), {"axis": 1}),
+    "blocked": ((4, 64), (4, 2), {"axis": 1, "block_size": 32}),
+}
+
+
+def _qdq(
+    op: str, opset: int, domain: str, qtype: DT, *, scale: DT, granularity: str
+) -> Case | None:
+    x_shape, scale_shape, attrs = GRANULARITIES[granularity]
+    x_type = scale if op == Q else qtype
+    try:
+        model = qdq_model(
+            op,
+            opset,
+            domain=domain,
+            x_type=x_type,
+            x_shape=x_shape,
+            scale_type=scale,
+            scale_shape=scale_shape,
+            zp_type=qtype,
+            zp_shape=scale_shape,
+            attrs=attrs,
+            out_type=qtype if op == Q else scale,
+        )
+    except (ValueError, TypeError):  # a type onnx.helper cannot write
+        return None
+    return _case(_with_min_ir(model))
+
+
+def qdq_cases() -> Iterator[Case]:
+    """ai.onnx Q/DQ at each opset 10 .. the newest, each quantized type and granularity, float
+    scales (and float16 scales per-tensor from opset 19); com.microsoft Q/DQ at opset 1."""
+    forms = itertools.product((Q, DQ), range(10, NEWEST_OPSET + 1), QDQ_TYPES, GRANULARITIES)
+    for op, opset, qtype, granularity in forms:
+        if op == Q and qtype == DT.INT32:
+            continue
+        scales = (
+            (DT.FLOAT, DT.FLOAT16) if opset >= 19 and granularity == "per-tensor" else (DT.FLOAT,)
+        )
+        for scale in scales:
+            case = _qdq(op, opset, "", qtype, scale=scale, granularity=granularity)
+            if case is not None:
+                yield case
+    for op, qtype, granularity in itertools.product((Q, DQ), MS_TYPES, GRANULARITIES):
+        case = _qdq(op, 1, MS, qtype, scale=DT.FLOAT, granularity=granularity)
+        if case is not None:
+            yield case
+
+
+def matmul_nbits_cases() -> Iterator[Case]:
+    """MatMulNBits: bits 2 / 4 / 8, accuracy_level 0 .. 4, zero points none / packed uint8 /
+    float, with and without g_idx, float32 and float16 activations (K 64, N 8, block 32)."""
+    forms = itertools.product(
+        (2, 4, 8), range(5), (None, "packed", "float"), (False, True), (DT.FLOAT, DT.FLOAT16)
+    )
+    for bits, level, zp, g_idx, a_type in forms:
+        model = matmul_nbits_model(
+            k=64,
+            n=8,
+            bits=bits,
+            block_size=32,
+            a_type=a_type,
+            a_shape=[2, 64],
+            zp=zp,
+            g_idx=g_idx,
+            attrs={"accuracy_level": level},
+        )
+        case = _case(model)
+        if case is not None:
+            yield case
+
+
+def gather_block_cases() -> Iterator[Case]:
+    """GatherBlockQuantized: packed uint8 (bits 4 and 8), int4 and uint4 data; quantized on
+    the last axis or the first; with and without zero points; float32 and float16 scales."""
+    datas = (
+        (DT.UINT8, 4, (8, 16)),
+        (DT.UINT8, 8, (8, 32)),
+        (DT.INT4, 4, (8, 32)),
+        (DT.UINT4, 4, (8, 32)),
+    )
+    for (dtype, bits, shape), axis, zp, scale in itertools.product(
+        datas, (1, 0), (False, True), (DT.FLOAT, DT.FLOAT16)
+    ):
+        try:
+            model = gather_block_quantized_model(
+                data_type=dtype,
+                data_shape=shape,
+                bits=bits,
+                block_size=16,
+                quantize_axis=axis,
+                scale_type=scale,
+                zp=zp,
+            )
+        except (ValueError, TypeError):
+            continue
+        case = _case(model)
+        if case is not None:
+            yield case
+
+
+#: Per-tensor weight scales and zero points of the QOperator models whose examples are
+#: per-channel.
+PER_TENSOR_WEIGHTS = {
+    "QLinearConv": {"w_scale": np.array(0.01, np.float32), "w_zero_point": np.array(0, np.int8)},
+    "ms-QLinearConv": {"w_scale": np.array(0.01, np.float32), "w_zero_point": np.array(0, np.int8)},
+    "QLinearMatMul": {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)},
+    "QGemm": {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)},
+}
+
+
+def qoperator_cases() -> Iterator[Case]:
+    """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
+    MatMulInteger, ConvInteger and DynamicQuantizeLinear."""
+    for name, opset in itertools.product(qoperator_models.OPS, (13, 21)):
+        case = _case(qoperator_models.build(name, opset=opset))
+        if case is not None:
+            yield case
+        per_tensor = PER_TENSOR_WEIGHTS.get(name)
+        if per_tensor is not None:  # the same op with per-tensor weight scale and zero point
+            case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
+            if case is not None:
+                yield case
+    for a, b in itertools.product((DT.UINT8, DT.INT8), repeat=2):
+        case = _case(_integer_model("MatMulInteger", a, b, [2, 4], [4, 3], [2, 3]))
+        if case is not None:
+            yield case
+        case = _case(_integer_model("ConvInteger", a, b, [1, 2, 4, 4], [3, 2, 3, 3], None))
+        if case is not None:
+            yield case
+    yield _case(_dynamic_quantize_model())  # type: ignore[misc]
+
+
+def _integer_model(op: str, a: DT, b: DT, *shapes: list[int] | None) -> onnx.ModelProto:
+    a_shape, b_shape, y_shape = shapes
+    node = helper.make_node(op, ["A", "B"], ["Y"], name="node")
+    inputs = [helper.make_tensor_value_info("A", int(a), a_shape)]
+    weight = np.zeros(b_shape, dtype=b.numpy())
+    init = ir.serde.serialize_tensor(ir.Tensor(weight, dtype=b, name="B"))
+    out = helper.make_tensor_value_info("Y", onnx.TensorProto.INT32, y_shape)
+    graph = helper.make_graph([node], "g", inputs, [out], initializer=[init])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+def _dynamic_quantize_model() -> onnx.ModelProto:
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], name="node")
+    inputs = [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 3])]
+    outs = [
+        helper.make_tensor_value_info("y", onnx.TensorProto.UINT8, [2, 3]),
+        helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, []),
+        helper.make_tensor_value_info("z", onnx.TensorProto.UINT8, []),
+    ]
+    graph = helper.make_graph([node], "g", inputs, outs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+
+
+#: The weight patterns probed: a constant weight dequantized into a MatMul, keyed by the
+#: DQ's form after this prefix (the runtime's execution graph tells whether it kept the
+#: weight quantized).
+WEIGHT_PATTERN = "weight DQ->MatMul: "
+
+
+#: The QDQ MatMul patterns probed: activations quantized (Q -> DQ) into a MatMul with a
+#: dequantized constant weight, its output quantized again; keyed by the activation type and
+#: the weight DQ's form. ONNX Runtime's optimized graph tells which kernel it formed.
+QDQ_PATTERN = "QDQ MatMul: "
+
+
+def _quantize_pair(name: str, dtype: DT) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
+    """Q -> DQ of value ``name`` into ``name``_f, per-tensor, zero point 0 of ``dtype``."""
+    inits = [
+        helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [0.05]),
+        ir.serde.serialize_tensor(
+            ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name=f"{name}_z")
+        ),
+    ]
+    nodes = [
+        helper.make_node(Q, [name, f"{name}_s", f"{name}_z"], [f"{name}_q"], name=f"q_{name}"),
+        helper.make_node(
+            DQ, [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_f"], name=f"dq_{name}"
+        ),
+    ]
+    return nodes, inits
+
+
+def _weight_pattern(
+    qtype: DT, granularity: str, opset: int, activation: DT | None = None
+) -> onnx.ModelProto:
+    """DQ(constant [64, 8] weight) -> MatMul; with ``activation``, the MatMul's input and
+    output quantized (Q -> DQ) to that type too (the QDQ form ORT's quantizer writes)."""
+    scale_shape, attrs = {
+        "per-tensor": ((), {}),
+        "per-axis": ((8,), {"axis": 1}),
+        "blocked": ((2, 8), {"axis": 0, "block_size": 32}),
+    }[granularity]
+    weight = ir.serde.serialize_tensor(
+        ir.Tensor(np.ones((64, 8), dtype=qtype.numpy()), dtype=qtype, name="w")
+    )
+    values = np.full(scale_shape or (), 0.01, np.float32).ravel().tolist()
+    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, scale_shape, values)
+    zero = ir.serde.serialize_tensor(
+        ir.Tensor(np.zeros(scale_shape, dtype=qtype.numpy()), dtype=qtype, name="z")
+    )
+    nodes = [helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs)]
+    inits = [weight, scale, zero]
+    a, y = "a", "y"
+    if activation is not None:
+        pair_a, inits_a = _quantize_pair("a", activation)
+        pair_y, inits_y = _quantize_pair("y", activation)
+        nodes, inits, a, y = [*nodes, *pair_a], [*inits, *inits_a, *inits_y], "a_f", "y"
+    nodes.append(helper.make_node("MatMul", [a, "wf"], [y], name="mm"))
+    out = "y"
+    if activation is not None:
+        nodes += pair_y
+        out = "y_f"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    return _with_min_ir(model)
+
+
+def weight_pattern_cases() -> Iterator[Case]:
+    """DQ(constant weight) -> MatMul for each weight type and granularity, at opset 21 (at
+    25 for the 2-bit and float4 types, which came with it)."""
+    weights = (
+        DT.UINT8,
+        DT.INT8,
+        DT.UINT4,
+        DT.INT4,
+        DT.UINT16,
+        DT.INT16,
+        DT.FLOAT8E4M3FN,
+        DT.FLOAT8E5M2,
+        DT.INT2,
+        DT.UINT2,
+        DT.FLOAT4E2M1,
+    )
+    for qtype, granularity in itertools.product(weights, GRANULARITIES):
+        opset = 25 if qtype in (DT.INT2, DT.UINT2, DT.FLOAT4E2M1) else 21
+        try:
+            model = _weight_pattern(qtype, granularity, opset)
+        except (ValueError, TypeError):
+            continue
+        form = key_of(model, "dq")
+        if form is not None:
+            yield Case(WEIGHT_PATTERN + form, model, _feeds_of(model) or [])
+
+
+def qdq_pattern_cases() -> Iterator[Case]:
+    """The QDQ MatMul of ORT's quantizer: 8- and 16-bit activations, 8- and 4-bit weights
+    per-tensor and per-axis (opset 21)."""
+    activations = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)
+    weights = (DT.UINT8, DT.INT8, DT.INT4, DT.UINT4)
+    for act, qtype, granularity in itertools.product(
+        activations, weights, ("per-tensor", "per-axis")
+    ):
+        model = _weight_pattern(qtype, granularity, 21, activation=act)
+        form = key_of(model, "dq")
+        if form is not None:
+            yield Case(
+                f"{QDQ_PATTERN}activation={act.name} weight={form}", model, _feeds_of(model) or []
+            )
+
+
+def all_cases() -> Iterator[Case]:
+    """Every case, IR and opset first."""
+    for family in (
+        ir_cases,
+        opset_cases,
+        qdq_cases,
+        matmul_nbits_cases,
+        gather_block_cases,
+        qoperator_cases,
+        weight_pattern_cases,
+        qdq_pattern_cases,
+    ):
+        yield from family()

@@ -1,0 +1,243 @@
+"""Measure the runtime tables of ``qlrewrite check --target``: build the probe's one-node
+models (:mod:`cases`, with onnx and qlrewrite from this python), run them in each runtime's
+own venv (:mod:`run_ort`, :mod:`run_openvino`), and write one table per release to
+``qlrewrite/targets/data/``.
+
+    python tools/probe/drive.py ort 1.16 1.31        # these ONNX Runtime releases
+    python tools/probe/drive.py ort --all            # every release 1.15 .. the newest
+    python tools/probe/drive.py openvino             # the newest OpenVINO
+
+Each release gets a venv ``$QLREWRITE_VENVS/ort-X.Y`` (default ``/work/venvs``; Python 3.11,
+``onnxruntime==X.Y.*`` and a NumPy it accepts: ``numpy<2`` before 1.19), made when missing.
+A case that ends the runner's process is recorded as a crash and the runner starts again
+after it. See docs/targets.md for the table format and how to refresh it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+DATA = HERE.parent.parent / "qlrewrite" / "targets" / "data"
+VENVS = Path(os.environ.get("QLREWRITE_VENVS", "/work/venvs"))
+PYTHON = os.environ.get("QLREWRITE_PROBE_PYTHON", "python3.11")
+FIRST_MINOR = 15  # ONNX Runtime 1.15: the oldest release probed
+#: Keys of the multi-node patterns whose optimized graph ONNX Runtime saves.
+PATTERNS = ("weight ", "QDQ ")
+
+
+def _pip(venv: Path, *args: str) -> None:
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", *args], check=True)
+
+
+def ensure_venv(name: str, packages: list[str]) -> Path:
+    """The venv ``name`` under VENVS with ``packages`` installed (made when missing)."""
+    venv = VENVS / name
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([PYTHON, "-m", "venv", str(venv)], check=True)
+        _pip(venv, *packages)
+    return python
+
+
+def ort_releases() -> list[str]:
+    """Every ONNX Runtime minor release from 1.15 on that pip can install here."""
+    found = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", "onnxruntime"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    versions = re.search(r"Available versions: (.*)", found)
+    minors = {tuple(int(p) for p in v.split(".")[:2]) for v in versions.group(1).split(", ")}
+    return [f"{a}.{b}" for a, b in sorted(minors) if (a, b) >= (1, FIRST_MINOR)]
+
+
+def ort_python(release: str) -> Path:
+    """The python of ONNX Runtime ``release`` (X.Y)."""
+    numpy = "numpy<2" if int(release.split(".")[1]) < 19 else "numpy"
+    return ensure_venv(f"ort-{release}", [f"onnxruntime=={release}.*", numpy])
+
+
+def build_cases(folder: Path) -> Path:
+    """Write every case's model under ``folder``; return the manifest's path."""
+    import onnx
+    from cases import all_cases
+
+    entries, seen = [], set()
+    for index, case in enumerate(all_cases()):
+        if case is None or case.key in seen:
+            continue
+        seen.add(case.key)
+        path = folder / f"case{index:05d}.onnx"
+        onnx.save(case.model, path)
+        entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
+        if case.key.startswith(PATTERNS):
+            entry["optimized"] = str(path.with_suffix(".opt.onnx"))
+        entries.append(entry)
+    manifest = folder / "manifest.json"
+    manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
+    return manifest
+
+
+def run_probe(python: Path, runner: str, manifest: Path, results: Path) -> list[dict]:
+    """Run ``runner`` over every case, again after each crash; the result lines."""
+    count = len(json.loads(manifest.read_text())["cases"])
+    done = 0
+    while done < count:
+        command = [
+            str(python),
+            str(HERE / runner),
+            str(manifest),
+            str(results),
+            "--skip",
+            str(done),
+        ]
+        subprocess.run(
+            command, check=False, timeout=3600, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        lines = [json.loads(line) for line in results.read_text().splitlines() if line]
+        finished = [r for r in lines if "key" in r]
+        if len(finished) >= count:
+            break
+        last = lines[-1]
+        if "start" in last:  # the case that ended the process
+            crashed = {
+                "key": last["start"],
+                "load": False,
+                "run": False,
+                "reason": "crash",
+                "error": "the runtime ended the process",
+            }
+            with results.open("a") as out:
+                out.write(json.dumps(crashed) + "\n")
+            finished.append(crashed)
+        elif len(finished) == done:
+            raise RuntimeError(f"{runner} made no progress: see {results}")
+        done = len(finished)
+    return [json.loads(line) for line in results.read_text().splitlines() if line]
+
+
+def scrub(error: str) -> str:
+    """ONNX Runtime's message without the probe's file names and C++ source locations."""
+    error = re.sub(r"Load model from \S+ failed:", "", error)
+    error = re.sub(r"/tmp/\S+?\.onnx", "model.onnx", error)
+    error = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\)( const)? (?=[A-Z])", "", error)
+    error = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", error.strip())
+    error = re.sub(r"Exception from \S+ Check 'false' failed at \S+ ", "", error)
+    return error.replace("This is an invalid model. ", "")[:300]
+
+
+def _highest(forms: dict, pattern: str) -> int | None:
+    found = [
+        int(m.group(1))
+        for key, row in forms.items()
+        if row == "runs" or (isinstance(row, dict) and row.get("runs"))
+        for m in [re.fullmatch(pattern, key)]
+        if m
+    ]
+    return max(found) if found else None
+
+
+def _row(line: dict) -> str | dict:
+    """A form's entry: "runs", or what the runtime made of it, or how it refused it."""
+    if line["run"]:
+        return (
+            {"runs": True, "runtime_ops": line["runtime_ops"]} if "runtime_ops" in line else "runs"
+        )
+    row = {
+        "refused": "load" if not line["load"] else "run",
+        "reason": line.get("reason", "other"),
+        "error": scrub(line.get("error", "")),
+    }
+    if "runtime_ops" in line:
+        row["runtime_ops"] = line["runtime_ops"]
+    return row
+
+
+def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
+    """The committed table: the release measured, its limits, and each form's result."""
+    meta = next(line["meta"] for line in lines if "meta" in line)
+    forms = {line["key"]: _row(line) for line in lines if "key" in line}
+    table = {
+        "runtime": meta["runtime"],
+        "release": meta["version"],
+        "measured": datetime.date.today().isoformat(),
+        "python": meta["python"],
+        "numpy": meta["numpy"],
+        "models_built_with": f"onnx {onnx_version}",
+        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
+        "max_opset": {
+            "ai.onnx": _highest(forms, r"ai\.onnx opset=(\d+)"),
+            "com.microsoft": _highest(forms, r"com\.microsoft opset=(\d+)"),
+        },
+        **(extra or {}),
+        "forms": dict(sorted(forms.items())),
+    }
+    return table
+
+
+def write_table(name: str, table: dict) -> Path:
+    path = DATA / f"{name}.json"
+    path.write_text(json.dumps(table, indent=0, sort_keys=False) + "\n")
+    return path
+
+
+def _kernels_formed(lines: list[dict], manifest: Path) -> None:
+    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)."""
+    import onnx
+
+    optimized = {
+        e["key"]: e["optimized"]
+        for e in json.loads(manifest.read_text())["cases"]
+        if "optimized" in e
+    }
+    for line in lines:
+        path = Path(optimized.get(line.get("key"), "/nonexistent"))
+        if line.get("run") and path.exists():
+            nodes = onnx.load(path, load_external_data=False).graph.node
+            line["runtime_ops"] = sorted(
+                {f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes}
+            )
+            path.unlink()
+
+
+def probe(name: str, python: Path, runner: str, manifest: Path) -> Path:
+    """Probe one runtime and write its table ``name``.json."""
+    onnx_version = json.loads(manifest.read_text())["onnx"]
+    with tempfile.TemporaryDirectory() as scratch:
+        results = Path(scratch) / "results.jsonl"
+        lines = run_probe(python, runner, manifest, results)
+    if runner == "run_ort.py":
+        _kernels_formed(lines, manifest)
+    return write_table(name, table_of(lines, onnx_version))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runtime", choices=["ort", "openvino"])
+    parser.add_argument("releases", nargs="*", help="ONNX Runtime releases X.Y")
+    parser.add_argument("--all", action="store_true", help="every release 1.15 .. the newest")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        manifest = build_cases(Path(folder))
+        if args.runtime == "openvino":
+            python = ensure_venv("openvino", ["openvino", "numpy"])
+            print(probe("openvino", python, "run_openvino.py", manifest), flush=True)
+            return 0
+        for release in ort_releases() if args.all else args.releases:
+            print(probe(f"ort-{release}", ort_python(release), "run_ort.py", manifest), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

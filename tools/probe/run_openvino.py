@@ -1,0 +1,93 @@
+"""Probe runner for OpenVINO: read each probe model with OpenVINO's ONNX frontend, compile it
+for the CPU plugin and run it once, in the python that runs this file (a venv holding only
+openvino and NumPy).
+
+    python run_openvino.py MANIFEST.json RESULTS.jsonl [--skip N]
+
+Same protocol as run_ort.py (a ``start`` line before each case, a result line after). A
+result also lists the compiled model's execution graph as ``layerType:runtimePrecision``
+pairs (``runtime_ops``): a quantized node whose graph holds no integer-precision layer was
+folded to float (its weights decompressed once at compile time, the math in float).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import numpy as np
+import openvino as ov
+from protocol import serve
+
+_CORE = ov.Core()
+
+
+def classify(message: str) -> str:
+    """Why OpenVINO failed: "opset", "kernel" (no conversion or no CPU implementation),
+    "type" or "other"."""
+    text = message.lower()
+    if "opset" in text or ("version" in text and "not supported" in text):
+        return "opset"
+    if "no conversion rule" in text or "not supported" in text or "unsupported" in text:
+        return "kernel"
+    if "type" in text or "element" in text or "precision" in text:
+        return "type"
+    return "other"
+
+
+def _line(text: object) -> str:
+    first = str(text).strip().splitlines()
+    return " ".join(first)[:1500]
+
+
+def _value(info: object, name: str) -> str | None:
+    if name not in info:
+        return None
+    value = info[name]
+    return str(getattr(value, "value", value))
+
+
+def _runtime_ops(compiled: object) -> list[str]:
+    ops = set()
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layer = _value(info, "layerType") or op.get_type_name()
+        precision = _value(info, "runtimePrecision") or "?"
+        if layer not in ("Input", "Output", "Parameter", "Result"):
+            ops.add(f"{layer}:{precision}")
+    return sorted(ops)
+
+
+def run_case(case: dict) -> dict:
+    """The result of one case: read + compile, then one inference."""
+    result: dict = {"key": case["key"], "load": False, "run": False}
+    try:
+        model = _CORE.read_model(case["file"])
+        compiled = _CORE.compile_model(model, "CPU")
+    except Exception as exc:
+        result.update(error=_line(exc), reason=classify(str(exc)))
+        return result
+    result["load"] = True
+    result["runtime_ops"] = _runtime_ops(compiled)
+    feeds = {name: np.zeros(shape, dtype=dtype) for name, dtype, shape in case["feeds"]}
+    try:
+        compiled(feeds)
+    except Exception as exc:
+        result.update(error=_line(exc), reason=classify(str(exc)))
+        return result
+    result["run"] = True
+    return result
+
+
+def main(argv: list[str]) -> int:
+    meta = {
+        "runtime": "openvino",
+        "version": ov.__version__.split("-")[0],
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    return serve(argv, meta, run_case)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

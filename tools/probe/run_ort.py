@@ -1,0 +1,90 @@
+"""Probe runner for ONNX Runtime: load and run each probe model in the onnxruntime of the
+python that runs this file (a venv holding only onnxruntime and NumPy; no onnx, no
+qlrewrite).
+
+    python run_ort.py MANIFEST.json RESULTS.jsonl [--skip N]
+
+MANIFEST lists the cases (key, model file, feeds). Each case writes one line
+``{"start": key}`` before it is tried and one result line after, flushed, so that a case
+that aborts the process (ONNX Runtime asserts on some models) is known to the driver, which
+records it as a crash and starts again after it (``--skip``). A session is made with the
+default options on the CPU provider (as deployed: ONNX Runtime's constant folding leaves
+DequantizeLinear alone and folds other nodes with their kernel, so a node without a kernel
+still fails), then run once with zero-filled feeds; outputs stay OrtValues (no conversion
+to NumPy types it lacks, int4 or float8).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+
+import numpy as np
+import onnxruntime as ort
+from protocol import serve
+
+
+def classify(message: str) -> str:
+    """Why a load or a run failed, from ONNX Runtime's message: "ir" (IR version too new),
+    "opset" (opset too new), "kernel" (no kernel for the node as typed), "type" (a type
+    the runtime refuses in the graph) or "other"."""
+    text = message.lower()
+    if "ir version" in text:
+        return "ir"
+    if "opset" in text and (
+        "not supported" in text
+        or "under development" in text
+        or "support for" in text
+        or "guarantee" in text
+    ):
+        return "opset"
+    if "could not find an implementation" in text or "not_implemented" in text:
+        return "kernel"
+    if "type" in text and ("error" in text or "invalid" in text or "unsupported" in text):
+        return "type"
+    return "other"
+
+
+def _line(text: object) -> str:
+    first = str(text).strip().splitlines()
+    return (first[0] if first else "")[:1500]
+
+
+def run_case(case: dict) -> dict:
+    """The result of one case: load and run outcomes, with the error and its class."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    if case.get("optimized"):  # a pattern: keep the optimized graph (which kernels formed)
+        options.optimized_model_filepath = case["optimized"]
+    result: dict = {"key": case["key"], "load": False, "run": False}
+    try:
+        session = ort.InferenceSession(case["file"], options, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        result.update(error=_line(exc), reason=classify(str(exc)))
+        return result
+    result["load"] = True
+    feeds = {
+        name: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype=dtype))
+        for name, dtype, shape in case["feeds"]
+    }
+    try:
+        session.run_with_ort_values(None, feeds)
+    except Exception as exc:
+        result.update(error=_line(exc), reason=classify(str(exc)))
+        return result
+    result["run"] = True
+    return result
+
+
+def main(argv: list[str]) -> int:
+    meta = {
+        "runtime": "onnxruntime",
+        "version": ort.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+    return serve(argv, meta, run_case)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
