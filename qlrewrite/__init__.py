@@ -1,6 +1,8 @@
 """qlrewrite: validate, constant-fold, convert and upgrade quantized ONNX models.
 
-The public API is imported lazily (``import qlrewrite`` stays cheap for the CLI)::
+The public API is imported on first use: the command line's start-up passes through this
+package (``qlrewrite --version`` imports neither onnx nor NumPy); type checkers and IDEs
+read the plain imports below ``TYPE_CHECKING``::
 
     import qlrewrite
 
@@ -15,13 +17,24 @@ The public API is imported lazily (``import qlrewrite`` stays cheap for the CLI)
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from qlrewrite._deferred_imports import defer_sympy
+if TYPE_CHECKING:  # the names below, as __getattr__ gives them at run time
+    from qlrewrite import errors as errors
+    from qlrewrite import passes as passes
+    from qlrewrite.api import check as check
+    from qlrewrite.api import convert as convert
+    from qlrewrite.api import downgrade as downgrade
+    from qlrewrite.api import fix as fix
+    from qlrewrite.api import fold as fold
+    from qlrewrite.api import load as load
+    from qlrewrite.api import retarget as retarget
+    from qlrewrite.api import save as save
+    from qlrewrite.api import upgrade as upgrade
+    from qlrewrite.kernels import dequantize as dequantize
+    from qlrewrite.kernels import quantize as quantize
 
-defer_sympy()
-
-__version__ = "0.1.0"
+from qlrewrite._version import __version__
 
 #: Public name -> module that defines it.
 _API = {

@@ -135,18 +135,20 @@ def fix(
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
     place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
     then the result is a new model. Findings without a fix stay: call :func:`check` on the
-    result to see what remains."""
+    result to see what remains. As the other functions, it refuses an input with error
+    findings no fix repairs and an output ONNX's checker or our check would reject
+    (``FindingsRefusal`` / ``Refusal``)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
     loaded = load(model)
     report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
     passes = fix_passes(report.findings, unsafe=unsafe)
-    return _run(loaded, passes) if passes else loaded
+    return _rewrite(loaded, passes, "fix") if passes else loaded
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
-    """``passes`` on ``model`` as the commands run them (the imports ONNX Runtime implies
-    added first); a refusal raised inside a pass reaches the caller as itself."""
+    """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
+    first); a refusal raised inside a pass reaches the caller as itself."""
     rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
     return rewritten
 
@@ -164,12 +166,21 @@ def fold(
     keep_dq: bool = False,
     float16: str = "exact",
     dequantize_weights: bool = False,
+    bias_only: bool = False,
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
-    is folded in place and returned. Values are computed lazily, when saved or read."""
+    is folded in place and returned. Values are computed lazily, when saved or read.
+    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``)."""
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
-    passes = fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights)
+    if keep_dq and bias_only:
+        raise InputError("keep_dq and bias_only fold disjoint sets: give one")
+    passes = fold_passes(
+        keep_dq=keep_dq,
+        float16=float16,
+        dequantize_weights=dequantize_weights,
+        bias_only=bias_only,
+    )
     return _rewrite(load(model), passes, "fold")
 
 

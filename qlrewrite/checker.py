@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import onnx
 import onnx_ir as ir
@@ -22,8 +23,9 @@ from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, Report
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.qdq.sites import LEFT_ALONE
-from qlrewrite.rules import CHECKS
+from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
+from qlrewrite.rules import CHECKS, RULES
+from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
@@ -34,9 +36,12 @@ from qlrewrite.rules.registry import (
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.source import source_of
 from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
-from qlrewrite.targets.spec import Target, parse_targets
+from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
 from qlrewrite.weightless import weightless_from_source
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = ["check", "check_model", "check_path", "finish_report"]
 
@@ -61,7 +66,7 @@ def check(
     checked as if its file were in the current folder.
     """
     codes = select_rules(select, ignore)
-    runtimes = parse_targets(targets)
+    runtimes = _parse_targets(targets)
     if isinstance(model_or_path, ir.Model):
         model = model_or_path
         source = source_of(model)
@@ -95,6 +100,17 @@ def _judge_entries(
     return dataclasses.replace(report, findings=[*report.findings, *stale]) if stale else report
 
 
+def _parse_targets(specs: Iterable[str]) -> tuple[Target, ...]:
+    """The targets of ``specs``; :mod:`qlrewrite.targets` is imported only when some are
+    given (start-up stays as without it)."""
+    specs = tuple(specs)
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
+
+
 def finish_report(
     report: Report,
     model: ir.Model,
@@ -111,15 +127,20 @@ def check_path(
     codes: Collection[str] | None = None,
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
     targets: Sequence[Target] = (),
+    data: bytes | None = None,
 ) -> Report:
-    """Load and check one model file; an unreadable file gives a Report with ``load_error``.
+    """Load and check one model file (``data``: its bytes, read from stdin, ``path`` its
+    label); an unreadable file gives a Report with ``load_error``.
 
     Missing or corrupt tensor data is reported as findings (QL6xx), not as an error. The
     error is one line without the path (the Report has it). With ``codes`` (the enabled
     rules) the report is finished as :func:`finish_report` does.
     """
     try:
-        model = model_io.load(path, check_data=False)
+        if data is not None:
+            model = model_io.load_bytes(data, str(path))
+        else:
+            model = model_io.load(path, check_data=False)
     except InputError as exc:
         return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
     source = source_of(model)
@@ -137,6 +158,7 @@ def check_model(
     weightless: onnx.ModelProto | None = None,
     inference: Inference | None = None,
     targets: Sequence[Target] = (),
+    unchanged: Collection[str] = (),
 ) -> Report:
     """Every finding of every rule on ``model`` (which is not modified); the target rules
     once per target of ``targets``.
@@ -146,6 +168,9 @@ def check_model(
     :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed. ``inference``: the
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
+    ``unchanged``: first output names of main-graph nodes whose node rules are not run
+    again (a rewrite's output check: nodes judged on input and left as they were, see
+    :mod:`qlrewrite.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
@@ -165,19 +190,49 @@ def check_model(
             left_alone.append(site)
             continue
         report.nodes_checked += 1
-        checks = checks_of.get(id(site.kind))
-        if checks is None:  # once per kind, not per node
-            checks = checks_of[id(site.kind)] = [
-                c for c in node_checks if any(k is site.kind for k in c.kinds)
-            ]
-        for view in views:
-            report.findings.extend(_node_findings(view, checks, seen))
         if targets:
             every_view.extend(views)
+        if _left_as_checked(site, unchanged):
+            continue
+        checks = _checks_of(site, node_checks, checks_of)
+        for view in views:
+            report.findings.extend(_node_findings(view, checks, seen))
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
+    report.findings.extend(_nothing_quantized(report, left_alone))
     return report
+
+
+def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Finding]:
+    """QL607 when no quantized node of any kind was found in any graph or function (the
+    float model, likely): none checked, none left alone, no other producer's operator."""
+    if report.nodes_checked or left_alone or report.custom_quant:
+        return []
+    rule = RULES[NO_QUANTIZED_NODE]
+    message = (
+        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
+        "or other quantization operator in any graph or function): is this the float model?"
+    )
+    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
+
+
+def _checks_of(
+    site: QuantizedSite, node_checks: list[RuleCheck], memo: dict[int, list[RuleCheck]]
+) -> list[RuleCheck]:
+    """The node rules of ``site``'s kind (decided once per kind, not per node)."""
+    checks = memo.get(id(site.kind))
+    if checks is None:
+        checks = memo[id(site.kind)] = [
+            c for c in node_checks if any(k is site.kind for k in c.kinds)
+        ]
+    return checks
+
+
+def _left_as_checked(site: QuantizedSite, unchanged: Collection[str]) -> bool:
+    """A main-graph node named in ``unchanged``: its node rules are not run again."""
+    return bool(unchanged) and site.ref == MAIN and site.node.outputs[0].name in unchanged
 
 
 def _target_findings(

@@ -14,6 +14,7 @@ import io
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,9 @@ __all__ = [
     "files_read_by",
     "from_proto",
     "load",
+    "load_bytes",
     "read_model_bytes",
+    "read_stdin_model",
     "same_file",
     "same_folder",
     "save",
@@ -233,10 +236,41 @@ def _what_it_is(data: bytes) -> str | None:
     return wire.diagnose(io.BytesIO(data), len(data))
 
 
+def read_stdin_model() -> bytes:
+    """The bytes of a model piped into stdin (``check -``, as ruff reads ``-``): up to
+    2 GiB, into memory. A terminal (nothing piped) and empty input are refused."""
+    stream = sys.stdin.buffer
+    if stream.isatty():
+        raise InputError(
+            f"{reading.STDIN}: stdin is a terminal; pipe a model into it (check - < m.onnx)"
+        )
+    data = reading.read_stream(stream, reading.STDIN, "model file", reading.MODEL_BYTES)
+    if not data:
+        raise InputError(f"{reading.STDIN}: empty input")
+    return data
+
+
+def load_bytes(data: bytes, label: str = "-") -> ir.Model:
+    """A model read from ``data`` (stdin), judged as a file is. It may not name external
+    data: there is no folder to find it in (InputError: give the model's path)."""
+    proto = _parse_proto(data, label)
+    for _, tensor in tensors.proto_tensors(proto):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            raise InputError(
+                f"{label}: tensor '{tensor.name}' is in external data, which a model read "
+                "from stdin has no folder to find: give the model's path instead"
+            )
+    return from_proto(proto, label)
+
+
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
     unless it is an ONNX model onnx_ir can read and write back within the limits."""
-    data = read_model_bytes(path)
+    return _parse_proto(read_model_bytes(path), path)
+
+
+def _parse_proto(data: bytes, path: str | os.PathLike) -> onnx.ModelProto:
+    """The ModelProto in ``data`` (read from ``path``), judged as :func:`_read_proto` says."""
     try:
         # The format is fixed: onnx would otherwise pick a text parser from the suffix.
         proto = onnx.load_model_from_string(data, format="protobuf")

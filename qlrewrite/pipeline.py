@@ -24,6 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import atomic, model_io, output_guard, tensors
+from qlrewrite.compare import output_steps, verify_both
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Finding, Report
@@ -37,12 +38,12 @@ from qlrewrite.passes.results import (
     RepairsFindings,
     RewritePassResult,
 )
-from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.inference import Inference, tables_of
 from qlrewrite.source import source_of
-from qlrewrite.toolkit import implied_imports, normalize_domain, onnx_opset
+from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
+from qlrewrite.untouched import NodeFacts, node_facts, untouched
 from qlrewrite.verify import Verification, VerificationFailed, Verifier, VerifyOptions
-from qlrewrite.verify_child import verify_in_child
 from qlrewrite.weightless import (
     weightless_from_source,
     weightless_proto,
@@ -138,10 +139,16 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
     return target
 
 
-def _check(model: ir.Model, path: Path | None, inference: Inference) -> Report:
+def _check(
+    model: ir.Model,
+    path: Path | None,
+    inference: Inference,
+    unchanged: frozenset[str] = frozenset(),
+) -> Report:
     from qlrewrite.checker import check_model  # imports every rule: only when rewriting
 
-    return check_model(model, path=str(path) if path else None, inference=inference)
+    where = str(path) if path else None
+    return check_model(model, path=where, inference=inference, unchanged=unchanged)
 
 
 def rewrite(
@@ -277,7 +284,10 @@ def _verifier(input_path: Path, model: ir.Model, verify: VerifyOptions | None) -
     model); made before the passes run, so its usage errors come first."""
     if verify is None:
         return None
-    return Verifier(input_path, model, verify, run=verify_in_child)
+    if verify.deployed:  # read on the input, before the passes change it
+        steps = tuple(sorted(output_steps(model).items()))
+        verify = dataclasses.replace(verify, output_steps=steps)
+    return Verifier(input_path, model, verify, run=verify_both)
 
 
 def _rewrite_loaded(
@@ -381,6 +391,7 @@ def rewrite_model(
     context, notes = _check_input(model, source, passes, command)
     passes = with_implied_imports(model, passes)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
+    checked = context.checked
     runtime_ops = runtime_only_ops(context.model)
     model, results = run_passes(context.model, passes, context)
     if verifier is not None:
@@ -388,7 +399,12 @@ def rewrite_model(
         _expect_measured(verifier, model, results)
     serialized = weightless_proto(model)
     warnings = validate_output(
-        model, source, unchanged, runtime_ops=runtime_ops, weightless=serialized
+        model,
+        source,
+        unchanged,
+        runtime_ops=runtime_ops,
+        weightless=serialized,
+        checked=checked,
     )
     return Rewritten(model, results, serialized, warnings, notes, passes)
 
@@ -424,7 +440,9 @@ def _check_input(
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
-    report = unrepaired(_check(model, input_path, inference), passes)
+    found = _check(model, input_path, inference)
+    checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
+    report = unrepaired(found, passes)
     if report.errors:
         codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
         raise FindingsRefusal(
@@ -432,7 +450,16 @@ def _check_input(
             f"written ({codes}: run `qlrewrite check` for details)",
             report,
         )
-    return RunContext(model, inference, unchanged), _not_looked_at(report, model, command)
+    context = RunContext(model, inference, unchanged, checked=checked)
+    return context, _not_looked_at(report, model, command)
+
+
+def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> NodeFacts:
+    """What the input check judged of each main-graph Q/DQ node (the nodes with a finding
+    left out: they are always checked again), from the input as read and its types."""
+    types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    flagged = {f.output for f in report.findings if f.output}
+    return node_facts(unchanged, types, flagged=flagged)
 
 
 def _refuse_custom_quant(
@@ -625,6 +652,7 @@ def validate_output(
     *,
     runtime_ops: frozenset[str] = frozenset(),
     weightless: onnx.ModelProto | None = None,
+    checked: NodeFacts | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
 
@@ -635,7 +663,9 @@ def validate_output(
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
     :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
-    made it (the save reuses it); it is left as it came.
+    made it (the save reuses it); it is left as it came. ``checked``: what the input
+    check judged of each node (:mod:`qlrewrite.untouched`); the node rules are not run
+    again on the nodes the passes left exactly as that check saw them.
     """
     proto = weightless if weightless is not None else weightless_proto(model)
     try:
@@ -650,7 +680,11 @@ def validate_output(
         raise Refusal(
             f"the rewritten model would be invalid (onnx.checker: {_first_line(exc)})"
         ) from exc
-    report = _check(model, source, Inference(model, inferred=inferred))
+    inference = Inference(model, inferred=inferred)
+    skip = frozenset()
+    if checked is not None:
+        skip = untouched(checked, node_facts(proto, inference.table(MAIN)))
+    report = _check(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(
             f"the rewritten model would have {len(report.errors)} error finding(s); "

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from qlrewrite.config import Settings, forget, settings_for
-from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK
+from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.findings import Report
+from qlrewrite.reading import STDIN
 
 __all__ = [
     "Selection",
@@ -52,6 +53,8 @@ class Target:
 
     path: Path
     settings: Settings
+    #: The model's bytes when it was read from stdin (``-``); None: read ``path``.
+    data: bytes | None = dataclasses.field(default=None, repr=False)
 
 
 def enabled_codes(settings: Settings, selection: Selection, path: Path) -> frozenset[str]:
@@ -82,30 +85,21 @@ def collect_models(
     folders and ``exclude`` matches skipped). A folder without any model gives a Report
     with ``error`` (exit 2: a CI job pointed at nothing is a mistake). A file named on the
     command line is checked even if ``exclude`` matches it, unless ``force_exclude`` (as
-    ruff's ``--force-exclude``, for pre-commit). Files named twice are checked once.
+    ruff's ``--force-exclude``, for pre-commit). Files named twice are checked once. ``-``
+    is the model piped into stdin (read here, once).
     """
     forget()
     found: list[Target | Report] = []
     seen: set[str] = set()
     for path in paths:
+        if str(path) == STDIN:
+            if STDIN not in seen:  # stdin is read once
+                seen.add(STDIN)
+                found.append(_stdin_target(path, _settings(Path.cwd() / "-", config, isolated)))
+            continue
         if path.is_dir():
-            every, unreadable = _models_under(path)
-            found += [Report(path=str(path), load_error=e, folder=True) for e in unreadable]
-            models = [m for m in every if not _settings(m, config, isolated).excluded(m)]
-            if not every and not unreadable:
-                found.append(
-                    Report(path=str(path), load_error="no .onnx files in folder", folder=True)
-                )
-            elif not models:
-                where = _settings(every[0], config, isolated).path
-                found.append(
-                    Report(
-                        path=str(path),
-                        load_error=f"every .onnx file in the folder "
-                        f"is excluded (exclude in {where})",
-                        folder=True,
-                    )
-                )
+            models, problems = _folder_models(path, config, isolated)
+            found += problems
         else:
             models = [path]
             if force_exclude and _settings(path, config, isolated).excluded(path):
@@ -116,6 +110,39 @@ def collect_models(
                 seen.add(key)
                 found.append(Target(model, _settings(model, config, isolated)))
     return found
+
+
+def _stdin_target(path: Path, settings: Settings) -> Target | Report:
+    """``-``: the model piped into stdin, read now (bounded, into memory), under the
+    settings of the current folder; a read that fails is that input's error."""
+    from qlrewrite.model_io import read_stdin_model
+
+    try:
+        return Target(path, settings, data=read_stdin_model())
+    except InputError as exc:
+        return Report(path=str(path), load_error=str(exc).removeprefix(f"{path}: "))
+
+
+def _folder_models(
+    path: Path, config: Path | None, isolated: bool
+) -> tuple[list[Path], list[Report]]:
+    """The models of a folder to check, and the folder's problems: unreadable subfolders,
+    no model at all, every model excluded (each a Report with ``folder``)."""
+    every, unreadable = _models_under(path)
+    problems = [Report(path=str(path), load_error=e, folder=True) for e in unreadable]
+    models = [m for m in every if not _settings(m, config, isolated).excluded(m)]
+    if not every and not unreadable:
+        problems.append(Report(path=str(path), load_error="no .onnx files in folder", folder=True))
+    elif not models:
+        where = _settings(every[0], config, isolated).path
+        problems.append(
+            Report(
+                path=str(path),
+                load_error=f"every .onnx file in the folder is excluded (exclude in {where})",
+                folder=True,
+            )
+        )
+    return models, problems
 
 
 def _settings(model: Path, config: Path | None, isolated: bool) -> Settings:
@@ -183,6 +210,7 @@ def check_one(target: Target, selection: Selection, debug: bool = False) -> Repo
             codes=codes,
             per_node_ignores=target.settings.per_node_ignores,
             targets=runtimes,
+            data=target.data,
         )
     except Exception as exc:  # a checker bug must not hide the other models' findings
         if debug:

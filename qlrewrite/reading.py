@@ -26,14 +26,18 @@ __all__ = [
     "DOCUMENT_BYTES",
     "JOURNAL_BYTES",
     "MODEL_BYTES",
+    "STDIN",
     "opened",
     "read_bytes",
+    "read_stream",
     "read_text",
 ]
 
 #: A model file: protobuf cannot parse a message of 2 GiB or more (weights beyond that
 #: live in external data files, which have no cap: they are mapped, never read whole).
 MODEL_BYTES = 2**31 - 1
+#: How a command line names standard input, as ruff does (``check -``).
+STDIN = "-"
 #: A configuration file (``pyproject.toml``, ``qlrewrite.toml``, ``--config``).
 CONFIG_BYTES = 1 << 20
 #: A commit journal of a staging folder (a few names).
@@ -113,11 +117,26 @@ def read_bytes(
     return data
 
 
+def read_stream(handle: BinaryIO, label: str, what: str, max_bytes: int) -> bytes:
+    """The whole of an open stream (a pipe: ``check -`` reads stdin), at most
+    ``max_bytes`` (more is refused, one line naming ``label``), read in 1 MiB steps."""
+    try:
+        data = _read_bounded(handle, max_bytes)
+    except OSError as exc:
+        raise InputError(f"{label}: cannot read {what} ({exc.strerror or exc})") from exc
+    if len(data) > max_bytes:
+        raise InputError(f"{label}: more than a {what} may hold ({max_bytes:,} bytes)")
+    return data
+
+
 def _read_bounded(handle: BinaryIO, max_bytes: int) -> bytes:
     """At most ``max_bytes + 1`` bytes of ``handle``: its size as ``fstat`` gives it, and
     one more to see it grow (then in 1 MiB steps: a file of ``/proc`` says 0); never a
     buffer of ``max_bytes`` allocated up front."""
-    size = os.fstat(handle.fileno()).st_size
+    try:
+        size = os.fstat(handle.fileno()).st_size
+    except (OSError, ValueError):  # a stream without a descriptor: read in steps
+        size = 0
     chunks = [handle.read(min(size, max_bytes) + 1)]
     total = len(chunks[0])
     while size < total <= max_bytes:

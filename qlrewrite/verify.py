@@ -42,8 +42,10 @@ __all__ = [
     "compare_arrays",
     "generate_inputs",
     "input_specs",
+    "input_specs_or_refuse",
     "parse_input_shape",
     "require_onnxruntime",
+    "run_session",
     "summation_order_bound",
     "verify_models",
 ]
@@ -216,6 +218,10 @@ class VerifyOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
     bound: Bound = EXACT_BOUND
+    #: Also run both models as deployed (:mod:`qlrewrite.deployed`); a warning, never a
+    #: failure. ``output_steps``: (output, quantization step) where an output is dequantized.
+    deployed: bool = False
+    output_steps: tuple[tuple[str, float], ...] = ()
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
     timeout: float = VERIFY_TIMEOUT
@@ -307,6 +313,9 @@ class Verification:
     reason: str | None = None
     bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
+    #: qlrewrite.deployed.Deployment, the default session's view: set in the parent process
+    #: after the child's verification (which never sends it).
+    deployment: Any = dataclasses.field(default=None, metadata={"parent_only": True})
     #: The largest difference measured at each probe (VerifyOptions.probes) both had.
     probes: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -358,6 +367,7 @@ class Verification:
             "runtime": self.runtime,
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
+            "deployment": self.deployment.to_json() if self.deployment is not None else None,
         }
 
 
@@ -463,6 +473,14 @@ def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[In
             )
         specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
     return specs
+
+
+def input_specs_or_refuse(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
+    """:func:`input_specs`; an input that cannot be generated is an InputError."""
+    try:
+        return input_specs(model, shapes)
+    except _Unverifiable as exc:
+        raise InputError(f"cannot generate the inputs: {exc}") from None
 
 
 def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, ...]:
@@ -589,6 +607,11 @@ def _run(ort: Any, session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, n
     )
     names = [o.name for o in session.get_outputs()]
     return {name: _to_numpy(name, value) for name, value in zip(names, values, strict=True)}
+
+
+def run_session(ort: Any, session: Any, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every output of ``session`` on ``feeds``, by name, read from its bytes."""
+    return _run(ort, session, feeds)
 
 
 _ORT_PREFIX = re.compile(r"^\[ONNXRuntimeError\] : \d+ : (\w+) : ")

@@ -31,13 +31,14 @@ import threading
 import time
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from qlrewrite.verify import (
     EXACT,
     MISMATCH,
     UNVERIFIABLE,
+    VERIFY_TIMEOUT,
     WITHIN_TOLERANCE,
     InputSpec,
     Verification,
@@ -45,7 +46,10 @@ from qlrewrite.verify import (
     verify_models,
 )
 
-__all__ = ["verify_in_child"]
+__all__ = ["ChildFailed", "call_in_child", "verify_in_child"]
+
+_CALL = "call"  # a task that calls a function: (_CALL, function, args, keywords)
+_VERIFY_PHASES = ("original", "rewritten")
 
 #: The largest answer the parent reads (a verification of 100,000 outputs is ~30 MB).
 _ANSWER_MAX = 64 << 20
@@ -84,12 +88,61 @@ def verify_in_child(
     return _CHILD.run(task, options)
 
 
+class ChildFailed(Exception):
+    """A function called in the child raised, gave no answer in time or none that can be
+    read, or the child ended: ``str()`` says how and in which phase (``crashed (SIGABRT)
+    on the second model``)."""
+
+    def __init__(self, how: str, phase: str) -> None:
+        super().__init__(f"{how} on the {phase} model")
+        self.how = how
+        self.phase = phase
+
+
+def call_in_child(
+    function: Callable[..., Any],
+    result: Any,
+    *args: Any,
+    phases: tuple[str, ...] = _VERIFY_PHASES,
+    timeout: float = VERIFY_TIMEOUT,
+    **keywords: Any,
+) -> Any:
+    """``function(*args, on_phase=..., **keywords)`` in the child: a module-level function
+    (pickled by name) that reports each of ``phases`` it enters and returns a ``result``
+    (a type: a dataclass, a list of them, ...), sent back as JSON and checked field by
+    field like a verification. Raises :class:`ChildFailed` naming the phase."""
+    phase = [phases[0]]
+    task = (_CALL, function, args, keywords)
+    try:
+        return _CHILD.exchange(task, timeout, phase, lambda v: _typed(result, v), phases)
+    except _TimedOut:
+        raise ChildFailed(f"gave no answer within {timeout:g} s", phase[0]) from None
+    except _Unreadable as exc:
+        raise ChildFailed(f"sent an answer that cannot be read ({exc})", phase[0]) from None
+    except _Raised as exc:
+        raise ChildFailed(f"failed ({exc})", phase[0]) from None
+    except _Ended as ended:
+        raise ChildFailed(_how(ended.code), phase[0]) from None
+
+
 class _Unreadable(Exception):
     """The child's answer is not one this module sends (the message says how)."""
 
 
 class _TimedOut(Exception):
     """The task's time limit passed."""
+
+
+class _Raised(Exception):
+    """A function called in the child raised (its type and first line)."""
+
+
+class _Ended(Exception):
+    """The child ended without an answer, with exit ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
 
 
 def _child_command() -> list[str]:
@@ -117,26 +170,45 @@ class _Child:
         self._lock = threading.Lock()
 
     def run(self, task: tuple, options: VerifyOptions) -> Verification:
+        phase = ["original"]
+        try:
+            return self.exchange(task, options.timeout, phase, _verification, _VERIFY_PHASES)
+        except _TimedOut:
+            reason = f"no answer within {options.timeout:g} s on the {phase[0]} model"
+            return _not_passed(UNVERIFIABLE, f"{reason} (--verify-timeout)", options)
+        except (_Unreadable, _Raised) as exc:
+            reason = f"the verification process sent an answer that cannot be read ({exc})"
+            return _not_passed(UNVERIFIABLE, reason, options)
+        except _Ended as ended:
+            return _crashed(phase[0], ended.code, options)
+
+    def exchange(
+        self,
+        task: tuple,
+        timeout: float,
+        phase: list[str],
+        decode: Callable[[object], Any],
+        phases: tuple[str, ...],
+    ) -> Any:
+        """The child's answer to ``task``, decoded; ``phase[0]`` follows the phases it
+        reports. Raises _TimedOut or _Unreadable (the child killed), _Raised, or _Ended
+        when the child ended without an answer."""
         with self._lock:
             process = self._started()
-            phase = ["original"]
             try:
                 _send(process.stdin, task)
-                return _answer(process, time.monotonic() + options.timeout, phase)
-            except _TimedOut:
+                return _answer(process, time.monotonic() + timeout, phase, decode, phases)
+            except (_TimedOut, _Unreadable):
                 self._end(process)
-                reason = f"no answer within {options.timeout:g} s on the {phase[0]} model"
-                return _not_passed(UNVERIFIABLE, f"{reason} (--verify-timeout)", options)
-            except _Unreadable as exc:
-                self._end(process)
-                reason = f"the verification process sent an answer that cannot be read ({exc})"
-                return _not_passed(UNVERIFIABLE, reason, options)
+                raise
+            except _Raised:
+                raise
             except (EOFError, OSError):
                 self._process = None
                 code = _reaped(process)
                 if code == -signal.SIGINT:  # Ctrl-C reached the whole process group
                     raise KeyboardInterrupt from None
-                return _crashed(phase[0], code, options)
+                raise _Ended(code) from None
             except BaseException:  # interrupted mid-task: its answer must not reach the next
                 self.close()
                 raise
@@ -187,17 +259,26 @@ def _close_pipes(process: subprocess.Popen[bytes]) -> None:
                 stream.close()
 
 
-def _answer(process: subprocess.Popen[bytes], deadline: float, phase: list[str]) -> Verification:
-    """Read the child's messages until its result; ``phase[0]`` follows the phases it
-    reports. Raises _TimedOut, _Unreadable, or EOFError when the child ended."""
+def _answer(
+    process: subprocess.Popen[bytes],
+    deadline: float,
+    phase: list[str],
+    decode: Callable[[object], Any],
+    phases: tuple[str, ...],
+) -> Any:
+    """Read the child's messages until its result, decoded; ``phase[0]`` follows the
+    phases it reports (one of ``phases``). Raises _TimedOut, _Unreadable, _Raised, or
+    EOFError when the child ended."""
     assert process.stdout is not None
     fd = process.stdout.fileno()
     while True:
         message = _read_message(fd, deadline)
-        if set(message) == {"phase"} and message["phase"] in ("original", "rewritten"):
+        if set(message) == {"phase"} and message["phase"] in phases:
             phase[0] = message["phase"]
         elif set(message) == {"result"}:
-            return _verification(message["result"])
+            return decode(message["result"])
+        elif set(message) == {"raised"} and isinstance(message["raised"], str):
+            raise _Raised(message["raised"][:400])
         else:
             raise _Unreadable("not a phase nor a result")
 
@@ -246,9 +327,10 @@ def _verification(value: object) -> Verification:
 
 
 def _decoded(cls: type, value: object) -> Any:
-    """``value`` (parsed JSON) as an instance of the dataclass ``cls``: exactly its fields,
-    each of its annotated type."""
-    names = {field.name for field in dataclasses.fields(cls)}
+    """``value`` (parsed JSON) as an instance of the dataclass ``cls``: exactly its fields
+    (but those only the parent sets, ``metadata={"parent_only": True}``), each of its
+    annotated type."""
+    names = set(_child_fields(cls))
     if not isinstance(value, dict) or set(value) != names:
         raise _Unreadable(f"not the fields of {cls.__name__}")
     hints = typing.get_type_hints(cls)
@@ -299,13 +381,22 @@ def _typed_scalar(hint: Any, value: object) -> Any:
     raise _Unreadable(f"{type(value).__name__} is not {getattr(hint, '__name__', hint)}")
 
 
+def _child_fields(cls: type) -> list[str]:
+    """The fields of dataclass ``cls`` the child sends."""
+    return [f.name for f in dataclasses.fields(cls) if not f.metadata.get("parent_only")]
+
+
 def _crashed(phase: str, code: int, options: VerifyOptions) -> Verification:
     """The verification of a child that ended without an answer."""
-    how = f"failed (exit {code})"
-    if code < 0 and -code in signal.valid_signals():
-        how = f"crashed ({signal.Signals(-code).name})"
     status = MISMATCH if phase == "rewritten" else UNVERIFIABLE
-    return _not_passed(status, f"ONNX Runtime {how} on the {phase} model", options)
+    return _not_passed(status, f"ONNX Runtime {_how(code)} on the {phase} model", options)
+
+
+def _how(code: int) -> str:
+    """``crashed (SIGABRT)`` or ``failed (exit 3)``."""
+    if code < 0 and -code in signal.valid_signals():
+        return f"crashed ({signal.Signals(-code).name})"
+    return f"failed (exit {code})"
 
 
 def _not_passed(status: str, reason: str, options: VerifyOptions) -> Verification:
@@ -343,8 +434,10 @@ def main(parent: int | None = None, die_with_parent: bool = False) -> None:
     while True:
         task = tasks.get()
         on_phase = lambda p: _answer_with(answers, {"phase": p})  # noqa: E731
-        result = _verified(task, on_phase)
-        _answer_with(answers, {"result": dataclasses.asdict(result)})
+        if task[0] == _CALL:
+            _answer_with(answers, _called(task, on_phase))
+        else:
+            _answer_with(answers, {"result": _jsonable(_verified(task, on_phase))})
 
 
 def _die_with_parent() -> None:
@@ -368,6 +461,27 @@ def _answer_with(answers: IO[bytes], message: dict[str, Any]) -> None:
     data = json.dumps(message).encode()
     answers.write(len(data).to_bytes(_HEADER, "big") + data)
     answers.flush()
+
+
+def _called(task: tuple, on_phase: Any) -> dict[str, Any]:
+    """A called function's value as JSON, or what it raised (type and first line)."""
+    _, function, args, keywords = task
+    try:
+        return {"result": _jsonable(function(*args, on_phase=on_phase, **keywords))}
+    except Exception as exc:
+        lines = [line for line in str(exc).splitlines() if line.strip()] or [""]
+        return {"raised": f"{type(exc).__name__}: {lines[0][:300]}"}
+
+
+def _jsonable(value: Any) -> Any:
+    """Dataclasses (the fields the child sends) and lists of them as JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {name: _jsonable(getattr(value, name)) for name in _child_fields(type(value))}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    return value
 
 
 def _verified(task: tuple, on_phase: Any) -> Verification:

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from qdq_models import DQ, DT, Q, qdq_model
 
 from qlrewrite.cli import main
+from qlrewrite.rules.example_models import edited, external_data
 
 
 def _save(proto: onnx.ModelProto, path: Path) -> Path:
@@ -136,3 +137,54 @@ def test_errors_on_stderr_and_files_counted_honestly(tmp_path: Path, fmt: str) -
         assert summary.endswith("; 1 could not be checked; 1 folder error(s)")
     code, out, _ = _run(tmp_path / "empty")
     assert code == 2 and out.startswith("checked 0 file(s)")
+
+
+def test_a_float_model_is_not_a_silent_pass(tmp_path: Path) -> None:
+    """`check` of a model with no quantized node (likely the float model, not the quantized
+    one) passed silently: now a warning (QL607), exit 0 unless --strict, ignorable."""
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    model = _save(helper.make_model(graph), tmp_path / "float.onnx")
+    code, out, _ = _run(model)
+    assert code == 0 and out.startswith(f"{model}: QL607 warning: no quantized node found")
+    assert out.splitlines()[-1].endswith("0 error(s), 1 warning(s) [QL607 x1]")
+    assert _run(model, "--strict")[0] == 1
+    clean = "checked 1 file(s), 0 quantized node(s): 0 error(s), 0 warning(s)\n"
+    assert _run(model, "--strict", "--ignore", "QL607")[:2] == (0, clean)
+    quantized = _save(qdq_model(DQ, 21), tmp_path / "q.onnx")
+    assert _run(quantized, "--strict")[0] == 0  # one quantized node: nothing to say
+
+
+def _stdin(data: bytes, *args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["check", *(str(a) for a in args)], input=data)
+    assert "Traceback" not in result.output + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_dash_reads_the_model_from_stdin(tmp_path: Path) -> None:
+    """`check -` was "no such file": it reads the model piped in (as ruff reads -), with
+    other models and worker processes too; it may not name external data (no folder)."""
+    import subprocess
+    import sys
+
+    paths = _project(tmp_path)
+    bad = paths["bad1"].read_bytes()
+    command = [sys.executable, "-m", "qlrewrite", "check", "-"]
+    done = subprocess.run(command, input=bad, capture_output=True, check=False)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.decode().startswith("-: QL403 error: DequantizeLinear")
+    code, out, _ = _stdin(bad, "-", paths["warn"], "--jobs", "2", "--format", "json")
+    assert code == 1 and [f["path"] for f in json.loads(out)["files"]] == ["-", str(paths["warn"])]
+    clean = "checked 1 file(s), 1 quantized node(s): 0 error(s), 0 warning(s)\n"
+    assert _stdin(paths["good"].read_bytes(), "-", "-")[:2] == (0, clean)  # read once
+    code, _, err = _stdin(b"garbage", "-")
+    assert code == 2 and err.startswith("qlrewrite: error: -: ")
+    assert _stdin(b"", "-")[2] == "qlrewrite: error: -: empty input\n"
+    external = edited(qdq_model(DQ, 21), external_data("scale", "model.data"))
+    code, _, err = _stdin(external.SerializeToString(), "-")
+    assert code == 2 and "in external data, which a model read from stdin has no folder" in err
+    code, _, err = _stdin(bad, "-", "--fix")
+    assert code == 2 and "give a path, not - (stdin)" in err

@@ -460,3 +460,38 @@ def test_refusal_groups_nodes_that_share_a_reason() -> None:
     assert "8 nodes (" in message and ", ...): " in message
     reason = message.split(", ...): ", 1)[1]
     assert reason and reason.split(";")[0] not in message.split(", ...): ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("k", "n", "attrs", "scale_shape"),
+    [(4, 0, {"axis": 1}, [0]), (0, 4, {"axis": 0, "block_size": 16}, [0, 4])],
+)
+def test_an_empty_weight_is_never_matmul_nbits(k, n, attrs, scale_shape) -> None:
+    """A per-axis or blocked weight with K or N of 0 (valid ONNX) ended convert --to
+    com.microsoft in an internal ValueError (MatMulNBits' layout needs K, N >= 1): it is
+    not made a MatMulNBits; per-axis it stays a DequantizeLinear (valid output), blocked it
+    is refused as any blocked node com.microsoft cannot hold."""
+    from onnx import TensorProto, numpy_helper
+
+    from qlrewrite import api
+
+    weight = numpy_helper.from_array(np.zeros((k, n), np.uint8), "w")
+    scale = numpy_helper.from_array(np.zeros(scale_shape, np.float32), "s")
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w", "s"], ["wf"], **attrs),
+            helper.make_node("MatMul", ["x", "wf"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [weight, scale],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    if "block_size" in attrs:
+        with pytest.raises(Refusal, match="has no blocked quantization"):
+            api.convert(model, MS)
+        return
+    converted = ir.serde.serialize_model(api.convert(model, MS))
+    onnx.checker.check_model(converted, full_check=True)
+    assert [node.op_type for node in converted.graph.node] == ["DequantizeLinear", "MatMul"]

@@ -45,3 +45,39 @@ def test_nothing_is_deferred_when_onnx_ir_came_first() -> None:
         print(type(sys.modules["sympy"]).__name__)
     """)
     assert out == "module"
+
+
+def test_a_library_import_puts_no_placeholder_modules() -> None:
+    """Only the command line defers sympy; ``import qlrewrite`` and its modules leave
+    ``sys.modules`` as Python's import system makes it."""
+    out = _run("""
+        import sys
+        import qlrewrite, qlrewrite.api, qlrewrite.passes, qlrewrite.checker
+        qlrewrite.load  # the lazy public API, once read
+        from qlrewrite._deferred_imports import _Placeholder
+        print([n for n, m in sys.modules.items() if isinstance(m, _Placeholder)])
+        print(type(sys.modules["sympy"]).__name__)
+    """)
+    assert out.splitlines() == ["[]", "module"]
+
+
+def test_the_package_names_its_lazy_api_for_type_checkers() -> None:
+    """What ``qlrewrite.<name>`` gives at run time is what the ``TYPE_CHECKING`` imports
+    show an IDE or a type checker: the same names, from the same modules."""
+    import ast
+    from pathlib import Path
+
+    import qlrewrite
+
+    tree = ast.parse(Path(qlrewrite.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If))
+    shown = {
+        alias.asname: node.module
+        for node in guarded.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    expected = {name: module.removesuffix(f".{name}") for name, module in qlrewrite._API.items()}
+    expected = {name: module for name, module in qlrewrite._API.items()}
+    expected |= {name: "qlrewrite" for name in qlrewrite._SUBMODULES}
+    assert shown == expected

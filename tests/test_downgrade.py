@@ -375,3 +375,22 @@ def test_pad_wrap_mode_is_not_relabelled_below_19() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     with pytest.raises(Refusal, match=r"version converter.*Pad"):
         api.downgrade(model, 17)
+
+
+@pytest.mark.parametrize("block", [2**40, 2**62, 41])
+def test_a_block_longer_than_the_axis_is_repeated_over_the_axis_only(block: int) -> None:
+    """One block covering the whole axis (``block_size`` 2^40 on 40 rows, valid ONNX: the
+    scale has one row) was lowered to an Expand to 2^40 rows: written, then ONNX Runtime
+    failed to allocate it. The lowering repeats the scale over the 40 rows."""
+    model, weight = _blocked_model(
+        axis=0, block=64, k=40, n=8, dtype=TensorProto.INT8, zero_point=True
+    )
+    next(a for a in model.graph.node[0].attribute if a.name == "block_size").i = block
+    lowered = _proto(api.downgrade(model, 13))
+    onnx.checker.check_model(lowered, full_check=True)
+    for proto in (model, lowered):
+        proto.graph.output.append(helper.make_tensor_value_info("wf", F32, None))
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 40)).astype(np.float32)}
+    got, want = run_ort(lowered, feeds), run_ort(model, feeds)
+    np.testing.assert_array_equal(got[1], weight)  # one block: one scale row for all 40
+    np.testing.assert_array_equal(got[0], want[0])

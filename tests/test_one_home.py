@@ -276,11 +276,11 @@ def test_the_fact_checker_catches_each_copy(source: str, fact: str, tmp_path: Pa
 
 
 def test_the_version_has_one_home() -> None:
-    """``qlrewrite.__version__`` is the version; pyproject.toml reads it (dynamic)."""
+    """``qlrewrite/_version.py`` holds the version; pyproject.toml reads it (dynamic)."""
     pyproject = (REPO / "pyproject.toml").read_text()
     project = pyproject.split("[project]", 1)[1].split("\n[", 1)[0]
     assert not re.search(r"^version\s*=", project, re.MULTILINE), "pyproject.toml has a version"
-    assert 'version = { attr = "qlrewrite.__version__" }' in pyproject
+    assert 'version = { attr = "qlrewrite._version.__version__" }' in pyproject
     package = REPO / "qlrewrite"
     assigned = [p for p in package.rglob("*.py") if "__version__ =" in p.read_text()]
-    assert assigned == [package / "__init__.py"]
+    assert assigned == [package / "_version.py"]

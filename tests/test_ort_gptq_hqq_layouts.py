@@ -189,7 +189,9 @@ def test_gptq_layout_every_rewrite_is_exact(
         out_path = tmp_path / "out.onnx"
         code, out = _cli(*args, path, "-o", out_path, "--verify")
         assert code == 0 and "verify: exact" in out, (args, out)
-        assert _cli("check", out_path, "--strict")[0] == 0
+        float_only = "--dequantize-weights" in args  # QL607 says the output is a float model
+        assert _cli("check", out_path, "--strict", "--ignore", "QL607")[0] == 0
+        assert _cli("check", out_path, "--strict")[0] == (1 if float_only else 0)
     converted = onnx.load(tmp_path / "out.onnx")  # upgrade --convert-weight-only: DQ -> MatMul
     assert [n.op_type for n in converted.graph.node] == ["DequantizeLinear", "MatMul"]
     converted.graph.output.append(onnx.helper.make_tensor_value_info(

@@ -89,12 +89,46 @@ def test_weights_and_per_axis_scales() -> None:
         ({"bits": 12, "opset": 21}, "12 bits: a Clip on int16"),
         ({"bits": 16}, "16 bits need opset 21"),
         ({"scale": np.ones((2, 8), np.float32)}, "neither per-tensor nor per-axis"),
+        # a hostile bit width was an internal ValueError (int(nan)) or OverflowError
+        ({"bits": float("nan")}, "the bit width must be one integer"),
+        ({"bits": float("inf")}, "the bit width must be one integer"),
+        ({"bits": 4.5}, "the bit width must be one integer"),
+        # converted before, not exactly: x = 0 gives NaN in QONNX (0 / 0), 0 in Q/DQ
+        ({"scale": np.array(0, np.float32)}, "a scale that is 0, infinite or NaN"),
+        ({"scale": np.array(-0.0, np.float32)}, "a scale that is 0, infinite or NaN"),
+        ({"scale": np.array(np.inf, np.float32)}, "a scale that is 0, infinite or NaN"),
+        ({"scale": np.array([[0.1] * 7 + [0.0]], np.float32)}, "a scale that is 0, infinite"),
     ],
 )
 def test_what_cannot_be_exact_is_refused(changes: dict, reason: str) -> None:
     options = {"bits": 8, **changes}
     with pytest.raises(Refusal, match=reason):
         api.convert(quant_model(**options), "onnx")
+
+
+def test_a_zero_scale_is_not_exact_in_q_dq() -> None:
+    """Why a zero scale is refused: QONNX's formula gives NaN at x = 0, where ONNX
+    Runtime's QuantizeLinear -> DequantizeLinear of scale 0 gives 0."""
+    x = np.zeros((1, 1), np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = quant_reference(x, np.float32(0), 0.0, 8, signed=True, narrow=False)
+    assert np.isnan(want).all()
+    scale, zero = (
+        numpy_helper.from_array(np.array(0, np.float32), "s"),
+        numpy_helper.from_array(np.array(0, np.int8), "z"),
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        [scale, zero],
+    )
+    qdq = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
+    assert not np.isnan(run_ort(qdq, {"x": x})[0]).any()
 
 
 def test_bipolar_quant_is_refused_by_the_pipeline(tmp_path: Path) -> None:

@@ -224,3 +224,30 @@ def test_cli_needs_a_retarget_and_verifies(tmp_path: Path) -> None:
     assert (changes["sign_flipped"], changes["narrowed"]) == (1, 1)
     weights = {t.name: t for t in onnx.load(target).graph.initializer}
     assert weights["w"].data_type == TensorProto.INT4
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ("int8", "UINT8"),
+        ("uint8", "INT8"),
+        ("int16", "UINT16"),
+        ("uint16", "INT16"),
+        ("int4", "UINT4"),
+        ("uint4", "INT4"),
+    ],
+)
+def test_signedness_flip_of_every_value(source: str, target: str) -> None:
+    """The weights' fast path (the top bit flipped in place of an add) gives v + 2**(b-1)
+    (signed to unsigned) or v - 2**(b-1) for every value of the type."""
+    import ml_dtypes
+
+    from qlrewrite.passes.retarget import _flipped_bits
+
+    kind = getattr(ml_dtypes, source) if "4" in source else np.dtype(source).type
+    info = ml_dtypes.iinfo(kind)
+    values = np.arange(int(info.min), int(info.max) + 1)
+    dtype = ir.DataType[target]
+    offset = 2 ** (dtype.bitwidth - 1)
+    got = _flipped_bits(values.astype(kind), dtype).astype(np.int64)
+    np.testing.assert_array_equal(got, values + (offset if target.startswith("U") else -offset))

@@ -168,14 +168,14 @@ def test_check_changes_nothing() -> None:
     assert ir.serde.serialize_model(model).SerializeToString() == before
 
 
-def test_non_qdq_models_have_nothing_to_check() -> None:
+def test_non_qdq_models_have_nothing_to_check_and_say_so() -> None:
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", FLOAT, [2])],
         [helper.make_tensor_value_info("y", FLOAT, [2])],
     )  # fmt: skip
     report = check_model(load_ir(helper.make_model(graph)))
-    assert report.nodes_checked == 0 and report.findings == []
+    assert report.nodes_checked == 0 and [f.rule for f in report.findings] == ["QL607"]
 
 
 # --------------------------------------------------------------------------- files

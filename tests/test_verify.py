@@ -9,7 +9,6 @@ expected differences are known without running qlrewrite.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -709,7 +708,7 @@ def test_every_field_of_a_verification_crosses_from_the_child() -> None:
                 OutputVerdict("z", problem="missing from the rewritten model")]  # fmt: skip
     sent = Verification("mismatch", 3, 7, 0.25, verdicts, "why", bound, "ONNX Runtime 1.31.1",
                         probes={"p": float("nan"), "q": 1.5})  # fmt: skip
-    data = json.dumps({"result": dataclasses.asdict(sent)}).encode()
+    data = json.dumps({"result": verify_child._jsonable(sent)}).encode()  # as the child sends
     read, write = os.pipe()
     os.write(write, len(data).to_bytes(8, "big") + data)
     try:

@@ -173,7 +173,8 @@ def test_every_rewrite_proceeds_and_adds_the_import(tmp_path: Path, op: str, com
     onnx.checker.check_model(onnx.load(out), full_check=True)
     uses_ms = any(n.domain == MS for n in onnx.load(out).graph.node)
     assert _imports(out).get(MS) == (1 if uses_ms else None)
-    assert _cli("check", out, "--strict")[0] == 0
+    dequantized = command == "fold-dequantize"  # a float model: QL607 says so
+    assert _cli("check", out, "--strict", *(["--ignore", "QL607"] if dequantized else []))[0] == 0
 
 
 @pytest.mark.parametrize("op", BUILDERS)

@@ -12,9 +12,12 @@ from typing import Any
 
 import click
 
-from qlrewrite import __version__
+from qlrewrite._deferred_imports import defer_sympy
+from qlrewrite._version import __version__
 from qlrewrite.cli._debug import debug_option
 from qlrewrite.limits import LIMITS, Limits
+
+defer_sympy()  # the command line's start-up only: a library import gets sympy as it is
 
 __all__ = ["COMMANDS", "main"]
 
@@ -63,6 +66,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "retarget",
         "retarget_command",
         "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
+    ),
+    "compare": (
+        "compare",
+        "compare_command",
+        "Run two models on the same inputs and compare their outputs per runtime.",
     ),
 }
 

@@ -35,6 +35,7 @@ from qlrewrite.verify import (
 )
 
 __all__ = [
+    "RewriteCommand",
     "RewriteOptions",
     "debug_enabled",
     "debug_option",
@@ -42,7 +43,9 @@ __all__ = [
     "for_people",
     "human_bytes",
     "in_ci",
+    "input_shape_option",
     "out_console",
+    "print_verification",
     "progress",
     "rewrite_options",
     "run_command",
@@ -232,6 +235,30 @@ class RewriteOptions:
 
 _VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance", "verify_timeout")
 
+#: ``--verify=SCOPE``: what each scope runs (``--verify`` alone is ``all``).
+VERIFY_SCOPES = {"all": "--verify", "semantics": "--verify-semantics"}
+
+
+class RewriteCommand(click.Command):
+    """A rewriting command: reads ``--verify=semantics`` (click's flags take no value)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        return super().parse_args(ctx, [*map(_verify_scope, args[:end]), *args[end:]])
+
+
+def _verify_scope(arg: str) -> str:
+    """``--verify=semantics`` -> ``--verify-semantics``; other arguments as given."""
+    if not arg.startswith("--verify="):
+        return arg
+    scope = arg.partition("=")[2]
+    if scope not in VERIFY_SCOPES:
+        raise click.UsageError(
+            f"--verify={scope}: --verify takes no value (semantics and deployment), "
+            "or =semantics (only the semantic proof)"
+        )
+    return VERIFY_SCOPES[scope]
+
 
 def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     """Pop the shared options out of a command's keyword arguments."""
@@ -242,6 +269,17 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
+def input_shape_option(help_text: str) -> Callable[[F], F]:
+    """``--input-shape NAME=D1,D2,...`` (repeatable), read as ``{name: shape}``."""
+    return click.option(
+        "--input-shape",
+        multiple=True,
+        metavar="NAME=D1,D2,...",
+        callback=_input_shapes,
+        help=help_text,
+    )
+
+
 def verify_option_list() -> list[Callable[[F], F]]:
     """--verify and its details (runs, seed, input shapes, tolerance, time limit), as click
     options."""
@@ -249,10 +287,13 @@ def verify_option_list() -> list[Callable[[F], F]]:
         click.option(
             "--verify",
             is_flag=True,
-            help="Run the input and the output in ONNX Runtime on generated inputs; write "
-            "nothing (exit 1) if an output differs in any bit or ONNX Runtime cannot run "
-            "them (needs: pip install 'qlrewrite[verify]').",
+            help="Run the input and the output in ONNX Runtime on generated inputs, twice. "
+            "Semantics (optimizations off): write nothing (exit 1) if an output differs "
+            "beyond the rewrite's stated bound or ORT cannot run them. Deployment (ORT's "
+            "default session): warn of output differences, latency, integer kernels lost. "
+            "--verify=semantics: only the first (needs: pip install 'qlrewrite[verify]').",
         ),
+        click.option("--verify-semantics", is_flag=True, hidden=True),
         click.option(
             "--verify-runs",
             type=click.IntRange(min=1),
@@ -268,13 +309,7 @@ def verify_option_list() -> list[Callable[[F], F]]:
             show_default=True,
             help="Seed of the --verify input generator.",
         ),
-        click.option(
-            "--input-shape",
-            multiple=True,
-            metavar="NAME=D1,D2,...",
-            callback=_input_shapes,
-            help="Shape of an input with unknown dimensions, for --verify (repeatable).",
-        ),
+        input_shape_option("Shape of an input with unknown dimensions, for --verify (repeatable)."),
         click.option(
             "--verify-tolerance",
             type=click.FloatRange(min=0),
@@ -297,8 +332,10 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
     """Pop --verify and its details out of a command's keyword arguments (the details
     without --verify are a usage error)."""
     details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
-    if kwargs.pop("verify"):
+    semantics_only = kwargs.pop("verify_semantics")
+    if kwargs.pop("verify") or semantics_only:
         return VerifyOptions(
+            deployed=not semantics_only,
             runs=details["verify_runs"],
             seed=details["seed"],
             input_shapes=details["input_shape"],
@@ -405,7 +442,7 @@ def run_rewrite(
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:  # the error line says why; the differences here
-        _print_verification(exc.verification, failed=True)
+        print_verification(exc.verification, failed=True)
         raise
     if not options.quiet:
         _print_summary(result)
@@ -432,15 +469,23 @@ def _print_summary(result: RewriteResult) -> None:
             f"  warning: {escape(str(getattr(warning, 'message', warning)))}", markup=False
         )
     if result.verification is not None:
-        _print_verification(result.verification)
+        print_verification(result.verification)
 
 
-def _print_verification(verification: Verification, *, failed: bool = False) -> None:
-    """The verification's line and each differing output's (once each: a failed one's
-    reason is the error line's, not repeated here)."""
+def print_verification(verification: Verification, *, failed: bool = False) -> None:
+    """The ``--verify`` lines on stderr: the verification's line and each differing
+    output's (once each: a failed one's reason is the error line's, not repeated here),
+    then the deployment's."""
     if failed and verification.reason:
         return
     click.echo(f"  verify: {verification.describe(outputs=False)}", err=True)
     for output in verification.outputs:
         if not output.exact:
             click.echo(f"    {escape(str(output.name))}: {escape(output.describe())}", err=True)
+    deployment = verification.deployment
+    if deployment is not None:
+        head, *rest = deployment.lines()
+        warning = "warning: " if deployment.differs else ""
+        click.echo(f"  {warning}verify {escape(head)}", err=True)
+        for line in rest:
+            click.echo(f"    {escape(line)}", err=True)

@@ -16,11 +16,13 @@ from qlrewrite import atomic, check_fix, model_io, output_guard, project, render
 from qlrewrite.check_fix import FixOptions
 from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
+    RewriteCommand,
     debug_enabled,
     debug_option,
     err_console,
     for_people,
     out_console,
+    print_verification,
     progress,
     run_command,
     show_progress,
@@ -33,6 +35,7 @@ from qlrewrite.findings import Report
 from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
 from qlrewrite.formats.concise import fixable_phrase
 from qlrewrite.project import enabled_codes
+from qlrewrite.reading import STDIN
 
 __all__ = ["check_command"]
 
@@ -46,6 +49,7 @@ def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
 
 @click.command(
     "check",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite check model.onnx
@@ -53,6 +57,7 @@ Examples:
   qlrewrite check models/ --format sarif -o qlrewrite.sarif
   qlrewrite check models/ --format github          # annotations in GitHub Actions
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
+  cat model.onnx | qlrewrite check -              # - reads the model from stdin
   qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
   qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
@@ -284,6 +289,8 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
     fix, diff = given["fix"], given["diff"]
     in_place, output = given["in_place"], given["fix_output"]
     _check_fix_options(fix, diff, in_place, output, verify is not None, len(find.models))
+    if (fix or diff) and any(str(m) == STDIN for m in find.models):
+        raise click.UsageError("--fix and --diff rewrite model files: give a path, not - (stdin)")
     fixing = None
     if fix or diff:
         unsafe = given["unsafe_fixes"]
@@ -484,7 +491,7 @@ def _print_outcome(outcome: check_fix.FixOutcome, quiet: bool) -> None:
         line = f"fixed {outcome.path} -> {outcome.output}: {len(outcome.changes)} change(s)"
         err_console.print(escape(line + (f" [{counts}]" if counts else "")), markup=False)
     if outcome.verification is not None:
-        click.echo(f"  verify: {outcome.verification.describe()}", err=True)
+        print_verification(outcome.verification)
 
 
 def _count_codes(changes: Sequence[tuple[str, str, str]]) -> dict[str, int]:

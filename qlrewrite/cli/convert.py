@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
 from qlrewrite.opsets import ACCURACY_LEVELS
 from qlrewrite.passes.commands import convert_passes
 from qlrewrite.passes.convert_domain import TARGETS
@@ -17,6 +23,7 @@ __all__ = ["convert_command"]
 
 @click.command(
     "convert",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite convert model.onnx --to onnx              # writes model.convert.onnx

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
 from qlrewrite.passes.commands import downgrade_passes
 
 __all__ = ["downgrade_command"]
@@ -14,6 +20,7 @@ __all__ = ["downgrade_command"]
 
 @click.command(
     "downgrade",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite downgrade int4_opset21.onnx --opset 19 --verify   # writes int4_opset21.downgrade.onnx

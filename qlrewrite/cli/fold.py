@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
+from qlrewrite.compare import ort_fusions
+from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fold_passes
 from qlrewrite.passes.fold import FLOAT16_MODES
 
@@ -48,11 +57,14 @@ SIZE = _SizeType()
 
 @click.command(
     "fold",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite fold model.onnx                      # writes model.fold.onnx
   qlrewrite fold model.onnx -o folded.onnx --max-size 4GB
   qlrewrite fold model.onnx --keep-dq -o smaller.onnx
+  qlrewrite fold int8_cnn.onnx --keep-fused       # for ONNX Runtime: keep what it fuses
+  qlrewrite fold int8_cnn.onnx --bias-only        # for TensorRT: only the int32 biases
   qlrewrite fold int4_llm.onnx --dequantize-weights -o float_baseline.onnx
   qlrewrite fold model.onnx --dry-run --report fold.json
 """,
@@ -62,6 +74,20 @@ Examples:
     "--keep-dq",
     is_flag=True,
     help="Fold only QuantizeLinear of constants; keep every DequantizeLinear (QDQ form).",
+)
+@click.option(
+    "--keep-fused",
+    is_flag=True,
+    help="Leave the DequantizeLinear that ONNX Runtime's CPU provider (the installed "
+    "release) fuses into integer / weight-only kernels (QLinearConv, QLinearMatMul, QGemm, "
+    "MatMulNBits, ...) and fold the rest: for models run by ORT. Read from ORT's optimized "
+    "graph of the input; without it, fold warns of those it folds.",
+)
+@click.option(
+    "--bias-only",
+    is_flag=True,
+    help="Fold only DequantizeLinear of int32 constants (the biases ONNX Runtime's "
+    "quantizer writes for Conv / Gemm), which TensorRT refuses; every other Q/DQ stays.",
 )
 @click.option(
     "--dequantize-weights",
@@ -90,6 +116,8 @@ Examples:
 def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     model: Path,
     keep_dq: bool,
+    keep_fused: bool,
+    bias_only: bool,
     dequantize_weights: bool,
     float16: str,
     max_size: int | None,
@@ -112,9 +140,22 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     Such a DQ is folded to a float32 value and a Cast to float16 (--float16 exact), which
     ORT removes: its outputs stay bit-identical, and other runtimes get the float16 value.
     """
+    # asked when the fold runs, after the input check; --keep-dq folds no DQ
+    if keep_dq and bias_only:
+        raise InputError("--keep-dq and --bias-only fold disjoint sets: give one")
+    asks_ort = not (keep_dq or bias_only)  # nothing ORT fuses is folded otherwise
+    fusions = functools.partial(ort_fusions, model, required=keep_fused) if asks_ort else None
+    passes = fold_passes(
+        keep_dq=keep_dq,
+        float16=float16,
+        dequantize_weights=dequantize_weights,
+        fusions=fusions,
+        keep_fused=keep_fused,
+        bias_only=bias_only,
+    )
     run_rewrite(
         model,
-        fold_passes(keep_dq=keep_dq, float16=float16, dequantize_weights=dequantize_weights),
+        passes,
         command="fold",
         options=options,
         max_size=max_size,

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import retarget_passes
 from qlrewrite.passes.retarget import SIGNEDNESS
@@ -16,6 +22,7 @@ __all__ = ["retarget_command"]
 
 @click.command(
     "retarget",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite retarget model.onnx --zero-point signed --symmetric --verify   # TensorRT

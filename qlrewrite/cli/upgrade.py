@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
+from qlrewrite.cli._common import (
+    RewriteCommand,
+    RewriteOptions,
+    rewrite_options,
+    run_command,
+    run_rewrite,
+)
 from qlrewrite.passes.commands import upgrade_passes
 
 __all__ = ["upgrade_command"]
@@ -14,6 +20,7 @@ __all__ = ["upgrade_command"]
 
 @click.command(
     "upgrade",
+    cls=RewriteCommand,
     epilog="""\b
 Examples:
   qlrewrite upgrade model.onnx --opset 21             # writes model.upgrade.onnx

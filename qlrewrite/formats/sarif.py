@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from qlrewrite import __version__
+from qlrewrite._version import __version__
 from qlrewrite.findings import Finding, Report, Rule
 from qlrewrite.formats.base import OutputFormat, RenderOptions, relative_posix
 from qlrewrite.render import node_where

@@ -60,8 +60,11 @@ def repeat_blocks(
     writer: Writer, value: ir.Value, shape: list[int], *, axis: int, block: int, length: int
 ) -> ir.Value:
     """``value`` (``shape``, one entry per block along ``axis``) repeated over each block of
-    ``block`` elements, cut to ``length`` along the axis."""
+    ``block`` elements, cut to ``length`` along the axis. A block longer than the axis (one
+    block: ``block_size`` 2^40 on 64 rows is valid ONNX) is repeated over ``length`` only:
+    the same values, and no Expand to more elements than the tensor has."""
     blocks = shape[axis]
+    block = min(block, length)
     before, after = shape[:axis], shape[axis + 1 :]
     split = writer.node("Reshape", [value, writer.ints([*before, blocks, 1, *after])])
     wide = writer.node("Expand", [split, writer.ints([*before, blocks, block, *after])])

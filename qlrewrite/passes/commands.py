@@ -4,10 +4,11 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
+from qlrewrite.deployed import Fusions
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.downgrade import DowngradePass
@@ -32,11 +33,26 @@ __all__ = [
 
 
 def fold_passes(
-    *, keep_dq: bool = False, float16: str = "exact", dequantize_weights: bool = False
+    *,
+    keep_dq: bool = False,
+    float16: str = "exact",
+    dequantize_weights: bool = False,
+    fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
+    keep_fused: bool = False,
+    bias_only: bool = False,
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite fold``: weight-only nodes to MatMul / Gather of float weights (with
-    ``dequantize_weights``), then every constant Q/DQ folded."""
-    passes: list[ir.passes.PassBase] = [FoldPass(keep_dq=keep_dq, float16=float16)]  # type: ignore[arg-type]
+    ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: what ONNX
+    Runtime makes of the input; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
+    fold only the int32 bias DQs)."""
+    fold = FoldPass(
+        keep_dq=keep_dq,
+        float16=float16,  # type: ignore[arg-type]
+        fusions=fusions,
+        keep_fused=keep_fused,
+        bias_only=bias_only,
+    )
+    passes: list[ir.passes.PassBase] = [fold]
     if dequantize_weights:
         passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))
     return passes

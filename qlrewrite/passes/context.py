@@ -27,6 +27,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.untouched import NodeFacts
 from qlrewrite.weightless import INLINE_BYTES, weightless_proto
 
 __all__ = ["ContextPass", "Fact", "RunContext"]
@@ -46,6 +47,9 @@ class RunContext:
     unchanged: onnx.ModelProto | None = None
     #: The passes that ran, in order, and whether each changed the model.
     ran: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
+    #: What the input check judged of each node (the output check compares: what the
+    #: passes left as it was is not checked again, :mod:`qlrewrite.untouched`).
+    checked: NodeFacts | None = None
 
     @classmethod
     def fresh(cls, model: ir.Model, unchanged: onnx.ModelProto | None = None) -> RunContext:

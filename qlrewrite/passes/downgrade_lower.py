@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.downgrade_plan import WIDER, Plan
+from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.toolkit import FreshNames, GraphRef, ensure_import_at, replace_value
 
 __all__ = ["lower_blocked", "to_microsoft", "widen"]
@@ -54,7 +55,9 @@ def widen(value: ir.Value) -> int:
     dtype = wide.numpy()
 
     def compute() -> ir.TensorProtocol:
-        return ir.tensor(np.asarray(tensor.numpy()).astype(dtype), name=value.name)
+        values = np.asarray(tensor.numpy()).astype(dtype)
+        release_tensor(tensor)  # the input's pages, mapped while read, are not kept
+        return ir.tensor(values, name=value.name)
 
     value.const_value = ir.LazyTensor(compute, dtype=wide, shape=tensor.shape, name=value.name)
     value.type = ir.TensorType(wide)

@@ -21,13 +21,17 @@ float16 values (half the size) and warns that ORT's outputs may change.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
+from qlrewrite.deployed import Fusions
+from qlrewrite.errors import Refusal
 from qlrewrite.kernels import check_granularity
 from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.passes.context import ContextPass
@@ -77,13 +81,31 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
     ``initializers_removed``, ``opsets_removed``.
     """
 
-    def __init__(self, *, keep_dq: bool = False, float16: Float16Mode = "exact") -> None:
+    def __init__(
+        self,
+        *,
+        keep_dq: bool = False,
+        float16: Float16Mode = "exact",
+        fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
+        keep_fused: bool = False,
+        bias_only: bool = False,
+    ) -> None:
         super().__init__()
         if float16 not in FLOAT16_MODES:
             raise ValueError(f"float16 must be one of {FLOAT16_MODES}, got {float16!r}")
         self.keep_dq = keep_dq
         self.float16 = float16
+        #: What ONNX Runtime makes of the input (None: not asked; a callable of the model:
+        #: asked when the pass runs, after the input check): DQs it fuses into integer kernels are
+        #: counted and warned of, or kept with ``keep_fused``.
+        self._fusions = fusions
+        self.fusions: Fusions | None = None
+        self.keep_fused = keep_fused
+        #: Fold only DequantizeLinear of int32 constants (biases), for runtimes that refuse
+        #: them (TensorRT: onnx/onnx-tensorrt#850); every other Q/DQ stays.
+        self.bias_only = bias_only
         self._summary: dict[str, int] = {}
+        self._fused: collections.Counter[str] = collections.Counter()
 
     def call(self, model: ir.Model) -> FoldResult:
         self._summary = summary = dict.fromkeys(
@@ -95,11 +117,21 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
                 "nodes_removed",
                 "initializers_removed",
                 "opsets_removed",
+                "dq_kept_fused",
             ),
             0,
         )
+        self._fused = collections.Counter()
+        fusions = self._fusions
+        self.fusions = fusions(model) if callable(fusions) else fusions
+        if self.keep_fused and (self.fusions is None or self.fusions.graph is None):
+            reason = self.fusions.reason if self.fusions is not None else "not asked"
+            raise Refusal(
+                f"--keep-fused needs ONNX Runtime's graph of the input: {reason}; nothing written"
+            )
         rounded, overridable = self._fold_sites(model)
         warnings = _fold_warnings(rounded, overridable)
+        warnings += self._fusion_warnings()
         if any(summary.values()):
             link_initializers(model)
             summary["opsets_removed"] = drop_unused_domains(model)
@@ -119,9 +151,14 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         overridable = rounded = 0
         for site in sites:
             view, widen = views[id(site.node)], id(site.node) in in_float32
+            if self.bias_only and not _int32_bias(view):
+                continue
             if self.keep_dq and site.node.op_type == "DequantizeLinear":
                 if widen and self._widen_kept_dq(view):
                     rounded += self.float16 == "compact"
+                continue
+            if self._ort_fuses(model, site) and self.keep_fused:
+                self._summary["dq_kept_fused"] += 1
                 continue
             folded, kept_float16 = self._folded_value(view, widen)
             rounded += kept_float16
@@ -130,6 +167,42 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
             elif _overridable(site.node):
                 overridable += 1
         return rounded, overridable
+
+    def _ort_fuses(self, model: ir.Model, site: QuantizedSite) -> bool:
+        """Whether ONNX Runtime fuses this DQ of constants (of the main graph) into an
+        integer / weight-only kernel; counted by kernel."""
+        node = site.node
+        if self.fusions is None or node.op_type != "DequantizeLinear":
+            return False
+        if site.graph is not model.graph or not all(is_constant(v) for v in node.inputs):
+            return False
+        if not self.fusions.fused(node.outputs[0].name or ""):
+            return False
+        graph = self.fusions.graph
+        kernel = graph.kernel_of(node.inputs[0].name or "") if graph is not None else None
+        self._fused[kernel or "another fusion"] += 1
+        return True
+
+    def _fusion_warnings(self) -> list[str]:
+        """What folding costs in ONNX Runtime, or that it was not checked."""
+        fusions = self.fusions
+        if fusions is None:
+            return []
+        if fusions.graph is None:
+            return [
+                f"not checked which DequantizeLinear {fusions.runtime} fuses into "
+                f"integer kernels: {fusions.reason}"
+            ]
+        count = sum(self._fused.values())
+        if not count or self.keep_fused:  # kept: the summary counts them
+            return []
+        kernels = ", ".join(f"{k} ({n})" for k, n in sorted(self._fused.items()))
+        return [
+            f"{count} folded DequantizeLinear are fused by {fusions.runtime} (CPU, default "
+            f"session) into integer / weight-only kernels (DQs per kernel: {kernels}); "
+            "folded, ORT runs those layers in float: slower, and its outputs change "
+            "(measured: docs/commands/fold.md); --keep-fused leaves them and folds the rest"
+        ]
 
     def _folded_value(self, view: NodeView, widen: bool) -> tuple[FoldedTensor | None, bool]:
         """The node's folded value (None: an input is not constant), in float32 when ONNX
@@ -269,6 +342,11 @@ def _fold_warnings(rounded: int, overridable: int) -> list[str]:
             "export without keep_initializers_as_inputs to fold them"
         )
     return warnings
+
+
+def _int32_bias(view: NodeView) -> bool:
+    """True for a DequantizeLinear of int32 (a bias: QLinearConv's and QGemm's form)."""
+    return not view.is_quantize and view.x_type == ir.DataType.INT32
 
 
 def _dq_in_float32(view: NodeView) -> bool:

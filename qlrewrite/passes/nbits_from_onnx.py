@@ -164,6 +164,8 @@ def _nbits_layout(match: _Match) -> tuple[MatMulNBitsLayout, bool, int] | None:
     transposed = match.transpose is not None
     rows, cols = x.shape.numpy()
     k, n = (cols, rows) if transposed else (rows, cols)
+    if k < 1 or n < 1:  # an empty weight: MatMulNBits has no form for it, the DQ stays
+        return None
     k_axis = 1 if transposed else 0
     if match.block_size > 0:
         block = match.block_size

@@ -185,7 +185,7 @@ def _plan(node: ir.Node, graph: ir.Graph | ir.Function, opset: int) -> _Plan:
 
 def _plan_range(plan: _Plan, bits: np.ndarray, opset: int) -> None:
     """The integer range, the storage type holding it and whether a Clip is needed."""
-    if bits.size != 1 or float(bits.ravel()[0]) != int(bits.ravel()[0]):
+    if bits.size != 1 or not np.isfinite(bits).all() or float(bits.ravel()[0]) % 1:
         plan.problems.append("the bit width must be one integer")
         return
     width = int(bits.ravel()[0])
@@ -215,7 +215,12 @@ def _plan_range(plan: _Plan, bits: np.ndarray, opset: int) -> None:
 
 
 def _plan_scale(plan: _Plan, scale: np.ndarray, node: ir.Node, opset: int) -> None:
-    """Per-tensor (one value) or per-axis (one non-1 dimension, aligned to x's rank)."""
+    """Per-tensor (one value) or per-axis (one non-1 dimension, aligned to x's rank).
+    A scale that is 0, infinite or NaN is refused: there QONNX's ``x / scale`` and
+    QuantizeLinear's saturation part (0 / 0 is NaN in QONNX, 0 after DequantizeLinear)."""
+    if not np.isfinite(scale).all() or not scale.all():
+        plan.problems.append("a scale that is 0, infinite or NaN (QONNX's result is NaN there)")
+        return
     if scale.size == 1:
         plan.scale = scale.reshape(())
         return

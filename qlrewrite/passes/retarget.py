@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import dequantize
+from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
@@ -86,14 +87,16 @@ class _Change:
     dtype: ir.DataType
     zero_points: list[np.ndarray | None]
     source: ir.TensorProtocol | None = None  # the weight as read (None: an activation)
+    only_flipped: bool = False  # the weight's one transform is the signedness flip
     transforms: list[Transform] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
     counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
     def weight(self) -> np.ndarray:
-        """The weight's values after the transforms so far (int64)."""
+        """The weight's values after the transforms so far, in int32 (every 4, 8 and 16-bit
+        value and any shift of one fits; 4 bytes a value while one tensor is rewritten)."""
         assert self.source is not None
-        array = np.asarray(self.source.numpy()).astype(np.int64)
+        array = np.asarray(self.source.numpy()).astype(np.int32)
         for transform in self.transforms:
             array = transform(array)
         return array
@@ -154,7 +157,8 @@ def _flip(change: _Change) -> None:
     delta = _range(new)[0] - _range(change.dtype)[0]
     change.zero_points = [_zeros_if_none(z, m) + delta for z, m in _pairs(change)]
     if group.producer is None:
-        change.transforms.append(lambda array: array + delta)
+        change.only_flipped = not change.transforms
+        change.transforms.append(lambda array: np.add(array, delta, out=array))
     change.dtype = new
     change.counts["sign_flipped"] += 1
 
@@ -192,7 +196,7 @@ def _symmetric(change: _Change) -> None:
         """x - z per element, by the reader's granularity (the kernel's int32 path: exact)."""
         ones = np.ones(zero.shape, np.float32)
         values = dequantize(array.astype(np.int32), ones, zero, axis=axis, block_size=block)
-        return values.astype(np.int64)
+        return values.astype(np.int32)
 
     shifted = shift(change.weight())
     low, high = _range(change.dtype)
@@ -203,6 +207,7 @@ def _symmetric(change: _Change) -> None:
         )
         return
     change.transforms.append(shift)
+    change.only_flipped = False
     change.zero_points = [np.zeros_like(first, np.int64) for _ in change.zero_points]
     change.counts["made_symmetric"] += 1
 
@@ -222,6 +227,7 @@ def _narrow(change: _Change) -> None:
         change.counts["narrow_left"] += 1
         return
     change.dtype = new
+    change.only_flipped = False
     change.zero_points = [z if z is None else z.astype(np.int64) for z in change.zero_points]
     change.counts["narrowed"] += 1
 
@@ -282,6 +288,16 @@ def _drop_if_unused(graph: ir.Graph, value: ir.Value | None) -> None:
         graph.initializers.pop(value.name, None)
 
 
+def _flipped_bits(array: np.ndarray, dtype: ir.DataType) -> np.ndarray:
+    """``array`` moved into the other signedness's ``dtype`` by flipping the top bit of
+    each value (two's complement: ``v + 2**(bits-1)`` for a signed v, ``v - 2**(bits-1)``
+    for an unsigned one; ml_dtypes keeps a 4-bit value in the low nibble of its byte)."""
+    width = array.dtype.itemsize
+    raw = array.view(np.uint16 if width == 2 else np.uint8)
+    top = (1 << (dtype.bitwidth - 1)) if dtype.bitwidth < 8 * width else (1 << (8 * width - 1))
+    return np.bitwise_xor(raw, raw.dtype.type(top)).view(_NUMPY[dtype])
+
+
 def _set_weight(change: _Change) -> None:
     """The weight as ``change`` computes it, lazily (read and written one tensor at a
     time when the model is saved)."""
@@ -289,6 +305,11 @@ def _set_weight(change: _Change) -> None:
     assert tensor is not None
 
     def compute() -> ir.TensorProtocol:
-        return ir.tensor(change.weight().astype(_NUMPY[dtype]), dtype=dtype, name=value.name)
+        if change.only_flipped:
+            values = _flipped_bits(np.asarray(tensor.numpy()), dtype)
+        else:
+            values = change.weight().astype(_NUMPY[dtype])
+        release_tensor(tensor)  # the input's pages, mapped while read, are not kept
+        return ir.tensor(values, dtype=dtype, name=value.name)
 
     value.const_value = ir.LazyTensor(compute, dtype=dtype, shape=tensor.shape, name=value.name)

@@ -44,6 +44,11 @@ class Inference:
             self._tables = tables_of(inferred)
         self._visible: dict[GraphRef, dict[str, TypeShape]] = {}
 
+    @property
+    def ran(self) -> bool:
+        """Whether ONNX shape inference ran (or its result was given)."""
+        return self._tables is not None
+
     def table(self, ref: GraphRef) -> dict[str, TypeShape]:
         """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
         once per graph."""

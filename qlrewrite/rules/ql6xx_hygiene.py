@@ -297,3 +297,46 @@ def _cpu_limits(ctx: NodeView) -> Iterator[str]:
         if view is not None and view.dtype == ir.DataType.BFLOAT16:
             yield f"{name} is BFLOAT16 (no CPU kernel)"
             return
+
+
+NO_QUANTIZED_NODE = "QL607"
+
+
+def _float_model() -> onnx.ModelProto:
+    """A float model: one Relu, nothing quantized."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 3])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3])
+    node = onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")
+    graph = onnx.helper.make_graph([node], "g", [x], [y])
+    return onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 21)], ir_version=10
+    )
+
+
+@rule(
+    NO_QUANTIZED_NODE,
+    "no-quantized-node",
+    WARNING,
+    summary="The model has no quantized node at all: likely the float model, not the "
+    "quantized one.",
+    explanation="""
+    A check that finds nothing to check passes, so a CI job pointed at the float model
+    (the file before quantization, or an export that dropped the quantization) would pass
+    silently. No QuantizeLinear, DequantizeLinear, weight-only (MatMulNBits,
+    GatherBlockQuantized), QOperator / dynamic node, quantized kind qlrewrite leaves alone
+    or other producer's quantization operator was found in any graph or function. A
+    warning: exit 0 unless --strict; ignore it (`--ignore QL607`, per-file-ignores) for
+    float models checked on purpose.
+    """,
+    example="""
+    warn: model.onnx holds Conv, Relu, MatMul in float32 only
+    good: model_quantized.onnx (QuantizeLinear / DequantizeLinear around them)
+    """,
+    versions="all",
+    scope="report",
+    needs_version=False,
+    examples=[Example("float-only", _float_model, lambda: qdq_model(DQ, 21))],
+)
+def no_quantized_node(ctx: object) -> Iterator[Finding]:
+    """Made by :func:`qlrewrite.checker.check_model` (it knows every kind it walked)."""
+    return iter(())

@@ -69,9 +69,11 @@ def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
     shown = ", ".join(f"{v:g}" for v in values[:4]) + (", ..." if len(values) > 4 else "")
     uint8_128 = quantized_type(ctx.view) == "UINT8" and values.tolist() == [128]
     hint = (
-        "uint8 with zero point 128 is exactly int8 with zero point 0 (the zero-point shift)"
+        "uint8 with zero point 128 is exactly int8 with zero point 0 (the zero-point shift: "
+        "`qlrewrite retarget --zero-point signed`)"
         if uint8_128
-        else "quantize symmetrically (zero point 0)"
+        else "`qlrewrite retarget --zero-point signed --symmetric` makes zero points 0 where "
+        "exact (weights) and names the rest; else quantize symmetrically"
     )
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
@@ -116,8 +118,18 @@ def tensorrt_type(ctx: TargetNode) -> Iterator[Finding]:
         return
     yield ctx.report(
         f"{name.lower()} is not a type {ctx.target.label} quantizes to",
-        f"use {', '.join(t.lower() for t in fact.values['types'])}; source: {fact.cited}",
+        f"use {', '.join(t.lower() for t in fact.values['types'])}{_rewrite_for(name)}; "
+        f"source: {fact.cited}",
     )
+
+
+def _rewrite_for(type_name: str) -> str:
+    """The exact rewrite that removes a type TensorRT refuses, as a hint suffix."""
+    if type_name == "INT32":
+        return " (`qlrewrite fold --bias-only` folds int32 bias DequantizeLinear exactly)"
+    if type_name in ("UINT8", "UINT4", "UINT16"):
+        return " (`qlrewrite retarget --zero-point signed` moves unsigned to signed exactly)"
+    return ""
 
 
 @rule(

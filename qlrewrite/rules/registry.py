@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import onnx
 import onnx_ir as ir
@@ -26,8 +26,10 @@ from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
-from qlrewrite.targets.spec import Target
 from qlrewrite.toolkit import FreshNames
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 #: The kinds of quantized node the rules shared by Q/DQ and the weight-only ops apply to.
 ALL_KINDS = (QDQ, *WEIGHT_ONLY)

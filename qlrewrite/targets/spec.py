@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib.metadata
 import operator
 import re
 from collections.abc import Callable, Iterable
@@ -73,6 +72,8 @@ def _fail(spec: str, why: str) -> InputError:
 
 
 def _installed_ort(spec: str) -> tuple[int, int]:
+    import importlib.metadata  # here: about 15 ms, paid only for a plain "ort"
+
     try:
         version = importlib.metadata.version("onnxruntime")
     except importlib.metadata.PackageNotFoundError:

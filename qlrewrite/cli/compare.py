@@ -1,0 +1,236 @@
+"""`qlrewrite compare`: run two models on the same inputs and say how their outputs
+differ, in ONNX Runtime, the ONNX reference evaluator and OpenVINO (when installed)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import tempfile
+import zipfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+
+from qlrewrite import model_io, reading
+from qlrewrite.cli._common import debug_option, input_shape_option, run_command
+from qlrewrite.compare import Comparison, compare_models, output_steps
+from qlrewrite.errors import InputError
+from qlrewrite.escape import escape
+from qlrewrite.runtimes import RUNTIMES
+from qlrewrite.verify import generate_inputs, input_specs_or_refuse
+
+__all__ = ["compare_command"]
+
+
+@click.command(
+    "compare",
+    epilog="""\b
+Examples:
+  qlrewrite compare model.onnx model.fold.onnx
+  qlrewrite compare float.onnx int8.onnx --rtol 0.05 --tensors
+  qlrewrite compare a.onnx b.onnx --input-shape x=1,3,224,224 --runtime ort
+  qlrewrite compare a.onnx b.onnx --inputs batch.npz --format json
+  qlrewrite compare a.onnx b.onnx --plot errors.png     # needs matplotlib
+
+Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges,
+2 usage error or unreadable model.
+""",
+)
+@click.argument("first", type=click.Path(path_type=Path))
+@click.argument("second", type=click.Path(path_type=Path))
+@click.option(
+    "--runtime",
+    "runtimes",
+    type=click.Choice(list(RUNTIMES)),
+    multiple=True,
+    help="Runtime to compare in (repeatable; default: all three, those not installed "
+    "skipped). ort: ONNX Runtime's default session; reference: onnx.reference (slow: "
+    "leave it out on large models); openvino: OpenVINO CPU.",
+)
+@click.option(
+    "--inputs",
+    "inputs_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Feed these inputs (.npz, one array per input name) instead of generated ones.",
+)
+@input_shape_option("Shape of an input with unknown dimensions (repeatable).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
+@click.option(
+    "--rtol",
+    type=click.FloatRange(min=0),
+    default=1e-4,
+    show_default=True,
+    help="Diverges beyond ATOL + RTOL x the output's largest |value| (in the first model).",
+)
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option(
+    "--tensors",
+    is_flag=True,
+    help="Also compare the intermediate tensors both models name (ONNX Runtime, "
+    "optimizations off) and name the first, in topological order, that diverges.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Draw each output's relative error per runtime to this image (needs matplotlib).",
+)
+@debug_option
+@run_command
+def compare_command(  # noqa: PLR0917 (click passes options by keyword)
+    first: Path,
+    second: Path,
+    runtimes: Sequence[str],
+    inputs_path: Path | None,
+    input_shape: Mapping[str, tuple[int, ...]],
+    seed: int,
+    rtol: float,
+    atol: float,
+    tensors: bool,
+    output_format: str,
+    plot: Path | None,
+) -> None:
+    """Run two models on the same inputs and compare their outputs per runtime.
+
+    Per output: the largest absolute difference, that relative to the output's largest
+    |value|, in ulp, and in quantization steps where the first model's output is
+    dequantized (its scale) or an integer. Inputs are generated from the first model's
+    input types (seeded; --input-shape for unknown dimensions) or read from --inputs.
+    Each runtime runs in a child process: one that crashes is reported.
+    """
+    if plot is not None:
+        _require_matplotlib()
+    model = model_io.load(first)
+    model_io.load(second)  # unreadable: exit 2 before anything runs
+    feeds = _feeds(model, inputs_path, input_shape, seed)
+    comparison = compare_models(
+        first,
+        second,
+        feeds,
+        runtimes=runtimes or list(RUNTIMES),
+        rtol=rtol,
+        atol=atol,
+        tensors=tensors,
+        steps=output_steps(model),
+    )
+    if output_format == "json":
+        click.echo(
+            json.dumps(
+                {"first": str(first), "second": str(second), **comparison.to_json()}, indent=2
+            )
+        )
+    else:
+        _print_text(comparison, first, second, seed if inputs_path is None else None)
+    if plot is not None:
+        _plot(comparison, plot)
+    sys.exit(1 if comparison.diverges else 0)
+
+
+def _feeds(
+    model: Any, inputs_path: Path | None, shapes: Mapping[str, tuple[int, ...]], seed: int
+) -> dict[str, np.ndarray]:
+    """The inputs: read from ``inputs_path``, or generated from the first model."""
+    if inputs_path is None:
+        specs = input_specs_or_refuse(model, shapes)
+        return generate_inputs(specs, np.random.default_rng(seed))
+    data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
+            feeds = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
+    wanted = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
+    if absent := [name for name in wanted if name not in feeds]:
+        raise InputError(f"{inputs_path}: no array for input(s) {', '.join(absent)}")
+    return {name: feeds[name] for name in wanted}
+
+
+def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
+    inputs = f"seed {seed}" if seed is not None else "given inputs"
+    limit = f"{comparison.atol:g} + {comparison.rtol:g} x |largest|"
+    click.echo(
+        f"compare {escape(str(first))} {escape(str(second))} ({inputs}; diverges beyond {limit})"
+    )
+    for result in comparison.runtimes:
+        if result.reason is not None:
+            click.echo(f"  {result.runtime}: {escape(result.reason)}")
+            continue
+        click.echo(f"  {result.runtime} ({result.label}):")
+        beyond = {o.name for o in result.diverging(comparison.rtol, comparison.atol)}
+        for output in result.outputs:
+            mark = "  DIVERGES" if output.name in beyond else ""
+            click.echo(f"    {escape(output.name)}: {escape(output.describe())}{mark}")
+    divergence = comparison.divergence
+    if divergence is not None:
+        click.echo(f"  tensors: {escape(_tensor_line(divergence))}")
+    verdict = "diverges" if comparison.diverges else "within tolerance"
+    click.echo(verdict)
+
+
+def _tensor_line(divergence: Any) -> str:
+    if divergence.reason is not None:
+        return f"not compared: {divergence.reason}"
+    if divergence.tensor is None:
+        return f"{divergence.compared} shared tensors, none diverges (ORT, optimizations off)"
+    return (
+        f"first diverging of {divergence.compared} shared: '{divergence.tensor.name}' "
+        f"from {divergence.node}: {divergence.tensor.describe()}"
+    )
+
+
+def _require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InputError("--plot needs matplotlib: pip install 'qlrewrite[plot]'") from None
+
+
+def _plot(comparison: Comparison, path: Path) -> None:
+    """Each output's relative error per runtime, one bar each (log scale)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(8, 4))
+    ran = [r for r in comparison.runtimes if r.reason is None]
+    names = list(dict.fromkeys(o.name for r in ran for o in r.outputs))
+    width = 0.8 / max(len(ran), 1)
+    for index, result in enumerate(ran):
+        errors = {o.name: o.relative or 0.0 for o in result.outputs}
+        xs = [i + index * width for i in range(len(names))]
+        axes.bar(xs, [max(errors.get(n, 0.0), 1e-12) for n in names], width, label=result.runtime)
+    axes.set_yscale("log")
+    axes.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, rotation=45)
+    axes.set_ylabel("max |difference| / largest |value|")
+    axes.axhline(max(comparison.rtol, 1e-12), linestyle="--", color="grey", label="rtol")
+    axes.legend()
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lstrip(".") or "png")
+    pyplot.close(figure)
+    _write_atomically(path, image.getvalue())
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all (staged beside it, then renamed)."""
+    with tempfile.NamedTemporaryFile(
+        dir=path.absolute().parent, prefix=f".{path.name}.", delete=False
+    ) as staged:
+        staged.write(data)
+    try:
+        os.replace(staged.name, path)
+    except OSError:
+        os.unlink(staged.name)
+        raise
