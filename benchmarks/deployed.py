@@ -9,7 +9,7 @@ where the output is dequantized), the integer / weight-only kernels ORT no longe
 and the latency ratio after / before (median of interleaved runs of both sessions in this
 process, 1 intra-op thread unless --threads).
 
-    python benchmarks/deployed.py [--models cnn,block,mlp,nbits] [--runs 30] [--threads 1]
+    python benchmarks/deployed.py [--models cnn,mlp,...] [--runs N] [--threads T]
 
 Models (cached in /tmp/qlrewrite-bench-deployed):
 - cnn: static QDQ, u8 activations / s8 per-channel weights, 4 Conv + Gemm, 1x32x56x56;
@@ -18,7 +18,9 @@ Models (cached in /tmp/qlrewrite-bench-deployed):
 - mlp: 14 MatMul + Add + Relu layers 2048 x 2048 (224 MiB of float weights), s8
   per-channel, 64 rows;
 - nbits: 4-bit blocked QDQ (MatMulNBitsQuantizer, block 32, QDQ format) of 4 MatMuls
-  2048 x 2048, 64 rows.
+  2048 x 2048, 64 rows;
+- matmulnbits: the same in com.microsoft MatMulNBits (QOperator format), rewritten by
+  convert --to onnx, upgrade --convert-weight-only and fold --dequantize-weights.
 """
 
 from __future__ import annotations
@@ -154,12 +156,12 @@ def _static(model: onnx.ModelProto, shape: tuple[int, ...], target: Path) -> Non
                         weight_type=QuantType.QInt8, activation_type=QuantType.QUInt8)  # fmt: skip
 
 
-def _nbits(model: onnx.ModelProto, target: Path) -> None:
+def _nbits(model: onnx.ModelProto, target: Path, *, qdq: bool = True) -> None:
     from onnxruntime.quantization import QuantFormat
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
-    quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True,
-                                     quant_format=QuantFormat.QDQ)  # fmt: skip
+    form = QuantFormat.QDQ if qdq else QuantFormat.QOperator
+    quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True, quant_format=form)
     quantizer.process()
     onnx.save(quantizer.model.model, target)
 
@@ -171,8 +173,18 @@ MODELS: dict[str, tuple[str, Callable]] = {
             lambda p: _static(*mlp(), p)),
     "nbits": ("4-bit blocked QDQ (block 32), 4 MatMuls 2048x2048",
               lambda p: _nbits(nbits_source()[0], p)),
+    "matmulnbits": ("4-bit MatMulNBits (block 32), 4 MatMuls 2048x2048",
+                    lambda p: _nbits(nbits_source()[0], p, qdq=False)),
 }  # fmt: skip
-SHAPES = {"cnn": (1, 32, 56, 56), "block": (1, 128, 256), "mlp": (64, 2048), "nbits": (64, 2048)}
+SHAPES = {"cnn": (1, 32, 56, 56), "block": (1, 128, 256), "mlp": (64, 2048), "nbits": (64, 2048),
+          "matmulnbits": (64, 2048)}  # fmt: skip
+#: The rewrites of the weight-only form (com.microsoft MatMulNBits), in place of REWRITES.
+WEIGHT_ONLY_REWRITES: dict[str, list[str]] = {
+    "convert --to onnx": ["convert", "--to", "onnx"],
+    "upgrade --opset 21 --convert-weight-only": ["upgrade", "--opset", "21",
+                                                 "--convert-weight-only"],
+    "fold --dequantize-weights": ["fold", "--dequantize-weights"],
+}  # fmt: skip
 
 
 def built(name: str) -> Path:
@@ -227,7 +239,8 @@ def rewrite(source: Path, name: str, args: list[str]) -> dict:
 def _row(model: str, name: str, result: dict, shape: tuple[int, ...], runs: int) -> str:
     verify = result.get("verify") or {}
     if result["code"] != 0 and not verify:
-        return f"| {model} | {name} | refused: {result['stderr'][:80]} | | | |"
+        said = result["stderr"].removeprefix("qlrewrite: error: ")[:90]
+        return f"| {model} | {name} | refused: {said} | | | |"
     status = verify.get("status", "?")
     deployed = verify.get("deployment") or {}
     outputs = deployed.get("outputs") or []
@@ -238,7 +251,9 @@ def _row(model: str, name: str, result: dict, shape: tuple[int, ...], runs: int)
         difference = "bit-identical"
     else:
         steps = f", {worst['steps']:.3g} steps" if worst["steps"] is not None else ""
-        difference = f"{worst['relative']:.2%}{steps}"
+        relative = worst["relative"] or 0.0
+        shown = f"{relative:.2%}" if relative >= 1e-4 else f"{relative:.1e}"
+        difference = f"{shown}{steps}"
     lost = ", ".join(f"{k} x{n}" for k, n in (deployed.get("lost_kernels") or {}).items()) or "-"
     if result["code"] == 0:
         before, after = latency_pair(Path(result["input"]), result["target"], shape, runs)
@@ -257,7 +272,8 @@ def main() -> None:
                         "1 is steadier on a shared machine")  # fmt: skip
     options = parser.parse_args()
     SETTINGS["threads"] = options.threads
-    logging.getLogger().setLevel(logging.ERROR)
+    for name in ("", "onnxruntime", "onnxruntime.quantization.matmul_nbits_quantizer"):
+        logging.getLogger(name).setLevel(logging.ERROR)
     print(f"onnxruntime {ort.__version__}, onnx {onnx.__version__}, {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at start; latency with "
           f"{options.threads or 'default'} intra-op thread(s)")  # fmt: skip
@@ -268,7 +284,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for model in options.models.split(","):
         source = built(model)
-        for name, args in REWRITES.items():
+        rewrites = WEIGHT_ONLY_REWRITES if model == "matmulnbits" else REWRITES
+        for name, args in rewrites.items():
             result = rewrite(source, name, args)
             print(_row(model, name, result, SHAPES[model], options.runs), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

@@ -188,8 +188,9 @@ def convert(
     model: ModelLike, to: str, *, allow_float16: bool = False, accuracy_level: int = 0
 ) -> ir.Model:
     """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
-    ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` (nothing
-    changed) when a node cannot be expressed in the target."""
+    ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
+    cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
+    ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
     if target(to) is None:
         raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
     levels = opsets.ACCURACY_LEVELS
@@ -239,7 +240,9 @@ def retarget(
 ) -> ir.Model:
     """``model`` retargeted as ``qlrewrite retarget`` (``zero_point``: ``"signed"`` or
     ``"unsigned"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` naming the
-    tensors that cannot be retargeted exactly (nothing changed)."""
+    tensors that cannot be retargeted exactly: a path or ``ModelProto`` is left as it is,
+    an ``onnx_ir.Model`` keeps what the steps before the refusal changed (``split_shared``
+    runs first; pass a copy)."""
     if zero_point not in (None, "signed", "unsigned"):
         raise InputError(f"zero_point must be 'signed' or 'unsigned', not {zero_point!r}")
     passes = retarget_passes(

@@ -665,9 +665,10 @@ def _unlink_all(folder: Path, names: Collection[str]) -> None:
             os.unlink(folder / name)
 
 
-def _write_synced(path: Path, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(text)
+def _write_synced(path: Path, text: str | bytes) -> None:
+    data = text.encode() if isinstance(text, str) else text
+    with open(path, "wb") as out:
+        out.write(data)
         out.flush()
         os.fsync(out.fileno())
 
@@ -688,7 +689,7 @@ class PendingFile:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         refuse_long_name(self.path, "the report")
-        self._text: str | None = None
+        self._text: str | bytes | None = None
         where = destination(self.path)
         self._stream, self._fd = where.stream, where.fd
         if self._stream:
@@ -714,8 +715,9 @@ class PendingFile:
     def __exit__(self, *exc: object) -> None:
         self.discard()
 
-    def write(self, text: str) -> None:
-        """Stage ``text`` (flushed to disk): nothing is visible at ``path`` yet."""
+    def write(self, text: str | bytes) -> None:
+        """Stage ``text`` (UTF-8; or bytes: an image) flushed to disk: nothing is visible
+        at ``path`` yet."""
         if self._stream:
             self._text = text
             return
@@ -754,8 +756,9 @@ class PendingFile:
                 fd = os.dup(self._fd)
             else:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_CLOEXEC)
-            with open(fd, "w", encoding="utf-8") as out:
-                out.write(self._text or "")
+            text = self._text or b""
+            with open(fd, "wb") as out:
+                out.write(text.encode() if isinstance(text, str) else text)
         except OSError as exc:
             raise write_error(self.path, exc, "the report") from exc
 

@@ -163,10 +163,17 @@ class Comparison:
         tensor = self.divergence is not None and self.divergence.tensor is not None
         return outputs or failed or tensor
 
+    @property
+    def compared(self) -> bool:
+        """Whether some runtime ran both models (when none did, nothing was compared:
+        neither 'within tolerance' nor 'diverges')."""
+        return any(r.reason is None for r in self.runtimes)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rtol": self.rtol,
             "atol": self.atol,
+            "compared": self.compared,
             "diverges": self.diverges,
             "runtimes": [
                 {

@@ -5,6 +5,7 @@ public and compose in onnx_ir's PassManager."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +214,51 @@ def _message(call) -> str:
     with pytest.raises(ValueError) as info:
         call()
     return str(info.value)
+
+
+_REWRITES = {
+    "fold": lambda m: qlrewrite.fold(m, keep_dq=False),
+    "convert onnx": lambda m: qlrewrite.convert(m, "onnx"),
+    "convert com.microsoft": lambda m: qlrewrite.convert(m, "com.microsoft"),
+    "upgrade": lambda m: qlrewrite.upgrade(m, 23),
+    "downgrade": lambda m: qlrewrite.downgrade(m, 13),
+    "retarget unsigned": lambda m: qlrewrite.retarget(m, zero_point="unsigned"),
+    "retarget split, symmetric": lambda m: qlrewrite.retarget(m, split_shared=True, symmetric=True),
+    "fix": lambda m: qlrewrite.fix(m, unsafe=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_REWRITES))
+def test_a_model_proto_is_never_changed(name: str) -> None:
+    """Every rewrite of a ModelProto, done or refused, leaves the caller's proto byte for
+    byte as it was (names, initializers, opset imports)."""
+    for proto in (_foldable(), qdq_model(Q, 21)):
+        before = proto.SerializeToString(deterministic=True)
+        with contextlib.suppress(Refusal, InputError):
+            _REWRITES[name](proto)
+        assert proto.SerializeToString(deterministic=True) == before
+
+
+def test_a_refused_retarget_of_an_onnx_ir_model_keeps_the_steps_before() -> None:
+    """What retarget's docstring says (it said 'nothing changed'): split_shared runs, then
+    symmetric refuses an activation's zero point; the onnx_ir.Model holds the split."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
+        [
+            onnx.numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+            onnx.numpy_helper.from_array(np.array(128, np.uint8), "z"),
+        ],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    model = ir.serde.deserialize_model(proto)
+    before = len(model.graph.initializers)
+    with pytest.raises(Refusal, match="zero point of an activation"):
+        qlrewrite.retarget(model, split_shared=True, symmetric=True)
+    assert len(model.graph.initializers) > before
+    assert "pass a copy" in (qlrewrite.retarget.__doc__ or "")

@@ -191,3 +191,103 @@ def test_plot_of_per_output_error(tmp_path: Path) -> None:
     code, _, err = _compare(path, path, "--runtime", "ort", "--plot", image)
     assert code == 0, err
     assert image.read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("target", ["first", "second", "link to first", "inputs"])
+def test_plot_never_replaces_a_file_compared(tmp_path: Path, target: str) -> None:
+    """``--plot a.onnx`` replaced the model compared with the image (its own staged
+    rename, no guard): refused before anything runs, exit 2, every file as it was."""
+    first, second, inputs = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "in.npz"
+    onnx.save(quantized("mlp-u8s8"), first)
+    onnx.save(quantized("mlp-u8s8"), second)
+    np.savez(inputs, x=np.ones((1, 16, 64), np.float32))
+    (tmp_path / "link.onnx").symlink_to(first)
+    plot = {"first": first, "second": second, "link to first": tmp_path / "link.onnx",
+            "inputs": inputs}[target]  # fmt: skip
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    code, _, err = _compare(first, second, "--inputs", inputs, "--plot", plot)
+    assert code == 2 and "--plot" in err and "choose another file" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_the_plot_is_written_as_reports_are(tmp_path: Path) -> None:
+    """The image goes through the report writer: through a link of the user's to a file,
+    the file is replaced and the link stays (it was renamed over the link)."""
+    from qlrewrite.cli.compare import save_image
+
+    target = tmp_path / "real.png"
+    target.write_bytes(b"old")
+    link = tmp_path / "plot.png"
+    link.symlink_to(target)
+    save_image(link, b"\x89PNG image")
+    assert link.is_symlink() and target.read_bytes() == b"\x89PNG image"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "real.png"]
+
+
+@pytest.mark.parametrize("option", ["--rtol", "--atol"])
+def test_tolerances_must_be_finite(tmp_path: Path, option: str) -> None:
+    """``--rtol nan`` made every comparison false: two different models were 'within
+    tolerance', exit 0. A usage error now."""
+    path = tmp_path / "m.onnx"
+    onnx.save(quantized("mlp-u8s8"), path)
+    code, _, err = _compare(path, path, "--runtime", "ort", option, "nan")
+    assert code == 2 and f"Invalid value for '{option}'" in err
+
+
+def test_nothing_compared_is_not_within_tolerance(tmp_path: Path) -> None:
+    """A model every runtime fails on (a Reshape to a shape its input cannot take) was
+    'within tolerance', exit 0: nothing was compared. Now said, exit 1."""
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "s"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([3, 3], np.int64), "s")],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=8), path)  # fmt: skip
+    code, out, _ = _compare(path, path, "--runtime", "ort")
+    assert code == 1 and out.splitlines()[-1] == "not compared: no runtime ran both models"
+    code, out, _ = _compare(path, path, "--runtime", "ort", "--format", "json")
+    assert code == 1 and json.loads(out)["compared"] is False
+
+
+def _npz_member(path: Path, header: dict, payload: bytes) -> None:
+    import io
+    import zipfile
+
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, header)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x.npy", head.getvalue() + payload)
+
+
+@pytest.mark.parametrize(
+    ("arrays", "message"),
+    [
+        ({"x": np.ones((1, 16, 64), np.int64)}, "array x is int64, the model takes float32"),
+        ({"x": np.ones((2, 3), np.float32)}, "has shape [2, 3], the model takes [1, 16, 64]"),
+        ({"x": np.array(["a"])}, "array x is <U1"),
+        ("liar", "array x is larger than the bytes it holds"),
+        ("bomb", "has shape [1, 4194304], the model takes"),
+    ],
+)
+def test_inputs_are_checked_before_they_are_read(tmp_path: Path, arrays, message: str) -> None:
+    """--inputs: an array of the wrong type or shape went to the runtime, which failed on
+    it, and the comparison said 'within tolerance', exit 0; a header claiming 2^60
+    elements over 16 bytes was an internal MemoryError; 1 MB of compressed zeros was
+    decompressed (1 GiB from 1 MB). Each array's header is judged first: one line, exit 2."""
+    path = tmp_path / "m.onnx"
+    onnx.save(quantized("mlp-u8s8"), path)
+    inputs = tmp_path / "in.npz"
+    if arrays == "liar":
+        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)},
+                    b"\0" * 16)  # fmt: skip
+    elif arrays == "bomb":
+        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (1, 2**22)},
+                    bytes(2**24))  # fmt: skip
+    else:
+        np.savez(inputs, **arrays)
+    code, _, err = _compare(path, path, "--inputs", inputs, "--runtime", "ort")
+    assert code == 2 and message in err and len(err.splitlines()) == 1, err

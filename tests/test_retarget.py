@@ -251,3 +251,31 @@ def test_signedness_flip_of_every_value(source: str, target: str) -> None:
     offset = 2 ** (dtype.bitwidth - 1)
     got = _flipped_bits(values.astype(kind), dtype).astype(np.int64)
     np.testing.assert_array_equal(got, values + (offset if target.startswith("U") else -offset))
+
+
+def test_a_pass_tripping_on_an_invalid_input_names_the_input(tmp_path: Path) -> None:
+    """A cycle (QuantizeLinear reads y, its DequantizeLinear writes y) is invalid ONNX:
+    ``retarget --drop-redundant-qdq`` ended in onnx_ir's internal ValueError ('is still
+    being used by other nodes'); any pass failing on an input onnx.checker rejects is
+    one line naming the checker's complaint, exit 1, nothing written."""
+    s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
+    z = numpy_helper.from_array(np.array(3, np.uint8), "z")
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["y", "s", "z"], ["q"], name="q"),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [s, z],
+    )
+    source = tmp_path / "cycle.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), source)
+    result = CliRunner().invoke(
+        main, ["retarget", str(source), "--drop-redundant-qdq", "-o", str(tmp_path / "o.onnx")]
+    )
+    assert result.exit_code == 1, result.stderr
+    assert "the input model is invalid (onnx.checker: Nodes in a graph must be" in result.stderr
+    assert "ValueError" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cycle.onnx"]

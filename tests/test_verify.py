@@ -559,6 +559,19 @@ def test_the_verify_timeout_option_is_checked() -> None:
     assert result.exit_code == 2 and "--verify-timeout needs --verify" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999"])
+@pytest.mark.parametrize("option", ["--verify-timeout", "--verify-tolerance"])
+def test_verify_numbers_must_be_finite(tmp_path: Path, option: str, value: str) -> None:
+    """``--verify-timeout nan`` passed the option's range (NaN compares false) and ended in a
+    traceback; ``inf`` meant no time limit. Both are usage errors, exit 2, one line."""
+    source = _save(_model(), tmp_path / "m.onnx")
+    result = CliRunner().invoke(main, ["fold", str(source), "--verify", option, value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output + result.stderr
+    assert f"Invalid value for '{option}'" in result.stderr
+    assert _files(tmp_path) == {"m.onnx"}
+
+
 def test_the_working_directory_is_not_on_the_childs_import_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import os
 import signal
 import sys
@@ -269,6 +270,17 @@ def _rewrite_options_from(kwargs: dict[str, Any]) -> RewriteOptions:
     return RewriteOptions(**fields, verify=verify)
 
 
+class FiniteRange(click.FloatRange):
+    """A float range that refuses NaN and infinity (NaN passes every comparison of a
+    range: ``--verify-timeout nan`` was an internal error, ``inf`` no time limit)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
 def input_shape_option(help_text: str) -> Callable[[F], F]:
     """``--input-shape NAME=D1,D2,...`` (repeatable), read as ``{name: shape}``."""
     return click.option(
@@ -312,14 +324,14 @@ def verify_option_list() -> list[Callable[[F], F]]:
         input_shape_option("Shape of an input with unknown dimensions, for --verify (repeatable)."),
         click.option(
             "--verify-tolerance",
-            type=click.FloatRange(min=0),
+            type=FiniteRange(min=0),
             default=None,
             metavar="ABS",
             help="With --verify, accept outputs that differ by at most ABS (reported).",
         ),
         click.option(
             "--verify-timeout",
-            type=click.FloatRange(min=0, min_open=True),
+            type=FiniteRange(min=0, min_open=True),
             default=VERIFY_TIMEOUT,
             show_default=True,
             metavar="SECONDS",

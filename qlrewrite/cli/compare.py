@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import sys
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -17,10 +15,12 @@ import click
 import numpy as np
 
 from qlrewrite import model_io, reading
-from qlrewrite.cli._common import debug_option, input_shape_option, run_command
+from qlrewrite.atomic import PendingFile
+from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
 from qlrewrite.compare import Comparison, compare_models, output_steps
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
+from qlrewrite.output_guard import refuse_if_read
 from qlrewrite.runtimes import RUNTIMES
 from qlrewrite.verify import generate_inputs, input_specs_or_refuse
 
@@ -37,8 +37,8 @@ Examples:
   qlrewrite compare a.onnx b.onnx --inputs batch.npz --format json
   qlrewrite compare a.onnx b.onnx --plot errors.png     # needs matplotlib
 
-Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges,
-2 usage error or unreadable model.
+Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges
+or no runtime ran both models, 2 usage error, unreadable model or --inputs.
 """,
 )
 @click.argument("first", type=click.Path(path_type=Path))
@@ -62,12 +62,12 @@ Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverge
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the inputs.")
 @click.option(
     "--rtol",
-    type=click.FloatRange(min=0),
+    type=FiniteRange(min=0),
     default=1e-4,
     show_default=True,
     help="Diverges beyond ATOL + RTOL x the output's largest |value| (in the first model).",
 )
-@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--atol", type=FiniteRange(min=0), default=0.0, show_default=True)
 @click.option(
     "--tensors",
     is_flag=True,
@@ -109,10 +109,11 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     input types (seeded; --input-shape for unknown dimensions) or read from --inputs.
     Each runtime runs in a child process: one that crashes is reported.
     """
-    if plot is not None:
-        _require_matplotlib()
     model = model_io.load(first)
     model_io.load(second)  # unreadable: exit 2 before anything runs
+    if plot is not None:
+        _refuse_plot_over_a_read(plot, first, second, inputs_path)
+        _require_matplotlib()
     feeds = _feeds(model, inputs_path, input_shape, seed)
     comparison = compare_models(
         first,
@@ -134,7 +135,7 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
         _print_text(comparison, first, second, seed if inputs_path is None else None)
     if plot is not None:
         _plot(comparison, plot)
-    sys.exit(1 if comparison.diverges else 0)
+    sys.exit(1 if comparison.diverges or not comparison.compared else 0)
 
 
 def _feeds(
@@ -145,15 +146,66 @@ def _feeds(
         specs = input_specs_or_refuse(model, shapes)
         return generate_inputs(specs, np.random.default_rng(seed))
     data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
+    wanted = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as archive:
-            feeds = {name: archive[name] for name in archive.files}
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            _check_headers(archive, wanted, inputs_path)
+        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
+            feeds = {name: arrays[name] for name in arrays.files if name in wanted}
     except (OSError, ValueError, zipfile.BadZipFile) as exc:
         raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
-    wanted = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
     if absent := [name for name in wanted if name not in feeds]:
         raise InputError(f"{inputs_path}: no array for input(s) {', '.join(absent)}")
     return {name: feeds[name] for name in wanted}
+
+
+#: The .npy header readers of the format versions NumPy writes for plain arrays.
+_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
+
+
+def _check_headers(archive: zipfile.ZipFile, wanted: Mapping[str, Any], path: Path) -> None:
+    """Each array's header, read before its data: its size must fit the bytes stored for
+    it (a header claiming 2^60 elements was an internal MemoryError), and its type and
+    rank (and fixed dims) must be what the first model takes (a 1 MB archive of 1 GiB of
+    zeros for a [1, 4] input was decompressed, then failed in the runtime, and the
+    comparison said 'within tolerance')."""
+    for info in archive.infolist():
+        name = info.filename.removesuffix(".npy")
+        if name not in wanted:
+            continue
+        with archive.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in _HEADERS:
+                raise InputError(f"{path}: array {escape(name)}: .npy format {version} not read")
+            shape, _, dtype = _HEADERS[version](member)
+        if dtype.hasobject:
+            raise InputError(f"{path}: array {escape(name)} holds Python objects (not read)")
+        if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
+            raise InputError(f"{path}: array {escape(name)} is larger than the bytes it holds")
+        _check_fits(wanted[name], shape, dtype, path)
+
+
+def _check_fits(value: Any, shape: tuple[int, ...], dtype: np.dtype, path: Path) -> None:
+    """``shape`` / ``dtype`` as the model's input ``value`` declares them (unknown dims
+    take any size)."""
+    name = escape(value.name)
+    expected = value.dtype.numpy() if value.dtype is not None else None
+    if expected is not None and np.dtype(expected) != dtype:
+        raise InputError(f"{path}: array {name} is {dtype}, the model takes {np.dtype(expected)}")
+    declared = value.shape
+    if declared is None:
+        return
+    fixed = [d if isinstance(d, int) else None for d in declared]
+    if len(fixed) != len(shape) or any(
+        d is not None and d != g for d, g in zip(fixed, shape, strict=False)
+    ):
+        dims = ["?" if d is None else str(d) for d in fixed]
+        raise InputError(
+            f"{path}: array {name} has shape {list(shape)}, the model takes [{', '.join(dims)}]"
+        )
 
 
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
@@ -174,8 +226,10 @@ def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | N
     divergence = comparison.divergence
     if divergence is not None:
         click.echo(f"  tensors: {escape(_tensor_line(divergence))}")
-    verdict = "diverges" if comparison.diverges else "within tolerance"
-    click.echo(verdict)
+    if not comparison.compared:
+        click.echo("not compared: no runtime ran both models")
+        return
+    click.echo("diverges" if comparison.diverges else "within tolerance")
 
 
 def _tensor_line(divergence: Any) -> str:
@@ -187,6 +241,15 @@ def _tensor_line(divergence: Any) -> str:
         f"first diverging of {divergence.compared} shared: '{divergence.tensor.name}' "
         f"from {divergence.node}: {divergence.tensor.describe()}"
     )
+
+
+def _refuse_plot_over_a_read(
+    plot: Path, first: Path, second: Path, inputs_path: Path | None
+) -> None:
+    """``--plot`` naming a model compared, one of its data files or the --inputs file
+    (or a link to one) is refused before anything runs: it was replaced by the image."""
+    reads = [*model_io.files_read_by(first), *model_io.files_read_by(second)]
+    refuse_if_read(plot, [*reads, *([inputs_path] if inputs_path else [])], "--plot")
 
 
 def _require_matplotlib() -> None:
@@ -220,17 +283,12 @@ def _plot(comparison: Comparison, path: Path) -> None:
     image = io.BytesIO()
     figure.savefig(image, format=path.suffix.lstrip(".") or "png")
     pyplot.close(figure)
-    _write_atomically(path, image.getvalue())
+    save_image(path, image.getvalue())
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` whole or not at all (staged beside it, then renamed)."""
-    with tempfile.NamedTemporaryFile(
-        dir=path.absolute().parent, prefix=f".{path.name}.", delete=False
-    ) as staged:
-        staged.write(data)
-    try:
-        os.replace(staged.name, path)
-    except OSError:
-        os.unlink(staged.name)
-        raise
+def save_image(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` as reports are written (:class:`~qlrewrite.atomic.PendingFile`):
+    whole or not at all, a stream written into, never renamed over a link or a device."""
+    with PendingFile(path) as pending:
+        pending.write(data)
+        pending.commit()
