@@ -193,6 +193,8 @@ class _Walker:
         if any(s[0] > 0 for s in spreads[1:]) or scale is None or scale.array is None:
             return (INF, INF) if d > 0 or any(s[0] > 0 for s in spreads[1:]) else _EXACT
         scales = np.abs(scale.array)
+        if scales.size == 0:  # an empty scale: an empty output, nothing to differ
+            return _EXACT
         if not view.is_quantize:  # (q - zp) x scale, rounded to float32 once
             top = _steps_range(view.x_type) * float(scales.max())
             weight = self.weight(view.node.outputs[0]) if d == 0 else None
@@ -331,6 +333,8 @@ def _div(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
     divisor = walker.weight(node.inputs[1])
     if divisor is None or spreads[1][0] > 0 or not np.all(divisor):
         return _EXACT if spreads[0][0] == 0 and spreads[1][0] == 0 else (INF, INF)
+    if divisor.size == 0:  # an empty output
+        return _EXACT
     least = float(np.abs(divisor).min())
     m = spreads[0][1] / least
     return (_rounded(spreads[0][0] / least, m), m)
@@ -378,6 +382,8 @@ def _matmul(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
     if da == 0 and db == 0:
         return _EXACT
     weight = walker.weight(node.inputs[1]) if db == 0 else None
+    if weight is not None and weight.ndim >= 2 and weight.size == 0:
+        return _EXACT  # K = 0 (each output sums nothing) or N = 0 (no output)
     if weight is not None and weight.ndim >= 2:
         column = float(np.abs(weight).sum(axis=-2).max())
         k = weight.shape[-2]
@@ -427,6 +433,8 @@ def _gemm(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
         weight = weight.T
     alpha = abs(node.attributes.get_float("alpha", 1.0))
     beta = abs(node.attributes.get_float("beta", 1.0))
+    if weight.size == 0:  # K = 0 (the product sums nothing) or N = 0 (no output)
+        return (beta * dc, beta * mc)
     column = alpha * float(np.abs(weight).sum(axis=0).max())
     d, m = _summed(da * column, ma * column, weight.shape[0])
     return (d + beta * dc, m + beta * mc)
@@ -438,6 +446,8 @@ def _conv(node: ir.Node, spreads: list[Spread], walker: _Walker) -> Spread:
     if len(found) == 2:
         return found
     weight, (dx, mx), (db, mb) = found
+    if weight.size == 0:  # no output channel, or filters of nothing: the bias alone
+        return (db, mb)
     flat = np.abs(weight).reshape(weight.shape[0], -1)
     row = float(flat.sum(axis=1).max())
     d, m = _summed(dx * row, mx * row, flat.shape[1])

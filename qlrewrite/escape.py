@@ -16,9 +16,12 @@ __all__ = ["escape"]
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, the bidirectional
 # controls (embeddings, overrides, isolates and marks: U+202E shows "evil\u202eexe.onnx"
-# as "evilxnno.exe" to a reader), lone surrogates.
+# as "evilxnno.exe" to a reader), the invisible characters that make two names look alike
+# ("m.onnx" and "m\u200b.onnx": zero width space, word joiner and invisible operators,
+# byte order mark; not the joiners U+200C / U+200D that scripts and emoji need), lone
+# surrogates.
 _UNSAFE = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]"
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]"
 )
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -34,6 +37,7 @@ def _one(match: re.Match[str]) -> str:
 
 
 def escape(text: str) -> str:
-    """``text`` with every control character, line separator, bidirectional control and
-    undecodable byte shown as a backslash escape (printable text unchanged)."""
+    """``text`` with every control character, line separator, bidirectional control,
+    invisible character and undecodable byte shown as a backslash escape (printable text
+    unchanged)."""
     return _UNSAFE.sub(_one, text)

@@ -167,8 +167,17 @@ _GRAN_BLOCK = frozenset({PER_TENSOR, PER_AXIS, BLOCKED})
 _E8M0 = frozenset({DT.FLOAT8E8M0})
 
 
+_Types = frozenset[ir.DataType]
+
+
 def _dq(
-    since: int, until: int | None, attrs: tuple, *, x: frozenset, scale: frozenset, **kw
+    since: int,
+    until: int | None,
+    attrs: tuple[tuple[str, int | None], ...],
+    *,
+    x: _Types,
+    scale: _Types,
+    **kw: Any,
 ) -> OpVersion:
     """An ai.onnx DequantizeLinear row; the zero point takes the type of x."""
     kw.setdefault("output_types", FLOAT_TYPES)
@@ -190,12 +199,12 @@ def _dq(
 def _q(
     since: int,
     until: int | None,
-    attrs: tuple,
+    attrs: tuple[tuple[str, int | None], ...],
     *,
-    x: frozenset,
-    scale: frozenset,
-    y: frozenset,
-    **kw,
+    x: _Types,
+    scale: _Types,
+    y: _Types,
+    **kw: Any,
 ) -> OpVersion:
     """An ai.onnx QuantizeLinear row; the output takes the type of the zero point."""
     kw.setdefault("output_from", ("zero_point", "output_dtype", "UINT8"))
@@ -516,10 +525,10 @@ def _ops(*names: tuple[str, str, bool]) -> tuple[Operand, ...]:
 
 def _qop(
     key: tuple[str, str, int, int | None],
-    inputs: tuple,
-    outputs: tuple,
-    types: Mapping[str, frozenset],
-    triples: tuple,
+    inputs: tuple[Any, ...],
+    outputs: tuple[Any, ...],
+    types: Mapping[str, _Types],
+    triples: tuple[Any, ...],
     **kw: Any,
 ) -> QOperatorVersion:
     """A row from its (domain, op, since, until) and schema-like tuples."""
@@ -536,7 +545,7 @@ def _qop(
     )
 
 
-def _conv(domain: str, extra: Mapping[str, tuple]) -> QOperatorVersion:
+def _conv(domain: str, extra: Mapping[str, tuple[Any, ...]]) -> QOperatorVersion:
     return _qop(
         (domain, "QLinearConv", 10 if domain == "" else 1, None),
         (
@@ -609,7 +618,7 @@ def _unary(op: str, names: tuple[str, ...], float_op: str | None, **kw: Any) -> 
 _FLOAT8_SET = frozenset(_FLOAT8)
 
 
-def _matmul_inputs(scale: str) -> tuple:
+def _matmul_inputs(scale: str) -> tuple[Any, ...]:
     """QLinearMatMul's inputs; the scales are ``scale`` (float at 10, TS from 21)."""
     return tuple(
         (name, scale if name.endswith("scale") else param, False)
@@ -1108,7 +1117,7 @@ def output_type(
         elif source == "scale":
             return scale_type
         else:
-            return DT[source]
+            return DT.__members__[source]
     return None
 
 
@@ -1193,7 +1202,7 @@ def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:
     None when no known version can (e.g. a com.microsoft-only combination).
     """
     for row in versions("", op_type):
-        if not expression_problems(row, form):
+        if isinstance(row, OpVersion) and not expression_problems(row, form):
             return row.since
     return None
 
@@ -1201,6 +1210,6 @@ def lowest_onnx_opset(op_type: str, form: NodeForm) -> int | None:
 def com_microsoft_problems(op_type: str, form: NodeForm) -> list[str]:
     """Why the node cannot be a com.microsoft op (``[]``: it can)."""
     row = lookup(MS_DOMAIN, op_type, 1)
-    if row is None:
+    if not isinstance(row, OpVersion):
         return [f"com.microsoft has no {op_type}"]
     return expression_problems(row, form)

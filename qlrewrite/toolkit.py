@@ -313,7 +313,8 @@ def drop_unused_domains(model: ir.Model) -> int:
     """Remove every opset import nothing uses (see :func:`drop_unused_domain`); returns
     how many imports were removed (model and functions)."""
     before = _import_count(model)
-    domains = {d for g in (model.graph, *model.functions.values()) for d in g.opset_imports}
+    owners: list[ir.Graph | ir.Function] = [model.graph, *model.functions.values()]
+    domains = {d for g in owners for d in g.opset_imports}
     for domain in sorted(domains):
         drop_unused_domain(model, domain)
     return before - _import_count(model)
@@ -407,7 +408,7 @@ def replace_value(old: ir.Value, new: ir.Value) -> None:
         new.shape = shape
 
 
-def model_folder(path: str | os.PathLike) -> Path:
+def model_folder(path: str | os.PathLike[str]) -> Path:
     """The folder a model file's external data locations are relative to: the file's
     folder as named, not through a link to the file (as ONNX Runtime resolves them; a
     Hugging Face cache links model files away)."""

@@ -118,7 +118,9 @@ def gather_block_form(
 ) -> GatherBlockForm | None:
     """The form of a GatherBlockQuantized node (None: data type or rank unknown, an axis
     out of range, or an attribute missing)."""
-    storage = row.storage.get(data_type) if data_type is not None else None
+    if data_type is None:
+        return None
+    storage = row.storage.get(data_type)
     if storage is None or rank is None or rank < 1:
         return None
     bits, block, gather, quantize = (

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.listing import grouped
 from qlrewrite.passes import downgrade_lower as lower
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.downgrade_plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
@@ -103,19 +104,14 @@ class DowngradePass(ContextPass, ir.passes.FunctionalPass):
 
 def _refuse(plans: list[Plan], opset: int) -> None:
     """Raise Refusal naming each node the target cannot hold, grouped by reason."""
-    groups: dict[str, list[str]] = collections.defaultdict(list)
-    for plan in plans:
-        if plan.problems:
-            lowest = f"; lowest opset that holds it: {plan.lowest_opset}"
-            reason = "; ".join(dict.fromkeys(plan.problems))
-            groups[reason + (lowest if plan.lowest_opset else "")].append(plan.where)
-    if not groups:
-        return
-    parts = []
-    for reason, nodes in groups.items():
-        shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
-        parts.append(f"{len(nodes)} node(s) ({shown}): {reason}")
-    raise Refusal(f"cannot lower to opset {opset}: " + " | ".join(parts) + "; nothing written")
+    refused = [(plan.where, [*plan.problems, *_lowest(plan)]) for plan in plans if plan.problems]
+    if refused:
+        reasons = grouped(refused)
+        raise Refusal(f"cannot lower to opset {opset}: {reasons}; nothing written")
+
+
+def _lowest(plan: Plan) -> list[str]:
+    return [f"lowest opset that holds it: {plan.lowest_opset}"] if plan.lowest_opset else []
 
 
 def _hold(proto: onnx.ModelProto, source: int, target: int) -> list[str]:

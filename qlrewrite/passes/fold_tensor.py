@@ -130,6 +130,9 @@ class StreamedTensor(ir.LazyTensor):
 
     def _whole(self) -> ir.Tensor:
         shape = self.shape.numpy()
+        if self.size == 0:  # a dimension of size 0: nothing to read or compute
+            empty = np.zeros(shape, self.dtype.numpy())
+            return ir.Tensor(empty, dtype=self.dtype, name=self.name)
         array = self.rows()(0, shape[0] if shape else 0)
         return ir.Tensor(np.asarray(array), dtype=self.dtype, name=self.name)
 

@@ -37,6 +37,7 @@ import onnx_ir as ir
 
 from qlrewrite.custom_quant import QONNX_DOMAINS
 from qlrewrite.errors import Refusal
+from qlrewrite.listing import grouped
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
 from qlrewrite.qdq import NodeView, constant_tensor, node_views, normalize_domain, onnx_opset
 from qlrewrite.qdq.constants import small_array
@@ -239,16 +240,9 @@ def _plan_scale(plan: _Plan, scale: np.ndarray, node: ir.Node, opset: int) -> No
 
 
 def _refuse(refused: list[_Plan]) -> None:
-    if not refused:
-        return
-    groups: dict[str, list[str]] = collections.defaultdict(list)
-    for plan in refused:
-        groups["; ".join(dict.fromkeys(plan.problems))].append(plan.where)
-    parts = [
-        f"{len(nodes)} node(s) ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}): {why}"
-        for why, nodes in groups.items()
-    ]
-    raise Refusal("cannot convert QONNX Quant exactly: " + " | ".join(parts) + "; nothing written")
+    if refused:
+        reasons = grouped((p.where, p.problems) for p in refused)
+        raise Refusal(f"cannot convert QONNX Quant exactly: {reasons}; nothing written")
 
 
 def _initializer(

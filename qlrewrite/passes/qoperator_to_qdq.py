@@ -195,6 +195,12 @@ def _bias_problems(view: NodeView, found: list[TripleView]) -> list[str]:
     scales = [t.scale for t in found if t.role in ("input", "weight")]
     if any(s is None or s.array is None for s in scales):
         return ["the int32 bias needs constant input and weight scales"]
+    channels = max(s.array.size for s in scales)
+    if channels > 1 and bias.shape is not None and bias.shape != (channels,):
+        return [
+            f"the int32 bias {bias.describe()} broadcasts over {channels} per-channel "
+            "weight scales: no per-axis DequantizeLinear takes it"
+        ]
     return []
 
 

@@ -28,6 +28,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import dequantize
+from qlrewrite.listing import grouped
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
@@ -233,18 +234,9 @@ def _narrow(change: _Change) -> None:
 
 
 def _refuse(refused: list[_Change]) -> None:
-    if not refused:
-        return
-    by_reason: dict[str, list[str]] = collections.defaultdict(list)
-    for change in refused:
-        for problem in dict.fromkeys(change.problems):
-            by_reason[problem].append(change.group.where)
-    parts = [
-        f"{len(nodes)} tensor(s) ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}): "
-        f"{reason}"
-        for reason, nodes in by_reason.items()
-    ]
-    raise Refusal("cannot retarget exactly: " + " | ".join(parts) + "; nothing written")
+    if refused:
+        reasons = grouped((c.group.where, c.problems) for c in refused)
+        raise Refusal(f"cannot retarget exactly: {reasons}; nothing written")
 
 
 def _write(change: _Change, names: FreshNames) -> None:

@@ -1,11 +1,11 @@
-"""QL420-QL425: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
+"""QL420-QL426: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
 block_size."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.example_models import matmul_nbits_model
@@ -237,3 +237,40 @@ def bias_shape(ctx: NodeView) -> Iterator[Finding]:
     n = ctx.weight_attributes.get("N")
     if n is not None and n >= 0:
         yield from _shape_finding(ctx, "bias", [(n,)], f"N={n}")
+
+
+@rule(
+    "QL426",
+    "matmul-nbits-empty-weight",
+    WARNING,
+    summary="MatMulNBits with K=0 or N=0: an empty weight.",
+    explanation="""
+    With K=0 the weight has no input features and ONNX Runtime 1.31 computes zeros (plus
+    the bias); with N=0 the output [..., 0] is empty. Both run, but the node does no work,
+    and qlrewrite's conversions leave it as it is (`convert --to onnx` and `fold
+    --dequantize-weights` refuse it, naming the node): usually an export that lost its
+    weight.
+    """,
+    example="""
+    warn: MatMulNBits(A: [2, 0], B: [8, 0, 8], scales: [8, 0], K=0, N=8, bits=4, block_size=16)
+    good: MatMulNBits(A: [2, 32], B: [8, 2, 8], scales: [8, 2], K=32, N=8, bits=4, block_size=16)
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+    examples=[
+        Example(
+            "k-0",
+            lambda: matmul_nbits_model(k=0, a_shape=[2, 0]),
+            matmul_nbits_model,
+        ),
+    ],
+)
+def empty_weight(ctx: NodeView) -> Iterator[Finding]:
+    values = ctx.weight_attributes
+    empty = [f"{name}=0" for name in ("K", "N") if values.get(name) == 0]
+    if empty:
+        yield ctx.report(
+            f"{' and '.join(empty)}: the weight is empty (the node computes "
+            f"{'zeros' if values.get('N') != 0 else 'an empty output'})",
+            "re-export the model with its weight, or remove the node",
+        )

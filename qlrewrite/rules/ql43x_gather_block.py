@@ -236,3 +236,42 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
             f"{scales.describe()}",
             f"give zero_points the shape {_dims(want)}",
         )
+
+
+@rule(
+    "QL434",
+    "gather-block-empty-table",
+    ERROR,
+    summary="GatherBlockQuantized's data has no rows along gather_axis: every index is out "
+    "of range.",
+    explanation="""
+    A table with 0 rows on gather_axis has nothing to gather: any index is out of range,
+    so only an empty indices tensor has a meaning. ONNX Runtime 1.31 does not check the
+    indices of this node: it reads memory outside the table and returns what it found there
+    (measured: data [0, 16], indices [3] gives a [3, 32] output of leftover values), where
+    Gather fails ("indices element out of data bounds").
+    """,
+    example="""
+    bad:  GatherBlockQuantized(data: uint8 [0, 16], indices, scales: [0, 1], gather_axis=0)
+    good: GatherBlockQuantized(data: uint8 [8, 16], indices, scales: [8, 1], gather_axis=0)
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+    examples=[
+        Example(
+            "no-rows",
+            lambda: gather_block_quantized_model(data_shape=(0, 16)),
+            lambda: gather_block_quantized_model(data_shape=(8, 0)),
+        ),
+    ],
+)
+def empty_table(ctx: NodeView) -> Iterator[Finding]:
+    form, data = _form(ctx), ctx.operand("data")
+    if form is None or data is None or data.shape is None or data.rank != form.rank:
+        return
+    if data.shape[form.gather_axis] == 0:
+        yield ctx.report(
+            f"data {data.describe()} has no rows on gather_axis={form.gather_axis}: every "
+            "index is out of range (ONNX Runtime 1.31 reads outside the table)",
+            "give the table its rows, or remove the node",
+        )

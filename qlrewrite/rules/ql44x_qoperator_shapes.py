@@ -1,6 +1,7 @@
-"""QL440, QL442: shapes of the QOperator scales, zero points and int32 biases: per-tensor
-activations and outputs, per-channel weights with one value per output channel, read
-from the (data, scale, zero point) triples of :func:`qlrewrite.qdq.triples`."""
+"""QL440, QL442, QL443: shapes of the QOperator scales, zero points and int32 biases:
+per-tensor activations and outputs, per-channel weights with one value per output
+channel, read from the (data, scale, zero point) triples of :func:`qlrewrite.qdq.triples`;
+QLinearConv weights without output channels."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import NodeView, TripleView, ValueView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
 from qlrewrite.rules.qoperator_models import build
@@ -171,4 +172,51 @@ def qoperator_bias_shape(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"bias {name} {bias.describe()} must be [{channels}] (one value per output channel)",
             f"give {name} {channels} int32 values",
+        )
+
+
+#: QLinearConv constants with 0 output channels.
+_NO_CHANNELS = {
+    "w": np.zeros((0, 2, 3, 3), np.int8),
+    "w_scale": np.zeros(0, np.float32),
+    "w_zero_point": np.zeros(0, np.int8),
+    "B": np.zeros(0, np.int32),
+}
+
+
+@rule(
+    "QL443",
+    "qlinearconv-no-output-channels",
+    WARNING,
+    summary="A QLinearConv whose weight has 0 output channels: ONNX Runtime 1.31 crashes.",
+    explanation="""
+    A weight w [0, C, kH, kW] makes the output [N, 0, H, W], empty, by the specification.
+    ONNX Runtime 1.31's QLinearConv (ai.onnx and com.microsoft) crashes the whole process
+    on it (measured: SIGSEGV when it runs), where QLinearMatMul and QGemm with 0 output
+    columns run. `--verify` runs ONNX Runtime in a child process and reports such a crash
+    as its reason.
+    """,
+    example="""
+    warn: QLinearConv(x: [1, 2, 4, 4], ..., w: [0, 2, 3, 3], w_scale: [0], ..., B: [0])
+    good: QLinearConv(x: [1, 2, 4, 4], ..., w: [3, 2, 3, 3], w_scale: [3], ..., B: [3])
+    """,
+    versions="ai.onnx QLinearConv 10, com.microsoft QLinearConv 1",
+    kinds=QOPERATOR_KINDS,
+    examples=[
+        Example(
+            "no-output-channels",
+            lambda: build("QLinearConv", **_NO_CHANNELS),
+            lambda: build("QLinearConv"),
+        ),
+    ],
+)
+def qlinearconv_no_output_channels(ctx: NodeView) -> Iterator[Finding]:
+    if ctx.op_type != "QLinearConv":
+        return
+    w = ctx.operand("w")
+    if w is not None and w.shape is not None and len(w.shape) > 0 and w.shape[0] == 0:
+        yield ctx.report(
+            f"w {w.describe()} has 0 output channels: the output is empty, and ONNX Runtime "
+            "1.31 crashes the process running it",
+            "drop the node (its output is empty), or give w its output channels",
         )

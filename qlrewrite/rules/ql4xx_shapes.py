@@ -11,7 +11,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import Dims, NodeView, ValueView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
-from qlrewrite.rules.example_models import DQ, MS, qdq_model
+from qlrewrite.rules.example_models import DQ, MS, Q, qdq_model
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
 from qlrewrite.toolkit import FreshNames
 
@@ -588,4 +588,48 @@ def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
         yield ctx.report(
             f"scale {scale.describe()} is 1-D but no axis is given (ONNX Runtime uses axis 1)",
             "write axis explicitly (axis=1 keeps ONNX Runtime's behaviour)",
+        )
+
+
+@rule(
+    "QL412",
+    "blocked-quantize-empty",
+    WARNING,
+    summary="A blocked QuantizeLinear whose x is empty at or after its axis: ONNX Runtime "
+    "1.31 crashes.",
+    explanation="""
+    The specification makes the output empty, like x. ONNX Runtime 1.31's CPU kernel of a
+    blocked QuantizeLinear divides by the block count or reads past the scale when x has
+    a dimension of size 0 at or after the axis, and the whole process dies (measured:
+    SIGFPE for x [0, 3] on axis 0 or [4, 0] on axis 1, SIGSEGV for [4, 0] on axis 0; a
+    size-0 dimension before the axis runs). DequantizeLinear runs them. `--verify` runs
+    ONNX Runtime in a child process and reports such a crash as its reason.
+    """,
+    example="""
+    warn: QuantizeLinear(x: [0, 4], scale: [0, 2], axis=0, block_size=2)
+    good: QuantizeLinear(x: [4, 4], scale: [2, 4], axis=0, block_size=2)
+    """,
+    versions="ai.onnx QuantizeLinear 21+",
+    examples=[
+        Example(
+            "empty-x",
+            lambda: qdq_model(
+                Q, 21, x_shape=(4, 0), scale_shape=(2, 0), attrs={"axis": 0, "block_size": 2}
+            ),
+            lambda: qdq_model(
+                Q, 21, x_shape=(4, 4), scale_shape=(2, 4), attrs={"axis": 0, "block_size": 2}
+            ),
+        ),
+    ],
+)
+def blocked_quantize_empty(ctx: NodeView) -> Iterator[Finding]:
+    blocked = _blocked(ctx)
+    if not ctx.is_quantize or blocked is None:
+        return
+    _, x, axis = blocked
+    if x.shape is not None and 0 in x.shape[axis:]:
+        yield ctx.report(
+            f"x {x.describe()} is empty at or after axis {axis}: ONNX Runtime 1.31 crashes "
+            "the process running it",
+            "drop the node (its output is empty), or run it on another runtime",
         )
