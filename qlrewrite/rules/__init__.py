@@ -20,7 +20,9 @@ Adding a rule:
    models built with :mod:`qlrewrite.rules.example_models`.
 3. A repair, if ONNX Runtime's outputs stay known: ``fix=Fix(SAFE or UNSAFE, summary,
    applies=..., node=... / model=... / upgrade_opset=...)`` beside the check;
-   ``applies`` reads the finding's fields, never its text.
+   ``applies`` reads the finding's fields, never its text. ``upgrade_repairs=True``
+   when a newer opset makes the finding go away (``qlrewrite upgrade`` then takes such
+   an input; a ``Fix`` with ``upgrade_opset`` implies it).
 4. ``python -m qlrewrite.render docs/rules.md`` regenerates the catalogue page (a test
    fails when it drifts); ``pytest tests/test_rule_units.py -k QLnnn`` runs the unit.
 """
