@@ -78,7 +78,7 @@ def _speed(folder: Path, repeat: int) -> None:
     tools: dict[str, list[str]] = {
         "qlrewrite check (CLI)": [exe, "check", path],
         "qlrewrite.check() alone": [py, "-c", (
-            "import sys, time, qlrewrite.checker as c; t = time.perf_counter(); "
+            "import sys, time, qlrewrite.checking.checker as c; t = time.perf_counter(); "
             f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "
             "sys.exit(1 if r.load_error or r.errors else 0)")],
         "import qlrewrite.cli (no check)": [py, "-c", "import qlrewrite.cli"],
@@ -230,7 +230,7 @@ def _flags_reference(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
 def _detection(ort_quantizer: bool) -> None:
     from qdq_models import load_ir
 
-    from qlrewrite.checker import check_model
+    from qlrewrite.checking.checker import check_model
 
     def flags_qlrewrite(proto: onnx.ModelProto, runnable: onnx.ModelProto) -> bool:
         return bool(check_model(load_ir(proto)).errors)

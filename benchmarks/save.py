@@ -31,7 +31,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
-from qlrewrite import atomic, model_io
+from qlrewrite.io import atomic, model_io
 
 N_TENSORS = 16
 

@@ -90,8 +90,8 @@ def _run(tool: str, source: Path, folder: Path, opset: int) -> dict[str, float]:
 def _validate(target: Path, opset: int) -> None:
     import onnx
 
-    from qlrewrite import model_io
-    from qlrewrite.weightless import weightless_proto
+    from qlrewrite.io import model_io
+    from qlrewrite.io.weightless import weightless_proto
 
     model = model_io.load(target)
     # matmul_chain declares its output without a type: let inference fill it in first.

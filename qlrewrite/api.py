@@ -20,9 +20,11 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import checker, model_io, opsets, pipeline
+from qlrewrite import opsets, pipeline
+from qlrewrite.checking import checker
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Report
+from qlrewrite.io import model_io
 from qlrewrite.passes.commands import (
     convert_passes,
     downgrade_passes,

@@ -13,12 +13,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from qlrewrite import model_io, output_guard, pipeline, project
+from qlrewrite import pipeline
+from qlrewrite.checking import project
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, Report, fixable
+from qlrewrite.io import model_io, output_guard
 from qlrewrite.passes.commands import fix_passes
 from qlrewrite.passes.results import RewritePassResult
-from qlrewrite.verify import Verification, VerificationFailed, VerifyOptions
+from qlrewrite.verify.verify import Verification, VerificationFailed, VerifyOptions
 
 __all__ = [
     "FixOptions",

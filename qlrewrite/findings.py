@@ -114,7 +114,7 @@ class Report:
     suppressed: list[Finding] = dataclasses.field(default_factory=list)  # accepted findings
     #: per-node-ignores keys that named a node of this model; (key, prefix) pairs of them
     #: judged here (QL901 and a rule of the prefix enabled), and those that accepted a
-    #: finding: the run judges its entries from these (:mod:`qlrewrite.suppress`).
+    #: finding: the run judges its entries from these (:mod:`qlrewrite.checking.suppress`).
     matched_suppressions: frozenset[str] = frozenset()
     judged_suppressions: frozenset[tuple[str, str]] = frozenset()
     used_suppressions: frozenset[tuple[str, str]] = frozenset()

@@ -23,12 +23,17 @@ from typing import Any, NamedTuple
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, model_io, output_guard, tensors
-from qlrewrite.compare import output_steps, verify_both
+from qlrewrite.checking.untouched import Checked, untouched
 from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Finding, Report
-from qlrewrite.output_guard import Snapshot
+from qlrewrite.io import atomic, model_io, output_guard, tensors
+from qlrewrite.io.output_guard import Snapshot
+from qlrewrite.io.source import source_of
+from qlrewrite.io.weightless import (
+    weightless_from_source,
+    weightless_proto,
+)
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.qoperator_to_qdq import measured_bound
@@ -39,20 +44,15 @@ from qlrewrite.passes.results import (
     RewritePassResult,
 )
 from qlrewrite.qdq.inference import Inference, tables_of
-from qlrewrite.source import source_of
 from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
 from qlrewrite.unchecked import describe_unchecked, not_folded
-from qlrewrite.untouched import Checked, untouched
-from qlrewrite.verify import (
+from qlrewrite.verify.compare import output_steps, verify_both
+from qlrewrite.verify.verify import (
     EXACT_BOUND,
     Verification,
     VerificationFailed,
     Verifier,
     VerifyOptions,
-)
-from qlrewrite.weightless import (
-    weightless_from_source,
-    weightless_proto,
 )
 
 __all__ = [
@@ -122,7 +122,7 @@ class RewriteResult:
 
 def default_output(input_path: Path, command: str) -> Path:
     """``<stem>.<command>.onnx`` beside the input; a stem too long for the file system's
-    names is shortened as data file names are (:func:`~qlrewrite.atomic.fitted_stem`)."""
+    names is shortened as data file names are (:func:`~qlrewrite.io.atomic.fitted_stem`)."""
     suffix = f".{command}.onnx"
     folder = input_path.absolute().parent
     stem = atomic.fitted_stem(input_path.stem, folder, len(os.fsencode(suffix)))
@@ -151,7 +151,7 @@ def _check(
     inference: Inference,
     unchanged: frozenset[str] = frozenset(),
 ) -> Report:
-    from qlrewrite.checker import check_model  # imports every rule: only when rewriting
+    from qlrewrite.checking.checker import check_model  # imports every rule: only when rewriting
 
     where = str(path) if path else None
     return check_model(model, path=where, inference=inference, unchanged=unchanged)
@@ -185,7 +185,7 @@ def rewrite(
 
     With ``verify``, the staged output is run against the input in ONNX Runtime before it
     is moved into place (also on ``dry_run``, in a temporary folder); a difference raises
-    :class:`~qlrewrite.verify.VerificationFailed` and nothing is written.
+    :class:`~qlrewrite.verify.verify.VerificationFailed` and nothing is written.
     """
     started = time.perf_counter()
     input_path = Path(input_path)
@@ -574,7 +574,7 @@ def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> No
 
 
 def model_output(label: str, path: Path) -> output_guard.Output:
-    """A model a run writes, as :func:`~qlrewrite.output_guard.refuse_colliding` compares
+    """A model a run writes, as :func:`~qlrewrite.io.output_guard.refuse_colliding` compares
     it: its file and the names its external data file may take."""
     folder = path.absolute().parent
     return output_guard.Output(
@@ -696,9 +696,9 @@ def validate_output(
     it is checked too, and an input the checker rejects as well is named as the cause.
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
-    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
+    :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, if the caller
     made it (the save reuses it); it is left as it came. ``checked``: what the input
-    check judged of each node (:mod:`qlrewrite.untouched`); the node rules are not run
+    check judged of each node (:mod:`qlrewrite.checking.untouched`); the node rules are not run
     again on the nodes the passes left exactly as that check saw them.
     """
     proto = weightless if weightless is not None else weightless_proto(model)

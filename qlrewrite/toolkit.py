@@ -14,7 +14,7 @@ reads opset import tables or invents names by hand):
 - files: :func:`model_folder`, the folder a model file's external data is relative to.
 
 It sits at the bottom of the package (it reads only :mod:`qlrewrite.opsets`), below
-:mod:`qlrewrite.tensors`, :mod:`qlrewrite.qdq` and everything that edits a model.
+:mod:`qlrewrite.io.tensors`, :mod:`qlrewrite.qdq` and everything that edits a model.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ settings.load_profile(
 @pytest.fixture
 def in_tmp_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """The test runs in ``tmp_path``, with no configuration file cached before or after."""
-    from qlrewrite import config
+    from qlrewrite.checking import config
 
     monkeypatch.chdir(tmp_path)
     config.forget()

@@ -44,5 +44,5 @@ def blocked_with_one_element_scale(case: Mapping[str, Any]) -> bool:
 
 
 def load_ir(proto: onnx.ModelProto) -> ir.Model:
-    """The onnx_ir model of ``proto`` (as qlrewrite.model_io.load would give, minus files)."""
+    """The onnx_ir model of ``proto`` (as qlrewrite.io.model_io.load would give, minus files)."""
     return ir.serde.deserialize_model(proto)

@@ -19,7 +19,7 @@ from onnx import helper
 from qdq_models import DQ, DT, Q, qdq_model
 
 import qlrewrite
-from qlrewrite import checker
+from qlrewrite.checking import checker
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
 

@@ -17,10 +17,10 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
 from qdq_models import DQ, DT, qdq_model
 
-from qlrewrite import render
-from qlrewrite.checker import check_path
+from qlrewrite.checking import render
+from qlrewrite.checking.checker import check_path
+from qlrewrite.checking.formats import sarif
 from qlrewrite.cli import main
-from qlrewrite.formats import sarif
 from qlrewrite.passes.fix import FIXES, fixable
 from qlrewrite.rules import RULES
 

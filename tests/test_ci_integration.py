@@ -201,7 +201,7 @@ def _blocks(kind: str) -> list[str]:
 
 
 def test_docs_snippets_match_the_hook_the_action_and_the_configuration(tmp_path: Path) -> None:
-    from qlrewrite import config
+    from qlrewrite.checking import config
 
     (toml,) = [b for b in _blocks("toml") if "[tool.qlrewrite]" in b]
     path = tmp_path / "pyproject.toml"

@@ -365,7 +365,7 @@ def test_refused_rewrite_prints_findings_one_line_each(tmp_path: Path) -> None:
 def test_a_checker_crash_on_one_model_does_not_hide_the_others(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qlrewrite import checker as check_module
+    from qlrewrite.checking import checker as check_module
 
     bad = _save(_bad(), tmp_path / "a_bad.onnx")
     boom = _save(_good(), tmp_path / "b_boom.onnx")

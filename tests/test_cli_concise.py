@@ -18,10 +18,10 @@ from qdq_models import DQ, qdq_model
 from rich.console import Console
 from test_cli_terminal import ANSI, run_on_terminal
 
+from qlrewrite.checking.formats import RenderOptions
+from qlrewrite.checking.formats.concise import print_concise
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding, Report
-from qlrewrite.formats import RenderOptions
-from qlrewrite.formats.concise import print_concise
 
 LONG_NODE = "model.layers.0.self_attn.q_proj.weight_DequantizeLinear"
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from qdq_models import DQ, qdq_model
 
-from qlrewrite import config
+from qlrewrite.checking import config
 from qlrewrite.cli import main
 
 
@@ -245,7 +245,7 @@ def test_a_model_that_kills_its_worker_is_that_files_error(
 ) -> None:
     # ProcessPoolExecutor hung here (a worker blocked on the shared result queue's lock
     # after another died); each worker now has a pipe of its own.
-    from qlrewrite import project
+    from qlrewrite.checking import project
 
     global _REAL_CHECK_ONE  # noqa: PLW0603 (read by the worker processes, forked)
     _REAL_CHECK_ONE = project.check_one
@@ -267,7 +267,7 @@ def test_a_worker_dead_before_the_next_file_is_handed_out(
 ) -> None:
     # The race behind a rare crash (BrokenPipeError, no JSON): the worker reports m0 and
     # dies on m1 before the parent hands it m2. Here the parent waits for that death.
-    from qlrewrite import project
+    from qlrewrite.checking import project
 
     global _REAL_CHECK_ONE  # noqa: PLW0603 (read by the worker processes, forked)
     _REAL_CHECK_ONE = project.check_one

@@ -1,5 +1,5 @@
 """Project configuration: found as ruff finds its own, every key and code checked, and the
-command line layered on top (qlrewrite.config, select_rules)."""
+command line layered on top (qlrewrite.checking.config, select_rules)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qlrewrite import config
+from qlrewrite.checking import config
 from qlrewrite.errors import InputError
 from qlrewrite.rules import RULES
 from qlrewrite.rules.selection import select_rules

@@ -18,7 +18,7 @@ from onnx import helper
 from ort_quantized import CONFIGS, INVALID_CONFIGS, inputs_for, model_name_of, quantized, run_ort
 from qdq_models import DQ, MS, Q, qdq_model
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.convert_domain import ConvertDomainPass, convert

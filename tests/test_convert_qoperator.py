@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from ort_quantized import QOPERATOR_CONFIGS, inputs_for, model_name_of, quantized, run_ort
 from qoperator_models import NO_CPU_KERNEL, OPS, build, feeds_for
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
@@ -225,7 +225,7 @@ def test_bound_of_dynamic_forms_is_float_summation() -> None:
 
 
 def test_verify_accepts_one_step_and_says_which_outputs_are_exact() -> None:
-    from qlrewrite.verify import Bound, OutputVerdict, Verification
+    from qlrewrite.verify.verify import Bound, OutputVerdict, Verification
 
     bound = Bound("r", per_output=(("y", 1.0),))
     one = OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=1.0)

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from ort_quantized import quantized
 
 from qlrewrite.cli import main
-from qlrewrite.compare import output_steps
+from qlrewrite.verify.compare import output_steps
 
 pytest.importorskip("onnxruntime")
 
@@ -109,8 +109,8 @@ def test_ort_crashing_in_the_deployment_is_reported_not_fatal(tmp_path: Path) ->
     from qoperator_models import build
     from test_verify import _ort_crashing_model
 
-    from qlrewrite.compare import verify_both
-    from qlrewrite.verify import VerifyOptions, input_specs
+    from qlrewrite.verify.compare import verify_both
+    from qlrewrite.verify.verify import VerifyOptions, input_specs
 
     good, bad = tmp_path / "good.onnx", tmp_path / "bad.onnx"
     onnx.save(build("QLinearLeakyRelu"), good)

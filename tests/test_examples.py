@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from qlrewrite.checker import check_path
+from qlrewrite.checking.checker import check_path
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VALID = [

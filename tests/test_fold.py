@@ -23,7 +23,7 @@ from ort_quantized import (
     run_ort,
 )
 
-from qlrewrite import model_io, tensors
+from qlrewrite.io import model_io, tensors
 from qlrewrite.passes import fold_tensor
 from qlrewrite.passes.fold import FoldPass, fold
 from qlrewrite.passes.fold_tensor import FoldedTensor

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from ort_quantized import inputs_for, quantized, run_ort
 
-from qlrewrite import model_io
 from qlrewrite.cli import main
 from qlrewrite.cli.fold import parse_size
+from qlrewrite.io import model_io
 from qlrewrite.passes.fold_tensor import FoldedTensor
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from ort_quantized import quantized
 
-from qlrewrite import compare
 from qlrewrite.cli import main
+from qlrewrite.verify import compare
 
 pytest.importorskip("onnxruntime")
 

@@ -34,8 +34,8 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import quantized
 
-from qlrewrite import model_io
 from qlrewrite.cli import main
+from qlrewrite.io import model_io
 
 MUTATIONS = int(os.environ.get("QLREWRITE_FUZZ_MUTATIONS", "10"))
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

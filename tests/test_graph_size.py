@@ -14,10 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import quantized
 from qdq_models import DQ, load_ir
 
-from qlrewrite.checker import check_model, check_path
+from qlrewrite.checking.checker import check_model, check_path
+from qlrewrite.io.weightless import weightless_from_source, weightless_proto
 from qlrewrite.qdq import MAIN
 from qlrewrite.qdq.inference import infer
-from qlrewrite.weightless import weightless_from_source, weightless_proto
 
 FLOAT = TensorProto.FLOAT
 Q = "QuantizeLinear"
@@ -192,7 +192,7 @@ def test_convert_to_com_microsoft_keeps_the_types_downstream_of_matmul_nbits(
     """Weights become MatMulNBits first; ONNX inference stops at that node, so the
     activation Q/DQ after it were refused ('element types ... unknown') until the new
     node's output kept the type inferred before the change."""
-    from qlrewrite import model_io
+    from qlrewrite.io import model_io
     from qlrewrite.passes.convert_domain import ConvertDomainPass
     from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 

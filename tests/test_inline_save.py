@@ -15,7 +15,7 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 
-from qlrewrite.inline_save import _padded_varint, _varint, save_inline
+from qlrewrite.io.inline_save import _padded_varint, _varint, save_inline
 
 _CONSTANT = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0)))
 _CALL = helper.make_node("f", ["w"], ["z"], domain="local")
@@ -169,8 +169,8 @@ def test_written_from_the_weightless_proto_the_file_is_the_same(
 ) -> None:
     """The rewrite saves from the proto its output check serialized (one serialization
     per run): byte for byte the file of a save that serializes the model itself."""
-    from qlrewrite.inline_save import _from_weightless
-    from qlrewrite.weightless import weightless_proto
+    from qlrewrite.io.inline_save import _from_weightless
+    from qlrewrite.io.weightless import weightless_proto
 
     model = ir.load(make(tmp_path))  # type: ignore[operator]
     weightless = weightless_proto(model)

@@ -22,8 +22,8 @@ import pytest
 from model_io_fixtures import cli, external_tensor, matmul_model, write_external_model
 from onnx import TensorProto, helper, numpy_helper
 
-from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.io import model_io, tensors
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GOOD = EXAMPLES / "blocked_int4_opset21.onnx"

@@ -15,8 +15,8 @@ import pytest
 from model_io_fixtures import matmul_model, weights, write_external_model
 from test_model_io import _sparse_external_model
 
-from qlrewrite import atomic, model_io, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.io import atomic, model_io, tensors
 
 
 def _inline_model(folder: Path, name: str = "in.onnx", k: int = 64, n: int = 32) -> Path:

@@ -25,7 +25,7 @@ VIEWS = {"ctx", "view", "context", "row"}
 #: Reads that look like a Q/DQ attribute but are not one, with the reason.
 NOT_QDQ = {
     ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
-    ("difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
+    ("verify/difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
 }
 
 
@@ -180,7 +180,7 @@ FACT_HOMES = {
     "convert targets": "passes/convert_domain.py",
     "accuracy levels": "opsets.py",
     "default axis": "opsets.py",
-    "ModelProto -> ir.Model": "model_io.py",
+    "ModelProto -> ir.Model": "io/model_io.py",
 }
 #: Two or more of one group in one literal collection is a second copy of the list.
 LITERAL_GROUPS = {

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from nbits_weights import matmul_nbits_model
 from onnx import numpy_helper
 
-from qlrewrite.checker import check_path
+from qlrewrite.checking.checker import check_path
 from qlrewrite.cli import main
 
 ort = pytest.importorskip("onnxruntime")

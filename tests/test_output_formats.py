@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 from qdq_models import DQ, qdq_model
 
-from qlrewrite import formats
+from qlrewrite.checking import formats
+from qlrewrite.checking.formats import FORMATS, OutputFormat, RenderOptions, output_format
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding, Report
-from qlrewrite.formats import FORMATS, OutputFormat, RenderOptions, output_format
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -27,7 +27,7 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 TOY_MODULE = '''
 """``--output-format toy``: one ``CODE@node`` per finding."""
 
-from qlrewrite.formats.base import OutputFormat
+from qlrewrite.checking.formats.base import OutputFormat
 
 
 def render_toy(reports, options):
@@ -86,7 +86,7 @@ def test_a_registered_format_renders_a_report() -> None:
 
 def test_adding_a_format_is_one_module_and_one_entry(tmp_path: Path) -> None:
     """The guide end to end, in a fresh process: the toy module (step 1) registered as
-    the list in qlrewrite/formats/__init__.py would (step 2); then ``check --format toy``,
+    the list in qlrewrite/checking/formats/__init__.py would (step 2); then ``check --format toy``,
     the configuration's output-format and ``--help`` know it, with no other change."""
     (tmp_path / "toy_format.py").write_text(textwrap.dedent(TOY_MODULE))
     model = _bad_model(tmp_path)
@@ -96,7 +96,7 @@ def test_adding_a_format_is_one_module_and_one_entry(tmp_path: Path) -> None:
         import sys
         sys.path.insert(0, {str(tmp_path)!r})
         import toy_format
-        from qlrewrite import formats
+        from qlrewrite.checking import formats
         formats.register(toy_format.FORMAT)
         from qlrewrite.cli import main
         main(sys.argv[1:])

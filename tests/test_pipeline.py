@@ -304,7 +304,7 @@ def test_unreadable_input_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
-    from qlrewrite import model_io
+    from qlrewrite.io import model_io
 
     loaded = model_io.load(model)
     model, results = pipeline.run_passes(loaded, [])

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from qlrewrite import render
+from qlrewrite.checking import render
+from qlrewrite.checking.formats import github, sarif
+from qlrewrite.checking.formats import json as json_format
 from qlrewrite.findings import Finding, Report
-from qlrewrite.formats import github, sarif
-from qlrewrite.formats import json as json_format
 from qlrewrite.rules import RULES
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rules.md"
@@ -128,7 +128,7 @@ def _github_slug(heading: str) -> str:
 
 def test_docs_rules_md_is_up_to_date() -> None:
     assert DOCS.read_text(encoding="utf-8") == render.rules_markdown(), (
-        "docs/rules.md is out of date: run `python -m qlrewrite.render docs/rules.md`"
+        "docs/rules.md is out of date: run `python -m qlrewrite.checking.render docs/rules.md`"
     )
 
 

@@ -23,8 +23,8 @@ import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 
-from qlrewrite import render
-from qlrewrite.checker import check
+from qlrewrite.checking import render
+from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding
 from qlrewrite.passes.commands import fix_passes

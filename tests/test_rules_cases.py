@@ -14,7 +14,7 @@ from qdq_models import DQ, DT, MS, ONNX_VERSIONS, Q, load_ir, qdq_model
 from test_rules_qoperator import CODES as QOPERATOR_CODES
 from test_rules_weight_only import CODES as WEIGHT_ONLY_CODES
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 from qlrewrite.rules import RULES
 
 V13 = tuple(v for v in ONNX_VERSIONS if v >= 13)

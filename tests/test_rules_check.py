@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper
 from qdq_models import DQ, DT, load_ir, qdq_model
 
-from qlrewrite.checker import check_model, check_path
+from qlrewrite.checking.checker import check_model, check_path
 
 FLOAT = TensorProto.FLOAT
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import numpy_helper
 from qdq_models import DQ, DT, MS, Q, blocked_with_one_element_scale, load_ir, qdq_model
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from qoperator_models import NO_CPU_KERNEL, OPS, build, ort_error
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 from qlrewrite.rules import RULES
 
 f32, u8, i8, i32 = np.float32, np.uint8, np.int8, np.int32

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from nbits_models import DT, gather_block_quantized_model, matmul_nbits_model, ort_runs
 from qdq_models import load_ir
 
-from qlrewrite.checker import check_model
+from qlrewrite.checking.checker import check_model
 from qlrewrite.rules import RULES
 
 MM = "MatMulNBits"

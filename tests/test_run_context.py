@@ -10,13 +10,13 @@ import pytest
 from qdq_models import DQ, DT, qdq_model
 
 from qlrewrite import pipeline
+from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.fix import FixPass
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.weightless import weightless_proto
 
 
 def _model() -> ir.Model:
@@ -93,7 +93,7 @@ def test_a_rewrite_leaves_no_channel_on_the_model(tmp_path) -> None:
     path = tmp_path / "m.onnx"
     onnx.save(qdq_model(DQ, 13, domain="com.microsoft", x_type=DT.INT8), path)
     result = pipeline.rewrite(path, [ConvertDomainPass("onnx")], command="convert", dry_run=True)
-    assert set(result.model.meta) <= {"qlrewrite.source"}
+    assert set(result.model.meta) <= {"qlrewrite.io.source"}
 
 
 def test_the_context_of_another_model_is_refused() -> None:

@@ -18,15 +18,15 @@ import onnx
 import pytest
 from model_io_fixtures import matmul_model, weights, write_external_model
 
-from qlrewrite import atomic, model_io
+from qlrewrite.io import atomic, model_io
 
 STEPS = ["staged", "locked", "data-in-place", "before-model-rename", "model-in-place", "cleaned"]
 
 # Runs `qlrewrite ARGS` with the commit step hook set to act at one step.
 _RUNNER = """
 import os, signal, sys, time
-from qlrewrite import atomic
-import qlrewrite.model_io as model_io
+from qlrewrite.io import atomic
+import qlrewrite.io.model_io as model_io
 step, action = sys.argv[1], sys.argv[2]
 def hook(name):
     if name != step:

@@ -16,8 +16,8 @@ import pytest
 from model_io_fixtures import cli, external_tensor, matmul_model, weights
 from onnx import TensorProto, helper, numpy_helper
 
-from qlrewrite import model_io, tensors
 from qlrewrite.errors import InputError
+from qlrewrite.io import model_io, tensors
 
 GOOD = np.arange(4, dtype=np.float32)
 DECOY = np.full(4, 666, dtype=np.float32)

@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from model_io_fixtures import cli, write_external_model
 
-from qlrewrite import atomic
+from qlrewrite.io import atomic
 from qlrewrite.rules.example_models import DQ, MS, qdq_model
 
 STEM = "s" * 250

@@ -13,7 +13,7 @@ import pytest
 from model_io_fixtures import cli, external_tensor, write_external_model
 from onnx import TensorProto, helper, numpy_helper
 
-from qlrewrite import atomic, model_io
+from qlrewrite.io import atomic, model_io
 
 WQ = (np.arange(64 * 32) % 251 - 125).astype(np.int8).reshape(64, 32)  # 8 KiB folded
 

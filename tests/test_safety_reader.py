@@ -16,8 +16,8 @@ import onnx
 import pytest
 from model_io_fixtures import cli
 
-from qlrewrite import reading
 from qlrewrite.errors import InputError
+from qlrewrite.io import reading
 from qlrewrite.rules.example_models import DQ, qdq_model
 
 PACKAGE = Path(__file__).resolve().parent.parent / "qlrewrite"
@@ -108,11 +108,11 @@ def test_a_file_whose_size_says_zero_is_read_to_its_end_within_the_cap() -> None
 
 # Opens that read nothing a user gave: (module, function) -> why.
 NOT_READS = {
-    ("atomic.py", "fsync_file"): "opens a file it staged, to fsync it",
-    ("atomic.py", "_write_synced"): "writes",
-    ("atomic.py", "_write_stream"): "writes",
-    ("inline_save.py", "save_inline"): "writes",
-    ("verify_child.py", "_read_tasks"): "the --verify child's tasks, on its stdin pipe",
+    ("io/atomic.py", "fsync_file"): "opens a file it staged, to fsync it",
+    ("io/atomic.py", "_write_synced"): "writes",
+    ("io/atomic.py", "_write_stream"): "writes",
+    ("io/inline_save.py", "save_inline"): "writes",
+    ("verify/verify_child.py", "_read_tasks"): "the --verify child's tasks, on its stdin pipe",
     ("cli/compare.py", "_feeds"): "np.load of the bytes reading.read_bytes read",
     ("cli/compare.py", "_check_headers"): "a member of the archive reading.read_bytes read",
 }
@@ -142,11 +142,11 @@ def _opens(tree: ast.AST) -> list[tuple[str, int]]:
 
 
 def test_every_file_read_goes_through_the_reader() -> None:
-    """No module opens a file to read it but :mod:`qlrewrite.reading`."""
+    """No module opens a file to read it but :mod:`qlrewrite.io.reading`."""
     stray = []
     for path in sorted(PACKAGE.rglob("*.py")):
         module = path.relative_to(PACKAGE).as_posix()
-        if module == "reading.py":
+        if module == "io/reading.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for function, line in _opens(tree):

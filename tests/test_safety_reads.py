@@ -16,13 +16,13 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from qdq_models import DQ, load_ir, qdq_model
 
-from qlrewrite import config
-from qlrewrite.checker import check_model
+from qlrewrite.checking import config
+from qlrewrite.checking.checker import check_model
+from qlrewrite.checking.suppress import IGNORE_KEY, apply_suppressions
 from qlrewrite.cli import main
 from qlrewrite.escape import escape
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.rules.selection import select_rules
-from qlrewrite.suppress import IGNORE_KEY, apply_suppressions
 
 ALL = select_rules()
 FORMATS = ("text", "json", "sarif", "github")

@@ -21,7 +21,8 @@ import pytest
 from model_io_fixtures import cli, write_external_model
 from onnx import TensorProto, helper, numpy_helper
 
-from qlrewrite import atomic, model_io, pipeline
+from qlrewrite import pipeline
+from qlrewrite.io import atomic, model_io
 from qlrewrite.rules.example_models import DQ, MS, qdq_model
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import onnx
 from qdq_models import DQ, load_ir, qdq_model
 
-from qlrewrite.checker import check, check_model
+from qlrewrite.checking.checker import check, check_model
+from qlrewrite.checking.suppress import IGNORE_KEY, apply_suppressions, unused_entry_findings
 from qlrewrite.rules.selection import select_rules
-from qlrewrite.suppress import IGNORE_KEY, apply_suppressions, unused_entry_findings
 
 ALL = select_rules()
 

@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
 from qdq_models import DQ, DT, qdq_model
 
-from qlrewrite.checker import check
+from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError
 from qlrewrite.targets import spec as target_spec
@@ -327,7 +327,8 @@ def test_documented_targets_say_so_and_cite_their_source(tmp_path: Path) -> None
 def test_no_target_reads_no_table() -> None:
     """Start-up stays as before: a check without --target parses no table."""
     code = (
-        "import sys; from qlrewrite.checker import check; from qdq_models import DQ, DT, qdq_model;"
+        "import sys; from qlrewrite.checking.checker import check;"
+        "from qdq_models import DQ, DT, qdq_model;"
         "check(qdq_model(DQ, 21)); from qlrewrite.targets import tables;"
         "print(tables.table.cache_info().currsize, tables.documented.cache_info().currsize)"
     )

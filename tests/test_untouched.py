@@ -13,7 +13,8 @@ import onnx_ir as ir
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qlrewrite import checker, pipeline
+from qlrewrite import pipeline
+from qlrewrite.checking import checker
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult

@@ -19,10 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import inputs_for, quantized, run_ort
 from qdq_models import DQ, MS, Q, qdq_model
 
-from qlrewrite import model_io
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.passes.upgrade import upgrade
+from qlrewrite.io import model_io
+from qlrewrite.passes.commands import upgrade
 from qlrewrite.pipeline import validate_output
 
 F32 = TensorProto.FLOAT

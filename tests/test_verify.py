@@ -33,7 +33,7 @@ from qdq_models import DQ, DT, Q, qdq_model
 from qlrewrite import pipeline
 from qlrewrite.cli import main
 from qlrewrite.cli._common import RewriteOptions, rewrite_options, run_command, run_rewrite
-from qlrewrite.verify import (
+from qlrewrite.verify.verify import (
     EXACT_BOUND,
     Bound,
     InputSpec,
@@ -486,8 +486,8 @@ def test_ort_crashing_the_process_ends_the_verification_not_the_command(
 ) -> None:
     from qoperator_models import build
 
-    from qlrewrite.verify import MISMATCH, UNVERIFIABLE, input_specs
-    from qlrewrite.verify_child import verify_in_child
+    from qlrewrite.verify.verify import MISMATCH, UNVERIFIABLE, input_specs
+    from qlrewrite.verify.verify_child import verify_in_child
 
     good = _save(build("QLinearLeakyRelu"), tmp_path / "good.onnx")
     bad = _save(_ort_crashing_model(), tmp_path / "bad.onnx")
@@ -577,13 +577,13 @@ def test_the_working_directory_is_not_on_the_childs_import_path(
 ) -> None:
     """A numpy.py, onnxruntime.py or qlrewrite/ in the current folder (in CI, the checkout
     under test) is never imported by the child: each would leave a marker."""
-    from qlrewrite import verify_child
+    from qlrewrite.verify import verify_child
 
     good = _save(_model(), tmp_path / "m.onnx")
     marker = tmp_path / "marker"
     plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
     for name in ("numpy.py", "onnxruntime.py", "onnx_ir.py", "qlrewrite/__init__.py",
-                 "qlrewrite/verify_child.py", "qlrewrite/verify.py"):  # fmt: skip
+                 "qlrewrite/verify/verify_child.py", "qlrewrite/verify/verify.py"):  # fmt: skip
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(plant)
     verify_child._CHILD.close()  # a child started here, now
@@ -599,7 +599,7 @@ def test_the_working_directory_is_not_on_the_childs_import_path(
 
 
 def input_specs_of(path: Path) -> list[InputSpec]:
-    from qlrewrite.verify import input_specs
+    from qlrewrite.verify.verify import input_specs
 
     return input_specs(ir.load(path), {})
 
@@ -643,7 +643,7 @@ def test_an_answer_that_cannot_be_read_kills_the_child(
 ) -> None:
     """Any undecodable answer is unverifiable at once (it hung in wait() on the live
     child, or was an internal ValueError), and the child is killed."""
-    from qlrewrite import verify_child
+    from qlrewrite.verify import verify_child
 
     script, pid_file = _fake_child(tmp_path, answer)
     monkeypatch.setattr(sys, "executable", str(script))
@@ -668,8 +668,8 @@ def test_an_answer_that_cannot_be_read_kills_the_child(
 _PARENT = """
 import sys
 import onnx_ir as ir
-from qlrewrite import verify_child
-from qlrewrite.verify import input_specs
+from qlrewrite.verify import verify_child
+from qlrewrite.verify.verify import input_specs
 loop = sys.argv[1]
 specs = input_specs(ir.load(loop), {})
 print(verify_child._CHILD._started().pid, flush=True)
@@ -712,8 +712,8 @@ def test_every_field_of_a_verification_crosses_from_the_child() -> None:
     """The child's answer, as JSON, is read back whole: every field and type, NaN and
     infinity included (a field the reader does not know would make every answer
     unverifiable)."""
-    from qlrewrite import verify_child
-    from qlrewrite.verify import OutputVerdict, Verification
+    from qlrewrite.verify import verify_child
+    from qlrewrite.verify.verify import OutputVerdict, Verification
 
     bound = Bound("a reason", relative=1e-6, ulp=2, per_output=(("y", 0.5),), unbounded=("z",))
     verdicts = [OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=float("inf"),

@@ -1,5 +1,5 @@
 """--verify after a QOperator conversion: each difference a converted node may make is
-carried through the float ops to every output (qlrewrite.difference), re-checked on the
+carried through the float ops to every output (qlrewrite.verify.difference), re-checked on the
 values measured inside both models; ORT-quantized BERT- and GPT-2-like graphs verify at
 sequence lengths 1, 2 and 8, a wrong conversion does not."""
 
@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from transformer_models import quantized
 
 from qlrewrite.cli import main
-from qlrewrite.difference import output_bounds
+from qlrewrite.verify.difference import output_bounds
 
 pytest.importorskip("onnxruntime")
 
@@ -144,7 +144,7 @@ def test_no_measuring_inside_where_another_difference_has_no_rule() -> None:
     measuring inside would call it a mismatch; those runs keep the stated bound."""
     from qlrewrite import pipeline
     from qlrewrite.passes.results import NBitsResult, QOperatorResult
-    from qlrewrite.verify import Bound
+    from qlrewrite.verify.verify import Bound
 
     class Recorder:
         probes = None

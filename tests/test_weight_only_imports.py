@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from nbits_weights import gather_block_quantized_model, matmul_nbits_model
 from onnx import helper
 
-from qlrewrite.checker import check_path
+from qlrewrite.checking.checker import check_path
 from qlrewrite.cli import main
 
 ort = pytest.importorskip("onnxruntime")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from qlrewrite import project
+from qlrewrite.checking import project
 from qlrewrite.errors import EXIT_INPUT, EXIT_OK
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report

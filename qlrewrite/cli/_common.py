@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite import pipeline
+from qlrewrite.checking.render import finding_lines
 from qlrewrite.cli._debug import debug_enabled, debug_option
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.escape import escape
 from qlrewrite.pipeline import RewriteResult
-from qlrewrite.render import finding_lines
-from qlrewrite.verify import (
+from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
     Verification,
     VerificationFailed,
@@ -189,7 +189,7 @@ class ProgressBar:
             self._bar.update(self._task, completed=completed, total=total, item=item)
 
     def on_tensor_saved(self, tensor: Any, info: Any) -> None:
-        """A :data:`qlrewrite.model_io.SaveCallback`: one more tensor written (counted,
+        """A :data:`qlrewrite.io.model_io.SaveCallback`: one more tensor written (counted,
         as onnx_ir calls it from worker threads out of index order), with the bytes
         written so far."""
         self._done += 1

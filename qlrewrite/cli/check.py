@@ -12,8 +12,13 @@ from typing import Any
 
 import click
 
-from qlrewrite import atomic, check_fix, model_io, output_guard, project, render
+from qlrewrite import check_fix
 from qlrewrite.check_fix import FixOptions
+from qlrewrite.checking import project, render
+from qlrewrite.checking.config import Settings, settings_for
+from qlrewrite.checking.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
+from qlrewrite.checking.formats.concise import fixable_phrase
+from qlrewrite.checking.project import enabled_codes
 from qlrewrite.cli import _check_views
 from qlrewrite.cli._common import (
     RewriteCommand,
@@ -29,13 +34,10 @@ from qlrewrite.cli._common import (
     verify_from,
     verify_option_list,
 )
-from qlrewrite.config import Settings, settings_for
 from qlrewrite.escape import escape
 from qlrewrite.findings import Report
-from qlrewrite.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
-from qlrewrite.formats.concise import fixable_phrase
-from qlrewrite.project import enabled_codes
-from qlrewrite.reading import STDIN
+from qlrewrite.io import atomic, model_io, output_guard
+from qlrewrite.io.reading import STDIN
 
 __all__ = ["check_command"]
 

@@ -14,15 +14,15 @@ from typing import Any
 import click
 import numpy as np
 
-from qlrewrite import model_io, reading
-from qlrewrite.atomic import PendingFile
 from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
-from qlrewrite.compare import Comparison, compare_models, output_steps
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
-from qlrewrite.output_guard import refuse_if_read
-from qlrewrite.runtimes import RUNTIMES
-from qlrewrite.verify import generate_inputs, input_specs_or_refuse
+from qlrewrite.io import model_io, reading
+from qlrewrite.io.atomic import PendingFile
+from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.verify.compare import Comparison, compare_models, output_steps
+from qlrewrite.verify.runtimes import RUNTIMES
+from qlrewrite.verify.verify import generate_inputs, input_specs_or_refuse
 
 __all__ = ["compare_command"]
 
@@ -287,7 +287,7 @@ def _plot(comparison: Comparison, path: Path) -> None:
 
 
 def save_image(path: Path, data: bytes) -> None:
-    """``data`` at ``path`` as reports are written (:class:`~qlrewrite.atomic.PendingFile`):
+    """``data`` at ``path`` as reports are written (:class:`~qlrewrite.io.atomic.PendingFile`):
     whole or not at all, a stream written into, never renamed over a link or a device."""
     with PendingFile(path) as pending:
         pending.write(data)

@@ -15,10 +15,10 @@ from qlrewrite.cli._common import (
     run_command,
     run_rewrite,
 )
-from qlrewrite.compare import ort_fusions
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fold_passes
 from qlrewrite.passes.fold import FLOAT16_MODES
+from qlrewrite.verify.compare import ort_fusions
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
 

@@ -14,14 +14,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite import model_io
+from qlrewrite.checking.summary import model_summary
 from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
 from qlrewrite.cli._tables import Column, fitted_table
 from qlrewrite.escape import escape
-from qlrewrite.source import source_of
-from qlrewrite.summary import model_summary
+from qlrewrite.io import model_io
+from qlrewrite.io.source import source_of
+from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.unchecked import UncheckedGroup, describe_unchecked
-from qlrewrite.weightless import weightless_from_source
 
 __all__ = ["info_command"]
 
@@ -79,7 +79,7 @@ def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
 
 def _target_findings(loaded: Any, specs: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
     """Per target, the QL7xx findings of check --target (what the runtime refuses)."""
-    from qlrewrite.checker import check
+    from qlrewrite.checking.checker import check
     from qlrewrite.targets.spec import parse_targets
 
     found = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from qlrewrite import render
+from qlrewrite.checking import render
 from qlrewrite.cli._common import debug_option, out_console, run_command
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Rule

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 
-from qlrewrite.deployed import Fusions
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.downgrade import DowngradePass
@@ -21,6 +20,7 @@ from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
 from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.retarget import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
+from qlrewrite.verify.deployed import Fusions
 
 __all__ = [
     "convert_passes",
@@ -28,6 +28,7 @@ __all__ = [
     "fix_passes",
     "fold_passes",
     "retarget_passes",
+    "upgrade",
     "upgrade_passes",
 ]
 
@@ -132,3 +133,18 @@ def retarget_passes(
     if zero_point or symmetric or narrow:
         passes.append(RetargetPass(signedness=zero_point, symmetric=symmetric, narrow=narrow))
     return passes
+
+
+def upgrade(model: ir.Model, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
+    """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified),
+    as ``qlrewrite upgrade`` converts it (:func:`upgrade_passes`).
+
+    com.microsoft Q/DQ become ai.onnx where the opset expresses them; the IR version
+    follows. MatMulNBits / GatherBlockQuantized stay unless ``convert_weight_only``.
+    Raises InputError for a downgrade, Refusal when the conversion fails.
+    """
+    passes = upgrade_passes(opset, convert_weight_only=convert_weight_only)
+    passes[0].requires(model)  # a downgrade raises InputError itself, not PreconditionError
+    for rewrite_pass in passes:
+        model = rewrite_pass(model).model
+    return model

@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.listing import grouped
 from qlrewrite.ort_float16 import domain_changes_result
 from qlrewrite.passes.context import ContextPass

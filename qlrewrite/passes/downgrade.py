@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.listing import grouped
 from qlrewrite.passes import downgrade_lower as lower
 from qlrewrite.passes.context import ContextPass

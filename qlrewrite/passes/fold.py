@@ -30,7 +30,6 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.deployed import Fusions
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import check_granularity
 from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
@@ -57,6 +56,7 @@ from qlrewrite.qdq import (
     value_dtype,
 )
 from qlrewrite.toolkit import FreshNames, all_graphs
+from qlrewrite.verify.deployed import Fusions
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 

@@ -39,7 +39,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.toolkit import FreshNames, ensure_import_at
-from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
+from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
 

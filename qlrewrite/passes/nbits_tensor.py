@@ -20,7 +20,7 @@ import mmap
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite import reading, tensors
+from qlrewrite.io import reading, tensors
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
 from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 

@@ -32,7 +32,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.listing import grouped
 from qlrewrite.passes.blocks import Writer, repeat_blocks
@@ -65,7 +65,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.toolkit import FreshNames, ensure_import, replace_value
-from qlrewrite.verify import EXACT_BOUND, Bound, summation_order_bound
+from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = [
     "HALF_BOUND",

@@ -33,7 +33,6 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.difference import output_bounds
 from qlrewrite.errors import Refusal
 from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
@@ -51,7 +50,8 @@ from qlrewrite.qdq import (
     triples,
 )
 from qlrewrite.toolkit import FreshNames, replace_value
-from qlrewrite.verify import EXACT_BOUND, Bound
+from qlrewrite.verify.difference import output_bounds
+from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
 __all__ = ["QOperatorToQdqPass", "measured_bound"]
 
@@ -336,7 +336,7 @@ FLOAT_SUM_RELATIVE = 1e-5
 
 def _bound(model: ir.Model, rewriter: _Rewriter, float_sums: bool) -> Bound:
     """What ``--verify`` accepts: the difference each requantizing conversion may make,
-    carried to every output (:func:`qlrewrite.difference.output_bounds`: steps for an
+    carried to every output (:func:`qlrewrite.verify.difference.output_bounds`: steps for an
     integer output, float units otherwise; an output it cannot bound is ``unbounded``);
     float sums in another order within FLOAT_SUM_RELATIVE."""
     sources = rewriter.requantized

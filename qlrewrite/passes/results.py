@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from qlrewrite.verify import EXACT_BOUND, Bound
+from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
@@ -35,7 +35,7 @@ class RewritePassResult(ir.passes.PassResult):
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
     #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
-    #: may differ (see :class:`qlrewrite.verify.Bound`).
+    #: may differ (see :class:`qlrewrite.verify.verify.Bound`).
     verify_bound: Bound = EXACT_BOUND
     #: The findings it repaired, one ``(code, where, what)`` per repair, in the order
     #: made (``check --diff`` prints them; ``check --fix`` counts them per code).
@@ -80,7 +80,7 @@ class QOperatorResult(RewritePassResult):
     """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
     ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
     ``differences``: the output name of each QuantizeLinear written for a converted node
-    -> the steps it may differ by (the sources of :func:`qlrewrite.difference.output_bounds`,
+    -> the steps it may differ by (the sources of :func:`qlrewrite.verify.difference.output_bounds`,
     which ``--verify`` re-checks on measured values)."""
 
     differences: dict[str, float] = dataclasses.field(default_factory=dict)

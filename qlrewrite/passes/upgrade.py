@@ -30,7 +30,8 @@ import onnx.version_converter
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
-from qlrewrite.ir_version import raise_ir_version
+from qlrewrite.io.ir_version import raise_ir_version
+from qlrewrite.io.source import set_source, source_of
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.convert_domain import divides_in_scale_type, keep_float32_division
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
@@ -43,10 +44,9 @@ from qlrewrite.qdq import (
     onnx_opset,
     site_view,
 )
-from qlrewrite.source import set_source, source_of
 from qlrewrite.toolkit import main_graphs
 
-__all__ = ["UpgradePass", "convert_weightless", "upgrade"]
+__all__ = ["UpgradePass", "convert_weightless"]
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -285,20 +285,3 @@ def _refuse_attribute_references(
                 f"and changes between opsets {current} and {opset}; ONNX's version converter "
                 "would write a wrong value for it; nothing written"
             )
-
-
-def upgrade(model: ir.Model, opset: int, *, convert_weight_only: bool = False) -> ir.Model:
-    """``model`` converted to ai.onnx ``opset`` (a new model; the input is not modified),
-    as ``qlrewrite upgrade`` converts it (:func:`qlrewrite.passes.commands.upgrade_passes`).
-
-    com.microsoft Q/DQ become ai.onnx where the opset expresses them; the IR version
-    follows. MatMulNBits / GatherBlockQuantized stay unless ``convert_weight_only``.
-    Raises InputError for a downgrade, Refusal when the conversion fails.
-    """
-    from qlrewrite.passes.commands import upgrade_passes  # it imports this module
-
-    passes = upgrade_passes(opset, convert_weight_only=convert_weight_only)
-    passes[0].requires(model)  # a downgrade raises InputError itself, not PreconditionError
-    for rewrite_pass in passes:
-        model = rewrite_pass(model).model
-    return model

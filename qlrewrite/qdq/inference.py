@@ -14,9 +14,9 @@ from collections.abc import Iterator, Mapping
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
-from qlrewrite.weightless import weightless_proto
 
 __all__ = ["Inference", "infer", "tables_of"]
 
@@ -25,8 +25,8 @@ class Inference:
     """Inferred (type, shape) by value name, per graph; inference runs on first need.
 
     ``weightless``: a weight-free proto of the model as it is now (from
-    :func:`~qlrewrite.weightless.weightless_proto`, or for a model just loaded
-    :func:`~qlrewrite.weightless.weightless_from_source`); without it the model is
+    :func:`~qlrewrite.io.weightless.weightless_proto`, or for a model just loaded
+    :func:`~qlrewrite.io.weightless.weightless_from_source`); without it the model is
     serialized again if inference is needed.
     """
 

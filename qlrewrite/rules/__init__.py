@@ -23,7 +23,7 @@ Adding a rule:
    ``applies`` reads the finding's fields, never its text. ``upgrade_repairs=True``
    when a newer opset makes the finding go away (``qlrewrite upgrade`` then takes such
    an input; a ``Fix`` with ``upgrade_opset`` implies it).
-4. ``python -m qlrewrite.render docs/rules.md`` regenerates the catalogue page (a test
+4. ``python -m qlrewrite.checking.render docs/rules.md`` regenerates the catalogue page (a test
    fails when it drifts); ``pytest tests/test_rule_units.py -k QLnnn`` runs the unit.
 """
 

@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
-from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
 from qlrewrite.rules.example_models import (
@@ -338,5 +338,5 @@ def _float_model() -> onnx.ModelProto:
     examples=[Example("float-only", _float_model, lambda: qdq_model(DQ, 21))],
 )
 def no_quantized_node(ctx: object) -> Iterator[Finding]:
-    """Made by :func:`qlrewrite.checker.check_model` (it knows every kind it walked)."""
+    """Made by :func:`qlrewrite.checking.checker.check_model` (it knows every kind it walked)."""
     return iter(())

@@ -12,7 +12,7 @@ import onnx_ir as ir
 from onnx import helper
 
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
-from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.rules.example_models import DQ, DT, MS, qdq_model
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,

@@ -1,4 +1,4 @@
-"""QL9xx: suppressions, judged after the check (:mod:`qlrewrite.suppress` makes them)."""
+"""QL9xx: suppressions, judged after the check (:mod:`qlrewrite.checking.suppress` makes them)."""
 
 from __future__ import annotations
 
@@ -41,5 +41,5 @@ __all__: list[str] = []
     ],
 )
 def unused_suppression(ctx: object) -> Iterator[Finding]:
-    """Made by :func:`qlrewrite.suppress.apply_suppressions`, not during the check."""
+    """Made by :func:`qlrewrite.checking.suppress.apply_suppressions`, not during the check."""
     return iter(())

@@ -4,7 +4,7 @@ A unit is, as a ruff rule is: its code, severity, catalogue text (summary, why, 
 example), its check (the decorated function), its :class:`Fix` (if any) and its
 :class:`Example` models, built in code, that run as its tests (a bad one that must give
 exactly the code, a good one that must not). ``qlrewrite rules``, ``docs/rules.md``, the
-check pass (:mod:`qlrewrite.checker`) and the fix pass (:mod:`qlrewrite.passes.fix`) all
+check pass (:mod:`qlrewrite.checking.checker`) and the fix pass (:mod:`qlrewrite.passes.fix`) all
 read :data:`CHECKS` / :data:`RULES`; nothing else lists rules.
 
 A rule module is named after the codes it holds: ``ql4xx_shapes.py`` holds QL4xx codes
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import tensors
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
+from qlrewrite.io import tensors
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
 from qlrewrite.toolkit import FreshNames

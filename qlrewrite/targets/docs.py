@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from qlrewrite import reading
-from qlrewrite.reading import DOCUMENT_BYTES
+from qlrewrite.io import reading
+from qlrewrite.io.reading import DOCUMENT_BYTES
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from qlrewrite import reading
-from qlrewrite.reading import DOCUMENT_BYTES
+from qlrewrite.io import reading
+from qlrewrite.io.reading import DOCUMENT_BYTES
 
 __all__ = ["DATA", "Fact", "Refusal", "Table", "documented", "ort_releases", "table"]
 

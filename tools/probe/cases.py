@@ -23,7 +23,7 @@ import onnx
 import onnx_ir as ir
 from onnx import helper
 
-from qlrewrite.ir_version import needed_ir_version
+from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import node_views
 from qlrewrite.rules import qoperator_models
 from qlrewrite.rules.example_models import (

@@ -1,8 +1,8 @@
 """Two models on the same inputs: how their outputs differ, in the runtimes at hand.
 
 ``--verify`` runs the rewritten model against the original twice: by the semantics
-(:mod:`qlrewrite.verify`, ONNX Runtime's optimizations off: it decides) and as deployed
-(:mod:`qlrewrite.deployed`, ORT's default session: it warns). ``qlrewrite compare`` runs
+(:mod:`qlrewrite.verify.verify`, ONNX Runtime's optimizations off: it decides) and as deployed
+(:mod:`qlrewrite.verify.deployed`, ORT's default session: it warns). ``qlrewrite compare`` runs
 any two models in ONNX Runtime, the ONNX reference evaluator and OpenVINO when installed.
 """
 
@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.deployed import (
+from qlrewrite.io.tensors import initializer_bytes
+from qlrewrite.qdq import constant_tensor, iter_sites
+from qlrewrite.verify.deployed import (
     Deployment,
     Fusions,
     OptimizedGraph,
@@ -24,11 +26,9 @@ from qlrewrite.deployed import (
     compare_deployed,
     optimized_graph,
 )
-from qlrewrite.qdq import constant_tensor, iter_sites
-from qlrewrite.runtimes import Divergence, compare_in, first_divergence, label, missing
-from qlrewrite.tensors import initializer_bytes
-from qlrewrite.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
-from qlrewrite.verify_child import ChildFailed, call_in_child, verify_in_child
+from qlrewrite.verify.runtimes import Divergence, compare_in, first_divergence, label, missing
+from qlrewrite.verify.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
+from qlrewrite.verify.verify_child import ChildFailed, call_in_child, verify_in_child
 
 __all__ = [
     "FUSION_CHECK_MAX_BYTES",

@@ -17,10 +17,13 @@ from typing import TYPE_CHECKING
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import model_io
+from qlrewrite.checking.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
 from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, Report
+from qlrewrite.io import model_io
+from qlrewrite.io.source import source_of
+from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
@@ -34,11 +37,8 @@ from qlrewrite.rules.registry import (
     TargetNode,
 )
 from qlrewrite.rules.selection import filter_report, select_rules
-from qlrewrite.source import source_of
-from qlrewrite.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
 from qlrewrite.toolkit import MAIN
 from qlrewrite.unchecked import group_sites
-from qlrewrite.weightless import weightless_from_source
 
 if TYPE_CHECKING:
     from qlrewrite.targets.spec import Target
@@ -60,7 +60,7 @@ def check(
     check --select/--ignore``; ``targets`` the runtimes deployed to, as ``--target``
     (``"ort==1.16"``, ``"openvino"``: see :mod:`qlrewrite.targets`). Findings accepted by
     ``per_node_ignores`` (node or output name -> codes) or by a node's ``qlrewrite:ignore``
-    metadata move to ``.suppressed`` (see :mod:`qlrewrite.suppress`); an entry of
+    metadata move to ``.suppressed`` (see :mod:`qlrewrite.checking.suppress`); an entry of
     ``per_node_ignores`` that names no node or suppresses nothing is one QL901 finding. A
     path that cannot be read gives a Report with ``load_error``; a ``ModelProto`` is
     checked as if its file were in the current folder.
@@ -164,13 +164,13 @@ def check_model(
     once per target of ``targets``.
 
     ``weightless``: a weight-free proto of ``model`` as it is now (from
-    :func:`~qlrewrite.weightless.weightless_proto` or, for a model just loaded,
-    :func:`~qlrewrite.weightless.weightless_from_source`), for shape inference; without
+    :func:`~qlrewrite.io.weightless.weightless_proto` or, for a model just loaded,
+    :func:`~qlrewrite.io.weightless.weightless_from_source`), for shape inference; without
     it the model is serialized again if inference is needed. ``inference``: the
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
     ``unchanged``: first output names of main-graph nodes whose node rules are not run
     again (a rewrite's output check: nodes judged on input and left as they were, see
-    :mod:`qlrewrite.untouched`).
+    :mod:`qlrewrite.checking.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)

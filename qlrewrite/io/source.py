@@ -1,6 +1,6 @@
 """Where a model was read from: the file and the proto as read, recorded on the model.
 
-:func:`qlrewrite.model_io.load` records a :class:`Source`; the checker, ``info`` and the
+:func:`qlrewrite.io.model_io.load` records a :class:`Source`; the checker, ``info`` and the
 pipeline read it (a weight-free copy for shape inference without serializing again,
 the folder external data is resolved against, the files an output must not overwrite).
 """
@@ -17,7 +17,7 @@ from qlrewrite.toolkit import model_folder
 
 __all__ = ["Source", "set_source", "source_of"]
 
-_KEY = "qlrewrite.source"
+_KEY = "qlrewrite.io.source"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ the reason (:func:`missing`). ONNX Runtime runs in its default session (what use
 deploy); intermediate tensors are read with its optimizations off (fused away, a tensor
 would not exist), by adding their names as graph outputs to a copy of the model.
 :func:`compare_in` and :func:`first_divergence` are called in the verify child
-(:func:`qlrewrite.verify_child.call_in_child`): a runtime may crash on a model.
+(:func:`qlrewrite.verify.verify_child.call_in_child`): a runtime may crash on a model.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from qlrewrite import reading
-from qlrewrite.deployed import OutputDifference, default_session, differences
-from qlrewrite.verify import compare_arrays, require_onnxruntime, run_session
+from qlrewrite.io import reading
+from qlrewrite.verify.deployed import OutputDifference, default_session, differences
+from qlrewrite.verify.verify import compare_arrays, require_onnxruntime, run_session
 
 __all__ = [
     "RUNTIMES",

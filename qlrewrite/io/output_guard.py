@@ -189,7 +189,7 @@ def refuse_shared_outputs(pairs: Sequence[tuple[Path, Path]]) -> None:
 class Output:
     """One file a run writes: what it is (``the report``, ``the output``) and where.
     ``data`` (models only): whether a name in the model's folder is one its external
-    data file may be given (:func:`qlrewrite.atomic.is_data_name`)."""
+    data file may be given (:func:`qlrewrite.io.atomic.is_data_name`)."""
 
     label: str
     path: Path

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite import reading
 from qlrewrite.errors import InputError, Refusal
+from qlrewrite.io import reading
 
 __all__ = [
     "EXACT_BOUND",
@@ -81,7 +81,7 @@ class Bound:
     - ``ulp``: at most ``ulp`` representable steps between expected and actual;
     - ``per_output``: (output name, limit) pairs: max |expected - actual| <= limit for that
       output (steps for an integer output, float units otherwise; see
-      :mod:`qlrewrite.difference`);
+      :mod:`qlrewrite.verify.difference`);
     - ``unbounded``: outputs whose difference nothing bounds (a LayerNormalization after a
       converted node): their difference is reported, not checked.
 
@@ -218,7 +218,7 @@ class VerifyOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     tolerance: float | None = None
     bound: Bound = EXACT_BOUND
-    #: Also run both models as deployed (:mod:`qlrewrite.deployed`); a warning, never a
+    #: Also run both models as deployed (:mod:`qlrewrite.verify.deployed`); a warning, never a
     #: failure. ``output_steps``: (output, quantization step) where an output is dequantized.
     deployed: bool = False
     output_steps: tuple[tuple[str, float], ...] = ()
@@ -313,7 +313,7 @@ class Verification:
     reason: str | None = None
     bound: Bound = EXACT_BOUND  # what the rewrite states it may change, and why
     runtime: str | None = None  # "ONNX Runtime 1.31.1": what computed the outputs
-    #: qlrewrite.deployed.Deployment, the default session's view: set in the parent process
+    #: qlrewrite.verify.deployed.Deployment, the default session's view: set in the parent process
     #: after the child's verification (which never sends it).
     deployment: Any = dataclasses.field(default=None, metadata={"parent_only": True})
     #: The largest difference measured at each probe (VerifyOptions.probes) both had.
@@ -723,7 +723,7 @@ def verify_models(
     on_phase: Callable[[str], None] = lambda phase: None,
 ) -> Verification:
     """Run both model files on ``options.runs`` generated input sets and compare outputs
-    (in this process: :func:`qlrewrite.verify_child.verify_in_child` survives ONNX Runtime
+    (in this process: :func:`qlrewrite.verify.verify_child.verify_in_child` survives ONNX Runtime
     crashing).
     ``on_phase`` hears "original" and "rewritten" before each model is loaded."""
     ort = require_onnxruntime()
@@ -857,7 +857,7 @@ def _compare_runs(
 
 
 class Verifier:
-    """The ``before_commit`` hook of :func:`qlrewrite.model_io.save` that verifies a rewrite.
+    """The ``before_commit`` hook of :func:`qlrewrite.io.model_io.save` that verifies a rewrite.
 
     Built before the passes run, so usage errors (no ONNX Runtime, unknown dims) come first.
     Called with the staged rewritten model; raises VerificationFailed unless it passes, so a

@@ -4,7 +4,7 @@ with --fix)`` and the summary line.
 
 A line wider than the terminal wraps between words, its continuation indented; only a
 single word wider than the terminal is folded. ``[*]`` marks a finding with a safe fix.
-Logs, files and CI get the plain lines of :func:`qlrewrite.render.text_lines` instead.
+Logs, files and CI get the plain lines of :func:`qlrewrite.checking.render.text_lines` instead.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from qlrewrite.findings import Finding, Report, fixable
-from qlrewrite.formats.base import RenderOptions
-from qlrewrite.render import (
+from qlrewrite.checking.formats.base import RenderOptions
+from qlrewrite.checking.render import (
     GROUP_ABOVE,
     FindingGroup,
     custom_quant_line,
@@ -25,6 +24,7 @@ from qlrewrite.render import (
     node_label,
     summary_line,
 )
+from qlrewrite.findings import Finding, Report, fixable
 
 __all__ = [
     "concise_line",

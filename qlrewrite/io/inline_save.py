@@ -21,7 +21,7 @@ from typing import BinaryIO
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.tensors import external_in_memory
+from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import main_graphs
 
 #: Called after each initializer is written (model_io.SaveCallback).
@@ -147,7 +147,7 @@ def save_inline(
     """Write ``model`` to ``path`` with every tensor inside the file, the main graph's
     initializers serialized one at a time; ``callback`` is called after each (as onnx_ir
     calls it for external data: progress). ``weightless``: the
-    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the
+    :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, if the
     caller has it: the rest of the model is copied from it, not serialized again."""
     values = [v for v in model.graph.initializers.values() if v.const_value is not None]
     proto = _from_weightless(weightless, model) if weightless is not None else None

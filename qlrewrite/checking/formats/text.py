@@ -1,16 +1,16 @@
 """``--output-format text`` (the default): one line per finding, or per group of similar
 findings, for logs, files and CI; on a terminal, ruff's concise lines in colour
-(:mod:`qlrewrite.formats.concise`)."""
+(:mod:`qlrewrite.checking.formats.concise`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions
+from qlrewrite.checking.formats.concise import print_concise
+from qlrewrite.checking.render import text_lines
 from qlrewrite.findings import Report
-from qlrewrite.formats.base import OutputFormat, RenderOptions
-from qlrewrite.formats.concise import print_concise
-from qlrewrite.render import text_lines
 
 __all__ = ["FORMAT", "statistics_text"]
 

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+from qlrewrite.checking.formats import text
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions
+from qlrewrite.checking.render import print_text_tables
 from qlrewrite.findings import Report
-from qlrewrite.formats import text
-from qlrewrite.formats.base import OutputFormat, RenderOptions
-from qlrewrite.render import print_text_tables
 
 __all__ = ["FORMAT"]
 

@@ -3,9 +3,9 @@
 Loading keeps external data on disk (onnx_ir memory-maps it on demand) and validates
 what can be validated without reading weights: the file is an ONNX model, every
 tensor's data fits its dims, and external data stays inside the model's folder and
-fits its file (resolution and validation live in :mod:`qlrewrite.tensors`). Saving is
+fits its file (resolution and validation live in :mod:`qlrewrite.io.tensors`). Saving is
 atomic: everything is written into a locked staging folder next to the destination,
-flushed to disk, then committed by :func:`qlrewrite.atomic.commit_model`.
+flushed to disk, then committed by :func:`qlrewrite.io.atomic.commit_model`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import google.protobuf.descriptor
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import atomic, reading, tensors, wire
 from qlrewrite.errors import InputError
-from qlrewrite.inline_save import save_inline
-from qlrewrite.limits import LIMITS, Limits
-from qlrewrite.output_guard import destination
-from qlrewrite.source import Source, set_source, source_of
-from qlrewrite.tensors import external_in_memory
+from qlrewrite.io import atomic, reading, tensors, wire
+from qlrewrite.io.inline_save import save_inline
+from qlrewrite.io.limits import LIMITS, Limits
+from qlrewrite.io.output_guard import destination
+from qlrewrite.io.source import Source, set_source, source_of
+from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import (
     GraphRef,
     all_graphs,
@@ -191,7 +191,7 @@ class _Undefined(logging.Handler):
 
 def from_proto(proto: onnx.ModelProto, label: str | os.PathLike = "model") -> ir.Model:
     """An ``onnx_ir.Model`` of ``proto`` (its tensors wrapped, not copied), recorded as
-    read from ``proto`` (:mod:`qlrewrite.source`): the one place a ModelProto becomes a
+    read from ``proto`` (:mod:`qlrewrite.io.source`): the one place a ModelProto becomes a
     model. InputError (``<label>: not a valid ONNX model ...``, one line) for a proto
     onnx_ir cannot read or a node input defined nowhere."""
     model = _deserialize(proto, label)
@@ -222,7 +222,7 @@ def _deserialize(proto: onnx.ModelProto, path: str | os.PathLike) -> ir.Model:
 
 
 def read_model_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of the model file at ``path``, through :mod:`qlrewrite.reading` (a
+    """The bytes of the model file at ``path``, through :mod:`qlrewrite.io.reading` (a
     regular file under 2 GiB, never a FIFO or device); an empty file is refused."""
     data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
     if not data:
@@ -232,7 +232,7 @@ def read_model_bytes(path: str | os.PathLike) -> bytes:
 
 def _what_it_is(data: bytes) -> str | None:
     """What bytes onnx cannot parse are, from their wire format
-    (:func:`qlrewrite.wire.diagnose`)."""
+    (:func:`qlrewrite.io.wire.diagnose`)."""
     return wire.diagnose(io.BytesIO(data), len(data))
 
 
@@ -444,7 +444,7 @@ def save(
     ``external_data=None`` decides: external data if the model already uses it or its
     initializers exceed ``threshold`` bytes. The data file goes beside the output with
     a relative location, named ``<file name>.data`` (``<file name>.<8 hex>.data`` when
-    that name is taken): see :func:`qlrewrite.atomic.commit_model`, which also removes
+    that name is taken): see :func:`qlrewrite.io.atomic.commit_model`, which also removes
     the replaced output's data files except those in ``keep`` (default: the files
     ``model`` itself still reads, so it stays usable). On any failure nothing
     is left behind: neither a partial output nor a temporary file. ``before_commit`` is
@@ -452,7 +452,7 @@ def save(
     into place; if it raises, nothing is written (``--verify`` uses it). ``unchanged`` is
     called under the commit lock just before the commit (an in-place rewrite refuses there
     when another run replaced the input meanwhile). ``weightless``: the
-    :func:`~qlrewrite.weightless.weightless_proto` of ``model`` as it is now, if the caller
+    :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, if the caller
     has it: a file without external data is written from it, not serialized again.
     """
     path = _output_path(path)

@@ -1,4 +1,4 @@
-"""What a model file may hold before it is refused (read by :mod:`qlrewrite.model_io`,
+"""What a model file may hold before it is refused (read by :mod:`qlrewrite.io.model_io`,
 set by the command line's ``--max-nodes`` / ``--max-depth``): a module of its own so the
 command line reads it without importing onnx."""
 
@@ -22,7 +22,7 @@ class Limits:
     max_depth: int = 64
 
 
-#: The limits :func:`qlrewrite.model_io.load` applies (a context variable: set per thread
+#: The limits :func:`qlrewrite.io.model_io.load` applies (a context variable: set per thread
 #: or task).
 LIMITS: contextvars.ContextVar[Limits] = contextvars.ContextVar(
     "qlrewrite_limits",

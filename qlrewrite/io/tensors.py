@@ -29,7 +29,7 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.source import source_of
+from qlrewrite.io.source import source_of
 from qlrewrite.toolkit import GraphRef, all_graphs, proto_graphs
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Checking the models of a project: which files, under which settings, in how many processes.
 
-``qlrewrite check PATHS`` resolves each model's configuration (:mod:`qlrewrite.config`),
+``qlrewrite check PATHS`` resolves each model's configuration (:mod:`qlrewrite.checking.config`),
 layers the command line's rule selection over it, checks the files (in worker processes
 with ``jobs`` > 1, results in input order) and reports the ``per-node-ignores`` entries
 that named no node or suppressed nothing in any model checked under their configuration
@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from qlrewrite.config import Settings, forget, settings_for
+from qlrewrite.checking.config import Settings, forget, settings_for
 from qlrewrite.errors import EXIT_FINDINGS, EXIT_INPUT, EXIT_OK, InputError
 from qlrewrite.findings import Report
-from qlrewrite.reading import STDIN
+from qlrewrite.io.reading import STDIN
 
 __all__ = [
     "Selection",
@@ -115,7 +115,7 @@ def collect_models(
 def _stdin_target(path: Path, settings: Settings) -> Target | Report:
     """``-``: the model piped into stdin, read now (bounded, into memory), under the
     settings of the current folder; a read that fails is that input's error."""
-    from qlrewrite.model_io import read_stdin_model
+    from qlrewrite.io.model_io import read_stdin_model
 
     try:
         return Target(path, settings, data=read_stdin_model())
@@ -199,7 +199,7 @@ def runtime_targets(settings: Settings, selection: Selection) -> tuple[str, ...]
 def check_one(target: Target, selection: Selection, debug: bool = False) -> Report:
     """One model's finished report; a crash of the checker is that file's error, not the
     run's (``debug``: raise it)."""
-    from qlrewrite.checker import check_path
+    from qlrewrite.checking.checker import check_path
     from qlrewrite.targets.spec import parse_targets
 
     try:
@@ -381,11 +381,11 @@ def unused_suppressions(
     targets: Sequence[Target], reports: Sequence[Report], selection: Selection
 ) -> list[Report]:
     """One report per configuration file with one QL901 per ``per-node-ignores`` entry
-    unused in the whole run (:func:`~qlrewrite.suppress.unused_entry_findings`): decided
+    unused in the whole run (:func:`~qlrewrite.checking.suppress.unused_entry_findings`): decided
     here, in the parent, from every model's report (a worker process only records what
     each entry did on its models). A configuration is judged when QL901 is enabled for
     one of its models and every one of them could be read."""
-    from qlrewrite.suppress import STALE_RULE, unused_entry_findings
+    from qlrewrite.checking.suppress import STALE_RULE, unused_entry_findings
 
     by_path = {str(r.path): r for r in reports}
     members: dict[Path, tuple[Settings, list[Report]]] = {}

@@ -14,8 +14,8 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import tensors
-from qlrewrite.tensors import external_in_memory
+from qlrewrite.io import tensors
+from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import main_graphs, proto_graphs
 
 __all__ = ["INLINE_BYTES", "weightless_from_source", "weightless_proto"]

@@ -34,7 +34,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from qlrewrite.verify import (
+from qlrewrite.verify.verify import (
     EXACT,
     MISMATCH,
     UNVERIFIABLE,
@@ -68,7 +68,7 @@ spec = importlib.util.spec_from_file_location(
 package = importlib.util.module_from_spec(spec)
 sys.modules["qlrewrite"] = package
 spec.loader.exec_module(package)
-from qlrewrite.verify_child import main
+from qlrewrite.verify.verify_child import main
 main(int(sys.argv[1]), sys.argv[2] == "1")
 """
 
@@ -79,7 +79,7 @@ def verify_in_child(
     specs: Sequence[InputSpec],
     options: VerifyOptions | None = None,
 ) -> Verification:
-    """:func:`~qlrewrite.verify.verify_models` in the child process; a crash of ONNX
+    """:func:`~qlrewrite.verify.verify.verify_models` in the child process; a crash of ONNX
     Runtime there is a verification that did not pass (unverifiable on the original model,
     a mismatch on the rewritten one); a task over ``options.timeout`` seconds, or an
     answer that cannot be read, is unverifiable."""
@@ -148,7 +148,7 @@ class _Ended(Exception):
 def _child_command() -> list[str]:
     """The child's command line: isolated (``-I``: no working directory, no user site,
     no PYTHON* variables), with the parent's import path less the working directory."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cwd = os.path.realpath(os.getcwd())
     path = [
         os.path.abspath(p)

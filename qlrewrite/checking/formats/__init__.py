@@ -1,15 +1,15 @@
 """The output formats of ``qlrewrite check``: one emitter module each, listed once here.
 
 Adding a format (see docs/architecture.md, "Adding an output format"): write
-``qlrewrite/formats/<name>.py`` with its emitter and ``FORMAT = OutputFormat(...)``, and
+``qlrewrite/checking/formats/<name>.py`` with its emitter and ``FORMAT = OutputFormat(...)``, and
 add the module to the list below. The ``--output-format`` choices and help, the
 configuration's ``output-format`` and ``--statistics`` all read :data:`FORMATS`.
 """
 
 from __future__ import annotations
 
-from qlrewrite.formats import full, github, json, sarif, text
-from qlrewrite.formats.base import OutputFormat, RenderOptions
+from qlrewrite.checking.formats import full, github, json, sarif, text
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions
 
 __all__ = [
     "DEFAULT_FORMAT",

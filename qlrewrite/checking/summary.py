@@ -17,8 +17,9 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import opsets, tensors
+from qlrewrite import opsets
 from qlrewrite.custom_quant import custom_quant_groups
+from qlrewrite.io import tensors
 from qlrewrite.qdq import (
     LEFT_ALONE,
     QDQ,

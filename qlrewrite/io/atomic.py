@@ -40,10 +40,10 @@ from pathlib import Path
 
 import onnx
 
-from qlrewrite import reading
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
-from qlrewrite.output_guard import Destination, destination
+from qlrewrite.io import reading
+from qlrewrite.io.output_guard import Destination, destination
 
 __all__ = [
     "COMMIT_LOCK_SECONDS",
@@ -182,7 +182,7 @@ def _read_journal(path: Path) -> tuple[str, tuple[str, _Identity], list] | None:
     """The commit a journal records (model name, data file, replaced files), None when
     there is none (a run killed before its commit began). Read only from a regular file
     of this user's (``lstat`` first: a FIFO or a device is never opened), through
-    :mod:`qlrewrite.reading` (no link, at most ``JOURNAL_BYTES``); raises
+    :mod:`qlrewrite.io.reading` (no link, at most ``JOURNAL_BYTES``); raises
     :class:`_Foreign` otherwise."""
     try:
         info = os.lstat(path)
@@ -432,7 +432,7 @@ def free_data_name(folder: Path, model_name: str) -> str:
 
 
 def _model_proto(path: Path) -> onnx.ModelProto:
-    """The model at ``path`` (no external data), read through :mod:`qlrewrite.reading`."""
+    """The model at ``path`` (no external data), read through :mod:`qlrewrite.io.reading`."""
     data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
     return onnx.load_model_from_string(data, format="protobuf")
 
@@ -440,7 +440,7 @@ def _model_proto(path: Path) -> onnx.ModelProto:
 def _relocate(staged_model: Path, old: str, new: str) -> None:
     """Point the staged model's external data at ``new`` instead of ``old``."""
     proto = _model_proto(staged_model)
-    from qlrewrite.tensors import proto_tensors
+    from qlrewrite.io.tensors import proto_tensors
 
     for _, tensor in proto_tensors(proto):
         for entry in tensor.external_data:
@@ -581,7 +581,7 @@ def _is_name(name: str) -> bool:
 
 def _locations(model: Path) -> set[str] | None:
     """The external data locations ``model`` names (None: not a readable model)."""
-    from qlrewrite.tensors import proto_tensors
+    from qlrewrite.io.tensors import proto_tensors
 
     try:
         proto = _model_proto(model)
@@ -680,7 +680,7 @@ class PendingFile:
     Creating it checks that the folder exists and takes files, so a report that cannot
     be written refuses before anything else is. A stream (a FIFO, device or socket, or a
     path whose links lead through ``/proc/*/fd``, ``/dev/fd`` or ``/dev/std*``: see
-    :func:`~qlrewrite.output_guard.destination`) is written into at commit, never
+    :func:`~qlrewrite.io.output_guard.destination`) is written into at commit, never
     replaced; ``/dev/stdout`` and the like through this process's own descriptor. A link
     of this user's to a regular file is written through: the file it points to is
     replaced atomically, the link stays. Any other link is refused.

@@ -6,9 +6,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions
+from qlrewrite.checking.render import rule_counts
 from qlrewrite.findings import Report
-from qlrewrite.formats.base import OutputFormat, RenderOptions
-from qlrewrite.render import rule_counts
 
 __all__ = ["FORMAT", "render_json"]
 

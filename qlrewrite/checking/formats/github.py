@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions, relative_posix
+from qlrewrite.checking.render import summary_line
 from qlrewrite.findings import Report
-from qlrewrite.formats.base import OutputFormat, RenderOptions, relative_posix
-from qlrewrite.render import summary_line
 from qlrewrite.rules import RULES
 
 __all__ = ["FORMAT", "render_github"]

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from qlrewrite import reading
 from qlrewrite.errors import InputError
+from qlrewrite.io import reading
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -253,7 +253,7 @@ class _Reader:
         return specs
 
     def output_format(self) -> str | None:
-        from qlrewrite.formats import FORMATS
+        from qlrewrite.checking.formats import FORMATS
 
         value = self.table.get("output-format")
         if value is not None and (not isinstance(value, str) or value not in FORMATS):

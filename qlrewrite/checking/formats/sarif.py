@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from qlrewrite._version import __version__
+from qlrewrite.checking.formats.base import OutputFormat, RenderOptions, relative_posix
+from qlrewrite.checking.render import node_where
 from qlrewrite.findings import Finding, Report, Rule
-from qlrewrite.formats.base import OutputFormat, RenderOptions, relative_posix
-from qlrewrite.render import node_where
 from qlrewrite.rules import RULES
 
 __all__ = ["FORMAT", "SARIF_SCHEMA", "render_sarif"]

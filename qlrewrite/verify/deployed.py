@@ -8,7 +8,7 @@ same by the ONNX semantics can run other kernels, at another speed, with other r
 The kernels are read from ORT's own optimized graph (``optimized_model_filepath``, its
 initializers in a separate file, the graph read without them), never guessed.
 
-Everything here runs ONNX Runtime in the calling process: :mod:`qlrewrite.verify_child`
+Everything here runs ONNX Runtime in the calling process: :mod:`qlrewrite.verify.verify_child`
 runs it in a child process (ORT aborts the process on some models).
 """
 
@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from qlrewrite import reading
-from qlrewrite.verify import (
+from qlrewrite.io import reading
+from qlrewrite.verify.verify import (
     InputSpec,
     OutputVerdict,
     compare_arrays,
