@@ -94,9 +94,9 @@ HALF_BOUND = Bound(
 ORDER_REASON = (
     "MatMulNBits and DequantizeLinear -> MatMul multiply the same float32 weights (bit for "
     "bit), but ONNX Runtime's CPU GEMM sums the products in another order when A has one "
-    "row (MLAS's M = 1 kernels), and MatMulNBits adds its bias before the last K panel "
-    "instead of after; bit-identical when every such node sees 2 or more rows of A and "
-    "has no bias"
+    "row (MLAS's M = 1 kernels) or the weight one column (N = 1), and MatMulNBits adds its "
+    "bias before the last K panel instead of after; bit-identical when every such node "
+    "sees 2 or more rows of A, has N of 2 or more and no bias"
 )
 
 _DT = ir.DataType
