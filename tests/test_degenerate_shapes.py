@@ -17,6 +17,7 @@ process on a blocked QuantizeLinear empty at or after its axis (QL412, warning).
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import itertools
 import json
@@ -170,7 +171,7 @@ def _ort_in_child(path: Path) -> tuple[int | None, list[np.ndarray] | None]:
     crashes the process on some shapes) and the outputs it sent (None: it could not)."""
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=lambda: send.send(_run_ort_here(path)))
+    child = context.Process(target=_child_run, args=(send, path))
     child.start()
     send.close()  # the child's end alone: a crash is an end of file here, not a wait
     try:
@@ -179,6 +180,13 @@ def _ort_in_child(path: Path) -> tuple[int | None, list[np.ndarray] | None]:
         result = None
     child.join(10)
     return child.exitcode, result
+
+
+def _child_run(send: Any, path: Path) -> None:
+    """The child's work: quiet when ONNX Runtime crashes it (pytest's faulthandler, which a
+    forked child inherits, would print every crash's Python stack into the test log)."""
+    faulthandler.disable()
+    send.send(_run_ort_here(path))
 
 
 def _run_ort(path: Path) -> list[np.ndarray] | None:
