@@ -8,7 +8,8 @@ cache-sized chunks run on a thread pool ($QLREWRITE_THREADS or ``threads=`` sets
 from __future__ import annotations
 
 from qlrewrite.kernels._chunks import check_granularity
+from qlrewrite.kernels._types import int_range
 from qlrewrite.kernels.dequantize import dequantize
 from qlrewrite.kernels.quantize import quantize
 
-__all__ = ["check_granularity", "dequantize", "quantize"]
+__all__ = ["check_granularity", "dequantize", "int_range", "quantize"]

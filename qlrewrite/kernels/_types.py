@@ -25,6 +25,7 @@ __all__ = [
     "Q_X_TYPES",
     "code_table",
     "float_max",
+    "int_range",
     "to_dtype",
     "type_refusal",
 ]
@@ -56,6 +57,15 @@ INT_RANGES: dict[np.dtype, tuple[int, int]] = {
     np.dtype(ml_dtypes.int2): (-2, 1),
     np.dtype(ml_dtypes.uint2): (0, 3),
 }
+
+
+def int_range(dtype: ir.DataType) -> tuple[int, int] | None:
+    """The (min, max) of an integer quantized element type (None: not one)."""
+    try:
+        return INT_RANGES.get(np.dtype(dtype.numpy()))
+    except (TypeError, ValueError):  # a type NumPy cannot hold
+        return None
+
 
 #: Float8 types: the only ones the ``saturate`` attribute applies to.
 FLOAT8_TYPES = frozenset(

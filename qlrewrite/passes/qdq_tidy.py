@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import collections
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.kernels import dequantize, quantize
+from qlrewrite.kernels import dequantize, int_range, quantize
 from qlrewrite.passes.results import RetargetResult
-from qlrewrite.passes.retarget import numpy_type
 from qlrewrite.qdq import QDQ, NodeView, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
 from qlrewrite.toolkit import FreshNames
@@ -116,11 +114,11 @@ def _proven(dq: NodeView) -> bool:
     if params is None or dq.scale is None or dq.scale.dtype is None:
         return False
     dtype, scale, zero, _, _ = params
-    kind = numpy_type(dtype)
-    if kind is None:
+    bounds = int_range(dtype)
+    if bounds is None:
         return False
-    info = ml_dtypes.iinfo(kind)
-    values = np.arange(int(info.min), int(info.max) + 1)
+    kind = dtype.numpy()
+    values = np.arange(bounds[0], bounds[1] + 1)
     pairs = np.unique(np.stack([scale.ravel(), zero.ravel()], axis=1), axis=0)
     if pairs.shape[0] * values.size > _MAX_PROOF:
         return False

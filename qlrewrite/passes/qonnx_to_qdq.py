@@ -31,12 +31,12 @@ import collections
 import dataclasses
 from typing import NamedTuple
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.custom_quant import QONNX_DOMAINS
 from qlrewrite.errors import Refusal
+from qlrewrite.kernels import int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
 from qlrewrite.qdq import NodeView, constant_tensor, node_views, normalize_domain, onnx_opset
@@ -62,14 +62,6 @@ _STORAGE = {
     (8, False): (_DT.UINT8, 10),
     (16, True): (_DT.INT16, _INT4_OPSET),
     (16, False): (_DT.UINT16, _INT4_OPSET),
-}
-_NUMPY = {
-    _DT.INT4: ml_dtypes.int4,
-    _DT.UINT4: ml_dtypes.uint4,
-    _DT.INT8: np.int8,
-    _DT.UINT8: np.uint8,
-    _DT.INT16: np.int16,
-    _DT.UINT16: np.uint16,
 }
 _ROUNDING = ("ROUND", "HALF_EVEN")
 _OVERRIDABLE = (
@@ -199,8 +191,7 @@ def _plan_range(plan: _Plan, bits: np.ndarray, opset: int) -> None:
     plan.high = (1 << (width - 1)) - 1 if signed else (1 << width) - 1 - narrow
     for storage_bits in (4, 8, 16):
         storage, needs = _STORAGE[(storage_bits, signed)]
-        info = ml_dtypes.iinfo(_NUMPY[storage])
-        exact = (int(info.min), int(info.max)) == (plan.low, plan.high)
+        exact = int_range(storage) == (plan.low, plan.high)
         if width <= storage_bits and opset >= needs and (exact or storage_bits == 8):
             plan.storage, plan.clip = storage, not exact
             return
@@ -250,9 +241,7 @@ def _initializer(
 ) -> ir.Value:
     name = names.fresh(base)
     value = ir.Value(name=name, shape=ir.Shape(array.shape))
-    value.const_value = ir.tensor(
-        array.astype(_NUMPY.get(dtype, dtype.numpy())), dtype=dtype, name=name
-    )
+    value.const_value = ir.tensor(array.astype(dtype.numpy()), dtype=dtype, name=name)
     value.type = ir.TensorType(dtype)
     graph.register_initializer(value)
     return value
@@ -323,9 +312,10 @@ def _qcdq(clip: ir.Node, views: dict[int, NodeView]) -> _Qcdq | None:
     if quantize is None or not quantize.is_quantize or quantize.output_type not in _NARROWER:
         return None
     narrow = _NARROWER[quantize.output_type]
-    info = ml_dtypes.iinfo(_NUMPY[narrow])
+    bounds = int_range(narrow)
+    assert bounds is not None  # int4 / uint4
     low, high = _constant(clip, 1), _constant(clip, 2)
-    if low is None or high is None or (low.item(), high.item()) != (info.min, info.max):
+    if low is None or high is None or (low.item(), high.item()) != bounds:
         return None
     readers = [views.get(id(node)) for node, index in clip.outputs[0].uses() if index == 0]
     if len(readers) != len(clip.outputs[0].uses()) or clip.outputs[0].is_graph_output():
@@ -334,7 +324,7 @@ def _qcdq(clip: ir.Node, views: dict[int, NodeView]) -> _Qcdq | None:
         return None
     members = [quantize, *readers]
     zeros = [_constant(m.node, 2) if len(m.node.inputs) > 2 else np.zeros(()) for m in members]
-    if any(z is None or z.min() < info.min or z.max() > info.max for z in zeros):
+    if any(z is None or z.min() < bounds[0] or z.max() > bounds[1] for z in zeros):
         return None
     return _Qcdq(quantize, readers, narrow, zeros)  # type: ignore[arg-type]
 

@@ -22,12 +22,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
-from qlrewrite.kernels import dequantize
+from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
@@ -35,7 +34,7 @@ from qlrewrite.passes.retarget_groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
 from qlrewrite.toolkit import FreshNames
 
-__all__ = ["SIGNEDNESS", "RetargetPass", "numpy_type"]
+__all__ = ["SIGNEDNESS", "RetargetPass"]
 
 #: Values of ``signedness``.
 SIGNEDNESS = ("signed", "unsigned")
@@ -52,14 +51,6 @@ _FLIP = {
 }
 _SIGNED = frozenset({_DT.INT8, _DT.INT4, _DT.INT16})
 _NARROW = {_DT.INT8: _DT.INT4, _DT.UINT8: _DT.UINT4}
-_NUMPY = {
-    _DT.INT8: np.int8,
-    _DT.UINT8: np.uint8,
-    _DT.INT16: np.int16,
-    _DT.UINT16: np.uint16,
-    _DT.INT4: ml_dtypes.int4,
-    _DT.UINT4: ml_dtypes.uint4,
-}
 #: The lowest ai.onnx opset with int4 / uint4 QuantizeLinear / DequantizeLinear.
 _INT4_OPSET = 21
 
@@ -69,14 +60,10 @@ _WRITTEN = frozenset({"sign_flipped", "made_symmetric", "narrowed"})
 Transform = Callable[[np.ndarray], np.ndarray]
 
 
-def numpy_type(dtype: ir.DataType) -> type | None:
-    """The NumPy / ml_dtypes type of an integer quantized type (None: not one)."""
-    return _NUMPY.get(dtype)
-
-
 def _range(dtype: ir.DataType) -> tuple[int, int]:
-    info = ml_dtypes.iinfo(_NUMPY[dtype])
-    return int(info.min), int(info.max)
+    found = int_range(dtype)
+    assert found is not None  # only the integer types of _FLIP get here
+    return found
 
 
 @dataclasses.dataclass
@@ -257,7 +244,7 @@ def _set_zero_point(
     node: ir.Node, values: np.ndarray, dtype: ir.DataType, names: FreshNames
 ) -> None:
     name = names.fresh(f"{node.name or 'qdq'}_zero_point")
-    tensor = ir.tensor(values.astype(_NUMPY[dtype]), dtype=dtype, name=name)
+    tensor = ir.tensor(values.astype(dtype.numpy()), dtype=dtype, name=name)
     value = ir.Value(name=name, shape=ir.Shape(values.shape), const_value=tensor)
     value.type = ir.TensorType(dtype)
     graph = node.graph
@@ -287,7 +274,7 @@ def _flipped_bits(array: np.ndarray, dtype: ir.DataType) -> np.ndarray:
     width = array.dtype.itemsize
     raw = array.view(np.uint16 if width == 2 else np.uint8)
     top = (1 << (dtype.bitwidth - 1)) if dtype.bitwidth < 8 * width else (1 << (8 * width - 1))
-    return np.bitwise_xor(raw, raw.dtype.type(top)).view(_NUMPY[dtype])
+    return np.bitwise_xor(raw, raw.dtype.type(top)).view(dtype.numpy())
 
 
 def _set_weight(change: _Change) -> None:
@@ -300,7 +287,7 @@ def _set_weight(change: _Change) -> None:
         if change.only_flipped:
             values = _flipped_bits(np.asarray(tensor.numpy()), dtype)
         else:
-            values = change.weight().astype(_NUMPY[dtype])
+            values = change.weight().astype(dtype.numpy())
         release_tensor(tensor)  # the input's pages, mapped while read, are not kept
         return ir.tensor(values, dtype=dtype, name=value.name)
 
