@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx_ir as ir
@@ -773,6 +773,36 @@ def _probed(
     return found
 
 
+@dataclasses.dataclass(frozen=True)
+class _RunFailure:
+    """Why a model gave no outputs: ONNX Runtime could not ``load`` it, it failed to
+    ``run``, or an ``output`` cannot be compared (not a tensor)."""
+
+    stage: Literal["load", "run", "output"]
+    error: Exception
+
+
+def _run_model(
+    ort: Any,
+    path: Path,
+    feeds: Sequence[Mapping[str, np.ndarray]],
+    probes: Sequence[str] = (),
+) -> list[_Outputs] | _RunFailure:
+    """The model's outputs (and probe values) on every input set, or why there are none."""
+    try:
+        session, added = _session(ort, path, probes)
+    except Exception as exc:
+        return _RunFailure("load", exc)
+    try:
+        return [_split(_run(ort, session, f), added, probes) for f in feeds]
+    except _Unverifiable as exc:
+        return _RunFailure("output", exc)
+    except Exception as exc:
+        return _RunFailure("run", exc)
+    finally:
+        del session
+
+
 def _run_original(
     ort: Any,
     path: Path,
@@ -782,23 +812,17 @@ def _run_original(
 ) -> list[_Outputs] | None:
     """The original model's outputs on every input set; None when it cannot be loaded or
     run (``result`` says why: unverifiable)."""
-    try:
-        session, added = _session(ort, path, probes)
-    except Exception as exc:
-        result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
-        return None
-    try:
-        return [_split(_run(ort, session, f), added, probes) for f in feeds]
-    except _Unverifiable as exc:
-        result.reason = str(exc)
-        return None
-    except Exception as exc:
-        result.reason = (
-            f"the original model fails in ONNX Runtime on generated inputs ({_first_line(exc)})"
-        )
-        return None
-    finally:
-        del session
+    outputs = _run_model(ort, path, feeds, probes)
+    if not isinstance(outputs, _RunFailure):
+        return outputs
+    why = _first_line(outputs.error)
+    if outputs.stage == "load":
+        result.reason = f"ONNX Runtime cannot load the original model ({why})"
+    elif outputs.stage == "run":
+        result.reason = f"the original model fails in ONNX Runtime on generated inputs ({why})"
+    else:
+        result.reason = str(outputs.error)
+    return None
 
 
 def _run_rewritten(
@@ -811,26 +835,21 @@ def _run_rewritten(
     """The rewritten model's outputs on every input set; None when it cannot be loaded or
     run (``result`` says why: unverifiable when ONNX Runtime lacks support or an output is
     not a tensor, a mismatch when it rejects or fails on the model)."""
-    try:
-        session, added = _session(ort, path, probes)
-    except Exception as exc:
-        if _is_unsupported(exc):
-            result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
-        else:
-            result.status = MISMATCH
-            result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
-        return None
-    try:
-        return [_split(_run(ort, session, f), added, probes) for f in feeds]
-    except _Unverifiable as exc:
-        result.reason = str(exc)
-        return None
-    except Exception as exc:
+    outputs = _run_model(ort, path, feeds, probes)
+    if not isinstance(outputs, _RunFailure):
+        return outputs
+    why = _first_line(outputs.error)
+    if outputs.stage == "output":
+        result.reason = str(outputs.error)
+    elif outputs.stage == "load" and _is_unsupported(outputs.error):
+        result.reason = f"ONNX Runtime cannot load the rewritten model ({why})"
+    elif outputs.stage == "load":
         result.status = MISMATCH
-        result.reason = f"the rewritten model fails in ONNX Runtime ({_first_line(exc)})"
-        return None
-    finally:
-        del session
+        result.reason = f"ONNX Runtime rejects the rewritten model ({why})"
+    else:
+        result.status = MISMATCH
+        result.reason = f"the rewritten model fails in ONNX Runtime ({why})"
+    return None
 
 
 def _compare_runs(
