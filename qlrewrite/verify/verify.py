@@ -738,12 +738,14 @@ def verify_models(
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
     on_phase("original")
-    expected = _run_original(ort, Path(original), feeds, result, options.probes)
-    if expected is None:
+    expected = _run_model(ort, Path(original), feeds, options.probes)
+    if isinstance(expected, _RunFailure):
+        _original_failed(result, expected)
         return result
     on_phase("rewritten")
-    actual = _run_rewritten(ort, Path(rewritten), feeds, result, options.probes)
-    if actual is None:
+    actual = _run_model(ort, Path(rewritten), feeds, options.probes)
+    if isinstance(actual, _RunFailure):
+        _rewritten_failed(result, actual)
         return result
     result.probes = _probed([p for _, p in expected], [p for _, p in actual])
     result.outputs = _compare_runs([o for o, _ in expected], [o for o, _ in actual])
@@ -803,53 +805,31 @@ def _run_model(
         del session
 
 
-def _run_original(
-    ort: Any,
-    path: Path,
-    feeds: Sequence[Mapping[str, np.ndarray]],
-    result: Verification,
-    probes: Sequence[str] = (),
-) -> list[_Outputs] | None:
-    """The original model's outputs on every input set; None when it cannot be loaded or
-    run (``result`` says why: unverifiable)."""
-    outputs = _run_model(ort, path, feeds, probes)
-    if not isinstance(outputs, _RunFailure):
-        return outputs
-    why = _first_line(outputs.error)
-    if outputs.stage == "load":
+def _original_failed(result: Verification, failure: _RunFailure) -> None:
+    """The original model gave no outputs: unverifiable, and why."""
+    why = _first_line(failure.error)
+    if failure.stage == "load":
         result.reason = f"ONNX Runtime cannot load the original model ({why})"
-    elif outputs.stage == "run":
+    elif failure.stage == "run":
         result.reason = f"the original model fails in ONNX Runtime on generated inputs ({why})"
     else:
-        result.reason = str(outputs.error)
-    return None
+        result.reason = str(failure.error)
 
 
-def _run_rewritten(
-    ort: Any,
-    path: Path,
-    feeds: Sequence[Mapping[str, np.ndarray]],
-    result: Verification,
-    probes: Sequence[str] = (),
-) -> list[_Outputs] | None:
-    """The rewritten model's outputs on every input set; None when it cannot be loaded or
-    run (``result`` says why: unverifiable when ONNX Runtime lacks support or an output is
-    not a tensor, a mismatch when it rejects or fails on the model)."""
-    outputs = _run_model(ort, path, feeds, probes)
-    if not isinstance(outputs, _RunFailure):
-        return outputs
-    why = _first_line(outputs.error)
-    if outputs.stage == "output":
-        result.reason = str(outputs.error)
-    elif outputs.stage == "load" and _is_unsupported(outputs.error):
+def _rewritten_failed(result: Verification, failure: _RunFailure) -> None:
+    """The rewritten model gave no outputs: unverifiable when ONNX Runtime lacks support
+    or an output is not a tensor, a mismatch when it rejects or fails on the model."""
+    why = _first_line(failure.error)
+    if failure.stage == "output":
+        result.reason = str(failure.error)
+    elif failure.stage == "load" and _is_unsupported(failure.error):
         result.reason = f"ONNX Runtime cannot load the rewritten model ({why})"
-    elif outputs.stage == "load":
+    elif failure.stage == "load":
         result.status = MISMATCH
         result.reason = f"ONNX Runtime rejects the rewritten model ({why})"
     else:
         result.status = MISMATCH
         result.reason = f"the rewritten model fails in ONNX Runtime ({why})"
-    return None
 
 
 def _compare_runs(
