@@ -402,7 +402,7 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
         )
 
 
-def _blocked(scale_shape: tuple[int, ...], block_size: int = 2) -> ModelSpec:
+def _blocked_example(scale_shape: tuple[int, ...], block_size: int = 2) -> ModelSpec:
     """The examples' DequantizeLinear of x [4, 6] blocked along axis 1 by ``block_size``,
     its scale of ``scale_shape``."""
     return ModelSpec(
@@ -433,8 +433,8 @@ def _blocked(scale_shape: tuple[int, ...], block_size: int = 2) -> ModelSpec:
     examples=[
         Example(
             "blocked-rank",
-            _blocked((6,)),
-            _blocked((4, 3)),
+            _blocked_example((6,)),
+            _blocked_example((4, 3)),
         ),
     ],
 )
@@ -467,8 +467,8 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "blocked-dims",
-            _blocked((2, 3)),
-            _blocked((4, 3)),
+            _blocked_example((2, 3)),
+            _blocked_example((4, 3)),
         ),
     ],
 )
@@ -510,8 +510,8 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "block-too-small",
-            _blocked((4, 3), block_size=1),
-            _blocked((4, 3)),
+            _blocked_example((4, 3), block_size=1),
+            _blocked_example((4, 3)),
         ),
     ],
 )
