@@ -48,6 +48,7 @@ __all__ = [
     "min_ir_version",
     "normalize_domain",
     "output_type",
+    "qdq_version",
     "qoperator",
     "versions",
     "weight_only",
@@ -1062,6 +1063,13 @@ def versions(domain: str, op_type: str) -> list[Row]:
     :class:`OpVersion` for Q/DQ, :class:`WeightOnlyVersion` for the weight-only ops,
     :class:`QOperatorVersion` for the QOperator ones."""
     return list(_BY_OP.get((normalize_domain(domain), op_type), ()))
+
+
+def qdq_version(domain: str, op_type: str, imported: int | None) -> OpVersion | None:
+    """The QuantizeLinear / DequantizeLinear :class:`OpVersion` in force (None: not a Q/DQ
+    op, or none at that opset)."""
+    row = lookup(domain, op_type, imported)
+    return row if isinstance(row, OpVersion) else None
 
 
 def weight_only(domain: str, op_type: str, imported: int | None) -> WeightOnlyVersion | None:

@@ -144,3 +144,45 @@ def test_dynamic_model_as_qdq_loses_a_dynamic_kernel(tmp_path: Path) -> None:
         "DynamicQuantizeMatMul": 3, "MatMulIntegerToFloat": 3}  # fmt: skip
     assert deployed["lost_kernels"] == {"DynamicQuantizeMatMul": 1}
     assert "DynamicQuantizeMatMul x1" in result.stderr
+
+
+def test_kernel_of_finds_the_first_kernel_by_name_or_repacked_name() -> None:
+    """The kernel taking a weight: by its name or ORT's repacked ``<name>_*``, the first
+    in the graph's order; a name that only starts like it (``w1`` for ``w``, ``w-T``) is
+    another weight."""
+    from qlrewrite.verify.deployed import OptimizedGraph
+
+    graph = OptimizedGraph(
+        op_types={},
+        produced=(),
+        kernels=(
+            ("QLinearMatMul", "a", ("x", "w1", "w-T")),
+            ("QGemm", "b", ("x", "v_T", "w")),
+            ("MatMulNBits", "c", ("x", "w_T", "v")),
+            ("QLinearConv", "d", ("x", "u_T_1")),
+        ),
+    )
+    assert graph.kernel_of("w") == "QGemm"  # exact in b, repacked in c: b comes first
+    assert graph.kernel_of("v") == "QGemm"  # repacked in b before exact in c
+    assert graph.kernel_of("w1") == "QLinearMatMul"
+    assert graph.kernel_of("u") == "QLinearConv"
+    assert graph.kernel_of("u_T") == "QLinearConv"
+    assert graph.kernel_of("y") is None
+    assert graph.kernel_of("w-") is None
+    assert graph.kernel_of("") is None
+
+
+def test_kernel_of_is_not_quadratic_in_the_kernels() -> None:
+    """fold asks it of every fused DQ: 5000 kernels and lookups take a few
+    milliseconds (a scan of every kernel per lookup took half a minute)."""
+    import time
+
+    from qlrewrite.verify.deployed import OptimizedGraph
+
+    n = 5000
+    kernels = tuple(("QLinearMatMul", f"k{i}", ("x", f"w{i}_T", f"s{i}")) for i in range(n))
+    graph = OptimizedGraph(op_types={}, produced=(), kernels=kernels)
+    start = time.process_time()
+    found = [graph.kernel_of(f"w{i}") for i in range(n)]
+    assert time.process_time() - start < 5
+    assert found == ["QLinearMatMul"] * n

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nbits_weights import gather_block_quantized_model, matmul_nbits_model, session
 
+import qlrewrite
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
 from qlrewrite.passes import fold_tensor
@@ -263,3 +264,75 @@ def test_gather_block_quantized_is_ort_s(case, zero_points, scale_dtype):
         proto.ir_version = 10
         out = session(proto).run(None, {"idx": indices})[0]
         assert _bits_equal(out, expected)
+
+
+# ------------------------------------------------------------------ typed refusals, functions
+
+
+def _in_function(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``'s graph as the body of a model-local function (initializers become
+    Constant nodes), called once from the main graph."""
+    graph = model.graph
+    body = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    body += list(graph.node)
+    inputs = [i.name for i in graph.input]
+    outputs = [o.name for o in graph.output]
+    function = onnx.helper.make_function(
+        "local", "F", inputs, outputs, body, list(model.opset_import)
+    )
+    call = onnx.helper.make_node("F", inputs, outputs, domain="local", name="call")
+    main = onnx.helper.make_graph([call], "g", list(graph.input), list(graph.output))
+    opsets = [*model.opset_import, onnx.helper.make_opsetid("local", 1)]
+    wrapped = onnx.helper.make_model(main, opset_imports=opsets, functions=[function])
+    wrapped.ir_version = model.ir_version
+    onnx.checker.check_model(wrapped, full_check=True)
+    return wrapped
+
+
+@pytest.mark.parametrize("zero_points", ["uint8", "float"])
+def test_matmul_nbits_inside_a_function_is_converted(zero_points):
+    """The constants a converted node reads go before it in a function (a function's nodes
+    are in order; they were appended after it: the output check refused the result), also
+    the Reshape / Expand shapes of float zero points (they were initializers of the
+    function's inner graph, which a function cannot hold)."""
+    rng = np.random.default_rng(3)
+    model = matmul_nbits_model(rng, n=6, k=64, bits=4, block_size=32, zero_points=False)
+    if zero_points == "uint8":
+        zp = rng.integers(0, 256, (6, 1), dtype=np.uint8)
+    else:
+        zp = (rng.integers(0, 16, (6, 2)) + rng.random((6, 2))).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(zp, "zp"))
+    model.graph.node[0].input.append("zp")
+    expected = _weight_in_ort(model, 64)
+    wrapped = _in_function(model)
+    converted = qlrewrite.convert(wrapped, "onnx")  # the output check passes it
+    body = [n.op_type for n in converted.functions["local", "F", ""]]
+    assert "MatMulNBits" not in body and body[-1] == "MatMul", body
+    proto = ir.to_proto(converted)
+    assert _bits_equal(session(proto).run(None, {"A": np.eye(64, dtype=np.float32)})[0], expected)
+
+
+@pytest.mark.parametrize(
+    ("op", "index", "named"),
+    [("MatMulNBits", 1, "B"), ("MatMulNBits", 2, "scales"), ("GatherBlockQuantized", 2, "scales")],
+)
+def test_an_omitted_weight_input_is_refused_by_the_pass(op, index, named):
+    """The pass on its own (no input check before it): an omitted B or scales is a refusal
+    naming it, not an AttributeError on None."""
+    rng = np.random.default_rng(4)
+    if op == "MatMulNBits":
+        model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
+    else:
+        model, _ = gather_block_quantized_model(
+            rng,
+            dtype="uint8",
+            shape=(4, 16),
+            bits=4,
+            block_size=16,
+            quantize_axis=1,
+            gather_axis=0,
+            zero_points=False,
+        )
+    model.graph.node[0].input[index] = ""
+    with pytest.raises(Refusal, match=f"{named} is omitted"):
+        _converted(model)

@@ -22,10 +22,21 @@ class Writer:
     """Adds nodes and int64 constants before ``anchor`` in its graph (initializers) or
     function (Constant nodes), named from ``names``."""
 
-    def __init__(self, anchor: ir.Node, names: FreshNames, base: str | None = None) -> None:
-        graph = anchor.graph
-        assert graph is not None
-        self.anchor, self.graph, self.names = anchor, graph, names
+    def __init__(
+        self,
+        anchor: ir.Node,
+        names: FreshNames,
+        base: str | None = None,
+        *,
+        graph: ir.Graph | ir.Function | None = None,
+    ) -> None:
+        owner = graph if graph is not None else anchor.graph
+        if owner is None:
+            raise ValueError(f"{anchor.op_type} node '{anchor.name}' is in no graph")
+        self.anchor, self.names = anchor, names
+        #: Where new nodes go: ``graph`` when given (a function: say so, as a node inside
+        #: one belongs to the function's inner graph), else the anchor's graph.
+        self.graph: ir.Graph | ir.Function = owner
         self.base = base or anchor.name or anchor.op_type.lower()
 
     def ints(self, values: list[int]) -> ir.Value:
@@ -42,13 +53,13 @@ class Writer:
         self.graph.register_initializer(value)
         return value
 
-    def node(self, op: str, inputs: list[ir.Value], **attributes: object) -> ir.Value:
+    def node(self, op: str, inputs: list[ir.Value], **attributes: int) -> ir.Value:
         """A node of ``op`` on ``inputs``; its (single) output."""
         output = ir.Value(name=self.names.fresh(f"{self.base}_{op.lower()}"))
         node = ir.node(
             op,
             inputs,
-            attributes,  # type: ignore[arg-type]
+            attributes,
             outputs=[output],
             name=self.names.fresh(f"{self.base}/{op}"),
         )

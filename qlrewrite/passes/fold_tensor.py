@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol, get_args
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.toolkit import main_graphs
 
 #: How float16 DQ values that ONNX Runtime computes in float32 are folded: "exact" (as
@@ -50,6 +51,8 @@ _LITTLE = sys.byteorder == "little"
 
 #: Reads rows ``[start, stop)`` of axis 0 (the whole array for a scalar).
 RowReader = Callable[[int, int], np.ndarray]
+#: What opening a streamed tensor gives: its row reader, the chunk ranges, the first chunk.
+_Opened = tuple[RowReader, list[tuple[int, int]], memoryview | bytes]
 
 
 class Operand(Protocol):
@@ -75,7 +78,7 @@ class ConstOperand:
 
     @property
     def shape(self) -> ir.Shape:
-        return self.tensor.shape
+        return tensor_shape(self.tensor)
 
     def rows(self) -> RowReader:
         array = np.asarray(self.tensor.numpy())  # external data: memory-mapped or unpacked once
@@ -115,7 +118,7 @@ class StreamedTensor(ir.LazyTensor):
         super().__init__(self._whole, dtype, shape, name=name)
         #: The streamed tensor written after this one, if known (see :meth:`iter_chunks`).
         self.successor: StreamedTensor | None = None
-        self._prefetched: concurrent.futures.Future | None = None
+        self._prefetched: concurrent.futures.Future[_Opened] | None = None
 
     def rows(self) -> RowReader:
         """A reader of output rows; the data it needs stays loaded while it lives."""
@@ -128,7 +131,7 @@ class StreamedTensor(ir.LazyTensor):
         """Chunks start at multiples of this many rows (1: anywhere)."""
         return 1
 
-    def _whole(self) -> ir.Tensor:
+    def _whole(self) -> ir.TensorProtocol:
         shape = self.shape.numpy()
         if self.size == 0:  # a dimension of size 0: nothing to read or compute
             empty = np.zeros(shape, self.dtype.numpy())
@@ -183,7 +186,7 @@ class StreamedTensor(ir.LazyTensor):
             self.successor._prefetched = pool.submit(self.successor._open)
         yield first
 
-    def _open(self) -> tuple[RowReader, list[tuple[int, int]], memoryview | bytes]:
+    def _open(self) -> _Opened:
         """Load the inputs; return the row reader, the chunk ranges and the first chunk."""
         rows = self.shape.numpy()[0]
         step = self.chunk_rows()
@@ -194,7 +197,7 @@ class StreamedTensor(ir.LazyTensor):
     def _compute(self, read: RowReader, bounds: tuple[int, int]) -> memoryview | bytes:
         return _as_bytes(np.asarray(read(*bounds)), self.dtype)
 
-    def tofile(self, file) -> None:  # any binary file object
+    def tofile(self, file: Any) -> None:  # any binary file object
         """Compute and write the tensor chunk by chunk."""
         start = _position(file)
         for data in self.iter_chunks():
@@ -342,13 +345,13 @@ def _as_bytes(array: np.ndarray, dtype: ir.DataType) -> memoryview | bytes:
     """The bytes of ``array`` as ONNX stores ``dtype``, without a copy when possible."""
     native = array.dtype.byteorder in "|<" or (array.dtype.byteorder == "=" and _LITTLE)
     if dtype.bitwidth >= 8 and native and array.flags.c_contiguous:
-        return memoryview(array.view(np.uint8).reshape(-1))
+        return array.view(np.uint8).reshape(-1).data
     return ir.Tensor(array, dtype=dtype).tobytes()
 
 
 def _position(file: Any) -> int | None:
     try:
-        return file.tell()
+        return int(file.tell())
     except (AttributeError, OSError, ValueError):
         return None
 

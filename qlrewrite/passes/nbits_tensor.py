@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import mmap
+from collections.abc import Callable
 
 import numpy as np
 import onnx_ir as ir
@@ -127,7 +128,7 @@ class MatMulNBitsWeight(StreamedTensor):
             else:
                 packed = self.layout.packed_zero_point_rows(read.raw, *bounds)
             if packed is not None:
-                return memoryview(np.ascontiguousarray(packed).reshape(-1))
+                return np.ascontiguousarray(packed).reshape(-1).data
         return super()._compute(read, bounds)
 
 
@@ -166,11 +167,13 @@ class _QuantizedRows:
         self.tensor, self.raw = tensor, raw
 
     def __call__(self, r0: int, r1: int) -> np.ndarray:
-        layout, dtype = self.tensor.layout, self.tensor.dtype
-        if self.tensor.role == "x":
-            q = layout.quantized_rows(self.raw, r0, r1)
-        else:
-            q = layout.zero_point_rows(self.raw, r0, r1)
+        layout, dtype, raw = self.tensor.layout, self.tensor.dtype, self.raw
+        if self.tensor.role != "x":
+            q = layout.zero_point_rows(raw, r0, r1)
+        elif raw is not None:
+            q = layout.quantized_rows(raw, r0, r1)
+        else:  # the weight's rows read without the weight (rows() always passes b)
+            raise ValueError("MatMulNBits weight rows without the packed weight")
         return _values(q, dtype, layout.bits)
 
 
@@ -276,7 +279,7 @@ class MappedTensor(StreamedTensor):
 
     def __init__(
         self,
-        make_reader,
+        make_reader: Callable[[], RowReader],
         dtype: ir.DataType,
         shape: list[int],
         *,

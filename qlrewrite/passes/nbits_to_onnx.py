@@ -33,6 +33,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.io.ir_version import raise_ir_version
+from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.listing import grouped
 from qlrewrite.passes.blocks import Writer, repeat_blocks
@@ -42,6 +43,7 @@ from qlrewrite.passes.fold_tensor import (
     ConstOperand,
     FoldedTensor,
     FoldSpec,
+    RowReader,
     StreamedTensor,
     link_initializers,
 )
@@ -56,8 +58,8 @@ from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
     WEIGHT_ONLY,
-    NodeView,
     QuantizedSite,
+    WeightOnlyView,
     constant_tensor,
     drop_unused_domain,
     is_constant,
@@ -113,6 +115,12 @@ def _input(node: ir.Node, index: int) -> ir.Value | None:
     return node.inputs[index] if index < len(node.inputs) else None
 
 
+def _input_name(node: ir.Node, index: int, default: str) -> str:
+    """The name of input ``index`` (``default`` when omitted or unnamed)."""
+    value = _input(node, index)
+    return (value.name if value is not None else None) or default
+
+
 def min_block(k: int) -> int:
     """The smallest block size MatMulNBits allows that covers ``k`` in one block."""
     return max(16, 1 << max(0, (k - 1).bit_length()))
@@ -140,16 +148,19 @@ class _Weight:
 
 @dataclasses.dataclass
 class _Plan:
-    view: NodeView
+    view: WeightOnlyView
+    row: opsets.WeightOnlyVersion  # the version in force (sites without one are skipped)
     problems: list[str] = dataclasses.field(default_factory=list)
     lowest_opset: int | None = None
     weight: _Weight | None = None
     gather_axis: int = 0
 
 
-def _tensors(node: ir.Node, indices: tuple[int, ...], plan: _Plan) -> list:
+def _tensors(
+    node: ir.Node, indices: tuple[int, ...], plan: _Plan
+) -> list[ir.TensorProtocol | None]:
     """The constant tensors of inputs ``indices`` (None for an omitted input)."""
-    found = []
+    found: list[ir.TensorProtocol | None] = []
     for index in indices:
         value = _input(node, index)
         if value is None:
@@ -175,10 +186,10 @@ def _reshaped_constant(value: ir.Value) -> tuple[ir.TensorProtocol | None, list[
     source, shape = [*producer.inputs, None, None][:2]
     if source is None or shape is None or not (is_constant(source) and is_constant(shape)):
         return None, []
-    tensor, dims = constant_tensor(source), constant_tensor(shape)
-    if tensor is None or dims is None or tensor.dtype.bitwidth < 8:
+    tensor, dims_tensor = constant_tensor(source), constant_tensor(shape)
+    if tensor is None or dims_tensor is None or tensor.dtype.bitwidth < 8:
         return None, []
-    dims = [int(d) for d in np.asarray(dims.numpy()).reshape(-1)]
+    dims = [int(d) for d in np.asarray(dims_tensor.numpy()).reshape(-1)]
     if any(d <= 0 for d in dims) or int(np.prod(dims)) != tensor.size:
         return None, []
     return tensor, dims
@@ -191,7 +202,7 @@ def _weight_indices(site: QuantizedSite) -> tuple[int, int, int]:
 
 
 def _check_form(plan: _Plan, opset: int | None, form: opsets.NodeForm) -> None:
-    row = opsets.lookup("", "DequantizeLinear", opset)
+    row = opsets.qdq_version("", "DequantizeLinear", opset)
     problems = (
         [f"ai.onnx opset {opset} has no DequantizeLinear"]
         if row is None
@@ -232,9 +243,11 @@ def _check_dq_form(
     _check_form(plan, opset, form)
 
 
-def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+def _plan_matmul_nbits(
+    view: WeightOnlyView, row: opsets.WeightOnlyVersion, opset: int | None, dequantize: bool
+) -> _Plan:
     """What a MatMulNBits becomes: a DequantizeLinear (or folded) weight, or its problems."""
-    plan = _Plan(view)
+    plan = _Plan(view, row)
     found = _matmul_nbits_inputs(view, plan)
     if found is None:
         return plan
@@ -249,31 +262,38 @@ def _plan_matmul_nbits(view: NodeView, opset: int | None, dequantize: bool) -> _
     return plan
 
 
-def _matmul_nbits_inputs(view: NodeView, plan: _Plan) -> _NBitsInputs | None:
+def _matmul_nbits_inputs(view: WeightOnlyView, plan: _Plan) -> _NBitsInputs | None:
     """The node's attributes and constant inputs, None (with the problems) when unusable."""
-    site = view.site
+    site, row = view.site, plan.row
     node = site.node
-    values = {name: view.attr_or_default(name) for name in site.row.attributes}
-    missing = [name for name, value in values.items() if value is None]
+    values = {name: view.attr_or_default(name) for name in row.attributes}
+    given = {name: value for name, value in values.items() if value is not None}
+    missing = [name for name in values if name not in given]
     if missing:
         plan.problems.append(f"attribute {', '.join(missing)} missing")
         return None
-    if values["weight_prepacked"]:
+    if given["weight_prepacked"]:
         plan.problems.append("B is prepacked for a CUDA kernel (weight_prepacked)")
-    if _input(node, site.row.input_index("g_idx")) is not None:
+    if _input(node, row.input_index("g_idx")) is not None:
         plan.problems.append(
             "g_idx is given: ONNX Runtime then dequantizes as q * scale - scale * zp (and "
             "ignores uint8 zero points), which DequantizeLinear cannot reproduce"
         )
     b, scales, zero_points = _tensors(node, _weight_indices(site), plan)
-    if plan.problems:
+    _require_given(plan, B=b, scales=scales)
+    if plan.problems or b is None or scales is None:
         return None
     try:
-        layout = MatMulNBitsLayout(values["K"], values["N"], values["bits"], values["block_size"])
+        layout = MatMulNBitsLayout(given["K"], given["N"], given["bits"], given["block_size"])
     except ValueError as err:
         plan.problems.append(str(err))
         return None
     return _NBitsInputs(layout, b, scales, zero_points)
+
+
+def _require_given(plan: _Plan, **tensors: ir.TensorProtocol | None) -> None:
+    """A problem for each required input omitted (None)."""
+    plan.problems.extend(f"{name} is omitted" for name, t in tensors.items() if t is None)
 
 
 def _check_matmul_nbits_tensors(plan: _Plan, found: _NBitsInputs) -> None:
@@ -305,14 +325,19 @@ def _plan_matmul_nbits_weight(
         _check_dq_form(
             plan, opset, x_type, scales.dtype, zero_point=zero_points is not None, per_axis=per_axis
         )
-    name = plan.view.node.inputs[1].name or "B"
+    name = _input_name(plan.view.node, 1, "B")
     zp_type = int_type(layout.bits, signed=False)
-    sources = {"b": b, "scales": scales, "zero_points": zero_points}
-    x = MatMulNBitsWeight("x", layout, x_type, **sources, name=f"{name}_q")
-    scale = MatMulNBitsWeight("scale", layout, scales.dtype, **sources, name=f"{name}_s")
-    zp = None
+
+    def weight(role: str, dtype: ir.DataType, suffix: str) -> MatMulNBitsWeight:
+        return MatMulNBitsWeight(
+            role, layout, dtype, b=b, scales=scales, zero_points=zero_points, name=name + suffix
+        )
+
+    x = weight("x", x_type, "_q")
+    scale: ir.TensorProtocol = weight("scale", scales.dtype, "_s")
+    zp: ir.TensorProtocol | None = None
     if zero_points is not None:
-        zp = MatMulNBitsWeight("zero_point", layout, zp_type, **sources, name=f"{name}_zp")
+        zp = weight("zero_point", zp_type, "_zp")
     flat = per_axis and not dequantize
     if flat:
         scale = _flattened(scale)
@@ -359,11 +384,12 @@ def _plan_float_zero_points(
         )
         return
     _check_dq_form(plan, opset, _DT.UINT4, _DT.FLOAT, zero_point=False)
-    name = plan.view.node.inputs[1].name or "B"
-    sources = {"b": b, "zero_points": None}
-    x = MatMulNBitsWeight("x", layout, _DT.UINT4, scales=scales, **sources, name=f"{name}_q")
-    scale = MatMulNBitsWeight("scale", layout, _DT.FLOAT, scales=scales, **sources)
-    zero = MatMulNBitsWeight("scale", layout, _DT.FLOAT, scales=zero_points, **sources)
+    name = _input_name(plan.view.node, 1, "B")
+    x = MatMulNBitsWeight(
+        "x", layout, _DT.UINT4, b=b, scales=scales, zero_points=None, name=f"{name}_q"
+    )
+    scale = MatMulNBitsWeight("scale", layout, _DT.FLOAT, b=b, scales=scales, zero_points=None)
+    zero = MatMulNBitsWeight("scale", layout, _DT.FLOAT, b=b, scales=zero_points, zero_points=None)
 
     def offset() -> ir.TensorProtocol:  # ORT's scale * zp, rounded to float32 once
         return ir.tensor(np.multiply(scale.numpy(), zero.numpy(), dtype=np.float32))
@@ -382,9 +408,9 @@ def _plan_float_zero_points(
 
 def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
     """A ``[1, N]`` lazy tensor as ``[N]`` (a per-axis scale or zero point)."""
-    n = tensor.shape[1]
+    n = tensor_shape(tensor).numpy()[1]
 
-    def reader():
+    def reader() -> RowReader:
         whole = np.asarray(tensor.numpy()).reshape(n)
         return lambda r0, r1: whole[r0:r1]
 
@@ -406,14 +432,16 @@ class _GatherInputs:
     quantize_axis: int
 
 
-def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
+def _plan_gather(
+    view: WeightOnlyView, row: opsets.WeightOnlyVersion, opset: int | None, dequantize: bool
+) -> _Plan:
     """What a GatherBlockQuantized becomes: a DequantizeLinear (or folded) weight, or its
     problems."""
-    plan = _Plan(view)
+    plan = _Plan(view, row)
     found = _gather_inputs(view, plan)
     if found is None or not _gather_axes_in_range(plan, found):
         return plan
-    storage = _gather_storage(view, plan, found)
+    storage = _gather_storage(plan, found)
     if storage is None:
         return plan
     blocks = _gather_scale_blocks(plan, found, storage.packed)
@@ -422,25 +450,33 @@ def _plan_gather(view: NodeView, opset: int | None, dequantize: bool) -> _Plan:
     return plan
 
 
-def _gather_inputs(view: NodeView, plan: _Plan) -> _GatherInputs | None:
+def _gather_inputs(view: WeightOnlyView, plan: _Plan) -> _GatherInputs | None:
     """The node's constant inputs and attributes, None (with the problems) when not constant."""
     node = view.node
     indices = _weight_indices(view.site)
-    data, data_dims = _reshaped_constant(node.inputs[indices[0]])
+    source = _input(node, indices[0])
+    data, data_dims = _reshaped_constant(source) if source is not None else (None, [])
     scales, zero_points = _tensors(node, indices[1:], plan)
     if data is None:
-        plan.problems.append(f"data ('{node.inputs[indices[0]].name}') is not a constant")
-    if plan.problems:
+        plan.problems.append(f"data ('{_input_name(node, indices[0], '')}') is not a constant")
+    _require_given(plan, scales=scales)
+    names = ("bits", "block_size", "gather_axis", "quantize_axis")
+    values = {name: view.attr_or_default(name) for name in names}
+    given = {name: value for name, value in values.items() if value is not None}
+    if len(given) < len(values):
+        missing = [name for name in names if name not in given]
+        plan.problems.append(f"attribute {', '.join(missing)} missing")
+    if plan.problems or data is None or scales is None:
         return None
     return _GatherInputs(
         data,
         data_dims,
         scales,
         zero_points,
-        bits=view.attr_or_default("bits"),
-        block=view.attr_or_default("block_size"),
-        gather_axis=view.attr_or_default("gather_axis"),
-        quantize_axis=view.attr_or_default("quantize_axis"),
+        bits=given["bits"],
+        block=given["block_size"],
+        gather_axis=given["gather_axis"],
+        quantize_axis=given["quantize_axis"],
     )
 
 
@@ -456,12 +492,10 @@ def _gather_axes_in_range(plan: _Plan, found: _GatherInputs) -> bool:
     return True
 
 
-def _gather_storage(
-    view: NodeView, plan: _Plan, found: _GatherInputs
-) -> opsets.WeightStorage | None:
+def _gather_storage(plan: _Plan, found: _GatherInputs) -> opsets.WeightStorage | None:
     """How the data type holds its values, None (with the problems) when the table's
     version does not allow this data type, bits, axes, block size or scale type."""
-    row, data = view.site.row, found.data
+    row, data = plan.row, found.data
     storage = row.storage.get(data.dtype)
     if storage is None or storage.zero_point == "none":
         plan.problems.append(f"{data.dtype.name} data is not supported (int4, uint4, uint8)")
@@ -511,11 +545,16 @@ def _plan_gather_weight(
     node, bits, zero_points = plan.view.node, found.bits, found.zero_points
     packed = storage.packed
     reuse_zp = None
+    x: ir.TensorProtocol
     if packed:
         signed = zero_points is None and storage.default_zero_point(bits) != 0
         x_type = int_type(bits, signed=signed)
         x = RetypedTensor(
-            found.data, x_type, bits, source_dims=found.data_dims, name=f"{node.inputs[0].name}_q"
+            found.data,
+            x_type,
+            bits,
+            source_dims=found.data_dims,
+            name=_input_name(node, 0, "") + "_q",
         )
         zp = None
         if zero_points is not None:
@@ -548,7 +587,7 @@ def _unpacked_zero_points(
     """uint8 zero points packed along the last axis as an unsigned ``bits``-wide tensor."""
     last = shape[-1]
 
-    def reader():
+    def reader() -> RowReader:
         values = unpack(np.asarray(zero_points.numpy(), dtype=np.uint8), bits)[..., :last]
         return lambda r0, r1: values[r0:r1]
 
@@ -580,10 +619,12 @@ class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> NBitsResult:
         plans = []
         for site in iter_sites(model, WEIGHT_ONLY):
-            if site.row is None:
+            view = site_view(model, site)
+            row = view.row if isinstance(view, WeightOnlyView) else None
+            if not isinstance(view, WeightOnlyView) or row is None:
                 continue  # no version the table knows at the imported com.microsoft opset
             planner = _plan_matmul_nbits if site.node.op_type == "MatMulNBits" else _plan_gather
-            plans.append(planner(site_view(model, site), site.scope.opset(""), self.dequantize))
+            plans.append(planner(view, row, site.scope.opset(""), self.dequantize))
         failed = [p for p in plans if p.problems]
         if failed and self.strict:
             raise Refusal(_refusal(failed, self.dequantize))
@@ -605,7 +646,10 @@ class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
         # float16 weights written in float32 (fold, --float16 exact) keep ORT's outputs
         widened = self.dequantize and self.float16 == "exact"
         half = not widened and any(
-            p.view.op_type == "MatMulNBits" and p.weight.out_type != _DT.FLOAT for p in done
+            p.view.op_type == "MatMulNBits"
+            and p.weight is not None
+            and p.weight.out_type != _DT.FLOAT
+            for p in done
         )
         summary = {
             "matmul_nbits_converted": count["MatMulNBits"],
@@ -645,23 +689,28 @@ class _Rewriter:
         self.widen = widen
         self.removed = 0
         self._names = FreshNames(model)
-        self._cache: dict[tuple, ir.Value] = {}
+        self._cache: dict[tuple[object, ...], ir.Value] = {}
 
     def _name(self, base: str) -> str:
         return self._names.fresh(base)
 
     def _constant(
-        self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, base: str
+        self, graph: ir.Graph | ir.Function, node: ir.Node, tensor: ir.TensorProtocol, base: str
     ) -> ir.Value:
+        """``tensor`` as an initializer of ``graph``, or in a function a Constant node
+        before ``node`` (its first reader: a function's nodes are in order)."""
         name = self._name(base)
         tensor.name = name
         if isinstance(graph, ir.Function):
-            node = ir.node("Constant", [], attributes={"value": tensor}, name=self._name(name))
-            node.outputs[0].name = name
-            graph.append(node)
-            return node.outputs[0]
+            constant = ir.node("Constant", [], attributes={"value": tensor}, name=self._name(name))
+            constant.outputs[0].name = name
+            graph.insert_before(node, constant)
+            return constant.outputs[0]
         value = ir.Value(
-            name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
+            name=name,
+            type=ir.TensorType(tensor.dtype),
+            shape=tensor_shape(tensor),
+            const_value=tensor,
         )
         graph.register_initializer(value)
         return value
@@ -672,14 +721,14 @@ class _Rewriter:
         site = view.site
         assert weight is not None
         graph, node = site.graph, site.node
-        attrs = tuple(sorted((k, view.attr_or_default(k)) for k in site.row.attributes))
+        attrs = tuple(sorted((k, view.attr_or_default(k)) for k in plan.row.attributes))
         inputs = (_input(node, i) for i in _weight_indices(site))
         key = (id(graph), tuple(id(v) for v in inputs), attrs)
         if key in self._cache:
             return self._cache[key]
         base = (node.name or node.outputs[0].name or "w") + "_w"
         if self.dequantize and weight.folded is not None:
-            value = self._constant(graph, weight.folded, base)
+            value = self._constant(graph, node, weight.folded, base)
         elif self.dequantize:
             value = self._dequantized(graph, node, weight, base)
         else:
@@ -707,7 +756,7 @@ class _Rewriter:
             weight.scale,
             weight.zero_point,
         )
-        value = self._constant(graph, folded, base + ("_float32" if widen else ""))
+        value = self._constant(graph, node, folded, base + ("_float32" if widen else ""))
         if not widen:
             return value
         cast = ir.node(
@@ -724,14 +773,14 @@ class _Rewriter:
     ) -> ir.Value:
         """The output of a DequantizeLinear of the weight, inserted before ``node`` in ``graph``."""
         inputs = [
-            weight.reuse_x or self._constant(graph, weight.x, weight.x.name or base + "_q"),
+            weight.reuse_x or self._constant(graph, node, weight.x, weight.x.name or base + "_q"),
             weight.reuse_scale
-            or self._constant(graph, weight.scale, weight.scale.name or base + "_s"),
+            or self._constant(graph, node, weight.scale, weight.scale.name or base + "_s"),
         ]
         if weight.zero_point is not None:
             inputs.append(
                 weight.reuse_zero_point
-                or self._constant(graph, weight.zero_point, weight.zero_point.name or base)
+                or self._constant(graph, node, weight.zero_point, weight.zero_point.name or base)
             )
         attributes = {"axis": weight.axis}
         if weight.block_size:
@@ -757,10 +806,10 @@ class _Rewriter:
     ) -> ir.Value:
         """``dequantized`` minus the weight's offset repeated over each block."""
         assert weight.offset is not None
-        offset = self._constant(graph, weight.offset, base + "_offset")
-        writer = Writer(node, self._names, base)
+        offset = self._constant(graph, node, weight.offset, base + "_offset")
+        writer = Writer(node, self._names, base, graph=graph)
         shape = [int(d) for d in weight.offset.shape.numpy()]
-        length = int(weight.x.shape[0])
+        length = tensor_shape(weight.x).numpy()[0]
         per_element = repeat_blocks(
             writer, offset, shape, axis=0, block=weight.block_size, length=length
         )
@@ -775,7 +824,7 @@ class _Rewriter:
         output = node.outputs[0]
         new_nodes: list[ir.Node] = []
         if node.op_type == "MatMulNBits":
-            bias = _input(node, plan.view.row.input_index("bias"))
+            bias = _input(node, plan.row.input_index("bias"))
             matmul = ir.node("MatMul", [node.inputs[0], weight], name=node.name or None)
             new_nodes.append(matmul)
             result = matmul.outputs[0]
@@ -811,7 +860,9 @@ class _Rewriter:
                 for source in inputs:  # a Reshape's data and shape
                     self._drop_if_unused(graph, source)
             return
-        owner = value.graph
-        if value.is_initializer() and owner is not None and value.name in owner.initializers:
-            del owner.initializers[value.name]
+        owner, name = value.graph, value.name
+        if not value.is_initializer() or owner is None or name is None:
+            return
+        if name in owner.initializers:
+            del owner.initializers[name]
             self.removed += 1

@@ -14,6 +14,7 @@ runs it in a child process (ORT aborts the process on some models).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import functools
@@ -104,13 +105,27 @@ class OptimizedGraph:
         """Integer / weight-only kernels by op type."""
         return dict(sorted(collections.Counter(op for op, _, _ in self.kernels).items()))
 
+    @functools.cached_property
+    def _inputs_sorted(self) -> tuple[list[str], np.ndarray]:
+        """Every kernel input name, sorted, and the index of the kernel taking it (names
+        sharing a prefix are adjacent: a ``weight_*`` lookup is one bisected range)."""
+        pairs = sorted(
+            (name, k) for k, (_, _, inputs) in enumerate(self.kernels) for name in inputs
+        )
+        return [name for name, _ in pairs], np.array([k for _, k in pairs], dtype=np.int64)
+
     def kernel_of(self, weight: str) -> str | None:
-        """The op type of the kernel that takes constant ``weight`` (by name, or as ORT
-        renames what it repacks: ``weight_T``), if any."""
-        for op_type, _, inputs in self.kernels:
-            if any(i == weight or i.startswith(f"{weight}_") for i in inputs):
-                return op_type
-        return None
+        """The op type of the first kernel that takes constant ``weight`` (by name, or as
+        ORT renames what it repacks: ``weight_T``), if any. One bisection per call: fold
+        asks it of every fused DQ, so a scan of every kernel was quadratic in the model."""
+        names, kernel = self._inputs_sorted
+        start = bisect.bisect_left(names, weight)
+        exact = bisect.bisect_right(names, weight, start)
+        # the names starting with "weight_" sort between "weight_" and "weight`" ("`" follows "_")
+        low = bisect.bisect_left(names, f"{weight}_", exact)
+        high = bisect.bisect_left(names, f"{weight}`", low)
+        found = [int(kernel[a:b].min()) for a, b in ((start, exact), (low, high)) if b > a]
+        return self.kernels[min(found)][0] if found else None
 
 
 @dataclasses.dataclass(frozen=True)
