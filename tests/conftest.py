@@ -1,4 +1,5 @@
-"""Shared pytest set-up. Model builders live in tests/qdq_models.py (one-node models),
+"""Shared pytest set-up. Model builders live in tests/example_models.py (one-node models;
+the rules' examples name them, tests/model_specs.py), tests/qoperator_models.py,
 tests/ort_quantized.py (ONNX Runtime's quantizer) and tests/model_io_fixtures.py.
 
 Hypothesis runs derandomized in CI (``CI`` set), so a landing is reproducible; locally

@@ -1,15 +1,14 @@
 """One-node com.microsoft MatMulNBits / GatherBlockQuantized models for the rule tests:
-the builders live with the rules' examples (:mod:`qlrewrite.rules.example_models`, shapes
-by hand from ONNX Runtime's schema text, independent of the checker); ``ort_runs`` is
-ONNX Runtime's verdict.
+the builders are the rules' examples' (:mod:`example_models`, shapes by hand from ONNX
+Runtime's schema text, independent of the checker); ``ort_runs`` is ONNX Runtime's
+verdict.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
-
-from qlrewrite.rules.example_models import (
+from example_models import (
     DT,
     MS,
     gather_block_quantized_model,

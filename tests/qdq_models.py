@@ -1,6 +1,6 @@
 """One-node QuantizeLinear / DequantizeLinear models for the check rule tests: the
-builders live with the rules' examples (:mod:`qlrewrite.rules.example_models`, written
-with onnx.helper, output types by hand from the spec, independent of the checker)."""
+builders are the rules' examples' (:mod:`example_models`, written with onnx.helper,
+output types by hand from the spec, independent of the checker)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
-
-from qlrewrite.rules.example_models import (
+from example_models import (
     DQ,
     DT,
     IR_OF_OPSET,

@@ -10,10 +10,10 @@ from pathlib import Path
 import onnx
 import pytest
 from click.testing import CliRunner
+from example_models import edited, external_data
 from qdq_models import DQ, DT, Q, qdq_model
 
 from qlrewrite.cli import main
-from qlrewrite.rules.example_models import edited, external_data
 
 
 def _save(proto: onnx.ModelProto, path: Path) -> Path:

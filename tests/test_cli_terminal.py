@@ -16,8 +16,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import helper, numpy_helper
-
-from qlrewrite.rules.qoperator_models import build
+from qoperator_models import build
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -29,11 +29,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from model_io_fixtures import cli
-from onnx import helper, numpy_helper
-from qoperator_models import NO_CPU_KERNEL, OPS, build, feeds_for
-
-from qlrewrite.rules.example_models import (
+from example_models import (
     DQ,
     MS,
     Q,
@@ -41,6 +37,9 @@ from qlrewrite.rules.example_models import (
     matmul_nbits_model,
     qdq_model,
 )
+from model_io_fixtures import cli
+from onnx import helper, numpy_helper
+from qoperator_models import NO_CPU_KERNEL, OPS, build, feeds_for
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -19,6 +19,7 @@ from qlrewrite.api import _run, load
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.commands import retarget_passes
+from qlrewrite.passes.qdq_tidy import QdqTidyPass
 
 F32 = TensorProto.FLOAT
 UNSIGNED = {TensorProto.UINT8, TensorProto.UINT4, TensorProto.UINT16}
@@ -177,6 +178,17 @@ def test_redundant_pair_is_removed_only_when_identical() -> None:
     np.testing.assert_array_equal(run_ort(out, feeds)[0], run_ort(model, feeds)[0])
     different, _ = _retarget(_pair_model(0.07), drop_redundant=True)
     assert len(different.graph.node) == 4
+
+
+def test_a_quantize_without_its_scale_is_left_by_the_pass() -> None:
+    """The pass on its own (no input check before it): a QuantizeLinear missing its scale
+    input is not a redundant pair's (an IndexError before)."""
+    model = _pair_model(0.05)
+    del model.graph.node[2].input[1:]
+    ir_model = ir.from_proto(model)
+    result = QdqTidyPass(drop_redundant=True)(ir_model)
+    assert result.summary == {"redundant_pairs_removed": 0}
+    assert [n.name for n in ir_model.graph] == ["q1", "d1", "q2", "d2"]
 
 
 def test_shared_dequantize_and_initializers_are_split() -> None:

@@ -22,6 +22,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
+from model_specs import resolve_model
 
 from qlrewrite.checking import render
 from qlrewrite.checking.checker import check
@@ -86,9 +87,9 @@ def test_bad_gives_exactly_the_code_and_good_does_not(
     unit: RuleCheck, example: Example, tmp_path: Path
 ) -> None:
     code = unit.rule.code
-    bad = _save(example.bad(), tmp_path / "bad", example)
+    bad = _save(resolve_model(example.bad), tmp_path / "bad", example)
     assert _codes(bad, code, example.targets) == [code]
-    good = _save(example.good(), tmp_path / "good", example)
+    good = _save(resolve_model(example.good), tmp_path / "good", example)
     report = check(good, select=["ALL", code], targets=example.targets)
     assert code not in {f.rule for f in report.findings}, report.findings
     assert not report.errors, report.errors
@@ -101,7 +102,7 @@ FIX_PARAMS = [p for p in PARAMS if p.values[0].fix is not None]
 @pytest.mark.parametrize(("unit", "example"), FIX_PARAMS)
 def test_fix_repairs_the_bad_example(unit: RuleCheck, example: Example, tmp_path: Path) -> None:
     code = unit.rule.code
-    path = _save(example.bad(), tmp_path, example)
+    path = _save(resolve_model(example.bad), tmp_path, example)
     findings = check(path, select=["ALL", code], targets=example.targets).findings
     hits = [f for f in findings if f.rule == code]
     assert hits and all(f.fix == unit.rule.fix for f in hits)

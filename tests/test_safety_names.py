@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from example_models import DQ, MS, qdq_model
 from model_io_fixtures import cli, write_external_model
 
 from qlrewrite.io import atomic
-from qlrewrite.rules.example_models import DQ, MS, qdq_model
 
 STEM = "s" * 250
 COMMANDS = {

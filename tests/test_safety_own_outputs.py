@@ -10,9 +10,8 @@ from pathlib import Path
 
 import onnx
 import pytest
+from example_models import DQ, MS, qdq_model
 from model_io_fixtures import cli, write_external_model
-
-from qlrewrite.rules.example_models import DQ, MS, qdq_model
 
 
 def _listing(folder: Path) -> dict[str, bytes]:

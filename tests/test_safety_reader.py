@@ -14,11 +14,11 @@ from pathlib import Path
 
 import onnx
 import pytest
+from example_models import DQ, qdq_model
 from model_io_fixtures import cli
 
 from qlrewrite.errors import InputError
 from qlrewrite.io import reading
-from qlrewrite.rules.example_models import DQ, qdq_model
 
 PACKAGE = Path(__file__).resolve().parent.parent / "qlrewrite"
 

@@ -18,12 +18,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from example_models import DQ, MS, qdq_model
 from model_io_fixtures import cli, write_external_model
 from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite import pipeline
 from qlrewrite.io import atomic, model_io
-from qlrewrite.rules.example_models import DQ, MS, qdq_model
 
 
 def _listing(folder: Path) -> list[str]:

@@ -369,7 +369,7 @@ def test_per_tensor_and_per_channel_qoperator_weights_are_told_apart(tmp_path: P
     """OpenVINO refuses a QLinearMatMul with per-column B scales ("shape_size(node_shape) ==
     1") and runs a per-tensor one: the form keys them apart, so the per-tensor one is clean
     (it was flagged when the form held types only)."""
-    from qlrewrite.rules.qoperator_models import build
+    from qoperator_models import build
 
     per_tensor = {"b_scale": np.array(0.01, np.float32), "b_zero_point": np.array(0, np.int8)}
     for model, flagged in (

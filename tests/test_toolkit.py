@@ -168,8 +168,9 @@ def test_model_folder_is_the_folder_as_named(tmp_path: Path) -> None:
 def test_a_stray_block_size_is_not_in_force_for_any_reader() -> None:
     """DequantizeLinear-13 has no block_size: a stray one changes nothing, for info /
     convert (granularity) as for fold (block_size)."""
+    from example_models import DQ, qdq_model
+
     from qlrewrite.qdq import node_views
-    from qlrewrite.rules.example_models import DQ, qdq_model
 
     proto = qdq_model(DQ, 13, x_shape=(4, 6), scale_shape=(6,), attrs={"axis": 1, "block_size": 2})
     (_, [view]), *_ = node_views(ir.from_proto(proto))

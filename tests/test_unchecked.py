@@ -78,7 +78,7 @@ def test_rewrites_and_info_name_them(tmp_path: Path) -> None:
 
 
 def test_fold_says_it_does_not_fold_qoperator_nodes(tmp_path: Path) -> None:
-    from qlrewrite.rules.qoperator_models import build
+    from qoperator_models import build
 
     path = tmp_path / "conv.onnx"
     onnx.save(build("QLinearConv"), path)

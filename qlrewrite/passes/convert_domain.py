@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import NamedTuple
 
 import onnx_ir as ir
 
@@ -79,7 +79,16 @@ class _Plan:
     precision: int | None = None  # QuantizeLinear's precision as written (NodeView.int_attr)
 
 
-def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
+class _Types(NamedTuple):
+    """A Q/DQ node's element types (x and scale known)."""
+
+    x: ir.DataType
+    scale: ir.DataType
+    zero_point: ir.DataType | None
+    output: ir.DataType | None
+
+
+def _types(ctx: NodeView) -> _Types | None:
     """(x, scale, zero point, output) element types; None when x or scale is unknown."""
     scale, zero_point = ctx.scale, ctx.zero_point
     if ctx.x is None or scale is None or scale.dtype is None or ctx.x_type is None:
@@ -88,13 +97,13 @@ def _types(ctx: NodeView) -> tuple[Any, Any, Any, Any] | None:
     if zero_point is not None and zp_type is None:
         return None
     out_type = ctx.output.dtype if ctx.output is not None else None
-    return ctx.x_type, scale.dtype, zp_type, out_type
+    return _Types(ctx.x_type, scale.dtype, zp_type, out_type)
 
 
 def divides_in_scale_type(opset: int | None) -> bool:
     """True if ai.onnx QuantizeLinear at ``opset`` has ``precision`` (version 23 on): it
     divides in the scale's type unless ``precision`` says otherwise."""
-    row = opsets.lookup("", "QuantizeLinear", opset) if opset is not None else None
+    row = opsets.qdq_version("", "QuantizeLinear", opset) if opset is not None else None
     return row is not None and "precision" in row.attributes
 
 
@@ -115,7 +124,7 @@ def keep_float32_division(
     return True
 
 
-def _typed(plan: _Plan, contexts: list[NodeView]) -> Iterator[tuple[NodeView, tuple]]:
+def _typed(plan: _Plan, contexts: list[NodeView]) -> Iterator[tuple[NodeView, _Types]]:
     """Each view with its (x, scale, zero point, output) types; a view whose types are
     unknown is a problem of ``plan`` instead. Notes a float16 scale in ``plan``."""
     for ctx in contexts:
@@ -131,7 +140,7 @@ def _plan_to_onnx(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     plan = _Plan(site, contexts[0].where, precision=contexts[0].int_attr("precision"))
     opset = site.scope.opset("")
     op = site.node.op_type
-    row = opsets.lookup("", op, opset)
+    row = opsets.qdq_version("", op, opset)
     for ctx, (x_type, scale_type, zp_type, _) in _typed(plan, contexts):
         per_axis, blocked = ctx.granularity.per_axis, ctx.granularity.blocked
         attributes = list(ctx.attributes)
@@ -197,9 +206,14 @@ def _plan_to_microsoft(site: QuantizedSite, contexts: list[NodeView]) -> _Plan:
     return plan
 
 
-def _derives(ctx: NodeView, scale_type: Any, zp_type: Any, out_type: Any) -> bool:
+def _derives(
+    ctx: NodeView,
+    scale_type: ir.DataType,
+    zp_type: ir.DataType | None,
+    out_type: ir.DataType | None,
+) -> bool:
     """True if com.microsoft derives ``out_type`` without an output_dtype attribute."""
-    row = opsets.lookup(MS_DOMAIN, ctx.op_type, 1)
+    row = opsets.qdq_version(MS_DOMAIN, ctx.op_type, 1)
     if row is None or out_type is None:
         return False
     derived = opsets.output_type(row, scale_type=scale_type, zero_point_type=zp_type)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.downgrade_plan import WIDER, Plan
 from qlrewrite.passes.fold_tensor import release_tensor
@@ -33,8 +34,8 @@ def lower_blocked(node: ir.Node, plan: Plan, names: FreshNames) -> None:
     x, scale = node.inputs[0], node.inputs[1]
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
     assert x is not None and scale is not None and x.const_value is not None
-    length = int(x.const_value.shape[plan.axis])
-    scale_shape = [int(d) for d in (scale.shape or scale.const_value.shape)]  # type: ignore[union-attr]
+    length = tensor_shape(x.const_value).numpy()[plan.axis]
+    scale_shape = _static_dims(scale)
     blocks = {"axis": plan.axis, "block": plan.block_size, "length": length}
     values = writer.node("Cast", [x], to=_FLOAT)
     if zero_point is not None:
@@ -45,6 +46,17 @@ def lower_blocked(node: ir.Node, plan: Plan, names: FreshNames) -> None:
     result = writer.node("Mul", [values, scales])
     replace_value(node.outputs[0], result)
     writer.graph.remove(node, safe=True)
+
+
+def _static_dims(value: ir.Value) -> list[int]:
+    """``value``'s dims: declared, else its constant's (the plan checked they are static)."""
+    shape = value.shape
+    if shape is not None and shape.is_static():
+        return list(shape.numpy())
+    tensor = value.const_value
+    if tensor is not None:
+        return list(tensor_shape(tensor).numpy())
+    raise ValueError(f"the shape of '{value.name}' is not static")
 
 
 def widen(value: ir.Value) -> int:
@@ -59,7 +71,9 @@ def widen(value: ir.Value) -> int:
         release_tensor(tensor)  # the input's pages, mapped while read, are not kept
         return ir.tensor(values, name=value.name)
 
-    value.const_value = ir.LazyTensor(compute, dtype=wide, shape=tensor.shape, name=value.name)
+    value.const_value = ir.LazyTensor(
+        compute, dtype=wide, shape=tensor_shape(tensor), name=value.name
+    )
     value.type = ir.TensorType(wide)
     return tensor.size - tensor.nbytes
 

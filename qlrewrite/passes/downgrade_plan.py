@@ -20,7 +20,7 @@ import dataclasses
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq import NodeView, QuantizedSite, node_views
+from qlrewrite.qdq import QDQView, QuantizedSite, node_views
 from qlrewrite.qdq.constants import is_constant
 from qlrewrite.qdq.inference import Inference
 
@@ -65,12 +65,13 @@ def plan_downgrade(model: ir.Model, opset: int, inference: Inference) -> list[Pl
             continue
         plan = Plan(site, views[0].where)
         for view in views:
-            _plan_view(plan, view, opset)
+            if isinstance(view, QDQView):  # a Q/DQ site's views are
+                _plan_view(plan, view, opset)
         plans.append(plan)
     return plans
 
 
-def _carried(view: NodeView) -> tuple[str, ...]:
+def _carried(view: QDQView) -> tuple[str, ...]:
     """The attributes the node states that change its meaning: those not at their default
     (axis only where the node is per-axis or blocked)."""
     row = view.row
@@ -85,14 +86,14 @@ def _carried(view: NodeView) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _form(view: NodeView, **changes: object) -> opsets.NodeForm | None:
+def _form(view: QDQView) -> opsets.NodeForm | None:
     """The view's :class:`~qlrewrite.opsets.NodeForm` (None: a type is unknown)."""
     scale, zero_point = view.scale, view.zero_point
     if view.x_type is None or scale is None or scale.dtype is None:
         return None
     zp_type = zero_point.dtype if zero_point is not None else None
     output = view.output.dtype if view.output is not None else None
-    form = opsets.NodeForm(
+    return opsets.NodeForm(
         x_type=view.x_type,
         scale_type=scale.dtype,
         zero_point_type=zp_type,
@@ -101,17 +102,16 @@ def _form(view: NodeView, **changes: object) -> opsets.NodeForm | None:
         blocked=view.granularity.blocked,
         per_axis=view.granularity.per_axis,
     )
-    return dataclasses.replace(form, **changes) if changes else form  # type: ignore[arg-type]
 
 
-def _plan_view(plan: Plan, view: NodeView, opset: int) -> None:
+def _plan_view(plan: Plan, view: QDQView, opset: int) -> None:
     """Decide ``plan`` for one view (a node in a function has one per call site)."""
     form = _form(view)
     if form is None:
         plan.problems.append("the element types of x, scale or zero point are unknown")
         return
     op = view.op_type
-    row = opsets.lookup("", op, opset)
+    row = opsets.qdq_version("", op, opset)
     problems = opsets.expression_problems(row, form) if row else [f"opset {opset} has no {op}"]
     if not problems:
         plan.drop = tuple(a for a in view.attributes if row and a not in row.attributes)
@@ -129,14 +129,14 @@ def _plan_view(plan: Plan, view: NodeView, opset: int) -> None:
         plan.axis, plan.block_size = _normalized_axis(view), view.block_size
 
 
-def _normalized_axis(view: NodeView) -> int:
+def _normalized_axis(view: QDQView) -> int:
     x = view.x
     rank = x.rank if x is not None else None
     axis = view.axis
     return axis + rank if rank is not None and axis < 0 else axis
 
 
-def _lowering(view: NodeView, form: opsets.NodeForm, opset: int) -> tuple[str | None, list[str]]:
+def _lowering(view: QDQView, form: opsets.NodeForm, opset: int) -> tuple[str | None, list[str]]:
     """The exact lowering of a node the target's version cannot express, or (None, why)."""
     if view.is_quantize:
         return None, []
@@ -149,7 +149,7 @@ def _lowering(view: NodeView, form: opsets.NodeForm, opset: int) -> tuple[str | 
         narrow = dataclasses.replace(
             form, x_type=wide, zero_point_type=wide if form.zero_point_type else None
         )
-        row = opsets.lookup("", view.op_type, opset)
+        row = opsets.qdq_version("", view.op_type, opset)
         if row is not None and not opsets.expression_problems(row, narrow):
             return WIDEN, []
     if form.x_type in _SIXTEEN and not opsets.com_microsoft_problems(view.op_type, form):
@@ -157,7 +157,7 @@ def _lowering(view: NodeView, form: opsets.NodeForm, opset: int) -> tuple[str | 
     return None, []
 
 
-def _blocked(view: NodeView, form: opsets.NodeForm, constant: bool) -> tuple[str | None, list]:
+def _blocked(view: QDQView, form: opsets.NodeForm, constant: bool) -> tuple[str | None, list[str]]:
     """A blocked DequantizeLinear as Cast / Sub / Mul, when exact and static."""
     why = []
     if not constant:
@@ -166,7 +166,7 @@ def _blocked(view: NodeView, form: opsets.NodeForm, constant: bool) -> tuple[str
         why.append(f"blocked x of type {form.x_type.name} is not lowered")
     if form.scale_type != _DT.FLOAT:
         why.append(f"blocked {form.scale_type.name} scales are not lowered (float32 only)")
-    if view.node.graph is None:
+    if isinstance(view.site.graph, ir.Function):  # (its node's graph is the function's own)
         why.append("a blocked node inside a function is not lowered")
     scale, x = view.scale, view.x
     if (

@@ -14,7 +14,7 @@ Squeeze-13 moved ``axes`` to an input) goes through the converter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import onnx
 import onnx.defs
@@ -127,8 +127,9 @@ def _at_default(attr: onnx.AttributeProto, schema: onnx.defs.OpSchema, names: se
     declared = schema.attributes.get(attr.name)
     if declared is None or not declared.default_value.name:
         return False
-    return onnx.helper.get_attribute_value(attr) == onnx.helper.get_attribute_value(
-        declared.default_value
+    return bool(
+        onnx.helper.get_attribute_value(attr)
+        == onnx.helper.get_attribute_value(declared.default_value)
     )
 
 
@@ -152,7 +153,9 @@ def _type_problem(
     return None
 
 
-def _formal(params: list, count: int) -> list:
+def _formal(
+    params: Sequence[onnx.defs.OpSchema.FormalParameter], count: int
+) -> list[onnx.defs.OpSchema.FormalParameter]:
     """The formal parameter of each of ``count`` actual inputs or outputs (the last one
     repeats when variadic)."""
     if not params:

@@ -15,13 +15,16 @@
 from __future__ import annotations
 
 import collections
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
+from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels import dequantize, int_range, quantize
 from qlrewrite.passes.results import RetargetResult
-from qlrewrite.qdq import QDQ, NodeView, constant_tensor, node_views
+from qlrewrite.qdq import QDQ, QDQView, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
 from qlrewrite.toolkit import FreshNames
 
@@ -41,7 +44,7 @@ class QdqTidyPass(ir.passes.InPlacePass):
         self.split_shared = split_shared
 
     def call(self, model: ir.Model) -> RetargetResult:
-        counts: collections.Counter = collections.Counter()
+        counts: collections.Counter[str] = collections.Counter()
         if self.drop_redundant:
             counts["redundant_pairs_removed"] = _drop_redundant(model)
         if self.split_shared:
@@ -52,9 +55,13 @@ class QdqTidyPass(ir.passes.InPlacePass):
         return RetargetResult(model, any(summary.values()), summary)
 
 
-def _single_views(model: ir.Model) -> dict[int, NodeView]:
+def _single_views(model: ir.Model) -> dict[int, QDQView]:
     """The view of each Q/DQ node outside functions (one call site), by node id."""
-    return {id(s.node): v[0] for s, v in node_views(model, kinds=(QDQ,)) if len(v) == 1}
+    return {
+        id(site.node): views[0]
+        for site, views in node_views(model, kinds=(QDQ,))
+        if len(views) == 1 and isinstance(views[0], QDQView)
+    }
 
 
 def _drop_redundant(model: ir.Model) -> int:
@@ -64,39 +71,51 @@ def _drop_redundant(model: ir.Model) -> int:
         source = view.node.inputs[0]
         producer = source.producer() if source is not None else None
         dq = views.get(id(producer)) if producer is not None else None
-        if dq is None or dq.is_quantize or not _same_parameters(dq, view):
+        if producer is None or dq is None or dq.is_quantize or not _same_parameters(dq, view):
             continue
-        output = view.node.outputs[0]
-        if output.is_graph_output() or not _proven(dq):
+        output, graph, original = view.node.outputs[0], view.node.graph, producer.inputs[0]
+        if output.is_graph_output() or not _proven(dq) or graph is None or original is None:
             continue
-        output.replace_all_uses_with(producer.inputs[0])  # type: ignore[union-attr]
-        view.node.graph.remove(view.node, safe=True)  # type: ignore[union-attr]
+        output.replace_all_uses_with(original)
+        graph.remove(view.node, safe=True)
         removed += 1
-        if not producer.outputs[0].uses() and not producer.outputs[0].is_graph_output():
-            producer.graph.remove(producer, safe=True)  # type: ignore[union-attr]
+        unread = not producer.outputs[0].uses() and not producer.outputs[0].is_graph_output()
+        if unread and producer.graph is not None:
+            producer.graph.remove(producer, safe=True)
     return removed
 
 
-def _parameters(view: NodeView) -> tuple | None:
+class _Parameters(NamedTuple):
+    """What a Q/DQ node computes with, when every part is a known constant."""
+
+    dtype: ir.DataType  # the quantized type
+    scale: npt.NDArray[Any]
+    zero: npt.NDArray[Any]
+    axis: int | None  # None: per-tensor
+    block: int
+
+
+def _parameters(view: QDQView) -> _Parameters | None:
     """(type, scale array, zero point array, axis, block) when all are known constants."""
-    scale = _array(view.node.inputs[1])
-    zero = _array(view.node.inputs[2]) if len(view.node.inputs) > 2 else None
+    inputs = view.node.inputs
+    scale = _array(inputs[1]) if len(inputs) > 1 else None
+    zero = _array(inputs[2]) if len(inputs) > 2 else None
     dtype = view.output_type if view.is_quantize else view.x_type
     if scale is None or dtype is None:
         return None
-    if zero is None and len(view.node.inputs) > 2 and view.node.inputs[2] is not None:
+    if zero is None and len(inputs) > 2 and inputs[2] is not None:
         return None
     zero = np.zeros_like(scale) if zero is None else zero
     granular = view.granularity.per_axis or view.granularity.blocked
-    return dtype, scale, zero, view.axis if granular else None, view.block_size
+    return _Parameters(dtype, scale, zero, view.axis if granular else None, view.block_size)
 
 
-def _array(value: ir.Value | None) -> np.ndarray | None:
+def _array(value: ir.Value | None) -> npt.NDArray[Any] | None:
     tensor = constant_tensor(value) if value is not None else None
     return small_array(tensor) if tensor is not None else None
 
 
-def _same_parameters(dq: NodeView, q: NodeView) -> bool:
+def _same_parameters(dq: QDQView, q: QDQView) -> bool:
     first, second = _parameters(dq), _parameters(q)
     if first is None or second is None:
         return False
@@ -107,7 +126,7 @@ def _same_parameters(dq: NodeView, q: NodeView) -> bool:
     return t1 == t2 and same_scale and same_zero and (a1, b1) == (a2, b2) and scale_types
 
 
-def _proven(dq: NodeView) -> bool:
+def _proven(dq: QDQView) -> bool:
     """True if Q(DQ(v)) == v for every value v of the type and every (scale, zero point)
     pair of ``dq`` (computed with the kernels, in the scale's own type)."""
     params = _parameters(dq)
@@ -158,7 +177,7 @@ def _split_dequantize(model: ir.Model, names: FreshNames) -> int:
 def _alias(tensor: ir.TensorProtocol, name: str | None) -> ir.TensorProtocol:
     """A tensor of its own name reading ``tensor``'s data (sharing the tensor object itself
     would let serialization rename it, and with it the input model's initializer)."""
-    return ir.LazyTensor(lambda: tensor, dtype=tensor.dtype, shape=tensor.shape, name=name)
+    return ir.LazyTensor(lambda: tensor, dtype=tensor.dtype, shape=tensor_shape(tensor), name=name)
 
 
 def _split_initializers(model: ir.Model, names: FreshNames) -> int:
@@ -170,12 +189,15 @@ def _split_initializers(model: ir.Model, names: FreshNames) -> int:
         if not isinstance(graph, ir.Graph):
             continue
         for index, value in enumerate(node.inputs):
-            if value is None or not value.is_initializer() or value.is_graph_input():
+            tensor = value.const_value if value is not None else None
+            if value is None or tensor is None or not value.is_initializer():
+                continue
+            if value.is_graph_input():
                 continue
             if len(value.uses()) < 2 or next(iter(value.uses()))[0] is node:
                 continue
             copy = ir.Value(name=names.fresh(value.name or "init"))
-            copy.const_value = _alias(value.const_value, copy.name)  # type: ignore[arg-type]
+            copy.const_value = _alias(tensor, copy.name)
             copy.type, copy.shape = value.type, value.shape
             graph.register_initializer(copy)
             node.replace_input_with(index, copy)

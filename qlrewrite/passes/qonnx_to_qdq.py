@@ -29,9 +29,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.custom_quant import QONNX_DOMAINS
@@ -39,7 +40,7 @@ from qlrewrite.errors import Refusal
 from qlrewrite.kernels import int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
-from qlrewrite.qdq import NodeView, constant_tensor, node_views, normalize_domain, onnx_opset
+from qlrewrite.qdq import QDQView, constant_tensor, node_views, normalize_domain, onnx_opset
 from qlrewrite.qdq.constants import small_array
 from qlrewrite.toolkit import (
     FreshNames,
@@ -79,7 +80,7 @@ class _Plan:
     """What one Quant node becomes, or why not."""
 
     node: ir.Node
-    graph: ir.Graph
+    graph: ir.Graph | ir.Function  # a function's: refused (a problem)
     problems: list[str] = dataclasses.field(default_factory=list)
     storage: ir.DataType = _DT.UNDEFINED
     low: int = 0
@@ -121,14 +122,14 @@ class QonnxToQdqPass(ir.passes.InPlacePass, ConvertsCustomOps):
         return QOperatorResult(model, any(summary.values()), summary, warnings)
 
 
-def _quant_nodes(model: ir.Model) -> list[tuple[ir.Node, ir.Graph]]:
+def _quant_nodes(model: ir.Model) -> list[tuple[ir.Node, ir.Graph | ir.Function]]:
     """Every QONNX Quant node with its graph (a node in a function is refused later)."""
-    found = []
+    found: list[tuple[ir.Node, ir.Graph | ir.Function]] = []
     for scope in iter_graphs(model):
         for node in scope.graph:
             if node.domain in QONNX_DOMAINS and node.op_type in _QUANT_OPS:
                 found.append((node, scope.graph))
-    return found  # type: ignore[return-value]
+    return found
 
 
 def _constant(node: ir.Node, index: int) -> np.ndarray | None:
@@ -154,7 +155,7 @@ def _attribute(node: ir.Node, name: str, default: object) -> object:
 
 
 def _plan(node: ir.Node, graph: ir.Graph | ir.Function, opset: int) -> _Plan:
-    plan = _Plan(node, graph)  # type: ignore[arg-type]
+    plan = _Plan(node, graph)
     if not isinstance(graph, ir.Graph):
         plan.problems.append("a Quant inside a function is not converted")
         return plan
@@ -251,7 +252,7 @@ def _write(plan: _Plan, names: FreshNames) -> str:
     """Replace the Quant node by Q -> (Clip ->) DQ; "qdq" or "qcdq"."""
     node, graph = plan.node, plan.graph
     base = node.name or node.outputs[0].name or "quant"
-    assert plan.scale is not None
+    assert plan.scale is not None and isinstance(graph, ir.Graph)  # else a problem of _plan
     scale_type = node.inputs[1].dtype if node.inputs[1] is not None else None
     scale = _initializer(graph, names, f"{base}_scale", plan.scale, scale_type or _DT.FLOAT)
     zero = _initializer(
@@ -282,7 +283,11 @@ def _write(plan: _Plan, names: FreshNames) -> str:
 
 def _collapse_qcdq(model: ir.Model, names: FreshNames) -> int:
     """Q (int8 / uint8) -> Clip to int4's / uint4's range -> DQ, as int4 / uint4 Q/DQ."""
-    views = {id(site.node): v[0] for site, v in node_views(model) if len(v) == 1}
+    views = {
+        id(site.node): v[0]
+        for site, v in node_views(model)
+        if len(v) == 1 and isinstance(v[0], QDQView)
+    }
     collapsed = 0
     for scope in iter_graphs(model):
         graph = scope.graph
@@ -297,13 +302,13 @@ def _collapse_qcdq(model: ir.Model, names: FreshNames) -> int:
 
 
 class _Qcdq(NamedTuple):
-    quantize: NodeView
-    readers: list[NodeView]
+    quantize: QDQView
+    readers: list[QDQView]
     narrow: ir.DataType
-    zeros: list[np.ndarray]
+    zeros: list[npt.NDArray[Any]]
 
 
-def _qcdq(clip: ir.Node, views: dict[int, NodeView]) -> _Qcdq | None:
+def _qcdq(clip: ir.Node, views: dict[int, QDQView]) -> _Qcdq | None:
     """(Q view, DQ views, narrow type) when ``clip`` sits in a QCDQ that clamps exactly to
     int4's / uint4's range, with zero points that fit it; None otherwise."""
     source = clip.inputs[0] if clip.inputs else None
@@ -317,16 +322,18 @@ def _qcdq(clip: ir.Node, views: dict[int, NodeView]) -> _Qcdq | None:
     low, high = _constant(clip, 1), _constant(clip, 2)
     if low is None or high is None or (low.item(), high.item()) != bounds:
         return None
-    readers = [views.get(id(node)) for node, index in clip.outputs[0].uses() if index == 0]
-    if len(readers) != len(clip.outputs[0].uses()) or clip.outputs[0].is_graph_output():
+    uses = clip.outputs[0].uses()
+    readers = [views[id(node)] for node, index in uses if index == 0 and id(node) in views]
+    if len(readers) != len(uses) or clip.outputs[0].is_graph_output():
         return None
-    if any(r is None or r.is_quantize for r in readers) or len(source.uses()) != 1:
+    if any(r.is_quantize for r in readers) or source is None or len(source.uses()) != 1:
         return None
     members = [quantize, *readers]
-    zeros = [_constant(m.node, 2) if len(m.node.inputs) > 2 else np.zeros(()) for m in members]
-    if any(z is None or z.min() < bounds[0] or z.max() > bounds[1] for z in zeros):
+    found = [_constant(m.node, 2) if len(m.node.inputs) > 2 else np.zeros(()) for m in members]
+    zeros = [z for z in found if z is not None and bounds[0] <= z.min() and z.max() <= bounds[1]]
+    if len(zeros) != len(found):
         return None
-    return _Qcdq(quantize, readers, narrow, zeros)  # type: ignore[arg-type]
+    return _Qcdq(quantize, readers, narrow, zeros)
 
 
 def _narrow_qcdq(clip: ir.Node, found: _Qcdq, names: FreshNames) -> None:

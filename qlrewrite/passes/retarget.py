@@ -20,12 +20,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
+from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.fold_tensor import release_tensor
@@ -78,7 +80,7 @@ class _Change:
     only_flipped: bool = False  # the weight's one transform is the signedness flip
     transforms: list[Transform] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
-    counts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    counts: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
     def weight(self) -> np.ndarray:
         """The weight's values after the transforms so far, in int32 (every 4, 8 and 16-bit
@@ -110,7 +112,7 @@ class RetargetPass(ir.passes.InPlacePass):
         changes = [self._plan(group) for group in groups(model)]
         _refuse([c for c in changes if c.problems])
         names = FreshNames(model)
-        counts: collections.Counter = collections.Counter()
+        counts: collections.Counter[str] = collections.Counter()
         for change in changes:
             counts.update(change.counts)
             if change.counts.keys() & _WRITTEN:
@@ -173,7 +175,7 @@ def _symmetric(change: _Change) -> None:
         change.problems.append(reason)
         return
     first = change.zero_points[0]
-    if any(z is None or not np.array_equal(z, first) for z in change.zero_points):
+    if first is None or any(z is None or not np.array_equal(z, first) for z in change.zero_points):
         change.problems.append("its readers' zero points differ")
         return
     reader = group.readers[0].view
@@ -274,7 +276,8 @@ def _flipped_bits(array: np.ndarray, dtype: ir.DataType) -> np.ndarray:
     width = array.dtype.itemsize
     raw = array.view(np.uint16 if width == 2 else np.uint8)
     top = (1 << (dtype.bitwidth - 1)) if dtype.bitwidth < 8 * width else (1 << (8 * width - 1))
-    return np.bitwise_xor(raw, raw.dtype.type(top)).view(dtype.numpy())
+    flipped: npt.NDArray[Any] = np.bitwise_xor(raw, raw.dtype.type(top))
+    return flipped.view(dtype.numpy())
 
 
 def _set_weight(change: _Change) -> None:
@@ -291,4 +294,6 @@ def _set_weight(change: _Change) -> None:
         release_tensor(tensor)  # the input's pages, mapped while read, are not kept
         return ir.tensor(values, dtype=dtype, name=value.name)
 
-    value.const_value = ir.LazyTensor(compute, dtype=dtype, shape=tensor.shape, name=value.name)
+    value.const_value = ir.LazyTensor(
+        compute, dtype=dtype, shape=tensor_shape(tensor), name=value.name
+    )

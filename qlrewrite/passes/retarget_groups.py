@@ -11,11 +11,12 @@ produced by anything else is not one (``why``).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
-import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.qdq import QDQ, NodeView, QuantizedSite, constant_tensor, node_views
+from qlrewrite.qdq import QDQ, NodeView, QDQView, QuantizedSite, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
 
 __all__ = ["Group", "Member", "groups"]
@@ -27,8 +28,8 @@ class Member:
     has none; the zero point is then 0)."""
 
     site: QuantizedSite
-    view: NodeView
-    zero_point: np.ndarray | None
+    view: QDQView
+    zero_point: npt.NDArray[Any] | None
 
     @property
     def node(self) -> ir.Node:
@@ -67,6 +68,8 @@ def groups(model: ir.Model) -> list[Group]:
     """Every quantized tensor of ``model`` touched by a Q/DQ node, as a group."""
     found: dict[int, Group] = {}
     for site, views in node_views(model, kinds=(QDQ,)):
+        if not isinstance(views[0], QDQView):
+            continue  # a Q/DQ site's view is a QDQView
         member = Member(site, views[0], _zero_point(site, views))
         if len(views) > 1:  # a node in a function: one view per call site
             _group(found, site.node.outputs[0]).why = "inside a function"
@@ -85,7 +88,7 @@ def _group(found: dict[int, Group], value: ir.Value) -> Group:
     return found[id(value)]
 
 
-def _zero_point(site: QuantizedSite, views: list[NodeView]) -> np.ndarray | None:
+def _zero_point(site: QuantizedSite, views: list[NodeView]) -> npt.NDArray[Any] | None:
     value = site.input("zero_point")
     if value is None:
         return None

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Generic
 
 import onnx_ir as ir
+from typing_extensions import TypeVar
 
 from qlrewrite import opsets
 from qlrewrite.toolkit import MS_DOMAIN, GraphRef, GraphScope, iter_graphs, normalize_domain
+
+if TYPE_CHECKING:
+    from qlrewrite.qdq.view import NodeView, QDQView, QOperatorView, WeightOnlyView
 
 __all__ = [
     "GATHER_BLOCK_QUANTIZED",
@@ -34,9 +39,16 @@ __all__ = [
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
 
+#: The view class of a kind's nodes (:func:`qlrewrite.qdq.view.view_class` builds it): a
+#: rule declared on ``kinds=(QDQ,)`` is given a ``QDQView``, and mypy checks that its
+#: ``ctx`` annotation says so. A bare ``SiteKind`` is any kind (``SiteKind[NodeView]``).
+ViewT_co = TypeVar("ViewT_co", bound="NodeView", covariant=True, default="NodeView")
+
+
 @dataclasses.dataclass(frozen=True)
-class SiteKind:
-    """One kind of quantized node: its ops per (normalized) domain and its input roles."""
+class SiteKind(Generic[ViewT_co]):
+    """One kind of quantized node: its ops per (normalized) domain and its input roles;
+    its type parameter is the class of its nodes' views."""
 
     name: str
     ops: frozenset[tuple[str, str]]  # (domain, op_type); "" for ai.onnx
@@ -44,14 +56,14 @@ class SiteKind:
 
 
 #: QuantizeLinear / DequantizeLinear in ai.onnx and com.microsoft.
-QDQ = SiteKind(
+QDQ: SiteKind[QDQView] = SiteKind(
     "qdq",
     frozenset((domain, op) for domain in ("", MS_DOMAIN) for op in QDQ_OPS),
     {"x": 0, "scale": 1, "zero_point": 2},
 )
 
 
-def _weight_only(name: str, op_type: str) -> SiteKind:
+def _weight_only(name: str, op_type: str) -> SiteKind[WeightOnlyView]:
     """A weight-only op's kind; its roles are read from the table (x: the row's weight)."""
     row = opsets.versions(MS_DOMAIN, op_type)[0]
     assert isinstance(row, opsets.WeightOnlyVersion), op_type
@@ -75,7 +87,7 @@ WEIGHT_ONLY = (MATMUL_NBITS, GATHER_BLOCK_QUANTIZED)
 #: QLinear*, QGemm, ...; rows: :class:`qlrewrite.opsets.QOperatorVersion`). Their roles are
 #: per operator, several (data, scale, zero point) triples each: read them with
 #: :func:`qlrewrite.qdq.qoperator.triples`.
-QOPERATOR = SiteKind(
+QOPERATOR: SiteKind[QOperatorView] = SiteKind(
     "qoperator", frozenset((row.domain, row.op_type) for row in opsets.QOPERATOR_ROWS), {}
 )
 #: Quantized com.microsoft operators reported but neither checked nor converted

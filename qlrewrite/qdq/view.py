@@ -3,9 +3,11 @@
 A view describes one node of a :class:`~qlrewrite.qdq.sites.QuantizedSite` as seen from
 one place (inside a model-local function: from one call site, with the function's inputs
 and attribute references replaced by the call's), without reading weights. One class per
-kind of node, over the parts they share (:class:`NodeView`: identity, the attributes in
-force with :meth:`NodeView.attr_or_default`, x / scale / zero point / output as
-:class:`ValueView` from constants, declarations and type inference, messages):
+kind of node, over the parts they share (:class:`NodeView`: identity; the version in
+force, ``row`` (None when the imported opset has none) and ``version`` (the same, never
+None: for the rules that need one); the attributes in force with
+:meth:`NodeView.attr_or_default`; x / scale / zero point / output as :class:`ValueView`
+from constants, declarations and type inference; messages):
 
 - :class:`QDQView` (QuantizeLinear / DequantizeLinear, ``row``: an
   :class:`~qlrewrite.opsets.OpVersion`): ``axis``, ``block_size``, ``output_type`` (as the
@@ -29,6 +31,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 import numpy as np
 import onnx_ir as ir
@@ -186,6 +189,20 @@ def _scale_granularity(axis: int, block: int, shape: Dims | None) -> Granularity
     return Granularity(RANK_N, f"rank-{len(shape)} scale")
 
 
+RowT = TypeVar("RowT", bound=opsets.Row)
+
+
+def _in_force(row: RowT | None, view: NodeView) -> RowT:
+    """``row``, which a rule that needs a version is only run with (see
+    :attr:`NodeView.version`)."""
+    if row is None:
+        raise LookupError(
+            f"{view.where}: no version of the operator at {view.version_label}; a rule "
+            "declared needs_version=False reads view.row"
+        )
+    return row
+
+
 class NodeView:
     """One quantized node as rules, passes and ``info`` see it: the parts every kind
     shares (identity, x / scale / zero point / output, attributes, messages). Each kind
@@ -245,6 +262,13 @@ class NodeView:
     def row(self) -> opsets.Row | None:
         """The operator version in force (None: none at that opset)."""
         return self.site.row
+
+    @property
+    def version(self) -> opsets.Row:
+        """The operator version in force, for a rule that needs one: the registry runs a
+        rule declared with ``needs_version`` (the default) only on nodes that have one
+        (a rule declared ``needs_version=False`` reads :attr:`row`, which may be None)."""
+        return _in_force(self.row, self)
 
     @property
     def ref(self) -> GraphRef:
@@ -428,6 +452,11 @@ class QDQView(NodeView):
         return row if isinstance(row, opsets.OpVersion) else None
 
     @property
+    def version(self) -> opsets.OpVersion:
+        """The version in force, for a rule that needs one (see :attr:`NodeView.version`)."""
+        return _in_force(self.row, self)
+
+    @property
     def block_size(self) -> int:
         """block_size (0 when absent or not part of the version in force)."""
         return self.attr_or_default("block_size") or 0
@@ -527,6 +556,11 @@ class WeightOnlyView(_SchemaView):
         row = self.site.row
         return row if isinstance(row, opsets.WeightOnlyVersion) else None
 
+    @property
+    def version(self) -> opsets.WeightOnlyVersion:
+        """The version in force, for a rule that needs one (see :attr:`NodeView.version`)."""
+        return _in_force(self.row, self)
+
     @functools.cached_property
     def weight_attributes(self) -> dict[str, int | None]:
         """The attributes in force (as written, else the default; None: absent without a
@@ -566,6 +600,11 @@ class QOperatorView(_SchemaView):
         """The QOperator version in force."""
         row = self.site.row
         return row if isinstance(row, opsets.QOperatorVersion) else None
+
+    @property
+    def version(self) -> opsets.QOperatorVersion:
+        """The version in force, for a rule that needs one (see :attr:`NodeView.version`)."""
+        return _in_force(self.row, self)
 
     def _read_indices(self) -> set[int]:
         wanted = super()._read_indices()

@@ -17,7 +17,10 @@ Adding a rule:
    the code and severity are the declaration's, never repeated), and decorate it with
    :func:`rule`: name, severity, summary, explanation (why it matters), example,
    versions, the node ``kinds`` it reads, and ``examples=[Example(label, bad, good)]``:
-   models built with :mod:`qlrewrite.rules.example_models`.
+   models as data, ``ModelSpec("qdq", DQ, 21, scale=0.0)`` (:mod:`.model_spec`), each
+   naming a builder of the tests (``tests/model_specs.py`` lists them; they are written
+   with onnx.helper in ``tests/example_models.py``, outside the package). When no builder
+   writes the model an example needs, add one there: the rule module stays data.
 3. A repair, if ONNX Runtime's outputs stay known: ``fix=Fix(SAFE or UNSAFE, summary,
    applies=..., node=... / model=... / upgrade_opset=...)`` beside the check;
    ``applies`` reads the finding's fields, never its text. ``upgrade_repairs=True``

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import NodeView
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
-from qlrewrite.rules.qoperator_models import build, cut_input
+from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -43,8 +43,10 @@ __all__: list[str] = []
     examples=[
         Example(
             "matmul-without-y-zero-point",
-            lambda: cut_input(build("QLinearMatMul"), 7),
-            lambda: build("QLinearMatMul"),
+            ModelSpec(
+                "edited", ModelSpec("qoperator", "QLinearMatMul"), ModelSpec("cut_inputs", 7)
+            ),
+            ModelSpec("qoperator", "QLinearMatMul"),
         ),
     ],
 )

@@ -9,15 +9,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.example_models import (
-    DQ,
-    MS,
-    cut_inputs,
-    edited,
-    function_qdq_model,
-    matmul_nbits_model,
-    qdq_model,
-)
+from qlrewrite.rules.model_spec import DQ, MS, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
 from qlrewrite.toolkit import ensure_import, functions_of
 
@@ -43,8 +35,8 @@ __all__: list[str] = []
     examples=[
         Example(
             "one-input",
-            lambda: qdq_model(DQ, 21, drop_inputs=2),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, drop_inputs=2),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -85,8 +77,8 @@ def input_count(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "two-outputs",
-            lambda: qdq_model(DQ, 21, n_outputs=2),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, n_outputs=2),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -146,13 +138,13 @@ def _import_com_microsoft(fix: FixContext) -> str | None:
     examples=[
         Example(
             "ms-not-imported",
-            lambda: qdq_model(DQ, 13, domain=MS, imports={"": 13}),
-            lambda: qdq_model(DQ, 13, domain=MS),
+            ModelSpec("qdq", DQ, 13, domain=MS, imports={"": 13}),
+            ModelSpec("qdq", DQ, 13, domain=MS),
         ),
         Example(
             "matmul-nbits-not-imported",  # ONNX Runtime's GPTQ / k-quant / INC RTN output
-            lambda: matmul_nbits_model(ms_opset=None, opset=17, ir_version=8),
-            lambda: matmul_nbits_model(opset=17, ir_version=8),
+            ModelSpec("matmul_nbits", ms_opset=None, opset=17, ir_version=8),
+            ModelSpec("matmul_nbits", opset=17, ir_version=8),
         ),
     ],
 )
@@ -202,8 +194,8 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
         # tests/test_rules_cases.py)
         Example(
             "ms-not-imported-by-function",
-            lambda: function_qdq_model({"": 13}),
-            lambda: function_qdq_model({"": 13, MS: 1}),
+            ModelSpec("function_qdq", {"": 13}),
+            ModelSpec("function_qdq", {"": 13, MS: 1}),
         ),
     ],
 )
@@ -239,8 +231,8 @@ def domain_import_required(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "opset-9",
-            lambda: qdq_model(DQ, 9),
-            lambda: qdq_model(DQ, 10),
+            ModelSpec("qdq", DQ, 9),
+            ModelSpec("qdq", DQ, 10),
         ),
     ],
 )
@@ -277,8 +269,8 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "too-few-inputs",
-            lambda: edited(matmul_nbits_model(), cut_inputs(2)),
-            matmul_nbits_model,
+            ModelSpec("edited", ModelSpec("matmul_nbits"), ModelSpec("cut_inputs", 2)),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )

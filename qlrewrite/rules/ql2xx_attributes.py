@@ -14,7 +14,7 @@ from qlrewrite.rules.common import (
     WEIGHT_ONLY_VERSIONS,
     weight_storage,
 )
-from qlrewrite.rules.example_models import DQ, DT, matmul_nbits_model, qdq_model
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, rule
 
 __all__: list[str] = []
@@ -74,8 +74,8 @@ def _upgrade_brings_it(finding: Finding) -> bool:
     examples=[
         Example(
             "axis-at-opset-12",
-            lambda: qdq_model(DQ, 12, x_type=DT.INT8, attrs={"axis": 0}),
-            lambda: qdq_model(DQ, 13, x_type=DT.INT8, attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 12, x_type=DT.INT8, attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 13, x_type=DT.INT8, attrs={"axis": 0}),
         ),
     ],
 )
@@ -126,8 +126,8 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "float-axis",
-            lambda: qdq_model(DQ, 21, attrs={"axis": 1.0}),
-            lambda: qdq_model(DQ, 21, attrs={"axis": 1}),
+            ModelSpec("qdq", DQ, 21, attrs={"axis": 1.0}),
+            ModelSpec("qdq", DQ, 21, attrs={"axis": 1}),
         ),
     ],
 )
@@ -160,8 +160,8 @@ def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "no-block-size",
-            lambda: matmul_nbits_model(drop_attrs=["block_size"]),
-            matmul_nbits_model,
+            ModelSpec("matmul_nbits", drop_attrs=["block_size"]),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )
@@ -196,8 +196,8 @@ def required_attribute(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "bits-3",
-            lambda: matmul_nbits_model(bits=3, b_shape=(8, 2, 6)),
-            lambda: matmul_nbits_model(bits=2),
+            ModelSpec("matmul_nbits", bits=3, b_shape=(8, 2, 6)),
+            ModelSpec("matmul_nbits", bits=2),
         ),
     ],
 )
@@ -238,8 +238,8 @@ def weight_bits(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "block-24",
-            lambda: matmul_nbits_model(block_size=24),
-            lambda: matmul_nbits_model(block_size=32),
+            ModelSpec("matmul_nbits", block_size=24),
+            ModelSpec("matmul_nbits", block_size=32),
         ),
     ],
 )
@@ -284,8 +284,8 @@ def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "accuracy-7",
-            lambda: matmul_nbits_model(attrs={"accuracy_level": 7}),
-            lambda: matmul_nbits_model(attrs={"accuracy_level": 4}),
+            ModelSpec("matmul_nbits", attrs={"accuracy_level": 7}),
+            ModelSpec("matmul_nbits", attrs={"accuracy_level": 4}),
         ),
     ],
 )
@@ -317,8 +317,8 @@ def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "n-negative",
-            lambda: matmul_nbits_model(n=-8, b_shape=(8, 2, 8), scale_shape=(8, 2)),
-            matmul_nbits_model,
+            ModelSpec("matmul_nbits", n=-8, b_shape=(8, 2, 8), scale_shape=(8, 2)),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )

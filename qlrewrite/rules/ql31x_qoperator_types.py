@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import NodeView, ValueView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS, type_names
-from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -64,8 +63,10 @@ def _typed_operands(ctx: NodeView) -> Iterator[tuple[str, str, ValueView]]:
     examples=[
         Example(
             "conv-weight-zero-point-uint8",
-            lambda: build("QLinearConv", w_zero_point=np.zeros(3, np.uint8)),
-            lambda: build("QLinearConv"),
+            ModelSpec(
+                "qoperator", "QLinearConv", w_zero_point=ModelSpec("array", 0, DT.UINT8, shape=(3,))
+            ),
+            ModelSpec("qoperator", "QLinearConv"),
         ),
     ],
 )

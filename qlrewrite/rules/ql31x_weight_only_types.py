@@ -11,7 +11,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS, type_names, weight_storage
-from qlrewrite.rules.example_models import DT, gather_block_quantized_model, matmul_nbits_model
+from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -40,8 +40,8 @@ _FP8 = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
     examples=[
         Example(
             "b-int8",
-            lambda: matmul_nbits_model(b_type=DT.INT8),
-            matmul_nbits_model,
+            ModelSpec("matmul_nbits", b_type=DT.INT8),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )
@@ -80,8 +80,8 @@ def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scales-float16",
-            lambda: matmul_nbits_model(scale_type=DT.FLOAT16),
-            lambda: matmul_nbits_model(scale_type=DT.FLOAT16, a_type=DT.FLOAT16),
+            ModelSpec("matmul_nbits", scale_type=DT.FLOAT16),
+            ModelSpec("matmul_nbits", scale_type=DT.FLOAT16, a_type=DT.FLOAT16),
         ),
     ],
 )
@@ -122,8 +122,8 @@ def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "zero-point-float16",
-            lambda: matmul_nbits_model(zp="float", zp_type=DT.FLOAT16),
-            lambda: matmul_nbits_model(zp="float"),
+            ModelSpec("matmul_nbits", zp="float", zp_type=DT.FLOAT16),
+            ModelSpec("matmul_nbits", zp="float"),
         ),
     ],
 )
@@ -157,8 +157,8 @@ def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "float8-zero-point",
-            lambda: gather_block_quantized_model(**_FP8, zp=True),
-            lambda: gather_block_quantized_model(**_FP8),
+            ModelSpec("gather_block_quantized", **_FP8, zp=True),
+            ModelSpec("gather_block_quantized", **_FP8),
         ),
     ],
 )

@@ -9,7 +9,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import NodeView, ValueView
-from qlrewrite.rules.example_models import DQ, DT, Q, qdq_model
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec, Q
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -70,8 +70,8 @@ def _role_type(ctx: NodeView, role: str, view: ValueView | None, what: str):
     examples=[
         Example(
             "dq-x-float16",
-            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT16, zp_type=None, out_type=None),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, x_type=DT.FLOAT16, zp_type=None, out_type=None),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -99,8 +99,8 @@ def x_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scale-double",
-            lambda: qdq_model(DQ, 21, scale_type=DT.DOUBLE, out_type=None),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, scale_type=DT.DOUBLE, out_type=None),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -127,8 +127,8 @@ def scale_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "q-zero-point-int32",
-            lambda: qdq_model(Q, 21, zp_type=DT.INT32),
-            lambda: qdq_model(Q, 21),
+            ModelSpec("qdq", Q, 21, zp_type=DT.INT32),
+            ModelSpec("qdq", Q, 21),
         ),
     ],
 )
@@ -154,8 +154,8 @@ def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "dq-zero-point-other-type",
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8, zp_type=DT.UINT8),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp_type=DT.UINT8),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
         ),
     ],
 )
@@ -192,8 +192,8 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "q-scale-not-x-type",
-            lambda: qdq_model(Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT),
-            lambda: qdq_model(Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT16),
+            ModelSpec("qdq", Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT),
+            ModelSpec("qdq", Q, 21, x_type=DT.FLOAT16, scale_type=DT.FLOAT16),
         ),
     ],
 )
@@ -240,8 +240,8 @@ def _dtype_name(value: int) -> str:
     examples=[
         Example(
             "q-output-dtype-vs-zero-point",
-            lambda: qdq_model(Q, 21, attrs={"output_dtype": int(DT.INT8)}),
-            lambda: qdq_model(Q, 21, attrs={"output_dtype": int(DT.UINT8)}),
+            ModelSpec("qdq", Q, 21, attrs={"output_dtype": int(DT.INT8)}),
+            ModelSpec("qdq", Q, 21, attrs={"output_dtype": int(DT.UINT8)}),
         ),
     ],
 )
@@ -290,8 +290,8 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "e8m0-without-output-dtype",
-            lambda: qdq_model(DQ, 24, scale_type=DT.FLOAT8E8M0, out_type=None),
-            lambda: qdq_model(DQ, 24, scale_type=DT.FLOAT8E8M0, attrs={"output_dtype": 1}),
+            ModelSpec("qdq", DQ, 24, scale_type=DT.FLOAT8E8M0, out_type=None),
+            ModelSpec("qdq", DQ, 24, scale_type=DT.FLOAT8E8M0, attrs={"output_dtype": 1}),
             ort=False,
         ),
     ],
@@ -327,8 +327,8 @@ def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "dq-output-declared-int8",
-            lambda: qdq_model(DQ, 21, out_type=DT.INT8),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, out_type=DT.INT8),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -363,8 +363,8 @@ def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "precision-int8",
-            lambda: qdq_model(Q, 23, attrs={"precision": 3}),
-            lambda: qdq_model(Q, 23, attrs={"precision": 1}),
+            ModelSpec("qdq", Q, 23, attrs={"precision": 3}),
+            ModelSpec("qdq", Q, 23, attrs={"precision": 1}),
         ),
     ],
 )

@@ -8,7 +8,7 @@ from collections.abc import Iterator, Sequence
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
-from qlrewrite.rules.example_models import matmul_nbits_model
+from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -63,8 +63,8 @@ def _shape_finding(
     examples=[
         Example(
             "a-last-dim",
-            lambda: matmul_nbits_model(a_shape=[2, 16]),
-            lambda: matmul_nbits_model(a_shape=[2, 3, 32]),
+            ModelSpec("matmul_nbits", a_shape=[2, 16]),
+            ModelSpec("matmul_nbits", a_shape=[2, 3, 32]),
         ),
     ],
 )
@@ -103,8 +103,8 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "b-rows",
-            lambda: matmul_nbits_model(b_shape=(7, 2, 8)),
-            matmul_nbits_model,
+            ModelSpec("matmul_nbits", b_shape=(7, 2, 8)),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )
@@ -133,8 +133,8 @@ def b_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scales-blocks",
-            lambda: matmul_nbits_model(scale_shape=(8, 3)),
-            lambda: matmul_nbits_model(scale_shape=(16,)),
+            ModelSpec("matmul_nbits", scale_shape=(8, 3)),
+            ModelSpec("matmul_nbits", scale_shape=(16,)),
         ),
     ],
 )
@@ -165,8 +165,8 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "zero-point-packed-1d",
-            lambda: matmul_nbits_model(zp="packed1d", zp_shape=(16,)),
-            lambda: matmul_nbits_model(zp="packed1d"),
+            ModelSpec("matmul_nbits", zp="packed1d", zp_shape=(16,)),
+            ModelSpec("matmul_nbits", zp="packed1d"),
         ),
     ],
 )
@@ -199,8 +199,8 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "g-idx-short",
-            lambda: matmul_nbits_model(g_idx=True, g_idx_shape=(31,)),
-            lambda: matmul_nbits_model(g_idx=True),
+            ModelSpec("matmul_nbits", g_idx=True, g_idx_shape=(31,)),
+            ModelSpec("matmul_nbits", g_idx=True),
         ),
     ],
 )
@@ -228,8 +228,8 @@ def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "bias-2d",
-            lambda: matmul_nbits_model(bias=True, bias_shape=(1, 8)),
-            lambda: matmul_nbits_model(bias=True),
+            ModelSpec("matmul_nbits", bias=True, bias_shape=(1, 8)),
+            ModelSpec("matmul_nbits", bias=True),
         ),
     ],
 )
@@ -260,8 +260,8 @@ def bias_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "k-0",
-            lambda: matmul_nbits_model(k=0, a_shape=[2, 0]),
-            matmul_nbits_model,
+            ModelSpec("matmul_nbits", k=0, a_shape=[2, 0]),
+            ModelSpec("matmul_nbits"),
         ),
     ],
 )

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, NodeView
-from qlrewrite.rules.example_models import gather_block_quantized_model
+from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 from qlrewrite.weight_only import GatherBlockForm
 
@@ -54,8 +54,8 @@ def _dims(shape: tuple[int | None, ...]) -> str:
     examples=[
         Example(
             "data-1d",
-            lambda: gather_block_quantized_model(data_shape=(16,), gather_axis=0, quantize_axis=0),
-            gather_block_quantized_model,
+            ModelSpec("gather_block_quantized", data_shape=(16,), gather_axis=0, quantize_axis=0),
+            ModelSpec("gather_block_quantized"),
         ),
     ],
 )
@@ -92,8 +92,8 @@ def data_rank(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "gather-axis-out-of-range",
-            lambda: gather_block_quantized_model(gather_axis=2),
-            lambda: gather_block_quantized_model(gather_axis=-2),
+            ModelSpec("gather_block_quantized", gather_axis=2),
+            ModelSpec("gather_block_quantized", gather_axis=-2),
         ),
     ],
 )
@@ -152,8 +152,8 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scales-blocks",
-            lambda: gather_block_quantized_model(scale_shape=(8, 3)),
-            lambda: gather_block_quantized_model(zp=True),
+            ModelSpec("gather_block_quantized", scale_shape=(8, 3)),
+            ModelSpec("gather_block_quantized", zp=True),
         ),
     ],
 )
@@ -208,8 +208,8 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "uint8-zero-point-unpacked",
-            lambda: gather_block_quantized_model(zp=True, zp_shape=(8, 2)),
-            lambda: gather_block_quantized_model(bits=2, data_shape=(8, 8), zp=True),
+            ModelSpec("gather_block_quantized", zp=True, zp_shape=(8, 2)),
+            ModelSpec("gather_block_quantized", bits=2, data_shape=(8, 8), zp=True),
         ),
     ],
 )
@@ -260,8 +260,8 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "no-rows",
-            lambda: gather_block_quantized_model(data_shape=(0, 16)),
-            lambda: gather_block_quantized_model(data_shape=(8, 0)),
+            ModelSpec("gather_block_quantized", data_shape=(0, 16)),
+            ModelSpec("gather_block_quantized", data_shape=(8, 0)),
         ),
     ],
 )

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import NodeView, TripleView, ValueView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
-from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -89,12 +87,13 @@ def _scale_problem(ctx: NodeView, t: TripleView, name: str, view: ValueView) -> 
     examples=[
         Example(
             "conv-weight-scale-2-of-3-channels",
-            lambda: build(
+            ModelSpec(
+                "qoperator",
                 "QLinearConv",
-                w_scale=np.full(2, 0.01, np.float32),
-                w_zero_point=np.zeros(2, np.int8),
+                w_scale=ModelSpec("array", 0.01, DT.FLOAT, shape=(2,)),
+                w_zero_point=ModelSpec("array", 0, DT.INT8, shape=(2,)),
             ),
-            lambda: build("QLinearConv"),
+            ModelSpec("qoperator", "QLinearConv"),
         ),
     ],
 )
@@ -152,8 +151,8 @@ def _bias_channels(ctx: NodeView) -> tuple[str, int | None] | None:
     examples=[
         Example(
             "conv-bias-2-of-3-channels",
-            lambda: build("QLinearConv", B=np.array([1, 2], np.int32)),
-            lambda: build("QLinearConv"),
+            ModelSpec("qoperator", "QLinearConv", B=ModelSpec("array", (1, 2), DT.INT32)),
+            ModelSpec("qoperator", "QLinearConv"),
         ),
     ],
 )
@@ -177,10 +176,10 @@ def qoperator_bias_shape(ctx: NodeView) -> Iterator[Finding]:
 
 #: QLinearConv constants with 0 output channels.
 _NO_CHANNELS = {
-    "w": np.zeros((0, 2, 3, 3), np.int8),
-    "w_scale": np.zeros(0, np.float32),
-    "w_zero_point": np.zeros(0, np.int8),
-    "B": np.zeros(0, np.int32),
+    "w": ModelSpec("array", 0, DT.INT8, shape=(0, 2, 3, 3)),
+    "w_scale": ModelSpec("array", 0, DT.FLOAT, shape=(0,)),
+    "w_zero_point": ModelSpec("array", 0, DT.INT8, shape=(0,)),
+    "B": ModelSpec("array", 0, DT.INT32, shape=(0,)),
 }
 
 
@@ -205,8 +204,8 @@ _NO_CHANNELS = {
     examples=[
         Example(
             "no-output-channels",
-            lambda: build("QLinearConv", **_NO_CHANNELS),
-            lambda: build("QLinearConv"),
+            ModelSpec("qoperator", "QLinearConv", **_NO_CHANNELS),
+            ModelSpec("qoperator", "QLinearConv"),
         ),
     ],
 )

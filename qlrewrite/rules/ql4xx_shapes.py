@@ -11,7 +11,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
 from qlrewrite.qdq import Dims, NodeView, ValueView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
-from qlrewrite.rules.example_models import DQ, MS, Q, qdq_model
+from qlrewrite.rules.model_spec import DQ, MS, ModelSpec, Q
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
 from qlrewrite.toolkit import FreshNames
 
@@ -71,8 +71,8 @@ def _blocked(ctx: NodeView) -> tuple[ValueView, ValueView, int] | None:
     examples=[
         Example(
             "default-axis-on-1d",
-            lambda: qdq_model(DQ, 21, x_shape=(4,), scale_shape=(4,)),
-            lambda: qdq_model(DQ, 21, x_shape=(4,), scale_shape=(4,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, x_shape=(4,), scale_shape=(4,)),
+            ModelSpec("qdq", DQ, 21, x_shape=(4,), scale_shape=(4,), attrs={"axis": 0}),
         ),
     ],
 )
@@ -117,8 +117,8 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "opset12-per-axis",
-            lambda: qdq_model(DQ, 12, x_shape=(3, 4), scale_shape=(4,)),
-            lambda: qdq_model(DQ, 12, x_shape=(3, 4), scale_shape=(1,)),
+            ModelSpec("qdq", DQ, 12, x_shape=(3, 4), scale_shape=(4,)),
+            ModelSpec("qdq", DQ, 12, x_shape=(3, 4), scale_shape=(1,)),
         ),
     ],
 )
@@ -152,8 +152,8 @@ def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scale-length",
-            lambda: qdq_model(DQ, 21, scale_shape=(5,), attrs={"axis": 0}),
-            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(5,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
         ),
     ],
 )
@@ -195,8 +195,8 @@ def _known(shape: Dims | None) -> bool:
     examples=[
         Example(
             "zero-point-shape",
-            lambda: qdq_model(DQ, 21, scale_shape=(4,), zp_shape=(2,), attrs={"axis": 0}),
-            lambda: qdq_model(DQ, 21, scale_shape=(4,), zp_shape=(4,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4,), zp_shape=(2,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4,), zp_shape=(4,), attrs={"axis": 0}),
         ),
     ],
 )
@@ -233,8 +233,8 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "rank-2-scale",
-            lambda: qdq_model(DQ, 21, scale_shape=(4, 3), attrs={"axis": 0}),
-            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4, 3), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
         ),
     ],
 )
@@ -353,8 +353,8 @@ def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
     examples=[
         Example(
             "scale-1-zero-point-scalar",
-            lambda: qdq_model(DQ, 21, scale_shape=(1,), zp_shape=()),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, scale_shape=(1,), zp_shape=()),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -386,8 +386,8 @@ def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "negative-block-size",
-            lambda: qdq_model(DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": -2}),
-            lambda: qdq_model(DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": 2}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": -2}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4, 2), attrs={"axis": 1, "block_size": 2}),
         ),
     ],
 )
@@ -400,6 +400,19 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
             f"block_size={value} is negative",
             "use 0 (not blocked) or the positive block length",
         )
+
+
+def _blocked_example(scale_shape: tuple[int, ...], block_size: int = 2) -> ModelSpec:
+    """The examples' DequantizeLinear of x [4, 6] blocked along axis 1 by ``block_size``,
+    its scale of ``scale_shape``."""
+    return ModelSpec(
+        "qdq",
+        DQ,
+        21,
+        x_shape=(4, 6),
+        scale_shape=scale_shape,
+        attrs={"axis": 1, "block_size": block_size},
+    )
 
 
 @rule(
@@ -420,12 +433,8 @@ def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "blocked-rank",
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(6,), attrs={"axis": 1, "block_size": 2}
-            ),
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
-            ),
+            _blocked_example((6,)),
+            _blocked_example((4, 3)),
         ),
     ],
 )
@@ -458,12 +467,8 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "blocked-dims",
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(2, 3), attrs={"axis": 1, "block_size": 2}
-            ),
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
-            ),
+            _blocked_example((2, 3)),
+            _blocked_example((4, 3)),
         ),
     ],
 )
@@ -505,12 +510,8 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "block-too-small",
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 1}
-            ),
-            lambda: qdq_model(
-                DQ, 21, x_shape=(4, 6), scale_shape=(4, 3), attrs={"axis": 1, "block_size": 2}
-            ),
+            _blocked_example((4, 3), block_size=1),
+            _blocked_example((4, 3)),
         ),
     ],
 )
@@ -575,8 +576,8 @@ def _explicit_axis(fix: FixContext) -> str | None:
     examples=[
         Example(
             "ms-1d-without-axis",
-            lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,)),
-            lambda: qdq_model(DQ, 13, domain=MS, scale_shape=(3,), attrs={"axis": 1}),
+            ModelSpec("qdq", DQ, 13, domain=MS, scale_shape=(3,)),
+            ModelSpec("qdq", DQ, 13, domain=MS, scale_shape=(3,), attrs={"axis": 1}),
         ),
     ],
 )
@@ -613,11 +614,11 @@ def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "empty-x",
-            lambda: qdq_model(
-                Q, 21, x_shape=(4, 0), scale_shape=(2, 0), attrs={"axis": 0, "block_size": 2}
+            ModelSpec(
+                "qdq", Q, 21, x_shape=(4, 0), scale_shape=(2, 0), attrs={"axis": 0, "block_size": 2}
             ),
-            lambda: qdq_model(
-                Q, 21, x_shape=(4, 4), scale_shape=(2, 4), attrs={"axis": 0, "block_size": 2}
+            ModelSpec(
+                "qdq", Q, 21, x_shape=(4, 4), scale_shape=(2, 4), attrs={"axis": 0, "block_size": 2}
             ),
         ),
     ],

@@ -9,7 +9,7 @@ import numpy as np
 from qlrewrite.findings import WARNING, Finding
 from qlrewrite.qdq import NodeView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
-from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -35,8 +35,8 @@ __all__: list[str] = []
     examples=[
         Example(
             "matmul-zero-output-scale",
-            lambda: build("QLinearMatMul", y_scale=np.array(0.0, np.float32)),
-            lambda: build("QLinearMatMul"),
+            ModelSpec("qoperator", "QLinearMatMul", y_scale=ModelSpec("array", 0.0, DT.FLOAT)),
+            ModelSpec("qoperator", "QLinearMatMul"),
         ),
     ],
 )

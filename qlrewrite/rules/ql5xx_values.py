@@ -11,7 +11,7 @@ import onnx_ir as ir
 from qlrewrite.findings import ERROR, WARNING, Finding
 from qlrewrite.qdq import MATMUL_NBITS, NodeView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
-from qlrewrite.rules.example_models import DQ, DT, matmul_nbits_model, qdq_model
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -54,8 +54,8 @@ def _sample(values: np.ndarray, limit: int = 4) -> str:
     examples=[
         Example(
             "scale-zero",
-            lambda: qdq_model(DQ, 21, scale=0.0),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("qdq", DQ, 21, scale=0.0),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )
@@ -93,8 +93,8 @@ def scale_value(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "scale-negative",
-            lambda: qdq_model(DQ, 21, scale=-1.0, scale_as="constant"),
-            lambda: qdq_model(DQ, 21, scale_as="constant"),
+            ModelSpec("qdq", DQ, 21, scale=-1.0, scale_as="constant"),
+            ModelSpec("qdq", DQ, 21, scale_as="constant"),
         ),
     ],
 )
@@ -138,8 +138,8 @@ def _scale_values(ctx: NodeView) -> np.ndarray | None:
     examples=[
         Example(
             "int32-zero-point",
-            lambda: qdq_model(DQ, 21, x_type=DT.INT32, zp=5),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT32),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT32, zp=5),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT32),
         ),
     ],
 )
@@ -174,8 +174,8 @@ def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "float8-zero-point",
-            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN, zp=1.0),
-            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN),
+            ModelSpec("qdq", DQ, 21, x_type=DT.FLOAT8E4M3FN, zp=1.0),
+            ModelSpec("qdq", DQ, 21, x_type=DT.FLOAT8E4M3FN),
             ort=False,  # ONNX Runtime's Python API cannot feed this input type
         ),
     ],
@@ -212,8 +212,8 @@ def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
     examples=[
         Example(
             "g-idx-out-of-range",
-            lambda: matmul_nbits_model(g_idx=True, g_idx_values=[0] * 31 + [2]),
-            lambda: matmul_nbits_model(g_idx=True),
+            ModelSpec("matmul_nbits", g_idx=True, g_idx_values=[0] * 31 + [2]),
+            ModelSpec("matmul_nbits", g_idx=True),
         ),
     ],
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -14,15 +13,7 @@ from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import WEIGHT_ONLY, NodeView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
-from qlrewrite.rules.example_models import (
-    DQ,
-    DT,
-    data_length,
-    edited,
-    external_data,
-    matmul_nbits_model,
-    qdq_model,
-)
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, ModelContext, rule
 
 __all__: list[str] = []
@@ -31,9 +22,13 @@ __all__: list[str] = []
 _SCALE_FILE = {"model.data": np.float32(0.5).tobytes()}
 
 
-def _scale_in(location: str, offset: int = 0) -> onnx.ModelProto:
+def _scale_in(location: str, offset: int = 0) -> ModelSpec:
     """The examples' model with its scale in the external file ``location``."""
-    return edited(qdq_model(DQ, 21), external_data("scale", location, offset=offset))
+    return ModelSpec(
+        "edited",
+        ModelSpec("qdq", DQ, 21),
+        ModelSpec("external_data", "scale", location, offset=offset),
+    )
 
 
 def _raise_ir_version(model: ir.Model) -> str | None:
@@ -75,8 +70,8 @@ def _raise_ir_version(model: ir.Model) -> str | None:
     examples=[
         Example(
             "int4-ir-9",
-            lambda: qdq_model(DQ, 21, x_type=DT.INT4, ir_version=9),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT4),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT4, ir_version=9),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT4),
             ort=False,  # ONNX Runtime's Python API cannot feed this input type
         ),
     ],
@@ -127,8 +122,8 @@ def _data_rule(ctx: ModelContext, kinds: tuple[str, ...], hint: str) -> Iterator
     examples=[
         Example(
             "file-missing",
-            lambda: _scale_in("missing.data"),
-            lambda: _scale_in("model.data"),
+            _scale_in("missing.data"),
+            _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
@@ -157,8 +152,8 @@ def external_data_missing(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "leaves-folder",
-            lambda: _scale_in("../model.data"),
-            lambda: _scale_in("model.data"),
+            _scale_in("../model.data"),
+            _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
@@ -189,8 +184,8 @@ def external_data_escapes(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "past-the-end",
-            lambda: _scale_in("model.data", offset=4096),
-            lambda: _scale_in("model.data"),
+            _scale_in("model.data", offset=4096),
+            _scale_in("model.data"),
             files=_SCALE_FILE,
         ),
     ],
@@ -222,10 +217,12 @@ def external_data_out_of_range(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "short-raw-data",
-            lambda: edited(
-                qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}), data_length("scale", 12)
+            ModelSpec(
+                "edited",
+                ModelSpec("qdq", DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+                ModelSpec("data_length", "scale", 12),
             ),
-            lambda: qdq_model(DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
+            ModelSpec("qdq", DQ, 21, scale_shape=(4,), attrs={"axis": 0}),
         ),
     ],
 )
@@ -260,8 +257,8 @@ def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
     examples=[
         Example(
             "block-512",
-            lambda: matmul_nbits_model(k=512, block_size=512, a_shape=[2, 512]),
-            lambda: matmul_nbits_model(k=512, block_size=256, a_shape=[2, 512]),
+            ModelSpec("matmul_nbits", k=512, block_size=512, a_shape=[2, 512]),
+            ModelSpec("matmul_nbits", k=512, block_size=256, a_shape=[2, 512]),
         ),
     ],
 )
@@ -302,17 +299,6 @@ def _cpu_limits(ctx: NodeView) -> Iterator[str]:
 NO_QUANTIZED_NODE = "QL607"
 
 
-def _float_model() -> onnx.ModelProto:
-    """A float model: one Relu, nothing quantized."""
-    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 3])
-    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3])
-    node = onnx.helper.make_node("Relu", ["x"], ["y"], name="relu")
-    graph = onnx.helper.make_graph([node], "g", [x], [y])
-    return onnx.helper.make_model(
-        graph, opset_imports=[onnx.helper.make_opsetid("", 21)], ir_version=10
-    )
-
-
 @rule(
     NO_QUANTIZED_NODE,
     "no-quantized-node",
@@ -335,7 +321,7 @@ def _float_model() -> onnx.ModelProto:
     versions="all",
     scope="report",
     needs_version=False,
-    examples=[Example("float-only", _float_model, lambda: qdq_model(DQ, 21))],
+    examples=[Example("float-only", ModelSpec("float_relu"), ModelSpec("qdq", DQ, 21))],
 )
 def no_quantized_node(ctx: object) -> Iterator[Finding]:
     """Made by :func:`qlrewrite.checking.checker.check_model` (it knows every kind it walked)."""

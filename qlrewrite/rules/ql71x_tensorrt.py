@@ -11,8 +11,7 @@ import numpy as np
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
 from qlrewrite.rules.common import quantized_type
-from qlrewrite.rules.example_models import DQ, DT, qdq_model
-from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetNode, rule
 from qlrewrite.targets.tables import Fact, documented
 
@@ -52,8 +51,8 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
     examples=[
         Example(
             "zero-point-3",
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8, zp=3),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8, zp=0),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=3),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=0),
             targets=_TARGET,
         ),
     ],
@@ -105,8 +104,8 @@ def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
     examples=[
         Example(
             "int16",
-            lambda: qdq_model(DQ, 21, x_type=DT.INT16),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT16),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -130,6 +129,20 @@ def _rewrite_for(type_name: str) -> str:
     if type_name in ("UINT8", "UINT4", "UINT16"):
         return " (`qlrewrite retarget --zero-point signed` moves unsigned to signed exactly)"
     return ""
+
+
+def _blocked(block: int) -> ModelSpec:
+    """An int4 [2, 128] DequantizeLinear blocked along axis 1 by ``block``."""
+    return ModelSpec(
+        "qdq",
+        DQ,
+        21,
+        x_type=DT.INT4,
+        x_shape=(2, 128),
+        scale_shape=(2, 128 // block),
+        zp_type=DT.INT4,
+        attrs={"axis": 1, "block_size": block},
+    )
 
 
 @rule(
@@ -156,8 +169,8 @@ def _rewrite_for(type_name: str) -> str:
     examples=[
         Example(
             "int4-block-32",
-            lambda: _blocked(32),
-            lambda: _blocked(64),
+            _blocked(32),
+            _blocked(64),
             targets=_TARGET,
             ort=False,  # ONNX Runtime's Python API cannot feed int4
         ),
@@ -180,18 +193,6 @@ def tensorrt_granularity(ctx: TargetNode) -> Iterator[Finding]:
     else:
         return
     yield ctx.report(problem, f"source: {fact.cited}")
-
-
-def _blocked(block: int):
-    return qdq_model(
-        DQ,
-        21,
-        x_type=DT.INT4,
-        x_shape=(2, 128),
-        scale_shape=(2, 128 // block),
-        zp_type=DT.INT4,
-        attrs={"axis": 1, "block_size": block},
-    )
 
 
 @rule(
@@ -219,8 +220,8 @@ def _blocked(block: int):
     examples=[
         Example(
             "qlinear-matmul",
-            lambda: build("QLinearMatMul"),
-            lambda: qdq_model(DQ, 21, x_type=DT.INT8),
+            ModelSpec("qoperator", "QLinearMatMul"),
+            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
             targets=_TARGET,
         ),
     ],

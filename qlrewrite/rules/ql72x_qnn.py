@@ -7,14 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import onnx
-from onnx import helper
-
 from qlrewrite.findings import WARNING, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
 from qlrewrite.rules.common import quantized_type
-from qlrewrite.rules.example_models import DQ, DT, qdq_model
-from qlrewrite.rules.qoperator_models import build
+from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetModel, TargetNode, rule
 from qlrewrite.targets.tables import Fact, documented
 
@@ -54,8 +50,8 @@ def _fact(target_runtime: str, key: str) -> Fact | None:
     examples=[
         Example(
             "qlinear-conv",
-            lambda: build("QLinearConv"),
-            lambda: qdq_model(DQ, 21, x_type=DT.UINT8),
+            ModelSpec("qoperator", "QLinearConv"),
+            ModelSpec("qdq", DQ, 21, x_type=DT.UINT8),
             targets=_TARGET,
         ),
     ],
@@ -95,8 +91,8 @@ def qnn_operator(ctx: TargetNode) -> Iterator[Finding]:
     examples=[
         Example(
             "float8",
-            lambda: qdq_model(DQ, 21, x_type=DT.FLOAT8E4M3FN),
-            lambda: qdq_model(DQ, 21, x_type=DT.UINT8),
+            ModelSpec("qdq", DQ, 21, x_type=DT.FLOAT8E4M3FN),
+            ModelSpec("qdq", DQ, 21, x_type=DT.UINT8),
             targets=_TARGET,
             ort=False,  # ONNX Runtime's Python API cannot feed float8
         ),
@@ -112,16 +108,6 @@ def qnn_type(ctx: TargetNode) -> Iterator[Finding]:
         f"{name.lower()} is not among the types {ctx.target.label} documents ({types})",
         f"source: {fact.cited}",
     )
-
-
-def _matmul_weight(types: list[str]) -> onnx.ModelProto:
-    """DQ(constant weight) -> MatMul, the weight of type ``types[0]``."""
-    proto = qdq_model(DQ, 21, x_type=DT[types[0]], x_shape=(3, 2))
-    proto.graph.node.append(helper.make_node("MatMul", ["a", "y"], ["z"], name="mm"))
-    proto.graph.input.append(helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 3]))
-    del proto.graph.output[:]
-    proto.graph.output.append(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2, 2]))
-    return proto
 
 
 @rule(
@@ -146,8 +132,8 @@ def _matmul_weight(types: list[str]) -> onnx.ModelProto:
     examples=[
         Example(
             "int8-weight",
-            lambda: _matmul_weight(["INT8"]),
-            lambda: _matmul_weight(["UINT8"]),
+            ModelSpec("dq_into_matmul", DT.INT8),
+            ModelSpec("dq_into_matmul", DT.UINT8),
             targets=_TARGET,
         ),
     ],
@@ -166,10 +152,6 @@ def qnn_matmul_type(ctx: TargetNode) -> Iterator[Finding]:
         f"{name.lower()} into a MatMul: {ctx.target.label}'s HTP MatMul takes uint8 / uint16",
         f"quantize the MatMul's inputs as uint8 or uint16; source: {fact.cited}",
     )
-
-
-def _symbolic_input() -> onnx.ModelProto:
-    return qdq_model(DQ, 21, x_type=DT.UINT8, x_shape=("batch", 3))
 
 
 @rule(
@@ -193,8 +175,8 @@ def _symbolic_input() -> onnx.ModelProto:
     examples=[
         Example(
             "batch",
-            _symbolic_input,
-            lambda: qdq_model(DQ, 21, x_type=DT.UINT8),
+            ModelSpec("qdq", DQ, 21, x_type=DT.UINT8, x_shape=("batch", 3)),
+            ModelSpec("qdq", DQ, 21, x_type=DT.UINT8),
             targets=_TARGET,
         ),
     ],

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
-import onnx
 import onnx_ir as ir
-from onnx import helper
 
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.io.ir_version import needed_ir_version
-from qlrewrite.rules.example_models import DQ, DT, MS, qdq_model
+from qlrewrite.rules.model_spec import DQ, DT, MS, ModelSpec
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     Example,
@@ -84,8 +81,8 @@ def _lower_ir_version(model: ir.Model) -> str | None:
     examples=[
         Example(
             "ir-14-on-ort-1.31",
-            lambda: qdq_model(DQ, 21, ir_version=14),
-            lambda: qdq_model(DQ, 21, ir_version=10),
+            ModelSpec("qdq", DQ, 21, ir_version=14),
+            ModelSpec("qdq", DQ, 21, ir_version=10),
             targets=("ort==1.31",),
         ),
     ],
@@ -139,8 +136,8 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     examples=[
         Example(
             "opset-20-on-ort-1.16",
-            lambda: qdq_model(DQ, 20, ir_version=9),
-            lambda: qdq_model(DQ, 19, ir_version=9),
+            ModelSpec("qdq", DQ, 20, ir_version=9),
+            ModelSpec("qdq", DQ, 19, ir_version=9),
             targets=("ort==1.16",),
         ),
     ],
@@ -211,8 +208,8 @@ def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
     examples=[
         Example(
             "ms-uint16-on-ort-1.16",
-            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT16, ir_version=7),
-            lambda: qdq_model(DQ, 1, domain=MS, x_type=DT.UINT8, ir_version=7),
+            ModelSpec("qdq", DQ, 1, domain=MS, x_type=DT.UINT16, ir_version=7),
+            ModelSpec("qdq", DQ, 1, domain=MS, x_type=DT.UINT8, ir_version=7),
             targets=("ort==1.16",),
         ),
     ],
@@ -249,31 +246,6 @@ WEIGHT_PATTERN = "weight DQ->MatMul: "
 _FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
 #: Execution-graph layers that compute (not constants, reorders or transposes).
 _COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
-
-
-def _weight_matmul(dtype: DT) -> onnx.ModelProto:
-    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
-    the form the probe measured as "weight DQ->MatMul"."""
-    weight = ir.serde.serialize_tensor(
-        ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
-    )
-    zero = ir.serde.serialize_tensor(
-        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
-    )
-    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
-    nodes = [
-        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq"),
-        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "g",
-        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
-        initializer=[weight, scale, zero],
-    )
-    imports = [helper.make_opsetid("", 21)]
-    return helper.make_model(graph, opset_imports=imports, ir_version=10)
 
 
 def _folded(runtime_ops: list[str]) -> bool:
@@ -313,8 +285,8 @@ def _feeds_matmul(ctx: TargetNode) -> bool:
     examples=[
         Example(
             "folded-weight",
-            lambda: _weight_matmul(DT.FLOAT8E5M2),
-            lambda: _weight_matmul(DT.INT8),
+            ModelSpec("weight_dq_matmul", DT.FLOAT8E5M2),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=("openvino",),
             ort=False,
         ),
@@ -423,8 +395,8 @@ def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
     examples=[
         Example(
             "int16-activation",
-            lambda: _qdq_matmul(DT.INT16),
-            lambda: _qdq_matmul(DT.UINT8),
+            ModelSpec("qdq_matmul", DT.INT16),
+            ModelSpec("qdq_matmul", DT.UINT8),
             targets=("ort==1.31",),
         ),
     ],
@@ -444,32 +416,3 @@ def target_runs_in_float(ctx: TargetNode) -> Iterator[Finding]:
             f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
             "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
         )
-
-
-def _qdq_matmul(activation: DT) -> onnx.ModelProto:
-    """Q -> DQ of a [2, 64] activation of ``activation`` into a MatMul with a dequantized
-    int8 [64, 8] weight, its output quantized again: the QDQ form ORT's quantizer writes."""
-    model = _weight_matmul(DT.INT8)
-    graph = model.graph
-    zero = ir.Tensor(np.zeros((), dtype=activation.numpy()), dtype=activation, name="az")
-    graph.initializer.extend(
-        [
-            helper.make_tensor("as", onnx.TensorProto.FLOAT, [], [0.05]),
-            ir.serde.serialize_tensor(zero),
-        ]
-    )
-    quantize = [
-        helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"], name="qa"),
-        helper.make_node(DQ, ["aq", "as", "az"], ["af"], name="dqa"),
-    ]
-    graph.node[1].input[0] = "af"
-    graph.node[1].output[0] = "yf"
-    graph.node.extend(
-        [
-            helper.make_node("QuantizeLinear", ["yf", "as", "az"], ["yq"], name="qy"),
-            helper.make_node(DQ, ["yq", "as", "az"], ["y"], name="dqy"),
-        ]
-    )
-    for node in reversed(quantize):
-        graph.node.insert(0, node)
-    return model

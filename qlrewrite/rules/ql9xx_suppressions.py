@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import WARNING, Finding
-from qlrewrite.rules.example_models import DQ, edited, ignore_metadata, qdq_model
+from qlrewrite.rules.model_spec import DQ, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
@@ -35,8 +35,8 @@ __all__: list[str] = []
     examples=[
         Example(
             "ignore-matches-nothing",
-            lambda: edited(qdq_model(DQ, 21), ignore_metadata("QL401")),
-            lambda: qdq_model(DQ, 21),
+            ModelSpec("edited", ModelSpec("qdq", DQ, 21), ModelSpec("ignore_metadata", "QL401")),
+            ModelSpec("qdq", DQ, 21),
         ),
     ],
 )

@@ -2,7 +2,7 @@
 
 A unit is, as a ruff rule is: its code, severity, catalogue text (summary, why, an
 example), its check (the decorated function), its :class:`Fix` (if any) and its
-:class:`Example` models, built in code, that run as its tests (a bad one that must give
+:class:`Example` models, as data, that run as its tests (a bad one that must give
 exactly the code, a good one that must not). ``qlrewrite rules``, ``docs/rules.md``, the
 check pass (:mod:`qlrewrite.checking.checker`) and the fix pass (:mod:`qlrewrite.passes.fix`) all
 read :data:`CHECKS` / :data:`RULES`; nothing else lists rules.
@@ -19,13 +19,13 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import onnx
 import onnx_ir as ir
 
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.io import tensors
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView
+from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.toolkit import FreshNames
 
 if TYPE_CHECKING:
@@ -101,16 +101,17 @@ class Fix:
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-    """A rule's test models, built in code (:mod:`qlrewrite.rules.example_models`): ``bad``
-    gives exactly the rule's code, ``good`` does not (and no error). ``label`` names the
-    case; ``ort``: the good model (and the fixed bad one) must load and run in ONNX
-    Runtime; ``checker``: they must pass ``onnx.checker`` (full check); ``files``: written
-    beside the model (external data); ``targets``: the ``--target`` specs both are
-    checked with (a target rule's examples)."""
+    """A rule's test models, as data (:class:`~qlrewrite.rules.model_spec.ModelSpec`: a
+    builder of the tests named with its arguments; ``tests/model_specs.py`` builds it):
+    ``bad`` gives exactly the rule's code, ``good`` does not (and no error). ``label``
+    names the case; ``ort``: the good model (and the fixed bad one) must load and run in
+    ONNX Runtime; ``checker``: they must pass ``onnx.checker`` (full check); ``files``:
+    written beside the model (external data); ``targets``: the ``--target`` specs both
+    are checked with (a target rule's examples)."""
 
     label: str
-    bad: Callable[[], onnx.ModelProto]
-    good: Callable[[], onnx.ModelProto]
+    bad: ModelSpec
+    good: ModelSpec
     ort: bool = True
     checker: bool = True
     files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)

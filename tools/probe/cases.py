@@ -1,5 +1,6 @@
 """The probe's one-node models: every form the runtime tables record, built with onnx.helper
-(through the builders of the rules' examples), each with the key qlrewrite gives it.
+(through the builders of the rules' examples, imported from ``tests/``: this module puts
+that folder on ``sys.path``), each with the key qlrewrite gives it.
 
 A case is a model file and the feeds the runner makes for it (name, NumPy dtype, shape):
 the runner, in a venv holding only the runtime and NumPy, needs no onnx. Inputs of types
@@ -16,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -25,8 +28,16 @@ from onnx import helper
 
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import node_views
-from qlrewrite.rules import qoperator_models
-from qlrewrite.rules.example_models import (
+from qlrewrite.rules.registry import CHECKED_KINDS
+from qlrewrite.targets.forms import form_of
+
+#: The test-model builders (the rules' examples are built from them) live in tests/.
+TESTS = Path(__file__).resolve().parents[2] / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
+
+import qoperator_models  # noqa: E402  (tests/: the builders of the rules' examples)
+from example_models import (  # noqa: E402
     DQ,
     DT,
     MS,
@@ -35,8 +46,6 @@ from qlrewrite.rules.example_models import (
     matmul_nbits_model,
     qdq_model,
 )
-from qlrewrite.rules.registry import CHECKED_KINDS
-from qlrewrite.targets.forms import form_of
 
 #: The newest ai.onnx opset and IR version probed (the installed onnx's).
 NEWEST_OPSET = onnx.defs.onnx_opset_version()

@@ -5,8 +5,9 @@ would refuse some of them).
 Output types and shapes are computed here by hand from the spec text and ONNX Runtime's
 contrib schemas, not with qlrewrite: a rule's test compares the checker with what these
 models are, so they must not share its code. Data is zero-filled (the rules read only
-small constant scales and zero points). Used by each rule's :class:`Example` (the rule
-modules) and by the tests.
+small constant scales and zero points). Each rule's :class:`Example` names these
+builders in its :class:`~qlrewrite.rules.model_spec.ModelSpec` (:mod:`model_specs`
+builds them); the tests call them directly.
 
 MatMulNBits shapes (ONNX Runtime's contrib schema text and CPU kernel checks): B [N,
 k_blocks, blob], scales [N, k_blocks] or [N * k_blocks], zero points packed uint8 [N,
@@ -30,17 +31,22 @@ __all__ = [
     "MS",
     "ONNX_VERSIONS",
     "Q",
+    "array",
     "cut_inputs",
     "data_length",
     "default_output_type",
+    "dq_into_matmul",
     "edited",
     "external_data",
+    "float_model",
     "function_qdq_model",
     "gather_block_quantized_model",
     "ignore_metadata",
     "matmul_nbits_model",
     "nbits_shapes",
+    "qdq_matmul",
     "qdq_model",
+    "weight_dq_matmul",
 ]
 
 DT = ir.DataType
@@ -514,3 +520,83 @@ def function_qdq_model(function_imports: Mapping[str, int]) -> onnx.ModelProto:
         functions=[function],
         ir_version=IR_OF_OPSET[13],
     )
+
+
+def array(values: Any, dtype: DT, shape: Sequence[int] | None = None) -> np.ndarray:
+    """``values`` as a NumPy array of ``dtype`` (repeated to ``shape`` when given): an
+    override of a QOperator model's constant."""
+    result = np.asarray(values, dtype=dtype.numpy())
+    return result if shape is None else np.broadcast_to(result, tuple(shape)).copy()
+
+
+def float_model() -> onnx.ModelProto:
+    """A float model: one Relu, nothing quantized."""
+    x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 3])
+    y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 3])
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    graph = helper.make_graph([node], "g", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def dq_into_matmul(x_type: DT) -> onnx.ModelProto:
+    """DQ(constant weight [3, 2] of ``x_type``) -> MatMul."""
+    proto = qdq_model(DQ, 21, x_type=x_type, x_shape=(3, 2))
+    proto.graph.node.append(helper.make_node("MatMul", ["a", "y"], ["z"], name="mm"))
+    proto.graph.input.append(helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 3]))
+    del proto.graph.output[:]
+    proto.graph.output.append(helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [2, 2]))
+    return proto
+
+
+def weight_dq_matmul(dtype: DT) -> onnx.ModelProto:
+    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
+    the form the probe measured as "weight DQ->MatMul"."""
+    weight = ir.serde.serialize_tensor(
+        ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
+    )
+    zero = ir.serde.serialize_tensor(
+        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
+    )
+    scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
+    nodes = [
+        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq"),
+        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=[weight, scale, zero],
+    )
+    imports = [helper.make_opsetid("", 21)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=10)
+
+
+def qdq_matmul(activation: DT) -> onnx.ModelProto:
+    """Q -> DQ of a [2, 64] activation of ``activation`` into a MatMul with a dequantized
+    int8 [64, 8] weight, its output quantized again: the QDQ form ORT's quantizer writes."""
+    model = weight_dq_matmul(DT.INT8)
+    graph = model.graph
+    zero = ir.Tensor(np.zeros((), dtype=activation.numpy()), dtype=activation, name="az")
+    graph.initializer.extend(
+        [
+            helper.make_tensor("as", onnx.TensorProto.FLOAT, [], [0.05]),
+            ir.serde.serialize_tensor(zero),
+        ]
+    )
+    quantize = [
+        helper.make_node("QuantizeLinear", ["a", "as", "az"], ["aq"], name="qa"),
+        helper.make_node(DQ, ["aq", "as", "az"], ["af"], name="dqa"),
+    ]
+    graph.node[1].input[0] = "af"
+    graph.node[1].output[0] = "yf"
+    graph.node.extend(
+        [
+            helper.make_node("QuantizeLinear", ["yf", "as", "az"], ["yq"], name="qy"),
+            helper.make_node(DQ, ["yq", "as", "az"], ["y"], name="dqy"),
+        ]
+    )
+    for node in reversed(quantize):
+        graph.node.insert(0, node)
+    return model
