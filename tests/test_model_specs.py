@@ -14,7 +14,7 @@ import onnx
 import pytest
 from model_specs import BUILDERS, UnknownBuilderError, bind, resolve, resolve_model
 
-from qlrewrite.rules import CHECKS
+from qlrewrite.rules import CHECKS, Example
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +32,11 @@ def test_every_example_spec_names_a_known_builder_with_fitting_arguments(spec: o
     assert isinstance(spec, ModelSpec), f"an Example's models are ModelSpec data: {spec!r}"
     bind(spec)  # raises on an unknown builder (nested ones too) or arguments that do not fit
     assert spec.builder in BUILDERS
+
+
+def test_an_example_takes_only_specs() -> None:
+    with pytest.raises(TypeError, match="'callable': bad and good are ModelSpec data"):
+        Example("callable", lambda: None, ModelSpec("qdq"))  # type: ignore[arg-type]
 
 
 def test_an_unknown_builder_fails_clearly() -> None:

@@ -117,6 +117,13 @@ class Example:
     files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     targets: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        for which in (self.bad, self.good):
+            if not isinstance(which, ModelSpec):
+                raise TypeError(
+                    f"example {self.label!r}: bad and good are ModelSpec data, not {which!r}"
+                )
+
 
 @dataclasses.dataclass(frozen=True)
 class RuleCheck:
