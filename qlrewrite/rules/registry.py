@@ -234,7 +234,7 @@ def _bound(
             found = list(func(ctx))
         finally:
             ctx.rule = outer
-        if fix is None:
+        if fix is None or not found:
             return found
         return [dataclasses.replace(f, fix=fix.kind) if fix.applies(f) else f for f in found]
 
