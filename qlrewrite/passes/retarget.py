@@ -249,11 +249,10 @@ def _set_zero_point(
     tensor = ir.tensor(values.astype(dtype.numpy()), dtype=dtype, name=name)
     value = ir.Value(name=name, shape=ir.Shape(values.shape), const_value=tensor)
     value.type = ir.TensorType(dtype)
-    graph = node.graph
-    if isinstance(graph, ir.Graph):
-        graph.register_initializer(value)
-    else:  # a function has no initializers
-        raise Refusal(f"{node.name}: zero points inside functions are not retargeted")
+    graph = node.graph  # a node of the main graph or a subgraph (groups in functions stay)
+    if graph is None:
+        raise Refusal(f"{node.name}: not in a graph")
+    graph.register_initializer(value)
     if len(node.inputs) < 3:
         node.resize_inputs(3)
     old = node.inputs[2]
