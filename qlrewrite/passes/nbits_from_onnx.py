@@ -17,8 +17,10 @@ quantized, float math) is written on every MatMulNBits made.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -407,12 +409,14 @@ def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name
     return value
 
 
-def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> npt.NDArray[np.integer[Any]]:
     """For each MatMulNBits block along K, the DequantizeLinear block it lies in."""
     return np.arange(layout.k_blocks) * layout.block_size // source_block
 
 
-def _pick_blocks(rows: np.ndarray, layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+def _pick_blocks(
+    rows: npt.NDArray[Any], layout: MatMulNBitsLayout, source_block: int
+) -> npt.NDArray[Any]:
     """``[N, source blocks]`` -> ``[N, k_blocks]``, C-contiguous (no copy when the blocks are
     the same)."""
     blocks = _blocks_of(layout, source_block)
