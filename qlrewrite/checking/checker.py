@@ -259,8 +259,9 @@ def _node_findings(
 ) -> Iterator[Finding]:
     """The findings of ``checks`` on one view of a node, each once per node (a function's
     node seen from several call sites says the same thing once)."""
+    versioned = view.row is not None  # read once: the rules of a node are many
     for rule_check in checks:
-        if rule_check.needs_version and view.row is None:
+        if rule_check.needs_version and not versioned:
             continue
         for finding in rule_check.func(view):
             message = finding.message.replace(view.call_site_note, "", 1)

@@ -41,6 +41,7 @@ from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     FLOAT16_MODES,
     ConstOperand,
+    Float16Mode,
     FoldedTensor,
     FoldSpec,
     RowReader,
@@ -607,7 +608,7 @@ class NBitsToOnnxPass(ContextPass, ir.passes.InPlacePass):
     """
 
     def __init__(
-        self, *, strict: bool = True, dequantize: bool = False, float16: str = "exact"
+        self, *, strict: bool = True, dequantize: bool = False, float16: Float16Mode = "exact"
     ) -> None:
         super().__init__()
         if float16 not in FLOAT16_MODES:
