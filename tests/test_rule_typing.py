@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,11 +23,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite.checking.checker import check_model
+from qlrewrite.findings import WARNING, Finding, Rule
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, NodeView, QDQView, node_views
 from qlrewrite.qdq.sites import SiteKind
 from qlrewrite.qdq.view import QOperatorView, WeightOnlyView, view_class
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import ModelContext, TargetModel, TargetNode
+from qlrewrite.rules.registry import ModelContext, RuleCheck, TargetModel, TargetNode
 from qlrewrite.targets.spec import parse_targets
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,3 +288,25 @@ def test_ql432_says_nothing_when_data_shape_is_unknown() -> None:
     report = check_model(ir.serde.deserialize_model(proto))
     assert [f.message for f in report.findings if f.rule == "QL432"] == []
     assert not [f for f in report.findings if f.severity == "error"]
+
+
+def test_a_target_rule_that_needs_a_version_runs_only_where_there_is_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """needs_version holds for target-node rules as for node rules, so ctx.view.version
+    never fails in one: a toy target rule reading it runs on the opset-21 node, and is
+    skipped on the opset-9 one (before, target rules ran on every node of their kinds)."""
+    seen: list[int] = []
+
+    def toy(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+        seen.append(ctx.view.version.since)
+        return iter(())
+
+    entry = Rule("QL799", "toy", WARNING, "", "", "", source="")
+    unit = RuleCheck(entry, toy, "target-node", True, (QDQ,))
+    monkeypatch.setitem(CHECKS, "QL799", unit)
+    targets = parse_targets(["ort==1.31"])
+    check_model(ir.serde.deserialize_model(_opset9_model()), targets=targets)
+    assert seen == []
+    check_model(ir.serde.deserialize_model(_gather_block_in_a_function()), targets=targets)
+    assert seen == [21]

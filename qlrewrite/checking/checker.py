@@ -245,7 +245,12 @@ def _target_findings(
     node_checks = [c for c in CHECKS.values() if c.scope == "target-node"]
     seen: set[tuple[str, str, int, str]] = set()
     for view in views:
-        checks = [c for c in node_checks if any(k is view.site.kind for k in c.kinds)]
+        versioned = view.row is not None
+        checks = [
+            c
+            for c in node_checks
+            if any(k is view.site.kind for k in c.kinds) and (versioned or not c.needs_version)
+        ]
         for rule_check in checks:
             for finding in rule_check.func(TargetNode(view, target)):
                 key = (finding.rule, finding.graph, id(view.node), finding.message)

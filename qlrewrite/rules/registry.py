@@ -145,7 +145,9 @@ class RuleCheck:
     scope: Scope  # "node": called per node of ``kinds`` with its view; "model": a ModelContext;
     # "report": findings made after the check, from the report (suppressions);
     # "target-node" / "target-model": per --target, with a TargetNode / TargetModel
-    needs_version: bool  # node rules: skipped when the imported opset has no version of the op
+    #: node and target-node rules: skipped when the imported opset has no version of the op
+    #: (so they read ``ctx.version``, never None)
+    needs_version: bool
     kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
     fix: Fix | None = None
     examples: tuple[Example, ...] = ()
