@@ -24,7 +24,6 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import RowReader, link_initializers
@@ -41,7 +40,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.toolkit import FreshNames, ensure_import_at
+from qlrewrite.toolkit import FreshNames, add_constant, ensure_import_at
 from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
@@ -391,22 +390,7 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         (the model's names are gathered once, not per tensor)."""
         name = self._names.fresh(tensor.name or "w")
         tensor.name = name
-        return _add_constant(graph, tensor, name)
-
-
-def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name: str) -> ir.Value:
-    """Add ``tensor`` (already named ``name``) to ``graph``: an initializer, or a Constant
-    node in a function."""
-    if isinstance(graph, ir.Function):
-        node = ir.node("Constant", [], attributes={"value": tensor})
-        node.outputs[0].name = name
-        graph.insert_before(next(iter(graph)), node)
-        return node.outputs[0]
-    value = ir.Value(
-        name=name, type=ir.TensorType(tensor.dtype), shape=tensor_shape(tensor), const_value=tensor
-    )
-    graph.register_initializer(value)
-    return value
+        return add_constant(graph, tensor, name)
 
 
 def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> npt.NDArray[np.integer[Any]]:
