@@ -85,10 +85,14 @@ class GatherBlockForm:
 
     def blocks(self, data_shape: Sequence[int]) -> int:
         """Blocks along the quantize axis for ``data_shape`` (packed shape for uint8)."""
-        values = data_shape[self.quantize_axis] * self.values_per_element
+        return self.blocks_of(data_shape[self.quantize_axis])
+
+    def blocks_of(self, size: int) -> int:
+        """Blocks along the quantize axis when data has ``size`` elements on it (packed
+        elements for uint8)."""
         if self.block_size == 0:
             return 1
-        return ceil_div(values, self.block_size)
+        return ceil_div(size * self.values_per_element, self.block_size)
 
     def scales_shape(self, data_shape: Sequence[int]) -> tuple[int, ...]:
         """The scales shape the kernel wants (float8 / float4 may also broadcast a 1)."""

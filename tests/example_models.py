@@ -438,7 +438,8 @@ _DATA_FIELDS = (
 
 
 def _initializer(proto: onnx.ModelProto, name: str) -> onnx.TensorProto:
-    return next(t for t in proto.graph.initializer if t.name == name)
+    tensor: onnx.TensorProto = next(t for t in proto.graph.initializer if t.name == name)
+    return tensor
 
 
 def external_data(

@@ -421,3 +421,13 @@ def test_left_alone_ops_stay_with_a_warning() -> None:
     assert _ops(converted)[(MS, "QOrderedGelu")] == 1
     assert any("QOrderedGelu" in w and "CUDA-only" in w for w in result.warnings)
     assert MS in {o.domain for o in converted.opset_import}
+
+
+@pytest.mark.parametrize("op", ["QLinearMatMul", "QLinearConv", "QLinearAdd", "QGemm"])
+def test_an_omitted_quantized_input_is_refused_by_the_pass(op: str) -> None:
+    """The pass on its own (no input check before it): a QOperator node whose first data
+    input is omitted is refused naming it (an AttributeError on None before)."""
+    model = build(op)
+    model.graph.node[0].input[0] = ""
+    with pytest.raises(Refusal, match=r"\(\w+ is omitted\)"):
+        _convert(model)

@@ -9,6 +9,7 @@ import logging
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from nbits_weights import session
 from onnx import TensorProto, helper, numpy_helper
@@ -135,3 +136,23 @@ def test_quantizer_output_round_trips_byte_for_byte(config, tmp_path):
     # (--to com.microsoft fuses the quantizer's MatMul -> Add into MatMulNBits' bias)
     for model in (middle, back):
         assert _runs(model).shape in ((3, N), (0,))
+
+
+def test_a_dequantize_linear_without_its_scale_is_left_by_the_pass():
+    """The pass on its own (no input check before it): a DequantizeLinear -> MatMul whose
+    scale input is omitted is not a weight to pack."""
+    w = numpy_helper.from_array(np.zeros((32, 4), np.int8), "w")
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w", ""], ["wf"], name="dq"),
+            helper.make_node("MatMul", ["A", "wf"], ["Y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, 32])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])],
+        [w],
+    )
+    model = ir.from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    result = NBitsFromOnnxPass()(model)
+    assert not result.modified
+    assert [n.op_type for n in model.graph] == ["DequantizeLinear", "MatMul"]

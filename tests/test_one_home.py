@@ -21,7 +21,7 @@ HOMES = ("toolkit.py", "opsets.py", "qdq/")
 QDQ_ATTRIBUTES = {"axis", "block_size", "saturate", "output_dtype", "precision"}
 #: Receivers whose ``.attributes`` are a NodeView's (version in force, defaults applied)
 #: or an opset table row's (which attributes a version has).
-VIEWS = {"ctx", "view", "context", "row"}
+VIEWS = {"ctx", "view", "context", "row", "version"}
 #: Reads that look like a Q/DQ attribute but are not one, with the reason.
 NOT_QDQ = {
     ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",

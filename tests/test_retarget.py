@@ -293,3 +293,48 @@ def test_a_pass_tripping_on_an_invalid_input_names_the_input(tmp_path: Path) -> 
     assert "nothing written" in result.stderr and not (tmp_path / "o.onnx").exists()
     assert "ValueError" not in result.stderr and len(result.stderr.splitlines()) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cycle.onnx"]
+
+
+def _in_function(calls: int) -> onnx.ModelProto:
+    """DequantizeLinear(uint8 weight, Constant nodes) -> MatMul as the body of a function
+    called ``calls`` times (the results added)."""
+    weight = np.arange(12, dtype=np.uint8).reshape(4, 3)
+    constants = [
+        ("w", weight),
+        ("ws", np.array(0.02, np.float32)),
+        ("wzp", np.array(128, np.uint8)),
+    ]
+    body = [
+        *[
+            helper.make_node("Constant", [], [n], value=numpy_helper.from_array(a, n))
+            for n, a in constants
+        ],
+        helper.make_node("DequantizeLinear", ["w", "ws", "wzp"], ["wd"], name="w_dq"),
+        helper.make_node("MatMul", ["x", "wd"], ["y"], name="mm"),
+    ]
+    onnx13 = helper.make_opsetid("", 13)
+    function = helper.make_function("local", "F", ["x"], ["y"], body, [onnx13])
+    outputs = [f"y{i}" for i in range(calls)]
+    nodes = [helper.make_node("F", ["x"], [o], domain="local", name=f"call{o}") for o in outputs]
+    if calls > 1:
+        nodes.append(helper.make_node("Sum", outputs, ["y"], name="sum"))
+    else:
+        nodes[0].output[0] = "y"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F32, [2, 4])],
+        [helper.make_tensor_value_info("y", F32, [2, 3])],
+    )
+    opsets = [onnx13, helper.make_opsetid("local", 1)]
+    return helper.make_model(graph, opset_imports=opsets, functions=[function], ir_version=8)
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_a_weight_inside_a_function_is_refused_with_the_reason(calls: int) -> None:
+    """Q/DQ inside a model-local function are not retargeted (their constants are Constant
+    nodes): the refusal says so. Before, a function called once had its new zero point
+    written as an initializer of the function (the output check refused the invalid
+    result), and a DequantizeLinear of a function called twice ended in an IndexError."""
+    with pytest.raises(Refusal, match=r"w_dq' in function:local\.F .*\(UINT8: inside a function\)"):
+        _retarget(_in_function(calls), zero_point="signed")

@@ -245,7 +245,12 @@ def _target_findings(
     node_checks = [c for c in CHECKS.values() if c.scope == "target-node"]
     seen: set[tuple[str, str, int, str]] = set()
     for view in views:
-        checks = [c for c in node_checks if any(k is view.site.kind for k in c.kinds)]
+        versioned = view.row is not None
+        checks = [
+            c
+            for c in node_checks
+            if any(k is view.site.kind for k in c.kinds) and (versioned or not c.needs_version)
+        ]
         for rule_check in checks:
             for finding in rule_check.func(TargetNode(view, target)):
                 key = (finding.rule, finding.graph, id(view.node), finding.message)
@@ -259,8 +264,9 @@ def _node_findings(
 ) -> Iterator[Finding]:
     """The findings of ``checks`` on one view of a node, each once per node (a function's
     node seen from several call sites says the same thing once)."""
+    versioned = view.row is not None  # read once: the rules of a node are many
     for rule_check in checks:
-        if rule_check.needs_version and view.row is None:
+        if rule_check.needs_version and not versioned:
             continue
         for finding in rule_check.func(view):
             message = finding.message.replace(view.call_site_note, "", 1)

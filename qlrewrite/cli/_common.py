@@ -14,19 +14,17 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from qlrewrite import pipeline
 from qlrewrite.checking.render import finding_lines
 from qlrewrite.cli._debug import debug_enabled, debug_option
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
 from qlrewrite.escape import escape
-from qlrewrite.pipeline import RewriteResult
 from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
     Verification,
@@ -34,6 +32,9 @@ from qlrewrite.verify.verify import (
     VerifyOptions,
     parse_input_shape,
 )
+
+if TYPE_CHECKING:  # imported when a rewrite runs (every pass): info and check do not pay
+    from qlrewrite.pipeline import RewriteResult
 
 __all__ = [
     "RewriteCommand",
@@ -434,6 +435,8 @@ def run_rewrite(
     Prints the summary on stderr (unless quiet) and on a refusal the findings behind it
     before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
+    from qlrewrite import pipeline
+
     try:
         enabled = show_progress(options.quiet)
         with progress("writing", None, enabled) as bar:

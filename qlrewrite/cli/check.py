@@ -8,12 +8,10 @@ import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from qlrewrite import check_fix
-from qlrewrite.check_fix import FixOptions
 from qlrewrite.checking import project, render
 from qlrewrite.checking.config import Settings, settings_for
 from qlrewrite.checking.formats import DEFAULT_FORMAT, FORMATS, RenderOptions, output_format
@@ -38,6 +36,10 @@ from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.io import atomic, model_io, output_guard
 from qlrewrite.io.reading import STDIN
+
+if TYPE_CHECKING:  # --fix imports it (and the pipeline, every pass) when given
+    from qlrewrite import check_fix
+    from qlrewrite.check_fix import FixOptions
 
 __all__ = ["check_command"]
 
@@ -295,6 +297,8 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         raise click.UsageError("--fix and --diff rewrite model files: give a path, not - (stdin)")
     fixing = None
     if fix or diff:
+        from qlrewrite.check_fix import FixOptions
+
         unsafe = given["unsafe_fixes"]
         fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
     codes = (given["select"], given["ignore"], given["extend_select"])
@@ -362,6 +366,8 @@ def _fix_stage(
     """``--fix`` / ``--diff``: refuse shared or protected outputs first, fix each model,
     print the diff (and exit) or return the reports after the fixes and whether a fix
     was refused."""
+    from qlrewrite import check_fix
+
     fixing = run.fixing
     assert fixing is not None
     check_fix.refuse_fix_outputs(targets, checked, fixing, reads, report=run.show.output)

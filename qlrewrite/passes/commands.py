@@ -13,6 +13,7 @@ from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.downgrade import DowngradePass
 from qlrewrite.passes.fix import FIXES, FixPass, finding_key
 from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold_tensor import Float16Mode
 from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.qdq_tidy import QdqTidyPass
@@ -36,7 +37,7 @@ __all__ = [
 def fold_passes(
     *,
     keep_dq: bool = False,
-    float16: str = "exact",
+    float16: Float16Mode = "exact",
     dequantize_weights: bool = False,
     fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
     keep_fused: bool = False,
@@ -48,7 +49,7 @@ def fold_passes(
     fold only the int32 bias DQs)."""
     fold = FoldPass(
         keep_dq=keep_dq,
-        float16=float16,  # type: ignore[arg-type]
+        float16=float16,
         fusions=fusions,
         keep_fused=keep_fused,
         bias_only=bias_only,

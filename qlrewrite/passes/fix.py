@@ -52,6 +52,7 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     """
 
     needs = frozenset({"inference"})  # the rules read it, as in the check
+    repairs_rules: tuple[str, ...] = ()  # the codes asked for, set when made
 
     def __init__(
         self, codes: Collection[str], wanted: Callable[[Finding], bool] | None = None

@@ -46,7 +46,7 @@ from qlrewrite.passes.fold_tensor import (
 )
 from qlrewrite.passes.results import FoldResult
 from qlrewrite.qdq import (
-    NodeView,
+    QDQView,
     QuantizedSite,
     constant_tensor,
     drop_unused_domains,
@@ -146,7 +146,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         self._names = FreshNames(containers)
         sites = list(iter_sites(model))
         # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
-        views = {id(s.node): site_view(model, s) for s in sites}  # one view per node
+        views = {id(s.node): _qdq_view(model, s) for s in sites}  # one view per node
         in_float32 = {id(s.node) for s in sites if _dq_in_float32(views[id(s.node)])}
         overridable = rounded = 0
         for site in sites:
@@ -179,7 +179,9 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         if not self.fusions.fused(node.outputs[0].name or ""):
             return False
         graph = self.fusions.graph
-        kernel = graph.kernel_of(node.inputs[0].name or "") if graph is not None else None
+        x = node.inputs[0]
+        name = (x.name if x is not None else None) or ""
+        kernel = graph.kernel_of(name) if graph is not None else None
         self._fused[kernel or "another fusion"] += 1
         return True
 
@@ -204,7 +206,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
             "(measured: docs/commands/fold.md); --keep-fused leaves them and folds the rest"
         ]
 
-    def _folded_value(self, view: NodeView, widen: bool) -> tuple[FoldedTensor | None, bool]:
+    def _folded_value(self, view: QDQView, widen: bool) -> tuple[FoldedTensor | None, bool]:
         """The node's folded value (None: an input is not constant), in float32 when ONNX
         Runtime computes this float16 DQ in float32 (``widen``) and ``float16="exact"``;
         and whether such a value was left in float16 (``float16="compact"``)."""
@@ -260,7 +262,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
             const_value=tensor,
         )
 
-    def _widen_kept_dq(self, view: NodeView) -> bool:
+    def _widen_kept_dq(self, view: QDQView) -> bool:
         """With ``keep_dq``: make a float16 DQ (ai.onnx, which has a float16 kernel in ORT)
         whose input is now a folded constant compute in float32, followed by a Cast.
 
@@ -320,9 +322,11 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
                 producer.graph.remove(producer, safe=True)
                 self._summary["nodes_removed"] += 1
             return
-        graph = value.graph
-        if value.is_initializer() and graph is not None and value.name in graph.initializers:
-            del graph.initializers[value.name]
+        graph, name = value.graph, value.name
+        if not value.is_initializer() or graph is None or name is None:
+            return
+        if name in graph.initializers:
+            del graph.initializers[name]
             self._summary["initializers_removed"] += 1
 
 
@@ -344,12 +348,20 @@ def _fold_warnings(rounded: int, overridable: int) -> list[str]:
     return warnings
 
 
-def _int32_bias(view: NodeView) -> bool:
+def _qdq_view(model: ir.Model, site: QuantizedSite) -> QDQView:
+    """The view of a Q/DQ site (:func:`qlrewrite.qdq.site_view` builds a QDQView for one)."""
+    view = site_view(model, site)
+    if not isinstance(view, QDQView):
+        raise TypeError(f"{view.where} is not a QuantizeLinear / DequantizeLinear")
+    return view
+
+
+def _int32_bias(view: QDQView) -> bool:
     """True for a DequantizeLinear of int32 (a bias: QLinearConv's and QGemm's form)."""
     return not view.is_quantize and view.x_type == ir.DataType.INT32
 
 
-def _dq_in_float32(view: NodeView) -> bool:
+def _dq_in_float32(view: QDQView) -> bool:
     """True for a DequantizeLinear whose float16 output ORT's CPU provider computes in
     float32 (see :mod:`qlrewrite.ort_float16`)."""
     site = view.site
@@ -373,11 +385,10 @@ def _overridable(node: ir.Node) -> bool:
     return bool(overridden) and all(v in overridden or is_constant(v) for v in inputs)
 
 
-def _folded_tensor(view: NodeView) -> FoldedTensor | None:
+def _folded_tensor(view: QDQView) -> FoldedTensor | None:
     """The lazy value of a foldable node, None if it cannot fold."""
-    site = view.site
-    node = site.node
-    row = site.row
+    node = view.node
+    row = view.row
     if row is None or len(node.outputs) != 1 or len(node.inputs) < 2:
         return None
     if any(attr.is_ref() for attr in node.attributes.values()):
@@ -429,7 +440,7 @@ def _types_allowed(
 
 
 def _granularity_allowed(
-    view: NodeView,
+    view: QDQView,
     x: ir.TensorProtocol,
     scale: ir.TensorProtocol,
     zero_point: ir.TensorProtocol | None,

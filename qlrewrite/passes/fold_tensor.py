@@ -22,10 +22,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import tensor_shape
-from qlrewrite.toolkit import main_graphs
+from qlrewrite.toolkit import main_graphs, tensor_shape
 
 #: How float16 DQ values that ONNX Runtime computes in float32 are folded: "exact" (as
 #: ONNX Runtime computes them: float32, then a Cast) or "compact" (float16, rounded).
@@ -50,7 +50,7 @@ CHUNK_BYTES = 4 << 20
 _LITTLE = sys.byteorder == "little"
 
 #: Reads rows ``[start, stop)`` of axis 0 (the whole array for a scalar).
-RowReader = Callable[[int, int], np.ndarray]
+RowReader = Callable[[int, int], npt.NDArray[Any]]
 #: What opening a streamed tensor gives: its row reader, the chunk ranges, the first chunk.
 _Opened = tuple[RowReader, list[tuple[int, int]], memoryview | bytes]
 
@@ -254,7 +254,7 @@ class FoldedTensor(StreamedTensor):
         per_axis0 = axis == 0 and scale.ndim == 1 and scale.shape[0] == n0 > 1
         row_scale = spec.block_size > 0 or per_axis0
 
-        def read(start: int, stop: int) -> np.ndarray:
+        def read(start: int, stop: int) -> npt.NDArray[Any]:
             if block:
                 lo, hi = start // block * block, min(-(-stop // block) * block, n0)
                 s_lo, s_hi = lo // block, -(-hi // block)
@@ -275,8 +275,8 @@ class FoldedTensor(StreamedTensor):
         return read
 
     def _kernel(
-        self, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None
-    ) -> np.ndarray:
+        self, x: npt.NDArray[Any], scale: npt.NDArray[Any], zero_point: npt.NDArray[Any] | None
+    ) -> npt.NDArray[Any]:
         from qlrewrite.kernels import dequantize, quantize  # here: keeps the CLI light
 
         spec = self.spec
@@ -341,7 +341,7 @@ def link_in_order(tensors: Iterable[StreamedTensor]) -> None:
         previous = tensor
 
 
-def _as_bytes(array: np.ndarray, dtype: ir.DataType) -> memoryview | bytes:
+def _as_bytes(array: npt.NDArray[Any], dtype: ir.DataType) -> memoryview | bytes:
     """The bytes of ``array`` as ONNX stores ``dtype``, without a copy when possible."""
     native = array.dtype.byteorder in "|<" or (array.dtype.byteorder == "=" and _LITTLE)
     if dtype.bitwidth >= 8 and native and array.flags.c_contiguous:

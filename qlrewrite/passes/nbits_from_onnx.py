@@ -17,28 +17,30 @@ quantized, float math) is written on every MatMulNBits made.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold_tensor import link_initializers
+from qlrewrite.passes.fold_tensor import RowReader, link_initializers
 from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
 from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, ORDER_REASON, min_block
 from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
     ONNX_DOMAINS,
-    NodeView,
+    QDQView,
     constant_tensor,
     is_constant,
     iter_graphs,
     iter_sites,
     site_view,
 )
-from qlrewrite.toolkit import FreshNames, ensure_import_at
+from qlrewrite.toolkit import FreshNames, add_constant, ensure_import_at
 from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
@@ -79,7 +81,7 @@ def _single_use(value: ir.Value) -> bool:
     return len(value.uses()) == 1 and not value.is_graph_output()
 
 
-def _match(consumer: ir.Node, index: int, views: dict[int, NodeView]) -> _Match | None:
+def _match(consumer: ir.Node, index: int, views: dict[int, QDQView]) -> _Match | None:
     """The constant DequantizeLinear feeding ``consumer.inputs[index]`` (via a Transpose);
     ``views``: the view of every DequantizeLinear by ``id(node)``."""
     value = consumer.inputs[index] if index < len(consumer.inputs) else None
@@ -130,7 +132,9 @@ def _constant_inputs(
     """A DequantizeLinear's x, scale and zero point (None if omitted) when all are
     constants with readable tensors; None otherwise."""
     inputs = list(dq.inputs) + [None] * (3 - len(dq.inputs))
-    if not all(v is None or is_constant(v) for v in inputs[:3]) or inputs[0] is None:
+    if not all(v is None or is_constant(v) for v in inputs[:3]):
+        return None
+    if inputs[0] is None or inputs[1] is None:  # x or the scale omitted (invalid)
         return None
     x, scale = constant_tensor(inputs[0]), constant_tensor(inputs[1])
     zero_point = constant_tensor(inputs[2]) if inputs[2] is not None else None
@@ -199,7 +203,9 @@ def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Valu
     if add.op_type != "Add" or add.domain not in _ONNX or len(add.inputs) != 2:
         return None
     other = add.inputs[1] if add.inputs[0] is output else add.inputs[0]
-    tensor = constant_tensor(other) if other is not None and is_constant(other) else None
+    if other is None or not is_constant(other):
+        return None
+    tensor = constant_tensor(other)
     if tensor is None or tensor.dtype != dtype or list(tensor.shape.numpy()) != [n]:
         return None
     return add, other
@@ -234,7 +240,7 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         #: 8-bit weights become MatMulNBits too (left as DequantizeLinear by default).
         self.include_8bit = include_8bit
         self._eight_bit_left = 0
-        self._views: dict[int, NodeView] = {}
+        self._views: dict[int, QDQView] = {}
         self._half = False
         self._k_max = 0
 
@@ -242,9 +248,11 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
         self._half, self._k_max, self._eight_bit_left = False, 0, 0
         self._views = {
-            id(site.node): site_view(model, site)
+            id(site.node): view
             for site in iter_sites(model)
-            if site.node.op_type == "DequantizeLinear" and site.domain == ""
+            if site.node.op_type == "DequantizeLinear"
+            and site.domain == ""
+            and isinstance(view := site_view(model, site), QDQView)
         }
         # Types and shapes of the outputs it replaces, inferred before the first change:
         # ONNX inference stops at MatMulNBits, so later passes (convert's Q/DQ planning)
@@ -298,7 +306,8 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         a = matmul.inputs[0]
         if a is None or (a.dtype is not None and a.dtype != match.scale.dtype):
             return None
-        base = match.dq.inputs[0].name or "B"
+        x_value = match.dq.inputs[0]
+        base = (x_value.name if x_value is not None else None) or "B"
         zero_point = match.zero_point
         half = layout.default_zero_point
         b = MatMulNBitsB(layout, match.x, transposed=transposed, name=f"{base}_nbits")
@@ -395,39 +404,26 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         for value in inputs:
             if value.uses() or value.is_graph_input() or value.is_graph_output():
                 continue
-            owner = value.graph
-            if value.is_initializer() and owner is not None and value.name in owner.initializers:
-                del owner.initializers[value.name]
+            owner, name = value.graph, value.name
+            if value.is_initializer() and owner is not None and name is not None:
+                owner.initializers.pop(name, None)
 
     def _constant(self, graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol) -> ir.Value:
         """``tensor`` as a new initializer (a Constant node in a function), uniquely named
         (the model's names are gathered once, not per tensor)."""
         name = self._names.fresh(tensor.name or "w")
         tensor.name = name
-        return _add_constant(graph, tensor, name)
+        return add_constant(graph, tensor, name)
 
 
-def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name: str) -> ir.Value:
-    """Add ``tensor`` (already named ``name``) to ``graph``: an initializer, or a Constant
-    node in a function."""
-    if isinstance(graph, ir.Function):
-        node = ir.node("Constant", [], attributes={"value": tensor})
-        node.outputs[0].name = name
-        graph.insert_before(next(iter(graph)), node)
-        return node.outputs[0]
-    value = ir.Value(
-        name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
-    )
-    graph.register_initializer(value)
-    return value
-
-
-def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> npt.NDArray[np.integer[Any]]:
     """For each MatMulNBits block along K, the DequantizeLinear block it lies in."""
     return np.arange(layout.k_blocks) * layout.block_size // source_block
 
 
-def _pick_blocks(rows: np.ndarray, layout: MatMulNBitsLayout, source_block: int) -> np.ndarray:
+def _pick_blocks(
+    rows: npt.NDArray[Any], layout: MatMulNBitsLayout, source_block: int
+) -> npt.NDArray[Any]:
     """``[N, source blocks]`` -> ``[N, k_blocks]``, C-contiguous (no copy when the blocks are
     the same)."""
     blocks = _blocks_of(layout, source_block)
@@ -446,7 +442,7 @@ def _scales(
     """MatMulNBits scales ``[N, k_blocks]`` from the DQ scale (``[k_blocks, N]`` or ``[N]``;
     blocks of ``source_block`` along K)."""
 
-    def reader():
+    def reader() -> RowReader:
         array = np.asarray(scale.numpy()).reshape(-1, layout.N if not transposed else 1)
         whole = array.reshape(layout.N, -1) if transposed else transpose(array)
         whole = _pick_blocks(whole, layout, source_block)
@@ -466,7 +462,7 @@ def _zero_points(
     """Packed uint8 zero points ``[N, ceil(k_blocks * bits / 8)]`` from the DQ's (0 if
     None), plus ``shift`` (the default zero point, for signed types)."""
 
-    def reader():
+    def reader() -> RowReader:
         if zero_point is None:
             values = np.zeros((layout.N, layout.k_blocks), np.int16)
         else:

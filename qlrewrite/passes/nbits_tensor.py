@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 import mmap
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.io import reading, tensors
@@ -54,7 +56,7 @@ def int_type(bits: int, signed: bool) -> ir.DataType:
     return _INT_TYPES[(bits, signed)]
 
 
-def raw_bytes(tensor: ir.TensorProtocol) -> np.ndarray:
+def raw_bytes(tensor: ir.TensorProtocol) -> npt.NDArray[np.uint8]:
     """The stored bytes of ``tensor`` as a 1-D uint8 array (memory-mapped when external).
 
     The map is closed when the array is dropped, so the pages read do not stay resident.
@@ -75,7 +77,7 @@ def raw_bytes(tensor: ir.TensorProtocol) -> np.ndarray:
     return np.frombuffer(tensor.tobytes(), _U8)
 
 
-def _values(q: np.ndarray, dtype: ir.DataType, bits: int) -> np.ndarray:
+def _values(q: npt.NDArray[np.uint8], dtype: ir.DataType, bits: int) -> npt.NDArray[Any]:
     """uint8 values ``q`` (< 2**bits) as an array of ``dtype``; a signed type stores
     ``q - 2**(bits-1)`` (the default zero point taken out)."""
     if dtype.is_signed():
@@ -163,10 +165,10 @@ class _QuantizedRows:
     ``[k_blocks, N]``), one value per element; ``raw`` is the packed input (None: the
     default zero points)."""
 
-    def __init__(self, tensor: MatMulNBitsWeight, raw: np.ndarray | None) -> None:
+    def __init__(self, tensor: MatMulNBitsWeight, raw: npt.NDArray[np.uint8] | None) -> None:
         self.tensor, self.raw = tensor, raw
 
-    def __call__(self, r0: int, r1: int) -> np.ndarray:
+    def __call__(self, r0: int, r1: int) -> npt.NDArray[Any]:
         layout, dtype, raw = self.tensor.layout, self.tensor.dtype, self.raw
         if self.tensor.role != "x":
             q = layout.zero_point_rows(raw, r0, r1)
@@ -177,7 +179,7 @@ class _QuantizedRows:
         return _values(q, dtype, layout.bits)
 
 
-def _typed(tensor: ir.TensorProtocol) -> np.ndarray:
+def _typed(tensor: ir.TensorProtocol) -> npt.NDArray[Any]:
     """A float tensor's values, memory-mapped when external (unmapped when dropped)."""
     return raw_bytes(tensor).view(np.dtype(tensor.dtype.numpy()).newbyteorder("<"))
 
@@ -213,7 +215,7 @@ class MatMulNBitsB(StreamedTensor):
         signed = self.x.dtype.is_signed()
         offset = (1 << (bits - 1)) if signed else 0
 
-        def read(n0: int, n1: int) -> np.ndarray:
+        def read(n0: int, n1: int) -> npt.NDArray[Any]:
             fast = layout.b_rows(raw, n0, n1, transposed=self.transposed, flip=signed)
             if fast is not None:  # on bytes
                 return fast
@@ -260,7 +262,7 @@ class RetypedTensor(StreamedTensor):
         raw = raw_bytes(self.source)
         out_dims = list(self.shape.numpy())
 
-        def read(r0: int, r1: int) -> np.ndarray:
+        def read(r0: int, r1: int) -> npt.NDArray[Any]:
             packed = raw[r0 * row : r1 * row].reshape(r1 - r0, -1, source_dims[-1])
             q = unpack(packed, bits).reshape(r1 - r0, *out_dims[1:])
             return _values(q, self.dtype, bits)

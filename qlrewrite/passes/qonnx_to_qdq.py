@@ -86,7 +86,7 @@ class _Plan:
     low: int = 0
     high: int = 0
     clip: bool = False
-    scale: np.ndarray | None = None
+    scale: npt.NDArray[Any] | None = None
     axis: int | None = None
     overridable: bool = False  # a parameter is an initializer listed as a graph input
 
@@ -132,14 +132,14 @@ def _quant_nodes(model: ir.Model) -> list[tuple[ir.Node, ir.Graph | ir.Function]
     return found
 
 
-def _constant(node: ir.Node, index: int) -> np.ndarray | None:
+def _constant(node: ir.Node, index: int) -> npt.NDArray[Any] | None:
     """The small constant value of input ``index`` (None: not a constant)."""
     value = node.inputs[index] if index < len(node.inputs) else None
     tensor = constant_tensor(value) if value is not None else None
     return small_array(tensor) if tensor is not None else None
 
 
-def _parameter(node: ir.Node, index: int) -> tuple[np.ndarray | None, bool]:
+def _parameter(node: ir.Node, index: int) -> tuple[npt.NDArray[Any] | None, bool]:
     """A Quant parameter's value and whether it is overridable: an initializer that is also
     a graph input (PyTorch's exporter lists Brevitas' lifted tensors so) is read at its
     initializer's value."""
@@ -177,7 +177,7 @@ def _plan(node: ir.Node, graph: ir.Graph | ir.Function, opset: int) -> _Plan:
     return plan
 
 
-def _plan_range(plan: _Plan, bits: np.ndarray, opset: int) -> None:
+def _plan_range(plan: _Plan, bits: npt.NDArray[Any], opset: int) -> None:
     """The integer range, the storage type holding it and whether a Clip is needed."""
     if bits.size != 1 or not np.isfinite(bits).all() or float(bits.ravel()[0]) % 1:
         plan.problems.append("the bit width must be one integer")
@@ -207,7 +207,7 @@ def _plan_range(plan: _Plan, bits: np.ndarray, opset: int) -> None:
         plan.problems.append(f"opset {opset} has no QuantizeLinear")
 
 
-def _plan_scale(plan: _Plan, scale: np.ndarray, node: ir.Node, opset: int) -> None:
+def _plan_scale(plan: _Plan, scale: npt.NDArray[Any], node: ir.Node, opset: int) -> None:
     """Per-tensor (one value) or per-axis (one non-1 dimension, aligned to x's rank).
     A scale that is 0, infinite or NaN is refused: there QONNX's ``x / scale`` and
     QuantizeLinear's saturation part (0 / 0 is NaN in QONNX, 0 after DequantizeLinear)."""
@@ -238,7 +238,7 @@ def _refuse(refused: list[_Plan]) -> None:
 
 
 def _initializer(
-    graph: ir.Graph, names: FreshNames, base: str, array: np.ndarray, dtype: ir.DataType
+    graph: ir.Graph, names: FreshNames, base: str, array: npt.NDArray[Any], dtype: ir.DataType
 ) -> ir.Value:
     name = names.fresh(base)
     value = ir.Value(name=name, shape=ir.Shape(array.shape))

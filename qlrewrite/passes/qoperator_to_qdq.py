@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -41,7 +42,7 @@ from qlrewrite.qdq import (
     LEFT_ALONE,
     MS_DOMAIN,
     QOPERATOR,
-    NodeView,
+    QOperatorView,
     TripleView,
     ValueView,
     drop_unused_domain,
@@ -49,7 +50,7 @@ from qlrewrite.qdq import (
     site_view,
     triples,
 )
-from qlrewrite.toolkit import FreshNames, replace_value
+from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
 from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
@@ -79,34 +80,38 @@ _KEPT = {
 class _Plan:
     """One node to rewrite: its view, triples, the float op's attributes, or problems."""
 
-    view: NodeView
+    view: QOperatorView
     triples: list[TripleView]
     problems: list[str] = dataclasses.field(default_factory=list)
+    #: The float operator (the row's, or the integer op's of ORT's dynamic pattern).
+    float_op: str = ""
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: ai.onnx nodes without a Q/DQ form stay (a warning); com.microsoft ones refuse.
     leave: bool = False
     #: MatMulInteger / ConvInteger of ORT's dynamic pattern: (Cast, Mul, a_scale, b_scale).
-    pattern: tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None = None
+    pattern: _Pattern | None = None
 
     @property
     def where(self) -> str:
         return self.view.where
 
 
-def _opset(view: NodeView) -> int:
+def _opset(view: QOperatorView) -> int:
     return view.site.scope.opset("") or 0
 
 
-def _attr_value(view: NodeView, name: str) -> Any:
+def _attr_value(view: QOperatorView, name: str) -> Any:
+    """The attribute's value as written, else the default of the version in force (a node
+    without one is refused before its attributes are read)."""
     attr = view.attributes.get(name)
     if attr is not None:
         return attr.value
-    return view.row.default(name)
+    return view.version.default(name)
 
 
-def _float_attributes(view: NodeView, float_op: str) -> tuple[dict[str, Any], list[str]]:
+def _float_attributes(view: QOperatorView, float_op: str) -> tuple[dict[str, Any], list[str]]:
     """The float operator's attributes, and why the node has no float form (if so)."""
-    problems = []
+    problems: list[str] = []
     if view.attr_or_default("channels_last"):
         problems.append("channels_last=1 has no ai.onnx form (NHWC)")
     attrs = {n: _attr_value(view, n) for n in _KEPT.get(float_op, ()) if n in view.attributes}
@@ -122,7 +127,7 @@ def _float_attributes(view: NodeView, float_op: str) -> tuple[dict[str, Any], li
     return attrs, problems
 
 
-def _softmax_axis(view: NodeView) -> tuple[int, str | None]:
+def _softmax_axis(view: QOperatorView) -> tuple[int, str | None]:
     """QLinearSoftmax's axis for ai.onnx Softmax at the model's opset: its ``opset``
     attribute says which Softmax it computes (before 13: coerced to 2-D at ``axis``)."""
     semantics = view.int_attr("opset") or 13
@@ -138,11 +143,14 @@ def _softmax_axis(view: NodeView) -> tuple[int, str | None]:
     return axis, None
 
 
-def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
+def _triple_problems(view: QOperatorView, found: list[TripleView]) -> list[str]:
     problems = []
     opset = _opset(view)
     for t in found:
         scale = t.scale
+        if t.values[0] is None:
+            problems.append(f"{t.label} is omitted")
+            continue
         if t.spec.scale is None and scale is None:  # no scale (a dynamic pattern's: its Mul)
             continue
         if scale is None or (t.role == "weight" and scale.shape is None):
@@ -156,16 +164,18 @@ def _triple_problems(view: NodeView, found: list[TripleView]) -> list[str]:
             )
         elif t.dtype == _DT.FLOAT:
             problems.append(f"{t.label} is float (not quantized)")
-        elif any(t.column_shaped(v) and v.array is None for v in (scale, t.zero_point)):
+        elif any(
+            v is not None and t.column_shaped(v) and v.array is None for v in (scale, t.zero_point)
+        ):
             problems.append(f"{t.label}'s [1, N] scale or zero point is not a constant")
-        elif _per_channel(scale) != _per_channel(t.zero_point) and t.zero_point is not None:
+        elif t.zero_point is not None and _per_channel(scale) != _per_channel(t.zero_point):
             shared = t.zero_point if _per_channel(scale) else scale
             if shared.array is None:
                 problems.append(f"{t.label}'s shared {shared.name!r} is not a constant")
     return problems
 
 
-def _plan(view: NodeView) -> _Plan:
+def _plan(view: QOperatorView) -> _Plan:
     row = view.row
     found = triples(view)
     plan = _Plan(view, found)
@@ -178,7 +188,7 @@ def _plan(view: NodeView) -> _Plan:
         plan.problems.append(row.refusal)
         plan.leave = view.domain == ""
         return plan
-    float_op = row.float_op or _INTEGER_OPS[view.op_type]
+    plan.float_op = float_op = row.float_op or _INTEGER_OPS[view.op_type]
     plan.attributes, plan.problems = _float_attributes(view, float_op)
     if plan.pattern is not None:  # the scales are those of the Mul after the node
         found = _pattern_triples(view, plan.pattern)
@@ -188,14 +198,15 @@ def _plan(view: NodeView) -> _Plan:
     return plan
 
 
-def _bias_problems(view: NodeView, found: list[TripleView]) -> list[str]:
+def _bias_problems(view: QOperatorView, found: list[TripleView]) -> list[str]:
     bias = view.operand("B" if view.op_type == "QLinearConv" else "C")
     if bias is None:
         return []
     scales = [t.scale for t in found if t.role in ("input", "weight")]
-    if any(s is None or s.array is None for s in scales):
+    arrays = [s.array for s in scales if s is not None and s.array is not None]
+    if len(arrays) != len(scales):
         return ["the int32 bias needs constant input and weight scales"]
-    channels = max(s.array.size for s in scales)
+    channels = max(a.size for a in arrays)
     if channels > 1 and bias.shape is not None and bias.shape != (channels,):
         return [
             f"the int32 bias {bias.describe()} broadcasts over {channels} per-channel "
@@ -204,7 +215,11 @@ def _bias_problems(view: NodeView, found: list[TripleView]) -> list[str]:
     return []
 
 
-def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Value] | None:
+#: ORT's dynamic pattern after an integer node: (Cast, Mul, a_scale, b_scale).
+_Pattern = tuple[ir.Node, ir.Node, ir.Value, ir.Value]
+
+
+def _dynamic_pattern(view: QOperatorView) -> _Pattern | None:
     """ORT's dynamic MatMul / Conv: DynamicQuantizeLinear(A) -> MatMulInteger(A, B, a_zp,
     b_zp) (ConvInteger) -> Cast(float) -> Mul(., Mul(a_scale, b_scale)); None when the
     node is not in one."""
@@ -232,12 +247,10 @@ def _dynamic_pattern(view: NodeView) -> tuple[ir.Node, ir.Node, ir.Value, ir.Val
     if source.outputs[1] not in scales.inputs:
         return None
     b_scale = scales.inputs[1] if scales.inputs[0] is source.outputs[1] else scales.inputs[0]
-    return cast, mul, source.outputs[1], b_scale
+    return None if b_scale is None else (cast, mul, source.outputs[1], b_scale)
 
 
-def _pattern_triples(
-    view: NodeView, pattern: tuple[ir.Node, ir.Node, ir.Value, ir.Value]
-) -> list[TripleView]:
+def _pattern_triples(view: QOperatorView, pattern: _Pattern) -> list[TripleView]:
     """The A and B triples of a dynamic pattern's integer node, with the scales its Mul
     applies (the integer node itself takes none)."""
     _, _, a_scale, b_scale = pattern
@@ -271,9 +284,10 @@ class QOperatorToQdqPass(ContextPass, ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> QOperatorResult:
         # constants and declared types are enough (no shape inference on large models)
         plans = [
-            _plan(site_view(model, site))
+            _plan(view)
             for site in iter_sites(model, (QOPERATOR,))
             if site.node.op_type != "DynamicQuantizeLinear"
+            and isinstance(view := site_view(model, site), QOperatorView)
         ]
         refused = [p for p in plans if p.problems and not p.leave]
         if refused and self.strict:
@@ -371,8 +385,8 @@ def measured_bound(
 def _sums_in_float(plan: _Plan) -> bool:
     """A dynamic op, or one with a float output (QGemm without y_scale): its Q/DQ form
     sums float products where the kernel sums int32 ones."""
-    row = plan.view.row
-    return row.dynamic or not any(t.role == "output" and t.values[1] for t in plan.triples)
+    dynamic = plan.view.version.dynamic
+    return dynamic or not any(t.role == "output" and t.values[1] for t in plan.triples)
 
 
 def _refusal(failed: list[_Plan]) -> str:
@@ -392,14 +406,30 @@ def _may_wrap(t: TripleView) -> bool:
     return round(1 / float(scale.reshape(-1)[0])) + offset > 255
 
 
+def _given(value: ir.Value | None, label: str) -> ir.Value:
+    """An input planning found given (a node with a quantized input omitted is refused)."""
+    if value is None:
+        raise ValueError(f"{label} is omitted")
+    return value
+
+
+def _size(view: ValueView | None) -> int:
+    """A scale's or zero point's element count (0: none, or unknown)."""
+    return (view.size or 0) if view is not None else 0
+
+
 def _per_channel(view: ValueView | None) -> bool:
     """A scale or zero point of more than one value (unknown shape: no; a weight's scale of
     unknown shape is refused before)."""
     return view is not None and view.size is not None and view.size > 1
 
 
-def _np_dtype(dtype: ir.DataType) -> np.dtype:
-    return dtype.numpy()
+def _known(view: ValueView) -> tuple[npt.NDArray[Any], np.dtype[Any]]:
+    """A scale's or zero point's values and NumPy type, which planning checked are known
+    where they are read (a constant's view has both)."""
+    if view.array is None or view.dtype is None:
+        raise ValueError(f"'{view.name}' is not a constant of a known type")
+    return view.array, view.dtype.numpy()
 
 
 class _Rewriter:
@@ -407,7 +437,7 @@ class _Rewriter:
 
     def __init__(self, model: ir.Model) -> None:
         self._names = FreshNames(model, nodes=True)
-        self._dq: dict[tuple, ir.Value] = {}
+        self._dq: dict[tuple[object, ...], ir.Value] = {}
         #: each QuantizeLinear output written for a converted node, and the steps it may
         #: differ by with the same input (1; a wrapping softmax's range).
         self._requantized: list[tuple[ir.Value, float]] = []
@@ -423,23 +453,22 @@ class _Rewriter:
         """A name no value, node or initializer of the model has."""
         return self._names.fresh(base)
 
-    def constant(self, plan: _Plan, array: np.ndarray, base: str) -> ir.Value:
+    def constant(self, plan: _Plan, array: npt.NDArray[Any], base: str) -> ir.Value:
         """A new initializer (a Constant node inside a function) holding ``array``."""
         graph = plan.view.site.graph
         name = self.name(base)
+        node_name = self.name(name) if isinstance(graph, ir.Function) else None
         tensor = ir.tensor(array, name=name)
-        if isinstance(graph, ir.Function):
-            node = ir.node("Constant", [], attributes={"value": tensor}, name=self.name(name))
-            node.outputs[0].name = name
-            graph.insert_before(plan.view.node, node)
-            return node.outputs[0]
-        value = ir.Value(
-            name=name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor
-        )
-        graph.register_initializer(value)
-        return value
+        return add_constant(graph, tensor, name, before=plan.view.node, node_name=node_name)
 
-    def _node(self, plan: _Plan, op: str, inputs: list, attrs: dict, base: str) -> ir.Value:
+    def _node(
+        self,
+        plan: _Plan,
+        op: str,
+        inputs: Sequence[ir.Value | None],
+        attrs: Mapping[str, Any],
+        base: str,
+    ) -> ir.Value:
         node = ir.node(op, inputs, attributes=attrs, name=self.name(base + "_node"))
         node.outputs[0].name = self.name(base)
         plan.view.site.graph.insert_before(plan.view.node, node)
@@ -448,13 +477,15 @@ class _Rewriter:
     def dequantize(self, plan: _Plan, t: TripleView, scale: ir.Value | None = None) -> ir.Value:
         """DequantizeLinear of ``t`` (``scale``: another scale, for a bias)."""
         data, own_scale, zero_point = t.values
+        data = _given(data, t.label)
         scale = scale or self._flat(plan, t, t.scale, own_scale)
         zero_point = self._flat(plan, t, t.zero_point, zero_point)
-        per_channel = _per_channel(t.scale)
-        if not per_channel and _per_channel(t.zero_point):  # one scale, a zero point each
-            scale, per_channel = self._expanded(plan, t, t.scale, t.zero_point.size), True
-        elif per_channel and zero_point is not None and t.zero_point.size == 1:
-            zero_point = self._expanded(plan, t, t.zero_point, t.scale.size)
+        scales, zeros = _size(t.scale), _size(t.zero_point)
+        per_channel = scales > 1
+        if not per_channel and zeros > 1 and t.scale is not None:  # one scale, a zero point each
+            scale, per_channel = self._expanded(plan, t, t.scale, zeros), True
+        elif per_channel and zero_point is not None and zeros == 1 and t.zero_point is not None:
+            zero_point = self._expanded(plan, t, t.zero_point, scales)
         attrs = {"axis": t.channel_axis} if per_channel and t.channel_axis is not None else {}
         key = (id(plan.view.site.graph), id(data), id(scale), id(zero_point), str(attrs))
         if key not in self._dq:
@@ -469,27 +500,26 @@ class _Rewriter:
         """A per-column scale or zero point written [1, N] as the 1-D [N] Q/DQ take."""
         if view is None or value is None or not t.column_shaped(view):
             return value
-        array = view.array.reshape(-1).astype(_np_dtype(view.dtype))
-        return self.constant(plan, array, (view.name or t.label) + "_1d")
+        array, dtype = _known(view)
+        return self.constant(plan, array.reshape(-1).astype(dtype), (view.name or t.label) + "_1d")
 
     def _expanded(self, plan: _Plan, t: TripleView, view: ValueView, count: int) -> ir.Value:
         """A per-channel copy of a scale or zero point shared by every channel: Q/DQ need
         the scale and zero point of one shape."""
-        array = np.full(count, view.array.reshape(-1)[0], _np_dtype(view.dtype))
+        values, dtype = _known(view)
+        array = np.full(count, values.reshape(-1)[0], dtype)
         return self.constant(plan, array, (view.name or t.label) + "_per_channel")
 
     def _bias(self, plan: _Plan, name: str) -> ir.Value | None:
         """DequantizeLinear of QLinearConv's B / QGemm's C with scale input x weight scale."""
         view = plan.view
-        bias = (
-            view.node.inputs[view.row.input_index(name)]
-            if len(view.node.inputs) > view.row.input_index(name)
-            else None
-        )
-        if bias is None:
-            return None
+        index = view.version.input_index(name)
+        bias = view.node.inputs[index] if len(view.node.inputs) > index else None
         first, weight = plan.triples[0], plan.triples[1]
-        product = (first.scale.array * weight.scale.array.reshape(-1)).astype(np.float32)
+        if bias is None or first.scale is None or weight.scale is None:
+            return None  # (planning refused a bias without an input and a weight scale)
+        input_scale, weight_scale = _known(first.scale)[0], _known(weight.scale)[0]
+        product = (input_scale * weight_scale.reshape(-1)).astype(np.float32)
         shape = () if product.size == 1 else (product.size,)
         scale = self.constant(plan, product.reshape(shape), (bias.name or "bias") + "_scale")
         spec = dataclasses.replace(weight.spec, channel_axis=0)
@@ -506,24 +536,28 @@ class _Rewriter:
     def apply(self, plan: _Plan) -> None:
         """Replace the plan's node by its Q/DQ form."""
         if plan.pattern is not None:
-            self._apply_pattern(plan)
+            self._apply_pattern(plan, plan.pattern)
             return
-        view, row = plan.view, plan.view.row
+        view = plan.view
         plan.triples = triples(view)  # inputs may be outputs of nodes rewritten before
         floats = [self.dequantize(plan, t) for t in plan.triples if t.role != "output"]
-        base = view.node.name or row.float_op
+        base = view.node.name or plan.float_op
         if view.op_type == "DynamicQuantizeMatMul":
             floats[0:0] = [self._dynamic_input(plan)]
         inputs = self._float_inputs(plan, floats)
-        result = self._node(plan, row.float_op, inputs, plan.attributes, base)
+        result = self._node(plan, plan.float_op, inputs, plan.attributes, base)
         result = self._add_bias(plan, result)
-        outputs = [t for t in plan.triples if t.role == "output" and t.values[1] is not None]
+        outputs = [
+            (t, scale)
+            for t in plan.triples
+            if t.role == "output" and (scale := t.values[1]) is not None
+        ]
         if outputs:
-            result = self._quantize(plan, outputs[0], result)
+            result = self._quantize(plan, *outputs[0], result)
         replace_value(view.node.outputs[0], result)
         plan.view.site.graph.remove(view.node, safe=True)
 
-    def _float_inputs(self, plan: _Plan, floats: list[ir.Value]) -> list[ir.Value | None]:
+    def _float_inputs(self, plan: _Plan, floats: list[ir.Value]) -> Sequence[ir.Value | None]:
         view = plan.view
         if view.op_type == "QLinearConv":
             return [*floats, *[b for b in [self._bias(plan, "B")] if b is not None]]
@@ -545,13 +579,13 @@ class _Rewriter:
         bias = view.operand("bias")
         if bias is None:
             return result
-        value = view.node.inputs[view.row.input_index("bias")]
+        value = view.node.inputs[view.version.input_index("bias")]
         return self._node(plan, "Add", [result, value], {}, (view.node.name or "matmul") + "_bias")
 
     def _dynamic_input(self, plan: _Plan) -> ir.Value:
         """DynamicQuantizeMatMul's A: DynamicQuantizeLinear -> DequantizeLinear."""
         view = plan.view
-        a = view.node.inputs[0]
+        a = _given(view.node.inputs[0], "A")
         node = ir.node(
             "DynamicQuantizeLinear",
             [a],
@@ -567,12 +601,13 @@ class _Rewriter:
             plan, "DequantizeLinear", list(node.outputs), {}, (a.name or "a") + "_dequantized"
         )
 
-    def _quantize(self, plan: _Plan, t: TripleView, value: ir.Value) -> ir.Value:
-        _, scale, zero_point = t.values
+    def _quantize(self, plan: _Plan, t: TripleView, scale: ir.Value, value: ir.Value) -> ir.Value:
+        """QuantizeLinear of ``value`` to the output ``t`` (``scale``: its scale)."""
+        zero_point = t.values[2]
         if zero_point is None:  # int8 without a zero point: QuantizeLinear would give uint8
             dtype = next((x.dtype for x in plan.triples if x.dtype is not None), _DT.UINT8)
             zero_point = self.constant(
-                plan, np.zeros((), _np_dtype(dtype)), (scale.name or "y") + "_zero_point"
+                plan, np.zeros((), dtype.numpy()), (scale.name or "y") + "_zero_point"
             )
         base = (plan.view.node.outputs[0].name or "y") + "_quantize"
         result = self._node(plan, "QuantizeLinear", [value, scale, zero_point], {}, base)
@@ -582,10 +617,10 @@ class _Rewriter:
         self._requantized.append((result, steps))
         return result
 
-    def _apply_pattern(self, plan: _Plan) -> None:
-        cast, mul, _, _ = plan.pattern
+    def _apply_pattern(self, plan: _Plan, pattern: _Pattern) -> None:
+        cast, mul, _, _ = pattern
         view = plan.view
-        a, b = (self.dequantize(plan, t) for t in _pattern_triples(view, plan.pattern))
+        a, b = (self.dequantize(plan, t) for t in _pattern_triples(view, pattern))
         op = _INTEGER_OPS[view.op_type]
         result = self._node(plan, op, [a, b], plan.attributes, view.node.name or op)
         replace_value(mul.outputs[0], result)
@@ -593,6 +628,8 @@ class _Rewriter:
         scales = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
         for node in (mul, cast, view.node):
             graph.remove(node, safe=True)
-        producer = scales.producer() if scales is not None else None
-        if producer is not None and not scales.uses() and not scales.is_graph_output():
+        if scales is None or scales.uses() or scales.is_graph_output():
+            return
+        producer = scales.producer()
+        if producer is not None:
             graph.remove(producer, safe=True)  # the a_scale * b_scale Mul

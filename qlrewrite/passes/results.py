@@ -123,4 +123,8 @@ class RepairsFindings:
     What a pass repairs is read from the rules' declarations (their ``Fix`` and
     ``upgrade_repairs``), never listed a second time."""
 
-    repairs_rules: tuple[str, ...] = ()
+    @property
+    def repairs_rules(self) -> tuple[str, ...]:
+        """The codes of the rules whose findings the pass repairs (a pass states them as a
+        class attribute, an attribute set when made, or a property read when asked)."""
+        return ()

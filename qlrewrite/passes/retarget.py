@@ -27,14 +27,13 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
-from qlrewrite.toolkit import FreshNames
+from qlrewrite.toolkit import FreshNames, tensor_shape
 
 __all__ = ["SIGNEDNESS", "RetargetPass"]
 
@@ -59,7 +58,7 @@ _INT4_OPSET = 21
 #: The counts of a change that rewrites its group.
 _WRITTEN = frozenset({"sign_flipped", "made_symmetric", "narrowed"})
 
-Transform = Callable[[np.ndarray], np.ndarray]
+Transform = Callable[[npt.NDArray[np.int32]], npt.NDArray[np.int32]]
 
 
 def _range(dtype: ir.DataType) -> tuple[int, int]:
@@ -75,14 +74,14 @@ class _Change:
 
     group: Group
     dtype: ir.DataType
-    zero_points: list[np.ndarray | None]
+    zero_points: list[npt.NDArray[Any] | None]
     source: ir.TensorProtocol | None = None  # the weight as read (None: an activation)
     only_flipped: bool = False  # the weight's one transform is the signedness flip
     transforms: list[Transform] = dataclasses.field(default_factory=list)
     problems: list[str] = dataclasses.field(default_factory=list)
     counts: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
-    def weight(self) -> np.ndarray:
+    def weight(self) -> npt.NDArray[np.int32]:
         """The weight's values after the transforms so far, in int32 (every 4, 8 and 16-bit
         value and any shift of one fits; 4 bytes a value while one tensor is rewritten)."""
         assert self.source is not None
@@ -153,11 +152,11 @@ def _flip(change: _Change) -> None:
     change.counts["sign_flipped"] += 1
 
 
-def _pairs(change: _Change) -> list[tuple[np.ndarray | None, Member]]:
+def _pairs(change: _Change) -> list[tuple[npt.NDArray[Any] | None, Member]]:
     return list(zip(change.zero_points, change.group.members, strict=True))
 
 
-def _zeros_if_none(zero_point: np.ndarray | None, member: Member) -> np.ndarray:
+def _zeros_if_none(zero_point: npt.NDArray[Any] | None, member: Member) -> npt.NDArray[Any]:
     if zero_point is not None:
         return zero_point.astype(np.int64)
     scale = member.view.scale
@@ -182,7 +181,7 @@ def _symmetric(change: _Change) -> None:
     axis, block = reader.axis, reader.block_size
     zero = np.asarray(first).astype(np.int32)
 
-    def shift(array: np.ndarray) -> np.ndarray:
+    def shift(array: npt.NDArray[np.int32]) -> npt.NDArray[np.int32]:
         """x - z per element, by the reader's granularity (the kernel's int32 path: exact)."""
         ones = np.ones(zero.shape, np.float32)
         values = dequantize(array.astype(np.int32), ones, zero, axis=axis, block_size=block)
@@ -243,17 +242,16 @@ def _write(change: _Change, names: FreshNames) -> None:
 
 
 def _set_zero_point(
-    node: ir.Node, values: np.ndarray, dtype: ir.DataType, names: FreshNames
+    node: ir.Node, values: npt.NDArray[Any], dtype: ir.DataType, names: FreshNames
 ) -> None:
     name = names.fresh(f"{node.name or 'qdq'}_zero_point")
     tensor = ir.tensor(values.astype(dtype.numpy()), dtype=dtype, name=name)
     value = ir.Value(name=name, shape=ir.Shape(values.shape), const_value=tensor)
     value.type = ir.TensorType(dtype)
-    graph = node.graph
-    if isinstance(graph, ir.Graph):
-        graph.register_initializer(value)
-    else:  # a function has no initializers
-        raise Refusal(f"{node.name}: zero points inside functions are not retargeted")
+    graph = node.graph  # a node of the main graph or a subgraph (groups in functions stay)
+    if graph is None:
+        raise Refusal(f"{node.name}: not in a graph")
+    graph.register_initializer(value)
     if len(node.inputs) < 3:
         node.resize_inputs(3)
     old = node.inputs[2]
@@ -269,7 +267,7 @@ def _drop_if_unused(graph: ir.Graph, value: ir.Value | None) -> None:
         graph.initializers.pop(value.name, None)
 
 
-def _flipped_bits(array: np.ndarray, dtype: ir.DataType) -> np.ndarray:
+def _flipped_bits(array: npt.NDArray[Any], dtype: ir.DataType) -> npt.NDArray[Any]:
     """``array`` moved into the other signedness's ``dtype`` by flipping the top bit of
     each value (two's complement: ``v + 2**(bits-1)`` for a signed v, ``v - 2**(bits-1)``
     for an unsigned one; ml_dtypes keeps a 4-bit value in the low nibble of its byte)."""

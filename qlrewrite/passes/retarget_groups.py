@@ -68,15 +68,18 @@ def groups(model: ir.Model) -> list[Group]:
     """Every quantized tensor of ``model`` touched by a Q/DQ node, as a group."""
     found: dict[int, Group] = {}
     for site, views in node_views(model, kinds=(QDQ,)):
-        if not isinstance(views[0], QDQView):
-            continue  # a Q/DQ site's view is a QDQView
-        member = Member(site, views[0], _zero_point(site, views))
-        if len(views) > 1:  # a node in a function: one view per call site
-            _group(found, site.node.outputs[0]).why = "inside a function"
-        if views[0].is_quantize:
-            _group(found, site.node.outputs[0]).producer = member
-        elif site.node.inputs[0] is not None:
-            _group(found, site.node.inputs[0]).readers.append(member)
+        view = views[0]
+        quantized = site.node.outputs[0] if view.is_quantize else site.node.inputs[0]
+        if quantized is None or not isinstance(view, QDQView):
+            continue  # (a Q/DQ site's view is a QDQView)
+        group = _group(found, quantized)
+        member = Member(site, view, _zero_point(site, views))
+        if view.is_quantize:
+            group.producer = member
+        else:
+            group.readers.append(member)
+        if isinstance(site.graph, ir.Function):  # (its constants are Constant nodes)
+            group.why = "inside a function"
     for group in found.values():
         group.why = group.why or _closed(group)
     return list(found.values())

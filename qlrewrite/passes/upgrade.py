@@ -81,7 +81,7 @@ class UpgradePass(ContextPass, ir.passes.FunctionalPass, RepairsFindings):
         self.fixing = fixing
 
     @property
-    def repairs_rules(self) -> tuple[str, ...]:  # type: ignore[override]
+    def repairs_rules(self) -> tuple[str, ...]:
         """The rules that declare an upgrade repairs their findings (read from the
         registry: :attr:`~qlrewrite.rules.registry.RuleCheck.upgrade_repairs`)."""
         from qlrewrite.rules import CHECKS  # every rule module: only when checking

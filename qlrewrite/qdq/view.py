@@ -117,11 +117,11 @@ def view_of(
     if value is None:
         return None
     name = value.name or ""
-    dtype = value.dtype
-    shape = _dims(value.shape)
     array = None
     tensor = constant_tensor(value)
-    if tensor is not None:
+    if tensor is None:
+        dtype, shape = value.dtype, _dims(value.shape)
+    else:
         dtype = tensor.dtype
         shape = _dims(tensor.shape)  # a tensor's dims are always known
         ints = tuple(d for d in shape or () if d is not None)

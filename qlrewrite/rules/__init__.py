@@ -12,7 +12,10 @@ Adding a rule:
 
 1. Take the next free code of its family; it goes in the module named after it (a new
    block of codes for a new operator gets a new ``qlNNx_<what>.py``, imported below).
-2. Write the check, ``(NodeView) -> Iterator[Finding]``, yielding
+2. Write the check, ``(ctx) -> Iterator[Finding]`` with ``ctx`` the view of its
+   ``kinds`` (``QDQView`` for the default ``(QDQ,)``, ``WeightOnlyView``,
+   ``QOperatorView``, ``NodeView`` for a mix: mypy checks it; the version in force is
+   ``ctx.version``, never None; see docs/architecture.md, "Adding a rule"), yielding
    ``ctx.report(message, hint)`` (``attribute=`` names the attribute a finding is about;
    the code and severity are the declaration's, never repeated), and decorate it with
    :func:`rule`: name, severity, summary, explanation (why it matters), example,
@@ -56,7 +59,8 @@ from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, Ru
 
 __all__ = ["CHECKS", "RULES", "Example", "Fix", "FixContext", "RuleCheck", "rule"]
 
-for _table in (RULES, CHECKS):
-    _items = sorted(_table.items())
-    _table.clear()
-    _table.update(_items)  # type: ignore[arg-type]
+_rules, _checks = sorted(RULES.items()), sorted(CHECKS.items())
+RULES.clear()
+RULES.update(_rules)
+CHECKS.clear()
+CHECKS.update(_checks)

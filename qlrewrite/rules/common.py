@@ -6,7 +6,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
-from qlrewrite.qdq import QOPERATOR, NodeView
+from qlrewrite.qdq import QOPERATOR, NodeView, WeightOnlyView
 
 __all__ = [
     "FP_TYPES_TEXT",
@@ -19,6 +19,7 @@ __all__ = [
     "quantized_type",
     "type_names",
     "weight_storage",
+    "weight_type",
 ]
 
 #: The ai.onnx opset that gives Q/DQ per-axis quantization (and the ``axis`` attribute):
@@ -33,12 +34,16 @@ QOPERATOR_KINDS = (QOPERATOR,)
 QOPERATOR_VERSIONS = "ai.onnx QLinearConv, QLinearMatMul, ...; com.microsoft QLinear*, QGemm, ..."
 
 
-def weight_storage(ctx: NodeView) -> opsets.WeightStorage | None:
+def weight_type(ctx: WeightOnlyView) -> ir.DataType | None:
+    """The element type of a weight-only node's weight (None: omitted or unknown)."""
+    view = ctx.operand(ctx.version.weight)
+    return view.dtype if view is not None else None
+
+
+def weight_storage(ctx: WeightOnlyView) -> opsets.WeightStorage | None:
     """How a weight-only node's weight is stored (None: its type is unknown or not allowed)."""
-    view = ctx.operand(ctx.row.weight)
-    if view is None or view.dtype is None:
-        return None
-    return ctx.row.storage.get(view.dtype)
+    dtype = weight_type(ctx)
+    return ctx.version.storage.get(dtype) if dtype is not None else None
 
 
 def type_names(types: frozenset[ir.DataType]) -> str:
@@ -46,7 +51,7 @@ def type_names(types: frozenset[ir.DataType]) -> str:
     return ", ".join(sorted(t.name for t in types))
 
 
-def matmul_nbits_layout(ctx: NodeView) -> MatMulNBitsLayout | None:
+def matmul_nbits_layout(ctx: WeightOnlyView) -> MatMulNBitsLayout | None:
     """A MatMulNBits node's layout (None: attributes other rules report)."""
     layout = ctx.weight_layout
     return layout if isinstance(layout, MatMulNBitsLayout) else None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.qdq import NodeView
+from qlrewrite.qdq import QOperatorView
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -50,8 +50,8 @@ __all__: list[str] = []
         ),
     ],
 )
-def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
-    row = ctx.row
+def qoperator_input_count(ctx: QOperatorView) -> Iterator[Finding]:
+    row = ctx.version
     low, high = row.input_range
     count = len(ctx.node.inputs)
     names = [o.name for o in row.inputs]
@@ -82,9 +82,9 @@ def qoperator_input_count(ctx: NodeView) -> Iterator[Finding]:
         )
 
 
-def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
+def _runtime_slots(ctx: QOperatorView) -> Iterator[Finding]:
     """Optional inputs ONNX Runtime refuses empty, or needs a slot for (opsets rows)."""
-    row, inputs = ctx.row, ctx.node.inputs
+    row, inputs = ctx.version, ctx.node.inputs
     if row.empty_optional_refused:
         empty = [o.name for o, v in zip(row.inputs, inputs, strict=False) if v is None]
         if empty:
@@ -105,13 +105,13 @@ def _runtime_slots(ctx: NodeView) -> Iterator[Finding]:
 _THREE = ("data", "scale", "zero point")
 
 
-def _empty_in_threes(ctx: NodeView) -> list[str]:
+def _empty_in_threes(ctx: QOperatorView) -> list[str]:
     """QLinearConcat: every slot of each (data, scale, zero point) three is required (ONNX
     Runtime 1.31 fails on an empty data input and crashes on an empty scale or zero
     point)."""
-    if not ctx.row.variadic:
+    if not ctx.version.variadic:
         return []
-    fixed = len(ctx.row.inputs) - 1
+    fixed = len(ctx.version.inputs) - 1
     return [
         f"{_THREE[i % 3]} of input {i // 3 + 1}"
         for i, value in enumerate(ctx.node.inputs[fixed:])
@@ -119,9 +119,9 @@ def _empty_in_threes(ctx: NodeView) -> list[str]:
     ]
 
 
-def _bad_variadic(ctx: NodeView) -> bool:
+def _bad_variadic(ctx: QOperatorView) -> bool:
     """QLinearConcat: after Y_scale and Y_zero_point, whole (data, scale, zp) threes."""
-    if not ctx.row.variadic:
+    if not ctx.version.variadic:
         return False
-    rest = len(ctx.node.inputs) - (len(ctx.row.inputs) - 1)
+    rest = len(ctx.node.inputs) - (len(ctx.version.inputs) - 1)
     return rest < 3 or rest % 3 != 0

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.qdq import WEIGHT_ONLY, NodeView
+from qlrewrite.qdq import WEIGHT_ONLY, NodeView, QDQView, WeightOnlyView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
 from qlrewrite.rules.model_spec import DQ, MS, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
@@ -40,7 +40,7 @@ __all__: list[str] = []
         ),
     ],
 )
-def input_count(ctx: NodeView) -> Iterator[Finding]:
+def input_count(ctx: QDQView) -> Iterator[Finding]:
     count = len(ctx.node.inputs)
     if count not in (2, 3):
         yield ctx.report(
@@ -274,10 +274,10 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
-    low, high = ctx.row.input_range
+def weight_only_input_count(ctx: WeightOnlyView) -> Iterator[Finding]:
+    low, high = ctx.version.input_range
     count = len(ctx.node.inputs)
-    names = [o.name for o in ctx.row.inputs]
+    names = [o.name for o in ctx.version.inputs]
     if not low <= count <= high:
         yield ctx.report(
             f"has {count} inputs; {ctx.op_type} takes {low} to {high} ({', '.join(names)})",
@@ -286,7 +286,7 @@ def weight_only_input_count(ctx: NodeView) -> Iterator[Finding]:
         return
     missing = [
         o.name
-        for o, value in zip(ctx.row.inputs, ctx.node.inputs, strict=False)
+        for o, value in zip(ctx.version.inputs, ctx.node.inputs, strict=False)
         if not o.optional and value is None
     ]
     if missing:

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, UNSAFE, Finding
-from qlrewrite.qdq import WEIGHT_ONLY, NodeView
+from qlrewrite.qdq import WEIGHT_ONLY, NodeView, WeightOnlyView
 from qlrewrite.rules.common import (
     FP_TYPES_TEXT,
     PER_AXIS_OPSET,
     WEIGHT_ONLY_VERSIONS,
     weight_storage,
+    weight_type,
 )
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, rule
@@ -80,7 +81,7 @@ def _upgrade_brings_it(finding: Finding) -> bool:
     ],
 )
 def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
-    row = ctx.row
+    row = ctx.version
     for name, attr in ctx.attributes.items():
         if name in row.attributes:
             continue
@@ -133,7 +134,7 @@ def unknown_attribute(ctx: NodeView) -> Iterator[Finding]:
 )
 def attribute_type(ctx: NodeView) -> Iterator[Finding]:
     for name, attr in ctx.attributes.items():
-        spec = ctx.row.attributes.get(name)
+        spec = ctx.version.attributes.get(name)
         if spec is not None and attr.type != spec[0]:
             yield ctx.report(
                 f"attribute '{name}' is {attr.type.name}, {ctx.version_label} wants {spec[0].name}",
@@ -165,11 +166,11 @@ def attribute_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def required_attribute(ctx: NodeView) -> Iterator[Finding]:
-    missing = sorted(set(ctx.row.required) - set(ctx.attributes))
+def required_attribute(ctx: WeightOnlyView) -> Iterator[Finding]:
+    missing = sorted(set(ctx.version.required) - set(ctx.attributes))
     if missing:
         yield ctx.report(
-            f"required attribute {', '.join(missing)} is missing ({ctx.row.label})",
+            f"required attribute {', '.join(missing)} is missing ({ctx.version.label})",
             "add the attribute(s); they have no default",
         )
 
@@ -201,17 +202,18 @@ def required_attribute(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def weight_bits(ctx: NodeView) -> Iterator[Finding]:
-    storage = weight_storage(ctx)
+def weight_bits(ctx: WeightOnlyView) -> Iterator[Finding]:
+    storage, dtype = weight_storage(ctx), weight_type(ctx)
     bits = ctx.weight_attributes["bits"]
-    if storage is None or bits is None or not storage.bits or bits in storage.bits:
+    if storage is None or dtype is None or bits is None or not storage.bits:
         return
-    dtype = ctx.operand(ctx.row.weight).dtype  # type: ignore[union-attr]
+    if bits in storage.bits:
+        return
     *head, last = [str(b) for b in sorted(storage.bits)]
     allowed = f"{', '.join(head)} or {last}" if head else last
     how = "" if "bits" in ctx.attributes else " (the default)"
     yield ctx.report(
-        f"bits={bits}{how}; {ctx.row.weight} of type {dtype.name} takes {allowed}",
+        f"bits={bits}{how}; {ctx.version.weight} of type {dtype.name} takes {allowed}",
         f"set bits to {allowed}, the width the weights were packed with",
     )
 
@@ -243,18 +245,18 @@ def weight_bits(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
+def weight_block_size(ctx: WeightOnlyView) -> Iterator[Finding]:
     block = ctx.weight_attributes["block_size"]
     if block is None:
         return
-    minimum = ctx.row.min_block_size
+    minimum = ctx.version.min_block_size
     if block >= minimum and block & (block - 1) == 0:
         return
     storage = weight_storage(ctx)
     if block == 0 and storage is not None and storage.block_size_zero:
         return
     how = "" if "block_size" in ctx.attributes else " (the default)"
-    zero_ok = any(storage.block_size_zero for storage in ctx.row.storage.values())
+    zero_ok = any(storage.block_size_zero for storage in ctx.version.storage.values())
     zero = f", or 0 for {FP_TYPES_TEXT} data" if zero_ok else ""
     yield ctx.report(
         f"block_size={block}{how} is not a power of two >= {minimum}{zero}",
@@ -289,8 +291,8 @@ def weight_block_size(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
-    levels = ctx.row.accuracy_levels
+def accuracy_level(ctx: WeightOnlyView) -> Iterator[Finding]:
+    levels = ctx.version.accuracy_levels
     value = ctx.weight_attributes.get("accuracy_level")
     if levels and value is not None and value not in levels:
         yield ctx.report(
@@ -322,9 +324,9 @@ def accuracy_level(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def weight_dimension_negative(ctx: NodeView) -> Iterator[Finding]:
+def weight_dimension_negative(ctx: WeightOnlyView) -> Iterator[Finding]:
     values = ctx.weight_attributes
     for name in ("K", "N"):
         value = values.get(name)
-        if name in ctx.row.attributes and value is not None and value < 0:
+        if name in ctx.version.attributes and value is not None and value < 0:
             yield ctx.report(f"{name}={value} is negative", f"set {name} to the weight's size")

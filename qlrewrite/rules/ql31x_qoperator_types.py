@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.qdq import NodeView, ValueView, triples
+from qlrewrite.qdq import QOperatorView, ValueView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS, type_names
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -17,10 +17,13 @@ from qlrewrite.rules.registry import Example, rule
 __all__: list[str] = []
 
 
-def _typed_operands(ctx: NodeView) -> Iterator[tuple[str, str, ValueView]]:
-    """(schema name, type parameter, view) of every present input and output with a known
-    element type; QLinearConcat's variadic inputs take their three's type parameters."""
-    row = ctx.row
+def _typed_operands(
+    ctx: QOperatorView,
+) -> Iterator[tuple[str, str, ValueView, ir.DataType]]:
+    """(schema name, type parameter, view, element type) of every present input and output
+    with a known element type; QLinearConcat's variadic inputs take their three's type
+    parameters."""
+    row = ctx.version
     fixed = [(o, v) for o, v in zip(row.inputs, ctx.node.inputs, strict=False)]
     if row.variadic:
         fixed = fixed[: len(row.inputs) - 1]
@@ -33,12 +36,12 @@ def _typed_operands(ctx: NodeView) -> Iterator[tuple[str, str, ValueView]]:
                 strict=True,
             ):
                 if view is not None and view.dtype is not None:
-                    yield t.label + suffix, param, view
+                    yield t.label + suffix, param, view, view.dtype
     outputs = list(zip(row.outputs, ctx.node.outputs, strict=False))
     for operand, value in (*fixed, *outputs):
         view = ctx.value_view(value)
         if view is not None and view.dtype is not None:
-            yield operand.name, operand.type_param, view
+            yield operand.name, operand.type_param, view, view.dtype
 
 
 @rule(
@@ -70,24 +73,24 @@ def _typed_operands(ctx: NodeView) -> Iterator[tuple[str, str, ValueView]]:
         ),
     ],
 )
-def qoperator_type(ctx: NodeView) -> Iterator[Finding]:
-    row = ctx.row
+def qoperator_type(ctx: QOperatorView) -> Iterator[Finding]:
+    row = ctx.version
     bound: dict[str, tuple[str, ir.DataType]] = {}
-    for name, param, view in _typed_operands(ctx):
+    for name, param, view, dtype in _typed_operands(ctx):
         allowed = row.type_params[param]
-        if view.dtype not in allowed:
+        if dtype not in allowed:
             yield ctx.report(
-                f"{name} {view.describe()} is {view.dtype.name}; {row.label} "
+                f"{name} {view.describe()} is {dtype.name}; {row.label} "
                 f"takes {type_names(allowed)}",
                 f"give {name} one of {type_names(allowed)}",
             )
             continue
         if param.startswith("tensor(") or len(allowed) == 1:
             continue
-        first = bound.setdefault(param, (name, view.dtype))
-        if first[1] != view.dtype:
+        first = bound.setdefault(param, (name, dtype))
+        if first[1] != dtype:
             yield ctx.report(
-                f"{name} is {view.dtype.name} but {first[0]} is "
+                f"{name} is {dtype.name} but {first[0]} is "
                 f"{first[1].name}; {row.label} needs them of one type ({param})",
                 f"give {name} and {first[0]} the same type",
             )

@@ -4,19 +4,20 @@ GatherBlockQuantized), read from their :class:`~qlrewrite.opsets.WeightOnlyVersi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.qdq import MATMUL_NBITS, WEIGHT_ONLY, NodeView
-from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS, type_names, weight_storage
+from qlrewrite.qdq import MATMUL_NBITS, WEIGHT_ONLY, WeightOnlyView
+from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS, type_names, weight_storage, weight_type
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
 __all__: list[str] = []
 
-_FP8 = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
+_FP8: dict[str, Any] = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
 
 
 @rule(
@@ -45,8 +46,8 @@ _FP8 = {"data_type": DT.FLOAT8E4M3FN, "data_shape": (8, 32), "bits": None}
         ),
     ],
 )
-def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
-    row = ctx.row
+def weight_only_type(ctx: WeightOnlyView) -> Iterator[Finding]:
+    row = ctx.version
     views = [*zip(row.inputs, ctx.inputs, strict=False), (row.output, ctx.output)]
     for spec, view in views:
         if view is None or view.dtype is None:
@@ -85,8 +86,8 @@ def weight_only_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
-    row = ctx.row
+def weight_only_type_mismatch(ctx: WeightOnlyView) -> Iterator[Finding]:
+    row = ctx.version
     first: dict[str, tuple[str, ir.DataType]] = {}
     views = [*zip(row.inputs, ctx.inputs, strict=False), (row.output, ctx.output)]
     for spec, view in views:
@@ -127,7 +128,7 @@ def weight_only_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_float_type(ctx: WeightOnlyView) -> Iterator[Finding]:
     zp, a = ctx.operand("zero_points"), ctx.operand("A")
     if zp is None or a is None or zp.dtype is None or a.dtype is None:
         return
@@ -162,12 +163,13 @@ def zero_point_float_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_not_allowed(ctx: NodeView) -> Iterator[Finding]:
-    storage = weight_storage(ctx)
+def zero_point_not_allowed(ctx: WeightOnlyView) -> Iterator[Finding]:
+    storage, dtype = weight_storage(ctx), weight_type(ctx)
     zp = ctx.operand("zero_points")
-    if storage is not None and storage.zero_point == "none" and zp is not None:
-        dtype = ctx.operand(ctx.row.weight).dtype  # type: ignore[union-attr]
+    if storage is None or dtype is None or zp is None:
+        return
+    if storage.zero_point == "none":
         yield ctx.report(
-            f"zero_points {zp.describe()} given for {dtype.name} {ctx.row.weight}",
+            f"zero_points {zp.describe()} given for {dtype.name} {ctx.version.weight}",
             "remove the zero point: float8 / float4 data is symmetric",
         )

@@ -8,7 +8,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.qdq import NodeView, ValueView
+from qlrewrite.qdq import QDQView, ValueView
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec, Q
 from qlrewrite.rules.registry import Example, rule
 
@@ -19,28 +19,28 @@ def _names(types: frozenset[ir.DataType]) -> str:
     return ", ".join(sorted(t.name for t in types))
 
 
-def _first_version_allowing(ctx: NodeView, role: str, dtype: ir.DataType) -> int | None:
+def _first_version_allowing(ctx: QDQView, role: str, dtype: ir.DataType) -> int | None:
     for row in opsets.versions(ctx.domain, ctx.op_type):
         if dtype in getattr(row, role):
             return row.since
     return None
 
 
-def _type_hint(ctx: NodeView, role: str, dtype: ir.DataType, what: str) -> str:
+def _type_hint(ctx: QDQView, role: str, dtype: ir.DataType, what: str) -> str:
     since = _first_version_allowing(ctx, role, dtype)
-    if since is not None and since > ctx.row.since:
+    if since is not None and since > ctx.version.since:
         return f"{dtype.name} {what} needs opset {since}: run `qlrewrite upgrade --opset {since}`"
     if ctx.domain == opsets.MS_DOMAIN:
         low = opsets.versions("", ctx.op_type)
         if any(dtype in getattr(row, role) for row in low):
             return f"com.microsoft has no {dtype.name} {what}; use ai.onnx (`qlrewrite convert`)"
-    return f"use one of: {_names(getattr(ctx.row, role))}"
+    return f"use one of: {_names(getattr(ctx.version, role))}"
 
 
-def _role_type(ctx: NodeView, role: str, view: ValueView | None, what: str):
+def _role_type(ctx: QDQView, role: str, view: ValueView | None, what: str) -> Iterator[Finding]:
     if view is None or view.dtype is None:
         return
-    allowed = getattr(ctx.row, role)
+    allowed = getattr(ctx.version, role)
     if view.dtype not in allowed:
         yield ctx.report(
             f"{what} {view.describe()} has type {view.dtype.name}, which {ctx.version_label} "
@@ -75,7 +75,7 @@ def _role_type(ctx: NodeView, role: str, view: ValueView | None, what: str):
         ),
     ],
 )
-def x_type(ctx: NodeView) -> Iterator[Finding]:
+def x_type(ctx: QDQView) -> Iterator[Finding]:
     yield from _role_type(ctx, "x_types", ctx.x, "x")
 
 
@@ -104,7 +104,7 @@ def x_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scale_type(ctx: NodeView) -> Iterator[Finding]:
+def scale_type(ctx: QDQView) -> Iterator[Finding]:
     yield from _role_type(ctx, "scale_types", ctx.scale, "scale")
 
 
@@ -132,7 +132,7 @@ def scale_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_type(ctx: QDQView) -> Iterator[Finding]:
     yield from _role_type(ctx, "zero_point_types", ctx.zero_point, "zero point")
 
 
@@ -159,11 +159,11 @@ def zero_point_type(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_type_mismatch(ctx: QDQView) -> Iterator[Finding]:
     x, zp = ctx.x, ctx.zero_point
     if ctx.is_quantize or x is None or zp is None or x.dtype is None or zp.dtype is None:
         return
-    if x.dtype not in ctx.row.x_types:  # QL301 says it; "store it as FLOAT" would mislead
+    if x.dtype not in ctx.version.x_types:  # QL301 says it; "store it as FLOAT" would mislead
         return
     if x.dtype != zp.dtype:
         yield ctx.report(
@@ -197,11 +197,11 @@ def zero_point_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scale_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
+def scale_type_mismatch(ctx: QDQView) -> Iterator[Finding]:
     x, scale = ctx.x, ctx.scale
-    if not ctx.row.scale_matches_x or x is None or scale is None:
+    if not ctx.version.scale_matches_x or x is None or scale is None:
         return
-    if x.dtype not in ctx.row.x_types:  # unknown, or QL301 says it
+    if x.dtype not in ctx.version.x_types:  # unknown, or QL301 says it
         return
     if scale.dtype is not None and x.dtype != scale.dtype:
         hint = f"store the scale as {x.dtype.name}"
@@ -245,13 +245,13 @@ def _dtype_name(value: int) -> str:
         ),
     ],
 )
-def output_dtype(ctx: NodeView) -> Iterator[Finding]:
-    if "output_dtype" not in ctx.row.attributes:
+def output_dtype(ctx: QDQView) -> Iterator[Finding]:
+    if "output_dtype" not in ctx.version.attributes:
         return
     value = ctx.int_attr("output_dtype")
     if not value:
         return
-    allowed = ctx.row.output_types
+    allowed = ctx.version.output_types
     try:
         dtype = ir.DataType(value)
     except ValueError:
@@ -263,8 +263,9 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
         )
         return
     zp = ctx.zero_point
-    matters = ctx.row.output_dtype_matches_zero_point and zp is not None
-    if matters and zp.dtype is not None and zp.dtype != dtype:
+    if zp is None or not ctx.version.output_dtype_matches_zero_point:
+        return
+    if zp.dtype is not None and zp.dtype != dtype:
         yield ctx.report(
             f"output_dtype={dtype.name} but the zero point {zp.describe()} is "
             f"{zp.dtype.name}; they must be equal",
@@ -296,9 +297,9 @@ def output_dtype(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
+def scale_needs_output_dtype(ctx: QDQView) -> Iterator[Finding]:
     scale = ctx.scale
-    if scale is None or scale.dtype not in ctx.row.scale_needs_output_dtype:
+    if scale is None or scale.dtype not in ctx.version.scale_needs_output_dtype:
         return
     if not ctx.int_attr("output_dtype"):
         yield ctx.report(
@@ -332,7 +333,7 @@ def scale_needs_output_dtype(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
+def output_type_mismatch(ctx: QDQView) -> Iterator[Finding]:
     out = ctx.output
     if out is None or out.dtype is None:
         return
@@ -368,8 +369,8 @@ def output_type_mismatch(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def precision_not_float(ctx: NodeView) -> Iterator[Finding]:
-    if "precision" not in ctx.row.attributes:
+def precision_not_float(ctx: QDQView) -> Iterator[Finding]:
+    if "precision" not in ctx.version.attributes:
         return
     value = ctx.int_attr("precision")
     if value and value not in {int(t) for t in opsets.FLOAT_TYPES}:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.qdq import MATMUL_NBITS, NodeView, ValueView
+from qlrewrite.qdq import MATMUL_NBITS, ValueView, WeightOnlyView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -33,12 +33,12 @@ def _mismatch(view: ValueView | None, shapes: Sequence[tuple[int, ...]]) -> bool
 
 
 def _shape_finding(
-    ctx: NodeView, name: str, shapes: Sequence[tuple[int, ...]], why: str
+    ctx: WeightOnlyView, name: str, shapes: Sequence[tuple[int, ...]], why: str
 ) -> Iterator[Finding]:
     view = ctx.operand(name)
-    if _mismatch(view, shapes):
+    if view is not None and _mismatch(view, shapes):
         yield ctx.report(
-            f"{name} {view.describe()} should be {_shape_text(shapes)} ({why})",  # type: ignore[union-attr]
+            f"{name} {view.describe()} should be {_shape_text(shapes)} ({why})",
             f"give {name} the shape {_shape_text(shapes[:1])}, or fix the attributes",
         )
 
@@ -68,7 +68,7 @@ def _shape_finding(
         ),
     ],
 )
-def a_shape(ctx: NodeView) -> Iterator[Finding]:
+def a_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     values = ctx.weight_attributes
     a, k = ctx.operand("A"), values.get("K")
     if a is None or a.shape is None or k is None:
@@ -108,7 +108,7 @@ def a_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def b_shape(ctx: NodeView) -> Iterator[Finding]:
+def b_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "B", [form.b_shape], layout_attrs(form))
@@ -138,7 +138,7 @@ def b_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scales_shape(ctx: NodeView) -> Iterator[Finding]:
+def scales_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "scales", form.scales_shapes, layout_attrs(form))
@@ -170,7 +170,7 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     zp = ctx.operand("zero_points")
     if form is None or zp is None or zp.dtype is None:
@@ -204,7 +204,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
+def g_idx_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     if form is not None:
         yield from _shape_finding(ctx, "g_idx", form.g_idx_shapes, layout_attrs(form))
@@ -233,7 +233,7 @@ def g_idx_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def bias_shape(ctx: NodeView) -> Iterator[Finding]:
+def bias_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     n = ctx.weight_attributes.get("N")
     if n is not None and n >= 0:
         yield from _shape_finding(ctx, "bias", [(n,)], f"N={n}")
@@ -265,7 +265,7 @@ def bias_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def empty_weight(ctx: NodeView) -> Iterator[Finding]:
+def empty_weight(ctx: WeightOnlyView) -> Iterator[Finding]:
     values = ctx.weight_attributes
     empty = [f"{name}=0" for name in ("K", "N") if values.get(name) == 0]
     if empty:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, NodeView
+from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, WeightOnlyView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 from qlrewrite.weight_only import GatherBlockForm
@@ -17,7 +17,7 @@ _KINDS = (GATHER_BLOCK_QUANTIZED,)
 _VERSIONS = "com.microsoft GatherBlockQuantized 1"
 
 
-def _form(ctx: NodeView) -> GatherBlockForm | None:
+def _form(ctx: WeightOnlyView) -> GatherBlockForm | None:
     """The form (None: rank below 2, or attributes other rules report)."""
     form = ctx.weight_layout
     if not isinstance(form, GatherBlockForm) or form.rank < 2:
@@ -25,7 +25,7 @@ def _form(ctx: NodeView) -> GatherBlockForm | None:
     block = form.block_size
     if block == 0 and not form.storage.block_size_zero:
         return None
-    if block and (block < ctx.row.min_block_size or block & (block - 1)):
+    if block and (block < ctx.version.min_block_size or block & (block - 1)):
         return None  # QL205 reports it
     return form
 
@@ -59,7 +59,7 @@ def _dims(shape: tuple[int | None, ...]) -> str:
         ),
     ],
 )
-def data_rank(ctx: NodeView) -> Iterator[Finding]:
+def data_rank(ctx: WeightOnlyView) -> Iterator[Finding]:
     data = ctx.operand("data")
     if data is None or data.rank is None:
         return
@@ -97,7 +97,7 @@ def data_rank(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def axis(ctx: NodeView) -> Iterator[Finding]:
+def axis(ctx: WeightOnlyView) -> Iterator[Finding]:
     data = ctx.operand("data")
     if data is None or data.rank is None:
         return
@@ -115,7 +115,7 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
                 f"{name}={value}{how} is out of range for data {data.describe()}",
                 f"set {name} in [{-rank}, {rank - 1}]",
             )
-    storage = ctx.row.storage.get(data.dtype) if data.dtype is not None else None
+    storage = ctx.version.storage.get(data.dtype) if data.dtype is not None else None
     if out_of_range or storage is None or rank < 2:
         return
     gather, quantize = values["gather_axis"], values["quantize_axis"]
@@ -157,11 +157,13 @@ def axis(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scales_shape(ctx: NodeView) -> Iterator[Finding]:
+def scales_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = _form(ctx)
     data, scales = ctx.operand("data"), ctx.operand("scales")
-    if form is None or data is None or scales is None or scales.shape is None:
+    if form is None or data is None or scales is None:
         return
+    if data.shape is None or scales.shape is None:
+        return  # not known (inside a function, data's shape may not be)
     if scales.rank != data.rank:
         yield ctx.report(
             f"scales {scales.describe()} has rank {scales.rank}, data {data.describe()} "
@@ -173,7 +175,7 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
         if have is None or size is None:
             continue
         if i == form.quantize_axis:
-            want = form.blocks(data.shape)  # type: ignore[arg-type]
+            want = form.blocks_of(size)
             ok = have == want
         else:
             want = size
@@ -213,7 +215,7 @@ def scales_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = _form(ctx)
     scales, zp = ctx.operand("scales"), ctx.operand("zero_points")
     if form is None or scales is None or zp is None or scales.shape is None or zp.shape is None:
@@ -226,9 +228,10 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
             "give zero_points the rank of scales",
         )
         return
-    if any(d is None for d in scales.shape):
+    scale_dims = tuple(d for d in scales.shape if d is not None)
+    if len(scale_dims) != len(scales.shape):
         return
-    want = form.zero_point_shape(scales.shape)  # type: ignore[arg-type]
+    want = form.zero_point_shape(scale_dims)
     if any(have is not None and have != w for have, w in zip(zp.shape, want, strict=True)):
         packed = " (packed, 8 / bits per byte)" if form.storage.packed else ""
         yield ctx.report(
@@ -265,7 +268,7 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def empty_table(ctx: NodeView) -> Iterator[Finding]:
+def empty_table(ctx: WeightOnlyView) -> Iterator[Finding]:
     form, data = _form(ctx), ctx.operand("data")
     if form is None or data is None or data.shape is None or data.rank != form.rank:
         return

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.qdq import NodeView, TripleView, ValueView, triples
+from qlrewrite.qdq import QOperatorView, TripleView, ValueView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -23,12 +23,15 @@ def _size(view: ValueView | None) -> int | None:
 def _length_mismatch(t: TripleView) -> str | None:
     """Per channel, the scale and the zero point need as many values (either may be one
     value shared by every channel: ONNX Runtime and the spec allow it)."""
-    scale, zero_point = _size(t.scale), _size(t.zero_point)
-    if scale is None or zero_point is None or 1 in (scale, zero_point) or scale == zero_point:
+    scale_view, zp_view = t.scale, t.zero_point
+    scale, zero_point = _size(scale_view), _size(zp_view)
+    if scale_view is None or zp_view is None or scale is None or zero_point is None:
+        return None
+    if 1 in (scale, zero_point) or scale == zero_point:
         return None
     return (
-        f"{t.label}'s zero point {t.zero_point.describe()} has {zero_point} values, its "
-        f"scale {t.scale.describe()} {scale}"
+        f"{t.label}'s zero point {zp_view.describe()} has {zero_point} values, its "
+        f"scale {scale_view.describe()} {scale}"
     )
 
 
@@ -46,11 +49,11 @@ def _per_tensor(view: ValueView, scalar_only: bool) -> bool:
     return shape == () or (not scalar_only and shape == (1,))
 
 
-def _scale_problem(ctx: NodeView, t: TripleView, name: str, view: ValueView) -> str | None:
-    if view.shape is None or _per_tensor(view, ctx.row.scalar_only):
+def _scale_problem(ctx: QOperatorView, t: TripleView, name: str, view: ValueView) -> str | None:
+    if view.shape is None or _per_tensor(view, ctx.version.scalar_only):
         return None
-    what = "a scalar" if ctx.row.scalar_only else "a scalar or 1-element 1-D tensor"
-    if t.channel_axis is None or ctx.row.scalar_only:
+    what = "a scalar" if ctx.version.scalar_only else "a scalar or 1-element 1-D tensor"
+    if t.channel_axis is None or ctx.version.scalar_only:
         return f"{name} {view.describe()} must be {what} ({t.role} {t.label} is per-tensor)"
     channels = _channels(t)
     if len(view.shape) != 1 and not t.column_shaped(view):
@@ -97,7 +100,7 @@ def _scale_problem(ctx: NodeView, t: TripleView, name: str, view: ValueView) -> 
         ),
     ],
 )
-def qoperator_scale_shape(ctx: NodeView) -> Iterator[Finding]:
+def qoperator_scale_shape(ctx: QOperatorView) -> Iterator[Finding]:
     for t in triples(ctx):
         problems = [
             _scale_problem(ctx, t, f"{t.label}'s {name}", view)
@@ -115,8 +118,9 @@ def qoperator_scale_shape(ctx: NodeView) -> Iterator[Finding]:
                 )
 
 
-def _bias_channels(ctx: NodeView) -> tuple[str, int | None] | None:
-    """(bias name, the length it needs) of QLinearConv's B / QGemm's C; None without one."""
+def _bias_channels(ctx: QOperatorView) -> tuple[str, ValueView, int | None] | None:
+    """(bias name, bias, the length it needs) of QLinearConv's B / QGemm's C; None without
+    one."""
     if ctx.op_type == "QLinearConv":
         name, weight = "B", ctx.operand("w")
         channels = weight.shape[0] if weight is not None and weight.shape else None
@@ -127,7 +131,8 @@ def _bias_channels(ctx: NodeView) -> tuple[str, int | None] | None:
         channels = shape[axis] if shape is not None and len(shape) == 2 else None
     else:
         return None
-    return (name, channels) if ctx.operand(name) is not None else None
+    bias = ctx.operand(name)
+    return (name, bias, channels) if bias is not None else None
 
 
 @rule(
@@ -156,12 +161,11 @@ def _bias_channels(ctx: NodeView) -> tuple[str, int | None] | None:
         ),
     ],
 )
-def qoperator_bias_shape(ctx: NodeView) -> Iterator[Finding]:
+def qoperator_bias_shape(ctx: QOperatorView) -> Iterator[Finding]:
     found = _bias_channels(ctx)
     if found is None:
         return
-    name, channels = found
-    bias = ctx.operand(name)
+    name, bias, channels = found
     if bias.shape is None or channels is None:
         return
     ok = bias.shape == (channels,)
@@ -209,7 +213,7 @@ _NO_CHANNELS = {
         ),
     ],
 )
-def qlinearconv_no_output_channels(ctx: NodeView) -> Iterator[Finding]:
+def qlinearconv_no_output_channels(ctx: QOperatorView) -> Iterator[Finding]:
     if ctx.op_type != "QLinearConv":
         return
     w = ctx.operand("w")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple, TypeGuard
 
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.qdq import Dims, NodeView, ValueView, is_constant
+from qlrewrite.qdq import Dims, QDQView, ValueView, is_constant
 from qlrewrite.rules.common import PER_AXIS_OPSET
 from qlrewrite.rules.model_spec import DQ, MS, ModelSpec, Q
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
@@ -23,17 +24,17 @@ def _per_tensor_shape(shape: Dims | None) -> bool:
     return shape in ((), (1,))
 
 
-def _axis_used(ctx: NodeView) -> bool:
+def _axis_used(ctx: QDQView) -> bool:
     """True when the axis matters: blocked, or a 1-D scale of known length other than 1."""
     scale = ctx.scale
-    if scale is None or scale.shape is None or ctx.row.scalar_only:
+    if scale is None or scale.shape is None or ctx.version.scalar_only:
         return False
     if ctx.block_size > 0:
         return True
     return scale.rank == 1 and scale.shape[0] is not None and scale.shape[0] != 1
 
 
-def _axis_in_range(ctx: NodeView) -> int | None:
+def _axis_in_range(ctx: QDQView) -> int | None:
     """The axis normalized to [0, r) when x's rank is known and the axis is valid."""
     x = ctx.x
     if x is None or x.rank is None:
@@ -42,14 +43,26 @@ def _axis_in_range(ctx: NodeView) -> int | None:
     return axis % x.rank if -x.rank <= axis < x.rank else None
 
 
-def _blocked(ctx: NodeView) -> tuple[ValueView, ValueView, int] | None:
-    """(scale, x, axis in range) of a blocked node whose scale has x's rank; None when
-    not blocked or not known enough to check."""
+class _Blocked(NamedTuple):
+    """A blocked node whose scale has x's rank, with its axis in range."""
+
+    scale: ValueView
+    x: ValueView
+    axis: int
+    scale_dims: Dims
+    x_dims: Dims
+
+
+def _blocked(ctx: QDQView) -> _Blocked | None:
+    """The blocked node's scale, x and axis; None when not blocked or not known enough
+    to check."""
     scale, x = ctx.scale, ctx.x
-    if ctx.block_size <= 0 or scale is None or x is None or scale.rank != x.rank:
+    if ctx.block_size <= 0 or scale is None or x is None:
+        return None
+    if scale.shape is None or x.shape is None or len(scale.shape) != len(x.shape):
         return None
     axis = _axis_in_range(ctx)
-    return None if axis is None else (scale, x, axis)
+    return None if axis is None else _Blocked(scale, x, axis, scale.shape, x.shape)
 
 
 @rule(
@@ -76,7 +89,7 @@ def _blocked(ctx: NodeView) -> tuple[ValueView, ValueView, int] | None:
         ),
     ],
 )
-def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
+def axis_out_of_range(ctx: QDQView) -> Iterator[Finding]:
     x = ctx.x
     if x is None or x.rank is None or not _axis_used(ctx):
         return
@@ -122,8 +135,8 @@ def axis_out_of_range(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
-    if not ctx.row.scalar_only:
+def opset10_scalar_only(ctx: QDQView) -> Iterator[Finding]:
+    if not ctx.version.scalar_only:
         return
     for role, view in (("scale", ctx.scale), ("zero point", ctx.zero_point)):
         if view is not None and view.shape is not None and not _per_tensor_shape(view.shape):
@@ -157,8 +170,10 @@ def opset10_scalar_only(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
+def per_axis_scale_length(ctx: QDQView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
+    if scale is None or x is None or scale.shape is None or x.shape is None:
+        return
     if ctx.block_size > 0 or not _axis_used(ctx) or scale.rank != 1:
         return
     axis = _axis_in_range(ctx)
@@ -172,7 +187,7 @@ def per_axis_scale_length(ctx: NodeView) -> Iterator[Finding]:
         )
 
 
-def _known(shape: Dims | None) -> bool:
+def _known(shape: Dims | None) -> TypeGuard[tuple[int, ...]]:
     return shape is not None and all(d is not None for d in shape)
 
 
@@ -200,13 +215,13 @@ def _known(shape: Dims | None) -> bool:
         ),
     ],
 )
-def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_shape(ctx: QDQView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
     if scale is None or zp is None or not _known(scale.shape) or not _known(zp.shape):
         return
     if scale.shape == zp.shape or (_per_tensor_shape(scale.shape) and _per_tensor_shape(zp.shape)):
         return
-    if ctx.row.scalar_only:
+    if ctx.version.scalar_only:
         return  # QL402 reports it
     yield ctx.report(
         f"zero point {zp.describe()} does not have the shape of scale {scale.describe()}",
@@ -238,13 +253,13 @@ def zero_point_shape(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scale_rank_needs_block_size(ctx: NodeView) -> Iterator[Finding]:
+def scale_rank_needs_block_size(ctx: QDQView) -> Iterator[Finding]:
     scale = ctx.scale
     if scale is None or scale.rank is None or scale.rank < 2 or ctx.block_size != 0:
         return  # a negative block_size is set, and wrong: QL407 says so
-    if ctx.row.scalar_only:
+    if ctx.version.scalar_only:
         return  # QL402 reports it
-    if ctx.row.has_block_size:
+    if ctx.version.has_block_size:
         hint = "set block_size (blocked quantization) or use a 1-D per-axis scale"
     elif ctx.domain == opsets.MS_DOMAIN:
         hint = "com.microsoft has no blocked form; use ai.onnx opset 21 with block_size"
@@ -287,10 +302,13 @@ def _scalar_of(
     value: ir.Value, graph: ir.Graph | ir.Function, names: FreshNames
 ) -> ir.Value | None:
     """``value`` as a scalar: reshaped in place when only Q/DQ scale / zero point slots read
-    it, else one new scalar initializer beside it; None for an outer-scope initializer."""
+    it, else one new scalar initializer beside it; None for an outer-scope initializer (or
+    one without data)."""
     if not isinstance(graph, ir.Graph) or value.name not in graph.initializers:
         return None
     tensor = value.const_value
+    if tensor is None:
+        return None
     array = np.asarray(tensor.numpy()).reshape(())
     # Reshaped in place only when every reader is a Q/DQ scale / zero point slot whose
     # counterpart is a scalar too: no other node sees the shape change, and no Q/DQ gets a
@@ -314,13 +332,13 @@ def _scalar_of(
 
 def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
     """Input ``index`` of ``node`` is omitted or a known scalar."""
-    if index >= len(node.inputs) or node.inputs[index] is None:
+    value = node.inputs[index] if index < len(node.inputs) else None
+    if value is None:
         return True
-    value = node.inputs[index]
-    shape = value.shape
-    if shape is None and value.const_value is not None:
-        shape = value.const_value.shape
-    return shape is not None and len(shape) == 0
+    if value.shape is not None:
+        return len(value.shape) == 0
+    tensor = value.const_value
+    return tensor is not None and len(tensor.shape) == 0
 
 
 @rule(
@@ -358,7 +376,7 @@ def _is_scalar_or_absent(node: ir.Node, index: int) -> bool:
         ),
     ],
 )
-def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
+def zero_point_scalar_vs_1(ctx: QDQView) -> Iterator[Finding]:
     scale, zp = ctx.scale, ctx.zero_point
     if scale is None or zp is None or scale.shape is None or zp.shape is None:
         return
@@ -391,8 +409,8 @@ def zero_point_scalar_vs_1(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def block_size_negative(ctx: NodeView) -> Iterator[Finding]:
-    if not ctx.row.has_block_size:
+def block_size_negative(ctx: QDQView) -> Iterator[Finding]:
+    if not ctx.version.has_block_size:
         return
     value = ctx.int_attr("block_size")
     if value is not None and value < 0:
@@ -438,7 +456,7 @@ def _blocked_example(scale_shape: tuple[int, ...], block_size: int = 2) -> Model
         ),
     ],
 )
-def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
+def blocked_scale_rank(ctx: QDQView) -> Iterator[Finding]:
     scale, x = ctx.scale, ctx.x
     if ctx.block_size <= 0 or scale is None or x is None:
         return
@@ -472,14 +490,14 @@ def blocked_scale_rank(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
+def blocked_scale_dims(ctx: QDQView) -> Iterator[Finding]:
     blocked = _blocked(ctx)
     if blocked is None:
         return
-    scale, x, axis = blocked
+    scale, x, axis, scale_dims, x_dims = blocked
     bad = [
         i
-        for i, (s, d) in enumerate(zip(scale.shape, x.shape, strict=True))
+        for i, (s, d) in enumerate(zip(scale_dims, x_dims, strict=True))
         if i != axis and s is not None and d is not None and s != d
     ]
     if bad:
@@ -515,12 +533,12 @@ def blocked_scale_dims(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def block_size_range(ctx: NodeView) -> Iterator[Finding]:
+def block_size_range(ctx: QDQView) -> Iterator[Finding]:
     blocked = _blocked(ctx)
     if blocked is None:
         return
-    scale, x, axis = blocked
-    d, s, b = x.shape[axis], scale.shape[axis], ctx.block_size
+    axis = blocked.axis
+    d, s, b = blocked.x_dims[axis], blocked.scale_dims[axis], ctx.block_size
     if d is None or s is None:
         return
     if s == 0:
@@ -581,11 +599,11 @@ def _explicit_axis(fix: FixContext) -> str | None:
         ),
     ],
 )
-def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
+def com_microsoft_1d_scale_without_axis(ctx: QDQView) -> Iterator[Finding]:
     scale = ctx.scale
     if ctx.domain != opsets.MS_DOMAIN or "axis" in ctx.attributes or scale is None:
         return
-    if scale.rank == 1 and scale.shape[0] != 1:
+    if scale.shape is not None and len(scale.shape) == 1 and scale.shape[0] != 1:
         yield ctx.report(
             f"scale {scale.describe()} is 1-D but no axis is given (ONNX Runtime uses axis 1)",
             "write axis explicitly (axis=1 keeps ONNX Runtime's behaviour)",
@@ -623,12 +641,12 @@ def com_microsoft_1d_scale_without_axis(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def blocked_quantize_empty(ctx: NodeView) -> Iterator[Finding]:
+def blocked_quantize_empty(ctx: QDQView) -> Iterator[Finding]:
     blocked = _blocked(ctx)
     if not ctx.is_quantize or blocked is None:
         return
-    _, x, axis = blocked
-    if x.shape is not None and 0 in x.shape[axis:]:
+    x, axis = blocked.x, blocked.axis
+    if 0 in blocked.x_dims[axis:]:
         yield ctx.report(
             f"x {x.describe()} is empty at or after axis {axis}: ONNX Runtime 1.31 crashes "
             "the process running it",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from qlrewrite.findings import WARNING, Finding
-from qlrewrite.qdq import NodeView, triples
+from qlrewrite.qdq import QOperatorView, triples
 from qlrewrite.rules.common import QOPERATOR_KINDS, QOPERATOR_VERSIONS
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -40,15 +40,16 @@ __all__: list[str] = []
         ),
     ],
 )
-def qoperator_scale_value(ctx: NodeView) -> Iterator[Finding]:
+def qoperator_scale_value(ctx: QOperatorView) -> Iterator[Finding]:
     for t in triples(ctx):
-        values = t.scale.array if t.scale is not None else None
-        if values is None:
+        scale = t.scale
+        values = scale.array if scale is not None else None
+        if scale is None or values is None:
             continue
         bad = values[~(np.isfinite(values) & (values > 0))]
         if bad.size:
             yield ctx.report(
-                f"{t.label}'s scale {t.scale.describe()} has {bad.size} "
+                f"{t.label}'s scale {scale.describe()} has {bad.size} "
                 f"value(s) that are not positive and finite: {bad[:4].tolist()}",
                 "recompute the scale from the tensor's range",
             )

@@ -9,7 +9,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, WARNING, Finding
-from qlrewrite.qdq import MATMUL_NBITS, NodeView
+from qlrewrite.qdq import MATMUL_NBITS, QDQView, ValueView, WeightOnlyView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, rule
@@ -59,14 +59,15 @@ def _sample(values: np.ndarray, limit: int = 4) -> str:
         ),
     ],
 )
-def scale_value(ctx: NodeView) -> Iterator[Finding]:
-    values = _scale_values(ctx)
-    if values is None:
+def scale_value(ctx: QDQView) -> Iterator[Finding]:
+    found = _constant_scale(ctx)
+    if found is None:
         return
+    scale, values = found
     bad = values[~(np.isfinite(values) & (values != 0))]
     if bad.size:
         yield ctx.report(
-            f"scale {ctx.scale.describe()} has {bad.size} value(s) that are zero, NaN or "
+            f"scale {scale.describe()} has {bad.size} value(s) that are zero, NaN or "
             f"infinite: {_sample(bad)}",
             "recompute the scale (nonzero, finite) from the tensor's range",
         )
@@ -98,26 +99,26 @@ def scale_value(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def scale_negative(ctx: NodeView) -> Iterator[Finding]:
-    values = _scale_values(ctx)
-    if values is None:
+def scale_negative(ctx: QDQView) -> Iterator[Finding]:
+    found = _constant_scale(ctx)
+    if found is None:
         return
+    scale, values = found
     negative = values[values < 0]
     if negative.size:
         yield ctx.report(
-            f"scale {ctx.scale.describe()} has {negative.size} negative value(s): "
-            f"{_sample(negative)}",
+            f"scale {scale.describe()} has {negative.size} negative value(s): {_sample(negative)}",
             "negate the scale and the quantized values of the slice, if a positive scale "
             "is required",
         )
 
 
-def _scale_values(ctx: NodeView) -> np.ndarray | None:
-    """The constant scale's values, flat (None when not constant or empty)."""
+def _constant_scale(ctx: QDQView) -> tuple[ValueView, np.ndarray] | None:
+    """The constant scale and its values, flat (None when not constant or empty)."""
     scale = ctx.scale
     if scale is None or scale.array is None or scale.array.size == 0:
         return None
-    return scale.array.ravel()
+    return scale, scale.array.ravel()
 
 
 @rule(
@@ -143,7 +144,7 @@ def _scale_values(ctx: NodeView) -> np.ndarray | None:
         ),
     ],
 )
-def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
+def int32_zero_point_nonzero(ctx: QDQView) -> Iterator[Finding]:
     zp = ctx.zero_point
     if ctx.is_quantize or zp is None or zp.array is None or zp.dtype != ir.DataType.INT32:
         return
@@ -180,7 +181,7 @@ def int32_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
+def float_zero_point_nonzero(ctx: QDQView) -> Iterator[Finding]:
     zp = ctx.zero_point
     if zp is None or zp.array is None or zp.dtype not in _FLOAT_ZERO_POINT:
         return
@@ -217,7 +218,7 @@ def float_zero_point_nonzero(ctx: NodeView) -> Iterator[Finding]:
         ),
     ],
 )
-def g_idx_range(ctx: NodeView) -> Iterator[Finding]:
+def g_idx_range(ctx: WeightOnlyView) -> Iterator[Finding]:
     form = matmul_nbits_layout(ctx)
     g_idx = ctx.operand("g_idx")
     if form is None or g_idx is None or g_idx.array is None or g_idx.array.size == 0:

@@ -11,7 +11,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.io.ir_version import needed_ir_version
-from qlrewrite.qdq import WEIGHT_ONLY, NodeView
+from qlrewrite.qdq import WEIGHT_ONLY, NodeView, WeightOnlyView
 from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, Example, Fix, ModelContext, rule
@@ -262,7 +262,7 @@ def tensor_data_length(ctx: ModelContext) -> Iterator[Finding]:
         ),
     ],
 )
-def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
+def onnxruntime_cpu_unsupported(ctx: WeightOnlyView) -> Iterator[Finding]:
     for reason in _cpu_limits(ctx):
         yield ctx.report(
             f"ONNX Runtime's CPU provider cannot run it: {reason}",
@@ -270,8 +270,8 @@ def onnxruntime_cpu_unsupported(ctx: NodeView) -> Iterator[Finding]:
         )
 
 
-def _cpu_limits(ctx: NodeView) -> Iterator[str]:
-    row = ctx.row
+def _cpu_limits(ctx: WeightOnlyView) -> Iterator[str]:
+    row = ctx.version
     values = ctx.weight_attributes
     block = values.get("block_size")
     valid = block is not None and block >= row.min_block_size and block & (block - 1) == 0

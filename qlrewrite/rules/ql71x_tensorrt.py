@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, QDQView
 from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetNode, rule
@@ -57,7 +57,7 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
         ),
     ],
 )
-def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
+def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     fact = _fact(ctx, "zero_point")
     zero_point = ctx.view.zero_point
     if fact is None or zero_point is None or zero_point.array is None:
@@ -110,7 +110,7 @@ def tensorrt_zero_point(ctx: TargetNode) -> Iterator[Finding]:
         ),
     ],
 )
-def tensorrt_type(ctx: TargetNode) -> Iterator[Finding]:
+def tensorrt_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     fact = _fact(ctx, "quantized_types")
     name = quantized_type(ctx.view)
     if fact is None or name is None or name in fact.values["types"]:
@@ -176,7 +176,7 @@ def _blocked(block: int) -> ModelSpec:
         ),
     ],
 )
-def tensorrt_granularity(ctx: TargetNode) -> Iterator[Finding]:
+def tensorrt_granularity(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     fact = _fact(ctx, "blocked")
     name = quantized_type(ctx.view)
     if fact is None or name is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from qlrewrite.findings import WARNING, Finding
-from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, QDQView
 from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetModel, TargetNode, rule
@@ -98,7 +98,7 @@ def qnn_operator(ctx: TargetNode) -> Iterator[Finding]:
         ),
     ],
 )
-def qnn_type(ctx: TargetNode) -> Iterator[Finding]:
+def qnn_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     fact = _fact(ctx.target.runtime, "quantized_types")
     name = quantized_type(ctx.view)
     if fact is None or name is None or name in fact.values["types"]:
@@ -138,7 +138,7 @@ def qnn_type(ctx: TargetNode) -> Iterator[Finding]:
         ),
     ],
 )
-def qnn_matmul_type(ctx: TargetNode) -> Iterator[Finding]:
+def qnn_matmul_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     fact = _fact(ctx.target.runtime, "matmul_types")
     view = ctx.view
     name = quantized_type(ctx.view)

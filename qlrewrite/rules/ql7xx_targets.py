@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
 from qlrewrite.io.ir_version import needed_ir_version
+from qlrewrite.qdq import QDQView
 from qlrewrite.rules.model_spec import DQ, DT, MS, ModelSpec
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
@@ -92,7 +93,7 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
     refusing = [t for t in ctx.target.tables if _too_new(model.ir_version, t.max_ir_version)]
     if not refusing:
         return
-    newest = min(t.max_ir_version for t in refusing)  # type: ignore[type-var]
+    newest = min(t.max_ir_version for t in refusing if t.max_ir_version is not None)
     needed = needed_ir_version(model)
     lowers = needed <= newest
     hint = (
@@ -146,10 +147,12 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
     imports = import_table(ctx.context.model)
     for domain, version in sorted(imports.items()):
         name = normalize_domain(domain) or "ai.onnx"
-        refusing = [t for t in ctx.target.tables if _too_new(version, t.max_opset.get(name))]
-        if not refusing:
+        limits = [(t, t.max_opset.get(name)) for t in ctx.target.tables]
+        refused = [(t, limit) for t, limit in limits if limit is not None and version > limit]
+        if not refused:
             continue
-        newest = min(t.max_opset[name] for t in refusing)  # type: ignore[type-var]
+        refusing = [t for t, _ in refused]
+        newest = min(limit for _, limit in refused)
         yield ctx.report(
             f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
@@ -292,7 +295,7 @@ def _feeds_matmul(ctx: TargetNode) -> bool:
         ),
     ],
 )
-def target_folds_to_float(ctx: TargetNode) -> Iterator[Finding]:
+def target_folds_to_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     view = ctx.view
     if ctx.target.runtime != "openvino" or view.is_quantize or not _feeds_matmul(ctx):
         return
@@ -401,7 +404,7 @@ def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
         ),
     ],
 )
-def target_runs_in_float(ctx: TargetNode) -> Iterator[Finding]:
+def target_runs_in_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     view = ctx.view
     if view.is_quantize or ctx.target.runtime != "ort":
         return

@@ -17,14 +17,15 @@ import dataclasses
 import functools
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
 
 import onnx_ir as ir
+from typing_extensions import TypeVar
 
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.io import tensors
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
-from qlrewrite.qdq.view import NodeView
+from qlrewrite.qdq.view import NodeView, QDQView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.toolkit import FreshNames
 
@@ -42,6 +43,7 @@ __all__ = [
     "CHECKED_KINDS",
     "CHECKS",
     "RULES",
+    "Check",
     "Example",
     "Fix",
     "FixContext",
@@ -56,6 +58,13 @@ __all__ = [
 #: "node" and "model" rules run on every check; "target-node" / "target-model" rules only
 #: for each ``--target`` (:mod:`qlrewrite.rules.ql7xx_targets`); "report" rules after.
 Scope = Literal["node", "model", "report", "target-node", "target-model"]
+
+#: The view a node rule is given: the view class of its ``kinds`` (``SiteKind``'s type
+#: parameter): ``QDQView`` for ``(QDQ,)`` (the default), ``WeightOnlyView`` for
+#: ``WEIGHT_ONLY``, ``QOperatorView`` for ``QOPERATOR_KINDS``, ``NodeView`` for a mix.
+V = TypeVar("V", bound=NodeView, default=QDQView)
+#: The same for a "target-node" rule's :class:`TargetNode` (read-only: covariant).
+V_co = TypeVar("V_co", bound=NodeView, covariant=True, default=NodeView)
 
 
 @dataclasses.dataclass
@@ -128,14 +137,17 @@ class Example:
 @dataclasses.dataclass(frozen=True)
 class RuleCheck:
     """A rule unit: its catalogue entry, the function that applies it, its fix and
-    examples."""
+    examples. ``func`` takes the context of ``scope`` (the view of ``kinds`` for a node
+    rule, as :func:`rule` checked): the callers dispatch on ``scope`` and ``kinds``."""
 
     rule: Rule
     func: Callable[[Any], Iterable[Finding]]
-    scope: Scope  # "node": called per Q/DQ node with a NodeView; "model": with a ModelContext;
+    scope: Scope  # "node": called per node of ``kinds`` with its view; "model": a ModelContext;
     # "report": findings made after the check, from the report (suppressions);
     # "target-node" / "target-model": per --target, with a TargetNode / TargetModel
-    needs_version: bool  # node rules: skipped when the imported opset has no version of the op
+    #: node and target-node rules: skipped when the imported opset has no version of the op
+    #: (so they read ``ctx.version``, never None)
+    needs_version: bool
     kinds: tuple[SiteKind, ...]  # node rules: the kinds of quantized node they apply to
     fix: Fix | None = None
     examples: tuple[Example, ...] = ()
@@ -156,6 +168,17 @@ def source_path(module: str) -> str:
     return module.replace(".", "/") + ".py"
 
 
+#: What :func:`rule` registers, by scope: a node rule takes the view of its kinds, a
+#: "target-node" rule a :class:`TargetNode` of it, a "model" rule a :class:`ModelContext`,
+#: a "target-model" rule a :class:`TargetModel` (a "report" rule, made elsewhere, ``object``).
+Check = (
+    Callable[[V], Iterable[Finding]]
+    | Callable[["TargetNode[V]"], Iterable[Finding]]
+    | Callable[["ModelContext"], Iterable[Finding]]
+    | Callable[["TargetModel"], Iterable[Finding]]
+)
+
+
 def rule(
     code: str,
     name: str,
@@ -169,19 +192,21 @@ def rule(
     needs_version: bool = True,
     fix: Fix | None = None,
     opt_in: bool = False,
-    kinds: tuple[SiteKind, ...] = (QDQ,),
+    kinds: tuple[SiteKind[V], ...] | None = None,
     examples: Iterable[Example] = (),
     upgrade_repairs: bool = False,
-) -> Callable[[Callable[[Any], Iterable[Finding]]], Callable[[Any], Iterable[Finding]]]:
+) -> Callable[[Check[V]], Check[V]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
-    An ``opt_in`` rule runs only when ``--select`` names it (by code or prefix, not ALL).
-    ``fix`` is the rule's repair; ``examples`` its test models. ``upgrade_repairs``: the
-    finding goes away at a newer opset (``qlrewrite upgrade`` does not refuse such an
-    input; a ``fix`` with ``upgrade_opset`` implies it).
+    ``kinds`` (default ``(QDQ,)``): the nodes a "node" / "target-node" rule runs on; ``ctx``
+    is their view (:data:`V`: mypy checks the annotation), in a :class:`TargetNode` for a
+    target rule. An ``opt_in`` rule runs only when ``--select`` names it (by code or
+    prefix, not ALL). ``fix`` is the rule's repair; ``examples`` its test models.
+    ``upgrade_repairs``: the finding goes away at a newer opset (``qlrewrite upgrade``
+    does not refuse such an input; a ``fix`` with ``upgrade_opset`` implies it).
     """
 
-    def register(func: Callable[[Any], Iterable[Finding]]) -> Callable[[Any], Iterable[Finding]]:
+    def register(func: Check[V]) -> Check[V]:
         if code in RULES:
             raise ValueError(f"rule code {code} registered twice")
         entry = Rule(
@@ -204,7 +229,7 @@ def rule(
             _bound(func, entry, fix),
             scope,
             needs_version,
-            kinds,
+            (QDQ,) if kinds is None else kinds,
             fix,
             tuple(examples),
             func.__module__,
@@ -234,7 +259,7 @@ def _bound(
             found = list(func(ctx))
         finally:
             ctx.rule = outer
-        if fix is None:
+        if fix is None or not found:
             return found
         return [dataclasses.replace(f, fix=fix.kind) if fix.applies(f) else f for f in found]
 
@@ -270,10 +295,11 @@ class ModelContext:
 
 
 @dataclasses.dataclass
-class TargetNode:
-    """What a "target-node" rule gets: one node's view and one ``--target``."""
+class TargetNode(Generic[V_co]):
+    """What a "target-node" rule gets: one node's view (the view class of the rule's
+    ``kinds``, as for a node rule) and one ``--target``."""
 
-    view: NodeView
+    view: V_co
     target: Target
     #: The rule being run: what :meth:`report` files findings under.
     rule: Rule | None = None
