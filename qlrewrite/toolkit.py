@@ -60,6 +60,7 @@ __all__ = [
     "owner_label",
     "proto_graphs",
     "replace_value",
+    "root_graphs",
     "tensor_shape",
 ]
 
@@ -183,6 +184,15 @@ def iter_graphs(model: ir.Model) -> Iterator[GraphScope]:
     for function in model.functions.values():
         ref = GraphRef.of_function(function.domain, function.name)
         yield from _walk(function, ref, _resolved(model, function))
+
+
+def root_graphs(model: ir.Model) -> list[tuple[GraphRef, ir.Graph | ir.Function]]:
+    """The main graph and each model-local function with their references, without
+    walking into subgraphs (cheap: no node is visited)."""
+    roots: list[tuple[GraphRef, ir.Graph | ir.Function]] = [(MAIN, model.graph)]
+    for function in model.functions.values():
+        roots.append((GraphRef.of_function(function.domain, function.name), function))
+    return roots
 
 
 def all_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
