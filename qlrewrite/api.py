@@ -187,10 +187,16 @@ def fold(
 
 
 def convert(
-    model: ModelLike, to: str, *, allow_float16: bool = False, accuracy_level: int = 0
+    model: ModelLike,
+    to: str,
+    *,
+    allow_float16: bool = False,
+    accuracy_level: int = 0,
+    include_8bit: bool = False,
 ) -> ir.Model:
     """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
-    ``"com.microsoft"``): in place for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
+    ``"com.microsoft"``; ``include_8bit`` as ``--include-8bit``): in place for an
+    ``onnx_ir.Model``. Raises ``Refusal`` when a node
     cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
     ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
     if target(to) is None:
@@ -200,7 +206,9 @@ def convert(
         raise InputError(
             f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
         )
-    passes = convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level)
+    passes = convert_passes(
+        to, allow_float16=allow_float16, accuracy_level=accuracy_level, include_8bit=include_8bit
+    )
     return _rewrite(load(model), passes, "convert")
 
 

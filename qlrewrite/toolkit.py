@@ -11,6 +11,8 @@ reads opset import tables or invents names by hand):
   :func:`drop_unused_domain(s)` the one remover, :func:`implied_imports` what ONNX Runtime
   adds to a model that leaves an import out;
 - names: :class:`FreshNames`, one source of unused names per model and pass;
+- constants: :func:`add_constant`, a new tensor as an initializer, or in a function
+  (which has none) as a Constant node before its first reader;
 - files: :func:`model_folder`, the folder a model file's external data is relative to.
 
 It sits at the bottom of the package (it reads only :mod:`qlrewrite.opsets`), below
@@ -38,6 +40,7 @@ __all__ = [
     "GraphRef",
     "GraphScope",
     "ProtoGraph",
+    "add_constant",
     "all_graphs",
     "drop_unused_domain",
     "drop_unused_domains",
@@ -57,6 +60,8 @@ __all__ = [
     "owner_label",
     "proto_graphs",
     "replace_value",
+    "root_graphs",
+    "tensor_shape",
 ]
 
 ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
@@ -179,6 +184,15 @@ def iter_graphs(model: ir.Model) -> Iterator[GraphScope]:
     for function in model.functions.values():
         ref = GraphRef.of_function(function.domain, function.name)
         yield from _walk(function, ref, _resolved(model, function))
+
+
+def root_graphs(model: ir.Model) -> list[tuple[GraphRef, ir.Graph | ir.Function]]:
+    """The main graph and each model-local function with their references, without
+    walking into subgraphs (cheap: no node is visited)."""
+    roots: list[tuple[GraphRef, ir.Graph | ir.Function]] = [(MAIN, model.graph)]
+    for function in model.functions.values():
+        roots.append((GraphRef.of_function(function.domain, function.name), function))
+    return roots
 
 
 def all_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
@@ -406,6 +420,42 @@ def replace_value(old: ir.Value, new: ir.Value) -> None:
         new.dtype = dtype
     if shape is not None:
         new.shape = shape
+
+
+def add_constant(
+    graph: ir.Graph | ir.Function,
+    tensor: ir.TensorProtocol,
+    name: str,
+    *,
+    before: ir.Node | None = None,
+    node_name: str | None = None,
+) -> ir.Value:
+    """``tensor`` as the value ``name``: an initializer of ``graph``, or, ``graph`` being a
+    function (a site's graph: a node's own ``graph`` is the function's inner ir.Graph),
+    the output of a Constant node (named ``node_name``) inserted before ``before`` (its
+    first reader: a function's nodes are in order; None: the function's first node)."""
+    tensor.name = name
+    if isinstance(graph, ir.Function):
+        node = ir.node("Constant", [], attributes={"value": tensor}, name=node_name)
+        node.outputs[0].name = name
+        anchor = before if before is not None else next(iter(graph), None)
+        if anchor is None:
+            graph.append(node)
+        else:
+            graph.insert_before(anchor, node)
+        return node.outputs[0]
+    value = ir.Value(
+        name=name, type=ir.TensorType(tensor.dtype), shape=tensor_shape(tensor), const_value=tensor
+    )
+    graph.register_initializer(value)
+    return value
+
+
+def tensor_shape(tensor: ir.TensorProtocol) -> ir.Shape:
+    """``tensor``'s shape as an :class:`ir.Shape` (a tensor's dims are all known; the
+    protocol types them as ``ShapeProtocol``): the shape itself, else a copy."""
+    shape = tensor.shape
+    return shape if isinstance(shape, ir.Shape) else ir.Shape(shape.numpy())
 
 
 def model_folder(path: str | os.PathLike[str]) -> Path:

@@ -494,6 +494,27 @@ def cut_inputs(count: int) -> Callable[[onnx.ModelProto], None]:
     return edit
 
 
+def reversed_nodes() -> Callable[[onnx.ModelProto], None]:
+    """An edit: the main graph's nodes in reverse order (each reads before its writer)."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        nodes = list(proto.graph.node)
+        del proto.graph.node[:]
+        proto.graph.node.extend(reversed(nodes))
+
+    return edit
+
+
+def rewired(node: str, index: int, value: str) -> Callable[[onnx.ModelProto], None]:
+    """An edit: input ``index`` of the main graph's node named ``node`` reads ``value``."""
+
+    def edit(proto: onnx.ModelProto) -> None:
+        (found,) = [n for n in proto.graph.node if n.name == node]
+        found.input[index] = value
+
+    return edit
+
+
 def function_qdq_model(function_imports: Mapping[str, int]) -> onnx.ModelProto:
     """A model whose main graph calls the local function ``local.f``, which holds one
     com.microsoft DequantizeLinear (uint8 ``x`` [4, 3], scale 0.5, zero point 0) and

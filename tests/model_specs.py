@@ -35,6 +35,8 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_matmul_weight": em.qdq_matmul_weight,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
+    "reversed_nodes": em.reversed_nodes,
+    "rewired": em.rewired,
     "external_data": em.external_data,
     "data_length": em.data_length,
     "ignore_metadata": em.ignore_metadata,

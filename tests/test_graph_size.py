@@ -197,7 +197,7 @@ def test_convert_to_com_microsoft_keeps_the_types_downstream_of_matmul_nbits(
     from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
 
     model = model_io.load(_layers(tmp_path / "layers.onnx", 40))
-    made = NBitsFromOnnxPass()(model)
+    made = NBitsFromOnnxPass(include_8bit=True)(model)  # int8 weights: opt-in
     assert made.summary["matmul_nbits_made"] == 40
     converted = ConvertDomainPass("com.microsoft")(model)  # strict: raises on a refusal
     assert converted.summary["nodes_converted"] == 80  # every activation Q and DQ

@@ -122,7 +122,7 @@ def test_quantizer_output_round_trips_byte_for_byte(config, tmp_path):
     passes = {
         "onnx": lambda: [NBitsToOnnxPass(), ConvertDomainPass("onnx")],
         "com.microsoft": lambda: [
-            NBitsFromOnnxPass(accuracy_level=acc),
+            NBitsFromOnnxPass(accuracy_level=acc, include_8bit=True),  # 8-bit: opt-in
             ConvertDomainPass("com.microsoft"),
         ],
     }

@@ -268,8 +268,8 @@ def test_signedness_flip_of_every_value(source: str, target: str) -> None:
 def test_a_pass_tripping_on_an_invalid_input_names_the_input(tmp_path: Path) -> None:
     """A cycle (QuantizeLinear reads y, its DequantizeLinear writes y) is invalid ONNX:
     ``retarget --drop-redundant-qdq`` ended in onnx_ir's internal ValueError ('is still
-    being used by other nodes'); any pass failing on an input onnx.checker rejects is
-    one line naming the checker's complaint, exit 1, nothing written."""
+    being used by other nodes'). The input check refuses it before any pass runs: QL611
+    names the cycle, exit 1, nothing written."""
     s = numpy_helper.from_array(np.array(0.1, np.float32), "s")
     z = numpy_helper.from_array(np.array(3, np.uint8), "z")
     graph = helper.make_graph(
@@ -288,8 +288,10 @@ def test_a_pass_tripping_on_an_invalid_input_names_the_input(tmp_path: Path) -> 
         main, ["retarget", str(source), "--drop-redundant-qdq", "-o", str(tmp_path / "o.onnx")]
     )
     assert result.exit_code == 1, result.stderr
-    assert "the input model is invalid (onnx.checker: Nodes in a graph must be" in result.stderr
-    assert "ValueError" not in result.stderr and len(result.stderr.splitlines()) == 1
+    # the input check names the cycle (QL611) before any pass runs
+    assert "QL611 error: the nodes form a cycle: 'dq' (DequantizeLinear) -> 'q'" in result.stderr
+    assert "nothing written" in result.stderr and not (tmp_path / "o.onnx").exists()
+    assert "ValueError" not in result.stderr and len(result.stderr.splitlines()) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cycle.onnx"]
 
 

@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qlrewrite.cli import main
 from qlrewrite.toolkit import (
     FreshNames,
+    add_constant,
     all_graphs,
     ensure_import,
     ensure_import_at,
@@ -180,3 +181,24 @@ def test_a_stray_block_size_is_not_in_force_for_any_reader() -> None:
     (_, [view]), *_ = node_views(ir.from_proto(blocked))
     assert (view.block_size, view.axis) == (2, 1)
     assert view.granularity.text == "blocked(axis=1, block=2)"
+
+
+def test_a_constant_is_an_initializer_or_a_constant_node_before_its_reader() -> None:
+    """In a graph: an initializer of the tensor's shape and type. In a function (which has
+    no initializers): a Constant node before the node named, else first, so the
+    function's nodes stay in order."""
+    graph = ir.Graph([], [], nodes=[])
+    value = add_constant(graph, ir.tensor(np.arange(3, dtype=np.int64)), "c")
+    assert graph.initializers["c"] is value
+    assert value.dtype == ir.DataType.INT64 and list(value.shape) == [3]
+    reader = ir.node("Identity", [None], name="reader")
+    first = ir.node("Identity", [None], name="first")
+    function = ir.Function(
+        "local", "F", graph=ir.Graph([], [], nodes=[first, reader]), attributes=[]
+    )
+    before = add_constant(function, ir.tensor(np.float32(1)), "s", before=reader, node_name="k")
+    at_start = add_constant(function, ir.tensor(np.float32(2)), "t")
+    assert [n.op_type for n in function][::2] == ["Constant", "Constant"]
+    assert [n.name for n in function][1:] == ["first", "k", "reader"]
+    assert before.name == "s" and before.producer() is function[2]
+    assert at_start.producer() is function[0] and not function.graph.initializers

@@ -49,6 +49,12 @@ Examples:
     "math; 4 lets ONNX Runtime quantize A to int8).",
 )
 @click.option(
+    "--include-8bit",
+    is_flag=True,
+    help="--to com.microsoft: make 8-bit weights MatMulNBits too. Left as DequantizeLinear "
+    "by default: ONNX Runtime fuses those itself and runs them faster (a note says how many).",
+)
+@click.option(
     "--allow-float16",
     is_flag=True,
     help="Convert float16 Q/DQ too: ONNX Runtime's CPU provider computes them differently "
@@ -58,8 +64,10 @@ Examples:
 @run_command
 def convert_command(
     model: Path,
+    *,
     to: str,
     accuracy_level: int,
+    include_8bit: bool,
     allow_float16: bool,
     options: RewriteOptions,
 ) -> None:
@@ -79,10 +87,13 @@ def convert_command(
     for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
     and GatherBlockQuantized as DequantizeLinear -> Gather; the dequantized weights are
     bit-identical to ONNX Runtime's kernels'. --to com.microsoft does the reverse where it
-    is exact: a constant int2/uint2/int4/uint4/int8/uint8 DequantizeLinear blocked along K
-    (or per output channel) feeding MatMul's B (also through a Transpose; a following Add
-    of a constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
-    int4/uint4 becomes GatherBlockQuantized.
+    is exact: a constant int2/uint2/int4/uint4 DequantizeLinear blocked along K (or per
+    output channel) feeding MatMul's B (also through a Transpose; a following Add of a
+    constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
+    int4/uint4 becomes GatherBlockQuantized. int8/uint8 weights only with --include-8bit:
+    ONNX Runtime's default session fuses them itself (MatMulIntegerToFloat, or its own
+    MatMulNBits at accuracy_level 4) and ran them 2-35x faster than an 8-bit MatMulNBits
+    at accuracy_level 0 (1.31.1).
 
     --to onnx also rewrites the QOperator form as Q/DQ (ONNX Runtime's QDQ quantizer's
     form): each QLinearConv, QLinearMatMul, com.microsoft QLinearAdd / QLinearMul /
@@ -99,7 +110,12 @@ def convert_command(
     """
     run_rewrite(
         model,
-        convert_passes(to, allow_float16=allow_float16, accuracy_level=accuracy_level),
+        convert_passes(
+            to,
+            allow_float16=allow_float16,
+            accuracy_level=accuracy_level,
+            include_8bit=include_8bit,
+        ),
         command="convert",
         options=options,
     )

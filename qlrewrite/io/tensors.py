@@ -50,7 +50,6 @@ __all__ = [
     "proto_tensors",
     "resolve_external",
     "tensor_bytes",
-    "tensor_shape",
     "uses_external_data",
 ]
 
@@ -68,13 +67,6 @@ def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
     if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in dims):
         return None
     return (math.prod(dims) * dtype.bitwidth + 7) // 8
-
-
-def tensor_shape(tensor: ir.TensorProtocol) -> ir.Shape:
-    """``tensor``'s shape as an :class:`ir.Shape` (a tensor's dims are all known; the
-    protocol types them as ``ShapeProtocol``): the shape itself, else a copy."""
-    shape = tensor.shape
-    return shape if isinstance(shape, ir.Shape) else ir.Shape(shape.numpy())
 
 
 def tensor_bytes(tensor: ir.TensorProtocol) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.toolkit import FreshNames
+from qlrewrite.toolkit import FreshNames, add_constant
 
 __all__ = ["Writer", "repeat_blocks"]
 
@@ -43,15 +43,7 @@ class Writer:
         """A constant int64 vector."""
         name = self.names.fresh(f"{self.base}_shape")
         tensor = ir.tensor(np.array(values, dtype=np.int64), name=name)
-        if isinstance(self.graph, ir.Function):
-            node = ir.node("Constant", [], attributes={"value": tensor}, name=name)
-            node.outputs[0].name = name
-            self.graph.insert_before(self.anchor, node)
-            return node.outputs[0]
-        value = ir.Value(name=name, shape=ir.Shape([len(values)]), const_value=tensor)
-        value.type = ir.TensorType(ir.DataType.INT64)
-        self.graph.register_initializer(value)
-        return value
+        return add_constant(self.graph, tensor, name, before=self.anchor, node_name=name)
 
     def node(self, op: str, inputs: list[ir.Value], **attributes: int) -> ir.Value:
         """A node of ``op`` on ``inputs``; its (single) output."""

@@ -61,15 +61,16 @@ def fold_passes(
 
 
 def convert_passes(
-    to: str, *, allow_float16: bool = False, accuracy_level: int = 0
+    to: str, *, allow_float16: bool = False, accuracy_level: int = 0, include_8bit: bool = False
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite convert --to TO``: to ai.onnx, the QOperator form and the weight-only
     nodes first become Q/DQ; to com.microsoft, exact Q/DQ weights become MatMulNBits /
-    GatherBlockQuantized; then the Q/DQ nodes change domain."""
+    GatherBlockQuantized (8-bit ones only with ``include_8bit``); then the Q/DQ nodes
+    change domain."""
     last = ConvertDomainPass(to, allow_float16=allow_float16)
     if last.to == "onnx":
         return [QonnxToQdqPass(), QOperatorToQdqPass(), NBitsToOnnxPass(), last]
-    return [NBitsFromOnnxPass(accuracy_level=accuracy_level), last]
+    return [NBitsFromOnnxPass(accuracy_level=accuracy_level, include_8bit=include_8bit), last]
 
 
 def upgrade_passes(

@@ -17,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.downgrade_plan import WIDER, Plan
 from qlrewrite.passes.fold_tensor import release_tensor
-from qlrewrite.toolkit import FreshNames, GraphRef, ensure_import_at, replace_value
+from qlrewrite.toolkit import FreshNames, GraphRef, ensure_import_at, replace_value, tensor_shape
 
 __all__ = ["lower_blocked", "to_microsoft", "widen"]
 

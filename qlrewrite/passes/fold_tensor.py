@@ -25,8 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import tensor_shape
-from qlrewrite.toolkit import main_graphs
+from qlrewrite.toolkit import main_graphs, tensor_shape
 
 #: How float16 DQ values that ONNX Runtime computes in float32 are folded: "exact" (as
 #: ONNX Runtime computes them: float32, then a Cast) or "compact" (float16, rounded).

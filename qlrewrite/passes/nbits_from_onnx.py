@@ -24,7 +24,6 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import RowReader, link_initializers
@@ -41,7 +40,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.toolkit import FreshNames, ensure_import_at
+from qlrewrite.toolkit import FreshNames, add_constant, ensure_import_at
 from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
@@ -212,6 +211,18 @@ def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Valu
     return add, other
 
 
+def _eight_bit_note(count: int) -> str:
+    """Why ``count`` 8-bit weights stayed DequantizeLinear -> MatMul."""
+    return (
+        f"{count} 8-bit weight(s) left as DequantizeLinear -> MatMul: ONNX Runtime's default "
+        "session runs them faster as they are (it fuses them into MatMulIntegerToFloat, or "
+        "into its own MatMulNBits at accuracy_level 4); an 8-bit MatMulNBits at "
+        "accuracy_level 0 ran 2-35x slower (ORT 1.31.1, benchmarks/convert_8bit.py). "
+        "--include-8bit "
+        "converts them (with --accuracy-level 4 to keep the speed)"
+    )
+
+
 class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite constant DequantizeLinear -> MatMul / Gather as MatMulNBits /
     GatherBlockQuantized where the weight stays bit-identical; the
@@ -219,20 +230,23 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
 
     needs = frozenset({"inference"})  # the outputs it replaces, before the first change
 
-    def __init__(self, *, accuracy_level: int = 0) -> None:
+    def __init__(self, *, accuracy_level: int = 0, include_8bit: bool = False) -> None:
         super().__init__()
         if accuracy_level not in opsets.ACCURACY_LEVELS:
             raise ValueError(
                 f"accuracy_level must be {list(opsets.ACCURACY_LEVELS)}, got {accuracy_level}"
             )
         self.accuracy_level = accuracy_level
+        #: 8-bit weights become MatMulNBits too (left as DequantizeLinear by default).
+        self.include_8bit = include_8bit
+        self._eight_bit_left = 0
         self._views: dict[int, QDQView] = {}
         self._half = False
         self._k_max = 0
 
     def call(self, model: ir.Model) -> NBitsResult:
         counts = {"MatMulNBits": 0, "GatherBlockQuantized": 0}
-        self._half, self._k_max = False, 0
+        self._half, self._k_max, self._eight_bit_left = False, 0, 0
         self._views = {
             id(site.node): view
             for site in iter_sites(model)
@@ -266,7 +280,12 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
         }
-        return NBitsResult(model, any(counts.values()), summary, verify_bound=self._bound())
+        warnings = [_eight_bit_note(self._eight_bit_left)] if self._eight_bit_left else []
+        if self._eight_bit_left:
+            summary["8bit_weights_left"] = self._eight_bit_left
+        return NBitsResult(
+            model, any(counts.values()), summary, warnings, verify_bound=self._bound()
+        )
 
     def _bound(self) -> Bound:
         """What --verify accepts of the MatMulNBits made (exact when none was)."""
@@ -281,6 +300,9 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         if match is None or found is None:
             return None
         layout, transposed, source_block = found
+        if layout.bits == 8 and not self.include_8bit:
+            self._eight_bit_left += 1
+            return None
         a = matmul.inputs[0]
         if a is None or (a.dtype is not None and a.dtype != match.scale.dtype):
             return None
@@ -391,22 +413,7 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         (the model's names are gathered once, not per tensor)."""
         name = self._names.fresh(tensor.name or "w")
         tensor.name = name
-        return _add_constant(graph, tensor, name)
-
-
-def _add_constant(graph: ir.Graph | ir.Function, tensor: ir.TensorProtocol, name: str) -> ir.Value:
-    """Add ``tensor`` (already named ``name``) to ``graph``: an initializer, or a Constant
-    node in a function."""
-    if isinstance(graph, ir.Function):
-        node = ir.node("Constant", [], attributes={"value": tensor})
-        node.outputs[0].name = name
-        graph.insert_before(next(iter(graph)), node)
-        return node.outputs[0]
-    value = ir.Value(
-        name=name, type=ir.TensorType(tensor.dtype), shape=tensor_shape(tensor), const_value=tensor
-    )
-    graph.register_initializer(value)
-    return value
+        return add_constant(graph, tensor, name)
 
 
 def _blocks_of(layout: MatMulNBitsLayout, source_block: int) -> npt.NDArray[np.integer[Any]]:

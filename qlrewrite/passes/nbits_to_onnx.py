@@ -33,7 +33,6 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.io.ir_version import raise_ir_version
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.listing import grouped
 from qlrewrite.passes.blocks import Writer, repeat_blocks
@@ -67,7 +66,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
-from qlrewrite.toolkit import FreshNames, ensure_import, replace_value
+from qlrewrite.toolkit import FreshNames, add_constant, ensure_import, replace_value, tensor_shape
 from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = [
@@ -701,20 +700,8 @@ class _Rewriter:
         """``tensor`` as an initializer of ``graph``, or in a function a Constant node
         before ``node`` (its first reader: a function's nodes are in order)."""
         name = self._name(base)
-        tensor.name = name
-        if isinstance(graph, ir.Function):
-            constant = ir.node("Constant", [], attributes={"value": tensor}, name=self._name(name))
-            constant.outputs[0].name = name
-            graph.insert_before(node, constant)
-            return constant.outputs[0]
-        value = ir.Value(
-            name=name,
-            type=ir.TensorType(tensor.dtype),
-            shape=tensor_shape(tensor),
-            const_value=tensor,
-        )
-        graph.register_initializer(value)
-        return value
+        node_name = self._name(name) if isinstance(graph, ir.Function) else None
+        return add_constant(graph, tensor, name, before=node, node_name=node_name)
 
     def _weight(self, plan: _Plan) -> ir.Value:
         """The value standing for the float weight: a DQ output, or a folded initializer."""

@@ -21,12 +21,11 @@ import numpy as np
 import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels import dequantize, int_range, quantize
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.qdq import QDQ, QDQView, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
-from qlrewrite.toolkit import FreshNames
+from qlrewrite.toolkit import FreshNames, tensor_shape
 
 __all__ = ["QdqTidyPass"]
 

@@ -35,7 +35,6 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import QOperatorResult
@@ -51,7 +50,7 @@ from qlrewrite.qdq import (
     site_view,
     triples,
 )
-from qlrewrite.toolkit import FreshNames, replace_value
+from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
 from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
@@ -458,20 +457,9 @@ class _Rewriter:
         """A new initializer (a Constant node inside a function) holding ``array``."""
         graph = plan.view.site.graph
         name = self.name(base)
+        node_name = self.name(name) if isinstance(graph, ir.Function) else None
         tensor = ir.tensor(array, name=name)
-        if isinstance(graph, ir.Function):
-            node = ir.node("Constant", [], attributes={"value": tensor}, name=self.name(name))
-            node.outputs[0].name = name
-            graph.insert_before(plan.view.node, node)
-            return node.outputs[0]
-        value = ir.Value(
-            name=name,
-            type=ir.TensorType(tensor.dtype),
-            shape=tensor_shape(tensor),
-            const_value=tensor,
-        )
-        graph.register_initializer(value)
-        return value
+        return add_constant(graph, tensor, name, before=plan.view.node, node_name=node_name)
 
     def _node(
         self,

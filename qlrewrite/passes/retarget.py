@@ -27,14 +27,13 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
-from qlrewrite.io.tensors import tensor_shape
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.listing import grouped
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
-from qlrewrite.toolkit import FreshNames
+from qlrewrite.toolkit import FreshNames, tensor_shape
 
 __all__ = ["SIGNEDNESS", "RetargetPass"]
 

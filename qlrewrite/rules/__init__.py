@@ -51,6 +51,7 @@ from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
     ql43x_gather_block,
     ql44x_qoperator_shapes,
     ql51x_qoperator_values,
+    ql61x_graph_order,
     ql71x_tensorrt,
     ql72x_qnn,
 )

@@ -19,7 +19,7 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import onnx_ir as ir
@@ -738,12 +738,14 @@ def verify_models(
     rng = np.random.default_rng(options.seed)
     feeds = [generate_inputs(specs, rng) for _ in range(options.runs)]
     on_phase("original")
-    expected = _run_original(ort, Path(original), feeds, result, options.probes)
-    if expected is None:
+    expected = _run_model(ort, Path(original), feeds, options.probes)
+    if isinstance(expected, _RunFailure):
+        _original_failed(result, expected)
         return result
     on_phase("rewritten")
-    actual = _run_rewritten(ort, Path(rewritten), feeds, result, options.probes)
-    if actual is None:
+    actual = _run_model(ort, Path(rewritten), feeds, options.probes)
+    if isinstance(actual, _RunFailure):
+        _rewritten_failed(result, actual)
         return result
     result.probes = _probed([p for _, p in expected], [p for _, p in actual])
     result.outputs = _compare_runs([o for o, _ in expected], [o for o, _ in actual])
@@ -773,64 +775,61 @@ def _probed(
     return found
 
 
-def _run_original(
+@dataclasses.dataclass(frozen=True)
+class _RunFailure:
+    """Why a model gave no outputs: ONNX Runtime could not ``load`` it, it failed to
+    ``run``, or an ``output`` cannot be compared (not a tensor)."""
+
+    stage: Literal["load", "run", "output"]
+    error: Exception
+
+
+def _run_model(
     ort: Any,
     path: Path,
     feeds: Sequence[Mapping[str, np.ndarray]],
-    result: Verification,
     probes: Sequence[str] = (),
-) -> list[_Outputs] | None:
-    """The original model's outputs on every input set; None when it cannot be loaded or
-    run (``result`` says why: unverifiable)."""
+) -> list[_Outputs] | _RunFailure:
+    """The model's outputs (and probe values) on every input set, or why there are none."""
     try:
         session, added = _session(ort, path, probes)
     except Exception as exc:
-        result.reason = f"ONNX Runtime cannot load the original model ({_first_line(exc)})"
-        return None
+        return _RunFailure("load", exc)
     try:
         return [_split(_run(ort, session, f), added, probes) for f in feeds]
     except _Unverifiable as exc:
-        result.reason = str(exc)
-        return None
+        return _RunFailure("output", exc)
     except Exception as exc:
-        result.reason = (
-            f"the original model fails in ONNX Runtime on generated inputs ({_first_line(exc)})"
-        )
-        return None
+        return _RunFailure("run", exc)
     finally:
         del session
 
 
-def _run_rewritten(
-    ort: Any,
-    path: Path,
-    feeds: Sequence[Mapping[str, np.ndarray]],
-    result: Verification,
-    probes: Sequence[str] = (),
-) -> list[_Outputs] | None:
-    """The rewritten model's outputs on every input set; None when it cannot be loaded or
-    run (``result`` says why: unverifiable when ONNX Runtime lacks support or an output is
-    not a tensor, a mismatch when it rejects or fails on the model)."""
-    try:
-        session, added = _session(ort, path, probes)
-    except Exception as exc:
-        if _is_unsupported(exc):
-            result.reason = f"ONNX Runtime cannot load the rewritten model ({_first_line(exc)})"
-        else:
-            result.status = MISMATCH
-            result.reason = f"ONNX Runtime rejects the rewritten model ({_first_line(exc)})"
-        return None
-    try:
-        return [_split(_run(ort, session, f), added, probes) for f in feeds]
-    except _Unverifiable as exc:
-        result.reason = str(exc)
-        return None
-    except Exception as exc:
+def _original_failed(result: Verification, failure: _RunFailure) -> None:
+    """The original model gave no outputs: unverifiable, and why."""
+    why = _first_line(failure.error)
+    if failure.stage == "load":
+        result.reason = f"ONNX Runtime cannot load the original model ({why})"
+    elif failure.stage == "run":
+        result.reason = f"the original model fails in ONNX Runtime on generated inputs ({why})"
+    else:
+        result.reason = str(failure.error)
+
+
+def _rewritten_failed(result: Verification, failure: _RunFailure) -> None:
+    """The rewritten model gave no outputs: unverifiable when ONNX Runtime lacks support
+    or an output is not a tensor, a mismatch when it rejects or fails on the model."""
+    why = _first_line(failure.error)
+    if failure.stage == "output":
+        result.reason = str(failure.error)
+    elif failure.stage == "load" and _is_unsupported(failure.error):
+        result.reason = f"ONNX Runtime cannot load the rewritten model ({why})"
+    elif failure.stage == "load":
         result.status = MISMATCH
-        result.reason = f"the rewritten model fails in ONNX Runtime ({_first_line(exc)})"
-        return None
-    finally:
-        del session
+        result.reason = f"ONNX Runtime rejects the rewritten model ({why})"
+    else:
+        result.status = MISMATCH
+        result.reason = f"the rewritten model fails in ONNX Runtime ({why})"
 
 
 def _compare_runs(
