@@ -125,7 +125,7 @@ def test_the_finding_names_the_releases_the_difference_and_the_ways_out(
     assert "computes other values than with ORT_DISABLE_ALL" in finding.message
     assert "% of the largest output off" in finding.message
     assert "fails at run: MatMulIntegerToFloat: Attempting to broadcast" in finding.message
-    assert "qlrewrite convert --to com.microsoft" in finding.hint
+    assert "qlrewrite convert --to com.microsoft --include-8bit" in finding.hint
     assert "per channel" in finding.hint
     assert "QDQSelectorActionTransformer" in finding.hint
     assert "session.disable_quant_qdq" in finding.hint
@@ -212,6 +212,26 @@ def test_the_installed_release_reproduces_its_table_on_the_blocked_patterns(
         if line["run"] and measured != recorded:
             differ.append((case.key, measured, recorded))
     assert not differ, differ[:5]
+
+
+def test_the_hinted_conversion_is_clean_and_computes_what_ort_disable_all_does(
+    tmp_path: Path,
+) -> None:
+    """The first way out of the hint: MatMulNBits computes the blocks (installed ORT)."""
+    import onnx_ir as ir
+
+    from qlrewrite import api
+
+    converted = api.convert(_bad(), "com.microsoft", include_8bit=True)
+    assert "MatMulNBits" in [n.op_type for n in converted.graph]
+    path = tmp_path / "nbits.onnx"
+    ir.save(converted, path)
+    assert _rules(path, "ort==1.31") == []
+    ort = pytest.importorskip("onnxruntime")
+    feed = {"a": np.random.default_rng(1).uniform(0.0, 6.0, (3, 64)).astype(np.float32)}
+    _, expected = _outputs(_bad(), rows=3)
+    got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_allclose(got[0], expected, rtol=0, atol=1e-4 * np.abs(expected).max())
 
 
 # --------------------------------------------------------------------------- the probe
