@@ -488,16 +488,17 @@ def _uses_external_data(
 ) -> bool:
     """Whether the output gets a data file (None: if the model already uses one or its
     initializers exceed ``threshold``); refused inline above 2 GB."""
-    if external_data is None:
-        external_data = (
-            tensors.uses_external_data(model) or tensors.initializer_bytes(model) > threshold
-        )
-    if not external_data and tensors.initializer_bytes(model) > EXTERNAL_DATA_THRESHOLD:
+    if external_data or (external_data is None and tensors.uses_external_data(model)):
+        return True
+    size = tensors.initializer_bytes(model)  # once: a walk of every initializer
+    if external_data is None and size > threshold:
+        return True
+    if size > EXTERNAL_DATA_THRESHOLD:
         raise InputError(
             f"{path}: initializers exceed 2 GB, which a single ONNX file cannot hold; "
             "drop --no-external-data"
         )
-    return external_data
+    return False
 
 
 def _written_data(staged_data: Path) -> Path | None:

@@ -71,6 +71,9 @@ def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
 
 def tensor_bytes(tensor: ir.TensorProtocol) -> int:
     """Bytes of ``tensor`` from its shape and type (0 for strings): reads no data."""
+    if isinstance(tensor, ir.TensorProtoTensor):  # as read: the proto's dims, no Shape made
+        proto = tensor.raw
+        return nbytes(ir.DataType(proto.data_type), proto.dims) or 0
     size = nbytes(tensor.dtype, [d if isinstance(d, int) else 0 for d in tensor.shape])
     return size or 0
 
