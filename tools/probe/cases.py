@@ -29,7 +29,7 @@ from onnx import helper
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import node_views
 from qlrewrite.rules.registry import CHECKED_KINDS
-from qlrewrite.targets.forms import form_of
+from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
 
 #: The test-model builders (the rules' examples are built from them) live in tests/.
 TESTS = Path(__file__).resolve().parents[2] / "tests"
@@ -44,6 +44,7 @@ from example_models import (  # noqa: E402
     Q,
     gather_block_quantized_model,
     matmul_nbits_model,
+    qdq_matmul_weight,
     qdq_model,
 )
 
@@ -89,6 +90,9 @@ class Case:
     key: str
     model: onnx.ModelProto
     feeds: list[tuple[str, str, list[int]]] = dataclasses.field(default_factory=list)
+    #: Shapes of the one float input "a" at which the runner compares the default
+    #: session's output with ORT_DISABLE_ALL's (values in [0, 6), seeded).
+    compare: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 def _feeds_of(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]] | None:
@@ -335,18 +339,6 @@ def _dynamic_quantize_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
-#: The weight patterns probed: a constant weight dequantized into a MatMul, keyed by the
-#: DQ's form after this prefix (the runtime's execution graph tells whether it kept the
-#: weight quantized).
-WEIGHT_PATTERN = "weight DQ->MatMul: "
-
-
-#: The QDQ MatMul patterns probed: activations quantized (Q -> DQ) into a MatMul with a
-#: dequantized constant weight, its output quantized again; keyed by the activation type and
-#: the weight DQ's form. ONNX Runtime's optimized graph tells which kernel it formed.
-QDQ_PATTERN = "QDQ MatMul: "
-
-
 def _quantize_pair(name: str, dtype: DT) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
     """Q -> DQ of value ``name`` into ``name``_f, per-tensor, zero point 0 of ``dtype``."""
     inits = [
@@ -432,20 +424,61 @@ def weight_pattern_cases() -> Iterator[Case]:
             yield Case(WEIGHT_PATTERN + form, model, _feeds_of(model) or [])
 
 
+def _pattern_key_of(model: onnx.ModelProto) -> str | None:
+    """The pattern key qlrewrite gives the weight DQ "dq" of the model and its MatMul."""
+    ir_model = ir.serde.deserialize_model(model)
+    for site, views in node_views(ir_model, kinds=CHECKED_KINDS):
+        if site.node.name == "dq":
+            matmul = site.node.outputs[0].consumers()[0]
+            return pattern_key(views[0], matmul)
+    return None
+
+
+#: The blocked weight layouts probed (weight [64, 16]): blocks along K (axis 0) of 16
+#: (4 blocks) or 64 (one), along N (axis 1) of 8 (2 blocks) or 16 (one); each with and
+#: without zero point, its MatMul's output quantized (QLinearMatMul) or float
+#: (MatMulIntegerToFloat).
+BLOCK_LAYOUTS = tuple(
+    itertools.product(
+        (("K", 16), ("K", 64), ("N", 8), ("N", 16)), (True, False), ("quantized", "float")
+    )
+)
+
+
+def _compared(model: onnx.ModelProto, scale_rows: int) -> Case | None:
+    """The case of a QDQ MatMul pattern, compared at two activation shapes: as many rows as
+    the weight's scale has (where a scale misread as per-column still broadcasts) and 3."""
+    key = _pattern_key_of(model)
+    if key is None:
+        return None
+    shapes = [[rows, 64] for rows in dict.fromkeys((scale_rows, 3))]
+    return Case(key, model, [("a", "float32", shapes[0])], compare=shapes)
+
+
 def qdq_pattern_cases() -> Iterator[Case]:
-    """The QDQ MatMul of ORT's quantizer: 8- and 16-bit activations, 8- and 4-bit weights
-    per-tensor and per-axis (opset 21)."""
+    """The QDQ MatMul of ORT's quantizer at opset 21: 8- and 16-bit activations, 8- and
+    4-bit weights per-tensor and per-axis (zero point given, output quantized), and blocked
+    in each of :data:`BLOCK_LAYOUTS`; every one compared with ORT_DISABLE_ALL's output."""
     activations = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)
     weights = (DT.UINT8, DT.INT8, DT.INT4, DT.UINT4)
-    for act, qtype, granularity in itertools.product(
-        activations, weights, ("per-tensor", "per-axis")
-    ):
-        model = _weight_pattern(qtype, granularity, 21, activation=act)
-        form = key_of(model, "dq")
-        if form is not None:
-            yield Case(
-                f"{QDQ_PATTERN}activation={act.name} weight={form}", model, _feeds_of(model) or []
+    for act, weight in itertools.product(activations, weights):
+        for granularity in ("per-tensor", "per-axis"):
+            case = _compared(qdq_matmul_weight(act, weight, granularity), 2)
+            if case is not None:
+                yield case
+        for (along, block), zero_point, output in BLOCK_LAYOUTS:
+            model = qdq_matmul_weight(
+                act,
+                weight,
+                "blocked",
+                along=along,
+                block=block,
+                zero_point=zero_point,
+                output=output,
             )
+            case = _compared(model, 64 // block if along == "K" else 64)
+            if case is not None:
+                yield case
 
 
 def all_cases() -> Iterator[Case]:
