@@ -339,28 +339,9 @@ def _dynamic_quantize_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
-def _quantize_pair(name: str, dtype: DT) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
-    """Q -> DQ of value ``name`` into ``name``_f, per-tensor, zero point 0 of ``dtype``."""
-    inits = [
-        helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [0.05]),
-        ir.serde.serialize_tensor(
-            ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name=f"{name}_z")
-        ),
-    ]
-    nodes = [
-        helper.make_node(Q, [name, f"{name}_s", f"{name}_z"], [f"{name}_q"], name=f"q_{name}"),
-        helper.make_node(
-            DQ, [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_f"], name=f"dq_{name}"
-        ),
-    ]
-    return nodes, inits
-
-
-def _weight_pattern(
-    qtype: DT, granularity: str, opset: int, activation: DT | None = None
-) -> onnx.ModelProto:
-    """DQ(constant [64, 8] weight) -> MatMul; with ``activation``, the MatMul's input and
-    output quantized (Q -> DQ) to that type too (the QDQ form ORT's quantizer writes)."""
+def _weight_pattern(qtype: DT, granularity: str, opset: int) -> onnx.ModelProto:
+    """DQ(constant [64, 8] weight) -> MatMul (the QDQ MatMul patterns, whose activation is
+    quantized too, are :func:`example_models.qdq_matmul_weight`'s)."""
     scale_shape, attrs = {
         "per-tensor": ((), {}),
         "per-axis": ((8,), {"axis": 1}),
@@ -374,24 +355,16 @@ def _weight_pattern(
     zero = ir.serde.serialize_tensor(
         ir.Tensor(np.zeros(scale_shape, dtype=qtype.numpy()), dtype=qtype, name="z")
     )
-    nodes = [helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs)]
-    inits = [weight, scale, zero]
-    a, y = "a", "y"
-    if activation is not None:
-        pair_a, inits_a = _quantize_pair("a", activation)
-        pair_y, inits_y = _quantize_pair("y", activation)
-        nodes, inits, a, y = [*nodes, *pair_a], [*inits, *inits_a, *inits_y], "a_f", "y"
-    nodes.append(helper.make_node("MatMul", [a, "wf"], [y], name="mm"))
-    out = "y"
-    if activation is not None:
-        nodes += pair_y
-        out = "y_f"
+    nodes = [
+        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs),
+        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [2, 8])],
-        initializer=inits,
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=[weight, scale, zero],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return _with_min_ir(model)
