@@ -45,6 +45,7 @@ __all__ = [
     "matmul_nbits_model",
     "nbits_shapes",
     "qdq_matmul",
+    "qdq_matmul_weight",
     "qdq_model",
     "weight_dq_matmul",
 ]
@@ -622,3 +623,106 @@ def qdq_matmul(activation: DT) -> onnx.ModelProto:
     for node in reversed(quantize):
         graph.node.insert(0, node)
     return model
+
+
+def _weight_range(dtype: DT) -> tuple[int, int]:
+    """The integer range of a weight type (inclusive)."""
+    bits = {DT.INT4: 4, DT.UINT4: 4, DT.INT8: 8, DT.UINT8: 8, DT.INT16: 16, DT.UINT16: 16}
+    width = bits[dtype]
+    if dtype in (DT.UINT4, DT.UINT8, DT.UINT16):
+        return 0, 2**width - 1
+    return -(2 ** (width - 1)), 2 ** (width - 1) - 1
+
+
+def _typed(name: str, array: np.ndarray, dtype: DT) -> onnx.TensorProto:
+    return ir.serde.serialize_tensor(ir.Tensor(array.astype(dtype.numpy()), dtype=dtype, name=name))
+
+
+def _weight_scale_shape(granularity: str, along: str, block: int, k: int, n: int) -> tuple:
+    if granularity == "per-tensor":
+        return ()
+    if granularity == "per-axis":
+        return (n,)
+    return (k // block, n) if along == "K" else (k, n // block)
+
+
+def _quantized_weight(
+    weight: DT, granularity: str, *, along: str, block: int, zero_point: bool, k: int, n: int
+) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """DequantizeLinear "dq" of a random constant [k, n] weight into "wf": scales that
+    differ per channel and per block (a misread scale shows), zero points near the middle."""
+    rng = np.random.default_rng(0)
+    low, high = _weight_range(weight)
+    shape = _weight_scale_shape(granularity, along, block, k, n)
+    scale = rng.uniform(0.5, 2.0, shape).astype(np.float32) * np.float32(0.1 / max(-low, high))
+    inits = [
+        _typed("w", rng.integers(low, high, (k, n), endpoint=True), weight),
+        helper.make_tensor("ws", onnx.TensorProto.FLOAT, shape, scale.ravel().tolist()),
+    ]
+    inputs = ["w", "ws"]
+    if zero_point:
+        middle = (low + high + 1) // 2
+        inits.append(_typed("wz", middle + rng.integers(-2, 3, shape), weight))
+        inputs.append("wz")
+    attrs: dict[str, int] = {}
+    if granularity == "per-axis":
+        attrs = {"axis": 1}
+    elif granularity == "blocked":
+        attrs = {"axis": 0 if along == "K" else 1, "block_size": block}
+    return helper.make_node(DQ, inputs, ["wf"], name="dq", **attrs), inits
+
+
+def _quantize_pair_of(name: str, dtype: DT, zero: int) -> tuple[list[onnx.NodeProto], list]:
+    """Q -> DQ of ``name`` into ``name``_f: scale 0.05, zero point ``zero`` of ``dtype``."""
+    inits = [
+        helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [0.05]),
+        _typed(f"{name}_z", np.array(zero), dtype),
+    ]
+    quantized = [name, f"{name}_s", f"{name}_z"]
+    nodes = [
+        helper.make_node(Q, quantized, [f"{name}_q"], name=f"q_{name}"),
+        helper.make_node(
+            DQ, [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_f"], name=f"dq_{name}"
+        ),
+    ]
+    return nodes, inits
+
+
+def qdq_matmul_weight(
+    activation: DT,
+    weight: DT = DT.INT8,
+    granularity: str = "per-axis",
+    *,
+    along: str = "K",
+    block: int = 16,
+    zero_point: bool = True,
+    output: str = "quantized",
+    k: int = 64,
+    n: int = 16,
+) -> onnx.ModelProto:
+    """A QDQ MatMul at opset 21: activation "a" [rows, k] (rows symbolic) quantized to
+    ``activation`` (scale 0.05, zero point 0: feed values in [0, 6)) and dequantized, times
+    the DequantizeLinear "dq" of a random constant [k, n] ``weight`` (``granularity``
+    per-tensor, per-axis or blocked ``along`` K (axis 0) or N (axis 1) in blocks of
+    ``block``; ``zero_point`` given or not); with ``output`` "quantized" the MatMul's
+    output is quantized and dequantized again (zero point mid-range), "float" it is the
+    graph output. The probe's QDQ MatMul patterns and QL706's example."""
+    dq, inits = _quantized_weight(
+        weight, granularity, along=along, block=block, zero_point=zero_point, k=k, n=n
+    )
+    nodes_a, inits_a = _quantize_pair_of("a", activation, 0)
+    nodes = [dq, *nodes_a, helper.make_node("MatMul", ["a_f", "wf"], ["y"], name="mm")]
+    inits += inits_a
+    out = "y"
+    if output == "quantized":
+        low, high = _weight_range(activation)
+        nodes_y, inits_y = _quantize_pair_of("y", activation, (low + high + 1) // 2)
+        nodes, inits, out = nodes + nodes_y, inits + inits_y, "y_f"
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, ["rows", k])],
+        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["rows", n])],
+        initializer=inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)

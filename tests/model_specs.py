@@ -32,6 +32,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "dq_into_matmul": em.dq_into_matmul,
     "weight_dq_matmul": em.weight_dq_matmul,
     "qdq_matmul": em.qdq_matmul,
+    "qdq_matmul_weight": em.qdq_matmul_weight,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

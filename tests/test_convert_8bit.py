@@ -105,3 +105,86 @@ def test_the_api_takes_the_same_choice() -> None:
     assert [node.op_type for node in kept.graph] == ["DequantizeLinear", "MatMul"]
     made = qlrewrite.convert(model, "com.microsoft", include_8bit=True)
     assert [node.op_type for node in made.graph] == ["MatMulNBits"]
+
+
+def _blocked_or_half(dtype: int, *, blocked: bool, half: bool) -> onnx.ModelProto:
+    """x [8, 64] times an int8 / uint8 [64, 64] weight with a zero point, blocked by 32
+    along K (``blocked``) or per column, its scale float16 (``half``) or float32."""
+    rng = np.random.default_rng(1)
+    low, high, np_type = (-128, 128, np.int8) if dtype == TensorProto.INT8 else (0, 256, np.uint8)
+    scale_shape, attrs = ([K // 32, N], {"axis": 0, "block_size": 32}) if blocked else ([N], {})
+    float_type = np.float16 if half else np.float32
+    inits = [
+        numpy_helper.from_array(rng.integers(low, high, (K, N)).astype(np_type), "w"),
+        numpy_helper.from_array(np.full(scale_shape, 0.01, float_type), "ws"),
+        numpy_helper.from_array(rng.integers(low, high, scale_shape).astype(np_type), "wz"),
+    ]
+    attrs.setdefault("axis", 1)
+    elem = TensorProto.FLOAT16 if half else TensorProto.FLOAT
+    graph = helper.make_graph(
+        [
+            helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wf"], name="wdq", **attrs),
+            helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", elem, [8, K])],
+        [helper.make_tensor_value_info("y", elem, [8, N])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT8, TensorProto.UINT8])
+@pytest.mark.parametrize(("blocked", "half"), [(True, False), (False, True), (True, True)])
+def test_8bit_weights_com_microsoft_cannot_hold_become_matmul_nbits(
+    tmp_path: Path, dtype: int, blocked: bool, half: bool
+) -> None:
+    """com.microsoft's DequantizeLinear has no block_size, and a float16 one changes ORT's
+    outputs: left as it is, such a weight refused the whole conversion (exit 1, 'has no
+    blocked quantization' / '--allow-float16'), which made it MatMulNBits before 8-bit
+    weights were left. It is made MatMulNBits without the flag, and not counted as left."""
+    code, err, report = _convert(tmp_path, _blocked_or_half(dtype, blocked=blocked, half=half))
+    assert code == 0, err
+    assert _ops(tmp_path / "o.onnx") == ["MatMulNBits"]
+    changes = report["changes"]["NBitsFromOnnxPass"]
+    assert changes["matmul_nbits_made"] == 1 and "8bit_weights_left" not in changes
+    assert "8-bit weight" not in err
+
+
+def test_mixed_widths_count_only_the_8bit_weights_left(tmp_path: Path) -> None:
+    """4-bit, blocked 8-bit and per-column 8-bit weights in one model: the per-column one
+    alone stays DequantizeLinear (com.microsoft's, which ORT fuses), and the counts say so."""
+    first = _weight_matmul(4, quantized_activation=False)
+    second = _blocked_or_half(TensorProto.UINT8, blocked=True, half=False)
+    third = _weight_matmul(8, quantized_activation=False)
+    nodes, inits = list(first.graph.node), list(first.graph.initializer)
+    for index, part in enumerate((second, third), start=1):
+        renamed = {name: f"{name}{index}" for name in ("w", "ws", "wz", "wf", "wdq", "mm", "y")}
+        renamed["x"] = "y" if index == 1 else "y1"
+        for node in part.graph.node:
+            node.input[:] = [renamed.get(name, name) for name in node.input]
+            node.output[:] = [renamed[name] for name in node.output]
+            node.name = renamed[node.name]
+        for tensor in part.graph.initializer:
+            tensor.name = renamed[tensor.name]
+        nodes += part.graph.node
+        inits += part.graph.initializer
+    first.graph.ClearField("node")
+    first.graph.node.extend(nodes)
+    first.graph.ClearField("initializer")
+    first.graph.initializer.extend(inits)
+    first.graph.output[0].name = "y2"
+    onnx.checker.check_model(first, full_check=True)
+    code, err, report = _convert(tmp_path, first)
+    assert code == 0, err
+    written = onnx.load(tmp_path / "o.onnx")
+    kinds = [(node.domain, node.op_type) for node in written.graph.node]
+    assert kinds == [
+        ("com.microsoft", "MatMulNBits"),
+        ("com.microsoft", "MatMulNBits"),
+        ("com.microsoft", "DequantizeLinear"),
+        ("", "MatMul"),
+    ]
+    changes = report["changes"]["NBitsFromOnnxPass"]
+    assert changes["matmul_nbits_made"] == 2 and changes["8bit_weights_left"] == 1
+    assert "1 8-bit weight(s) left" in err

@@ -4,19 +4,26 @@ declares (``needs``, ``keeps_types``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 import onnx
+import onnx.shape_inference
 import onnx_ir as ir
 import pytest
 from qdq_models import DQ, DT, qdq_model
 
 from qlrewrite import pipeline
 from qlrewrite.io.weightless import weightless_proto
+from qlrewrite.passes.commands import downgrade_passes, retarget_passes
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.convert_domain import ConvertDomainPass
 from qlrewrite.passes.fix import FixPass
 from qlrewrite.passes.fold import FoldPass
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.toolkit import MAIN
 
 
 def _model() -> ir.Model:
@@ -99,3 +106,58 @@ def test_a_rewrite_leaves_no_channel_on_the_model(tmp_path) -> None:
 def test_the_context_of_another_model_is_refused() -> None:
     with pytest.raises(ValueError, match="another model"):
         pipeline.run_passes(_model(), [FoldPass()], RunContext.fresh(_model()))
+
+
+def _activation_model() -> onnx.ModelProto:
+    """x + x -> Q -> DQ -> Reshape at opset 21 with no intermediate type declared: every
+    pass reading the Q/DQ nodes' types, and a downgrade relabelling Add-14 / Reshape-14,
+    needs shape inference."""
+    shape = onnx.numpy_helper.from_array(np.array([4, 2], np.int64), "shape")
+    scale = onnx.numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    zero = onnx.numpy_helper.from_array(np.array(3, np.uint8), "zp")
+    nodes = [
+        onnx.helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+        onnx.helper.make_node("QuantizeLinear", ["a", "s", "zp"], ["q"], name="q"),
+        onnx.helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["d"], name="dq"),
+        onnx.helper.make_node("Reshape", ["d", "shape"], ["y"], name="reshape"),
+    ]
+    graph = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4, 2])],
+        [shape, scale, zero],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize(
+    "passes",
+    [
+        lambda: downgrade_passes(19),
+        lambda: retarget_passes(zero_point="signed"),
+        lambda: retarget_passes(split_shared=True, drop_redundant=True, zero_point="signed"),
+    ],
+    ids=["downgrade", "retarget", "tidy-then-retarget"],
+)
+def test_downgrade_retarget_and_tidy_read_the_runs_inference(
+    passes: Callable[[], list[ir.passes.PassBase]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ONNX shape inference runs once for the whole run (issue 35's review: the downgrade
+    inferred again to relabel, and the retarget passes made their own)."""
+    runs: list[int] = []
+    infer = onnx.shape_inference.infer_shapes
+
+    def counted(*args: Any, **kwargs: Any) -> onnx.ModelProto:
+        runs.append(1)
+        return infer(*args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    model = ir.serde.deserialize_model(_activation_model())
+    context = RunContext.fresh(model)
+    context.inference.table(MAIN)  # as the input check does
+    assert len(runs) == 1
+    _, results = pipeline.run_passes(model, passes(), context)
+    assert len(runs) == 1
+    assert all(result.modified for result in results)
+    assert all(isinstance(p, ContextPass) for p in passes())

@@ -40,6 +40,7 @@ PROBE = ROOT / "tools" / "probe"
 sys.path.insert(0, str(PROBE))
 
 import cases  # noqa: E402  (tools/probe: the probe's model builders)
+import drive  # noqa: E402
 import run_ort  # noqa: E402
 
 #: Every case of the probe, built once (about 2 s).
@@ -62,6 +63,12 @@ def _refused(row: object) -> bool:
     return not (row == "runs" or (isinstance(row, dict) and row.get("runs")))
 
 
+def _flagged(row: object) -> bool:
+    """Refused, or computed otherwise than unoptimized (QL706): what check must flag."""
+    diverged = isinstance(row, dict) and row.get("optimized") in ("miscomputes", "fails at run")
+    return _refused(row) or diverged
+
+
 def _crashed(row: object) -> bool:
     """A form that ended the runtime's process (not run in this process)."""
     return isinstance(row, dict) and row.get("reason") == "crash"
@@ -70,7 +77,10 @@ def _crashed(row: object) -> bool:
 def _save(case: cases.Case, folder: Path) -> dict:
     path = folder / f"{abs(hash(case.key))}.onnx"
     onnx.save(case.model, path)
-    return {"key": case.key, "file": str(path), "feeds": case.feeds}
+    entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
+    if case.compare:
+        entry["compare"] = case.compare
+    return entry
 
 
 # --------------------------------------------------------------------------- the tables
@@ -134,7 +144,7 @@ def test_check_flags_what_the_table_refuses_and_nothing_it_runs(
         path = tmp_path / "m.onnx"
         onnx.save(case.model, path)
         errors = _check_errors(path, spec)
-        if bool(errors) != _refused(forms[case.key]):
+        if bool(errors) != _flagged(forms[case.key]):
             wrong.append((case.key, errors, forms[case.key]))
     assert not wrong, wrong[:5]
 
@@ -159,8 +169,9 @@ def _runtime_python(variable: str, default: str) -> Path | None:
 
 
 def _real_verdicts(python: Path, runner: str, entries: list[dict], folder: Path) -> dict:
-    """Each entry's verdict (ran or not) in the real runtime; a case that ends the
-    runtime's process is a refusal (the runner starts again after it)."""
+    """Each entry's verdict (ran, and as unoptimized where compared, or not) in the real
+    runtime; a case that ends the runtime's process is a refusal (the runner starts again
+    after it)."""
     manifest, results = folder / "manifest.json", folder / "results.jsonl"
     manifest.write_text(json.dumps({"cases": entries}))
     done = 0
@@ -178,7 +189,12 @@ def _real_verdicts(python: Path, runner: str, entries: list[dict], folder: Path)
         assert len(finished) > done, f"{runner} made no progress"
         done = len(finished)
     lines = [json.loads(line) for line in results.read_text().splitlines()]
-    return {line["key"]: line["run"] for line in lines if "key" in line}
+    return {
+        line["key"]: line["run"]
+        and drive._optimized(line.get("versus_unoptimized", [])) == "matches"
+        for line in lines
+        if "key" in line
+    }
 
 
 def _release_spec(python: Path, runtime: str) -> str:

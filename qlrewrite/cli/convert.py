@@ -90,7 +90,9 @@ def convert_command(
     is exact: a constant int2/uint2/int4/uint4 DequantizeLinear blocked along K (or per
     output channel) feeding MatMul's B (also through a Transpose; a following Add of a
     constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
-    int4/uint4 becomes GatherBlockQuantized. int8/uint8 weights only with --include-8bit:
+    int4/uint4 becomes GatherBlockQuantized. int8/uint8 weights per column with a float32
+    scale only with --include-8bit (blocked or float16 ones always: com.microsoft's
+    DequantizeLinear cannot hold them exactly):
     ONNX Runtime's default session fuses them itself (MatMulIntegerToFloat, or its own
     MatMulNBits at accuracy_level 4) and ran them 2-35x faster than an 8-bit MatMulNBits
     at accuracy_level 0 (1.31.1).

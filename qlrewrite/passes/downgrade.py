@@ -18,7 +18,6 @@ from __future__ import annotations
 import collections
 
 import onnx
-import onnx.shape_inference
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -28,7 +27,7 @@ from qlrewrite.listing import grouped
 from qlrewrite.passes import downgrade_lower as lower
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.downgrade_plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
-from qlrewrite.passes.downgrade_relabel import relabel_problem
+from qlrewrite.passes.downgrade_relabel import ElementTypes, relabel_problem
 from qlrewrite.passes.results import DowngradeResult
 from qlrewrite.passes.upgrade import convert_weightless
 from qlrewrite.qdq import QDQ, QOPERATOR, normalize_domain, onnx_opset
@@ -80,11 +79,12 @@ class DowngradePass(ContextPass, ir.passes.FunctionalPass):
         plans = plan_downgrade(model, self.opset, context.inference)
         _refuse(plans, self.opset)
         relabelled: list[str] = []
+        types = ElementTypes(model, context.inference)  # the run's: no inference again
         new = convert_weightless(
             model,
             self.opset,
             context,
-            prepare=lambda proto: relabelled.extend(_hold(proto, before, self.opset)),
+            prepare=lambda proto: relabelled.extend(_hold(proto, before, self.opset, types)),
             lower=True,
         )
         _restore(new, self.opset)
@@ -114,10 +114,10 @@ def _lowest(plan: Plan) -> list[str]:
     return [f"lowest opset that holds it: {plan.lowest_opset}"] if plan.lowest_opset else []
 
 
-def _hold(proto: onnx.ModelProto, source: int, target: int) -> list[str]:
+def _hold(proto: onnx.ModelProto, source: int, target: int, types: ElementTypes) -> list[str]:
     """Move the quantized nodes and the relabelled ones into the private domain, so the
-    converter passes them by; the names of the relabelled ones."""
-    types = _element_types(proto)
+    converter passes them by; the names of the relabelled ones (``types``: the element
+    types of the model the proto was made from)."""
     relabelled = []
     for _, graph in proto_graphs(proto):
         for node in graph.node:
@@ -132,23 +132,6 @@ def _hold(proto: onnx.ModelProto, source: int, target: int) -> list[str]:
     for function in proto.functions:
         function.opset_import.append(onnx.helper.make_opsetid(_HOLD, 1))
     return relabelled
-
-
-def _element_types(proto: onnx.ModelProto) -> dict[str, int]:
-    """Element types by value name, declared or inferred (ONNX's shape inference)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto)
-    except Exception:  # inference is a help here: without it nothing is relabelled
-        inferred = proto
-    types: dict[str, int] = {}
-    for _, graph in proto_graphs(inferred):
-        if not isinstance(graph, onnx.GraphProto):
-            continue
-        for info in (*graph.input, *graph.output, *graph.value_info):
-            if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
-                types[info.name] = info.type.tensor_type.elem_type
-        types.update({t.name: t.data_type for t in graph.initializer})
-    return types
 
 
 def _restore(model: ir.Model, opset: int) -> None:

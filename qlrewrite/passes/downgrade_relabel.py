@@ -14,12 +14,19 @@ Squeeze-13 moved ``axes`` to an input) goes through the converter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import onnx
 import onnx.defs
+import onnx_ir as ir
 
-__all__ = ["relabel_problem"]
+from qlrewrite.qdq.inference import Inference
+from qlrewrite.toolkit import GraphRef, iter_graphs
+
+__all__ = ["ElementTypes", "relabel_problem"]
+
+#: The element type of a value by name (None: unknown).
+TypeOf = Callable[[str], int | None]
 
 #: Type-only versions since opset 19 (float8, int4, float4, 2-bit, ...).
 _NEW_TYPES = (19, 21, 23, 24, 25)
@@ -77,11 +84,42 @@ _RELABEL: Mapping[str, Mapping[int, tuple[str, ...]]] = {
 _NEW_VALUES: Mapping[tuple[str, str], tuple[bytes, ...]] = {("Pad", "mode"): (b"wrap",)}
 
 
-def relabel_problem(
-    node: onnx.NodeProto, source: int, target: int, types: Mapping[str, int]
-) -> str | None:
+class ElementTypes:
+    """Element types by value name in the graphs of ``model`` (names of subgraphs
+    flattened, the later graph's first, as in its proto; not a function's own values):
+    declared, else the run's ``inference``, which runs only when an undeclared name is
+    asked for. Called with a name; None when unknown."""
+
+    def __init__(self, model: ir.Model, inference: Inference) -> None:
+        self._inference = inference
+        self._values: dict[str, tuple[ir.Value, GraphRef]] = {}
+        for scope in iter_graphs(model):
+            graph = scope.graph
+            if not isinstance(graph, ir.Graph):
+                continue
+            outputs = (v for node in graph for v in node.outputs)
+            for value in (*graph.inputs, *graph.initializers.values(), *outputs):
+                if value.name:
+                    self._values[value.name] = (value, scope.ref)
+
+    def __call__(self, name: str) -> int | None:
+        found = self._values.get(name)
+        if found is None:
+            return None
+        value, ref = found
+        tensor = value.const_value if value.is_initializer() else None
+        if tensor is not None:
+            return int(tensor.dtype)
+        if isinstance(value.type, ir.TensorType) and value.type.dtype != ir.DataType.UNDEFINED:
+            return int(value.type.dtype)
+        dtype, _ = self._inference.scope(ref).get(name, (None, None))
+        return int(dtype) if dtype else None
+
+
+def relabel_problem(node: onnx.NodeProto, source: int, target: int, types: TypeOf) -> str | None:
     """Why ``node`` (ai.onnx, read at opset ``source``) cannot be written unchanged at
-    opset ``target``; None when it can. ``types``: element types by value name."""
+    opset ``target``; None when it can. ``types``: the element type of a value by name
+    (:class:`ElementTypes`)."""
     try:
         new = onnx.defs.get_schema(node.op_type, source, "")
         old = onnx.defs.get_schema(node.op_type, target, "")
@@ -133,9 +171,7 @@ def _at_default(attr: onnx.AttributeProto, schema: onnx.defs.OpSchema, names: se
     )
 
 
-def _type_problem(
-    node: onnx.NodeProto, schema: onnx.defs.OpSchema, types: Mapping[str, int]
-) -> str | None:
+def _type_problem(node: onnx.NodeProto, schema: onnx.defs.OpSchema, types: TypeOf) -> str | None:
     """Why a value of ``node`` has a type ``schema`` does not take (unknown: a problem)."""
     constraints = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
     pairs = [*zip(node.input, _formal(schema.inputs, len(node.input)), strict=True)]
@@ -143,7 +179,7 @@ def _type_problem(
     for name, formal in pairs:
         if not name:
             continue
-        elem = types.get(name)
+        elem = types(name)
         if elem is None:
             return f"the type of '{name}' is unknown"
         text = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})"

@@ -211,6 +211,13 @@ def _bias(matmul: ir.Node, n: int, dtype: ir.DataType) -> tuple[ir.Node, ir.Valu
     return add, other
 
 
+def _stays_exact(match: _Match) -> bool:
+    """Whether an 8-bit weight's DequantizeLinear, left as it is, converts to com.microsoft
+    exactly: com.microsoft's has no block_size, and with a float16 scale ONNX Runtime
+    computes it differently (ConvertDomainPass refuses both; MatMulNBits holds them)."""
+    return match.block_size == 0 and match.scale.dtype == _DT.FLOAT
+
+
 def _eight_bit_note(count: int) -> str:
     """Why ``count`` 8-bit weights stayed DequantizeLinear -> MatMul."""
     return (
@@ -300,7 +307,7 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         if match is None or found is None:
             return None
         layout, transposed, source_block = found
-        if layout.bits == 8 and not self.include_8bit:
+        if layout.bits == 8 and not self.include_8bit and _stays_exact(match):
             self._eight_bit_left += 1
             return None
         a = matmul.inputs[0]

@@ -22,9 +22,11 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.kernels import dequantize, int_range, quantize
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.qdq import QDQ, QDQView, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
+from qlrewrite.qdq.inference import Inference
 from qlrewrite.toolkit import FreshNames, tensor_shape
 
 __all__ = ["QdqTidyPass"]
@@ -33,9 +35,13 @@ __all__ = ["QdqTidyPass"]
 _MAX_PROOF = 1 << 24
 
 
-class QdqTidyPass(ir.passes.InPlacePass):
+class QdqTidyPass(ContextPass, ir.passes.InPlacePass):
     """Remove redundant DequantizeLinear -> QuantizeLinear pairs and split shared Q/DQ
     inputs (see module)."""
+
+    needs = frozenset({"inference"})  # the types of the Q/DQ nodes, when undeclared
+    # keeps_types: a removed pair's readers read a value of the same type; each copy gets
+    # a fresh name and its original's type
 
     def __init__(self, *, drop_redundant: bool = False, split_shared: bool = False) -> None:
         super().__init__()
@@ -44,27 +50,29 @@ class QdqTidyPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> RetargetResult:
         counts: collections.Counter[str] = collections.Counter()
+        inference = self.context(model).inference
         if self.drop_redundant:
-            counts["redundant_pairs_removed"] = _drop_redundant(model)
+            counts["redundant_pairs_removed"] = _drop_redundant(_single_views(model, inference))
         if self.split_shared:
             names = FreshNames(model, nodes=True)
-            counts["shared_dequantize_split"] = _split_dequantize(model, names)
-            counts["shared_initializers_split"] = _split_initializers(model, names)
+            views = _single_views(model, inference)
+            counts["shared_dequantize_split"] = _split_dequantize(views, names)
+            views = _single_views(model, inference)  # with the copies just made
+            counts["shared_initializers_split"] = _split_initializers(views, names)
         summary = dict(counts)
         return RetargetResult(model, any(summary.values()), summary)
 
 
-def _single_views(model: ir.Model) -> dict[int, QDQView]:
+def _single_views(model: ir.Model, inference: Inference) -> dict[int, QDQView]:
     """The view of each Q/DQ node outside functions (one call site), by node id."""
     return {
         id(site.node): views[0]
-        for site, views in node_views(model, kinds=(QDQ,))
+        for site, views in node_views(model, kinds=(QDQ,), inference=inference)
         if len(views) == 1 and isinstance(views[0], QDQView)
     }
 
 
-def _drop_redundant(model: ir.Model) -> int:
-    views = _single_views(model)
+def _drop_redundant(views: dict[int, QDQView]) -> int:
     removed = 0
     for view in [v for v in views.values() if v.is_quantize]:
         source = view.node.inputs[0]
@@ -149,10 +157,10 @@ def _proven(dq: QDQView) -> bool:
     return bool(np.array_equal(back, grid))
 
 
-def _split_dequantize(model: ir.Model, names: FreshNames) -> int:
+def _split_dequantize(views: dict[int, QDQView], names: FreshNames) -> int:
     """One DequantizeLinear per reader; the number of copies made."""
     copies = 0
-    for view in list(_single_views(model).values()):
+    for view in list(views.values()):
         node = view.node
         if view.is_quantize or not isinstance(node.graph, ir.Graph):
             continue
@@ -179,10 +187,10 @@ def _alias(tensor: ir.TensorProtocol, name: str | None) -> ir.TensorProtocol:
     return ir.LazyTensor(lambda: tensor, dtype=tensor.dtype, shape=tensor_shape(tensor), name=name)
 
 
-def _split_initializers(model: ir.Model, names: FreshNames) -> int:
+def _split_initializers(views: dict[int, QDQView], names: FreshNames) -> int:
     """One initializer per Q/DQ reader; the number of initializers added."""
     added = 0
-    for view in _single_views(model).values():
+    for view in views.values():
         node = view.node
         graph = node.graph
         if not isinstance(graph, ir.Graph):

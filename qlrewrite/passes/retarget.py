@@ -29,6 +29,7 @@ import onnx_ir as ir
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.listing import grouped
+from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
@@ -91,9 +92,12 @@ class _Change:
         return array
 
 
-class RetargetPass(ir.passes.InPlacePass):
+class RetargetPass(ContextPass, ir.passes.InPlacePass):
     """Apply the requested retargets (see module); raises Refusal naming every quantized
     tensor that cannot be retargeted exactly."""
+
+    needs = frozenset({"inference"})  # the types of the Q/DQ nodes, when undeclared
+    keeps_types = False  # a retargeted tensor changes its type under its name
 
     def __init__(
         self,
@@ -108,7 +112,8 @@ class RetargetPass(ir.passes.InPlacePass):
         self.narrow = narrow
 
     def call(self, model: ir.Model) -> RetargetResult:
-        changes = [self._plan(group) for group in groups(model)]
+        inference = self.context(model).inference
+        changes = [self._plan(group) for group in groups(model, inference)]
         _refuse([c for c in changes if c.problems])
         names = FreshNames(model)
         counts: collections.Counter[str] = collections.Counter()

@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from qlrewrite.qdq import QDQ, NodeView, QDQView, QuantizedSite, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
+from qlrewrite.qdq.inference import Inference
 
 __all__ = ["Group", "Member", "groups"]
 
@@ -64,10 +65,11 @@ class Group:
         return self.members[0].view.where
 
 
-def groups(model: ir.Model) -> list[Group]:
-    """Every quantized tensor of ``model`` touched by a Q/DQ node, as a group."""
+def groups(model: ir.Model, inference: Inference | None = None) -> list[Group]:
+    """Every quantized tensor of ``model`` touched by a Q/DQ node, as a group (types not
+    declared read from ``inference``: the run's, else a new one)."""
     found: dict[int, Group] = {}
-    for site, views in node_views(model, kinds=(QDQ,)):
+    for site, views in node_views(model, kinds=(QDQ,), inference=inference):
         view = views[0]
         quantized = site.node.outputs[0] if view.is_quantize else site.node.inputs[0]
         if quantized is None or not isinstance(view, QDQView):

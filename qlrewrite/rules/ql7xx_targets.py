@@ -1,9 +1,11 @@
 """QL7xx: what the runtime a model is deployed to refuses, run only for ``--target``: the
 IR version and opsets it loads (QL701, QL702) and the node forms it has no kernel for
-(QL703), read from the measured tables of :mod:`qlrewrite.targets`."""
+(QL703) or computes wrongly when it optimizes the graph (QL706), read from the measured
+tables of :mod:`qlrewrite.targets`."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import onnx_ir as ir
@@ -20,15 +22,18 @@ from qlrewrite.rules.registry import (
     TargetNode,
     rule,
 )
-from qlrewrite.targets.forms import form_of
+from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
 from qlrewrite.targets.spec import Target
-from qlrewrite.targets.tables import Refusal, Table, ort_releases, table
+from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
 from qlrewrite.toolkit import import_table, normalize_domain
 
 __all__: list[str] = []
 
 #: Refusals the model-level rules already say (QL701: IR version, QL702: opset).
 _MODEL_LEVEL = ("ir", "opset")
+#: Refusals QL703 leaves to others: those, and failures at run of the optimized session
+#: only (QL706).
+_NOT_QL703 = (*_MODEL_LEVEL, "optimizer")
 
 
 def _who(target: Target, refusing: list[Table]) -> str:
@@ -178,7 +183,7 @@ def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
     found = []
     for runtime in target.tables:
         refusal = runtime.refusal(form)
-        if refusal is not None and refusal.reason not in _MODEL_LEVEL:
+        if refusal is not None and refusal.reason not in _NOT_QL703:
             found.append((runtime, refusal))
     return found
 
@@ -243,8 +248,6 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
 
-#: The weight patterns the probe measured, keyed by the DQ's form after this prefix.
-WEIGHT_PATTERN = "weight DQ->MatMul: "
 #: Runtime precisions that are not integer or low-precision float.
 _FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
 #: Execution-graph layers that compute (not constants, reorders or transposes).
@@ -314,8 +317,6 @@ def target_folds_to_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
             return
 
 
-#: The QDQ MatMul patterns the probe measured: activation type, then the weight DQ's form.
-QDQ_PATTERN = "QDQ MatMul: "
 #: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
 _INTEGER_KERNELS = frozenset(
     {
@@ -339,26 +340,8 @@ def _matmul_of(ctx: TargetNode) -> ir.Node | None:
     return None
 
 
-def _activation_type(matmul: ir.Node) -> str | None:
-    """The quantized type of the MatMul's first input when a DequantizeLinear gives it: its
-    x's declared type, else its zero point's (None: float, or not known)."""
-    producer = matmul.inputs[0].producer() if matmul.inputs[0] is not None else None
-    if producer is None or producer.op_type != "DequantizeLinear":
-        return None
-    for value in (producer.inputs[0], *producer.inputs[2:3]):
-        if value is not None and value.dtype is not None:
-            return value.dtype.name
-    return None
-
-
 def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
-    form = form_of(ctx.view)
-    if form is None:
-        return None
-    activation = _activation_type(matmul)
-    if activation is None:
-        return WEIGHT_PATTERN + form
-    return f"{QDQ_PATTERN}activation={activation} weight={form}"
+    return pattern_key(ctx.view, matmul)
 
 
 def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
@@ -418,4 +401,101 @@ def target_runs_in_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         yield ctx.report(
             f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
             "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
+        )
+
+
+#: The session options that keep ONNX Runtime from fusing a QDQ MatMul (its
+#: QDQSelectorActionTransformer; measured to compute the blocked patterns exactly in 1.19,
+#: 1.25, 1.31 and 1.32).
+_NO_FUSION = (
+    "or create the session with disabled_optimizers=['QDQSelectorActionTransformer'] "
+    "(Python; the other optimizations stay) or the session config entry "
+    "session.disable_quant_qdq=1"
+)
+
+
+def _what(found: list[tuple[Table, Divergence]]) -> str:
+    """What the releases were measured to do: other values (the largest relative
+    difference), and the failure at run where there was one."""
+    diffs = [d.max_rel_diff for _, d in found if d.max_rel_diff is not None]
+    errors = [d.error for _, d in found if d.error]
+    wrong = any(d.outcome == "miscomputes" for _, d in found)
+    if not wrong:
+        return f"fails at run where ORT_DISABLE_ALL runs it: {errors[-1] if errors else '?'}"
+    off = f", up to {max(diffs):.0%} of the largest output off" if diffs else ""
+    text = f"computes other values than with ORT_DISABLE_ALL (measured{off})"
+    return f"{text}; at other shapes it fails at run: {errors[-1]}" if errors else text
+
+
+def _ways_out(key: str) -> str:
+    """convert (MatMulNBits: blocks along K only; 8-bit weights only with --include-8bit),
+    per-channel weights, or a session that does not fuse QDQ nodes."""
+    eight = " --include-8bit" if re.search(r" U?INT8 scale=", key) else ""
+    convert = (
+        f"qlrewrite convert --to com.microsoft{eight} makes it MatMulNBits, which computes "
+        "the blocks (exact); or "
+        if " along=K " in key
+        else ""
+    )
+    return f"{convert}quantize this weight per channel; {_NO_FUSION}"
+
+
+@rule(
+    "QL706",
+    "target-miscomputes",
+    ERROR,
+    summary="ONNX Runtime's default optimizations compute this quantized MatMul wrongly or "
+    "fail at run on it (measured against ORT_DISABLE_ALL).",
+    explanation="""
+    The probe runs each QDQ MatMul pattern (a constant weight's DequantizeLinear into a
+    MatMul whose activation is quantized and dequantized) in each release twice on the
+    same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
+    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to
+    1.32.0: with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
+    (block_size smaller than the blocked axis, along K or N) is fused into
+    MatMulIntegerToFloat or QLinearMatMul as if its scale were per column (ONNX Runtime's
+    MatMulNodeGroupSelector::Check, onnxruntime/core/optimizer/qdq_transformer/
+    selectors_actions/qdq_selectors.cc, checks the element types only, not block_size):
+    depending on the shapes, the zero point and whether the output is quantized, the
+    model fails at run ("Attempting to broadcast an axis by a dimension other than 1") or
+    silently returns other values (up to about 60% of the largest output off in the
+    probe, or another shape). 4-bit weights, 16-bit activations, float activations
+    (MatMulNBits) and one block along K are computed right. The finding names the
+    releases and what was measured; ways out: MatMulNBits (`qlrewrite convert --to
+    com.microsoft --include-8bit`, blocks along K), per-channel weights, or a session
+    that does not fuse QDQ nodes.
+    """,
+    example="""
+    bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
+    good: Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, per-axis)
+    """,
+    versions="--target ort",
+    scope="target-node",
+    needs_version=False,
+    examples=[
+        Example(
+            "blocked-int8-weight",
+            ModelSpec(
+                "qdq_matmul_weight", DT.UINT8, DT.INT8, "blocked", zero_point=False, output="float"
+            ),
+            ModelSpec("qdq_matmul_weight", DT.UINT8, DT.INT8, "per-axis", output="float"),
+            targets=("ort==1.31",),
+            ort=False,
+        ),
+    ],
+)
+def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+    if ctx.view.is_quantize or ctx.target.runtime != "ort":
+        return
+    matmul = _matmul_of(ctx)
+    key = _pattern_key(ctx, matmul) if matmul is not None else None
+    if key is None:
+        return
+    found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
+    if found:
+        who = _who(ctx.target, [t for t, _ in found])
+        yield ctx.report(
+            f"with {who}'s default optimizations the quantized MatMul this weight feeds "
+            f"{_what(found)}",
+            _ways_out(key),
         )

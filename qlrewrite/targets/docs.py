@@ -37,7 +37,9 @@ the pre-commit hook treat them like every other rule (`qlrewrite rules QL703`).
 Rules: QL701 (IR version newer than the release loads; `--fix` lowers it when the model
 needs no more), QL702 (an opset newer than it loads), QL703 (a node form it refuses, with
 the runtime's own message and the oldest release that runs it), QL704 (OpenVINO: a weight
-it folds to float), QL711-QL714 (TensorRT, documented), QL721-QL724 (QNN, documented).
+it folds to float), QL705 (opt-in: a quantized MatMul ONNX Runtime runs in float), QL706
+(a quantized MatMul ONNX Runtime's default optimizations compute wrongly or fail at run
+on), QL711-QL714 (TensorRT, documented), QL721-QL724 (QNN, documented).
 
 ## How the tables are measured
 
@@ -62,6 +64,17 @@ operators (each input's type, `[n]` marking a per-channel scale or zero point; w
 per-tensor and per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul patterns
 (8- and 16-bit activations, 8- and 4-bit weights), whose optimized graph ONNX Runtime
 saves: the kernels it formed.
+
+The QDQ MatMul patterns (weight [64, 16]: per-tensor, per-axis, and blocked along K in
+blocks of 16 or 64, along N in blocks of 8 or 16, with and without zero point, output
+quantized or float) are also run by ONNX Runtime twice on the same seeded inputs (values
+in [0, 6), as many rows as the weight's scale and 3 rows): with the default options and
+with ORT_DISABLE_ALL. A largest difference above 10% of the largest output, or another
+shape, is recorded as `miscomputes`; a failure at run that ORT_DISABLE_ALL does not share
+as `fails at run` (measured: per-tensor and per-axis patterns agree exactly). These keys
+were added to the committed tables on 2026-11-26 with `drive.py --only "QDQ MatMul: "`,
+which re-probes the keys starting with it and merges them into each table, recording the
+amendment under `amended`; every other form is as first measured.
 
 Refresh for a new release (about a minute per release on 2 cores):
 
@@ -188,8 +201,34 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
 _INTEGER = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulNBits", "MatMulInteger", "QGemm")
 
 
+def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str:
+    """One pattern's line: the releases that fused it into an integer kernel, the newest
+    release's kernel, the releases that refused it, and those whose default optimizations
+    compute it otherwise than ORT_DISABLE_ALL."""
+    fused, refused = [], []
+    diverged: dict[str, list[str]] = {"miscomputes": [], "fails at run": []}
+    for release, t in zip(every, tables, strict=True):
+        row = t.forms.get(key)
+        divergence = t.divergence(key)
+        if divergence is not None:
+            diverged[divergence.outcome].append(release)
+        if isinstance(row, dict) and row.get("runs"):
+            if any(op.endswith(_INTEGER) for op in row.get("runtime_ops", [])):
+                fused.append(release)
+        elif isinstance(row, dict) and row.get("reason") not in (None, "ir", "opset", "optimizer"):
+            refused.append(release)
+    newest = tables[-1].runtime_ops(key) or []
+    kernel = ", ".join(op for op in newest if op not in ("QuantizeLinear", "DequantizeLinear"))
+    wrong = "; ".join(f"{what}: {_span(found, every)}" for what, found in diverged.items() if found)
+    return (
+        f"| `{key}` | {_span(fused, every)} | {kernel or '-'} | {_span(refused, every)} "
+        f"| {wrong or '-'} |"
+    )
+
+
 def _patterns(tables: Sequence[Table]) -> list[str]:
-    """Which kernel each release formed for each MatMul pattern (its optimized graph)."""
+    """Which kernel each release formed for each MatMul pattern (its optimized graph), and
+    where its default optimizations compute the pattern wrongly."""
     every = [t.release.rsplit(".", 1)[0] for t in tables]
     keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
     lines = [
@@ -197,25 +236,17 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
         "",
         "From each release's optimized graph (default session options, saved with "
         "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; "
-        "QL703 where the pattern is refused.",
+        "QL703 where the pattern is refused; QL706 where the default session's output "
+        "differs from ORT_DISABLE_ALL's on the same inputs (last column: `miscomputes`, "
+        "other values or another shape; `fails at run`, where ORT_DISABLE_ALL runs). A "
+        "blocked weight's key adds its layout: blocks along K (axis 0) or N (axis 1), one "
+        "block or many, zero point given or not, the MatMul's output quantized or float.",
         "",
-        "| pattern | integer kernel formed in | kernel (newest release) | refused in |",
-        "|---|---|---|---|",
+        "| pattern | integer kernel formed in | kernel (newest release) | refused in "
+        "| optimized differs in |",
+        "|---|---|---|---|---|",
     ]
-    for key in keys:
-        fused, refused = [], []
-        for release, t in zip(every, tables, strict=True):
-            row = t.forms.get(key)
-            if isinstance(row, dict) and row.get("runs"):
-                if any(op.endswith(_INTEGER) for op in row.get("runtime_ops", [])):
-                    fused.append(release)
-            elif isinstance(row, dict) and row.get("reason") not in (None, "ir", "opset"):
-                refused.append(release)
-        newest = tables[-1].runtime_ops(key) or []
-        kernel = ", ".join(op for op in newest if op not in ("QuantizeLinear", "DequantizeLinear"))
-        lines.append(
-            f"| `{key}` | {_span(fused, every)} | {kernel or '-'} | {_span(refused, every)} |"
-        )
+    lines += [_pattern_row(key, tables, every) for key in keys]
     return [*lines, ""]
 
 

@@ -11,11 +11,13 @@ left out: the probe measures one representative of each form (``docs/targets.md`
 
 from __future__ import annotations
 
+import onnx_ir as ir
+
 from qlrewrite import opsets
-from qlrewrite.qdq import NodeView
+from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.sites import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
-__all__ = ["form_of"]
+__all__ = ["QDQ_PATTERN", "WEIGHT_PATTERN", "form_of", "pattern_key"]
 
 _GRANULARITY = {
     opsets.PER_TENSOR: "per-tensor",
@@ -111,3 +113,60 @@ def form_of(view: NodeView) -> str | None:
     if kind is QOPERATOR:
         return _qoperator_form(view)
     return None
+
+
+#: The weight patterns: a constant weight dequantized into a MatMul, keyed by the DQ's form
+#: after this prefix.
+WEIGHT_PATTERN = "weight DQ->MatMul: "
+#: The QDQ MatMul patterns: the activation's type, then the weight DQ's form (and for a
+#: blocked weight, its layout: :func:`pattern_key`).
+QDQ_PATTERN = "QDQ MatMul: "
+
+
+def _activation_type(matmul: ir.Node) -> str | None:
+    """The quantized type of the MatMul's first input when a DequantizeLinear gives it: its
+    x's declared type, else its zero point's (None: float, or not known)."""
+    producer = matmul.inputs[0].producer() if matmul.inputs[0] is not None else None
+    if producer is None or producer.op_type != "DequantizeLinear":
+        return None
+    for value in (producer.inputs[0], *producer.inputs[2:3]):
+        if value is not None and value.dtype is not None:
+            return value.dtype.name
+    return None
+
+
+def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
+    """`` along=K|N blocks=one|many zero_point=yes|no output=quantized|float`` for a blocked
+    2-D weight (what decides how ONNX Runtime's fused kernel misreads its scale); None when
+    the weight's rank is unknown or not 2."""
+    shape = view.x.shape if view.x is not None else None
+    if shape is None or len(shape) != 2:
+        return None
+    axis = view.axis % 2
+    dim = shape[axis]
+    blocks = "one" if dim is not None and view.block_size >= dim else "many"
+    zero_point = "yes" if view.zero_point is not None else "no"
+    consumers = matmul.outputs[0].consumers() if matmul.outputs else ()
+    quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
+    return (
+        f" along={'KN'[axis]} blocks={blocks} zero_point={zero_point} "
+        f"output={'quantized' if quantized else 'float'}"
+    )
+
+
+def pattern_key(view: NodeView, matmul: ir.Node) -> str | None:
+    """The table key of the MatMul pattern whose weight (second input) ``view``'s
+    DequantizeLinear gives: ``weight DQ->MatMul: <form>`` when the activation is float,
+    ``QDQ MatMul: activation=<type> weight=<form>`` when a DequantizeLinear gives it (a
+    blocked weight adds its layout). None: the weight has no form."""
+    form = form_of(view)
+    if form is None:
+        return None
+    activation = _activation_type(matmul)
+    if activation is None:
+        return WEIGHT_PATTERN + form
+    key = f"{QDQ_PATTERN}activation={activation} weight={form}"
+    if isinstance(view, QDQView) and view.granularity.blocked:
+        layout = _blocked_layout(view, matmul)
+        return None if layout is None else key + layout
+    return key

@@ -5,6 +5,8 @@ A table records the release it was measured with, the highest IR version and ops
 domain it loads, and per node form (:func:`qlrewrite.targets.forms.form_of`) whether the
 release ran the one-node model of that form, or refused it (at load or at run) with its
 reason and message. A form missing from a table was not measured: no rule speaks about it.
+The QDQ MatMul patterns also record how the default session's output compared with an
+ORT_DISABLE_ALL session's on the same inputs (:class:`Divergence`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from typing import Any
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
 
-__all__ = ["DATA", "Fact", "Refusal", "Table", "documented", "ort_releases", "table"]
+__all__ = [
+    "DATA",
+    "Divergence",
+    "Fact",
+    "Refusal",
+    "Table",
+    "documented",
+    "ort_releases",
+    "table",
+]
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -33,6 +44,29 @@ class Refusal:
     stage: str
     reason: str
     error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    """A pattern the optimized session computes otherwise than the unoptimized one:
+    ``miscomputes`` (other values, or another shape) or ``fails at run`` (where the
+    unoptimized session runs), with the largest difference measured relative to the
+    largest output (None: no shape ran) and the optimized session's error, if any."""
+
+    outcome: str
+    max_rel_diff: float | None
+    error: str
+
+
+def _divergence(row: Mapping[str, Any]) -> Divergence | None:
+    outcome = row.get("optimized")
+    if outcome not in ("miscomputes", "fails at run"):
+        return None
+    versus = row.get("versus_unoptimized", [])
+    diffs = [v["max_rel_diff"] for v in versus if "max_rel_diff" in v]
+    errors = [v["error"] for v in versus if "error" in v]
+    error = errors[0] if errors else str(row.get("error", ""))
+    return Divergence(outcome, max(diffs) if diffs else None, error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +97,12 @@ class Table:
         if not isinstance(row, dict) or row.get("runs"):
             return None
         return Refusal(row["refused"], row["reason"], row.get("error", ""))
+
+    def divergence(self, form: str) -> Divergence | None:
+        """How this release's optimized session departed from its unoptimized one on the
+        pattern ``form`` (None: it matched, or it was not compared)."""
+        row = self.forms.get(form)
+        return _divergence(row) if isinstance(row, dict) else None
 
     def runtime_ops(self, form: str) -> list[str] | None:
         """What the runtime made of ``form`` when it ran it (OpenVINO: the execution graph's

@@ -29,7 +29,7 @@ from onnx import helper
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import node_views
 from qlrewrite.rules.registry import CHECKED_KINDS
-from qlrewrite.targets.forms import form_of
+from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
 
 #: The test-model builders (the rules' examples are built from them) live in tests/.
 TESTS = Path(__file__).resolve().parents[2] / "tests"
@@ -44,6 +44,7 @@ from example_models import (  # noqa: E402
     Q,
     gather_block_quantized_model,
     matmul_nbits_model,
+    qdq_matmul_weight,
     qdq_model,
 )
 
@@ -89,6 +90,9 @@ class Case:
     key: str
     model: onnx.ModelProto
     feeds: list[tuple[str, str, list[int]]] = dataclasses.field(default_factory=list)
+    #: Shapes of the one float input "a" at which the runner compares the default
+    #: session's output with ORT_DISABLE_ALL's (values in [0, 6), seeded).
+    compare: list[list[int]] = dataclasses.field(default_factory=list)
 
 
 def _feeds_of(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]] | None:
@@ -335,40 +339,9 @@ def _dynamic_quantize_model() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
-#: The weight patterns probed: a constant weight dequantized into a MatMul, keyed by the
-#: DQ's form after this prefix (the runtime's execution graph tells whether it kept the
-#: weight quantized).
-WEIGHT_PATTERN = "weight DQ->MatMul: "
-
-
-#: The QDQ MatMul patterns probed: activations quantized (Q -> DQ) into a MatMul with a
-#: dequantized constant weight, its output quantized again; keyed by the activation type and
-#: the weight DQ's form. ONNX Runtime's optimized graph tells which kernel it formed.
-QDQ_PATTERN = "QDQ MatMul: "
-
-
-def _quantize_pair(name: str, dtype: DT) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
-    """Q -> DQ of value ``name`` into ``name``_f, per-tensor, zero point 0 of ``dtype``."""
-    inits = [
-        helper.make_tensor(f"{name}_s", onnx.TensorProto.FLOAT, [], [0.05]),
-        ir.serde.serialize_tensor(
-            ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name=f"{name}_z")
-        ),
-    ]
-    nodes = [
-        helper.make_node(Q, [name, f"{name}_s", f"{name}_z"], [f"{name}_q"], name=f"q_{name}"),
-        helper.make_node(
-            DQ, [f"{name}_q", f"{name}_s", f"{name}_z"], [f"{name}_f"], name=f"dq_{name}"
-        ),
-    ]
-    return nodes, inits
-
-
-def _weight_pattern(
-    qtype: DT, granularity: str, opset: int, activation: DT | None = None
-) -> onnx.ModelProto:
-    """DQ(constant [64, 8] weight) -> MatMul; with ``activation``, the MatMul's input and
-    output quantized (Q -> DQ) to that type too (the QDQ form ORT's quantizer writes)."""
+def _weight_pattern(qtype: DT, granularity: str, opset: int) -> onnx.ModelProto:
+    """DQ(constant [64, 8] weight) -> MatMul (the QDQ MatMul patterns, whose activation is
+    quantized too, are :func:`example_models.qdq_matmul_weight`'s)."""
     scale_shape, attrs = {
         "per-tensor": ((), {}),
         "per-axis": ((8,), {"axis": 1}),
@@ -382,24 +355,16 @@ def _weight_pattern(
     zero = ir.serde.serialize_tensor(
         ir.Tensor(np.zeros(scale_shape, dtype=qtype.numpy()), dtype=qtype, name="z")
     )
-    nodes = [helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs)]
-    inits = [weight, scale, zero]
-    a, y = "a", "y"
-    if activation is not None:
-        pair_a, inits_a = _quantize_pair("a", activation)
-        pair_y, inits_y = _quantize_pair("y", activation)
-        nodes, inits, a, y = [*nodes, *pair_a], [*inits, *inits_a, *inits_y], "a_f", "y"
-    nodes.append(helper.make_node("MatMul", [a, "wf"], [y], name="mm"))
-    out = "y"
-    if activation is not None:
-        nodes += pair_y
-        out = "y_f"
+    nodes = [
+        helper.make_node(DQ, ["w", "s", "z"], ["wf"], name="dq", **attrs),
+        helper.make_node("MatMul", ["a", "wf"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
         nodes,
         "g",
         [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [2, 64])],
-        [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, [2, 8])],
-        initializer=inits,
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 8])],
+        initializer=[weight, scale, zero],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     return _with_min_ir(model)
@@ -432,20 +397,61 @@ def weight_pattern_cases() -> Iterator[Case]:
             yield Case(WEIGHT_PATTERN + form, model, _feeds_of(model) or [])
 
 
+def _pattern_key_of(model: onnx.ModelProto) -> str | None:
+    """The pattern key qlrewrite gives the weight DQ "dq" of the model and its MatMul."""
+    ir_model = ir.serde.deserialize_model(model)
+    for site, views in node_views(ir_model, kinds=CHECKED_KINDS):
+        if site.node.name == "dq":
+            matmul = site.node.outputs[0].consumers()[0]
+            return pattern_key(views[0], matmul)
+    return None
+
+
+#: The blocked weight layouts probed (weight [64, 16]): blocks along K (axis 0) of 16
+#: (4 blocks) or 64 (one), along N (axis 1) of 8 (2 blocks) or 16 (one); each with and
+#: without zero point, its MatMul's output quantized (QLinearMatMul) or float
+#: (MatMulIntegerToFloat).
+BLOCK_LAYOUTS = tuple(
+    itertools.product(
+        (("K", 16), ("K", 64), ("N", 8), ("N", 16)), (True, False), ("quantized", "float")
+    )
+)
+
+
+def _compared(model: onnx.ModelProto, scale_rows: int) -> Case | None:
+    """The case of a QDQ MatMul pattern, compared at two activation shapes: as many rows as
+    the weight's scale has (where a scale misread as per-column still broadcasts) and 3."""
+    key = _pattern_key_of(model)
+    if key is None:
+        return None
+    shapes = [[rows, 64] for rows in dict.fromkeys((scale_rows, 3))]
+    return Case(key, model, [("a", "float32", shapes[0])], compare=shapes)
+
+
 def qdq_pattern_cases() -> Iterator[Case]:
-    """The QDQ MatMul of ORT's quantizer: 8- and 16-bit activations, 8- and 4-bit weights
-    per-tensor and per-axis (opset 21)."""
+    """The QDQ MatMul of ORT's quantizer at opset 21: 8- and 16-bit activations, 8- and
+    4-bit weights per-tensor and per-axis (zero point given, output quantized), and blocked
+    in each of :data:`BLOCK_LAYOUTS`; every one compared with ORT_DISABLE_ALL's output."""
     activations = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)
     weights = (DT.UINT8, DT.INT8, DT.INT4, DT.UINT4)
-    for act, qtype, granularity in itertools.product(
-        activations, weights, ("per-tensor", "per-axis")
-    ):
-        model = _weight_pattern(qtype, granularity, 21, activation=act)
-        form = key_of(model, "dq")
-        if form is not None:
-            yield Case(
-                f"{QDQ_PATTERN}activation={act.name} weight={form}", model, _feeds_of(model) or []
+    for act, weight in itertools.product(activations, weights):
+        for granularity in ("per-tensor", "per-axis"):
+            case = _compared(qdq_matmul_weight(act, weight, granularity), 2)
+            if case is not None:
+                yield case
+        for (along, block), zero_point, output in BLOCK_LAYOUTS:
+            model = qdq_matmul_weight(
+                act,
+                weight,
+                "blocked",
+                along=along,
+                block=block,
+                zero_point=zero_point,
+                output=output,
             )
+            case = _compared(model, 64 // block if along == "K" else 64)
+            if case is not None:
+                yield case
 
 
 def all_cases() -> Iterator[Case]:

@@ -6,6 +6,8 @@ own venv (:mod:`run_ort`, :mod:`run_openvino`), and write one table per release 
     python tools/probe/drive.py ort 1.16 1.31        # these ONNX Runtime releases
     python tools/probe/drive.py ort --all            # every release 1.15 .. the newest
     python tools/probe/drive.py openvino             # the newest OpenVINO
+    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --note "..."
+                                                     # re-probe these keys only, merged
 
 Each release gets a venv ``$QLREWRITE_VENVS/ort-X.Y`` (default ``/work/venvs``; Python 3.11,
 ``onnxruntime==X.Y.*`` and a NumPy it accepts: ``numpy<2`` before 1.19), made when missing.
@@ -33,6 +35,11 @@ PYTHON = os.environ.get("QLREWRITE_PROBE_PYTHON", "python3.11")
 FIRST_MINOR = 15  # ONNX Runtime 1.15: the oldest release probed
 #: Keys of the multi-node patterns whose optimized graph ONNX Runtime saves.
 PATTERNS = ("weight ", "QDQ ")
+#: Above this largest difference relative to the largest output, a pattern whose optimized
+#: session is compared with ORT_DISABLE_ALL's "miscomputes" (a fused integer kernel
+#: rounds otherwise than the float path by a step or two of the output's quantization:
+#: about 0.02 of the probe's outputs; a misread scale is off by its whole magnitude).
+MISCOMPUTES = 0.1
 
 
 def _pip(venv: Path, *args: str) -> None:
@@ -68,14 +75,15 @@ def ort_python(release: str) -> Path:
     return ensure_venv(f"ort-{release}", [f"onnxruntime=={release}.*", numpy])
 
 
-def build_cases(folder: Path) -> Path:
-    """Write every case's model under ``folder``; return the manifest's path."""
+def build_cases(folder: Path, only: str = "") -> Path:
+    """Write every case's model (whose key starts with ``only``) under ``folder``; return
+    the manifest's path."""
     import onnx
     from cases import all_cases
 
     entries, seen = [], set()
     for index, case in enumerate(all_cases()):
-        if case is None or case.key in seen:
+        if case is None or case.key in seen or not case.key.startswith(only):
             continue
         seen.add(case.key)
         path = folder / f"case{index:05d}.onnx"
@@ -83,6 +91,8 @@ def build_cases(folder: Path) -> Path:
         entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
         if case.key.startswith(PATTERNS):
             entry["optimized"] = str(path.with_suffix(".opt.onnx"))
+        if case.compare:
+            entry["compare"] = case.compare
         entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
@@ -148,12 +158,53 @@ def _highest(forms: dict, pattern: str) -> int | None:
     return max(found) if found else None
 
 
+def short(error: str) -> str:
+    """A run error of a compared pattern as ``<op>: <what>``: ONNX Runtime's message
+    without the node's name, the C++ location and the failed check's text."""
+    error = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", error.strip())
+    error = re.sub(
+        r"Non-zero status code returned while running (\w+) node\. Name:'[^']*' Status Message: ",
+        r"\1: ",
+        error,
+    )
+    error = re.sub(r"\S*/onnxruntime_src/\S+:\d+ ", "", error)
+    error = re.sub(r"\S+\.(h|cc):\d+ ", "", error)
+    error = re.sub(r"^(\w+: ).*? was false\. ", r"\1", error)
+    return scrub(error)
+
+
+def _optimized(versus: list[dict]) -> str:
+    """What the optimized session did against the unoptimized one: "miscomputes" (a
+    relative difference above MISCOMPUTES, or another shape), "fails at run" (where the
+    unoptimized session ran), else "matches"."""
+    if any("shape" in v or v.get("max_rel_diff", 0.0) > MISCOMPUTES for v in versus):
+        return "miscomputes"
+    if any("error" in v for v in versus):
+        return "fails at run"
+    return "matches"
+
+
+def _compared(line: dict, row: dict) -> dict:
+    versus = line.get("versus_unoptimized")
+    if versus is not None:
+        row["optimized"] = _optimized(versus)
+        row["versus_unoptimized"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()} for entry in versus
+        ]
+        if row.get("reason") == "optimizer":
+            row["error"] = short(line.get("error", ""))
+    return row
+
+
 def _row(line: dict) -> str | dict:
     """A form's entry: "runs", or what the runtime made of it, or how it refused it."""
     if line["run"]:
-        return (
-            {"runs": True, "runtime_ops": line["runtime_ops"]} if "runtime_ops" in line else "runs"
-        )
+        if "runtime_ops" not in line and "versus_unoptimized" not in line:
+            return "runs"
+        row: dict = {"runs": True}
+        if "runtime_ops" in line:
+            row["runtime_ops"] = line["runtime_ops"]
+        return _compared(line, row)
     row = {
         "refused": "load" if not line["load"] else "run",
         "reason": line.get("reason", "other"),
@@ -161,7 +212,7 @@ def _row(line: dict) -> str | dict:
     }
     if "runtime_ops" in line:
         row["runtime_ops"] = line["runtime_ops"]
-    return row
+    return _compared(line, row)
 
 
 def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
@@ -211,15 +262,38 @@ def _kernels_formed(lines: list[dict], manifest: Path) -> None:
             path.unlink()
 
 
-def probe(name: str, python: Path, runner: str, manifest: Path) -> Path:
-    """Probe one runtime and write its table ``name``.json."""
+def merged(old: dict, new: dict, only: str, note: str) -> dict:
+    """``old`` with its forms under ``only`` replaced by ``new``'s (the re-probed keys);
+    everything else kept, and the amendment recorded in ``amended``."""
+    if old["release"] != new["release"]:
+        raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
+    forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
+    forms.update(new["forms"])
+    amendment = {"date": new["measured"], "keys": f"{only}*", "note": note}
+    amendment.update(
+        python=new["python"], numpy=new["numpy"], models_built_with=new["models_built_with"]
+    )
+    table = {k: v for k, v in old.items() if k != "forms"}
+    table["amended"] = [*old.get("amended", []), amendment]
+    table["forms"] = dict(sorted(forms.items()))
+    return table
+
+
+def probe(
+    name: str, python: Path, runner: str, manifest: Path, *, only: str = "", note: str = ""
+) -> Path:
+    """Probe one runtime and write its table ``name``.json (with ``only``: merged into
+    the committed table, replacing the keys that start with it)."""
     onnx_version = json.loads(manifest.read_text())["onnx"]
     with tempfile.TemporaryDirectory() as scratch:
         results = Path(scratch) / "results.jsonl"
         lines = run_probe(python, runner, manifest, results)
     if runner == "run_ort.py":
         _kernels_formed(lines, manifest)
-    return write_table(name, table_of(lines, onnx_version))
+    table = table_of(lines, onnx_version)
+    if only:
+        table = merged(json.loads((DATA / f"{name}.json").read_text()), table, only, note)
+    return write_table(name, table)
 
 
 def main() -> int:
@@ -227,15 +301,26 @@ def main() -> int:
     parser.add_argument("runtime", choices=["ort", "openvino"])
     parser.add_argument("releases", nargs="*", help="ONNX Runtime releases X.Y")
     parser.add_argument("--all", action="store_true", help="every release 1.15 .. the newest")
+    parser.add_argument("--only", default="", help="re-probe the keys starting with this, merged")
+    parser.add_argument("--note", default="", help="with --only: what the amendment adds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        manifest = build_cases(Path(folder))
+        manifest = build_cases(Path(folder), args.only)
         if args.runtime == "openvino":
             python = ensure_venv("openvino", ["openvino", "numpy"])
-            print(probe("openvino", python, "run_openvino.py", manifest), flush=True)
+            table = probe(
+                "openvino", python, "run_openvino.py", manifest, only=args.only, note=args.note
+            )
+            print(table, flush=True)
             return 0
         for release in ort_releases() if args.all else args.releases:
-            print(probe(f"ort-{release}", ort_python(release), "run_ort.py", manifest), flush=True)
+            python = ort_python(release)
+            print(
+                probe(
+                    f"ort-{release}", python, "run_ort.py", manifest, only=args.only, note=args.note
+                ),
+                flush=True,
+            )
     return 0
 
 

@@ -13,6 +13,7 @@ folded to float (its weights decompressed once at compile time, the math in floa
 from __future__ import annotations
 
 import platform
+import re
 import sys
 
 import numpy as np
@@ -26,7 +27,8 @@ def classify(message: str) -> str:
     """Why OpenVINO failed: "opset", "kernel" (no conversion or no CPU implementation),
     "type" or "other"."""
     text = message.lower()
-    if "opset" in text or ("version" in text and "not supported" in text):
+    # "opset" alone, not OpenVINO's own operator names ("opset1::FakeQuantize")
+    if re.search(r"opset(?![\d:])", text) or ("version" in text and "not supported" in text):
         return "opset"
     if "no conversion rule" in text or "not supported" in text or "unsupported" in text:
         return "kernel"

@@ -12,6 +12,13 @@ default options on the CPU provider (as deployed: ONNX Runtime's constant foldin
 DequantizeLinear alone and folds other nodes with their kernel, so a node without a kernel
 still fails), then run once with zero-filled feeds; outputs stay OrtValues (no conversion
 to NumPy types it lacks, int4 or float8).
+
+A case with ``compare`` shapes (the QDQ MatMul patterns) is also run, at each of them on
+the same seeded inputs, by a session with ORT_DISABLE_ALL, and the outputs compared
+(``versus_unoptimized``): the largest difference relative to the largest output, or the
+wrong shape, or the error of a run only the optimized session fails. A failure at run that
+the unoptimized session does not share is classed "optimizer" (a failure at load keeps its
+class: the model is refused whatever the inputs).
 """
 
 from __future__ import annotations
@@ -50,7 +57,58 @@ def _line(text: object) -> str:
     return (first[0] if first else "")[:1500]
 
 
+def _unoptimized(path: str) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
+def _versus(session: ort.InferenceSession, reference: ort.InferenceSession, shape: list) -> dict:
+    """One comparison of the optimized and unoptimized sessions' output at ``shape``."""
+    feed = {"a": np.random.default_rng(1).uniform(0.0, 6.0, shape).astype(np.float32)}
+    result: dict = {"rows": shape[0]}
+    try:
+        expected = reference.run(None, feed)[0]
+    except Exception as exc:
+        result["unoptimized_error"] = _line(exc)
+        return result
+    try:
+        got = session.run(None, feed)[0]
+    except Exception as exc:
+        result["error"] = _line(exc)
+        return result
+    if got.shape != expected.shape:
+        result["shape"] = [list(got.shape), list(expected.shape)]
+        return result
+    largest = float(np.abs(expected).max())
+    result["max_abs_diff"] = float(np.abs(got - expected).max())
+    result["max_rel_diff"] = result["max_abs_diff"] / largest if largest else 0.0
+    return result
+
+
+def _compare(case: dict, session: ort.InferenceSession, result: dict) -> None:
+    """``versus_unoptimized`` of a case with compare shapes; its failure at run is classed
+    "optimizer" when the unoptimized session runs every shape the optimized one fails."""
+    try:
+        reference = _unoptimized(case["file"])
+    except Exception as exc:
+        result["unoptimized_error"] = _line(exc)
+        return
+    result["versus_unoptimized"] = [_versus(session, reference, s) for s in case["compare"]]
+    if not result["run"] and all("error" in v for v in result["versus_unoptimized"]):
+        result["reason"] = "optimizer"
+
+
 def run_case(case: dict) -> dict:
+    result = _run_case(case)
+    if case.get("compare") and "session" in result:
+        _compare(case, result["session"], result)
+    result.pop("session", None)
+    return result
+
+
+def _run_case(case: dict) -> dict:
     """The result of one case: load and run outcomes, with the error and its class."""
     options = ort.SessionOptions()
     options.log_severity_level = 4
@@ -67,6 +125,7 @@ def run_case(case: dict) -> dict:
         name: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype=dtype))
         for name, dtype, shape in case["feeds"]
     }
+    result["session"] = session
     try:
         session.run_with_ort_values(None, feeds)
     except Exception as exc:
