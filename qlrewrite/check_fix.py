@@ -117,7 +117,8 @@ def fix_targets(
 
 def _unfixed_refusal(report: Report, wanted: Sequence[Finding]) -> str | None:
     """Why the rewrite would refuse the model: error findings no fix is for (None: none)."""
-    unfixed = [f for f in report.errors if f not in wanted]
+    fixed = set(wanted)  # findings are hashable: a list here was quadratic in the findings
+    unfixed = [f for f in report.errors if f not in fixed]
     if not unfixed:
         return None
     codes = ", ".join(sorted({f.rule for f in unfixed}))
