@@ -125,7 +125,7 @@ def test_the_finding_names_the_releases_the_difference_and_the_ways_out(
     assert "computes other values than with ORT_DISABLE_ALL" in finding.message
     assert "% of the largest output off" in finding.message
     assert "fails at run: MatMulIntegerToFloat: Attempting to broadcast" in finding.message
-    assert "qlrewrite convert --to com.microsoft --include-8bit" in finding.hint
+    assert "qlrewrite convert --to com.microsoft makes it MatMulNBits" in finding.hint
     assert "per channel" in finding.hint
     assert "QDQSelectorActionTransformer" in finding.hint
     assert "session.disable_quant_qdq" in finding.hint
@@ -217,12 +217,13 @@ def test_the_installed_release_reproduces_its_table_on_the_blocked_patterns(
 def test_the_hinted_conversion_is_clean_and_computes_what_ort_disable_all_does(
     tmp_path: Path,
 ) -> None:
-    """The first way out of the hint: MatMulNBits computes the blocks (installed ORT)."""
+    """The first way out of the hint: MatMulNBits computes the blocks (installed ORT); a
+    blocked 8-bit weight becomes one without --include-8bit."""
     import onnx_ir as ir
 
     from qlrewrite import api
 
-    converted = api.convert(_bad(), "com.microsoft", include_8bit=True)
+    converted = api.convert(_bad(), "com.microsoft")
     assert "MatMulNBits" in [n.op_type for n in converted.graph]
     path = tmp_path / "nbits.onnx"
     ir.save(converted, path)

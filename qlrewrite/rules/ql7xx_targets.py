@@ -5,7 +5,6 @@ tables of :mod:`qlrewrite.targets`."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 
 import onnx_ir as ir
@@ -428,12 +427,12 @@ def _what(found: list[tuple[Table, Divergence]]) -> str:
 
 
 def _ways_out(key: str) -> str:
-    """convert (MatMulNBits: blocks along K only; 8-bit weights only with --include-8bit),
-    per-channel weights, or a session that does not fuse QDQ nodes."""
-    eight = " --include-8bit" if re.search(r" U?INT8 scale=", key) else ""
+    """convert (MatMulNBits: blocks along K; a blocked weight becomes one without
+    --include-8bit, which would also convert the per-column 8-bit weights ORT fuses
+    right), per-channel weights, or a session that does not fuse QDQ nodes."""
     convert = (
-        f"qlrewrite convert --to com.microsoft{eight} makes it MatMulNBits, which computes "
-        "the blocks (exact); or "
+        "qlrewrite convert --to com.microsoft makes it MatMulNBits, which computes the "
+        "blocks (exact); or "
         if " along=K " in key
         else ""
     )
@@ -462,8 +461,8 @@ def _ways_out(key: str) -> str:
     probe, or another shape). 4-bit weights, 16-bit activations, float activations
     (MatMulNBits) and one block along K are computed right. The finding names the
     releases and what was measured; ways out: MatMulNBits (`qlrewrite convert --to
-    com.microsoft --include-8bit`, blocks along K), per-channel weights, or a session
-    that does not fuse QDQ nodes.
+    com.microsoft`, blocks along K: a blocked weight needs no `--include-8bit`),
+    per-channel weights, or a session that does not fuse QDQ nodes.
     """,
     example="""
     bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
