@@ -265,6 +265,59 @@ def test_signedness_flip_of_every_value(source: str, target: str) -> None:
     np.testing.assert_array_equal(got, values + (offset if target.startswith("U") else -offset))
 
 
+@pytest.mark.parametrize("count", [16, 15])
+@pytest.mark.parametrize("source", ["int4", "uint4"])
+def test_packed_flip_of_every_value(source: str, count: int) -> None:
+    """4-bit weights are flipped as stored, two values a byte: every value moves by
+    2**3 into the other signedness, and an odd count's padding nibble stays 0."""
+    import ml_dtypes
+
+    from qlrewrite.kernels.nbits import flip_sign_packed
+
+    info = ml_dtypes.iinfo(getattr(ml_dtypes, source))
+    values = np.arange(int(info.min), int(info.max) + 1)[:count]
+    moved = values + (8 if source == "int4" else -8)
+
+    def packed(array: np.ndarray) -> np.ndarray:  # ONNX's layout: low nibble first
+        nibbles = np.append(array & 0xF, [0] * (array.size % 2)).astype(np.uint8)
+        return nibbles[0::2] | (nibbles[1::2] << 4)
+
+    got = flip_sign_packed(packed(values), 4, count)
+    np.testing.assert_array_equal(got, packed(moved))
+
+
+def test_an_external_odd_sized_int4_weight_flips_exactly(tmp_path: Path) -> None:
+    """The packed path on a weight read from a data file (15 int4 values: a padding
+    nibble), through the command: ORT computes (x - zero_point) * scale as before, and
+    the stored bytes are the flipped values packed with a zero padding nibble."""
+    import ml_dtypes
+
+    values = np.arange(-8, 7)
+    w = numpy_helper.from_array(values.reshape(3, 5).astype(ml_dtypes.int4), "w")
+    zp = numpy_helper.from_array(np.array(-3, ml_dtypes.int4), "zp")
+    scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    node = helper.make_node("DequantizeLinear", ["w", "s", "zp"], ["y"], name="w_dq")
+    graph = helper.make_graph(
+        [node], "g", [], [helper.make_tensor_value_info("y", F32, [3, 5])], [w, scale, zp]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    source = tmp_path / "m.onnx"
+    onnx.save_model(model, source, save_as_external_data=True, size_threshold=0)
+    out = tmp_path / "out.onnx"
+    result = CliRunner().invoke(
+        main, ["retarget", str(source), "--zero-point", "unsigned", "-o", str(out), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    written = onnx.load_model(str(out))
+    stored = next(t for t in written.graph.initializer if t.name == "w")
+    assert stored.data_type == TensorProto.UINT4
+    nibbles = np.append(values + 8, 0).astype(np.uint8)
+    assert stored.raw_data == (nibbles[0::2] | (nibbles[1::2] << 4)).tobytes()
+    expected = ((values + 3) * np.float32(0.5)).astype(np.float32).reshape(3, 5)
+    np.testing.assert_array_equal(run_ort(written, {})[0], expected)
+
+
 def test_a_pass_tripping_on_an_invalid_input_names_the_input(tmp_path: Path) -> None:
     """A cycle (QuantizeLinear reads y, its DequantizeLinear writes y) is invalid ONNX:
     ``retarget --drop-redundant-qdq`` ended in onnx_ir's internal ValueError ('is still

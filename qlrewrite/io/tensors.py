@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import math
 import os
 import re
@@ -26,6 +27,8 @@ import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import onnx
 import onnx_ir as ir
 
@@ -47,6 +50,7 @@ __all__ = [
     "ir_tensor_slots",
     "malformed_external_numbers",
     "nbytes",
+    "packed_bytes",
     "proto_tensors",
     "resolve_external",
     "tensor_bytes",
@@ -79,6 +83,19 @@ def tensor_bytes(tensor: ir.TensorProtocol) -> int:
 
 
 # --------------------------------------------------------------------------- proto walks
+
+
+def packed_bytes(tensor: ir.TensorProtocol) -> npt.NDArray[np.uint8]:
+    """The bytes of ``tensor`` as ONNX stores them (values under 8 bits packed, low bits
+    first), as uint8; an external tensor's are copied from its file, not unpacked and packed
+    again as :meth:`~onnx_ir.ExternalTensor.tobytes` would."""
+    if isinstance(tensor, ir.ExternalTensor):
+        buffer = io.BytesIO()
+        tensor.tofile(buffer)
+        return np.frombuffer(buffer.getbuffer(), np.uint8)
+    if isinstance(tensor, ir.PackedTensor):
+        return np.asarray(tensor.numpy_packed(), np.uint8)
+    return np.frombuffer(tensor.tobytes(), np.uint8)
 
 
 def proto_tensors(proto: onnx.ModelProto) -> Iterator[tuple[GraphRef, onnx.TensorProto]]:

@@ -27,6 +27,7 @@ from qlrewrite.kernels._chunks import scratch
 __all__ = [
     "MatMulNBitsLayout",
     "dequantize_float_zero_point",
+    "flip_sign_packed",
     "pack",
     "take_bits",
     "transpose",
@@ -72,6 +73,19 @@ def pack(values: np.ndarray, bits: int, fill: int = 0) -> np.ndarray:
     out = grouped[..., 0].copy()
     for i in range(1, per):  # at most 4 shifts, not a loop over elements
         out |= grouped[..., i] << np.uint8(i * bits)
+    return out
+
+
+def flip_sign_packed(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """``count`` values packed ``8 / bits`` per byte (uint8, low bits first), moved into the
+    other signedness by flipping the top bit of each (``v + 2**(bits-1)`` for a signed v,
+    ``v - 2**(bits-1)`` for an unsigned one): a new array, the unused slots of the last
+    byte 0 (as ONNX pads them)."""
+    per = 8 // _check_bits(bits)
+    out = np.bitwise_xor(np.asarray(packed, dtype=_U8), _top_bits(bits))
+    used = count % per
+    if used and out.size:
+        out[-1] &= np.uint8((1 << (used * bits)) - 1)
     return out
 
 

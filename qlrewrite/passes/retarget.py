@@ -27,7 +27,9 @@ import numpy.typing as npt
 import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
+from qlrewrite.io.tensors import packed_bytes
 from qlrewrite.kernels import dequantize, int_range
+from qlrewrite.kernels.nbits import flip_sign_packed
 from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import release_tensor
@@ -290,6 +292,10 @@ def _set_weight(change: _Change) -> None:
     assert tensor is not None
 
     def compute() -> ir.TensorProtocol:
+        if change.only_flipped and dtype.bitwidth == 4:  # flipped as stored, still packed
+            packed = flip_sign_packed(packed_bytes(tensor), 4, tensor.size)
+            release_tensor(tensor)
+            return ir.PackedTensor(packed, dtype, shape=tensor_shape(tensor), name=value.name)
         if change.only_flipped:
             values = _flipped_bits(np.asarray(tensor.numpy()), dtype)
         else:
