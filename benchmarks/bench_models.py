@@ -210,8 +210,13 @@ def _worker_env(python: str) -> dict[str, str]:
     if python not in _COMPILED:
         code = "import importlib.util as u; "
         code += "print(*u.find_spec('qlrewrite').submodule_search_locations)"
-        found = subprocess.run(
-            [python, "-c", code], check=False, capture_output=True, text=True, env=env
+        found = subprocess.run(  # from the scripts' folder, as the workers see the path
+            [python, "-c", code],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=Path(__file__).resolve().parent,
         )
         package = found.stdout.strip()
         if found.returncode == 0 and package:
