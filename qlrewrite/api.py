@@ -206,6 +206,10 @@ def convert(
         raise InputError(
             f"accuracy_level must be {levels[0]} to {levels[-1]}, not {accuracy_level!r}"
         )
+    if not isinstance(include_8bit, bool):
+        raise TypeError(f"include_8bit must be a bool, not {type(include_8bit).__name__}")
+    if target(to) == "onnx" and (include_8bit or accuracy_level):
+        raise InputError("include_8bit and accuracy_level apply to com.microsoft, not onnx")
     passes = convert_passes(
         to, allow_float16=allow_float16, accuracy_level=accuracy_level, include_8bit=include_8bit
     )

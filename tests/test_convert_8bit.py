@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qlrewrite
 from qlrewrite.cli import main
+from qlrewrite.errors import InputError
 
 K = N = 64
 
@@ -188,3 +189,30 @@ def test_mixed_widths_count_only_the_8bit_weights_left(tmp_path: Path) -> None:
     changes = report["changes"]["NBitsFromOnnxPass"]
     assert changes["matmul_nbits_made"] == 2 and changes["8bit_weights_left"] == 1
     assert "1 8-bit weight(s) left" in err
+
+
+@pytest.mark.parametrize("flag", [["--include-8bit"], ["--accuracy-level", "4"]])
+def test_com_microsoft_options_with_to_onnx_are_a_usage_error(
+    tmp_path: Path, flag: list[str]
+) -> None:
+    """They shape the MatMulNBits --to com.microsoft makes: --to onnx ignored them and
+    exited 0, as if they had been applied."""
+    source = tmp_path / "m.onnx"
+    onnx.save(_weight_matmul(8, quantized_activation=False), source)
+    out = tmp_path / "o.onnx"
+    result = CliRunner().invoke(
+        main, ["convert", str(source), "--to", "onnx", *flag, "-o", str(out)]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{flag[0]} applies to --to com.microsoft" in result.stderr
+    assert not out.exists()
+
+
+def test_the_api_refuses_them_too() -> None:
+    model = _weight_matmul(8, quantized_activation=False)
+    with pytest.raises(InputError, match=r"apply to com\.microsoft"):
+        qlrewrite.convert(model, "onnx", include_8bit=True)
+    with pytest.raises(InputError, match=r"apply to com\.microsoft"):
+        qlrewrite.convert(model, "onnx", accuracy_level=4)
+    with pytest.raises(TypeError, match="include_8bit must be a bool"):
+        qlrewrite.convert(model, "com.microsoft", include_8bit="no")  # type: ignore[arg-type]

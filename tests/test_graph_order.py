@@ -184,6 +184,7 @@ def test_a_function_out_of_order_is_found_and_sorted(tmp_path: Path) -> None:
     function = helper.make_function("local", "f", ["i"], ["o"], body, [helper.make_opsetid("", 21)])
     call = helper.make_node("f", ["d"], ["y"], domain="local", name="call")
     model = _model([_q(), _dq(), call], output="y", functions=(function,))
+    assert not _runs_in_ort(model)  # ORT 1.31.1 sorts a main graph, not a function
     code, findings = _check(tmp_path, model)
     assert code == 1 and _codes(findings) == ["QL610"]
     assert findings[0]["graph"] == "function:local.f"
@@ -191,7 +192,28 @@ def test_a_function_out_of_order_is_found_and_sorted(tmp_path: Path) -> None:
     assert CliRunner().invoke(main, ["check", "--fix", str(path)]).exit_code == 0
     fixed = onnx.load(tmp_path / "m.fix.onnx")
     assert [n.name for n in fixed.functions[0].node] == ["relu", "neg"]
-    assert _checker_accepts(fixed)
+    assert _checker_accepts(fixed) and _runs_in_ort(fixed)
+
+
+def test_a_subgraphs_own_nodes_out_of_order_are_sorted(tmp_path: Path) -> None:
+    """A branch whose Neg reads what its Relu writes after it: ONNX Runtime 1.31.1
+    refuses the model (it sorts a main graph only); --fix sorts the branch."""
+    if_node, cond = _if("d")
+    (then,) = (a.g for a in if_node.attribute if a.name == "then_branch")
+    relu = helper.make_node("Relu", ["d"], ["t"], name="relu")
+    then.node[0].input[0] = "t"
+    then.node.append(relu)  # written after its reader
+    model = _model([cond, _q(), _dq(), if_node], output="y")
+    assert not _runs_in_ort(model)
+    code, findings = _check(tmp_path, model)
+    assert code == 1 and _codes(findings) == ["QL610"]
+    assert "'then_id' (Identity) reads 't' before node 'relu' (Relu)" in findings[0]["message"]
+    path = tmp_path / "m.onnx"
+    assert CliRunner().invoke(main, ["check", "--fix", str(path)]).exit_code == 0
+    fixed = onnx.load(tmp_path / "m.fix.onnx")
+    (branch,) = (a.g for a in fixed.graph.node[3].attribute if a.name == "then_branch")
+    assert [n.name for n in branch.node] == ["relu", "then_id"]
+    assert _checker_accepts(fixed) and _runs_in_ort(fixed)
 
 
 def test_rewrites_refuse_an_input_out_of_order_with_the_finding(tmp_path: Path) -> None:

@@ -336,3 +336,33 @@ def test_an_omitted_weight_input_is_refused_by_the_pass(op, index, named):
     model.graph.node[0].input[index] = ""
     with pytest.raises(Refusal, match=f"{named} is omitted"):
         _converted(model)
+
+
+@pytest.mark.parametrize(
+    ("op", "index", "named"),
+    [("MatMulNBits", 1, "B"), ("MatMulNBits", 2, "scales"), ("GatherBlockQuantized", 2, "scales")],
+)
+def test_a_weight_input_that_is_not_constant_is_not_called_omitted(op, index, named):
+    """A B or scales given as a graph input is refused as not a constant, the one reason:
+    the refusal said 'B is omitted' too (a non-constant input read as an omitted one)."""
+    rng = np.random.default_rng(4)
+    if op == "MatMulNBits":
+        model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
+    else:
+        model, _ = gather_block_quantized_model(
+            rng,
+            dtype="uint8",
+            shape=(4, 16),
+            bits=4,
+            block_size=16,
+            quantize_axis=1,
+            gather_axis=0,
+            zero_points=False,
+        )
+    name = model.graph.node[0].input[index]
+    (tensor,) = (t for t in model.graph.initializer if t.name == name)
+    model.graph.initializer.remove(tensor)
+    model.graph.input.append(onnx.helper.make_tensor_value_info(name, tensor.data_type, None))
+    with pytest.raises(Refusal, match=f"input {index} \\('{name}'\\) is not a constant") as err:
+        _converted(model)
+    assert "omitted" not in str(err.value)

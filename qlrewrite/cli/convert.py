@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from qlrewrite.cli._common import (
     RewriteCommand,
@@ -110,6 +111,7 @@ def convert_command(
     pattern stay, with a warning. The integer kernels round their requantization their own
     way: outputs may differ by one quantization step per converted node (see --verify).
     """
+    _refuse_microsoft_only(to)
     run_rewrite(
         model,
         convert_passes(
@@ -121,3 +123,15 @@ def convert_command(
         command="convert",
         options=options,
     )
+
+
+def _refuse_microsoft_only(to: str) -> None:
+    """--accuracy-level and --include-8bit shape the MatMulNBits --to com.microsoft makes:
+    given with --to onnx, they would be ignored without a word."""
+    if to != "onnx":
+        return
+    ctx = click.get_current_context()
+    for name in ("accuracy_level", "include_8bit"):
+        if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT):
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} applies to --to com.microsoft, not --to onnx")

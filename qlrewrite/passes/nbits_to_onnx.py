@@ -279,8 +279,9 @@ def _matmul_nbits_inputs(view: WeightOnlyView, plan: _Plan) -> _NBitsInputs | No
             "g_idx is given: ONNX Runtime then dequantizes as q * scale - scale * zp (and "
             "ignores uint8 zero points), which DequantizeLinear cannot reproduce"
         )
-    b, scales, zero_points = _tensors(node, _weight_indices(site), plan)
-    _require_given(plan, B=b, scales=scales)
+    indices = _weight_indices(site)
+    b, scales, zero_points = _tensors(node, indices, plan)
+    _require_given(plan, node, B=indices[0], scales=indices[1])
     if plan.problems or b is None or scales is None:
         return None
     try:
@@ -291,9 +292,12 @@ def _matmul_nbits_inputs(view: WeightOnlyView, plan: _Plan) -> _NBitsInputs | No
     return _NBitsInputs(layout, b, scales, zero_points)
 
 
-def _require_given(plan: _Plan, **tensors: ir.TensorProtocol | None) -> None:
-    """A problem for each required input omitted (None)."""
-    plan.problems.extend(f"{name} is omitted" for name, t in tensors.items() if t is None)
+def _require_given(plan: _Plan, node: ir.Node, **indices: int) -> None:
+    """A problem for each required input omitted (one given but not constant is
+    :func:`_tensors`' problem)."""
+    plan.problems.extend(
+        f"{name} is omitted" for name, index in indices.items() if _input(node, index) is None
+    )
 
 
 def _check_matmul_nbits_tensors(plan: _Plan, found: _NBitsInputs) -> None:
@@ -459,7 +463,7 @@ def _gather_inputs(view: WeightOnlyView, plan: _Plan) -> _GatherInputs | None:
     scales, zero_points = _tensors(node, indices[1:], plan)
     if data is None:
         plan.problems.append(f"data ('{_input_name(node, indices[0], '')}') is not a constant")
-    _require_given(plan, scales=scales)
+    _require_given(plan, node, scales=indices[1])
     names = ("bits", "block_size", "gather_axis", "quantize_axis")
     values = {name: view.attr_or_default(name) for name in names}
     given = {name: value for name, value in values.items() if value is not None}

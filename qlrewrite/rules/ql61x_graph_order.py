@@ -2,10 +2,11 @@
 stable topological sort repairs it) and nodes that depend on themselves (QL611).
 
 ONNX requires a graph's nodes in topological order and no cycle. ONNX Runtime sorts an
-acyclic graph itself (measured with 1.31.1: an out-of-order model runs) but refuses a
-cycle ("the graph is not acyclic"); ONNX's checker refuses both, and so do qlrewrite's
-rewrites. A subgraph's nodes come before the node that holds them: a subgraph may read
-an outer value written before its owner, not after (onnx_ir's sort orders them so).
+acyclic main graph itself (measured with 1.31.1: it runs) but refuses a function's or a
+subgraph's own nodes out of order, and a cycle ("the graph is not acyclic"); ONNX's
+checker refuses all of them, and so do qlrewrite's rewrites. A subgraph's nodes come
+before the node that holds them: a subgraph may read an outer value written before its
+owner, not after (onnx_ir's sort orders them so).
 """
 
 from __future__ import annotations
@@ -181,8 +182,9 @@ _QDQ_MATMUL = ModelSpec("qdq_matmul", DT.UINT8)
     ONNX requires each graph's nodes in topological order: a node after the nodes writing
     its inputs, a subgraph's nodes before the node holding them reading only outer values
     written before that node. ONNX's checker and qlrewrite's rewrites refuse a model out
-    of order; ONNX Runtime sorts it itself and runs it (1.31.1 measured), so a model can
-    pass a runtime test and fail every other tool. Hand-edited graphs and graph surgery
+    of order. ONNX Runtime (1.31.1 measured) sorts a main graph itself and runs it, so a
+    model can pass a runtime test and fail every other tool; a function's or a
+    subgraph's own nodes out of order it refuses. Hand-edited graphs and graph surgery
     that appends nodes write such models.
     """,
     example="""

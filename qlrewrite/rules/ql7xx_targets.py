@@ -479,7 +479,6 @@ def _ways_out(key: str) -> str:
             ),
             ModelSpec("qdq_matmul_weight", DT.UINT8, DT.INT8, "per-axis", output="float"),
             targets=("ort==1.31",),
-            ort=False,
         ),
     ],
 )
