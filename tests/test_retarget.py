@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import inputs_for, model_name_of, quantized, run_ort
 
+import qlrewrite
 from qlrewrite.api import _run, load
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
@@ -391,3 +392,47 @@ def test_a_weight_inside_a_function_is_refused_with_the_reason(calls: int) -> No
     result), and a DequantizeLinear of a function called twice ended in an IndexError."""
     with pytest.raises(Refusal, match=r"w_dq' in function:local\.F .*\(UINT8: inside a function\)"):
         _retarget(_in_function(calls), zero_point="signed")
+
+
+def _constant_nodes(model: onnx.ModelProto, names: set[str]) -> onnx.ModelProto:
+    """``model`` with the initializers ``names`` moved into Constant nodes (first)."""
+    moved = [t for t in model.graph.initializer if t.name in names]
+    for tensor in moved:
+        model.graph.initializer.remove(tensor)
+    constants = [
+        helper.make_node("Constant", [], [t.name], name=f"c_{t.name}", value=t) for t in moved
+    ]
+    nodes = [*constants, *model.graph.node]
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    return model
+
+
+@pytest.mark.parametrize(("zero_point", "symmetric"), [("signed", False), ("signed", True)])
+def test_a_weight_held_by_a_constant_node_is_rewritten_in_it(
+    zero_point: str, symmetric: bool
+) -> None:
+    """A uint8 weight and its zero points as Constant nodes (not initializers): the new
+    weight went on the Constant's output value only, the node kept the uint8 tensor, and
+    the output check refused the model ('Inferred elem type differs from existing elem
+    type: (2) vs (3)'). The Constant now holds the rewritten weight; outputs unchanged."""
+    rng = np.random.default_rng(3)
+    weight = rng.integers(0, 256, (8, 4)).astype(np.uint8)
+    model = _qdq_model(
+        act_zp=128, act_type=np.uint8, weight=weight, weight_zp=np.full(4, 128, np.uint8)
+    )
+    model = _constant_nodes(model, {"w", "wzp", "xzp"})
+    if symmetric:  # the activation's zero point cannot become 0: keep it signed only
+        model = _constant_nodes(
+            _qdq_model(
+                act_zp=0, act_type=np.int8, weight=weight, weight_zp=np.full(4, 128, np.uint8)
+            ),
+            {"w", "wzp"},
+        )
+    out = ir.to_proto(qlrewrite.retarget(model, zero_point=zero_point, symmetric=symmetric))
+    onnx.checker.check_model(out, full_check=True)
+    (constant,) = [n for n in out.graph.node if n.op_type == "Constant" and n.output[0] == "w"]
+    stored = numpy_helper.to_array(constant.attribute[0].t)
+    expected = weight.astype(np.int16) - 128
+    np.testing.assert_array_equal(stored, expected.astype(np.int8))
+    np.testing.assert_array_equal(run_ort(out, _feeds(8))[0], run_ort(model, _feeds(8))[0])

@@ -286,10 +286,9 @@ class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
         summary = {
             "matmul_nbits_made": counts["MatMulNBits"],
             "gather_block_quantized_made": counts["GatherBlockQuantized"],
+            "8bit_weights_left": self._eight_bit_left,
         }
         warnings = [_eight_bit_note(self._eight_bit_left)] if self._eight_bit_left else []
-        if self._eight_bit_left:
-            summary["8bit_weights_left"] = self._eight_bit_left
         return NBitsResult(
             model, any(counts.values()), summary, warnings, verify_bound=self._bound()
         )

@@ -72,7 +72,7 @@ class NBitsResult(RewritePassResult):
     ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
     ``initializers_removed``, ``opset_imports_dropped``;
     :class:`~qlrewrite.passes.nbits_from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
-    ``gather_block_quantized_made``."""
+    ``gather_block_quantized_made``, ``8bit_weights_left`` (0 with ``include_8bit``)."""
 
 
 @dataclasses.dataclass

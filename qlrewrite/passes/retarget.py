@@ -303,6 +303,9 @@ def _set_weight(change: _Change) -> None:
         release_tensor(tensor)  # the input's pages, mapped while read, are not kept
         return ir.tensor(values, dtype=dtype, name=value.name)
 
-    value.const_value = ir.LazyTensor(
-        compute, dtype=dtype, shape=tensor_shape(tensor), name=value.name
-    )
+    lazy = ir.LazyTensor(compute, dtype=dtype, shape=tensor_shape(tensor), name=value.name)
+    value.const_value = lazy
+    holder = value.producer()  # a Constant node's value: the node holds what is saved
+    if holder is not None and holder.op_type == "Constant":
+        holder.attributes.clear()
+        holder.attributes["value"] = ir.AttrTensor("value", lazy)

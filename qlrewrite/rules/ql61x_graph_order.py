@@ -156,6 +156,20 @@ def _named(node: ir.Node) -> str:
     return f"'{node.name or first or '?'}' ({node.op_type})"
 
 
+#: Nodes of a cycle a QL611 message names: the first and last halves, the rest counted
+#: (a cycle through a whole graph would be a line of every node's name).
+_CYCLE_NAMED = 8
+
+
+def _cycle_path(cycle: Sequence[ir.Node]) -> str:
+    """``'a' (Op) -> 'b' (Op) -> 'a' (Op)``, at most :data:`_CYCLE_NAMED` nodes named."""
+    names = [_named(node) for node in cycle]
+    if len(names) > _CYCLE_NAMED:
+        half = _CYCLE_NAMED // 2
+        names = [*names[:half], f"({len(names) - 2 * half} more)", *names[-half:]]
+    return " -> ".join([*names, names[0]])
+
+
 def _sort(model: ir.Model) -> str | None:
     """QL610's fix: a stable topological sort of the main graph and each function (with
     their subgraphs); nothing when a cycle makes it impossible (QL611)."""
@@ -254,9 +268,10 @@ def graph_cycle(ctx: ModelContext) -> Iterator[Finding]:
     for problem in order_problems(ctx.model):
         if not problem.cycle:
             continue
-        path = " -> ".join(_named(node) for node in (*problem.cycle, problem.cycle[0]))
+        size = f" of {len(problem.cycle)} nodes" if len(problem.cycle) > _CYCLE_NAMED else ""
         yield ctx.report(
-            f"the nodes form a cycle: {path} (each reads the one before)",
+            f"the nodes form a cycle{size}: {_cycle_path(problem.cycle)} (each reads the one "
+            "before)",
             "export the model again: no order of these nodes is valid",
             graph=str(problem.root),
         )
