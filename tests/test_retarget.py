@@ -431,6 +431,8 @@ def test_a_weight_held_by_a_constant_node_is_rewritten_in_it(
         )
     out = ir.to_proto(qlrewrite.retarget(model, zero_point=zero_point, symmetric=symmetric))
     onnx.checker.check_model(out, full_check=True)
+    # the Constant nodes of the replaced zero points are gone, not left unread
+    assert [n.output[0] for n in out.graph.node if n.op_type == "Constant"] == ["w"]
     (constant,) = [n for n in out.graph.node if n.op_type == "Constant" and n.output[0] == "w"]
     stored = numpy_helper.to_array(constant.attribute[0].t)
     expected = weight.astype(np.int16) - 128

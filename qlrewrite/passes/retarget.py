@@ -267,10 +267,14 @@ def _set_zero_point(
 
 
 def _drop_if_unused(graph: ir.Graph, value: ir.Value | None) -> None:
-    """Remove the initializer ``value`` when nothing reads it any more."""
-    if value is None or not value.name or not value.is_initializer() or value.uses():
+    """Remove the initializer ``value``, or the Constant node of ``graph`` writing it,
+    when nothing reads it any more."""
+    if value is None or value.uses() or value.is_graph_output():
         return
-    if not value.is_graph_input() and not value.is_graph_output():
+    producer = value.producer()
+    if producer is not None and producer.op_type == "Constant" and producer.graph is graph:
+        graph.remove(producer, safe=True)
+    elif value.name and value.is_initializer() and not value.is_graph_input():
         graph.initializers.pop(value.name, None)
 
 
