@@ -152,6 +152,51 @@ def test_blocked_lowering_matches_numpy_and_ort(
     assert all(n.op_type != "DequantizeLinear" for n in lowered.graph.node)
 
 
+def _held_by_constant_nodes(dtype: int) -> tuple[onnx.ModelProto, np.ndarray]:
+    """:func:`_blocked_model` with its weight and zero point in Constant nodes (PyTorch's
+    exporter writes them so), not initializers."""
+    model, weight = _blocked_model(axis=0, block=16, k=40, n=8, dtype=dtype, zero_point=True)
+    held = {t.name: t for t in model.graph.initializer if t.name in ("w", "zp")}
+    kept = [t for t in model.graph.initializer if t.name not in held]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    constants = [
+        helper.make_node("Constant", [], [n], name=f"{n}_c", value=t) for n, t in held.items()
+    ]
+    for node in reversed(constants):
+        model.graph.node.insert(0, node)
+    return model, weight
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.INT8, TensorProto.UINT8])
+def test_a_blocked_weight_held_by_constant_nodes_is_lowered(dtype: int) -> None:
+    """Lowered as an initializer is (refused before: 'blocked x is not a constant')."""
+    model, weight = _held_by_constant_nodes(dtype)
+    lowered = _proto(api.downgrade(model, 19))
+    onnx.checker.check_model(lowered, full_check=True)
+    assert all(n.op_type != "DequantizeLinear" for n in lowered.graph.node)
+    held_types = {
+        n.output[0]: n.attribute[0].t.data_type
+        for n in lowered.graph.node
+        if n.op_type == "Constant"
+    }
+    assert held_types == {"w": dtype, "zp": dtype}
+    for proto in (model, lowered):
+        proto.graph.output.append(helper.make_tensor_value_info("wf", F32, None))
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 40)).astype(np.float32)}
+    got, want = run_ort(lowered, feeds), run_ort(model, feeds)
+    np.testing.assert_array_equal(got[1], weight)
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_a_4bit_weight_held_by_a_constant_node_is_refused_with_the_reason() -> None:
+    """Not lowered: ONNX's version converter, which runs first, refuses a 4-bit Constant
+    node below opset 21 (an initializer is widened after it)."""
+    model, _ = _held_by_constant_nodes(TensorProto.INT4)
+    with pytest.raises(Refusal, match="Constant"):
+        api.downgrade(model, 19)
+
+
 def _dq_model(
     opset: int, x: np.ndarray, scale: np.ndarray, *, zp: np.ndarray | None = None, **attrs: int
 ) -> onnx.ModelProto:

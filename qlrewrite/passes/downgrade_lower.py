@@ -20,6 +20,7 @@ import onnx_ir as ir
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.downgrade_plan import WIDER, Plan
 from qlrewrite.passes.fold_tensor import release_tensor
+from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.toolkit import FreshNames, GraphRef, ensure_import_at, replace_value, tensor_shape
 
 __all__ = ["lower_blocked", "to_microsoft", "widen"]
@@ -32,8 +33,9 @@ def lower_blocked(node: ir.Node, plan: Plan, names: FreshNames) -> None:
     writer = Writer(node, names, node.name or "dq")
     x, scale = node.inputs[0], node.inputs[1]
     zero_point = node.inputs[2] if len(node.inputs) > 2 else None
-    assert x is not None and scale is not None and x.const_value is not None
-    length = tensor_shape(x.const_value).numpy()[plan.axis]
+    tensor = constant_tensor(x) if x is not None else None
+    assert x is not None and scale is not None and tensor is not None
+    length = tensor_shape(tensor).numpy()[plan.axis]
     scale_shape = _static_dims(scale)
     blocks = {"axis": plan.axis, "block": plan.block_size, "length": length}
     values = writer.node("Cast", [x], to=_FLOAT)
@@ -52,7 +54,7 @@ def _static_dims(value: ir.Value) -> list[int]:
     shape = value.shape
     if shape is not None and shape.is_static():
         return list(shape.numpy())
-    tensor = value.const_value
+    tensor = constant_tensor(value)
     if tensor is not None:
         return list(tensor_shape(tensor).numpy())
     raise ValueError(f"the shape of '{value.name}' is not static")
