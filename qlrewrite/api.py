@@ -136,16 +136,26 @@ def fix(
     ``unsafe``, as ``--fix --unsafe-fixes``. The fixes are the rules' own
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
     place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
-    then the result is a new model. Findings without a fix stay: call :func:`check` on the
-    result to see what remains. As the other functions, it refuses an input with error
-    findings no fix repairs and an output ONNX's checker or our check would reject
+    then the result is a new model. Warnings without a fix stay: call :func:`check` on the
+    result to see them. As ``check --fix`` (which then writes nothing and exits 1), it
+    refuses an input with error findings no fix repairs, whether or not other findings
+    had a fix, and an output ONNX's checker or our check would reject
     (``FindingsRefusal`` / ``Refusal``)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
     loaded = load(model)
     report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
     passes = fix_passes(report.findings, unsafe=unsafe)
-    return _rewrite(loaded, passes, "fix") if passes else loaded
+    if passes:
+        return _rewrite(loaded, passes, "fix")
+    if report.errors:
+        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
+        raise pipeline.FindingsRefusal(
+            f"model: {len(report.errors)} error finding(s) no fix repairs ({codes}: "
+            "`qlrewrite.check` gives them)",
+            report,
+        )
+    return loaded
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:

@@ -150,7 +150,11 @@ def test_api_fix_repairs_what_check_fix_repairs() -> None:
 
 
 def test_api_fix_upgrade_only_with_unsafe() -> None:
-    assert qlrewrite.fix(_opset12_per_axis()).opset_imports == {"": 12}
+    """Without ``unsafe`` no fix repairs the per-axis errors below opset 13: refused, as
+    ``check --fix`` writes nothing for them."""
+    with pytest.raises(pipeline.FindingsRefusal, match="no fix repairs") as refused:
+        qlrewrite.fix(_opset12_per_axis())
+    assert refused.value.findings and all(f.fix == "unsafe" for f in refused.value.findings)
     fixed = qlrewrite.fix(_opset12_per_axis(), unsafe=True)
     assert fixed.opset_imports == {"": 13} and not qlrewrite.check(fixed).errors
 
@@ -166,6 +170,37 @@ def test_api_fix_upgrade_only_with_unsafe() -> None:
 def test_api_fix_arguments(kwargs: dict, error: type, needle: str) -> None:
     with pytest.raises(error, match=needle):
         qlrewrite.fix(_ms_not_imported(), **kwargs)
+
+
+def test_api_fix_refuses_errors_no_fix_repairs_and_keeps_warnings() -> None:
+    """A cycle (QL611, no fix) is refused with its finding, as the CLI exits 1 on it; a
+    model whose only findings are warnings without a fix comes back as it was."""
+    s = onnx.helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.1])
+    z = onnx.helper.make_tensor("z", onnx.TensorProto.INT8, [], [0])
+    nodes = [
+        onnx.helper.make_node("QuantizeLinear", ["a", "s", "z"], ["q"], name="q"),
+        onnx.helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="d"),
+        onnx.helper.make_node("Add", ["x", "d"], ["a"], name="add"),
+    ]
+    value = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        nodes,
+        "g",
+        [value("x", onnx.TensorProto.FLOAT, [4])],
+        [value("d", onnx.TensorProto.FLOAT, [4])],
+        [s, z],
+    )
+    cyclic = onnx.helper.make_model(
+        graph, opset_imports=[onnx.helper.make_opsetid("", 21)], ir_version=10
+    )
+    with pytest.raises(pipeline.FindingsRefusal) as refused:
+        qlrewrite.fix(cyclic)
+    assert [f.rule for f in refused.value.findings] == ["QL611"]
+    float_only = qdq_model(DQ, 21)
+    del float_only.graph.node[:]  # QL607 (a warning, no fix): nothing to refuse
+    float_only.graph.node.append(onnx.helper.make_node("Relu", ["x"], ["y"], name="r"))
+    model = ir.serde.deserialize_model(float_only)
+    assert qlrewrite.fix(model) is model
 
 
 def test_api_fix_of_what_is_not_a_model() -> None:
