@@ -10,28 +10,24 @@ Example: docs/python-api.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from qlrewrite.passes.commands import (
-        convert_passes,
-        downgrade_passes,
-        fix_passes,
-        fold_passes,
-        retarget_passes,
-        upgrade_passes,
-    )
-    from qlrewrite.passes.convert_domain import ConvertDomainPass
-    from qlrewrite.passes.downgrade import DowngradePass
-    from qlrewrite.passes.fold import FoldPass
-    from qlrewrite.passes.imports import ImpliedImportsPass
-    from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-    from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-    from qlrewrite.passes.qdq_tidy import QdqTidyPass
-    from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
-    from qlrewrite.passes.retarget import RetargetPass
-    from qlrewrite.passes.upgrade import UpgradePass
+from qlrewrite.passes.commands import (
+    convert_passes,
+    downgrade_passes,
+    fix_passes,
+    fold_passes,
+    retarget_passes,
+    upgrade_passes,
+)
+from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.downgrade import DowngradePass
+from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.imports import ImpliedImportsPass
+from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.qdq_tidy import QdqTidyPass
+from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.retarget import RetargetPass
+from qlrewrite.passes.upgrade import UpgradePass
 
 __all__ = [
     "ConvertDomainPass",
@@ -51,32 +47,3 @@ __all__ = [
     "retarget_passes",
     "upgrade_passes",
 ]
-
-#: The module of each name above: imported when the name is first read, so that a command
-#: importing one pass (``qlrewrite.passes.downgrade``) does not import every other.
-_HOMES = {
-    **{
-        name: "commands"
-        for name in __all__
-        if name.endswith("_passes")  # convert_passes, downgrade_passes, ...
-    },
-    "ConvertDomainPass": "convert_domain",
-    "DowngradePass": "downgrade",
-    "FoldPass": "fold",
-    "ImpliedImportsPass": "imports",
-    "NBitsFromOnnxPass": "nbits_from_onnx",
-    "NBitsToOnnxPass": "nbits_to_onnx",
-    "QdqTidyPass": "qdq_tidy",
-    "QOperatorToQdqPass": "qoperator_to_qdq",
-    "RetargetPass": "retarget",
-    "UpgradePass": "upgrade",
-}
-
-
-def __getattr__(name: str) -> object:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value

@@ -1,24 +1,27 @@
 """The passes each rewriting command runs, in order: one home for the command line and the
 Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewrites what
-``qlrewrite convert --to onnx`` rewrites.
-
-Each function imports its own passes: a command imports the passes it runs, not every
-pass of the package (``downgrade`` and ``retarget`` imported all eleven, about 15 ms).
-"""
+``qlrewrite convert --to onnx`` rewrites."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from qlrewrite.findings import Finding, fixable
-
-if TYPE_CHECKING:
-    from qlrewrite.passes.fold_tensor import Float16Mode
-    from qlrewrite.passes.retarget import Signedness
-    from qlrewrite.verify.deployed import Fusions
+from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.downgrade import DowngradePass
+from qlrewrite.passes.fix import FIXES, FixPass, finding_key
+from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold_tensor import Float16Mode
+from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
+from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.qdq_tidy import QdqTidyPass
+from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
+from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.retarget import RetargetPass, Signedness
+from qlrewrite.passes.upgrade import UpgradePass
+from qlrewrite.verify.deployed import Fusions
 
 __all__ = [
     "convert_passes",
@@ -44,9 +47,6 @@ def fold_passes(
     ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: what ONNX
     Runtime makes of the input; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
     fold only the int32 bias DQs)."""
-    from qlrewrite.passes.fold import FoldPass
-    from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-
     fold = FoldPass(
         keep_dq=keep_dq,
         float16=float16,
@@ -67,12 +67,6 @@ def convert_passes(
     nodes first become Q/DQ; to com.microsoft, exact Q/DQ weights become MatMulNBits /
     GatherBlockQuantized (8-bit ones only with ``include_8bit``); then the Q/DQ nodes
     change domain."""
-    from qlrewrite.passes.convert_domain import ConvertDomainPass
-    from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-    from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-    from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
-    from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
-
     last = ConvertDomainPass(to, allow_float16=allow_float16)
     if last.to == "onnx":
         return [QonnxToQdqPass(), QOperatorToQdqPass(), NBitsToOnnxPass(), last]
@@ -86,10 +80,6 @@ def upgrade_passes(
     where the new opset expresses them (not strict: the others stay), then with
     ``convert_weight_only`` MatMulNBits / GatherBlockQuantized to DequantizeLinear ->
     MatMul / Gather (not strict). ``fixing``: the rule codes ``check --fix`` upgrades for."""
-    from qlrewrite.passes.convert_domain import ConvertDomainPass
-    from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-    from qlrewrite.passes.upgrade import UpgradePass
-
     passes: list[ir.passes.PassBase] = [
         UpgradePass(opset, fixing=fixing),
         ConvertDomainPass("onnx", strict=False),
@@ -108,8 +98,6 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
     that asked for it; the node and model fixes run in one
     :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given.
     """
-    from qlrewrite.passes.fix import FIXES, FixPass, finding_key
-
     chosen = fixable(findings, unsafe=unsafe)
     if not chosen:
         return []
@@ -128,8 +116,6 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
 
 def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:
     """``qlrewrite downgrade --opset N``."""
-    from qlrewrite.passes.downgrade import DowngradePass
-
     return [DowngradePass(opset)]
 
 
@@ -143,9 +129,6 @@ def retarget_passes(
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite retarget``: tidy first (split shared inputs, drop redundant pairs), then
     the zero-point and width retargets, each exact or refused."""
-    from qlrewrite.passes.qdq_tidy import QdqTidyPass
-    from qlrewrite.passes.retarget import RetargetPass
-
     passes: list[ir.passes.PassBase] = []
     if drop_redundant or split_shared:
         passes.append(QdqTidyPass(drop_redundant=drop_redundant, split_shared=split_shared))
