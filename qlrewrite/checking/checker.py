@@ -179,7 +179,7 @@ def check_model(
             report.findings.extend(rule_check.func(model_ctx))
     node_checks = [c for c in CHECKS.values() if c.scope == "node"]
     seen: set[tuple[str, str, int, str]] = set()
-    checks_of: dict[int, list[RuleCheck]] = {}
+    checks_of: dict[tuple[int, bool], list[RuleCheck]] = {}
     left_alone = []  # found by the same walk: named, not checked
     every_view: list[NodeView] = []  # kept for the target rules
     kinds = (*CHECKED_KINDS, LEFT_ALONE)
@@ -194,8 +194,8 @@ def check_model(
             every_view.extend(views)
         if _left_as_checked(site, unchanged):
             continue
-        checks = _checks_of(site, node_checks, checks_of)
         for view in views:
+            checks = _checks_of(view, node_checks, checks_of)
             report.findings.extend(_node_findings(view, checks, seen))
     report.unchecked = group_sites(left_alone)
     for target in targets:
@@ -219,14 +219,14 @@ def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Fin
 
 
 def _checks_of(
-    site: QuantizedSite, node_checks: list[RuleCheck], memo: dict[int, list[RuleCheck]]
+    view: NodeView, node_checks: list[RuleCheck], memo: dict[tuple[int, bool], list[RuleCheck]]
 ) -> list[RuleCheck]:
-    """The node rules of ``site``'s kind (decided once per kind, not per node)."""
-    checks = memo.get(id(site.kind))
+    """The node rules that run on ``view`` (:meth:`RuleCheck.runs_on`), decided once per
+    kind and whether a version is in force, not per node."""
+    kind, versioned = view.site.kind, view.row is not None
+    checks = memo.get((id(kind), versioned))
     if checks is None:
-        checks = memo[id(site.kind)] = [
-            c for c in node_checks if any(k is site.kind for k in c.kinds)
-        ]
+        checks = memo[id(kind), versioned] = [c for c in node_checks if c.runs_on(kind, versioned)]
     return checks
 
 
@@ -245,12 +245,7 @@ def _target_findings(
     node_checks = [c for c in CHECKS.values() if c.scope == "target-node"]
     seen: set[tuple[str, str, int, str]] = set()
     for view in views:
-        versioned = view.row is not None
-        checks = [
-            c
-            for c in node_checks
-            if any(k is view.site.kind for k in c.kinds) and (versioned or not c.needs_version)
-        ]
+        checks = [c for c in node_checks if c.runs_on(view.site.kind, view.row is not None)]
         for rule_check in checks:
             for finding in rule_check.func(TargetNode(view, target)):
                 key = (finding.rule, finding.graph, id(view.node), finding.message)
@@ -264,10 +259,7 @@ def _node_findings(
 ) -> Iterator[Finding]:
     """The findings of ``checks`` on one view of a node, each once per node (a function's
     node seen from several call sites says the same thing once)."""
-    versioned = view.row is not None  # read once: the rules of a node are many
     for rule_check in checks:
-        if rule_check.needs_version and not versioned:
-            continue
         for finding in rule_check.func(view):
             message = finding.message.replace(view.call_site_note, "", 1)
             key = (finding.rule, finding.graph, id(view.node), message)

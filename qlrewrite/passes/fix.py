@@ -96,10 +96,8 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
         inference = self.context(model).inference
         for site, views in node_views(model, inference=inference, kinds=kinds):
             for unit in units:
-                if not any(k is site.kind for k in unit.kinds):
-                    continue
                 for view in views[:1]:  # a function node: its first call site
-                    if unit.needs_version and view.row is None:
+                    if not unit.runs_on(site.kind, view.row is not None):
                         continue
                     planned.extend(
                         (site, view, f)

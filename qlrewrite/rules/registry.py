@@ -156,6 +156,11 @@ class RuleCheck:
     #: than the input's opset): declared by the rule, or implied by its ``Fix.upgrade_opset``.
     upgrade_repairs: bool = False
 
+    def runs_on(self, kind: SiteKind, versioned: bool) -> bool:
+        """Whether this node or target-node rule runs on a node of ``kind``;
+        ``versioned``: an operator version is in force for the node (its view's row)."""
+        return any(k is kind for k in self.kinds) and (versioned or not self.needs_version)
+
 
 #: The catalogue, ordered by code once every rule module is imported.
 RULES: dict[str, Rule] = {}
