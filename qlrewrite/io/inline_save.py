@@ -21,7 +21,7 @@ from typing import BinaryIO
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import external_in_memory
+from qlrewrite.io.tensors import serialize_without
 from qlrewrite.toolkit import main_graphs
 
 #: Called after each initializer is written (model_io.SaveCallback).
@@ -60,25 +60,7 @@ def _key(field: int) -> bytes:
 def _skeleton(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
     """``model`` serialized with ``values`` (main-graph initializers) left out; no
     tensor of theirs is read. Attribute and subgraph tensors in external data are read in."""
-    swapped = []
-    try:
-        for value in values:
-            tensor = value.const_value
-            assert tensor is not None
-            swapped.append((value, tensor))
-            value.const_value = ir.ExternalTensor(
-                _PLACEHOLDER,
-                0,
-                0,
-                tensor.dtype,
-                shape=ir.Shape(tensor.shape.numpy()),
-                name=value.name or "",
-            )
-        with external_in_memory(model, initializers=lambda t: t.location != _PLACEHOLDER):
-            proto = ir.serde.serialize_model(model)
-    finally:
-        for value, tensor in swapped:
-            value.const_value = tensor
+    proto = serialize_without(model, values, _PLACEHOLDER)
     del proto.graph.initializer[:]
     return proto
 

@@ -53,6 +53,7 @@ __all__ = [
     "packed_bytes",
     "proto_tensors",
     "resolve_external",
+    "serialize_without",
     "tensor_bytes",
     "uses_external_data",
 ]
@@ -622,3 +623,31 @@ def external_in_memory(
             else:
                 assert slot.node is not None and slot.attr is not None
                 slot.node.attributes[slot.attr.name] = slot.attr
+
+
+def serialize_without(
+    model: ir.Model, values: Iterable[ir.Value], placeholder: str
+) -> onnx.ModelProto:
+    """``model`` serialized with the tensors of ``values`` (initializers) left unread:
+    each stands in the proto as an external tensor at location ``placeholder`` with its
+    name, type and shape. Other external tensors are read in (:func:`external_in_memory`);
+    the model is left as it was."""
+    swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
+    try:
+        for value in values:
+            tensor = value.const_value
+            assert tensor is not None
+            swapped.append((value, tensor))
+            value.const_value = ir.ExternalTensor(
+                placeholder,
+                0,
+                tensor.nbytes,
+                tensor.dtype,
+                shape=ir.Shape(tensor.shape.numpy()),
+                name=value.name or "",
+            )
+        with external_in_memory(model, initializers=lambda t: t.location != placeholder):
+            return ir.serde.serialize_model(model)
+    finally:
+        for value, tensor in swapped:
+            value.const_value = tensor

@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.io import tensors
-from qlrewrite.io.tensors import external_in_memory
+from qlrewrite.io.tensors import serialize_without
 from qlrewrite.toolkit import main_graphs, proto_graphs
 
 __all__ = ["INLINE_BYTES", "weightless_from_source", "weightless_proto"]
@@ -33,27 +33,13 @@ def weightless_proto(model: ir.Model, *, max_inline_bytes: int = INLINE_BYTES) -
     those and node attribute tensors (Constant values) that live in external data are read
     into the proto, which has no folder to resolve them against.
     """
-    swapped: list[tuple[ir.Value, ir.TensorProtocol]] = []
-    try:
-        for graph in main_graphs(model):
-            for value in graph.initializers.values():
-                tensor = value.const_value
-                if tensor is None or tensor.nbytes <= max_inline_bytes:
-                    continue
-                swapped.append((value, tensor))
-                value.const_value = ir.ExternalTensor(
-                    _PLACEHOLDER,
-                    0,
-                    tensor.nbytes,
-                    tensor.dtype,
-                    shape=ir.Shape(tensor.shape.numpy()),
-                    name=value.name or "",
-                )
-        with external_in_memory(model, initializers=lambda t: t.location != _PLACEHOLDER):
-            proto = ir.serde.serialize_model(model)
-    finally:
-        for value, tensor in swapped:
-            value.const_value = tensor
+    large = [
+        value
+        for graph in main_graphs(model)
+        for value in graph.initializers.values()
+        if value.const_value is not None and value.const_value.nbytes > max_inline_bytes
+    ]
+    proto = serialize_without(model, large, _PLACEHOLDER)
     _hoist_placeholders(proto)
     return proto
 
