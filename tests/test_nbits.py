@@ -312,6 +312,24 @@ def test_matmul_nbits_inside_a_function_is_converted(zero_points):
     assert _bits_equal(session(proto).run(None, {"A": np.eye(64, dtype=np.float32)})[0], expected)
 
 
+def _weight_only_model(op: str) -> onnx.ModelProto:
+    """A small 4-bit MatMulNBits or uint8 GatherBlockQuantized model (``op``)."""
+    rng = np.random.default_rng(4)
+    if op == "MatMulNBits":
+        return matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
+    model, _ = gather_block_quantized_model(
+        rng,
+        dtype="uint8",
+        shape=(4, 16),
+        bits=4,
+        block_size=16,
+        quantize_axis=1,
+        gather_axis=0,
+        zero_points=False,
+    )
+    return model
+
+
 @pytest.mark.parametrize(
     ("op", "index", "named"),
     [("MatMulNBits", 1, "B"), ("MatMulNBits", 2, "scales"), ("GatherBlockQuantized", 2, "scales")],
@@ -319,20 +337,7 @@ def test_matmul_nbits_inside_a_function_is_converted(zero_points):
 def test_an_omitted_weight_input_is_refused_by_the_pass(op, index, named):
     """The pass on its own (no input check before it): an omitted B or scales is a refusal
     naming it, not an AttributeError on None."""
-    rng = np.random.default_rng(4)
-    if op == "MatMulNBits":
-        model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
-    else:
-        model, _ = gather_block_quantized_model(
-            rng,
-            dtype="uint8",
-            shape=(4, 16),
-            bits=4,
-            block_size=16,
-            quantize_axis=1,
-            gather_axis=0,
-            zero_points=False,
-        )
+    model = _weight_only_model(op)
     model.graph.node[0].input[index] = ""
     with pytest.raises(Refusal, match=f"{named} is omitted"):
         _converted(model)
@@ -345,20 +350,7 @@ def test_an_omitted_weight_input_is_refused_by_the_pass(op, index, named):
 def test_a_weight_input_that_is_not_constant_is_not_called_omitted(op, index, named):
     """A B or scales given as a graph input is refused as not a constant, the one reason:
     the refusal said 'B is omitted' too (a non-constant input read as an omitted one)."""
-    rng = np.random.default_rng(4)
-    if op == "MatMulNBits":
-        model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
-    else:
-        model, _ = gather_block_quantized_model(
-            rng,
-            dtype="uint8",
-            shape=(4, 16),
-            bits=4,
-            block_size=16,
-            quantize_axis=1,
-            gather_axis=0,
-            zero_points=False,
-        )
+    model = _weight_only_model(op)
     name = model.graph.node[0].input[index]
     (tensor,) = (t for t in model.graph.initializer if t.name == name)
     model.graph.initializer.remove(tensor)
