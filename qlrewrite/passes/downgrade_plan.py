@@ -21,7 +21,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.qdq import QDQView, QuantizedSite, node_views
-from qlrewrite.qdq.constants import constant_tensor, is_constant
+from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.qdq.inference import Inference
 
 __all__ = ["KEEP", "Plan", "plan_downgrade"]
@@ -141,7 +141,7 @@ def _lowering(view: QDQView, form: opsets.NodeForm, opset: int) -> tuple[str | N
     if view.is_quantize:
         return None, []
     x = view.node.inputs[0]
-    constant = is_constant(x) and x is not None and constant_tensor(x) is not None
+    constant = x is not None and constant_tensor(x) is not None
     if form.blocked:
         return _blocked(view, form, constant)
     if form.x_type in WIDER and constant:
