@@ -55,12 +55,14 @@ __all__ = [
     "iter_graphs",
     "main_graphs",
     "model_folder",
+    "nodes_post_order",
     "normalize_domain",
     "onnx_opset",
     "owner_label",
     "proto_graphs",
     "replace_value",
     "root_graphs",
+    "subgraphs_of",
     "tensor_shape",
 ]
 
@@ -198,6 +200,37 @@ def root_graphs(model: ir.Model) -> list[tuple[GraphRef, ir.Graph | ir.Function]
 def all_graphs(model: ir.Model) -> list[ir.Graph | ir.Function]:
     """The graphs and functions :func:`iter_graphs` yields, alone."""
     return [scope.graph for scope in iter_graphs(model)]
+
+
+def subgraphs_of(node: ir.Node) -> list[ir.Graph]:
+    """The graphs held by ``node``'s GRAPH and GRAPHS attributes, in attribute order."""
+    graphs: list[ir.Graph] = []
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH and not attr.is_ref():
+            graphs.append(attr.value)
+        elif attr.type == ir.AttributeType.GRAPHS and not attr.is_ref():
+            graphs.extend(attr.value)
+    return graphs
+
+
+def nodes_post_order(root: ir.Graph | ir.Function) -> list[ir.Node]:
+    """Every node of ``root`` and its subgraphs, each subgraph's nodes just before the
+    node holding them (no recursion: nesting depth is the file's to choose)."""
+    order: list[ir.Node] = []
+    for top in root:
+        if not top.attributes or not subgraphs_of(top):
+            order.append(top)  # the common case, kept cheap
+            continue
+        stack: list[tuple[ir.Node, bool]] = [(top, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            stack.append((node, True))
+            inner = [sub_node for graph in subgraphs_of(node) for sub_node in graph]
+            stack.extend((sub_node, False) for sub_node in reversed(inner))
+    return order
 
 
 def main_graphs(model: ir.Model) -> list[ir.Graph]:

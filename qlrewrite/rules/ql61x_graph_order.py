@@ -19,7 +19,7 @@ import onnx_ir as ir
 from qlrewrite.findings import ERROR, SAFE, Finding
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, Fix, ModelContext, rule
-from qlrewrite.toolkit import GraphRef, root_graphs
+from qlrewrite.toolkit import GraphRef, nodes_post_order, root_graphs, subgraphs_of
 
 __all__ = ["OrderProblem", "order_problems"]
 
@@ -51,36 +51,6 @@ def order_problems(model: ir.Model) -> list[OrderProblem]:
     return problems
 
 
-def _subgraphs(node: ir.Node) -> list[ir.Graph]:
-    graphs: list[ir.Graph] = []
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH and not attr.is_ref():
-            graphs.append(attr.value)
-        elif attr.type == ir.AttributeType.GRAPHS and not attr.is_ref():
-            graphs.extend(attr.value)
-    return graphs
-
-
-def _post_order(root: ir.Graph | ir.Function) -> list[ir.Node]:
-    """Every node of ``root`` and its subgraphs, each subgraph's nodes just before the
-    node holding them (no recursion: nesting depth is the file's to choose)."""
-    order: list[ir.Node] = []
-    for top in root:
-        if not top.attributes or not _subgraphs(top):
-            order.append(top)  # the common case, kept cheap
-            continue
-        stack: list[tuple[ir.Node, bool]] = [(top, False)]
-        while stack:
-            node, expanded = stack.pop()
-            if expanded:
-                order.append(node)
-                continue
-            stack.append((node, True))
-            inner = [sub_node for graph in _subgraphs(node) for sub_node in graph]
-            stack.extend((sub_node, False) for sub_node in reversed(inner))
-    return order
-
-
 def _late_reads(order: Sequence[ir.Node]) -> list[tuple[ir.Node, ir.Value, ir.Node]]:
     """Each read of a value whose writer comes at or after the reader in ``order``
     (every writer a root's nodes can read is among them)."""
@@ -98,7 +68,7 @@ def _late_reads(order: Sequence[ir.Node]) -> list[tuple[ir.Node, ir.Value, ir.No
 
 
 def _root_problem(ref: GraphRef, root: ir.Graph | ir.Function) -> OrderProblem | None:
-    order = _post_order(root)
+    order = nodes_post_order(root)
     late = _late_reads(order)
     if not late:
         return None
@@ -117,7 +87,7 @@ def _predecessors(order: Sequence[ir.Node], position: dict[ir.Node, int]) -> lis
             writer = value.producer() if value is not None else None
             if writer is not None and writer in position:
                 before[index].append(position[writer])
-        before[index].extend(position[inner] for graph in _subgraphs(node) for inner in graph)
+        before[index].extend(position[inner] for graph in subgraphs_of(node) for inner in graph)
     return before
 
 
