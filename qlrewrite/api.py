@@ -148,13 +148,7 @@ def fix(
     passes = fix_passes(report.findings, unsafe=unsafe)
     if passes:
         return _rewrite(loaded, passes, "fix")
-    if report.errors:
-        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
-        raise pipeline.FindingsRefusal(
-            f"model: {len(report.errors)} error finding(s) no fix repairs ({codes}: "
-            "`qlrewrite.check` gives them)",
-            report,
-        )
+    pipeline.refuse_errors(report, "model", "error finding(s) no fix repairs")
     return loaded
 
 

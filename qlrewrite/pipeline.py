@@ -61,6 +61,7 @@ __all__ = [
     "Rewritten",
     "default_output",
     "model_output",
+    "refuse_errors",
     "resolve_output",
     "rewrite",
     "rewrite_model",
@@ -81,6 +82,18 @@ class FindingsRefusal(Refusal):
     def findings(self) -> list[Finding]:
         """The error findings that refused the model."""
         return list(self.report.errors)
+
+
+def refuse_errors(report: Report, where: str, what: str = "error finding(s)") -> None:
+    """Raise :class:`FindingsRefusal` when ``report`` has error findings: one line with
+    ``where``, their count (``what`` they are) and their codes."""
+    if report.errors:
+        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
+        raise FindingsRefusal(
+            f"{where}: {len(report.errors)} {what}; nothing written ({codes}: run "
+            "`qlrewrite check` for details)",
+            report,
+        )
 
 
 @dataclasses.dataclass
@@ -477,13 +490,7 @@ def _check_input(
     found = _check(model, input_path, inference)
     checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
     report = unrepaired(found, passes)
-    if report.errors:
-        codes = ", ".join(dict.fromkeys(f.rule for f in report.errors))
-        raise FindingsRefusal(
-            f"{input_path or 'model'}: {len(report.errors)} error finding(s); nothing "
-            f"written ({codes}: run `qlrewrite check` for details)",
-            report,
-        )
+    refuse_errors(report, str(input_path or "model"))
     context = RunContext(model, inference, unchanged, checked=checked)
     return context, _not_looked_at(report, model, command)
 
