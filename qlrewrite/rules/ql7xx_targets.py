@@ -432,7 +432,7 @@ def _ways_out(key: str) -> str:
     right), per-channel weights, or a session that does not fuse QDQ nodes."""
     convert = (
         "qlrewrite convert --to com.microsoft makes it MatMulNBits, which computes the "
-        "blocks (exact); or "
+        "blocks (measured equal to ORT_DISABLE_ALL with 1.31.1); or "
         if " along=K " in key
         else ""
     )
