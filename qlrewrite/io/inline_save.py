@@ -14,14 +14,15 @@ Parsed, the file is the same ModelProto ``onnx_ir.save`` writes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import serialize_without
+from qlrewrite.io.tensors import InlineTensor, in_memory, serialize_without
+from qlrewrite.io.wire import _at, _skip
 from qlrewrite.toolkit import main_graphs
 
 #: Called after each initializer is written (model_io.SaveCallback).
@@ -32,6 +33,8 @@ __all__ = ["save_inline"]
 
 _GRAPH = 7  # ModelProto.graph
 _INITIALIZER = 5  # GraphProto.initializer
+_RAW_DATA = 9  # TensorProto.raw_data
+_RAW_DATA_KEY = _RAW_DATA << 3 | 2
 _LENGTH_BYTES = 5  # a graph below 2 GiB: 31 bits, 7 per byte
 _PLACEHOLDER = "qlrewrite-inline-placeholder"
 
@@ -82,18 +85,88 @@ def _from_weightless(weightless: onnx.ModelProto, model: ir.Model) -> onnx.Model
     return proto
 
 
-def _initializers(values: list[ir.Value]) -> Iterator[tuple[ir.TensorProtocol, bytes]]:
-    """Each initializer serialized as onnx_ir serializes it (its name the value's name),
-    one at a time, with its tensor."""
-    for value in values:
-        tensor = value.const_value
-        assert tensor is not None
-        tensor.name = value.name
-        if isinstance(tensor, ir.ExternalTensor):  # the input's file: read it in, alone
-            tensor = ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=value.name)
-        proto = onnx.TensorProto()
-        ir.serde.serialize_tensor_into(proto, tensor)
-        yield value.const_value, proto.SerializeToString()
+class _Shell:
+    """A tensor's name, type, shape and metadata with no data: what onnx_ir serializes
+    around the raw data of a tensor that is not a TensorProto already."""
+
+    def __init__(self, tensor: ir.TensorProtocol) -> None:
+        self.name = tensor.name
+        self.doc_string = tensor.doc_string
+        self.dtype = tensor.dtype
+        self.shape = tensor.shape
+        self.metadata_props = tensor.metadata_props
+
+    def tobytes(self) -> bytes:
+        return b""
+
+
+def _shell(tensor: ir.TensorProtocol) -> onnx.TensorProto | None:
+    """The TensorProto onnx_ir writes for ``tensor`` with an empty raw_data, when its data
+    is raw bytes that can be written after it (None: a TensorProto as read, strings, a
+    typed field: serialized whole)."""
+    if isinstance(tensor, InlineTensor):
+        proto = tensor.without_data()
+        if proto is None:
+            return None
+        proto.raw_data = b""
+        shell: Any = ir.TensorProtoTensor(proto)
+        shell.name = tensor.name
+    elif isinstance(tensor, ir.TensorProtoTensor | ir.StringTensor):
+        return None
+    else:
+        shell = _Shell(tensor)
+    proto = onnx.TensorProto()
+    ir.serde.serialize_tensor_into(proto, shell)
+    return proto
+
+
+def _split_at_raw_data(data: bytes) -> tuple[bytes, bytes]:
+    """A serialized TensorProto with an empty raw_data: the bytes before and after it."""
+    position = 0
+    while position < len(data):
+        tag, after = _at(data, position, len(data))
+        if tag == _RAW_DATA_KEY and data[after] == 0:
+            return data[:position], data[after + 1 :]
+        if tag & 7 == 2:
+            length, after = _at(data, after, len(data))
+            position = after + length
+        else:
+            position = _skip(data, tag & 7, after, len(data))
+    raise ValueError("no raw_data field")
+
+
+def _write_initializer(file: BinaryIO, value: ir.Value) -> int:
+    """Write ``value``'s tensor as an initializer field, as onnx_ir serializes it (its name
+    the value's name); raw data is streamed into the file (:meth:`tofile`: folded tensors
+    computed in chunks, inline and external ones copied from their file), any other tensor
+    serialized alone. Returns the bytes written."""
+    tensor = value.const_value
+    assert tensor is not None
+    tensor.name = value.name
+    shell = _shell(tensor)
+    if shell is None:
+        whole = onnx.TensorProto()
+        ir.serde.serialize_tensor_into(whole, in_memory(tensor))
+        data = whole.SerializeToString()
+        field = _key(_INITIALIZER) + _varint(len(data))
+        file.write(field)
+        file.write(data)
+        return len(field) + len(data)
+    before, after = _split_at_raw_data(shell.SerializeToString())
+    size = tensor.nbytes
+    raw = _key(_RAW_DATA) + _varint(size)
+    inner = len(before) + len(raw) + size + len(after)
+    field = _key(_INITIALIZER) + _varint(inner)
+    for part in (field, before, raw):
+        file.write(part)
+    file.flush()  # a tensor may write through the descriptor
+    start = file.tell()
+    tensor.tofile(file)
+    file.flush()
+    if file.tell() - start != size:
+        raise ValueError(f"tensor '{value.name}' wrote {file.tell() - start} bytes, not {size}")
+    file.write(after)
+    return len(field) + inner
 
 
 def _write_graph(
@@ -104,16 +177,14 @@ def _write_graph(
     file.write(bytes(_LENGTH_BYTES))
     file.write(graph)
     size = len(graph)
-    for index, (tensor, data) in enumerate(_initializers(values)):
-        head = _key(_INITIALIZER) + _varint(len(data))
-        file.write(head)
-        file.write(data)
+    for index, value in enumerate(values):
+        size += _write_initializer(file, value)
         if callback is not None:
             info = CallbackInfo(
                 total=len(values), index=index, offset=file.tell(), filename=file.name
             )
-            callback(tensor, info)
-        size += len(head) + len(data)
+            assert value.const_value is not None
+            callback(value.const_value, info)
     end = file.tell()
     file.seek(length_at)
     file.write(_padded_varint(size, _LENGTH_BYTES))

@@ -151,11 +151,11 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     checker reports them as findings).
     """
     path = Path(path)
-    proto = _read_proto(path)
+    proto, inline = _read_skeleton(path)
     model = _deserialize(proto, path)
     base_dir = model_folder(path)
-    tensors.resolve_external(model, base_dir)
-    set_source(model, Source(path, proto))
+    tensors.resolve_external(model, base_dir, inline)
+    set_source(model, Source(path, proto, inline=inline))
     if check_data:
         problems = tensors.data_problems(model)
         if problems:
@@ -266,8 +266,40 @@ def load_bytes(data: bytes, label: str = "-") -> ir.Model:
 
 def _read_proto(path: Path) -> onnx.ModelProto:
     """The ModelProto of ``path`` (no external data read), refused as an InputError
-    unless it is an ONNX model onnx_ir can read and write back within the limits."""
-    return _parse_proto(read_model_bytes(path), path)
+    unless it is an ONNX model onnx_ir can read and write back within the limits; the
+    data of its tensors above a few bytes left out (:func:`_read_skeleton`)."""
+    return _read_skeleton(path)[0]
+
+
+#: Inline tensors whose data is larger are left in the file, read when needed.
+INLINE_TENSOR_MIN_BYTES = 1024
+
+
+def _read_skeleton(path: Path) -> tuple[onnx.ModelProto, tensors.InlineFile | None]:
+    """The ModelProto of ``path`` as :func:`_read_proto` judges it, without the data of
+    the tensors it holds above :data:`INLINE_TENSOR_MIN_BYTES` (each stands in it as an
+    external tensor of the :class:`~qlrewrite.io.tensors.InlineFile` returned, None when
+    none was left out): the file is walked
+    (:class:`~qlrewrite.io.wire.Skeleton`), its weights never read. A file that does not
+    walk as a model is read whole and parsed, for protobuf to say what is wrong with it."""
+    with reading.opened(path, "model file", reading.MODEL_BYTES) as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_size == 0:
+            raise InputError(f"{path}: empty file")
+        inline = tensors.InlineFile(Path(os.path.abspath(path)), info, {})
+        budget = 8 * LIMITS.get().max_nodes
+        try:
+            buffer = wire.Window(handle.fileno(), info.st_size)
+            walk = wire.Skeleton(
+                buffer, inline.marker, INLINE_TENSOR_MIN_BYTES, budget, tensors.stored_size
+            )
+            skeleton = walk.walk(info.st_size)
+            proto = onnx.load_model_from_string(skeleton, format="protobuf")
+        except Exception:  # Malformed, DecodeError, ...: the whole file says what is wrong
+            return _parse_proto(read_model_bytes(path), path), None
+    del skeleton
+    inline.left_out.update(walk.left_out)
+    return _judged(proto, path), inline if walk.left_out else None
 
 
 def _parse_proto(data: bytes, path: str | os.PathLike) -> onnx.ModelProto:
@@ -281,6 +313,11 @@ def _parse_proto(data: bytes, path: str | os.PathLike) -> onnx.ModelProto:
             raise InputError(f"{path}: {what}") from exc
         raise InputError(f"{path}: not an ONNX model (cannot parse: {_one_line(exc)})") from exc
     del data
+    return _judged(proto, path)
+
+
+def _judged(proto: onnx.ModelProto, path: str | os.PathLike) -> onnx.ModelProto:
+    """``proto`` (read from ``path``) unless :func:`_read_proto` refuses it."""
     if not proto.HasField("graph") or proto.ir_version <= 0:
         raise InputError(f"{path}: not an ONNX model (no graph or no IR version)")
     over = _over_limits(proto, LIMITS.get())

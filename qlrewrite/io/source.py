@@ -8,27 +8,110 @@ the folder external data is resolved against, the files an output must not overw
 from __future__ import annotations
 
 import dataclasses
+import mmap
+import os
+import secrets
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 import onnx
 import onnx_ir as ir
 
+from qlrewrite.errors import InputError
+from qlrewrite.io.wire import LeftOut
 from qlrewrite.toolkit import model_folder
 
-__all__ = ["Source", "set_source", "source_of"]
+__all__ = ["InlineFile", "Source", "set_source", "source_of"]
 
 _KEY = "qlrewrite.io.source"
+#: Marks, in a skeleton proto, a tensor whose data is in the model file itself (a NUL:
+#: no external data location a file names can be one, see
+#: :func:`qlrewrite.io.tensors.external_path`).
+_INLINE_MARK = "\0qlrewrite-inline:"
+#: Bytes read at once when an inline tensor is copied.
+_COPY_STEP = 16 << 20
+
+
+def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
+class InlineFile:
+    """A model file whose tensors are read when needed, as the walk saw it: its identity
+    (device, inode, size, modification time) and where each tensor left out of the
+    skeleton is (:class:`~qlrewrite.io.wire.LeftOut`, by TensorProto position).
+
+    The file is opened again at the first read and kept open while the model lives; a file
+    replaced or changed since the walk is refused (InputError, one line), never read.
+    """
+
+    def __init__(self, path: Path, info: os.stat_result, left_out: dict[int, LeftOut]) -> None:
+        self.path = path
+        self.marker = _INLINE_MARK + secrets.token_hex(8)
+        self.left_out = left_out
+        self._identity = _identity(info)
+        self._handle: BinaryIO | None = None
+        self._lock = threading.Lock()
+
+    def _changed(self, how: str) -> InputError:
+        return InputError(f"{self.path}: {how} since it was read; run the command again")
+
+    def _fd(self) -> int:
+        with self._lock:
+            if self._handle is None:
+                flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+                try:
+                    fd = os.open(self.path, flags)
+                except OSError as exc:
+                    raise self._changed(f"gone ({exc.strerror or exc})") from exc
+                handle = os.fdopen(fd, "rb")
+                if _identity(os.fstat(fd)) != self._identity:
+                    handle.close()
+                    raise self._changed("replaced")
+                self._handle = handle
+            return self._handle.fileno()
+
+    def checked(self, left: LeftOut) -> int:
+        """The file's descriptor, once it is known to be as walked where ``left`` is read
+        (same size and time, the same key and length before the bytes)."""
+        fd = self._fd()
+        head = len(left.head)
+        if _identity(os.fstat(fd)) != self._identity or (
+            os.pread(fd, head, left.read_at - head) != left.head
+        ):
+            raise self._changed("changed")
+        return fd
+
+    def read(self, left: LeftOut, start: int, length: int) -> Iterator[bytes]:
+        """``length`` bytes at ``start`` of the file, in steps (``left``: what they are
+        part of, checked first)."""
+        fd = self.checked(left)
+        while length > 0:
+            chunk = os.pread(fd, min(length, _COPY_STEP), start)
+            if not chunk:
+                raise self._changed("shortened")
+            start, length = start + len(chunk), length - len(chunk)
+            yield chunk
+
+    def mapped(self, left: LeftOut) -> mmap.mmap:
+        """The whole file memory-mapped (read only), checked where ``left`` is read."""
+        return mmap.mmap(self.checked(left), 0, access=mmap.ACCESS_READ)
 
 
 @dataclasses.dataclass(frozen=True)
 class Source:
     """A model's file (None: a proto handed in, read as if from the current folder) and
-    its proto as read (without external data; the model may have changed since)."""
+    its proto as read (without external data, and without the data of inline tensors
+    above a few bytes: see :attr:`inline`; the model may have changed since)."""
 
     path: Path | None
     proto: onnx.ModelProto
     #: What was derived from ``proto`` once, by whoever derived it (data problems, ...).
     facts: dict[str, object] = dataclasses.field(default_factory=dict, compare=False)
+    #: Where the tensors left out of ``proto`` are read from (None: nothing left out).
+    inline: InlineFile | None = None
 
     @property
     def folder(self) -> Path:

@@ -21,23 +21,28 @@ import contextlib
 import dataclasses
 import io
 import math
+import mmap
 import os
 import re
 import stat
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import onnx
 import onnx_ir as ir
+from onnx_ir import _type_casting
 
-from qlrewrite.io.source import source_of
+from qlrewrite.io import reading
+from qlrewrite.io.source import InlineFile, source_of
 from qlrewrite.toolkit import GraphRef, all_graphs, proto_graphs
 
 __all__ = [
     "DataProblem",
     "ExternalDataError",
+    "InlineTensor",
     "TensorSlot",
     "attribute_tensors",
     "data_file",
@@ -45,15 +50,19 @@ __all__ = [
     "external_in_memory",
     "external_path",
     "files_held",
+    "in_memory",
     "initializer_bytes",
     "input_files",
     "ir_tensor_slots",
+    "is_external",
     "malformed_external_numbers",
+    "mapped_bytes",
     "nbytes",
     "packed_bytes",
     "proto_tensors",
     "resolve_external",
     "serialize_without",
+    "stored_size",
     "tensor_bytes",
     "uses_external_data",
 ]
@@ -180,7 +189,7 @@ def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:
 
 def uses_external_data(model: ir.Model) -> bool:
     """True if any initializer of the model lives in an external data file."""
-    return any(isinstance(t, ir.ExternalTensor) for t in _initializer_tensors(model))
+    return any(is_external(t) for t in _initializer_tensors(model))
 
 
 def initializer_bytes(model: ir.Model) -> int:
@@ -291,6 +300,143 @@ class _FolderTensor(ir.ExternalTensor):
         external_path(os.fspath(self.location), self.base_dir)
 
 
+#: Inline tensors this large are memory-mapped when read; smaller ones are read (mapping
+#: one brings a whole folio of the page cache, up to megabytes, into the process).
+_MAP_MIN_BYTES = 4 << 20
+
+
+class InlineTensor(ir.ExternalTensor):
+    """A tensor stored inside the model file, read from it when needed, as an external
+    tensor is read from its data file: raw data memory-mapped at its position, a tensor in
+    a typed field (float_data, int32_data, ...) parsed from its message. Its
+    :meth:`materialized` form is the TensorProto as the file holds it."""
+
+    __slots__ = ("_file", "_left")
+
+    def __init__(self, file: InlineFile, tensor: ir.ExternalTensor) -> None:
+        left = file.left_out[tensor.offset or 0]
+        raw = left.data is not None
+        super().__init__(
+            file.marker,
+            left.data if raw else left.start,
+            left.data_length if raw else left.length,
+            tensor.dtype,
+            shape=tensor.shape,
+            name=tensor.name or "",
+            doc_string=tensor.doc_string,
+            metadata_props=dict(tensor.metadata_props) or None,
+        )
+        self._file = file
+        self._left = left
+
+    @property
+    def file(self) -> Path:
+        """The model file the tensor is read from."""
+        return self._file.path
+
+    @property
+    def path(self) -> str:
+        """The model file (its location is a mark no file has: it is never written as a
+        reference to a data file)."""
+        return os.fspath(self._file.path)
+
+    def _check_path_containment(self) -> None:
+        """Read from the model file itself (checked as walked), never from a location."""
+
+    def materialized(self) -> ir.TensorProtoTensor:
+        """The tensor as the file holds it (its TensorProto, read and parsed), named as
+        this tensor is."""
+        left = self._left
+        proto = onnx.TensorProto()
+        proto.ParseFromString(b"".join(self._file.read(left, left.start, left.length)))
+        tensor = ir.TensorProtoTensor(proto)
+        tensor.name = self.name
+        return tensor
+
+    def without_data(self) -> onnx.TensorProto | None:
+        """The tensor's TensorProto as the file holds it, without its raw_data (None: its
+        values are in a typed field)."""
+        left = self._left
+        if left.data is None:
+            return None
+        key_at = left.data - len(left.head)
+        end = left.start + left.length
+        before = self._file.read(left, left.start, key_at - left.start)
+        after = self._file.read(
+            left, left.data + left.data_length, end - left.data - left.data_length
+        )
+        proto = onnx.TensorProto()
+        proto.ParseFromString(b"".join([*before, *after]))
+        return proto
+
+    def _load(self) -> None:
+        self._check_validity()
+        if self._left.data is None:
+            self._array = self.materialized().numpy()
+            return
+        if self._left.data_length < _MAP_MIN_BYTES:  # read: a map would bring in more
+            data = b"".join(self._file.read(self._left, self._left.data, self._left.data_length))
+            self._array = _unpacked(data, 0, self.dtype, self.shape)
+            return
+        self.raw = self._file.mapped(self._left)
+        self._array = _unpacked(self.raw, self._left.data, self.dtype, self.shape)
+
+    def stored(self) -> npt.NDArray[np.uint8]:
+        """The tensor's bytes as ONNX stores them (values under 8 bits packed), as uint8:
+        memory-mapped (the map closes when the array is dropped) or parsed."""
+        if self._left.data is None:
+            return np.frombuffer(self.tobytes(), np.uint8)
+        mapped = self._file.mapped(self._left)
+        return np.frombuffer(mapped, np.uint8, self._left.data_length, self._left.data)
+
+    def tobytes(self) -> bytes:
+        if self._left.data is None:
+            return self.materialized().tobytes()
+        return b"".join(self._file.read(self._left, self._left.data, self._left.data_length))
+
+    def tofile(self, file: Any) -> None:  # a binary file object
+        if self._left.data is None:
+            file.write(self.tobytes())
+            return
+        for chunk in self._file.read(self._left, self._left.data, self._left.data_length):
+            file.write(chunk)
+
+
+def _unpacked(raw: mmap.mmap, offset: int, dtype: ir.DataType, shape: ir.Shape) -> npt.NDArray[Any]:
+    """The array of ``dtype`` and ``shape`` stored at ``offset`` of ``raw`` (values under
+    8 bits packed, as ONNX stores them), as onnx_ir reads external data."""
+    dims = shape.numpy()
+    if dtype.bitwidth < 8 or dtype.bitwidth == 6:
+        packed = np.frombuffer(raw, np.uint8, count=nbytes(dtype, dims) or 0, offset=offset)
+        unpack = {4: _type_casting.unpack_4bitx2, 2: _type_casting.unpack_2bitx4}.get(
+            dtype.bitwidth, _type_casting.unpack_6bit
+        )
+        return unpack(packed, dims).view(dtype.numpy())
+    count = math.prod(dims)
+    array = np.frombuffer(raw, np.dtype(dtype.numpy()).newbyteorder("<"), count, offset)
+    return array.reshape(dims)
+
+
+def mapped_bytes(tensor: ir.ExternalTensor) -> npt.NDArray[np.uint8]:
+    """The bytes of an external or inline tensor as ONNX stores them, as a 1-D uint8
+    array memory-mapped from its file (the map closes when the array is dropped, so the
+    pages read do not stay resident)."""
+    length = tensor_bytes(tensor)
+    if length == 0:
+        return np.empty(0, np.uint8)
+    if isinstance(tensor, InlineTensor):
+        return tensor.stored()
+    path = data_file(tensor)  # the model's folder only
+    with reading.opened(path, "external data file", None) as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, np.uint8, count=length, offset=tensor.offset or 0)
+
+
+def is_external(tensor: ir.TensorProtocol) -> bool:
+    """True if ``tensor`` lives in an external data file (not inside the model file)."""
+    return isinstance(tensor, ir.ExternalTensor) and not isinstance(tensor, InlineTensor)
+
+
 def _anchored(tensor: ir.ExternalTensor, folder: str) -> ir.ExternalTensor:
     return _FolderTensor(
         tensor.location,
@@ -305,16 +451,26 @@ def _anchored(tensor: ir.ExternalTensor, folder: str) -> ir.ExternalTensor:
     )
 
 
-def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
+def resolve_external(
+    model: ir.Model, folder: str | os.PathLike, inline: InlineFile | None = None
+) -> int:
     """Make every external tensor ``model`` can reach (initializers and attribute
     tensors, in graphs, subgraphs and functions, nested anywhere) open its data through
-    :func:`external_path` against ``folder``. Returns how many were anchored."""
+    :func:`external_path` against ``folder``, and every tensor ``inline`` left out of the
+    skeleton read from the model file (:class:`InlineTensor`). Returns how many slots
+    changed."""
     folder = os.path.abspath(folder)
+
+    def resolved(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+        if not isinstance(tensor, ir.ExternalTensor):
+            return tensor
+        if inline is not None and tensor.location == inline.marker:
+            return InlineTensor(inline, tensor)
+        return _anchored(tensor, folder)
+
     count = 0
     for slot in list(ir_tensor_slots(model, external_only=True)):
-        slot.replace(
-            [_anchored(t, folder) if isinstance(t, ir.ExternalTensor) else t for t in slot.tensors]
-        )
+        slot.replace([resolved(t) for t in slot.tensors])
         count += 1
     return count
 
@@ -322,7 +478,7 @@ def resolve_external(model: ir.Model, folder: str | os.PathLike) -> int:
 def files_held(model: ir.Model) -> list[Path]:
     """The files the external tensors of an in-memory model still read (resolved)."""
     found = {
-        os.path.realpath(tensor.path)
+        os.path.realpath(tensor.file if isinstance(tensor, InlineTensor) else tensor.path)
         for slot in ir_tensor_slots(model, external_only=True)
         for tensor in slot.tensors
         if isinstance(tensor, ir.ExternalTensor)
@@ -441,6 +597,9 @@ def data_problems(
     if proto is None:
         return []
     files: dict[str, tuple[str, str] | int] = {}  # location -> size or problem, once each
+    inline = source.inline if source is not None else None
+    if inline is not None:  # left out of the skeleton: the walk judged them
+        files[inline.marker] = -1
     found = [
         problem
         for ref, tensor in proto_tensors(proto)
@@ -540,6 +699,27 @@ def _typed_values(dtype: ir.DataType, count: int) -> int:
     return count
 
 
+def stored_size(data_type: int, dims: Sequence[int], field: int) -> int | None:
+    """What a tensor of ``data_type`` and ``dims`` holds in TensorProto field number
+    ``field``: bytes of raw_data (9), values of the typed field ONNX keeps the type in;
+    None when no valid tensor holds its data there (strings, a wrong field, bad dims)."""
+    try:
+        dtype = ir.DataType(data_type)
+    except ValueError:
+        return None
+    if dtype == ir.DataType.STRING or _type_and_dims_problem(dtype, list(dims)) is not None:
+        return None
+    if field == _RAW_DATA_FIELD:
+        return nbytes(dtype, dims)
+    typed = onnx.TensorProto.DESCRIPTOR.fields_by_number.get(field)
+    if typed is None or typed.name != _typed_field(dtype):
+        return None
+    return _typed_values(dtype, math.prod(dims))
+
+
+_RAW_DATA_FIELD = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
+
+
 def _external_problem(
     tensor: onnx.TensorProto,
     expected: int | None,
@@ -559,6 +739,8 @@ def _external_problem(
     found = files[location]
     if not isinstance(found, int):
         return problem(*found)
+    if found < 0:  # the model file's own bytes (an inline tensor), judged when walked
+        return None
     file_size = found
     numbers = _offset_length(info)
     if isinstance(numbers, str):
@@ -588,7 +770,11 @@ def _external_problem(
 # --------------------------------------------------------------------------- in memory
 
 
-def _in_memory(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+def in_memory(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
+    """``tensor`` held in memory: an inline tensor as the model file holds it, an external
+    one read in; any other as it is."""
+    if isinstance(tensor, InlineTensor):
+        return tensor.materialized()
     if not isinstance(tensor, ir.ExternalTensor):
         return tensor
     return ir.Tensor(tensor.numpy(), dtype=tensor.dtype, name=tensor.name)
@@ -612,7 +798,7 @@ def external_in_memory(
         for slot in list(ir_tensor_slots(model, external_only=True)):
             if slot.value is not None and not initializers(slot.tensors[0]):
                 continue
-            copies = [_in_memory(t) for t in slot.tensors]
+            copies = [in_memory(t) for t in slot.tensors]
             swapped.append((slot, slot.tensors))
             slot.replace(copies)
         yield

@@ -15,7 +15,6 @@ input (never a whole-tensor copy) by the NumPy functions of :mod:`qlrewrite.kern
 from __future__ import annotations
 
 import math
-import mmap
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.io import reading, tensors
+from qlrewrite.io import tensors
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
 from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
 
@@ -61,14 +60,8 @@ def raw_bytes(tensor: ir.TensorProtocol) -> npt.NDArray[np.uint8]:
 
     The map is closed when the array is dropped, so the pages read do not stay resident.
     """
-    if isinstance(tensor, ir.ExternalTensor):
-        length = tensors.tensor_bytes(tensor)
-        if length == 0:
-            return np.empty(0, _U8)
-        path = tensors.data_file(tensor)  # the model's folder only
-        with reading.opened(path, "external data file", None) as file:
-            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        return np.frombuffer(mapped, _U8, count=length, offset=tensor.offset or 0)
+    if isinstance(tensor, ir.ExternalTensor):  # external or inline: mapped from its file
+        return tensors.mapped_bytes(tensor)
     if tensor.dtype.bitwidth >= 8:
         array = np.asarray(tensor.numpy())
         if array.dtype.byteorder not in "|<=" or not array.flags.c_contiguous:
