@@ -67,9 +67,12 @@ class InlineFile:
                 except OSError as exc:
                     raise self._changed(f"gone ({exc.strerror or exc})") from exc
                 handle = os.fdopen(fd, "rb")
-                if _identity(os.fstat(fd)) != self._identity:
+                found = _identity(os.fstat(fd))
+                if found != self._identity:
                     handle.close()
-                    raise self._changed("replaced")
+                    raise self._changed(
+                        "replaced" if found[:2] != self._identity[:2] else "changed"
+                    )
                 self._handle = handle
             return self._handle.fileno()
 
