@@ -221,7 +221,7 @@ def _run(command: list[str], source: Path, out: Path) -> bytes:
         ["convert", "--to", "com.microsoft"],
         ["upgrade", "--opset", "22"],
     ],
-    ids=lambda c: " ".join(c),
+    ids=" ".join,
 )
 def test_outputs_are_byte_identical_to_reading_whole(
     rich: Path, tmp_path: Path, whole, command: list[str]
