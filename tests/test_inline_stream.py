@@ -157,6 +157,12 @@ def _pack4(values: np.ndarray) -> bytes:
     return (flat[0::2] | (flat[1::2] << 4)).astype(np.uint8).tobytes()
 
 
+@pytest.fixture(autouse=True)
+def walk_every_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Walk these small files too (a file under 1 MiB is parsed whole)."""
+    monkeypatch.setattr(model_io, "WALK_MIN_BYTES", 0)
+
+
 @pytest.fixture
 def rich(tmp_path: Path) -> Path:
     path = tmp_path / "in" / "rich.onnx"

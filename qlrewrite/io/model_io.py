@@ -29,7 +29,7 @@ from qlrewrite.io import atomic, reading, tensors, wire
 from qlrewrite.io.inline_save import save_inline
 from qlrewrite.io.limits import LIMITS, Limits
 from qlrewrite.io.output_guard import destination
-from qlrewrite.io.source import Source, set_source, source_of
+from qlrewrite.io.source import InlineFile, Source, set_source, source_of
 from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import (
     GraphRef,
@@ -273,12 +273,15 @@ def _read_proto(path: Path) -> onnx.ModelProto:
 
 #: Inline tensors whose data is larger are left in the file, read when needed.
 INLINE_TENSOR_MIN_BYTES = 1024
+#: Smaller model files are read and parsed whole (at most twice this in memory; a walk of
+#: a 10,000-node graph costs about 30 ms, protobuf parses it in 5).
+WALK_MIN_BYTES = 1 << 20
 
 
-def _read_skeleton(path: Path) -> tuple[onnx.ModelProto, tensors.InlineFile | None]:
+def _read_skeleton(path: Path) -> tuple[onnx.ModelProto, InlineFile | None]:
     """The ModelProto of ``path`` as :func:`_read_proto` judges it, without the data of
     the tensors it holds above :data:`INLINE_TENSOR_MIN_BYTES` (each stands in it as an
-    external tensor of the :class:`~qlrewrite.io.tensors.InlineFile` returned, None when
+    external tensor of the :class:`~qlrewrite.io.InlineFile` returned, None when
     none was left out): the file is walked
     (:class:`~qlrewrite.io.wire.Skeleton`), its weights never read. A file that does not
     walk as a model is read whole and parsed, for protobuf to say what is wrong with it."""
@@ -286,20 +289,31 @@ def _read_skeleton(path: Path) -> tuple[onnx.ModelProto, tensors.InlineFile | No
         info = os.fstat(handle.fileno())
         if info.st_size == 0:
             raise InputError(f"{path}: empty file")
-        inline = tensors.InlineFile(Path(os.path.abspath(path)), info, {})
-        budget = 8 * LIMITS.get().max_nodes
-        try:
-            buffer = wire.Window(handle.fileno(), info.st_size)
-            walk = wire.Skeleton(
-                buffer, inline.marker, INLINE_TENSOR_MIN_BYTES, budget, tensors.stored_size
-            )
-            skeleton = walk.walk(info.st_size)
-            proto = onnx.load_model_from_string(skeleton, format="protobuf")
-        except Exception:  # Malformed, DecodeError, ...: the whole file says what is wrong
-            return _parse_proto(read_model_bytes(path), path), None
-    del skeleton
+        walked = _walked(handle.fileno(), path, info) if info.st_size >= WALK_MIN_BYTES else None
+    if walked is None:  # small, or not a model: parsed whole (protobuf says what is wrong)
+        return _parse_proto(read_model_bytes(path), path), None
+    proto, inline = walked
+    return _judged(proto, path), inline if inline.left_out else None
+
+
+def _walked(fd: int, path: Path, info: os.stat_result) -> tuple[onnx.ModelProto, InlineFile] | None:
+    """The skeleton of the open model file ``fd`` parsed, and where its left-out tensors
+    are; None when it does not walk or parse as a model."""
+    inline = InlineFile(Path(os.path.abspath(path)), info, {})
+    budget = 8 * LIMITS.get().max_nodes
+    walk = wire.Skeleton(
+        wire.Window(fd, info.st_size),
+        inline.marker,
+        INLINE_TENSOR_MIN_BYTES,
+        budget,
+        tensors.stored_size,
+    )
+    try:
+        proto = onnx.load_model_from_string(walk.walk(info.st_size), format="protobuf")
+    except Exception:  # Malformed, DecodeError, an OSError reading: judged whole
+        return None
     inline.left_out.update(walk.left_out)
-    return _judged(proto, path), inline if walk.left_out else None
+    return proto, inline
 
 
 def _parse_proto(data: bytes, path: str | os.PathLike) -> onnx.ModelProto:

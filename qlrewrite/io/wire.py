@@ -299,7 +299,10 @@ class Skeleton:
     def _tensor(self, key_at: int, start: int, length: int) -> bytes | None:
         """A TensorProto's bytes with its data left out (None: kept whole)."""
         fields = _tensor_fields(self._buffer, start, start + length)
-        if fields is None:
+        if fields is None:  # too many fields: kept whole, the parser judges it
+            return None
+        size = self._size_of(fields.data_type, fields.dims, _RAW_DATA)
+        if size is None or size <= self._min_bytes:  # its data is small: kept
             return None
         left = _left_out(self._buffer, fields, (key_at, start, length), self._size_of)
         if left is None:
