@@ -3,6 +3,8 @@
 :func:`qlrewrite.io.model_io.load` records a :class:`Source`; the checker, ``info`` and the
 pipeline read it (a weight-free copy for shape inference without serializing again,
 the folder external data is resolved against, the files an output must not overwrite).
+The tensors left in the file when it was read (its weights) are read from it through its
+:class:`InlineFile`, which refuses a file replaced or changed since.
 """
 
 from __future__ import annotations

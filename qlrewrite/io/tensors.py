@@ -1,4 +1,4 @@
-"""Tensors and where their data lives: the one home of external data and model walks.
+"""Tensors and where their data lives: the one home of external and inline data, model walks.
 
 - Walks: every graph of a ModelProto (main, functions, subgraphs nested anywhere) and
   every tensor in it (initializers, TENSOR / TENSORS attributes); the same over an
@@ -11,6 +11,10 @@
   through it; :func:`data_problems` validates every tensor without reading data;
   :func:`input_files` lists every file a model reads (the guards against overwriting
   an input use it).
+- Inline data: a tensor the loader left in the model file (:mod:`qlrewrite.io.wire`'s
+  skeleton) is an :class:`InlineTensor`, an external tensor of the model file itself: read
+  when needed through the same code (mapped or copied from its file, released after use),
+  judged by the same checks; :func:`is_external` tells the two apart.
 - :func:`external_in_memory`: external tensors held in memory where they cannot be
   referenced (weight-free protos, attribute tensors of saved outputs).
 """

@@ -1,11 +1,18 @@
-"""What a file that does not parse as an ONNX model is: read from its protobuf wire format.
+"""The protobuf wire format of a model file: what a file that does not parse is; a skeleton.
 
 When onnx cannot parse a file, its top level is walked field by field as protobuf writes
 a ``ModelProto`` (tag, then a varint, 8 or 4 bytes, or a length and that many bytes):
 a field that runs past the end of the file is a truncated model; bytes that start no
 field of a ``ModelProto`` before any field did are some other file (text, a zip archive,
 or raw bytes such as an external data file); the first field that does not parse after
-some that did is where a model was damaged or other bytes were appended.
+some that did is where a model was damaged or other bytes were appended
+(:func:`diagnose`).
+
+A model with its weights inside is walked the same way before it is parsed
+(:class:`Skeleton`): the graphs, nodes, attributes and functions that may hold large
+tensors, nothing else; each tensor whose data is large keeps its other fields and points
+at where its data lies in the file (:class:`LeftOut`), so the proto parsed holds no
+weights. The walk reads a few bytes per field (:class:`Window`), never the data.
 """
 
 from __future__ import annotations
