@@ -3,7 +3,8 @@
 Run by hand: ``python benchmarks/check.py [FOLDER] [--repeat N] [--skip-speed]
 [--skip-detection] [--no-ort-quantizer]``.
 
-1. Speed and memory on ``matmul_chain`` (340 MiB of external data): each tool in a fresh
+1. Speed and memory on ``matmul_chain`` (340 MiB of external data; ``qlrewrite check``
+   also of the same model with its weights inside the .onnx file): each tool in a fresh
    process, best wall time of N runs (interpreter start and imports included) and peak RSS
    (``wait4`` of that process, forked by a small launcher): ``qlrewrite check`` (installed
    entry point), the in-process check alone,
@@ -38,7 +39,7 @@ from onnx import helper, numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
 
-from bench_models import matmul_chain  # noqa: E402
+from bench_models import matmul_chain, matmul_chain_inline  # noqa: E402
 
 # --------------------------------------------------------------------------- speed
 
@@ -71,12 +72,14 @@ def _measure(argv: list[str]) -> tuple[float, float, float]:
 
 def _speed(folder: Path, repeat: int) -> None:
     path = str(matmul_chain(folder))
+    inline = str(matmul_chain_inline(folder))  # the same model, weights inside the .onnx
     data = Path(path + ".data").stat().st_size
     print(f"model: {path} ({data / 2**20:.0f} MiB external data), best of {repeat} runs\n")
     exe = str(Path(sys.executable).parent / "qlrewrite")
     py = sys.executable
     tools: dict[str, list[str]] = {
         "qlrewrite check (CLI)": [exe, "check", path],
+        "qlrewrite check (CLI), weights inline": [exe, "check", inline],
         "qlrewrite.check() alone": [py, "-c", (
             "import sys, time, qlrewrite.checking.checker as c; t = time.perf_counter(); "
             f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "

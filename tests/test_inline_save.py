@@ -15,7 +15,8 @@ import pytest
 from onnx import helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 
-from qlrewrite.io.inline_save import _padded_varint, _varint, save_inline
+from qlrewrite.io.inline_save import _padded_varint, save_inline
+from qlrewrite.io.wire import encode_varint
 
 _CONSTANT = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0)))
 _CALL = helper.make_node("f", ["w"], ["z"], domain="local")
@@ -89,7 +90,7 @@ def test_the_file_parses_to_what_onnx_ir_writes(tmp_path: Path) -> None:
 
 
 def test_varints() -> None:
-    assert _varint(1) == b"\x01" and _varint(300) == b"\xac\x02"
+    assert encode_varint(1) == b"\x01" and encode_varint(300) == b"\xac\x02"
     assert _padded_varint(300, 5) == b"\xac\x82\x80\x80\x00"
     with pytest.raises(ValueError, match="does not fit"):
         _padded_varint(1 << 35, 5)

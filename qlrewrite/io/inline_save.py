@@ -22,7 +22,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.io.tensors import InlineTensor, in_memory, serialize_without
-from qlrewrite.io.wire import _at, _skip
+from qlrewrite.io.wire import encode_varint, read_varint, skip_value
 from qlrewrite.toolkit import main_graphs
 
 #: Called after each initializer is written (model_io.SaveCallback).
@@ -39,15 +39,6 @@ _LENGTH_BYTES = 5  # a graph below 2 GiB: 31 bits, 7 per byte
 _PLACEHOLDER = "qlrewrite-inline-placeholder"
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _padded_varint(value: int, width: int) -> bytes:
     """``value`` as a varint of exactly ``width`` bytes (continuation bits, then zeros)."""
     if value >= 1 << (7 * width):
@@ -57,7 +48,7 @@ def _padded_varint(value: int, width: int) -> bytes:
 
 def _key(field: int) -> bytes:
     """The key of a length-delimited field."""
-    return _varint(field << 3 | 2)
+    return encode_varint(field << 3 | 2)
 
 
 def _skeleton(model: ir.Model, values: list[ir.Value]) -> onnx.ModelProto:
@@ -124,14 +115,14 @@ def _split_at_raw_data(data: bytes) -> tuple[bytes, bytes]:
     """A serialized TensorProto with an empty raw_data: the bytes before and after it."""
     position = 0
     while position < len(data):
-        tag, after = _at(data, position, len(data))
+        tag, after = read_varint(data, position, len(data))
         if tag == _RAW_DATA_KEY and data[after] == 0:
             return data[:position], data[after + 1 :]
         if tag & 7 == 2:
-            length, after = _at(data, after, len(data))
+            length, after = read_varint(data, after, len(data))
             position = after + length
         else:
-            position = _skip(data, tag & 7, after, len(data))
+            position = skip_value(data, tag & 7, after, len(data))
     raise ValueError("no raw_data field")
 
 
@@ -148,15 +139,15 @@ def _write_initializer(file: BinaryIO, value: ir.Value) -> int:
         whole = onnx.TensorProto()
         ir.serde.serialize_tensor_into(whole, in_memory(tensor))
         data = whole.SerializeToString()
-        field = _key(_INITIALIZER) + _varint(len(data))
+        field = _key(_INITIALIZER) + encode_varint(len(data))
         file.write(field)
         file.write(data)
         return len(field) + len(data)
     before, after = _split_at_raw_data(shell.SerializeToString())
     size = tensor.nbytes
-    raw = _key(_RAW_DATA) + _varint(size)
+    raw = _key(_RAW_DATA) + encode_varint(size)
     inner = len(before) + len(raw) + size + len(after)
-    field = _key(_INITIALIZER) + _varint(inner)
+    field = _key(_INITIALIZER) + encode_varint(inner)
     for part in (field, before, raw):
         file.write(part)
     file.flush()  # a tensor may write through the descriptor

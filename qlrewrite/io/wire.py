@@ -24,7 +24,17 @@ from typing import Any, BinaryIO, NamedTuple
 
 import onnx
 
-__all__ = ["LeftOut", "Malformed", "SizeOf", "Skeleton", "Window", "diagnose"]
+__all__ = [
+    "LeftOut",
+    "Malformed",
+    "SizeOf",
+    "Skeleton",
+    "Window",
+    "diagnose",
+    "encode_varint",
+    "read_varint",
+    "skip_value",
+]
 
 _TEXT = set(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
 _WIRE_SIZES = {1: 8, 5: 4}
@@ -207,7 +217,7 @@ _MAX_NESTING = 100
 _TENSOR_FIELDS = 64
 
 
-def _at(buffer: Any, position: int, end: int) -> tuple[int, int]:
+def read_varint(buffer: Any, position: int, end: int) -> tuple[int, int]:
     """The varint at ``position`` (before ``end``) and the position after it."""
     value, shift = 0, 0
     while position < end:
@@ -222,7 +232,8 @@ def _at(buffer: Any, position: int, end: int) -> tuple[int, int]:
     raise Malformed("a varint that does not end")
 
 
-def _encode(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """``value`` as a varint (7 bits a byte, low bits first)."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -232,13 +243,13 @@ def _encode(value: int) -> bytes:
 
 
 def _string_field(number: int, data: bytes) -> bytes:
-    return _encode(number << 3 | 2) + _encode(len(data)) + data
+    return encode_varint(number << 3 | 2) + encode_varint(len(data)) + data
 
 
-def _skip(buffer: Any, wire: int, position: int, end: int) -> int:
+def skip_value(buffer: Any, wire: int, position: int, end: int) -> int:
     """The position after a field's value of ``wire`` type starting at ``position``."""
     if wire == 0:
-        return _at(buffer, position, end)[1]
+        return read_varint(buffer, position, end)[1]
     size = {1: 8, 5: 4}.get(wire)
     if size is None:  # 2 is read by the caller; groups (3, 4) and 6, 7: not walked
         raise Malformed(f"wire type {wire}")
@@ -296,7 +307,7 @@ class Skeleton:
                 new = self._message(child, field.value_at, field.end, depth + 1)
             if new is not None:
                 key = bytes(buffer[field.key_at : field.length_at])
-                pieces += [bytes(buffer[copied : field.key_at]), key, _encode(len(new)), new]
+                pieces += [bytes(buffer[copied : field.key_at]), key, encode_varint(len(new)), new]
                 copied = position
         if not pieces:
             return None
@@ -325,7 +336,7 @@ class Skeleton:
                 ("length", str(length).encode()),
             )
         )
-        location = _encode(_DATA_LOCATION << 3) + b"\x01"  # EXTERNAL
+        location = encode_varint(_DATA_LOCATION << 3) + b"\x01"  # EXTERNAL
         kept = bytes(buffer[start:data_key]) + bytes(buffer[data_end : start + length])
         return kept + reference + location
 
@@ -354,12 +365,14 @@ class _Field(NamedTuple):
 
 def _field_at(buffer: Any, position: int, end: int) -> _Field:
     """The field whose key is at ``position`` of a message ending at ``end``."""
-    tag, after = _at(buffer, position, end)
+    tag, after = read_varint(buffer, position, end)
     if tag >> 3 == 0:
         raise Malformed("field number 0")
     if tag & 7 != 2:
-        return _Field(tag >> 3, tag & 7, position, after, after, _skip(buffer, tag & 7, after, end))
-    length, value_at = _at(buffer, after, end)
+        return _Field(
+            tag >> 3, tag & 7, position, after, after, skip_value(buffer, tag & 7, after, end)
+        )
+    length, value_at = read_varint(buffer, after, end)
     if value_at + length > end:
         raise Malformed("a field runs past its message")
     return _Field(tag >> 3, 2, position, after, value_at, value_at + length)
@@ -383,7 +396,7 @@ def _tensor_fields(buffer: Any, start: int, end: int) -> _TensorFields | None:
                 return None
             found.dims += _varints(buffer, field.value_at, field.end)
         elif field.wire == 0 and field.number in (_DIMS, _DATA_TYPE, _DATA_LOCATION):
-            value = _at(buffer, field.value_at, end)[0]
+            value = read_varint(buffer, field.value_at, end)[0]
             if field.number == _DIMS:
                 found.dims.append(_signed(value))
             elif field.number == _DATA_TYPE:
@@ -402,7 +415,7 @@ def _signed(value: int) -> int:
 def _varints(buffer: Any, position: int, end: int) -> list[int]:
     values = []
     while position < end:
-        value, position = _at(buffer, position, end)
+        value, position = read_varint(buffer, position, end)
         values.append(_signed(value))
     return values
 
@@ -418,7 +431,7 @@ def _left_out(
     if fields.external or fields.location != 0 or len(fields.data) != 1:
         return None
     number, data_key, value_at, end = fields.data[0]
-    if _at(buffer, data_key, end)[0] & 7 != 2:
+    if read_varint(buffer, data_key, end)[0] & 7 != 2:
         return None
     expected = size_of(fields.data_type, fields.dims, number)
     if expected is None:
