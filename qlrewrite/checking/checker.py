@@ -28,7 +28,7 @@ from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
 from qlrewrite.rules import CHECKS, RULES
-from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
+from qlrewrite.rules.model.hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
