@@ -19,9 +19,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 from qlrewrite.io import reading
+from qlrewrite.text import escape
 
 __all__ = [
     "FindingGroup",
@@ -55,7 +55,7 @@ _CATEGORIES = {
 
 
 def escaped_report(report: Report) -> Report:
-    """``report`` with every name and message escaped (:func:`~qlrewrite.escape.escape`):
+    """``report`` with every name and message escaped (:func:`~qlrewrite.text.escape`):
     one finding one line, in every format, whatever bytes a model or a file name holds."""
 
     def finding(f: Finding) -> Finding:
@@ -206,8 +206,8 @@ def summary_line(reports: Sequence[Report]) -> str:
 def custom_quant_line(report: Report) -> str | None:
     """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)`` and ``path:
     3 quantized node(s) of kinds not checked: com.microsoft QOrderedMatMul x3``, or None."""
-    from qlrewrite.custom_quant import describe
-    from qlrewrite.unchecked import describe_unchecked
+    from qlrewrite.qdq.custom_ops import describe
+    from qlrewrite.qdq.left_alone import describe_unchecked
 
     lines = []
     if report.custom_quant:

@@ -41,13 +41,13 @@ from qlrewrite.findings import Finding, Rule
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
 from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite
-from qlrewrite.toolkit import GraphRef
-from qlrewrite.weight_only import (
+from qlrewrite.qdq.weight_only import (
     GatherBlockForm,
     gather_block_form,
     int_attributes,
     matmul_nbits_layout,
 )
+from qlrewrite.toolkit import GraphRef
 
 __all__ = [
     "Dims",
@@ -572,7 +572,7 @@ class WeightOnlyView(_SchemaView):
     def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
         """How the weights are laid out: a
         :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
-        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
+        every input) or a :class:`~qlrewrite.qdq.weight_only.GatherBlockForm` (axes, packing,
         scale and zero-point shapes). None for attributes / a data type that describe
         none (the check rules say why)."""
         row, values, x = self.row, self.weight_attributes, self.x
