@@ -26,8 +26,9 @@ from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.qdq import NodeView, node_views
 from qlrewrite.qdq.custom_ops import custom_quant_groups
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.kinds import LEFT_ALONE
 from qlrewrite.qdq.left_alone import group_sites
-from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
+from qlrewrite.qdq.sites import QuantizedSite
 from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.model.hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (

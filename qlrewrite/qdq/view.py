@@ -40,7 +40,7 @@ from qlrewrite import opsets
 from qlrewrite.findings import Finding, Rule
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
-from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite
+from qlrewrite.qdq.sites import QuantizedSite
 from qlrewrite.qdq.weight_only import (
     GatherBlockForm,
     gather_block_form,
@@ -58,7 +58,6 @@ __all__ = [
     "TypeShape",
     "ValueView",
     "WeightOnlyView",
-    "view_class",
     "view_of",
 ]
 
@@ -613,14 +612,3 @@ class QOperatorView(_SchemaView):
             fixed = len(row.inputs) - 1
             wanted |= {i for i in range(fixed, len(self.node.inputs)) if (i - fixed) % 3}
         return wanted
-
-
-def view_class(site: QuantizedSite) -> type[NodeView]:
-    """The view of ``site``'s kind."""
-    if site.kind is QDQ:
-        return QDQView
-    if site.kind is QOPERATOR:
-        return QOperatorView
-    if any(site.kind is kind for kind in WEIGHT_ONLY):
-        return WeightOnlyView
-    return NodeView

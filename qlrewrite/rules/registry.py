@@ -25,7 +25,8 @@ from typing_extensions import TypeVar
 
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.io import tensors
-from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
+from qlrewrite.qdq.kinds import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.qdq.sites import QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView, QDQView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.toolkit import FreshNames
