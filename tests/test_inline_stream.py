@@ -398,3 +398,31 @@ def test_memory_does_not_grow_with_inline_weights(tmp_path: Path, what: str, bou
     assert growth < bound * size, (
         f"{what}: grew {growth / 2**20:.0f} MiB for {size / 2**20:.0f} MiB"
     )
+
+
+@pytest.mark.parametrize("mutation", ["short-raw-data", "typed-count", "typed-field"])
+def test_tensors_whose_data_does_not_fit_are_judged_as_before(
+    tmp_path: Path, whole, mutation: str
+) -> None:
+    """A tensor whose data does not fit its dims stays whole in the proto: `check` reports
+    it as it did when the model was read whole (QL6xx findings)."""
+    model = rich_model()
+    tensor = next(
+        t for t in model.graph.initializer if t.name == {"short-raw-data": "w8"}.get(mutation, "wt")
+    )
+    if mutation == "short-raw-data":
+        tensor.raw_data = tensor.raw_data[:-7]
+    elif mutation == "typed-count":
+        del tensor.int32_data[-3:]
+    else:  # INT8 values in float_data, where ONNX does not keep them
+        values = list(tensor.int32_data)
+        tensor.ClearField("int32_data")
+        tensor.float_data.extend(float(v) for v in values)
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    lazy = cli("check", str(path), "--output-format", "json")
+    whole()
+    eager = cli("check", str(path), "--output-format", "json")
+    assert lazy.exit_code == eager.exit_code == 1
+    assert json.loads(lazy.stdout) == json.loads(eager.stdout)
+    assert "QL6" in lazy.stdout
