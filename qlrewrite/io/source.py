@@ -9,6 +9,7 @@ The tensors left in the file when it was read (its weights) are read from it thr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import os
@@ -33,7 +34,7 @@ _KEY = "qlrewrite.io.source"
 #: :func:`qlrewrite.io.tensors.external_path`).
 _INLINE_MARK = "\0qlrewrite-inline:"
 #: Bytes read at once when an inline tensor is copied.
-_COPY_STEP = 16 << 20
+_COPY_STEP = 4 << 20
 
 
 def _identity(info: os.stat_result) -> tuple[int, int, int, int]:
@@ -99,6 +100,30 @@ class InlineFile:
                 raise self._changed("shortened")
             start, length = start + len(chunk), length - len(chunk)
             yield chunk
+
+    def copy(self, left: LeftOut, file: BinaryIO) -> None:
+        """Write the raw data of ``left`` into ``file`` (at its position): copied by the
+        kernel (``copy_file_range``) where it can, else read and written in steps."""
+        assert left.data is not None
+        start, length = left.data, left.data_length
+        copy_range = getattr(os, "copy_file_range", None)
+        try:
+            target = file.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file: in steps
+            copy_range = None
+        if copy_range is not None:
+            fd = self.checked(left)
+            file.flush()
+            at = file.tell()
+            with contextlib.suppress(OSError):  # another file system, no support: in steps
+                while length > 0:
+                    done = copy_range(fd, target, length, offset_src=start, offset_dst=at)
+                    if done == 0:
+                        raise self._changed("shortened")
+                    start, length, at = start + done, length - done, at + done
+            file.seek(at)
+        for chunk in self.read(left, start, length):
+            file.write(chunk)
 
     def mapped(self, left: LeftOut) -> mmap.mmap:
         """The whole file memory-mapped (read only), checked where ``left`` is read."""

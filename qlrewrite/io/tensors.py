@@ -402,8 +402,7 @@ class InlineTensor(ir.ExternalTensor):
         if self._left.data is None:
             file.write(self.tobytes())
             return
-        for chunk in self._file.read(self._left, self._left.data, self._left.data_length):
-            file.write(chunk)
+        self._file.copy(self._left, file)
 
 
 def _unpacked(raw: mmap.mmap, offset: int, dtype: ir.DataType, shape: ir.Shape) -> npt.NDArray[Any]:
