@@ -11,8 +11,8 @@ from ``wait4`` of the process, as ``benchmarks/check.py`` measures it):
 - ``check``: the ``qlrewrite check`` entry point;
 - ``fold``: the library's fold (``qlrewrite.api.fold`` then ``api.save``: the passes and
   the atomic save of ``qlrewrite fold``, without the ONNX Runtime session round 4's fusion
-  warning builds). Its output has the input's layout: external data for the external
-  model, one 1.2 GB .onnx file for the inline one.
+  warning builds). Its output has the input's layout, as ``qlrewrite fold`` decides it:
+  external data for the external model, one 1.2 GB .onnx file for the inline one.
 
 Printed: the median of the rounds for each, and inline / external ratios.
 """
@@ -32,15 +32,18 @@ sys.path.insert(0, str(HERE))
 from bench_models import matmul_chain, matmul_chain_inline  # noqa: E402
 from check import _measure  # noqa: E402
 
-_FOLD = "import sys; from qlrewrite import api; api.save(api.fold(sys.argv[1]), sys.argv[2])"
+_FOLD = (
+    "import sys; from qlrewrite import api; "
+    "api.save(api.fold(sys.argv[1]), sys.argv[2], external_data=sys.argv[3] == 'external')"
+)
 
 
-def _fold(source: Path, out: Path) -> tuple[float, float, float]:
+def _fold(source: Path, out: Path, layout: str) -> tuple[float, float, float]:
     shutil.rmtree(out.parent, ignore_errors=True)
     out.parent.mkdir(parents=True)
     os.sync()  # the last output written back before this run starts
     try:
-        return _measure([sys.executable, "-c", _FOLD, str(source), str(out)])
+        return _measure([sys.executable, "-c", _FOLD, str(source), str(out), layout])
     finally:
         shutil.rmtree(out.parent, ignore_errors=True)
 
@@ -58,11 +61,9 @@ def main() -> None:
         for layout, path in models.items():
             runs.setdefault(("check", layout), []).append(_measure([exe, "check", str(path)]))
             out = folder / f"inline-bench-{layout}" / "out.onnx"
-            runs.setdefault(("fold", layout), []).append(_fold(path, out))
+            runs.setdefault(("fold", layout), []).append(_fold(path, out, layout))
     print(f"matmul_chain, 338 MiB of weights; median of {args.rounds} rounds, alternating\n")
-    print(
-        "| command | layout | wall s | peak RSS MiB | wall inline/external | RSS inline/external |"
-    )
+    print("| command | layout | wall s | peak RSS MiB | wall inline/ext. | RSS inline/ext. |")
     print("|---|---|---:|---:|---:|---:|")
     for command in ("check", "fold"):
         medians = {
