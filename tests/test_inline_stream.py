@@ -350,8 +350,12 @@ _MEMORY_CHILD = textwrap.dedent(
         else:
             api.save(api.fold(path), target, external_data=False)
     run(small, out + ".small.onnx")  # imports and caches: paid before the mark
-    with open("/proc/self/clear_refs", "w") as refs:
-        refs.write("5")  # the peak is now the current RSS
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")  # the peak is now the current RSS
+    except OSError as exc:
+        print(json.dumps({"skip": f"cannot reset the peak RSS ({exc})"}))
+        sys.exit(0)
     before = rss("VmRSS")
     run(big, out)
     print(json.dumps({"growth": rss("VmHWM") - before}))
@@ -394,7 +398,10 @@ def test_memory_does_not_grow_with_inline_weights(tmp_path: Path, what: str, bou
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    growth = json.loads(result.stdout.splitlines()[-1])["growth"]
+    measured = json.loads(result.stdout.splitlines()[-1])
+    if "skip" in measured:  # not Linux: no /proc
+        pytest.skip(measured["skip"])
+    growth = measured["growth"]
     assert growth < bound * size, (
         f"{what}: grew {growth / 2**20:.0f} MiB for {size / 2**20:.0f} MiB"
     )

@@ -14,7 +14,6 @@ import dataclasses
 import mmap
 import os
 import secrets
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -46,8 +45,9 @@ class InlineFile:
     (device, inode, size, modification time) and where each tensor left out of the
     skeleton is (:class:`~qlrewrite.io.wire.LeftOut`, by TensorProto position).
 
-    The file is opened again at the first read and kept open while the model lives; a file
-    replaced or changed since the walk is refused (InputError, one line), never read.
+    The file is opened again for each read (nothing stays open: a command reading
+    thousands of models holds no descriptor for them); a file replaced or changed since the
+    walk is refused (InputError, one line), never read. Memory-mapped data keeps its map.
     """
 
     def __init__(self, path: Path, info: os.stat_result, left_out: dict[int, LeftOut]) -> None:
@@ -55,51 +55,41 @@ class InlineFile:
         self.marker = _INLINE_MARK + secrets.token_hex(8)
         self.left_out = left_out
         self._identity = _identity(info)
-        self._handle: BinaryIO | None = None
-        self._lock = threading.Lock()
 
     def _changed(self, how: str) -> InputError:
         return InputError(f"{self.path}: {how} since it was read; run the command again")
 
-    def _fd(self) -> int:
-        with self._lock:
-            if self._handle is None:
-                flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-                try:
-                    fd = os.open(self.path, flags)
-                except OSError as exc:
-                    raise self._changed(f"gone ({exc.strerror or exc})") from exc
-                handle = os.fdopen(fd, "rb")
-                found = _identity(os.fstat(fd))
-                if found != self._identity:
-                    handle.close()
-                    raise self._changed(
-                        "replaced" if found[:2] != self._identity[:2] else "changed"
-                    )
-                self._handle = handle
-            return self._handle.fileno()
-
-    def checked(self, left: LeftOut) -> int:
-        """The file's descriptor, once it is known to be as walked where ``left`` is read
-        (same size and time, the same key and length before the bytes)."""
-        fd = self._fd()
-        head = len(left.head)
-        if _identity(os.fstat(fd)) != self._identity or (
-            os.pread(fd, head, left.read_at - head) != left.head
-        ):
-            raise self._changed("changed")
-        return fd
+    @contextlib.contextmanager
+    def opened(self, left: LeftOut) -> Iterator[int]:
+        """The file open (a descriptor), once it is known to be the file walked, as walked
+        where ``left`` is read: same device, inode, size and time, the same key and length
+        before the bytes."""
+        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path, flags)
+        except OSError as exc:
+            raise self._changed(f"gone ({exc.strerror or exc})") from exc
+        try:
+            found = _identity(os.fstat(fd))
+            if found[:2] != self._identity[:2]:
+                raise self._changed("replaced")
+            head = len(left.head)
+            if found != self._identity or os.pread(fd, head, left.read_at - head) != left.head:
+                raise self._changed("changed")
+            yield fd
+        finally:
+            os.close(fd)
 
     def read(self, left: LeftOut, start: int, length: int) -> Iterator[bytes]:
         """``length`` bytes at ``start`` of the file, in steps (``left``: what they are
         part of, checked first)."""
-        fd = self.checked(left)
-        while length > 0:
-            chunk = os.pread(fd, min(length, _COPY_STEP), start)
-            if not chunk:
-                raise self._changed("shortened")
-            start, length = start + len(chunk), length - len(chunk)
-            yield chunk
+        with self.opened(left) as fd:
+            while length > 0:
+                chunk = os.pread(fd, min(length, _COPY_STEP), start)
+                if not chunk:
+                    raise self._changed("shortened")
+                start, length = start + len(chunk), length - len(chunk)
+                yield chunk
 
     def copy(self, left: LeftOut, file: BinaryIO) -> None:
         """Write the raw data of ``left`` into ``file`` (at its position): copied by the
@@ -112,10 +102,9 @@ class InlineFile:
         except (AttributeError, OSError, ValueError):  # not a file: in steps
             copy_range = None
         if copy_range is not None:
-            fd = self.checked(left)
             file.flush()
             at = file.tell()
-            with contextlib.suppress(OSError):  # another file system, no support: in steps
+            with self.opened(left) as fd, contextlib.suppress(OSError):  # else: in steps
                 while length > 0:
                     done = copy_range(fd, target, length, offset_src=start, offset_dst=at)
                     if done == 0:
@@ -127,7 +116,8 @@ class InlineFile:
 
     def mapped(self, left: LeftOut) -> mmap.mmap:
         """The whole file memory-mapped (read only), checked where ``left`` is read."""
-        return mmap.mmap(self.checked(left), 0, access=mmap.ACCESS_READ)
+        with self.opened(left) as fd:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 @dataclasses.dataclass(frozen=True)
