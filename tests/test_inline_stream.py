@@ -433,3 +433,21 @@ def test_tensors_whose_data_does_not_fit_are_judged_as_before(
     assert lazy.exit_code == eager.exit_code == 1
     assert json.loads(lazy.stdout) == json.loads(eager.stdout)
     assert "QL6" in lazy.stdout
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, 1 << 20])
+def test_packed_varints_are_counted_across_steps(
+    monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    """A typed field's values are counted in steps: a varint cut by a step still counts
+    once; one longer than 10 bytes or unterminated is malformed (protobuf refuses it)."""
+    from qlrewrite.io import wire
+
+    monkeypatch.setattr(wire, "_COUNT_STEP", step)
+    values = [0, 1, 127, 128, 300, 2**31 - 1, 2**64 - 1, 5]
+    data = b"".join(wire.encode_varint(v) for v in values)
+    assert wire._count_varints(data, 0, len(data)) == len(values)
+    with pytest.raises(wire.Malformed):
+        wire._count_varints(b"\x80" * 10 + b"\x01", 0, 11)
+    with pytest.raises(wire.Malformed):
+        wire._count_varints(data + b"\x81", 0, len(data) + 1)
