@@ -787,7 +787,7 @@ def _full_check(
     return warnings, inferred
 
 
-_UNCHECKED_DOMAIN = "qlrewrite.qdq.left_alone"
+_UNCHECKED_DOMAIN = "qlrewrite.unchecked"
 
 
 def runtime_only_ops(model: ir.Model) -> frozenset[str]:
