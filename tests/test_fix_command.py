@@ -18,7 +18,7 @@ from qlrewrite import pipeline
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fix_passes, upgrade_passes
-from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
 from qlrewrite.passes.fix import FixPass
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.upgrade import UpgradePass

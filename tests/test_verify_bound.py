@@ -64,7 +64,7 @@ def test_bert_at_one_token_names_the_unbounded_output(tmp_path) -> None:
 
 
 def test_a_wrong_scale_in_bert_is_a_mismatch(tmp_path, monkeypatch) -> None:
-    from qlrewrite.passes import qoperator_to_qdq
+    from qlrewrite.passes.convert import qoperator_to_qdq
 
     real = qoperator_to_qdq._Rewriter.dequantize
 

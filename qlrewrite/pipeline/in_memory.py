@@ -18,8 +18,8 @@ from qlrewrite.findings import Report
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source, weightless_proto
 from qlrewrite.passes.context import RunContext
+from qlrewrite.passes.convert.qoperator_to_qdq import measured_bound
 from qlrewrite.passes.manager import run_passes, unrepaired, with_implied_imports
-from qlrewrite.passes.qoperator_to_qdq import measured_bound
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
 from qlrewrite.pipeline.refusals import refuse_errors
 from qlrewrite.pipeline.validate import (
