@@ -14,7 +14,13 @@ from typing import Any
 import click
 import numpy as np
 
-from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
+from qlrewrite.cli._common import (
+    FiniteRange,
+    debug_option,
+    input_shape_option,
+    output_format_option,
+    run_command,
+)
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
 from qlrewrite.io import model_io, reading
@@ -34,7 +40,7 @@ Examples:
   qlrewrite compare model.onnx model.fold.onnx
   qlrewrite compare float.onnx int8.onnx --rtol 0.05 --tensors
   qlrewrite compare a.onnx b.onnx --input-shape x=1,3,224,224 --runtime ort
-  qlrewrite compare a.onnx b.onnx --inputs batch.npz --format json
+  qlrewrite compare a.onnx b.onnx --inputs batch.npz --output-format json
   qlrewrite compare a.onnx b.onnx --plot errors.png     # needs matplotlib
 
 Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges
@@ -74,13 +80,7 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
     help="Also compare the intermediate tensors both models name (ONNX Runtime, "
     "optimizations off) and name the first, in topological order, that diverges.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@output_format_option(["text", "json"], "Output format.")
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -15,7 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 from qlrewrite.checking.summary import model_summary
-from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
+from qlrewrite.cli._common import (
+    debug_option,
+    human_bytes,
+    out_console,
+    output_format_option,
+    run_command,
+)
 from qlrewrite.cli._tables import Column, fitted_table
 from qlrewrite.escape import escape
 from qlrewrite.io import model_io
@@ -31,20 +37,13 @@ __all__ = ["info_command"]
     epilog="""\b
 Examples:
   qlrewrite info model.onnx
-  qlrewrite info model.onnx --format json | jq '.qdq'
-  qlrewrite info llm.onnx --format json | jq '.weight_only[] | {K, N, bits, nodes}'
+  qlrewrite info model.onnx --output-format json | jq '.qdq'
+  qlrewrite info llm.onnx --output-format json | jq '.weight_only[] | {K, N, bits, nodes}'
   qlrewrite info model.onnx --target ort==1.16 --target tensorrt
 """,
 )
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@output_format_option(["text", "json"], "Output format.")
 @click.option(
     "--target",
     multiple=True,
@@ -54,7 +53,7 @@ Examples:
 )
 @debug_option
 @run_command
-def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
+def info_command(model: Path, output_format: str, target: tuple[str, ...]) -> None:
     """Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized),
     opsets and initializers (reads no weights).
 
@@ -69,7 +68,7 @@ def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
     summary = {"path": str(model), **model_summary(loaded, weightless=weightless)}
     if target:
         summary["targets"] = _target_findings(loaded, target)
-    if fmt == "json":
+    if output_format == "json":
         click.echo(json.dumps(summary, indent=2))
         return
     console = _text_console()
@@ -162,7 +161,8 @@ def _print_text(summary: dict[str, Any], console: Console) -> None:
             if dropped:
                 hidden = ", ".join(dropped)
                 _say(
-                    console, f"(not shown at {console.width} columns: {hidden}; see --format json)"
+                    console,
+                    f"(not shown at {console.width} columns: {hidden}; see --output-format json)",
                 )
     if summary["left_alone"]:  # the words check and the rewrites use, then why each
         groups = [
