@@ -23,11 +23,11 @@ from qlrewrite.cli._common import (
     run_command,
 )
 from qlrewrite.cli._tables import Column, fitted_table
-from qlrewrite.escape import escape
 from qlrewrite.io import model_io
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source
-from qlrewrite.unchecked import UncheckedGroup, describe_unchecked
+from qlrewrite.qdq.left_alone import UncheckedGroup, describe_unchecked
+from qlrewrite.text import escape
 
 __all__ = ["info_command"]
 
