@@ -320,7 +320,7 @@ def _rewrite_loaded(
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
     out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
-    model, results, serialized, checker_warnings, notes, passes = out
+    model, results, serialized = out.model, out.results, out.serialized
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -331,12 +331,12 @@ def _rewrite_loaded(
             output=target if writes else None,
             written=writes,
             dry_run=dry_run,
-            changes={_pass_name(p): _summary(r) for p, r in zip(passes, results, strict=True)},
+            changes=out.changes(),
             bytes_before=bytes_before,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - run.started,
             model=model,
-            warnings=[*checker_warnings, *(w for r in results for w in _warnings(r)), *notes],
+            warnings=out.all_warnings(),
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,
@@ -391,6 +391,16 @@ class Rewritten(NamedTuple):
     warnings: list[str]  # of the output check
     notes: list[str]  # what the command leaves as it was
     passes: list[ir.passes.PassBase]  # as run (the implied imports' pass first, if added)
+
+    def changes(self) -> dict[str, dict[str, int]]:
+        """Per pass (by name), the counts of what it changed: the summary line's and
+        ``--report``'s ``changes``."""
+        return {_pass_name(p): _summary(r) for p, r in zip(self.passes, self.results, strict=True)}
+
+    def all_warnings(self) -> list[Any]:
+        """Every warning, in the order the command prints them: the output check's, the
+        passes', then what the command left as it was."""
+        return [*self.warnings, *(w for r in self.results for w in _warnings(r)), *self.notes]
 
 
 def rewrite_model(

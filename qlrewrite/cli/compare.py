@@ -6,13 +6,11 @@ from __future__ import annotations
 import io
 import json
 import sys
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
 from qlrewrite.cli._common import (
     FiniteRange,
@@ -22,13 +20,13 @@ from qlrewrite.cli._common import (
     run_command,
 )
 from qlrewrite.errors import InputError
-from qlrewrite.io import model_io, reading
+from qlrewrite.io import model_io
 from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.reports import compare_report
 from qlrewrite.text import escape
-from qlrewrite.verify.compare import Comparison, compare_models, output_steps
+from qlrewrite.verify.compare import Comparison
 from qlrewrite.verify.runtimes import RUNTIMES
-from qlrewrite.verify.verify import generate_inputs, input_specs_or_refuse
 
 __all__ = ["compare_command"]
 
@@ -109,21 +107,19 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     input types (seeded; --input-shape for unknown dimensions) or read from --inputs.
     Each runtime runs in a child process: one that crashes is reported.
     """
-    model = model_io.load(first)
-    model_io.load(second)  # unreadable: exit 2 before anything runs
     if plot is not None:
         _refuse_plot_over_a_read(plot, first, second, inputs_path)
         _require_matplotlib()
-    feeds = _feeds(model, inputs_path, input_shape, seed)
-    comparison = compare_models(
+    comparison = compare_report(
         first,
         second,
-        feeds,
-        runtimes=runtimes or list(RUNTIMES),
+        runtimes=runtimes,
+        inputs=inputs_path,
+        input_shapes=input_shape,
+        seed=seed,
         rtol=rtol,
         atol=atol,
         tensors=tensors,
-        steps=output_steps(model),
     )
     if output_format == "json":
         click.echo(
@@ -136,76 +132,6 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     if plot is not None:
         _plot(comparison, plot)
     sys.exit(1 if comparison.diverges or not comparison.compared else 0)
-
-
-def _feeds(
-    model: Any, inputs_path: Path | None, shapes: Mapping[str, tuple[int, ...]], seed: int
-) -> dict[str, np.ndarray]:
-    """The inputs: read from ``inputs_path``, or generated from the first model."""
-    if inputs_path is None:
-        specs = input_specs_or_refuse(model, shapes)
-        return generate_inputs(specs, np.random.default_rng(seed))
-    data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
-    wanted = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            _check_headers(archive, wanted, inputs_path)
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            feeds = {name: arrays[name] for name in arrays.files if name in wanted}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
-    if absent := [name for name in wanted if name not in feeds]:
-        raise InputError(f"{inputs_path}: no array for input(s) {', '.join(absent)}")
-    return {name: feeds[name] for name in wanted}
-
-
-#: The .npy header readers of the format versions NumPy writes for plain arrays.
-_HEADERS = {
-    (1, 0): np.lib.format.read_array_header_1_0,
-    (2, 0): np.lib.format.read_array_header_2_0,
-}
-
-
-def _check_headers(archive: zipfile.ZipFile, wanted: Mapping[str, Any], path: Path) -> None:
-    """Each array's header, read before its data: its size must fit the bytes stored for
-    it (a header claiming 2^60 elements was an internal MemoryError), and its type and
-    rank (and fixed dims) must be what the first model takes (a 1 MB archive of 1 GiB of
-    zeros for a [1, 4] input was decompressed, then failed in the runtime, and the
-    comparison said 'within tolerance')."""
-    for info in archive.infolist():
-        name = info.filename.removesuffix(".npy")
-        if name not in wanted:
-            continue
-        with archive.open(info) as member:
-            version = np.lib.format.read_magic(member)
-            if version not in _HEADERS:
-                raise InputError(f"{path}: array {escape(name)}: .npy format {version} not read")
-            shape, _, dtype = _HEADERS[version](member)
-        if dtype.hasobject:
-            raise InputError(f"{path}: array {escape(name)} holds Python objects (not read)")
-        if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
-            raise InputError(f"{path}: array {escape(name)} is larger than the bytes it holds")
-        _check_fits(wanted[name], shape, dtype, path)
-
-
-def _check_fits(value: Any, shape: tuple[int, ...], dtype: np.dtype, path: Path) -> None:
-    """``shape`` / ``dtype`` as the model's input ``value`` declares them (unknown dims
-    take any size)."""
-    name = escape(value.name)
-    expected = value.dtype.numpy() if value.dtype is not None else None
-    if expected is not None and np.dtype(expected) != dtype:
-        raise InputError(f"{path}: array {name} is {dtype}, the model takes {np.dtype(expected)}")
-    declared = value.shape
-    if declared is None:
-        return
-    fixed = [d if isinstance(d, int) else None for d in declared]
-    if len(fixed) != len(shape) or any(
-        d is not None and d != g for d, g in zip(fixed, shape, strict=False)
-    ):
-        dims = ["?" if d is None else str(d) for d in fixed]
-        raise InputError(
-            f"{path}: array {name} has shape {list(shape)}, the model takes [{', '.join(dims)}]"
-        )
 
 
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
