@@ -137,17 +137,23 @@ def check(
     ignore: str | Iterable[str] = (),
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
     target: str | Iterable[str] = (),
+    config: str | os.PathLike | bool = False,
 ) -> Report:
     """The findings of ``qlrewrite check`` on ``model``, as a :class:`~qlrewrite.findings.Report`
     (``.findings``, ``.errors``, ``.warnings``, ``.suppressed``, ``.to_json()``).
 
     ``select`` / ``ignore``: a rule code or prefix (``"QL4"``) or a list of them, as
     ``--select`` / ``--ignore``; ``target``: a runtime spec (``"ort==1.16"``,
-    ``"tensorrt"``) or a list of them, as ``--target``. A model that cannot be read raises
+    ``"tensorrt"``) or a list of them, as ``--target``. ``config``: ``False`` reads no
+    configuration (``--isolated``, the default here), ``True`` the one the command finds
+    from the model's folder upwards, a path that file (``--config``); the arguments
+    override it as the command line does. A model that cannot be read raises
     ``InputError``, so ``not report.errors`` never passes a missing model.
     """
     select, ignore = _codes(select, "select"), _codes(ignore, "ignore")
     targets = _targets(target)
+    if config is not False:
+        return _check_configured(model, config, select, ignore, targets, per_node_ignores)
     if isinstance(model, str | os.PathLike | ir.Model | onnx.ModelProto):
         report = checker.check(
             model,
@@ -161,6 +167,33 @@ def check(
     if report.load_error is not None:
         where = report.path if report.path is not None else "model"
         raise InputError(f"{where}: {report.load_error}")
+    return report
+
+
+def _check_configured(  # noqa: PLR0917 (check's arguments, as given)
+    model: ModelLike,
+    config: str | os.PathLike | bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    targets: tuple[str, ...],
+    per_node_ignores: Mapping[str, Sequence[str]] | None,
+) -> Report:
+    """:func:`check` under a configuration, as ``qlrewrite check MODEL`` runs it (the same
+    :func:`qlrewrite.checking.project.check_one`)."""
+    from qlrewrite.checking import project
+    from qlrewrite.checking.config import settings_for
+
+    if not isinstance(model, str | os.PathLike):
+        raise InputError("config: applies to a model path (its folder finds the file)")
+    if per_node_ignores is not None:
+        raise InputError("per_node_ignores: give it in the configuration, or config=False")
+    path = Path(model)
+    given = None if config is True else Path(config)  # type: ignore[arg-type]
+    settings = settings_for(path, config=given)
+    selection = project.Selection(select, ignore, (), None, targets)
+    report = project.check_one(project.Target(path, settings), selection)
+    if report.load_error is not None:
+        raise InputError(f"{report.path}: {report.load_error}")
     return report
 
 

@@ -231,7 +231,7 @@ def check_command(**given: Any) -> None:
         if run.fixing is not None:
             reports, refused = _fix_stage(run, targets, checked, reports, reads)
         _print_result(reports, targets, run.selection, show, pending)
-    if _fixable_line_wanted(show):
+    if _fixable_line_wanted(show) and not refused:  # a refused fix advertises no --fix
         _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
     sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
 

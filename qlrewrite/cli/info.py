@@ -141,7 +141,7 @@ def _print_text(summary: dict[str, Any], console: Console) -> None:
                 hidden = ", ".join(dropped)
                 _say(
                     console,
-                    f"(not shown at {console.width} columns: {hidden}; see --output-format json)",
+                    f"(hidden at {console.width} columns: {hidden}: --output-format json)",
                 )
     if summary["left_alone"]:  # the words check and the rewrites use, then why each
         groups = [
