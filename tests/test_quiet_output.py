@@ -48,7 +48,7 @@ def _qdq(nodes: list, inits: list, x: str, name: str, zp: int) -> str:
     return f"{name}_dq"
 
 
-def _conv(nodes: list, inits: list, x: str, name: str, cin: int, cout: int) -> str:
+def _conv(nodes: list, inits: list, x: str, name: str, *, cin: int, cout: int) -> str:
     """DQ(int8 weight), DQ(int32 bias) -> Conv -> Relu -> Q/DQ: six nodes."""
     rng = np.random.default_rng(len(nodes))
     w = rng.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
@@ -84,9 +84,9 @@ def cnn26() -> onnx.ModelProto:
     nodes: list = []
     inits: list = []
     x = _qdq(nodes, inits, "x", "x", 128)
-    x = _conv(nodes, inits, x, "c1", 3, 8)
-    x = _conv(nodes, inits, x, "c2", 8, 8)
-    x = _conv(nodes, inits, x, "c3", 8, 4)
+    x = _conv(nodes, inits, x, "c1", cin=3, cout=8)
+    x = _conv(nodes, inits, x, "c2", cin=8, cout=8)
+    x = _conv(nodes, inits, x, "c3", cin=8, cout=4)
     nodes.append(helper.make_node("Flatten", [x], ["flat0"], name="Flatten"))
     flat = _qdq(nodes, inits, "flat0", "flat", 0)
     inits += [
