@@ -186,30 +186,66 @@ def _require_matplotlib() -> None:
 
 
 def _plot(comparison: Comparison, path: Path) -> None:
-    """Each output's relative error per runtime, one bar each (log scale)."""
+    """Each output's relative error per runtime (bars, log scale) and, with --tensors,
+    every intermediate tensor's in the first model's order (ONNX Runtime, optimizations
+    off); legends beside the axes, never over the bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(8, 4))
+    by_tensor = comparison.divergence.by_tensor if comparison.divergence else []
+    rows = 2 if by_tensor else 1
+    figure, axes = pyplot.subplots(rows, 1, figsize=(10, 4 * rows), squeeze=False)
+    _plot_outputs(axes[0][0], comparison)
+    if by_tensor:
+        _plot_tensors(axes[1][0], by_tensor, comparison.rtol)
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lstrip(".") or "png", bbox_inches="tight")
+    pyplot.close(figure)
+    save_image(path, image.getvalue())
+
+
+#: What a bar of zero is drawn as on the log scale (an exact output).
+_FLOOR = 1e-12
+
+
+def _plot_outputs(axes: Any, comparison: Comparison) -> None:
     ran = [r for r in comparison.runtimes if r.reason is None]
     names = list(dict.fromkeys(o.name for r in ran for o in r.outputs))
     width = 0.8 / max(len(ran), 1)
     for index, result in enumerate(ran):
         errors = {o.name: o.relative or 0.0 for o in result.outputs}
         xs = [i + index * width for i in range(len(names))]
-        axes.bar(xs, [max(errors.get(n, 0.0), 1e-12) for n in names], width, label=result.runtime)
+        axes.bar(xs, [max(errors.get(n, 0.0), _FLOOR) for n in names], width, label=result.runtime)
     axes.set_yscale("log")
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, rotation=45)
     axes.set_ylabel("max |difference| / largest |value|")
-    axes.axhline(max(comparison.rtol, 1e-12), linestyle="--", color="grey", label="rtol")
-    axes.legend()
-    figure.tight_layout()
-    image = io.BytesIO()
-    figure.savefig(image, format=path.suffix.lstrip(".") or "png")
-    pyplot.close(figure)
-    save_image(path, image.getvalue())
+    axes.set_title("outputs, per runtime")
+    axes.axhline(max(comparison.rtol, _FLOOR), linestyle="--", color="grey", label="rtol")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _plot_tensors(axes: Any, by_tensor: Sequence[tuple[str, float | None]], rtol: float) -> None:
+    """One bar per intermediate tensor (a type change, which has no relative error, drawn
+    at the top in red)."""
+    values = [r for _, r in by_tensor if r is not None]
+    top = max([*values, rtol, _FLOOR]) * 10
+    heights = [top if r is None else max(r, _FLOOR) for _, r in by_tensor]
+    colours = ["tab:red" if r is None or r > rtol else "tab:blue" for _, r in by_tensor]
+    axes.bar(range(len(by_tensor)), heights, color=colours)
+    axes.set_yscale("log")
+    step = max(1, len(by_tensor) // 40)  # at most 40 names under the axis
+    ticks = list(range(0, len(by_tensor), step))
+    axes.set_xticks(ticks, [by_tensor[i][0] for i in ticks], rotation=90, fontsize=7)
+    axes.set_ylabel("max |difference| / largest |value|")
+    axes.set_title(
+        "every tensor both models name (ONNX Runtime, optimizations off; "
+        "red: beyond rtol or type changed)"
+    )
+    axes.axhline(max(rtol, _FLOOR), linestyle="--", color="grey", label="rtol")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def save_image(path: Path, data: bytes) -> None:
