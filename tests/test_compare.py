@@ -223,7 +223,8 @@ def test_ulp_and_latency_read_as_words() -> None:
     from qlrewrite.verify.verify import ulp_words
 
     assert ulp_words(12) == "12 ulp"
-    assert ulp_words(2_000_000_000) == "over 2^23 ulp (sign or power of two differs)"
+    assert ulp_words(2_000_000_000) == "2^23 ulp or more (sign or power of two differs)"
+    assert ulp_words(1 << 23) == ulp_words(2_000_000_000)
     assert latency_words(0.82) == "0.82x the original's time, faster"
     assert latency_words(1.3) == "1.30x the original's time, slower"
     assert latency_words(1.0) == "1.00x the original's time, the same"

@@ -285,7 +285,7 @@ class OutputVerdict:
             return "exact"
         ulp = ""
         if self.max_ulp is not None:  # about 2e9 when a value crosses zero: said in words
-            shown = self.max_ulp <= ULP_SHOWN
+            shown = self.max_ulp < ULP_SHOWN
             ulp = f", max ulp {self.max_ulp}" if shown else f", {ulp_words(self.max_ulp)}"
         if self.max_ref > 0 and self.max_abs != float("inf"):
             ulp += f", {self.max_abs / self.max_ref:.2g} of the largest |value|"
@@ -706,16 +706,16 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> Outpu
     return verdict
 
 
-#: Above this many ulp (2^23: the values are a power of two apart, or of opposite signs)
+#: From this many ulp on (2^23: the values are a power of two apart, or of opposite signs)
 #: the count says nothing a person can use: max abs and the relative difference do.
 ULP_SHOWN = 1 << 23
 
 
 def ulp_words(ulp: int) -> str:
-    """``12 ulp``, or, beyond :data:`ULP_SHOWN` (a value crossing zero gives about 2e9),
+    """``12 ulp``, or, from :data:`ULP_SHOWN` on (a value crossing zero gives about 2e9),
     that the values differ in sign or by a factor of two or more."""
-    if ulp > ULP_SHOWN:
-        return "over 2^23 ulp (sign or power of two differs)"
+    if ulp >= ULP_SHOWN:
+        return "2^23 ulp or more (sign or power of two differs)"
     return f"{ulp} ulp"
 
 
