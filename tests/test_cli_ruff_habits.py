@@ -194,7 +194,7 @@ def test_a_float_model_is_not_a_silent_pass(tmp_path: Path) -> None:
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
     model = _save(helper.make_model(graph), tmp_path / "float.onnx")
     code, out, _ = _run(model)
-    assert code == 0 and out.startswith(f"{model}: QL607 warning: no quantized node found")
+    assert code == 0 and out.startswith(f"{model}: QL607 warning: no quantized node: is this the float model?")
     assert out.splitlines()[-1].endswith("0 error(s), 1 warning(s) [QL607 x1]")
     assert _run(model, "--strict")[0] == 1
     clean = "checked 1 file(s), 0 quantized node(s): 0 error(s), 0 warning(s)\n"
