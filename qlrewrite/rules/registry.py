@@ -211,9 +211,7 @@ def rule(
     target rule. An ``opt_in`` rule runs only when ``--select`` names it (by code or
     prefix, not ALL). ``fix`` is the rule's repair; ``examples`` its test models.
     ``upgrade_repairs``: the finding goes away at a newer opset (``qlrewrite upgrade``
-    does not refuse such an input; a ``fix`` with ``upgrade_opset`` implies it).
-    ``cites``: the documented facts it enforces, ``(target, row)``.
-    """
+    does not refuse it; implied by ``fix.upgrade_opset``). ``cites``: (target, row)."""
 
     def register(func: Check[V]) -> Check[V]:
         if code in RULES:
