@@ -42,11 +42,11 @@ from qlrewrite.verify.verify import (
 __all__ = [
     "INTEGER_KERNELS",
     "Deployment",
-    "Fusions",
     "OptimizedGraph",
     "OutputDifference",
     "compare_deployed",
     "default_session",
+    "kernels_only_in_original",
     "median_latency",
     "optimized_graph",
 ]
@@ -126,21 +126,6 @@ class OptimizedGraph:
         high = bisect.bisect_left(names, f"{weight}`", low)
         found = [int(kernel[a:b].min()) for a, b in ((start, exact), (low, high)) if b > a]
         return self.kernels[min(found)][0] if found else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Fusions:
-    """What ONNX Runtime's CPU provider (``runtime``: which release) makes of a model in
-    its default session, or why it was not checked (``graph`` None, ``reason`` says)."""
-
-    runtime: str
-    graph: OptimizedGraph | None = None
-    reason: str | None = None
-
-    def fused(self, dq_output: str) -> bool:
-        """Whether the main-graph DequantizeLinear producing ``dq_output`` is gone from
-        ORT's graph (fused into the kernel that took its constant input)."""
-        return self.graph is not None and dq_output not in self.graph.produced_set
 
 
 def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = None) -> Any:
@@ -308,8 +293,7 @@ class Deployment:
             ratio = after / before if before > 0 else float("inf")
             parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({ratio:.2f}x)")
         if lost := self.lost_kernels:
-            listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
-            parts.append(f"kernels ORT forms from the original only: {listed}")
+            parts.append(kernels_only_in_original(lost))
         lines = [f"{head} {'; '.join(parts)}"]
         lines += [f"  {o.name}: {o.describe()}" for o in self.outputs if not o.exact]
         return lines
@@ -327,6 +311,14 @@ class Deployment:
             "kernels": {"original": self.kernels[0], "rewritten": self.kernels[1]},
             "lost_kernels": self.lost_kernels,
         }
+
+
+def kernels_only_in_original(lost: Mapping[str, int], runtime: str = "ORT") -> str:
+    """The words for kernels a runtime forms from the original model and not from the
+    rewritten one: ``--verify``'s deployment check (measured) and ``fold``'s warning (read
+    from the measured tables) say it the same way."""
+    listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
+    return f"kernels {runtime} forms from the original only: {listed}"
 
 
 def runtime_label(ort: Any) -> str:
