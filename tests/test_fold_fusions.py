@@ -127,7 +127,7 @@ def test_without_onnxruntime_or_target_fold_says_it_did_not_check(
         code, err, _ = _fold(tmp_path, "mlp-nbits-sym", "--keep-fused")
         assert code == 1 and "--keep-fused needs the measured fusion table" in err
         assert not (tmp_path / "out.onnx").exists()
-        code, err, report = _fold(tmp_path, "mlp-nbits-sym", "--target", "ort==1.31")
+        code, err, _ = _fold(tmp_path, "mlp-nbits-sym", "--target", "ort==1.31")
         assert code == 0 and "MatMulNBits x6" in err
     finally:
         spec.parse_target.cache_clear()

@@ -30,6 +30,7 @@ from qlrewrite.targets.tables import DATA, Table
 from qlrewrite.verify.deployed import INTEGER_KERNELS
 
 __all__ = [
+    "COMPUTE_LAYERS",
     "FLOAT_PRECISIONS",
     "Fusion",
     "FusionTable",

@@ -335,9 +335,11 @@ def _kernels_formed(lines: list[dict], manifest: Path) -> None:
             twin.unlink()
 
 
-def merged(old: dict, new: dict, only: tuple[str, ...], note: str) -> dict:
-    """``old`` with its forms under ``only`` (key prefixes) replaced by ``new``'s (the
-    re-probed keys); everything else kept, and the amendment recorded in ``amended``."""
+def merged(old: dict, new: dict, only: str | tuple[str, ...], note: str) -> dict:
+    """``old`` with its forms under ``only`` (a key prefix, or several) replaced by
+    ``new``'s (the re-probed keys); everything else kept, and the amendment recorded in
+    ``amended``."""
+    only = (only,) if isinstance(only, str) else only
     if old["release"] != new["release"]:
         raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
     forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
