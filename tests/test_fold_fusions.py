@@ -250,3 +250,28 @@ def test_tables_reproduce_the_default_session(tmp_path: Path, name: str) -> None
     graph = optimized_graph(path)
     actual = {dq for dq in measured if dq not in graph.produced_set}
     assert fused == actual
+
+
+def test_python_api_keep_fused_reads_the_table(no_session: None) -> None:
+    import qlrewrite
+
+    _ARMED[0] = True
+    try:
+        folded = qlrewrite.fold(quantized("mlp-nbits-sym"), keep_fused=True, target="openvino")
+    finally:
+        _ARMED[0] = False
+    kept = [n for n in folded.graph if n.op_type == "DequantizeLinear"]
+    assert len(kept) == 6
+
+
+def test_the_warning_and_the_deployment_check_name_the_kernels_alike(tmp_path: Path) -> None:
+    """Both say "kernels ORT ... forms from the original only: MatMulNBits x6": the fold
+    warning from the table, --verify's deployment check from ORT's default session."""
+    pytest.importorskip("onnxruntime")
+    code, err, report = _fold(tmp_path, "mlp-nbits-sym", "--verify")
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "forms from the original only" in line]
+    assert len(lines) == 2, err
+    phrases = [line.split("forms from the original only: ")[1].split(" (")[0] for line in lines]
+    assert phrases == ["MatMulNBits x6", "MatMulNBits x6"]
+    assert report["verify"]["deployment"]["lost_kernels"] == {"MatMulNBits": 6}
