@@ -86,8 +86,9 @@ def _folded_twin(model: object, path: Path) -> Path | None:
 
     from qlrewrite.passes.fold import fold
 
+    before = sum(n.op_type == "DequantizeLinear" for n in model.graph.node)  # type: ignore[attr-defined]
     folded = fold(ir.serde.deserialize_model(model))  # type: ignore[arg-type]
-    if any(n.op_type == "DequantizeLinear" and n.name == "dq" for n in folded.graph):
+    if sum(n.op_type == "DequantizeLinear" for n in folded.graph) == before:
         return None
     twin = path.with_suffix(".folded.onnx")
     onnx.save(ir.serde.serialize_model(folded), twin)
