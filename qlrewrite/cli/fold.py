@@ -16,7 +16,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fold_passes
-from qlrewrite.passes.fold import FLOAT16_MODES
+from qlrewrite.passes.fold.fold_pass import FLOAT16_MODES
 from qlrewrite.targets.fusions import fusions_for
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
