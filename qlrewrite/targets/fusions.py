@@ -27,11 +27,11 @@ from qlrewrite.qdq import NodeView
 from qlrewrite.targets.forms import pattern_key
 from qlrewrite.targets.spec import Target, parse_target
 from qlrewrite.targets.tables import DATA, Table
-from qlrewrite.verify.deployed import INTEGER_KERNELS
 
 __all__ = [
     "COMPUTE_LAYERS",
     "FLOAT_PRECISIONS",
+    "INTEGER_KERNELS",
     "Fusion",
     "FusionTable",
     "NoFusionTable",
@@ -39,7 +39,48 @@ __all__ = [
     "fusion_table",
     "fusions_for",
     "kernel_of_ops",
+    "kernels_only_in_original",
 ]
+
+#: Integer and weight-only kernels of ONNX Runtime's CPU provider (ai.onnx and
+#: com.microsoft): what a fused DQ of a weight becomes.
+INTEGER_KERNELS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+        "QGemm",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "MatMulNBits",
+        "GatherBlockQuantized",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearSoftmax",
+        "QLinearSigmoid",
+        "QLinearLeakyRelu",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearConcat",
+        "QLinearReduceMean",
+        "QLinearWhere",
+        "QAttention",
+        "DynamicQuantizeLSTM",
+        "QEmbedLayerNormalization",
+        "MatMulBnb4",
+        "QLinearConvTranspose",
+    }
+)
+
+
+def kernels_only_in_original(lost: Mapping[str, int], runtime: str = "ORT") -> str:
+    """The words for kernels a runtime forms from the original model and not from the
+    rewritten one: ``--verify``'s deployment check (measured) and ``fold``'s warning (read
+    from the measured tables) say it the same way."""
+    listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
+    return f"kernels {runtime} forms from the original only: {listed}"
+
 
 #: OpenVINO runtime precisions that are not integer or low-precision float: a compute layer
 #: running in one of these runs on a decompressed weight.

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from qlrewrite.io import reading
+from qlrewrite.targets.fusions import INTEGER_KERNELS, kernels_only_in_original
 from qlrewrite.verify.verify import (
     InputSpec,
     OutputVerdict,
@@ -40,47 +41,14 @@ from qlrewrite.verify.verify import (
 )
 
 __all__ = [
-    "INTEGER_KERNELS",
     "Deployment",
     "OptimizedGraph",
     "OutputDifference",
     "compare_deployed",
     "default_session",
-    "kernels_only_in_original",
     "median_latency",
     "optimized_graph",
 ]
-
-#: Integer and weight-only kernels of ONNX Runtime's CPU provider (ai.onnx and
-#: com.microsoft): what a fused DQ of a weight becomes.
-INTEGER_KERNELS = frozenset(
-    {
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "ConvInteger",
-        "QGemm",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-        "MatMulNBits",
-        "GatherBlockQuantized",
-        "QLinearAdd",
-        "QLinearMul",
-        "QLinearSoftmax",
-        "QLinearSigmoid",
-        "QLinearLeakyRelu",
-        "QLinearAveragePool",
-        "QLinearGlobalAveragePool",
-        "QLinearConcat",
-        "QLinearReduceMean",
-        "QLinearWhere",
-        "QAttention",
-        "DynamicQuantizeLSTM",
-        "QEmbedLayerNormalization",
-        "MatMulBnb4",
-        "QLinearConvTranspose",
-    }
-)
 
 #: Timed runs of each model for its latency (after one warm-up run).
 LATENCY_RUNS = 5
@@ -311,14 +279,6 @@ class Deployment:
             "kernels": {"original": self.kernels[0], "rewritten": self.kernels[1]},
             "lost_kernels": self.lost_kernels,
         }
-
-
-def kernels_only_in_original(lost: Mapping[str, int], runtime: str = "ORT") -> str:
-    """The words for kernels a runtime forms from the original model and not from the
-    rewritten one: ``--verify``'s deployment check (measured) and ``fold``'s warning (read
-    from the measured tables) say it the same way."""
-    listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
-    return f"kernels {runtime} forms from the original only: {listed}"
 
 
 def runtime_label(ort: Any) -> str:

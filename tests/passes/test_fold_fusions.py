@@ -22,7 +22,7 @@ from qlrewrite.cli import main
 from qlrewrite.targets import spec
 from qlrewrite.targets.fusions import FusionTable, fusions_for
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _fold_file(tmp_path: Path, source: Path, *flags: str) -> tuple[int, str, dict | None]:

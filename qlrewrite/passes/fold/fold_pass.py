@@ -53,10 +53,15 @@ from qlrewrite.qdq import (
     site_view,
     value_dtype,
 )
-from qlrewrite.targets.fusions import Fusion, FusionTable, NoFusionTable, consumer_of
+from qlrewrite.targets.fusions import (
+    Fusion,
+    FusionTable,
+    NoFusionTable,
+    consumer_of,
+    kernels_only_in_original,
+)
 from qlrewrite.targets.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.toolkit import FreshNames, all_graphs
-from qlrewrite.verify.deployed import kernels_only_in_original
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 
