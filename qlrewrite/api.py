@@ -46,6 +46,7 @@ from qlrewrite.passes.commands import (
     convert_passes,
     downgrade_passes,
     fix_passes,
+    fold_fusions,
     fold_passes,
     retarget_passes,
     upgrade_passes,
@@ -314,19 +315,27 @@ def fold(
     float16: str = "exact",
     dequantize_weights: bool = False,
     bias_only: bool = False,
+    keep_fused: bool = False,
+    target: str | None = None,
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
     is folded in place and returned. Values are computed lazily, when saved or read.
-    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``)."""
+    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``);
+    ``keep_fused``: leave the DequantizeLinear the runtime ``target`` (spelled as ``check
+    --target``; default the installed ONNX Runtime release) fuses, read from its measured
+    table (``fold --keep-fused``); ``Refusal`` when no table answers."""
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     if keep_dq and bias_only:
         raise InputError("keep_dq and bias_only fold disjoint sets: give one")
+    fusions = fold_fusions(target, keep_dq=keep_dq, bias_only=bias_only)
     passes = fold_passes(
         keep_dq=keep_dq,
         float16=float16,
         dequantize_weights=dequantize_weights,
         bias_only=bias_only,
+        fusions=fusions,
+        keep_fused=keep_fused,
     )
     return _rewrite(load(model), passes, "fold")
 

@@ -4,7 +4,7 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import onnx_ir as ir
 
@@ -21,7 +21,7 @@ from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.retarget.retarget_pass import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
-from qlrewrite.verify.deployed import Fusions
+from qlrewrite.targets.fusions import FusionTable, NoFusionTable, fusions_for
 
 __all__ = [
     "convert_passes",
@@ -39,13 +39,13 @@ def fold_passes(
     keep_dq: bool = False,
     float16: Float16Mode = "exact",
     dequantize_weights: bool = False,
-    fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
+    fusions: FusionTable | NoFusionTable | None = None,
     keep_fused: bool = False,
     bias_only: bool = False,
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite fold``: weight-only nodes to MatMul / Gather of float weights (with
-    ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: what ONNX
-    Runtime makes of the input; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
+    ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: the measured
+    table of what the runtime fuses; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
     fold only the int32 bias DQs)."""
     fold = FoldPass(
         keep_dq=keep_dq,
@@ -58,6 +58,17 @@ def fold_passes(
     if dequantize_weights:
         passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))
     return passes
+
+
+def fold_fusions(
+    target: str | None, *, keep_dq: bool = False, bias_only: bool = False
+) -> FusionTable | NoFusionTable | None:
+    """The fusion table ``fold`` reads (:func:`~qlrewrite.targets.fusions.fusions_for`):
+    ``target``'s, else the installed ONNX Runtime's; None when nothing a runtime fuses is
+    folded (``keep_dq``, ``bias_only``) and no target was named."""
+    if keep_dq or bias_only:
+        return fusions_for(target) if target is not None else None
+    return fusions_for(target)
 
 
 def convert_passes(

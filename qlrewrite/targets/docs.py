@@ -10,6 +10,7 @@ from pathlib import Path
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
+from qlrewrite.targets.fusions import Fusion
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -250,6 +251,68 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
     return [*lines, ""]
 
 
+_FUSIONS_INTRO = """\
+## What a runtime fuses
+
+`qlrewrite fold` reads these fields (its warning and `--keep-fused`; `fold --target` takes
+the spellings above, one release): no session of the user's model is built. For every
+`weight ...` and `QDQ ...` pattern the probe saves the runtime's optimized graph and
+records, per release:
+
+- `kernel`: the integer / weight-only kernel formed from the quantized weight
+  (`QLinearMatMul`, `com.microsoft:MatMulIntegerToFloat`, `com.microsoft:MatMulNBits
+  accuracy_level=4`, ...: the attribute that changes a MatMulNBits' arithmetic is part of
+  it), `null` when the DequantizeLinear stays and the consumer runs in float; OpenVINO:
+  the compute layer running on the quantized precision (`FullyConnected:u4`: the weight
+  kept compressed), `null` when it decompresses the weight when compiling;
+- `versus_unoptimized`: the default session's output against ORT_DISABLE_ALL's on the
+  same seeded inputs (values in [0, 6)), the largest difference relative to the largest
+  output (`max_rel_diff`): what the fused kernel computes differently;
+- `folded`: the same pattern with its weight folded to float by `qlrewrite fold`: the
+  `kernel` the release forms from it (`null`: a float consumer), its `runtime_ops`, and
+  (ONNX Runtime) its output against the unfolded model's ORT_DISABLE_ALL output.
+
+ONNX Runtime's QDQ selectors take a DequantizeLinear into a kernel only when it feeds that
+one node: `fold` counts a weight whose DequantizeLinear, or whose activation's, is shared
+as not fused. Re-probe these keys with
+`python tools/probe/drive.py ort --all --only "weight " --only "QDQ "` (and `openvino`):
+a new op family in `tools/probe/cases.py` whose key starts with `weight ` or `QDQ ` gets
+these fields without other changes. Patterns some release fuses, as the newest measured
+release computes them (differences: `max_rel_diff` against ORT_DISABLE_ALL's output):
+
+| pattern | fused in | kernel (newest) | fused: difference | folded: kernel, difference |
+|---|---|---|---|---|
+"""
+
+
+def _fusions(tables: Sequence[Table]) -> list[str]:
+    """The fusion fields of the patterns some release fuses (the newest release's)."""
+    every = [t.release.rsplit(".", 1)[0] for t in tables]
+    lines = [_FUSIONS_INTRO.rstrip("\n")]
+    keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
+    for key in keys:
+        found = [
+            (release, Fusion.of_row(key, row, t.runtime))
+            for release, t in zip(every, tables, strict=True)
+            for row in [t.forms.get(key)]
+            if isinstance(row, dict) and row.get("runs")
+        ]
+        fused = [release for release, f in found if f.kernel is not None]
+        if not fused:
+            continue
+        newest = found[-1][1]
+        lines.append(
+            f"| `{key}` | {_span(fused, every)} | {newest.short_kernel or '-'} "
+            f"| {_percent(newest.difference)} | {newest.folded_kernel or 'float'}, "
+            f"{_percent(newest.folded_difference)} |"
+        )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
+
+
 def _openvino() -> list[str]:
     path = DATA / "openvino.json"
     if not path.exists():
@@ -265,13 +328,13 @@ def _openvino() -> list[str]:
         "flags a pattern whose graph holds no integer layer: the weight was folded to float "
         "when compiled):",
         "",
-        "| pattern | execution graph |",
-        "|---|---|",
+        "| pattern | execution graph | kept compressed (`kernel`) |",
+        "|---|---|---|",
     ]
     for form, row in sorted(t.forms.items()):
         if form.startswith("weight ") and isinstance(row, dict):
             ops = ", ".join(row.get("runtime_ops", [])) or "-"
-            lines.append(f"| `{form}` | {ops} |")
+            lines.append(f"| `{form}` | {ops} | {row.get('kernel') or 'no'} |")
     lines += ["", "Forms it refuses:", "", "| form | stage | its message |", "|---|---|---|"]
     for form in refused:
         row = t.forms[form]
@@ -293,7 +356,14 @@ def _documented() -> list[str]:
 def targets_markdown() -> str:
     """The whole page."""
     tables = _ort_tables()
-    parts = [_INTRO, *_release_table(tables), *_ort_forms(tables), *_openvino(), *_documented()]
+    parts = [
+        _INTRO,
+        *_release_table(tables),
+        *_ort_forms(tables),
+        *_fusions(tables),
+        *_openvino(),
+        *_documented(),
+    ]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -154,19 +154,25 @@ def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
     )
 
 
-def pattern_key(view: NodeView, matmul: ir.Node) -> str | None:
-    """The table key of the MatMul pattern whose weight (second input) ``view``'s
-    DequantizeLinear gives: ``weight DQ->MatMul: <form>`` when the activation is float,
-    ``QDQ MatMul: activation=<type> weight=<form>`` when a DequantizeLinear gives it (a
-    blocked weight adds its layout). None: the weight has no form."""
+def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
+    """The table key of the pattern whose weight (second input) ``view``'s DequantizeLinear
+    gives to ``consumer`` (a MatMul, or another op the probe runs the same way):
+    ``weight DQ-><op>: <form>`` when the activation is float, ``QDQ <op>:
+    activation=<type> weight=<form>`` when a DequantizeLinear gives it (a blocked weight
+    adds its layout). None: the weight has no form."""
     form = form_of(view)
     if form is None:
         return None
-    activation = _activation_type(matmul)
+    op = (
+        consumer.op_type
+        if consumer.domain in ("", "ai.onnx")
+        else f"{consumer.domain}:{consumer.op_type}"
+    )
+    activation = _activation_type(consumer)
     if activation is None:
-        return WEIGHT_PATTERN + form
-    key = f"{QDQ_PATTERN}activation={activation} weight={form}"
+        return f"weight DQ->{op}: {form}"
+    key = f"QDQ {op}: activation={activation} weight={form}"
     if isinstance(view, QDQView) and view.granularity.blocked:
-        layout = _blocked_layout(view, matmul)
+        layout = _blocked_layout(view, consumer)
         return None if layout is None else key + layout
     return key

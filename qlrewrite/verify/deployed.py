@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from qlrewrite.io import reading
+from qlrewrite.targets.fusions import INTEGER_KERNELS, kernels_only_in_original
 from qlrewrite.verify.verify import (
     InputSpec,
     OutputVerdict,
@@ -41,9 +42,7 @@ from qlrewrite.verify.verify import (
 )
 
 __all__ = [
-    "INTEGER_KERNELS",
     "Deployment",
-    "Fusions",
     "OptimizedGraph",
     "OutputDifference",
     "compare_deployed",
@@ -52,37 +51,6 @@ __all__ = [
     "median_latency",
     "optimized_graph",
 ]
-
-#: Integer and weight-only kernels of ONNX Runtime's CPU provider (ai.onnx and
-#: com.microsoft): what a fused DQ of a weight becomes.
-INTEGER_KERNELS = frozenset(
-    {
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "ConvInteger",
-        "QGemm",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-        "MatMulNBits",
-        "GatherBlockQuantized",
-        "QLinearAdd",
-        "QLinearMul",
-        "QLinearSoftmax",
-        "QLinearSigmoid",
-        "QLinearLeakyRelu",
-        "QLinearAveragePool",
-        "QLinearGlobalAveragePool",
-        "QLinearConcat",
-        "QLinearReduceMean",
-        "QLinearWhere",
-        "QAttention",
-        "DynamicQuantizeLSTM",
-        "QEmbedLayerNormalization",
-        "MatMulBnb4",
-        "QLinearConvTranspose",
-    }
-)
 
 #: Timed runs of each model for its latency (after one warm-up run).
 LATENCY_RUNS = 5
@@ -128,21 +96,6 @@ class OptimizedGraph:
         high = bisect.bisect_left(names, f"{weight}`", low)
         found = [int(kernel[a:b].min()) for a, b in ((start, exact), (low, high)) if b > a]
         return self.kernels[min(found)][0] if found else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Fusions:
-    """What ONNX Runtime's CPU provider (``runtime``: which release) makes of a model in
-    its default session, or why it was not checked (``graph`` None, ``reason`` says)."""
-
-    runtime: str
-    graph: OptimizedGraph | None = None
-    reason: str | None = None
-
-    def fused(self, dq_output: str) -> bool:
-        """Whether the main-graph DequantizeLinear producing ``dq_output`` is gone from
-        ORT's graph (fused into the kernel that took its constant input)."""
-        return self.graph is not None and dq_output not in self.graph.produced_set
 
 
 def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = None) -> Any:
@@ -316,8 +269,7 @@ class Deployment:
             ratio = after / before if before > 0 else float("inf")
             parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({latency_words(ratio)})")
         if lost := self.lost_kernels:
-            listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
-            parts.append(f"kernels ORT forms from the original only: {listed}")
+            parts.append(kernels_only_in_original(lost))
         lines = [f"{head} {'; '.join(parts)}"]
         lines += [f"  {o.name}: {o.describe()}" for o in self.outputs if not o.exact]
         return lines

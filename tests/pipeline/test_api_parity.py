@@ -91,14 +91,7 @@ def test_retarget(cnn: Path, tmp_path: Path) -> None:
 
 
 def _fold_parity(tmp_path: Path, cnn: Path, *flags: str, **kwargs: Any) -> None:
-    if kwargs and not set(kwargs) <= set(inspect.signature(qlrewrite.fold).parameters):
-        pytest.xfail("fold's keep_fused in the API lands with helper lean-fold's merge")
-    try:
-        _same_rewrite(tmp_path, ["fold", str(cnn), *flags], qlrewrite.fold, cnn, **kwargs)
-    except AssertionError:
-        if "keep_fused" in inspect.signature(qlrewrite.fold).parameters:
-            raise
-        pytest.xfail("fold's fusion warnings in the API land with helper lean-fold's merge")
+    _same_rewrite(tmp_path, ["fold", str(cnn), *flags], qlrewrite.fold, cnn, **kwargs)
 
 
 def test_fold_without_kept_fusions(cnn: Path, tmp_path: Path) -> None:
@@ -219,8 +212,6 @@ def test_every_option_has_its_api_spelling(command: str) -> None:
     function, renamed = API_OF[command]
     parameters = inspect.signature(getattr(qlrewrite, function)).parameters
     missing = [o for o in _options(command) if renamed.get(o, o) not in parameters]
-    if command == "fold" and set(missing) <= {"target", "keep_fused"} and missing:
-        pytest.xfail("fold --target and its API spelling land with helper lean-fold's merge")
     assert missing == [], f"qlrewrite.{function} lacks {missing}"
 
 

@@ -163,11 +163,21 @@ def test_architecture_questions_name_code_that_exists() -> None:
 
 #: A command's timing, the one part of its output that differs between runs.
 _SECONDS = re.compile(r" in \d+\.\d+ s$", re.M)
-#: Runs the command line as a base install does: onnxruntime cannot be imported.
-_BASE_INSTALL = (
-    "import sys; sys.modules['onnxruntime'] = None; from qlrewrite.cli import main; "
-    "sys.argv[0] = 'qlrewrite'; main()"
-)
+#: Runs the command line as a base install does: onnxruntime can neither be imported nor
+#: found in the package metadata (where fold reads the installed release from).
+_BASE_INSTALL = """
+import importlib.metadata as metadata, sys
+sys.modules['onnxruntime'] = None
+_version = metadata.version
+def _no_ort(name):
+    if name == 'onnxruntime':
+        raise metadata.PackageNotFoundError(name)
+    return _version(name)
+metadata.version = _no_ort
+from qlrewrite.cli import main
+sys.argv[0] = 'qlrewrite'
+main()
+"""
 
 
 def _console_blocks(page: Path) -> list[tuple[str, str]]:

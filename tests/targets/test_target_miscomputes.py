@@ -287,7 +287,7 @@ def test_a_merge_replaces_only_the_keys_reprobed_and_records_it() -> None:
 def test_every_table_records_the_amendment_and_the_blocked_patterns() -> None:
     for major, minor in [(1, m) for m in range(15, 33)]:
         t = json.loads((DATA / f"ort-{major}.{minor}.json").read_text())
-        assert [a["keys"] for a in t["amended"]] == ["QDQ MatMul: *"]
+        assert t["amended"][0]["keys"] == "QDQ MatMul: *"
         blocked = [k for k in t["forms"] if k.startswith("QDQ MatMul: ") and "blocked" in k]
         assert len(blocked) == 256, (minor, len(blocked))
     key = cases._pattern_key_of(_bad())

@@ -29,6 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from qlrewrite.targets.fusions import kernel_of_ops  # noqa: E402  (after the path)
+
 DATA = HERE.parent.parent / "qlrewrite" / "targets" / "data"
 VENVS = Path(os.environ.get("QLREWRITE_VENVS", "/work/venvs"))
 PYTHON = os.environ.get("QLREWRITE_PROBE_PYTHON", "python3.11")
@@ -75,9 +78,40 @@ def ort_python(release: str) -> Path:
     return ensure_venv(f"ort-{release}", [f"onnxruntime=={release}.*", numpy])
 
 
-def build_cases(folder: Path, only: str = "") -> Path:
-    """Write every case's model (whose key starts with ``only``) under ``folder``; return
-    the manifest's path."""
+def _folded_twin(model: object, path: Path) -> Path | None:
+    """The pattern with its constant weight DequantizeLinear folded to float by qlrewrite's
+    fold, saved beside ``path`` (None: nothing folds)."""
+    import onnx
+    import onnx_ir as ir
+
+    from qlrewrite.passes.fold import fold
+
+    before = sum(n.op_type == "DequantizeLinear" for n in model.graph.node)  # type: ignore[attr-defined]
+    folded = fold(ir.serde.deserialize_model(model))  # type: ignore[arg-type]
+    if sum(n.op_type == "DequantizeLinear" for n in folded.graph) == before:
+        return None
+    twin = path.with_suffix(".folded.onnx")
+    onnx.save(ir.serde.serialize_model(folded), twin)
+    return twin
+
+
+def _pattern_entry(case: object, path: Path, entry: dict) -> None:
+    """A pattern's extras: where ORT saves its optimized graph, the shapes compared with
+    ORT_DISABLE_ALL (the one float input ``a`` at its declared shape unless the case names
+    others), and its folded twin."""
+    entry["optimized"] = str(path.with_suffix(".opt.onnx"))
+    feeds = entry["feeds"]
+    if not entry.get("compare") and [(n, t) for n, t, _ in feeds] == [("a", "float32")]:
+        entry["compare"] = [feeds[0][2]]
+    twin = _folded_twin(case.model, path)  # type: ignore[attr-defined]
+    if twin is not None:
+        entry["folded"] = str(twin)
+        entry["folded_optimized"] = str(twin.with_suffix(".opt.onnx"))
+
+
+def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
+    """Write every case's model (whose key starts with one of ``only``) under ``folder``;
+    return the manifest's path."""
     import onnx
     from cases import all_cases
 
@@ -89,10 +123,10 @@ def build_cases(folder: Path, only: str = "") -> Path:
         path = folder / f"case{index:05d}.onnx"
         onnx.save(case.model, path)
         entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
-        if case.key.startswith(PATTERNS):
-            entry["optimized"] = str(path.with_suffix(".opt.onnx"))
         if case.compare:
             entry["compare"] = case.compare
+        if case.key.startswith(PATTERNS):
+            _pattern_entry(case, path, entry)
         entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
@@ -196,15 +230,37 @@ def _compared(line: dict, row: dict) -> dict:
     return row
 
 
-def _row(line: dict) -> str | dict:
-    """A form's entry: "runs", or what the runtime made of it, or how it refused it."""
+def _folded_row(folded: dict, runtime: str) -> dict:
+    """What the runtime made of a pattern's folded twin: the kernel formed, its ops, and
+    its output against the unfolded model's ORT_DISABLE_ALL output (ONNX Runtime)."""
+    if not folded.get("load"):
+        return {"refused": "load", "error": scrub(folded.get("error", ""))}
+    ops = folded.get("runtime_ops", [])
+    row: dict = {"kernel": folded.get("kernel", kernel_of_ops(ops, runtime)), "runtime_ops": ops}
+    if "versus_unoptimized" in folded:
+        row["versus_unoptimized"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for entry in folded["versus_unoptimized"]
+        ]
+    return row
+
+
+def _row(line: dict, runtime: str) -> str | dict:
+    """A form's entry: "runs", or what the runtime made of it (a pattern: the kernel it
+    formed, ``kernel``, and what it made of the folded twin, ``folded``), or how it
+    refused it."""
     if line["run"]:
         if "runtime_ops" not in line and "versus_unoptimized" not in line:
             return "runs"
         row: dict = {"runs": True}
         if "runtime_ops" in line:
             row["runtime_ops"] = line["runtime_ops"]
-        return _compared(line, row)
+            if line["key"].startswith(PATTERNS):
+                row["kernel"] = line.get("kernel", kernel_of_ops(line["runtime_ops"], runtime))
+        row = _compared(line, row)
+        if "folded" in line:
+            row["folded"] = _folded_row(line["folded"], runtime)
+        return row
     row = {
         "refused": "load" if not line["load"] else "run",
         "reason": line.get("reason", "other"),
@@ -218,7 +274,7 @@ def _row(line: dict) -> str | dict:
 def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
     """The committed table: the release measured, its limits, and each form's result."""
     meta = next(line["meta"] for line in lines if "meta" in line)
-    forms = {line["key"]: _row(line) for line in lines if "key" in line}
+    forms = {line["key"]: _row(line, meta["runtime"]) for line in lines if "key" in line}
     table = {
         "runtime": meta["runtime"],
         "release": meta["version"],
@@ -243,33 +299,54 @@ def write_table(name: str, table: dict) -> Path:
     return path
 
 
-def _kernels_formed(lines: list[dict], manifest: Path) -> None:
-    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)."""
+def _graph_ops(path: Path) -> tuple[list[str], str | None]:
+    """The operators of the optimized graph ONNX Runtime saved at ``path`` and the fused
+    kernel among them, with the attribute that changes a MatMulNBits' arithmetic
+    (``com.microsoft:MatMulNBits accuracy_level=4``)."""
     import onnx
 
-    optimized = {
-        e["key"]: e["optimized"]
-        for e in json.loads(manifest.read_text())["cases"]
-        if "optimized" in e
-    }
+    nodes = onnx.load(path, load_external_data=False).graph.node
+    ops = sorted({f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes})
+    kernels = []
+    for node in nodes:
+        op = f"{node.domain}:{node.op_type}" if node.domain else node.op_type
+        if kernel_of_ops([op]) is None:
+            continue
+        levels = [a.i for a in node.attribute if a.name == "accuracy_level"]
+        if node.op_type == "MatMulNBits":
+            op += f" accuracy_level={levels[0] if levels else 0}"
+        kernels.append(op)
+    return ops, ", ".join(sorted(set(kernels))) or None
+
+
+def _kernels_formed(lines: list[dict], manifest: Path) -> None:
+    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)
+    and the fused kernel (``kernel``), of the pattern and of its folded twin."""
+    entries = {e["key"]: e for e in json.loads(manifest.read_text())["cases"] if "optimized" in e}
     for line in lines:
-        path = Path(optimized.get(line.get("key"), "/nonexistent"))
+        entry = entries.get(line.get("key"), {})
+        path = Path(entry.get("optimized", "/nonexistent"))
         if line.get("run") and path.exists():
-            nodes = onnx.load(path, load_external_data=False).graph.node
-            line["runtime_ops"] = sorted(
-                {f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes}
-            )
+            line["runtime_ops"], line["kernel"] = _graph_ops(path)
             path.unlink()
+        twin = Path(entry.get("folded_optimized", "/nonexistent"))
+        folded = line.get("folded")
+        if isinstance(folded, dict) and folded.get("load") and twin.exists():
+            folded["runtime_ops"], folded["kernel"] = _graph_ops(twin)
+            twin.unlink()
 
 
-def merged(old: dict, new: dict, only: str, note: str) -> dict:
-    """``old`` with its forms under ``only`` replaced by ``new``'s (the re-probed keys);
-    everything else kept, and the amendment recorded in ``amended``."""
+def merged(old: dict, new: dict, only: str | tuple[str, ...], note: str) -> dict:
+    """``old`` with its forms under ``only`` (a key prefix, or several) replaced by
+    ``new``'s (the re-probed keys); everything else kept, and the amendment recorded in
+    ``amended``."""
+    only = (only,) if isinstance(only, str) else only
     if old["release"] != new["release"]:
         raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
     forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
     forms.update(new["forms"])
-    amendment = {"date": new["measured"], "keys": f"{only}*", "note": note}
+    keys = ", ".join(f"{prefix}*" for prefix in only)
+    amendment = {"date": new["measured"], "keys": keys, "note": note}
     amendment.update(
         python=new["python"], numpy=new["numpy"], models_built_with=new["models_built_with"]
     )
@@ -280,7 +357,13 @@ def merged(old: dict, new: dict, only: str, note: str) -> dict:
 
 
 def probe(
-    name: str, python: Path, runner: str, manifest: Path, *, only: str = "", note: str = ""
+    name: str,
+    python: Path,
+    runner: str,
+    manifest: Path,
+    *,
+    only: tuple[str, ...] = (),
+    note: str = "",
 ) -> Path:
     """Probe one runtime and write its table ``name``.json (with ``only``: merged into
     the committed table, replacing the keys that start with it)."""
@@ -301,24 +384,28 @@ def main() -> int:
     parser.add_argument("runtime", choices=["ort", "openvino"])
     parser.add_argument("releases", nargs="*", help="ONNX Runtime releases X.Y")
     parser.add_argument("--all", action="store_true", help="every release 1.15 .. the newest")
-    parser.add_argument("--only", default="", help="re-probe the keys starting with this, merged")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="re-probe the keys starting with this (repeatable), merged",
+    )
     parser.add_argument("--note", default="", help="with --only: what the amendment adds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        manifest = build_cases(Path(folder), args.only)
+        only = tuple(args.only)
+        manifest = build_cases(Path(folder), only or ("",))
         if args.runtime == "openvino":
             python = ensure_venv("openvino", ["openvino", "numpy"])
             table = probe(
-                "openvino", python, "run_openvino.py", manifest, only=args.only, note=args.note
+                "openvino", python, "run_openvino.py", manifest, only=only, note=args.note
             )
             print(table, flush=True)
             return 0
         for release in ort_releases() if args.all else args.releases:
             python = ort_python(release)
             print(
-                probe(
-                    f"ort-{release}", python, "run_ort.py", manifest, only=args.only, note=args.note
-                ),
+                probe(f"ort-{release}", python, "run_ort.py", manifest, only=only, note=args.note),
                 flush=True,
             )
     return 0

@@ -60,8 +60,27 @@ def _runtime_ops(compiled: object) -> list[str]:
     return sorted(ops)
 
 
+def _folded(case: dict) -> dict:
+    """The execution graph OpenVINO compiles from the pattern with its weight folded."""
+    try:
+        return {
+            "load": True,
+            "runtime_ops": _runtime_ops(_CORE.compile_model(case["folded"], "CPU")),
+        }
+    except Exception as exc:
+        return {"load": False, "error": _line(exc)}
+
+
 def run_case(case: dict) -> dict:
-    """The result of one case: read + compile, then one inference."""
+    """The result of one case: read + compile, then one inference (and the folded twin's
+    execution graph, ``folded``)."""
+    result = _run_case(case)
+    if case.get("folded"):
+        result["folded"] = _folded(case)
+    return result
+
+
+def _run_case(case: dict) -> dict:
     result: dict = {"key": case["key"], "load": False, "run": False}
     try:
         model = _CORE.read_model(case["file"])

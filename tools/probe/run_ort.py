@@ -18,7 +18,10 @@ the same seeded inputs, by a session with ORT_DISABLE_ALL, and the outputs compa
 (``versus_unoptimized``): the largest difference relative to the largest output, or the
 wrong shape, or the error of a run only the optimized session fails. A failure at run that
 the unoptimized session does not share is classed "optimizer" (a failure at load keeps its
-class: the model is refused whatever the inputs).
+class: the model is refused whatever the inputs). A case with a ``folded`` model (the
+pattern with its weight folded to float) also runs that in the default session, its
+optimized graph saved, compared with the unfolded model's ORT_DISABLE_ALL output
+(``folded``).
 """
 
 from __future__ import annotations
@@ -100,11 +103,31 @@ def _compare(case: dict, session: ort.InferenceSession, result: dict) -> None:
         result["reason"] = "optimizer"
 
 
+def _folded(case: dict) -> dict:
+    """The pattern with its weight folded to float (``case["folded"]``): loaded by the
+    default session (its optimized graph saved: the kernels formed) and compared at each
+    compare shape with the unfolded model's ORT_DISABLE_ALL output."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.optimized_model_filepath = case["folded_optimized"]
+    try:
+        session = ort.InferenceSession(case["folded"], options, providers=["CPUExecutionProvider"])
+        reference = _unoptimized(case["file"])
+    except Exception as exc:
+        return {"load": False, "error": _line(exc)}
+    return {
+        "load": True,
+        "versus_unoptimized": [_versus(session, reference, s) for s in case["compare"]],
+    }
+
+
 def run_case(case: dict) -> dict:
     result = _run_case(case)
     if case.get("compare") and "session" in result:
         _compare(case, result["session"], result)
     result.pop("session", None)
+    if case.get("folded") and case.get("compare"):
+        result["folded"] = _folded(case)
     return result
 
 

@@ -22,6 +22,7 @@ from qlrewrite.rules.registry import (
     rule,
 )
 from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
 from qlrewrite.toolkit import import_table, normalize_domain
@@ -247,16 +248,11 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
 
-#: Runtime precisions that are not integer or low-precision float.
-_FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
-#: Execution-graph layers that compute (not constants, reorders or transposes).
-_COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
-
-
 def _folded(runtime_ops: list[str]) -> bool:
-    """Whether an execution graph computes the weight's MatMul in float only."""
-    compute = [op.partition(":")[2] for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
-    return bool(compute) and all(precision in _FLOAT_PRECISIONS for precision in compute)
+    """Whether an execution graph computes the weight's MatMul in float only (it holds a
+    compute layer, none on the quantized precision: :func:`kernel_of_ops`)."""
+    computes = any(op.startswith(COMPUTE_LAYERS) for op in runtime_ops)
+    return computes and kernel_of_ops(runtime_ops, "openvino") is None
 
 
 def _feeds_matmul(ctx: TargetNode) -> bool:
@@ -316,19 +312,6 @@ def target_folds_to_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
             return
 
 
-#: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
-_INTEGER_KERNELS = frozenset(
-    {
-        "QLinearMatMul",
-        "com.microsoft:MatMulIntegerToFloat",
-        "com.microsoft:MatMulNBits",
-        "MatMulInteger",
-        "com.microsoft:QGemm",
-        "com.microsoft:DynamicQuantizeMatMul",
-    }
-)
-
-
 def _matmul_of(ctx: TargetNode) -> ir.Node | None:
     """The MatMul whose weight (second input) the DequantizeLinear gives."""
     outputs = ctx.view.node.outputs
@@ -347,7 +330,7 @@ def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
     found = []
     for runtime in target.tables:
         ops = runtime.runtime_ops(key)
-        if ops is not None and runtime.refusal(key) is None and not _INTEGER_KERNELS & set(ops):
+        if ops is not None and runtime.refusal(key) is None and kernel_of_ops(ops) is None:
             found.append((runtime, ops))
     return found
 
