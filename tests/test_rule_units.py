@@ -26,6 +26,7 @@ from model_specs import resolve_model
 
 from qlrewrite.checking import render
 from qlrewrite.checking.checker import check
+from qlrewrite.targets.spec import parse_targets
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding
 from qlrewrite.passes.commands import fix_passes
@@ -107,7 +108,8 @@ def test_fix_repairs_the_bad_example(unit: RuleCheck, example: Example, tmp_path
     hits = [f for f in findings if f.rule == code]
     assert hits and all(f.fix == unit.rule.fix for f in hits)
     model = ir.serde.deserialize_model(onnx.load(path))
-    for fix_pass in fix_passes(findings, unsafe=True):
+    runtimes = parse_targets(example.targets) if example.targets else ()
+    for fix_pass in fix_passes(findings, unsafe=True, targets=runtimes):
         model = fix_pass(model).model
     out = _save(ir.serde.serialize_model(model), tmp_path / "fixed", example)
     assert code not in _codes(out, code, example.targets)

@@ -11,6 +11,7 @@ import numpy as np
 
 from qlrewrite.findings import ERROR, SAFE, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, QDQView
+from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
 from qlrewrite.rules.registry import Example, Fix, Rewrite, TargetNode, rule
@@ -69,13 +70,14 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
         (the zero-point shift) and constant weights get zero point 0 (their values shifted,
         exact where they fit); what cannot be made exact is refused, naming the tensors.
         """,
+        applies=lambda finding: finding.attribute == "zero_point",
         rewrite=_retarget,
     ),
     examples=[
         Example(
-            "zero-point-3",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=3),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=0),
+            "weight-zero-point-3",
+            ModelSpec("weight_dq_matmul", DT.INT8, 3),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -97,9 +99,11 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         else "`qlrewrite retarget --zero-point signed --symmetric` makes zero points 0 where "
         "exact (weights) and names the rest; else quantize symmetrically"
     )
+    exact = uint8_128 or constant_tensor(ctx.view.node.inputs[0]) is not None
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
         f"{hint}; source: {fact.cited}",
+        attribute="zero_point" if exact else "",  # the retarget makes it 0 exactly
     )
 
 
@@ -148,9 +152,9 @@ def _type_fixed_by(type_name: str) -> str:
     ),
     examples=[
         Example(
-            "int16",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT16),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
+            "uint8-weight",
+            ModelSpec("weight_dq_matmul", DT.UINT8),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
