@@ -171,3 +171,29 @@ def test_shipped_block_runs_in_real_ort_1_16_3(build, bound: float, tmp_path: Pa
     source, fixed, _ = _ship(build(), tmp_path, "ort==1.16")
     got = _in_ort_116(fixed, tmp_path)
     assert np.abs(got - _outputs(source)).max() <= bound
+
+
+def test_the_library_call_ships_to_the_target_too() -> None:
+    import qlrewrite
+
+    source = sm.qdq_block()
+    fixed = qlrewrite.fix(source, target="ort==1.16")
+    assert not qlrewrite.check(fixed).errors
+    proto = ir_serialize(fixed)
+    assert proto.ir_version == 9 and "Gelu" not in {n.op_type for n in proto.graph.node}
+    np.testing.assert_array_equal(_outputs(proto), _outputs(source))
+
+
+def test_the_library_call_refuses_what_cannot_be_made_exact() -> None:
+    import qlrewrite
+    from qlrewrite.errors import Refusal
+
+    with pytest.raises(Refusal, match="AffineGrid-20"):
+        qlrewrite.fix(_affine_grid_model(), target="ort==1.16")
+
+
+def ir_serialize(model: object) -> onnx.ModelProto:
+    import onnx_ir as ir
+
+    assert isinstance(model, ir.Model)
+    return ir.serde.serialize_model(model)
