@@ -75,9 +75,7 @@ def fix_target(
     if report.load_error:
         return None
     wanted = fixable(report.findings, unsafe=options.unsafe)
-    passes = fix_passes(
-        wanted, unsafe=options.unsafe, targets=_parsed(runtimes or options.targets)
-    )
+    passes = fix_passes(wanted, unsafe=options.unsafe, targets=_parsed(runtimes or options.targets))
     if not passes:
         return None
     outcome = FixOutcome(path, [], len(wanted))

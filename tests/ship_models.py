@@ -31,16 +31,27 @@ def block(opset: int = 20) -> onnx.ModelProto:
         return numpy_helper.from_array((rng.standard_normal(shape) * 0.2).astype(np.float32), name)
 
     f = 2 * D
-    inits = [weight("wq", (D, D)), weight("w1", (D, f)), weight("b1", (f,)),
-             weight("w2", (f, D)), weight("b2", (D,)), weight("g", (D,)), weight("b", (D,))]
-    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]),
-             helper.make_node("Softmax", ["q"], ["sm"], axis=-1),
-             helper.make_node("Add", ["sm", "x"], ["r0"]),
-             helper.make_node("LayerNormalization", ["r0", "g", "b"], ["h"], axis=-1, epsilon=1e-5),
-             helper.make_node("MatMul", ["h", "w1"], ["u"]), helper.make_node("Add", ["u", "b1"], ["ub"]),
-             helper.make_node("Gelu", ["ub"], ["gl"]),
-             helper.make_node("MatMul", ["gl", "w2"], ["d"]), helper.make_node("Add", ["d", "b2"], ["db"]),
-             helper.make_node("Add", ["db", "h"], ["y"])]
+    inits = [
+        weight("wq", (D, D)),
+        weight("w1", (D, f)),
+        weight("b1", (f,)),
+        weight("w2", (f, D)),
+        weight("b2", (D,)),
+        weight("g", (D,)),
+        weight("b", (D,)),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("Softmax", ["q"], ["sm"], axis=-1),
+        helper.make_node("Add", ["sm", "x"], ["r0"]),
+        helper.make_node("LayerNormalization", ["r0", "g", "b"], ["h"], axis=-1, epsilon=1e-5),
+        helper.make_node("MatMul", ["h", "w1"], ["u"]),
+        helper.make_node("Add", ["u", "b1"], ["ub"]),
+        helper.make_node("Gelu", ["ub"], ["gl"]),
+        helper.make_node("MatMul", ["gl", "w2"], ["d"]),
+        helper.make_node("Add", ["d", "b2"], ["db"]),
+        helper.make_node("Add", ["db", "h"], ["y"]),
+    ]
     io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4, D]) for n in ("x", "y")]
     graph = helper.make_graph(nodes, "block", [io[0]], [io[1]], initializer=inits)
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("ai.onnx.ml", 3)]
@@ -53,8 +64,12 @@ def feeds(seed: int = 5) -> dict[str, np.ndarray]:
 
 @functools.cache
 def _qdq_bytes() -> bytes:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType
-    from onnxruntime.quantization import quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
@@ -70,9 +85,14 @@ def _qdq_bytes() -> bytes:
             warnings.simplefilter("ignore")
             folder = Path(tmp)
             onnx.save_model(block(), folder / "float.onnx")
-            quantize_static(str(folder / "float.onnx"), str(folder / "q.onnx"), Reader(),
-                            quant_format=QuantFormat.QDQ, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8)
+            quantize_static(
+                str(folder / "float.onnx"),
+                str(folder / "q.onnx"),
+                Reader(),
+                quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+            )
             return (folder / "q.onnx").read_bytes()
     finally:
         logging.getLogger().setLevel(quiet)
@@ -107,12 +127,18 @@ def zero_point_3_weight() -> onnx.ModelProto:
     """An int8 weight with zero point 3, dequantized into a MatMul (values -100..100)."""
     rng = np.random.default_rng(1)
     w = rng.integers(-100, 101, (D, 8)).astype(np.int8)
-    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(0.02), "s"),
-             numpy_helper.from_array(np.int8(3), "z")]
-    nodes = [helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], name="dq"),
-             helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm")]
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(np.float32(0.02), "s"),
+        numpy_helper.from_array(np.int8(3), "z"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s", "z"], ["wf"], name="dq"),
+        helper.make_node("MatMul", ["x", "wf"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
-        nodes, "zp3",
+        nodes,
+        "zp3",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, D])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
         initializer=inits,

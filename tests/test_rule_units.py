@@ -26,11 +26,11 @@ from model_specs import resolve_model
 
 from qlrewrite.checking import render
 from qlrewrite.checking.checker import check
-from qlrewrite.targets.spec import parse_targets
 from qlrewrite.cli import main
 from qlrewrite.findings import Finding
 from qlrewrite.passes.commands import fix_passes
 from qlrewrite.rules import CHECKS, RULES, Example, RuleCheck
+from qlrewrite.targets.spec import parse_targets
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = [

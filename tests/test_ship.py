@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import ship_models as sm
 from click.testing import CliRunner
 from onnx import helper
 
-import ship_models as sm
 from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
 
@@ -126,7 +126,9 @@ def test_downgrade_names_an_op_with_no_earlier_version(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("approximate", "bound"), [("none", 0.0), ("tanh", 1e-6)])
-def test_gelu_20_is_lowered_to_ort_s_formula(tmp_path: Path, approximate: str, bound: float) -> None:
+def test_gelu_20_is_lowered_to_ort_s_formula(
+    tmp_path: Path, approximate: str, bound: float
+) -> None:
     """Erf form: bit-identical to Gelu-20 in ORT 1.31.1 (65536 values, optimizations on
     and off); tanh form: within 1e-6 absolute (measured 9.5e-7 on [-10, 10])."""
     x = np.concatenate([np.linspace(-10, 10, 4096), np.linspace(-1e-3, 1e-3, 4096)])
@@ -197,3 +199,27 @@ def ir_serialize(model: object) -> onnx.ModelProto:
 
     assert isinstance(model, ir.Model)
     return ir.serde.serialize_model(model)
+
+
+def test_a_lowered_blocked_int4_model_is_recognised_as_quantized() -> None:
+    """The downgrade's Cast / Sub / Mul of a blocked int4 weight: no Q/DQ left, no QL607."""
+    import onnx_ir as ir
+    from test_downgrade import _blocked_model
+
+    from qlrewrite.passes.downgrade import DowngradePass
+
+    model, _ = _blocked_model(
+        axis=0, block=16, k=64, n=8, dtype=onnx.TensorProto.INT4, zero_point=True
+    )
+    lowered = DowngradePass(19)(ir.serde.deserialize_model(model)).model
+    assert not {"DequantizeLinear", "QuantizeLinear"} & {n.op_type for n in lowered.graph}
+    assert "QL607" not in {f.rule for f in check(lowered).findings}
+    float_only = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+        )
+    )
+    assert "QL607" in {f.rule for f in check(float_only).findings}

@@ -32,8 +32,8 @@ __all__ = [
     "downgrade_passes",
     "fix_passes",
     "fold_passes",
-    "target_fix_passes",
     "retarget_passes",
+    "target_fix_passes",
     "upgrade",
     "upgrade_passes",
 ]

@@ -99,7 +99,8 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         else "`qlrewrite retarget --zero-point signed --symmetric` makes zero points 0 where "
         "exact (weights) and names the rest; else quantize symmetrically"
     )
-    exact = uint8_128 or constant_tensor(ctx.view.node.inputs[0]) is not None
+    x = ctx.view.node.inputs[0]
+    exact = uint8_128 or (x is not None and constant_tensor(x) is not None)
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
         f"{hint}; source: {fact.cited}",
