@@ -223,3 +223,61 @@ def test_a_lowered_blocked_int4_model_is_recognised_as_quantized() -> None:
         )
     )
     assert "QL607" in {f.rule for f in check(float_only).findings}
+
+
+def _uint16_pair() -> onnx.ModelProto:
+    """QuantizeLinear -> DequantizeLinear of uint16 (zero point 300) at opset 21."""
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq"),
+    ]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [value("x", onnx.TensorProto.FLOAT, [4])],
+        [value("y", onnx.TensorProto.FLOAT, [4])],
+        initializer=[
+            onnx.numpy_helper.from_array(np.float32(0.1), "s"),
+            onnx.numpy_helper.from_array(np.uint16(300), "z"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def _ort_quint16_mlp() -> onnx.ModelProto:
+    """ORT's quantize_static of the attention-like MLP at opset 21, uint16 activations."""
+    import ort_quantized as oq
+
+    kwargs = {"activation_type": "QUInt16", "weight_type": "QUInt8"}
+    return onnx.load_model_from_string(oq._quantize("mlp", 21, "static", kwargs))
+
+
+@pytest.mark.parametrize("opset", [20, 19, 17, 13])
+@pytest.mark.parametrize("build", [_uint16_pair, _ort_quint16_mlp])
+def test_16_bit_qdq_is_lowered_to_com_microsoft_bit_exact(build, opset: int) -> None:
+    """As docs/commands/downgrade.md says: measured bit-identical in ORT 1.31.1
+    (optimizations off), QuantizeLinear included (refused before)."""
+    import onnx_ir as ir
+    import ort_quantized as oq
+
+    import qlrewrite
+
+    model = build()
+    feeds = (
+        {"x": np.array([0, 1.5, -3, 7000], np.float32)}
+        if build is _uint16_pair
+        else oq.inputs_for("mlp")
+    )
+    lowered = qlrewrite.downgrade(ir.serde.deserialize_model(model), opset)
+    proto = ir.serde.serialize_model(lowered)
+    quantize = {n.domain for n in proto.graph.node if n.op_type == "QuantizeLinear"}
+    assert quantize == {"com.microsoft"}  # every QuantizeLinear is of uint16 activations
+    assert not check(lowered).errors
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)[0]
+        for m in (model, proto)
+    ]
+    np.testing.assert_array_equal(runs[0], runs[1])
