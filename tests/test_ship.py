@@ -281,3 +281,53 @@ def test_16_bit_qdq_is_lowered_to_com_microsoft_bit_exact(build, opset: int) -> 
         for m in (model, proto)
     ]
     np.testing.assert_array_equal(runs[0], runs[1])
+
+
+def _layer_norm_model(axis: int = -1) -> onnx.ModelProto:
+    rng = np.random.default_rng(1)
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=axis, epsilon=1e-5)],
+        "ln",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [512, 768])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [512, 768])],
+        initializer=[
+            onnx.numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "g"),
+            onnx.numpy_helper.from_array(rng.standard_normal(768).astype(np.float32), "b"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_layer_normalization_17_is_lowered_within_its_bound() -> None:
+    """ReduceMean's two-pass variance, not ORT's E[x^2] - E[x]^2: measured 1.9e-4 on
+    outputs up to 14.3 (1.35e-5 of the largest; 4096 x 768 rows of mean up to 50 and
+    spread up to 100, ORT 1.31.1, optimizations off); the bound stated: 5e-5 of the
+    largest output. The QDQ block lowered to 16 and 13 measured identical on 16 inputs
+    (its LayerNormalization output is quantized)."""
+    import onnx_ir as ir
+
+    import qlrewrite
+
+    model = _layer_norm_model()
+    lowered = ir.serde.serialize_model(qlrewrite.downgrade(ir.serde.deserialize_model(model), 13))
+    assert "LayerNormalization" not in {n.op_type for n in lowered.graph.node}
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((512, 768)) * rng.uniform(0.01, 100, (512, 1))
+    feeds = {"x": (x + rng.uniform(-50, 50, (512, 1))).astype(np.float32)}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    runs = [
+        ort.InferenceSession(m.SerializeToString(), options).run(None, feeds)[0]
+        for m in (model, lowered)
+    ]
+    assert np.abs(runs[0] - runs[1]).max() <= 5e-5 * np.abs(runs[0]).max()
+
+
+def test_a_layer_normalization_the_formula_does_not_cover_is_refused_naming_why() -> None:
+    import onnx_ir as ir
+
+    import qlrewrite
+    from qlrewrite.errors import Refusal
+
+    with pytest.raises(Refusal, match="axis is not negative.*LayerNormalization-17"):
+        qlrewrite.downgrade(ir.serde.deserialize_model(_layer_norm_model(axis=1)), 13)

@@ -86,7 +86,7 @@ class DowngradePass(ContextPass, ir.passes.FunctionalPass):
         types = ElementTypes(model, context.inference)  # the run's: no inference again
 
         def prepare(proto: onnx.ModelProto) -> None:
-            formulas.append(lower_new_ops(proto, before, self.opset))
+            formulas.append(lower_new_ops(proto, before, self.opset, types, hold=_HOLD))
             relabelled.extend(_hold(proto, before, self.opset, types))
 
         new = convert_weightless(model, self.opset, context, prepare=prepare, lower=True)

@@ -9,6 +9,9 @@ Previous Version of Gelu exists"). Before it runs, on the weight-free copy it co
   ORT 1.31.1, optimizations off); ``approximate="tanh"`` is
   ``(0.5 * x) * (Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) + 1)`` (not the kernel's
   evaluation order: tests/test_downgrade_ops.py states the measured bound);
+- ``LayerNormalization`` (17; negative axis, float32, Mean / InvStdDev unused) becomes
+  ``(x - mean) / Sqrt(var + epsilon) * scale + bias`` with ReduceMean (two-pass variance,
+  not the kernel's E[x^2] - E[x]^2: the bound is stated in docs/commands/downgrade.md);
 - any other op with no version at the target opset is refused, naming the op, its
   version and the lowest opset that holds it (upgrading the target or exporting the
   model at that opset are the ways on).
@@ -17,6 +20,7 @@ Previous Version of Gelu exists"). Before it runs, on the weight-free copy it co
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -29,30 +33,45 @@ from qlrewrite.toolkit import normalize_domain, proto_graphs
 
 __all__ = ["lower_new_ops"]
 
+#: A value's element type by name (None: unknown).
+TypeOf = Callable[[str], "int | None"]
+
 _SQRT1_2 = np.float32(math.sqrt(0.5))
 _SQRT_2_PI = np.float32(math.sqrt(2 / math.pi))
 
 
-def lower_new_ops(proto: onnx.ModelProto, source: int, target: int) -> int:
+def lower_new_ops(
+    proto: onnx.ModelProto,
+    source: int,
+    target: int,
+    type_of: TypeOf = lambda _name: None,
+    *,
+    hold: str = "",
+) -> int:
     """Rewrite, in ``proto`` (ai.onnx opset ``source``), every op with no version at
-    ``target`` that has a formula here; Refusal naming the others. Returns the number of
-    nodes rewritten."""
+    ``target`` that has a formula here; Refusal naming the others (``type_of``: a value's
+    element type by name, None when unknown). The formula's nodes are written as opset
+    ``target`` has them, in the domain ``hold`` (the downgrade's private domain: the
+    converter passes them by). Returns the number of nodes rewritten."""
     refused: list[tuple[str, list[str]]] = []
     lowered = 0
     for _, graph in proto_graphs(proto):
         nodes: list[onnx.NodeProto] = []
         for node in graph.node:
             since = _missing_since(node, source, target)
+            written, why = _formula(node, target, type_of) if since else (None, [])
             if since is None:
                 nodes.append(node)
-            elif node.op_type == "Gelu":
-                nodes.extend(_gelu(node))
+            elif written is not None:
+                for new in written:
+                    new.domain = hold
+                nodes.extend(written)
                 lowered += 1
             else:
-                refused.append((node.name or node.output[0], [_why(node.op_type, since)]))
-        if lowered:
-            del graph.node[:]
-            graph.node.extend(nodes)
+                where = f"{node.op_type} '{node.name or node.output[0]}'"
+                refused.append((where, [*why, _why(node.op_type, since)]))
+        del graph.node[:]
+        graph.node.extend(nodes)
     if refused:
         raise Refusal(f"cannot lower to opset {target}: {grouped(refused)}; nothing written")
     return lowered
@@ -72,6 +91,18 @@ def _missing_since(node: onnx.NodeProto, source: int, target: int) -> int | None
     except onnx.defs.SchemaError:
         return since
     return None
+
+
+def _formula(
+    node: onnx.NodeProto, opset: int, type_of: TypeOf
+) -> tuple[list[onnx.NodeProto] | None, list[str]]:
+    """``node`` written in ops of ``opset``, or (None, why not)."""
+    if node.op_type == "Gelu":
+        return _gelu(node), []
+    if node.op_type == "LayerNormalization":
+        why = _layer_norm_problems(node, type_of)
+        return (None, why) if why else (_layer_norm(node, opset), [])
+    return None, []
 
 
 def _why(op: str, since: int) -> str:
@@ -119,3 +150,65 @@ def _gelu(node: onnx.NodeProto) -> list[onnx.NodeProto]:
         helper.make_node("Mul", [f"{stem}_hx", f"{stem}_p1"], [y], name=node.name or stem),
     ]
     return nodes
+
+
+def _attribute(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _layer_norm_problems(node: onnx.NodeProto, type_of: TypeOf) -> list[str]:
+    """Why LayerNormalization ``node`` is not written as its formula (none: it is)."""
+    why = []
+    if _attribute(node, "axis", -1) >= 0:
+        why.append("its axis is not negative (the formula needs the normalized axes from the end)")
+    if any(output for output in node.output[1:]):
+        why.append("its Mean / InvStdDev outputs are used")
+    if type_of(node.input[0]) != onnx.TensorProto.FLOAT:
+        why.append("its input is not known to be float32")
+    if _attribute(node, "stash_type", 1) != 1:
+        why.append("its stash_type is not 1 (float32)")
+    return why
+
+
+def _layer_norm(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
+    """LayerNormalization (negative ``axis``, float32) as ``(x - mean) / Sqrt(var + eps) *
+    scale (+ bias)`` with ReduceMean over the normalized axes (not ONNX Runtime's kernel's
+    order, which takes the variance as E[x^2] - E[x]^2: tests/test_ship.py states the
+    measured bound)."""
+    x, y = node.input[0], node.output[0]
+    stem = f"{y}__layernorm"
+    axes = list(range(_attribute(node, "axis", -1), 0))
+    epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+    nodes = [
+        helper.make_node(
+            "Constant", [], [f"{stem}_eps"],
+            value=numpy_helper.from_array(np.array(epsilon, np.float32), f"{stem}_eps"),
+        ),
+        *_reduce_mean(x, f"{stem}_mean", axes, opset),
+        helper.make_node("Sub", [x, f"{stem}_mean"], [f"{stem}_d"], name=f"{stem}_sub"),
+        helper.make_node("Mul", [f"{stem}_d", f"{stem}_d"], [f"{stem}_sq"], name=f"{stem}_sq"),
+        *_reduce_mean(f"{stem}_sq", f"{stem}_var", axes, opset),
+        helper.make_node("Add", [f"{stem}_var", f"{stem}_eps"], [f"{stem}_ve"], name=f"{stem}_ve"),
+        helper.make_node("Sqrt", [f"{stem}_ve"], [f"{stem}_std"], name=f"{stem}_std"),
+        helper.make_node("Div", [f"{stem}_d", f"{stem}_std"], [f"{stem}_n"], name=f"{stem}_div"),
+    ]  # fmt: off
+    has_bias = len(node.input) > 2 and node.input[2]
+    scaled = f"{stem}_scaled" if has_bias else y
+    nodes.append(
+        helper.make_node("Mul", [f"{stem}_n", node.input[1]], [scaled], name=f"{stem}_mul")
+    )
+    if has_bias:
+        nodes.append(helper.make_node("Add", [scaled, node.input[2]], [y], name=node.name or stem))
+    return nodes
+
+
+def _reduce_mean(x: str, y: str, axes: list[int], opset: int) -> list[onnx.NodeProto]:
+    """ReduceMean over ``axes`` keeping them, in the form of ``opset`` (axes an input from
+    18 on, given by a Constant node)."""
+    if opset < 18:
+        return [helper.make_node("ReduceMean", [x], [y], axes=axes, keepdims=1, name=y)]
+    value = numpy_helper.from_array(np.array(axes, np.int64), f"{y}_axes")
+    return [
+        helper.make_node("Constant", [], [f"{y}_axes"], value=value),
+        helper.make_node("ReduceMean", [x, f"{y}_axes"], [y], keepdims=1, name=y),
+    ]
