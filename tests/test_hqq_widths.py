@@ -33,16 +33,26 @@ def _hqq(bits: int, opset: int = 25) -> onnx.ModelProto:
     scale = (rng.random(N * blocks) * 0.1 + 0.01).astype(np.float32)
     zero = (rng.random(N * blocks) * (2**bits - 1)).astype(np.float32)
     node = helper.make_node(
-        "MatMulNBits", ["a", "b", "s", "z"], ["y"], domain="com.microsoft",
-        K=K, N=N, bits=bits, block_size=BLOCK,
-    )  # fmt: off
+        "MatMulNBits",
+        ["a", "b", "s", "z"],
+        ["y"],
+        domain="com.microsoft",
+        K=K,
+        N=N,
+        bits=bits,
+        block_size=BLOCK,
+    )
     graph = helper.make_graph(
-        [node], "hqq",
+        [node],
+        "hqq",
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, K])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, N])],
-        initializer=[numpy_helper.from_array(packed, "b"), numpy_helper.from_array(scale, "s"),
-                     numpy_helper.from_array(zero, "z")],
-    )  # fmt: off
+        initializer=[
+            numpy_helper.from_array(packed, "b"),
+            numpy_helper.from_array(scale, "s"),
+            numpy_helper.from_array(zero, "z"),
+        ],
+    )
     imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=imports, ir_version=11)
 

@@ -329,5 +329,5 @@ def test_a_layer_normalization_the_formula_does_not_cover_is_refused_naming_why(
     import qlrewrite
     from qlrewrite.errors import Refusal
 
-    with pytest.raises(Refusal, match="axis is not negative.*LayerNormalization-17"):
+    with pytest.raises(Refusal, match=r"axis is not negative.*LayerNormalization-17"):
         qlrewrite.downgrade(ir.serde.deserialize_model(_layer_norm_model(axis=1)), 13)

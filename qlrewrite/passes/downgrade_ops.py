@@ -181,7 +181,9 @@ def _layer_norm(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
     epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
     nodes = [
         helper.make_node(
-            "Constant", [], [f"{stem}_eps"],
+            "Constant",
+            [],
+            [f"{stem}_eps"],
             value=numpy_helper.from_array(np.array(epsilon, np.float32), f"{stem}_eps"),
         ),
         *_reduce_mean(x, f"{stem}_mean", axes, opset),
@@ -191,7 +193,7 @@ def _layer_norm(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
         helper.make_node("Add", [f"{stem}_var", f"{stem}_eps"], [f"{stem}_ve"], name=f"{stem}_ve"),
         helper.make_node("Sqrt", [f"{stem}_ve"], [f"{stem}_std"], name=f"{stem}_std"),
         helper.make_node("Div", [f"{stem}_d", f"{stem}_std"], [f"{stem}_n"], name=f"{stem}_div"),
-    ]  # fmt: off
+    ]
     has_bias = len(node.input) > 2 and node.input[2]
     scaled = f"{stem}_scaled" if has_bias else y
     nodes.append(
