@@ -28,7 +28,7 @@ import onnx.defs
 from onnx import helper, numpy_helper
 
 from qlrewrite.errors import Refusal
-from qlrewrite.listing import grouped
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import normalize_domain, proto_graphs
 
 __all__ = ["lower_new_ops"]
