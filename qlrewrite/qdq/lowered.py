@@ -2,7 +2,7 @@
 
 ``qlrewrite downgrade`` writes a blocked DequantizeLinear of a constant, which the target
 opset cannot hold, as ``Mul(Sub(Cast(x), zero_point), scale)``
-(:mod:`qlrewrite.passes.downgrade_lower`): the same values, no Q/DQ node left. This module
+(:mod:`qlrewrite.passes.downgrade.lower`): the same values, no Q/DQ node left. This module
 recognises that form, so ``check`` knows such a model is quantized (no QL607 "is this the
 float model?" on the tool's own output): a ``Cast`` of a constant integer tensor of at
 most 16 bits to a float type, read by a ``Sub`` (the zero point) or ``Mul`` (the scale).

@@ -10,7 +10,7 @@ weight, no sum rounds) and compared with candidate formulas; each width says the
 that match bit for bit, or the release's refusal. Measured 2026-11-28: 4 bits
 ``q*s-s*z`` in 1.18 to 1.32 (1.15 to 1.17 refuse), 2 bits ``q*s-s*z`` in 1.27 to 1.32
 (1.15 to 1.26 refuse), 8 bits refused by every release 1.15 to 1.32
-(qlrewrite/passes/nbits_to_onnx.py reads these facts).
+(qlrewrite/passes/nbits/to_onnx.py reads these facts).
 """
 
 import json

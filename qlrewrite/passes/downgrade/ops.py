@@ -8,7 +8,7 @@ Previous Version of Gelu exists"). Before it runs, on the weight-free copy it co
   (onnxruntime/core/providers/cpu/tensor/gelu.cc; measured bit-identical to Gelu-20 with
   ORT 1.31.1, optimizations off); ``approximate="tanh"`` is
   ``(0.5 * x) * (Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) + 1)`` (not the kernel's
-  evaluation order: tests/test_downgrade_ops.py states the measured bound);
+  evaluation order: tests/test_ship.py states the measured bound);
 - ``LayerNormalization`` (17; negative axis, float32, Mean / InvStdDev unused) becomes
   ``(x - mean) / Sqrt(var + epsilon) * scale + bias`` with ReduceMean (two-pass variance,
   not the kernel's E[x^2] - E[x]^2: the bound is stated in docs/commands/downgrade.md);
