@@ -7,6 +7,7 @@ Expected values are ONNX Runtime's outputs on the original model (installed: 1.3
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,47 +15,22 @@ import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite.cli import main
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "tools" / "probe"))
+from hqq_float_zero_points import hqq_model
 
 K, N, BLOCK = 64, 8, 16
 
 
 def _hqq(bits: int, opset: int = 25) -> onnx.ModelProto:
-    """A MatMulNBits of ``bits`` with float32 zero points (values not on the integer grid)."""
-    rng = np.random.default_rng(bits)
-    blocks = K // BLOCK
-    q = rng.integers(0, 2**bits, (N, blocks, BLOCK)).astype(np.uint8)
-    per = 8 // bits
-    packed = np.zeros((N, blocks, BLOCK * bits // 8), np.uint8)
-    for i in range(per):
-        packed |= (q[:, :, i::per] << (bits * i)).astype(np.uint8)
-    scale = (rng.random(N * blocks) * 0.1 + 0.01).astype(np.float32)
-    zero = (rng.random(N * blocks) * (2**bits - 1)).astype(np.float32)
-    node = helper.make_node(
-        "MatMulNBits",
-        ["a", "b", "s", "z"],
-        ["y"],
-        domain="com.microsoft",
-        K=K,
-        N=N,
-        bits=bits,
-        block_size=BLOCK,
-    )
-    graph = helper.make_graph(
-        [node],
-        "hqq",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3, K])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, N])],
-        initializer=[
-            numpy_helper.from_array(packed, "b"),
-            numpy_helper.from_array(scale, "s"),
-            numpy_helper.from_array(zero, "z"),
-        ],
-    )
-    imports = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(graph, opset_imports=imports, ir_version=11)
+    """A MatMulNBits of ``bits`` with float32 zero points (values not on the integer grid),
+    as the probe builds it, with 3 rows of A."""
+    model, *_ = hqq_model(bits, K, N, BLOCK, opset)
+    for value in (model.graph.input[0], model.graph.output[0]):
+        value.type.tensor_type.shape.dim[0].dim_value = 3
+    return model
 
 
 def _run(path: Path) -> np.ndarray:
