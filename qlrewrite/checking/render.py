@@ -466,7 +466,7 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "Each rule is one unit, declared in the module its entry links (in the folder of",
         "the node kind it reads, its docstring opening with its codes): the catalogue text,",
         "the check, the fix (decided from the finding's fields) and a bad and a good example",
-        "model. `tests/test_rule_units.py` runs every unit's examples (`pytest -k QL406`:",
+        "model. `tests/rules/test_rule_units.py` runs every unit's examples (`pytest -k QL406`:",
         "one rule); `qlrewrite/passes/fix.py` applies the fixes; `qlrewrite/rules/registry.py`",
         "says how to declare a rule.",
         "",
@@ -500,7 +500,7 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             _fix_text(r),
             "",
             f"Declared in [`{r.source}`](../{r.source}) (check, fix, examples); tested by "
-            f"`tests/test_rule_units.py` (`pytest -k {r.code}`).",
+            f"`tests/rules/test_rule_units.py` (`pytest -k {r.code}`).",
         ]
     return "\n".join(out) + "\n"
 
