@@ -27,7 +27,7 @@ def hqq_model(
     bits: int, k: int = K, n: int = N, block: int = BLOCK, opset: int = 17
 ) -> tuple[onnx.ModelProto, np.ndarray, np.ndarray, np.ndarray]:
     """A MatMulNBits of ``bits`` (A: [k, k]) with float32 zero points off the integer grid;
-    with its q [n, k], scales and zero points [n, k / block]. tests/test_hqq_widths.py
+    with its q [n, k], scales and zero points [n, k / block]. tests/passes/test_hqq_widths.py
     builds its models here too."""
     rng = np.random.default_rng(bits)
     blocks = k // block

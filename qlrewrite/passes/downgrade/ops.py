@@ -8,7 +8,7 @@ Previous Version of Gelu exists"). Before it runs, on the weight-free copy it co
   (onnxruntime/core/providers/cpu/tensor/gelu.cc; measured bit-identical to Gelu-20 with
   ORT 1.31.1, optimizations off); ``approximate="tanh"`` is
   ``(0.5 * x) * (Tanh(sqrt(2/pi) * (x + 0.044715 * x^3)) + 1)`` (not the kernel's
-  evaluation order: tests/test_ship.py states the measured bound);
+  evaluation order: tests/pipeline/test_ship.py states the measured bound);
 - ``LayerNormalization`` (17; negative axis, float32, Mean / InvStdDev unused) becomes
   ``(x - mean) / Sqrt(var + epsilon) * scale + bias`` with ReduceMean (two-pass variance,
   not the kernel's E[x^2] - E[x]^2: the bound is stated in docs/commands/downgrade.md);
@@ -173,7 +173,7 @@ def _layer_norm_problems(node: onnx.NodeProto, type_of: TypeOf) -> list[str]:
 def _layer_norm(node: onnx.NodeProto, opset: int) -> list[onnx.NodeProto]:
     """LayerNormalization (negative ``axis``, float32) as ``(x - mean) / Sqrt(var + eps) *
     scale (+ bias)`` with ReduceMean over the normalized axes (not ONNX Runtime's kernel's
-    order, which takes the variance as E[x^2] - E[x]^2: tests/test_ship.py states the
+    order, which takes the variance as E[x^2] - E[x]^2: tests/pipeline/test_ship.py states the
     measured bound)."""
     x, y = node.input[0], node.output[0]
     stem = f"{y}__layernorm"

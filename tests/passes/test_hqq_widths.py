@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from qlrewrite.cli import main
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "tools" / "probe"))
+sys.path.insert(0, str(Path(__file__).parents[2] / "tools" / "probe"))
 from hqq_float_zero_points import hqq_model
 
 K, N, BLOCK = 64, 8, 16
