@@ -205,26 +205,65 @@ def fix(
     select: str | Iterable[str] = (),
     ignore: str | Iterable[str] = (),
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+    target: str | Iterable[str] = (),
 ) -> ir.Model:
     """``model`` with the findings of :func:`check` (same ``select``, ``ignore``,
     ``per_node_ignores``) repaired as ``qlrewrite check --fix`` repairs them; with
     ``unsafe``, as ``--fix --unsafe-fixes``. The fixes are the rules' own
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
-    place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
-    then the result is a new model. Warnings without a fix stay: call :func:`check` on the
-    result to see them. As ``check --fix`` (which then writes nothing and exits 1), it
-    refuses an input with error findings no fix repairs, whether or not other findings
-    had a fix, and an output ONNX's checker or our check would reject
-    (``FindingsRefusal`` / ``Refusal``)."""
+    place and returned, unless a fix makes a new model (an upgrade, QL201 / QL402 below
+    opset 13, unsafe; a downgrade for ``target``). Warnings without a fix stay: call
+    :func:`check` on the result to see them. As ``check --fix`` (which then writes
+    nothing and exits 1), it refuses an input with error findings no fix repairs, whether
+    or not other findings had a fix, and an output ONNX's checker or our check would
+    reject (``FindingsRefusal`` / ``Refusal``).
+
+    ``target``: the runtimes deployed to, as ``check --target`` (``"ort==1.16"``,
+    ``"tensorrt"``): their findings' rewrites run too (IR and opset lowering, unused
+    imports dropped, zero points retargeted, int32 biases folded), each exact or refused
+    naming the nodes, and the result is checked against them again (``FindingsRefusal``
+    when an error remains)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
+    specs = _codes(target, "target")
     loaded = load(model)
-    report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
-    passes = fix_passes(report.findings, unsafe=unsafe)
-    if passes:
-        return _rewrite(loaded, passes, "fix")
-    pipeline.refuse_errors(report, "model", "error finding(s) no fix repairs")
-    return loaded
+    report = _checked(loaded, select, ignore, per_node_ignores, specs)
+    passes = fix_passes(report.findings, unsafe=unsafe, targets=_runtimes(specs))
+    if not passes:
+        pipeline.refuse_errors(report, "model", "error finding(s) no fix repairs")
+        return loaded
+    fixed = _rewrite(loaded, passes, "fix")
+    if specs:
+        after = _checked(fixed, select, ignore, per_node_ignores, specs)
+        pipeline.refuse_errors(after, "the fixed model", "error finding(s) left for the target")
+    return fixed
+
+
+def _checked(
+    model: ir.Model,
+    select: str | Iterable[str],
+    ignore: str | Iterable[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None,
+    targets: tuple[str, ...],
+) -> Report:
+    """:func:`check` of ``model`` with the runtimes of ``targets`` too."""
+    if not targets:
+        return check(model, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
+    return checker.check(
+        model,
+        select=_codes(select, "select"),
+        ignore=_codes(ignore, "ignore"),
+        per_node_ignores=per_node_ignores,
+        targets=targets,
+    )
+
+
+def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:

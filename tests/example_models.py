@@ -571,14 +571,14 @@ def dq_into_matmul(x_type: DT) -> onnx.ModelProto:
     return proto
 
 
-def weight_dq_matmul(dtype: DT) -> onnx.ModelProto:
-    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
-    the form the probe measured as "weight DQ->MatMul"."""
+def weight_dq_matmul(dtype: DT, zero_point: int = 0) -> onnx.ModelProto:
+    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor, zero point
+    ``zero_point``) into a MatMul: the form the probe measured as "weight DQ->MatMul"."""
     weight = ir.serde.serialize_tensor(
         ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
     )
     zero = ir.serde.serialize_tensor(
-        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
+        ir.Tensor(np.array(zero_point, dtype=dtype.numpy()), dtype=dtype, name="z")
     )
     scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
     nodes = [

@@ -297,7 +297,9 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         from qlrewrite.pipeline.fix_files import FixOptions
 
         unsafe = given["unsafe_fixes"]
-        fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
+        fixing = FixOptions(
+            unsafe, output, in_place, diff=diff, verify=verify, targets=tuple(given["target"])
+        )
     codes = (given["select"], given["ignore"], given["extend_select"])
     selection = _selection(*codes, given["strict"], given["target"])
     return _CheckRun(find, selection, show, fixing)

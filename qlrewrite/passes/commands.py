@@ -5,6 +5,7 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -14,7 +15,7 @@ from qlrewrite.passes.convert.qonnx_to_qdq import QonnxToQdqPass
 from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.convert.tidy import QdqTidyPass
 from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
-from qlrewrite.passes.fix import FIXES, FixPass, finding_key
+from qlrewrite.passes.fix import FIXES, DropImportPass, FixingPass, FixPass, finding_key
 from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.fold.tensor import Float16Mode
 from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
@@ -23,12 +24,16 @@ from qlrewrite.passes.retarget.retarget_pass import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.targets.fusions import FusionTable, NoFusionTable, fusions_for
 
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
+
 __all__ = [
     "convert_passes",
     "downgrade_passes",
     "fix_passes",
     "fold_passes",
     "retarget_passes",
+    "target_fix_passes",
     "upgrade",
     "upgrade_passes",
 ]
@@ -100,14 +105,17 @@ def upgrade_passes(
     return passes
 
 
-def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.passes.PassBase]:
+def fix_passes(
+    findings: Sequence[Finding], *, unsafe: bool = False, targets: Sequence[Target] = ()
+) -> list[ir.passes.PassBase]:
     """``qlrewrite check --fix`` (``--unsafe-fixes``): the passes that repair ``findings``
     (those :func:`~qlrewrite.findings.fixable` allows); [] if none.
 
     Read from the rules' own :class:`~qlrewrite.rules.registry.Fix`: a fix that is an
     upgrade (``upgrade_opset``) puts ``qlrewrite upgrade --opset N`` first, for the codes
     that asked for it; the node and model fixes run in one
-    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given.
+    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given; then the
+    rewrites the target findings point to on ``targets`` (:func:`target_fix_passes`).
     """
     chosen = fixable(findings, unsafe=unsafe)
     if not chosen:
@@ -122,7 +130,47 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
         p for opset in sorted(by_opset) for p in upgrade_passes(opset, fixing=by_opset[opset])
     ]
     passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
+    return passes + target_fix_passes(chosen, targets)
+
+
+#: The order the target rewrites run in: the bias fold and the retarget on the model's
+#: own opset, then the downgrade, then the imports left unused dropped.
+_REWRITE_ORDER = ("fold-bias", "retarget", "downgrade", "drop-import")
+
+
+def target_fix_passes(
+    findings: Sequence[Finding], targets: Sequence[Target]
+) -> list[ir.passes.PassBase]:
+    """The rewrites the target findings among ``findings`` point to on ``targets``
+    (:class:`~qlrewrite.rules.registry.Rewrite`), each once, every code that asked for
+    it repaired by it: the fold of int32 biases, the retarget, the downgrade to the
+    lowest opset asked for, the unused imports dropped."""
+    asked: dict[tuple[str, int | str | None], tuple[list[str], str]] = {}
+    for finding in findings:
+        make = FIXES[finding.rule].rewrite if finding.rule in FIXES else None
+        rewrite = make(finding, targets) if make is not None else None
+        if rewrite is not None:
+            codes, _ = asked.setdefault((rewrite.command, rewrite.value), ([], rewrite.what))
+            codes.append(finding.rule)
+    opsets = [int(v) for (c, v) in asked if c == "downgrade" and v is not None]
+    passes: list[ir.passes.PassBase] = []
+    for (command, value), (codes, what) in sorted(
+        asked.items(), key=lambda item: (_REWRITE_ORDER.index(item[0][0]), str(item[0][1]))
+    ):
+        if command == "downgrade" and opsets and value != min(opsets):
+            continue
+        passes.append(FixingPass(_rewrite_pass(command, value), codes, what))
     return passes
+
+
+def _rewrite_pass(command: str, value: int | str | None) -> ir.passes.PassBase:
+    if command == "downgrade":
+        return DowngradePass(int(value or 0))
+    if command == "drop-import":
+        return DropImportPass(str(value))
+    if command == "retarget":
+        return RetargetPass(signedness="signed", symmetric=True)
+    return FoldPass(bias_only=True)
 
 
 def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:

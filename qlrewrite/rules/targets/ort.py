@@ -5,7 +5,7 @@ tables of :mod:`qlrewrite.targets`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import onnx_ir as ir
 
@@ -17,6 +17,7 @@ from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     Example,
     Fix,
+    Rewrite,
     TargetModel,
     TargetNode,
     rule,
@@ -119,6 +120,29 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     return version is not None and limit is not None and version > limit
 
 
+def _opset_limit(domain: str, targets: Sequence[Target]) -> int | None:
+    """The newest ``domain`` opset every release of ``targets`` loads (None: no limit)."""
+    limits = [
+        limit
+        for target in targets
+        for t in target.tables
+        if (limit := t.max_opset.get(domain or "ai.onnx")) is not None
+    ]
+    return min(limits) if limits else None
+
+
+def _lower_opset(finding: Finding, targets: Sequence[Target]) -> Rewrite | None:
+    """QL702's fix: ai.onnx lowered to the newest opset the targets load (the downgrade:
+    exact, or refused naming the nodes), another domain's import dropped when no node
+    uses it (else refused naming them)."""
+    limit = _opset_limit(finding.domain, targets)
+    if limit is None or finding.opset is None or finding.opset <= limit:
+        return None
+    if finding.domain:
+        return Rewrite("drop-import", f"unused {finding.domain} import dropped", finding.domain)
+    return Rewrite("downgrade", f"ai.onnx opset {finding.opset} -> {limit}", limit)
+
+
 @rule(
     "QL702",
     "target-opset",
@@ -139,6 +163,15 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     versions="--target ort / openvino",
     scope="target-model",
     needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        Lowers ai.onnx to the newest opset the target loads with `qlrewrite downgrade`
+        (exact, or refused naming the nodes that opset cannot hold); drops another
+        domain's import when no node uses it (refused naming the nodes that do).
+        """,
+        rewrite=_lower_opset,
+    ),
     examples=[
         Example(
             "opset-20-on-ort-1.16",
@@ -162,9 +195,10 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
             f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
             f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
-            f"opset {newest} cannot hold)"
+            f"opset {newest} cannot hold; check --fix does it)"
             if name == "ai.onnx"
-            else f"export the model at {name} opset {newest} or older",
+            else f"export the model at {name} opset {newest} or older (check --fix drops "
+            "the import when no node uses it)",
             domain="" if name == "ai.onnx" else name,
             opset=version,
         )

@@ -4,20 +4,35 @@ the document it comes from (:func:`qlrewrite.targets.tables.documented`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, SAFE, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, QDQView
+from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
-from qlrewrite.rules.registry import Example, TargetNode, rule
+from qlrewrite.rules.registry import Example, Fix, Rewrite, TargetNode, rule
 from qlrewrite.targets.tables import Fact, documented
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__: list[str] = []
 
 _TARGET = ("tensorrt",)
+
+
+#: The retarget QL711 / QL712 point to: unsigned to signed, zero points to 0 where exact.
+_RETARGET = Rewrite("retarget", "zero points retargeted (signed, symmetric where exact)")
+#: QL712's fix of an int32 (bias) DequantizeLinear.
+_FOLD_BIAS = Rewrite("fold-bias", "int32 bias DequantizeLinear folded")
+
+
+def _retarget(_finding: Finding, _targets: Sequence[Target]) -> Rewrite:
+    return _RETARGET
 
 
 def _fact(ctx: TargetNode, key: str) -> Fact | None:
@@ -49,11 +64,21 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
     scope="target-node",
     needs_version=False,
     kinds=(QDQ,),
+    fix=Fix(
+        SAFE,
+        """
+        `qlrewrite retarget --zero-point signed --symmetric`: unsigned tensors become signed
+        (the zero-point shift) and constant weights get zero point 0 (their values shifted,
+        exact where they fit); what cannot be made exact is refused, naming the tensors.
+        """,
+        applies=lambda finding: finding.attribute == "zero_point",
+        rewrite=_retarget,
+    ),
     examples=[
         Example(
-            "zero-point-3",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=3),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=0),
+            "weight-zero-point-3",
+            ModelSpec("weight_dq_matmul", DT.INT8, 3),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -75,10 +100,25 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         else "`qlrewrite retarget --zero-point signed --symmetric` makes zero points 0 where "
         "exact (weights) and names the rest; else quantize symmetrically"
     )
+    x = ctx.view.node.inputs[0]
+    exact = uint8_128 or (x is not None and constant_tensor(x) is not None)
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
         f"{hint}; source: {fact.named}",
+        attribute="zero_point" if exact else "",  # the retarget makes it 0 exactly
     )
+
+
+def _fix_type(finding: Finding, _targets: Sequence[Target]) -> Rewrite | None:
+    """QL712's fix, from the type the finding is about (its ``attribute``)."""
+    return {"int32": _FOLD_BIAS, "unsigned": _RETARGET}.get(finding.attribute)
+
+
+def _type_fixed_by(type_name: str) -> str:
+    """The ``attribute`` of a QL712 finding: what its fix reads ("": no fix)."""
+    if type_name == "INT32":
+        return "int32"
+    return "unsigned" if type_name in ("UINT8", "UINT4", "UINT16") else ""
 
 
 @rule(
@@ -103,11 +143,21 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     scope="target-node",
     needs_version=False,
     kinds=(QDQ,),
+    fix=Fix(
+        SAFE,
+        """
+        An int32 bias DequantizeLinear is folded (`qlrewrite fold --bias-only`, exact); an
+        unsigned tensor becomes signed (`qlrewrite retarget --zero-point signed`, exact);
+        other types have no fix.
+        """,
+        applies=lambda finding: finding.attribute in ("int32", "unsigned"),
+        rewrite=_fix_type,
+    ),
     examples=[
         Example(
-            "int16",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT16),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
+            "uint8-weight",
+            ModelSpec("weight_dq_matmul", DT.UINT8),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -121,6 +171,7 @@ def tensorrt_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         f"{name.lower()} is not a type {ctx.target.label} quantizes to",
         f"use {', '.join(t.lower() for t in fact.values['types'])}{_rewrite_for(name)}; "
         f"source: {fact.named}",
+        attribute=_type_fixed_by(name),
     )
 
 
