@@ -6,8 +6,8 @@ own venv (:mod:`run_ort`, :mod:`run_openvino`), and write one table per release 
     python tools/probe/drive.py ort 1.16 1.31        # these ONNX Runtime releases
     python tools/probe/drive.py ort --all            # every release 1.15 .. the newest
     python tools/probe/drive.py openvino             # the newest OpenVINO
-    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --note "..."
-                                                     # re-probe these keys only, merged
+    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --only "QDQ Conv: " \
+        --note "..."                                 # re-probe these keys only, merged
 
 Each release gets a venv ``$QLREWRITE_VENVS/ort-X.Y`` (default ``/work/venvs``; Python 3.11,
 ``onnxruntime==X.Y.*`` and a NumPy it accepts: ``numpy<2`` before 1.19), made when missing.
@@ -75,9 +75,9 @@ def ort_python(release: str) -> Path:
     return ensure_venv(f"ort-{release}", [f"onnxruntime=={release}.*", numpy])
 
 
-def build_cases(folder: Path, only: str = "") -> Path:
-    """Write every case's model (whose key starts with ``only``) under ``folder``; return
-    the manifest's path."""
+def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
+    """Write every case's model (whose key starts with one of ``only``) under ``folder``;
+    return the manifest's path."""
     import onnx
     from cases import all_cases
 
@@ -141,6 +141,7 @@ def scrub(error: str) -> str:
     """ONNX Runtime's message without the probe's file names and C++ source locations."""
     error = re.sub(r"Load model from \S+ failed:", "", error)
     error = re.sub(r"/tmp/\S+?\.onnx", "model.onnx", error)
+    error = re.sub(r"/onnxruntime_src/\S+:\d+ .*? was false\. ", "", error)
     error = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\)( const)? (?=[A-Z])", "", error)
     error = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", error.strip())
     error = re.sub(r"Exception from \S+ Check 'false' failed at \S+ ", "", error)
@@ -215,6 +216,24 @@ def _row(line: dict) -> str | dict:
     return _compared(line, row)
 
 
+#: The domains whose highest loaded opset a table records (keys ``<domain> opset=N``).
+DOMAINS = (
+    "ai.onnx",
+    "com.microsoft",
+    "ai.onnx.ml",
+    "ai.onnx.training",
+    "ai.onnx.preview.training",
+)
+
+
+def limits(forms: dict) -> dict:
+    """The highest IR version and, per domain of :data:`DOMAINS`, opset that ran."""
+    return {
+        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
+        "max_opset": {d: _highest(forms, re.escape(d) + r" opset=(\d+)") for d in DOMAINS},
+    }
+
+
 def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
     """The committed table: the release measured, its limits, and each form's result."""
     meta = next(line["meta"] for line in lines if "meta" in line)
@@ -226,11 +245,7 @@ def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) ->
         "python": meta["python"],
         "numpy": meta["numpy"],
         "models_built_with": f"onnx {onnx_version}",
-        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
-        "max_opset": {
-            "ai.onnx": _highest(forms, r"ai\.onnx opset=(\d+)"),
-            "com.microsoft": _highest(forms, r"com\.microsoft opset=(\d+)"),
-        },
+        **limits(forms),
         **(extra or {}),
         "forms": dict(sorted(forms.items())),
     }
@@ -262,25 +277,34 @@ def _kernels_formed(lines: list[dict], manifest: Path) -> None:
             path.unlink()
 
 
-def merged(old: dict, new: dict, only: str, note: str) -> dict:
+def merged(old: dict, new: dict, only: tuple[str, ...], note: str) -> dict:
     """``old`` with its forms under ``only`` replaced by ``new``'s (the re-probed keys);
-    everything else kept, and the amendment recorded in ``amended``."""
+    everything else kept, the limits taken again from the merged forms, and the amendment
+    recorded in ``amended``."""
     if old["release"] != new["release"]:
         raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
     forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
     forms.update(new["forms"])
-    amendment = {"date": new["measured"], "keys": f"{only}*", "note": note}
+    keys = ", ".join(f"{prefix}*" for prefix in only)
+    amendment = {"date": new["measured"], "keys": keys, "note": note}
     amendment.update(
         python=new["python"], numpy=new["numpy"], models_built_with=new["models_built_with"]
     )
     table = {k: v for k, v in old.items() if k != "forms"}
+    table.update(limits(forms))
     table["amended"] = [*old.get("amended", []), amendment]
     table["forms"] = dict(sorted(forms.items()))
     return table
 
 
 def probe(
-    name: str, python: Path, runner: str, manifest: Path, *, only: str = "", note: str = ""
+    name: str,
+    python: Path,
+    runner: str,
+    manifest: Path,
+    *,
+    only: tuple[str, ...] = (),
+    note: str = "",
 ) -> Path:
     """Probe one runtime and write its table ``name``.json (with ``only``: merged into
     the committed table, replacing the keys that start with it)."""
@@ -301,24 +325,28 @@ def main() -> int:
     parser.add_argument("runtime", choices=["ort", "openvino"])
     parser.add_argument("releases", nargs="*", help="ONNX Runtime releases X.Y")
     parser.add_argument("--all", action="store_true", help="every release 1.15 .. the newest")
-    parser.add_argument("--only", default="", help="re-probe the keys starting with this, merged")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="re-probe the keys starting with this (repeatable), merged into the tables",
+    )
     parser.add_argument("--note", default="", help="with --only: what the amendment adds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        manifest = build_cases(Path(folder), args.only)
+        only = tuple(args.only)
+        manifest = build_cases(Path(folder), only or ("",))
         if args.runtime == "openvino":
             python = ensure_venv("openvino", ["openvino", "numpy"])
             table = probe(
-                "openvino", python, "run_openvino.py", manifest, only=args.only, note=args.note
+                "openvino", python, "run_openvino.py", manifest, only=only, note=args.note
             )
             print(table, flush=True)
             return 0
         for release in ort_releases() if args.all else args.releases:
             python = ort_python(release)
             print(
-                probe(
-                    f"ort-{release}", python, "run_ort.py", manifest, only=args.only, note=args.note
-                ),
+                probe(f"ort-{release}", python, "run_ort.py", manifest, only=only, note=args.note),
                 flush=True,
             )
     return 0
