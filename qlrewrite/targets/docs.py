@@ -94,8 +94,9 @@ many, whether its zero points are absent, equal or differ, and Gemm's transB.
 
 A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
 models each) takes under five minutes on 2 shared cores (measured 2026-11-28: 3 min 47 s
-and 4 min 47 s, under the load of other work); `drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
-prefixes and merges them into each table, recording the amendment under `amended`.
+and 4 min 47 s, under the load of other work); `drive.py --only PREFIX` (repeatable)
+re-probes the keys starting with one of the prefixes and merges them into each table,
+recording the amendment under `amended`.
 
 Refresh for a new release (about a minute per release on 2 cores):
 
