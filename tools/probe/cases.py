@@ -229,6 +229,9 @@ def _qdq(
         )
     except (ValueError, TypeError):  # a type onnx.helper cannot write
         return None
+    if domain == MS:  # as ORT's quantizer writes it: IR 7, whatever the types
+        model.ir_version = 7
+        return _case(model)
     return _case(_with_min_ir(model))
 
 
@@ -321,7 +324,8 @@ PER_TENSOR_WEIGHTS = {
 
 def qoperator_cases() -> Iterator[Case]:
     """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
-    MatMulInteger, ConvInteger and DynamicQuantizeLinear."""
+    MatMulInteger and ConvInteger (uint8 / int8 inputs, zero points none, per-tensor or per
+    channel, as ORT's dynamic quantizer writes them) and DynamicQuantizeLinear."""
     for name, opset in itertools.product(qoperator_models.OPS, (13, 21)):
         case = _case(qoperator_models.build(name, opset=opset))
         if case is not None:
@@ -331,24 +335,41 @@ def qoperator_cases() -> Iterator[Case]:
             case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
             if case is not None:
                 yield case
-    for a, b in itertools.product((DT.UINT8, DT.INT8), repeat=2):
-        case = _case(_integer_model("MatMulInteger", a, b, [2, 4], [4, 3], [2, 3]))
-        if case is not None:
-            yield case
-        case = _case(_integer_model("ConvInteger", a, b, [1, 2, 4, 4], [3, 2, 3, 3], None))
-        if case is not None:
-            yield case
+    for a, b, zero_points in itertools.product(
+        (DT.UINT8, DT.INT8), (DT.UINT8, DT.INT8), ("none", "per-tensor", "per-channel")
+    ):
+        shapes = {
+            "MatMulInteger": ([2, 4], [4, 3], [2, 3]),
+            "ConvInteger": ([1, 2, 4, 4], [3, 2, 3, 3], None),
+        }
+        for op, (a_shape, b_shape, y_shape) in shapes.items():
+            model = _integer_model(op, (a, b), a_shape, b_shape, y_shape, zero_points=zero_points)
+            case = _case(model)
+            if case is not None:
+                yield case
     yield _case(_dynamic_quantize_model())  # type: ignore[misc]
 
 
-def _integer_model(op: str, a: DT, b: DT, *shapes: list[int] | None) -> onnx.ModelProto:
-    a_shape, b_shape, y_shape = shapes
-    node = helper.make_node(op, ["A", "B"], ["Y"], name="node")
+def _integer_model(
+    op: str, types: tuple[DT, DT], *shapes: list[int] | None, zero_points: str
+) -> onnx.ModelProto:
+    """MatMulInteger / ConvInteger of an input A and a constant B, their zero points
+    "none", "per-tensor" (both scalars) or "per-channel" (B's per output channel: the last
+    axis of a MatMul weight, the first of a Conv weight)."""
+    (a, b), (a_shape, b_shape, y_shape) = types, shapes
+    weight = np.zeros(b_shape, dtype=b.numpy())  # type: ignore[arg-type]
+    inits = [ir.serde.serialize_tensor(ir.Tensor(weight, dtype=b, name="B"))]
+    names = ["A", "B"]
+    if zero_points != "none":
+        channels = b_shape[-1 if op == "MatMulInteger" else 0]  # type: ignore[index]
+        b_zero = np.zeros([channels] if zero_points == "per-channel" else [], b.numpy())
+        for name, dtype, array in (("A_zp", a, np.zeros([], a.numpy())), ("B_zp", b, b_zero)):
+            inits.append(ir.serde.serialize_tensor(ir.Tensor(array, dtype=dtype, name=name)))
+            names.append(name)
+    node = helper.make_node(op, names, ["Y"], name="node")
     inputs = [helper.make_tensor_value_info("A", int(a), a_shape)]
-    weight = np.zeros(b_shape, dtype=b.numpy())
-    init = ir.serde.serialize_tensor(ir.Tensor(weight, dtype=b, name="B"))
     out = helper.make_tensor_value_info("Y", onnx.TensorProto.INT32, y_shape)
-    graph = helper.make_graph([node], "g", inputs, [out], initializer=[init])
+    graph = helper.make_graph([node], "g", inputs, [out], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
