@@ -24,7 +24,6 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.checking.untouched import Checked, untouched
-from qlrewrite.custom_quant import custom_quant_groups, describe
 from qlrewrite.errors import InputError, QlrewriteError, Refusal
 from qlrewrite.findings import Finding, Report
 from qlrewrite.io import atomic, model_io, output_guard, tensors
@@ -43,9 +42,10 @@ from qlrewrite.passes.results import (
     RepairsFindings,
     RewritePassResult,
 )
+from qlrewrite.qdq.custom_ops import custom_quant_groups, describe
 from qlrewrite.qdq.inference import Inference, tables_of
+from qlrewrite.qdq.left_alone import describe_unchecked, not_folded
 from qlrewrite.toolkit import MAIN, implied_imports, normalize_domain, onnx_opset
-from qlrewrite.unchecked import describe_unchecked, not_folded
 from qlrewrite.verify.compare import output_steps, verify_both
 from qlrewrite.verify.verify import (
     EXACT_BOUND,
@@ -787,7 +787,7 @@ def _full_check(
     return warnings, inferred
 
 
-_UNCHECKED_DOMAIN = "qlrewrite.unchecked"
+_UNCHECKED_DOMAIN = "qlrewrite.qdq.left_alone"
 
 
 def runtime_only_ops(model: ir.Model) -> frozenset[str]:

@@ -54,7 +54,7 @@ def test_a_library_import_puts_no_placeholder_modules() -> None:
         import sys
         import qlrewrite, qlrewrite.api, qlrewrite.passes, qlrewrite.checking.checker
         qlrewrite.load  # the lazy public API, once read
-        from qlrewrite._deferred_imports import _Placeholder
+        from qlrewrite.cli._deferred_imports import _Placeholder
         print([n for n, m in sys.modules.items() if isinstance(m, _Placeholder)])
         print(type(sys.modules["sympy"]).__name__)
     """)

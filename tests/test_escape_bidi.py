@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from qdq_models import DQ, qdq_model
 
 from qlrewrite.cli import main
-from qlrewrite.escape import escape
+from qlrewrite.text import escape
 
 BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from qlrewrite.cli import main
-from qlrewrite.rules.ql61x_graph_order import order_problems
+from qlrewrite.rules.model.graph_order import order_problems
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LINT = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-        "sys.exit(lint_imports_command())"]  # fmt: skip
+_LINT_MAIN = "import sys; from importlinter.cli import lint_imports_command; "
+LINT = [sys.executable, "-c", _LINT_MAIN + "sys.exit(lint_imports_command())"]
 
 
 def _lint(folder: Path) -> subprocess.CompletedProcess[str]:

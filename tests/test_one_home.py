@@ -144,7 +144,7 @@ def _restated(tree: ast.AST, rel: str) -> Iterator[str]:
 
 
 def _rule_violations(rules_dir: Path) -> Iterator[str]:
-    for path in sorted(rules_dir.glob("ql*.py")):
+    for path in sorted(rules_dir.glob("*/*.py")):  # the kind folders' rule modules
         yield from _restated(ast.parse(path.read_text(), str(path)), path.name)
 
 
@@ -162,8 +162,9 @@ def test_rules_report_without_restating_their_code_or_severity() -> None:
     ],
 )
 def test_the_rule_checker_catches_each_kind(source: str, expected: str, tmp_path: Path) -> None:
-    (tmp_path / "ql9xx_bad.py").write_text(source + "\n")
-    (tmp_path / "ql8xx_ok.py").write_text(
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "bad.py").write_text(source + "\n")
+    (tmp_path / "model" / "ok.py").write_text(
         "@rule('QL801', 'n', ERROR)\ndef f(ctx): yield ctx.report('m')\n"
     )
     found = list(_rule_violations(tmp_path))

@@ -362,7 +362,7 @@ def test_custom_quantization_is_reported_and_refused(
     assert code == 0, err
     assert f"{source}: not checked: " in out and expected in out
     assert "custom quantization node(s) not checked" in out
-    from qlrewrite.custom_quant import describe
+    from qlrewrite.qdq.custom_ops import describe
 
     assert expected in describe(qlrewrite.check(source).custom_quant)
     code, out, _ = _cli("info", str(source), "--format", "json")
@@ -522,7 +522,7 @@ def test_float16_kernel_table_matches_the_installed_onnxruntime() -> None:
     pytest.importorskip("onnxruntime")
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-    from qlrewrite.ort_float16 import has_float16_kernel
+    from qlrewrite.targets.ort_float16 import has_float16_kernel
 
     installed: set[tuple[str, str, int]] = set()
     for kernel in state.get_all_opkernel_def():

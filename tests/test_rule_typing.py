@@ -25,8 +25,9 @@ from onnx import TensorProto, helper, numpy_helper
 from qlrewrite.checking.checker import check_model
 from qlrewrite.findings import WARNING, Finding, Rule
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, NodeView, QDQView, node_views
+from qlrewrite.qdq.kinds import view_class
 from qlrewrite.qdq.sites import SiteKind
-from qlrewrite.qdq.view import QOperatorView, WeightOnlyView, view_class
+from qlrewrite.qdq.view import QOperatorView, WeightOnlyView
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import ModelContext, RuleCheck, TargetModel, TargetNode
 from qlrewrite.targets.spec import parse_targets

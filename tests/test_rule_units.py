@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import re
 from pathlib import Path
 
@@ -134,24 +135,46 @@ def test_a_fix_decides_from_the_findings_fields_not_its_text() -> None:
 
 # --------------------------------------------------------------------------- layout
 
-_FAMILY = re.compile(r"^ql(\d)(\d|x)x_\w+$")
+_CLAIM = re.compile(r"^QL(\d{3})(?:-QL(\d{3}))?$")
+#: The node kinds a rule in each folder may read (``qdq/`` rules may also read the others).
+_FOLDER_KINDS = {
+    "weight_only": {"matmul-nbits", "gather-block-quantized"},
+    "qoperator": {"qoperator"},
+}
 
 
-def _family(module: str) -> re.Match[str] | None:
-    return _FAMILY.match(module.rsplit(".", 1)[-1])
+def _claimed_codes(module: str) -> set[str]:
+    """The codes a rule module's docstring opens with (``QL401-QL412, QL420:``), expanded
+    over the codes the registry holds."""
+    doc = (importlib.import_module(module).__doc__ or "").split(":", 1)[0]
+    claimed: set[str] = set()
+    for part in doc.split(", "):
+        match = _CLAIM.match(part.strip())
+        assert match, f"{module}'s docstring does not open with its codes: {doc!r}"
+        low, high = int(match[1]), int(match[2] or match[1])
+        claimed |= {code for code in CHECKS if low <= int(code[2:]) <= high}
+    return claimed
 
 
-def test_each_rule_lives_in_a_module_named_after_its_code() -> None:
-    """``QL423`` is in a ``ql42x_*.py`` or a ``ql4xx_*.py`` module, nowhere else."""
+def test_each_rule_module_opens_with_its_codes_and_no_other_claims_them() -> None:
+    """A rule is found from its code: the module whose docstring's codes include it (and
+    ``qlrewrite rules CODE`` names it); no two modules claim one code."""
     modules = {unit.module for unit in CHECKS.values()}
-    families = {m: _family(m) for m in modules}
-    assert all(families.values()), f"rule modules not named qlNxx_ / qlNNx_: {families}"
+    claims = {m: _claimed_codes(m) for m in modules}
     for code, unit in CHECKS.items():
-        family = families[unit.module]
-        assert family is not None and code[2] == family[1], (code, unit.module)
-        assert family[2] in ("x", code[3]), (code, unit.module)
+        owners = [m for m, codes in claims.items() if code in codes]
+        assert owners == [unit.module], (code, owners)
         assert unit.rule.source == unit.module.replace(".", "/") + ".py"
         assert (ROOT / unit.rule.source).is_file()
+
+
+def test_each_rule_module_sits_in_the_folder_of_the_kinds_it_reads() -> None:
+    for code, unit in CHECKS.items():
+        folder = unit.module.split(".")[2]
+        assert folder in ("qdq", "weight_only", "qoperator", "model", "targets"), unit.module
+        if folder in _FOLDER_KINDS:
+            assert {k.name for k in unit.kinds} <= _FOLDER_KINDS[folder], (code, unit.module)
+        assert (folder == "targets") == unit.scope.startswith("target"), (code, unit.module)
 
 
 def test_the_catalogue_says_where_each_unit_and_its_test_live() -> None:

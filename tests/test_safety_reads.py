@@ -20,9 +20,9 @@ from qlrewrite.checking import config
 from qlrewrite.checking.checker import check_model
 from qlrewrite.checking.suppress import IGNORE_KEY, apply_suppressions
 from qlrewrite.cli import main
-from qlrewrite.escape import escape
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.rules.selection import select_rules
+from qlrewrite.text import escape
 
 ALL = select_rules()
 FORMATS = ("text", "json", "sarif", "github")

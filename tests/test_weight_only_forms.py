@@ -1,4 +1,4 @@
-"""qlrewrite.weight_only (and MatMulNBitsLayout's input shapes): what MatMulNBits /
+"""qlrewrite.qdq.weight_only (and MatMulNBitsLayout's input shapes): what MatMulNBits /
 GatherBlockQuantized attributes mean. Shapes are checked against hand-computed values and
 against ONNX Runtime (a model built from the form's shapes runs there)."""
 
@@ -12,7 +12,7 @@ from nbits_models import gather_block_quantized_model, matmul_nbits_model, ort_r
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
-from qlrewrite.weight_only import (
+from qlrewrite.qdq.weight_only import (
     GatherBlockForm,
     gather_block_form,
     int_attributes,

@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from qlrewrite._deferred_imports import defer_sympy
 from qlrewrite._version import __version__
 from qlrewrite.cli._debug import debug_option
+from qlrewrite.cli._deferred_imports import defer_sympy
 from qlrewrite.io.limits import LIMITS, Limits
 
 defer_sympy()  # the command line's start-up only: a library import gets sympy as it is

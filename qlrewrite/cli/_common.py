@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from qlrewrite.checking.render import finding_lines
 from qlrewrite.cli._debug import debug_enabled, debug_option
 from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
-from qlrewrite.escape import escape
+from qlrewrite.text import escape
 from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
     Verification,

@@ -32,10 +32,10 @@ from qlrewrite.cli._common import (
     verify_from,
     verify_option_list,
 )
-from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.io import atomic, model_io, output_guard
 from qlrewrite.io.reading import STDIN
+from qlrewrite.text import escape
 
 if TYPE_CHECKING:  # --fix imports it (and the pipeline, every pass) when given
     from qlrewrite import check_fix

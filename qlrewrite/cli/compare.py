@@ -16,10 +16,10 @@ import numpy as np
 
 from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
 from qlrewrite.errors import InputError
-from qlrewrite.escape import escape
 from qlrewrite.io import model_io, reading
 from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.text import escape
 from qlrewrite.verify.compare import Comparison, compare_models, output_steps
 from qlrewrite.verify.runtimes import RUNTIMES
 from qlrewrite.verify.verify import generate_inputs, input_specs_or_refuse

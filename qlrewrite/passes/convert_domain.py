@@ -19,11 +19,11 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.io.ir_version import raise_ir_version
-from qlrewrite.listing import grouped
-from qlrewrite.ort_float16 import domain_changes_result
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import ConvertResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
+from qlrewrite.targets.ort_float16 import domain_changes_result
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import ensure_import_at
 
 __all__ = [
@@ -229,7 +229,7 @@ _FLOAT16_PROBLEM = (
 
 
 def _describe(plans: list[_Plan]) -> str:
-    """The refused nodes grouped by their reasons (:func:`qlrewrite.listing.grouped`)."""
+    """The refused nodes grouped by their reasons (:func:`qlrewrite.text.grouped`)."""
     return grouped((plan.where, plan.problems) for plan in plans)
 
 

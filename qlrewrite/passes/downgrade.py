@@ -23,7 +23,6 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io.ir_version import needed_ir_version
-from qlrewrite.listing import grouped
 from qlrewrite.passes import downgrade_lower as lower
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.downgrade_plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
@@ -31,6 +30,7 @@ from qlrewrite.passes.downgrade_relabel import ElementTypes, relabel_problem
 from qlrewrite.passes.results import DowngradeResult
 from qlrewrite.passes.upgrade import convert_weightless
 from qlrewrite.qdq import QDQ, QOPERATOR, normalize_domain, onnx_opset
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, drop_unused_domain, iter_graphs, proto_graphs
 
 __all__ = ["LOWEST_OPSET", "DowngradePass"]

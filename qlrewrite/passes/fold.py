@@ -11,7 +11,7 @@ that only fed folded nodes are removed, then opset imports nothing uses any more
 Attribute defaults and output types come from :mod:`qlrewrite.opsets`.
 
 float16: where ONNX Runtime's CPU provider computes a float16 DQ in float32 (see
-:mod:`qlrewrite.ort_float16`), ``float16="exact"`` (the default) folds it to a float32
+:mod:`qlrewrite.targets.ort_float16`), ``float16="exact"`` (the default) folds it to a float32
 value followed by a Cast to float16: ORT removes that Cast before its float32 consumer
 and computes what it computed before, and every other runtime gets the same float16
 value as from the DQ. With ``keep_dq`` such a DQ, whose input was a folded Q, computes in
@@ -32,7 +32,6 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import check_granularity
-from qlrewrite.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
     FLOAT16_MODES,
@@ -55,6 +54,7 @@ from qlrewrite.qdq import (
     site_view,
     value_dtype,
 )
+from qlrewrite.targets.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.toolkit import FreshNames, all_graphs
 from qlrewrite.verify.deployed import Fusions
 
@@ -363,7 +363,7 @@ def _int32_bias(view: QDQView) -> bool:
 
 def _dq_in_float32(view: QDQView) -> bool:
     """True for a DequantizeLinear whose float16 output ORT's CPU provider computes in
-    float32 (see :mod:`qlrewrite.ort_float16`)."""
+    float32 (see :mod:`qlrewrite.targets.ort_float16`)."""
     site = view.site
     node = site.node
     if node.op_type != "DequantizeLinear" or len(node.inputs) < 2 or node.inputs[1] is None:

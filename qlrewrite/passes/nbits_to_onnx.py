@@ -34,7 +34,6 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
-from qlrewrite.listing import grouped
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import (
@@ -66,6 +65,7 @@ from qlrewrite.qdq import (
     iter_sites,
     site_view,
 )
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, add_constant, ensure_import, replace_value, tensor_shape
 from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
 

@@ -35,13 +35,13 @@ import numpy as np
 import numpy.typing as npt
 import onnx_ir as ir
 
-from qlrewrite.custom_quant import QONNX_DOMAINS
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import int_range
-from qlrewrite.listing import grouped
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
 from qlrewrite.qdq import QDQView, constant_tensor, node_views, normalize_domain, onnx_opset
 from qlrewrite.qdq.constants import small_array
+from qlrewrite.qdq.custom_ops import QONNX_DOMAINS
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import (
     FreshNames,
     drop_unused_domain,

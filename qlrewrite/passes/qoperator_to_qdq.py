@@ -35,7 +35,6 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
-from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.results import QOperatorResult
 from qlrewrite.qdq import (
@@ -50,6 +49,7 @@ from qlrewrite.qdq import (
     site_view,
     triples,
 )
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
 from qlrewrite.verify.verify import EXACT_BOUND, Bound

@@ -110,7 +110,7 @@ class RetargetResult(RewritePassResult):
 
 class ConvertsCustomOps:
     """Mixin of a pass that converts other producers' custom quantization operators
-    (:mod:`qlrewrite.custom_quant`): the pipeline does not refuse an input for the
+    (:mod:`qlrewrite.qdq.custom_ops`): the pipeline does not refuse an input for the
     ``(domain, op_type)`` pairs in ``custom_ops``."""
 
     custom_ops: frozenset[tuple[str, str]] = frozenset()

@@ -30,12 +30,12 @@ from qlrewrite.errors import Refusal
 from qlrewrite.io.tensors import packed_bytes
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.kernels.nbits import flip_sign_packed
-from qlrewrite.listing import grouped
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold_tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
 from qlrewrite.passes.retarget_groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
+from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, tensor_shape
 
 __all__ = ["SIGNEDNESS", "RetargetPass"]

@@ -1,4 +1,4 @@
-"""QL61x: node order: a node reading a value before the node that writes it (QL610, a
+"""QL610-QL611: node order: a node reading a value before the node that writes it (QL610, a
 stable topological sort repairs it) and nodes that depend on themselves (QL611).
 
 ONNX requires a graph's nodes in topological order and no cycle. ONNX Runtime sorts an

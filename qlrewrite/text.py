@@ -1,4 +1,4 @@
-"""One escaping for every name that reaches an output: node names, file names, messages.
+"""Text that reaches an output: one escaping for every name, and node names grouped.
 
 A name read from a model or a file system may hold a newline (a forged report line, a
 forged ``::warning`` workflow command), other control characters, bidirectional controls
@@ -6,13 +6,18 @@ forged ``::warning`` workflow command), other control characters, bidirectional 
 name decoded with ``surrogateescape``). :func:`escape` turns each of those into a
 visible backslash escape, so that one finding stays one line, shows what it holds, and
 every output encodes.
+
+A refusal of 40 nodes for 2 reasons reads ``38 nodes ('a' in main, 'b' in main, 'c' in
+main, ...): reason; 2 nodes (...): other reason`` (:func:`grouped`), not 40 repetitions
+of the reasons.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-__all__ = ["escape"]
+__all__ = ["escape", "grouped"]
 
 # C0 and C1 controls, DEL, the Unicode line and paragraph separators, the bidirectional
 # controls (embeddings, overrides, isolates and marks: U+202E shows "evil\u202eexe.onnx"
@@ -41,3 +46,20 @@ def escape(text: str) -> str:
     invisible character and undecodable byte shown as a backslash escape (printable text
     unchanged)."""
     return _UNSAFE.sub(_one, text)
+
+
+def grouped(items: Iterable[tuple[str, Iterable[str]]], names: int = 3) -> str:
+    """``(where, reasons)`` pairs as one line: the nodes with the same reasons (in the
+    order met) grouped as ``N nodes (a, b, c, ...): reason; reason``, at most ``names``
+    names each; a node alone reads ``where (reason; reason)``."""
+    groups: dict[str, list[str]] = {}
+    for where, reasons in items:
+        groups.setdefault("; ".join(dict.fromkeys(reasons)), []).append(where)
+    parts = []
+    for reasons, wheres in groups.items():
+        if len(wheres) == 1:
+            parts.append(f"{wheres[0]} ({reasons})")
+            continue
+        named = ", ".join(wheres[:names]) + (", ..." if len(wheres) > names else "")
+        parts.append(f"{len(wheres)} nodes ({named}): {reasons}")
+    return "; ".join(parts)

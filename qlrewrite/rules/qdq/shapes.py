@@ -1,4 +1,4 @@
-"""QL4xx: granularity and shapes: axis, per-tensor, per-axis and blocked scales."""
+"""QL401-QL412: granularity and shapes: axis, per-tensor, per-axis and blocked scales."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.sites import LEFT_ALONE, QOPERATOR, QuantizedSite, iter_sites
+from qlrewrite.qdq.kinds import LEFT_ALONE, QOPERATOR, iter_sites
+from qlrewrite.qdq.sites import QuantizedSite
 
 __all__ = ["UncheckedGroup", "describe_unchecked", "group_sites", "not_folded", "unchecked_groups"]
 

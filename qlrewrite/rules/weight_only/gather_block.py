@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import GATHER_BLOCK_QUANTIZED, WeightOnlyView
+from qlrewrite.qdq.weight_only import GatherBlockForm
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
-from qlrewrite.weight_only import GatherBlockForm
 
 __all__: list[str] = []
 

@@ -1,4 +1,4 @@
-"""QL6xx: model hygiene met on the way: IR version, external data, tensor data sizes, and
+"""QL601-QL607: model hygiene met on the way: IR version, external data, tensor data sizes, and
 weight-only forms ONNX Runtime's CPU provider cannot run (QL606)."""
 
 from __future__ import annotations

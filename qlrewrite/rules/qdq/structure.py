@@ -1,5 +1,5 @@
-"""QL1xx: structure of the node: inputs, outputs, domain import, op version (Q/DQ and the
-com.microsoft weight-only operators)."""
+"""QL101-QL104, QL106: structure of the node: inputs, outputs, domain import, op version
+(Q/DQ; QL102-QL104 and QL106 also read the weight-only and QOperator nodes)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 from qlrewrite import opsets
 from qlrewrite.findings import ERROR, SAFE, UNSAFE, WARNING, Finding
-from qlrewrite.qdq import WEIGHT_ONLY, NodeView, QDQView, WeightOnlyView
-from qlrewrite.rules.common import WEIGHT_ONLY_VERSIONS
+from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.rules.model_spec import DQ, MS, ModelSpec
 from qlrewrite.rules.registry import ALL_KINDS, CHECKED_KINDS, Example, Fix, FixContext, rule
 from qlrewrite.toolkit import ensure_import, functions_of
@@ -246,51 +245,3 @@ def op_not_in_opset(ctx: NodeView) -> Iterator[Finding]:
         + (f" (it exists from opset {since})" if since else ""),
         f"import {ctx.domain_label} opset {since} or later" if since else "",
     )
-
-
-@rule(
-    "QL105",
-    "weight-only-input-count",
-    ERROR,
-    summary="A MatMulNBits / GatherBlockQuantized node has too few or too many inputs, or "
-    "an empty required input.",
-    explanation="""
-    MatMulNBits takes A, B and scales, then optionally zero_points, g_idx and bias (3 to 6
-    inputs; an empty name skips an optional one). GatherBlockQuantized takes data, indices
-    and scales, then optionally zero_points (3 or 4). ONNX Runtime refuses any other count,
-    and an empty name in a required slot, when it loads the model.
-    """,
-    example="""
-    bad:  MatMulNBits(A, B)                                # no scales
-    good: MatMulNBits(A, B, scales, "", "", bias)          # zero_points and g_idx skipped
-    """,
-    versions=WEIGHT_ONLY_VERSIONS,
-    kinds=WEIGHT_ONLY,
-    examples=[
-        Example(
-            "too-few-inputs",
-            ModelSpec("edited", ModelSpec("matmul_nbits"), ModelSpec("cut_inputs", 2)),
-            ModelSpec("matmul_nbits"),
-        ),
-    ],
-)
-def weight_only_input_count(ctx: WeightOnlyView) -> Iterator[Finding]:
-    low, high = ctx.version.input_range
-    count = len(ctx.node.inputs)
-    names = [o.name for o in ctx.version.inputs]
-    if not low <= count <= high:
-        yield ctx.report(
-            f"has {count} inputs; {ctx.op_type} takes {low} to {high} ({', '.join(names)})",
-            f"give the node {', '.join(names[:low])} and optionally {', '.join(names[low:])}",
-        )
-        return
-    missing = [
-        o.name
-        for o, value in zip(ctx.version.inputs, ctx.node.inputs, strict=False)
-        if not o.optional and value is None
-    ]
-    if missing:
-        yield ctx.report(
-            f"required input {' and '.join(missing)} is empty",
-            "connect the missing input; only " + ", ".join(names[low:]) + " may be empty",
-        )

@@ -1,4 +1,4 @@
-"""QL7xx: what the runtime a model is deployed to refuses, run only for ``--target``: the
+"""QL701-QL706: what the runtime a model is deployed to refuses, run only for ``--target``: the
 IR version and opsets it loads (QL701, QL702) and the node forms it has no kernel for
 (QL703) or computes wrongly when it optimizes the graph (QL706), read from the measured
 tables of :mod:`qlrewrite.targets`."""

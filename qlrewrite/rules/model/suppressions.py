@@ -1,4 +1,4 @@
-"""QL9xx: suppressions, judged after the check (:mod:`qlrewrite.checking.suppress` makes them)."""
+"""QL901: suppressions, judged after the check (:mod:`qlrewrite.checking.suppress` makes them)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QL3xx: element types of x, scale, zero point and output per operator version."""
+"""QL301-QL309: element types of x, scale, zero point and output per operator version."""
 
 from __future__ import annotations
 
