@@ -800,8 +800,8 @@ def qdq_weight_op(
     activation "a" quantized to ``activation`` (scale 0.05, zero point 0: feed values in
     [0, 6)) and dequantized, the DequantizeLinear "dq" of a constant ``weight`` quantized
     ``granularity`` on ``axis`` (blocks of ``block``; ``zero_points`` "equal", "differ" or
-    "none"), the output quantized and dequantized (scale 0.2, zero point mid-range). The
-    probe's weight-operator patterns."""
+    "none"), the output quantized and dequantized (scale 0.025, zero point mid-range: a step
+    is about 1% of the largest output). The probe's weight-operator patterns."""
     a_shape, w_shape, y_shape = WEIGHT_OPS[op]
     if op == "Gemm" and trans_b:
         w_shape = w_shape[::-1]
@@ -813,7 +813,7 @@ def qdq_weight_op(
     node = helper.make_node(op, ["a_f", "wf"], ["y"], name="op", **attrs)
     low, high = _weight_range(activation)
     nodes_y, inits_y = _quantize_pair_of("y", activation, (low + high + 1) // 2)
-    inits_y[0] = helper.make_tensor("y_s", onnx.TensorProto.FLOAT, [], [0.2])
+    inits_y[0] = helper.make_tensor("y_s", onnx.TensorProto.FLOAT, [], [0.025])
     graph = helper.make_graph(
         [dq, *nodes_a, node, *nodes_y],
         "g",

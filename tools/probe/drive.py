@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -93,10 +94,41 @@ def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
             entry["optimized"] = str(path.with_suffix(".opt.onnx"))
         if case.compare:
             entry["compare"] = case.compare
+            references = _references(case.model, case.compare, path)
+            if references:
+                entry["reference"] = references
         entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
     return manifest
+
+
+def _references(model: Any, shapes: list[list[int]], path: Path) -> list[str]:
+    """The ONNX reference evaluator's output of ``model`` on the seeded input at each shape,
+    saved beside ``path`` (empty when the evaluator cannot run the model). A model below
+    opset 19 is evaluated at 19 (the evaluator has no DequantizeLinear 13; the patterns'
+    operators compute the same for their integer types at 13 and 19)."""
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    from protocol import seeded_input
+
+    saved = []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for entry in copy.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version < 19:
+            entry.version = 19
+    try:
+        evaluator = ReferenceEvaluator(copy)
+        for index, shape in enumerate(shapes):
+            output = evaluator.run(None, {"a": seeded_input(shape)})[0]
+            target = path.with_suffix(f".ref{index}.npy")
+            np.save(target, np.asarray(output, dtype=np.float32))
+            saved.append(str(target))
+    except Exception:  # a type or operator the evaluator lacks: no reference
+        return []
+    return saved
 
 
 def run_probe(python: Path, runner: str, manifest: Path, results: Path) -> list[dict]:
@@ -185,9 +217,30 @@ def _optimized(versus: list[dict]) -> str:
     return "matches"
 
 
+def _against_reference(entries: list[dict], key: str) -> str | None:
+    """What a runtime computed against the ONNX reference evaluator (``key``: the entries'
+    relative difference): "miscomputes", "fails at run", "matches"; None: not compared."""
+    if not any(key in v or "shape" in v or "error" in v for v in entries):
+        return None
+    if any("shape" in v or v.get(key, 0.0) > MISCOMPUTES for v in entries):
+        return "miscomputes"
+    return "fails at run" if any("error" in v for v in entries) else "matches"
+
+
 def _compared(line: dict, row: dict) -> dict:
+    if "versus_reference" in line:  # OpenVINO: its output against the ONNX reference
+        row["reference"] = _against_reference(line["versus_reference"], "max_rel_diff")
+        row["versus_reference"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for entry in line["versus_reference"]
+        ]
     versus = line.get("versus_unoptimized")
     if versus is not None:
+        reference = _against_reference(
+            [v for v in versus if "reference_rel_diff" in v], "reference_rel_diff"
+        )
+        if reference is not None:
+            row["reference"] = reference
         row["optimized"] = _optimized(versus)
         row["versus_unoptimized"] = [
             {k: short(v) if isinstance(v, str) else v for k, v in entry.items()} for entry in versus
@@ -200,7 +253,8 @@ def _compared(line: dict, row: dict) -> dict:
 def _row(line: dict) -> str | dict:
     """A form's entry: "runs", or what the runtime made of it, or how it refused it."""
     if line["run"]:
-        if "runtime_ops" not in line and "versus_unoptimized" not in line:
+        compared = ("runtime_ops", "versus_unoptimized", "versus_reference")
+        if not any(k in line for k in compared):
             return "runs"
         row: dict = {"runs": True}
         if "runtime_ops" in line:
