@@ -340,8 +340,8 @@ def test_unfixed_errors_are_found_in_time_linear_in_the_findings() -> None:
     lookup per finding took seconds at 4000 findings)."""
     import time
 
-    from qlrewrite import check_fix
     from qlrewrite.findings import Finding, Report
+    from qlrewrite.pipeline import fix_files as check_fix
 
     def error(rule: str, i: int) -> Finding:
         return Finding(rule=rule, severity="error", message=f"m{i}", node=f"n{i}", output=f"o{i}")

@@ -18,7 +18,7 @@ from qoperator_models import NO_CPU_KERNEL, OPS, build, feeds_for
 from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.rules import RULES
 
 MS = "com.microsoft"
@@ -253,7 +253,7 @@ def test_cli_convert_verify_passes(tmp_path, config: str) -> None:
 
 def test_cli_verify_refuses_a_wrong_conversion(tmp_path, monkeypatch) -> None:
     """A conversion that gets a scale wrong is caught by --verify (nothing written)."""
-    from qlrewrite.passes import qoperator_to_qdq
+    from qlrewrite.passes.convert import qoperator_to_qdq
 
     real = qoperator_to_qdq._Rewriter.dequantize
 

@@ -18,10 +18,11 @@ from qlrewrite import pipeline
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fix_passes, upgrade_passes
-from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
 from qlrewrite.passes.fix import FixPass
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.upgrade import UpgradePass
+from qlrewrite.pipeline import fix_files
 from qlrewrite.rules import CHECKS
 
 MS = "com.microsoft"
@@ -56,7 +57,7 @@ def rewrites(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         calls.append(kwargs.get("dry_run", False))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "rewrite", counted)
+    monkeypatch.setattr(fix_files, "rewrite", counted)  # the one check --fix calls
     return calls
 
 

@@ -24,9 +24,9 @@ from ort_quantized import (
 )
 
 from qlrewrite.io import model_io, tensors
-from qlrewrite.passes import fold_tensor
-from qlrewrite.passes.fold import FoldPass, fold
-from qlrewrite.passes.fold_tensor import FoldedTensor
+from qlrewrite.passes.fold import tensor as fold_tensor
+from qlrewrite.passes.fold.fold_pass import FoldPass, fold
+from qlrewrite.passes.fold.tensor import FoldedTensor
 from qlrewrite.pipeline import validate_output
 from qlrewrite.qdq import is_constant, iter_sites
 

@@ -18,7 +18,7 @@ from ort_quantized import inputs_for, quantized, run_ort
 from qlrewrite.cli import main
 from qlrewrite.cli.fold import parse_size
 from qlrewrite.io import model_io
-from qlrewrite.passes.fold_tensor import FoldedTensor
+from qlrewrite.passes.fold.tensor import FoldedTensor
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIG = "mlp-qdq-pair-weights"  # DQ weights, Q -> DQ pairs, activations: every fold kind

@@ -193,8 +193,8 @@ def test_convert_to_com_microsoft_keeps_the_types_downstream_of_matmul_nbits(
     activation Q/DQ after it were refused ('element types ... unknown') until the new
     node's output kept the type inferred before the change."""
     from qlrewrite.io import model_io
-    from qlrewrite.passes.convert_domain import ConvertDomainPass
-    from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
+    from qlrewrite.passes.convert.domain import ConvertDomainPass
+    from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
 
     model = model_io.load(_layers(tmp_path / "layers.onnx", 40))
     made = NBitsFromOnnxPass(include_8bit=True)(model)  # int8 weights: opt-in

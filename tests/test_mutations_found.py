@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ort_quantized import quantized
 
 from qlrewrite.cli import main
-from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold.fold_pass import FoldPass
 
 MS = "com.microsoft"
 

@@ -18,9 +18,9 @@ from nbits_weights import gather_block_quantized_model, matmul_nbits_model, sess
 import qlrewrite
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, pack, take_bits, unpack
-from qlrewrite.passes import fold_tensor
-from qlrewrite.passes.fold_tensor import StreamedTensor
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.fold import tensor as fold_tensor
+from qlrewrite.passes.fold.tensor import StreamedTensor
+from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 
 
 def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:

@@ -17,9 +17,9 @@ from onnxruntime.quantization import QuantFormat
 from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
 from qlrewrite import pipeline
-from qlrewrite.passes.convert_domain import ConvertDomainPass
-from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
+from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
+from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 
 K, N = 160, 24  # K not a multiple of 128: a ragged last block
 

@@ -26,7 +26,7 @@ from nbits_weights import matmul_nbits_model
 
 from qlrewrite import pipeline
 from qlrewrite.cli import main
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 from qlrewrite.verify.verify import VerificationFailed, VerifyOptions
 
 pytest.importorskip("onnxruntime")

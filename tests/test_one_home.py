@@ -24,7 +24,7 @@ QDQ_ATTRIBUTES = {"axis", "block_size", "saturate", "output_dtype", "precision"}
 VIEWS = {"ctx", "view", "context", "row", "version"}
 #: Reads that look like a Q/DQ attribute but are not one, with the reason.
 NOT_QDQ = {
-    ("passes/nbits_from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
+    ("passes/nbits/from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
     ("verify/difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
 }
 
@@ -177,8 +177,8 @@ def test_the_rule_checker_catches_each_kind(source: str, expected: str, tmp_path
 #: collection holding these strings together, or a call written like it).
 FACT_HOMES = {
     "output formats": "formats/",
-    "float16 modes": "passes/fold_tensor.py",
-    "convert targets": "passes/convert_domain.py",
+    "float16 modes": "passes/fold/tensor.py",
+    "convert targets": "passes/convert/domain.py",
     "accuracy levels": "opsets.py",
     "default axis": "opsets.py",
     "ModelProto -> ir.Model": "io/model_io.py",

@@ -20,7 +20,7 @@ from qlrewrite.api import _run, load
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.commands import retarget_passes
-from qlrewrite.passes.qdq_tidy import QdqTidyPass
+from qlrewrite.passes.convert.tidy import QdqTidyPass
 
 F32 = TensorProto.FLOAT
 UNSIGNED = {TensorProto.UINT8, TensorProto.UINT4, TensorProto.UINT16}
@@ -255,7 +255,7 @@ def test_signedness_flip_of_every_value(source: str, target: str) -> None:
     (signed to unsigned) or v - 2**(b-1) for every value of the type."""
     import ml_dtypes
 
-    from qlrewrite.passes.retarget import _flipped_bits
+    from qlrewrite.passes.retarget.retarget_pass import _flipped_bits
 
     kind = getattr(ml_dtypes, source) if "4" in source else np.dtype(source).type
     info = ml_dtypes.iinfo(kind)

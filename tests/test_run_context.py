@@ -18,9 +18,9 @@ from qlrewrite import pipeline
 from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.passes.commands import downgrade_passes, retarget_passes
 from qlrewrite.passes.context import ContextPass, RunContext
-from qlrewrite.passes.convert_domain import ConvertDomainPass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
 from qlrewrite.passes.fix import FixPass
-from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.toolkit import MAIN

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite import pipeline
 from qlrewrite.io import atomic, model_io
+from qlrewrite.pipeline import in_memory
 
 
 def _listing(folder: Path) -> list[str]:
@@ -366,7 +367,7 @@ def test_a_model_replaced_under_an_in_place_run_is_refused(
             model_io.save(model_io.load(src), src, keep=[])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "validate_output", another_run_commits)
+    monkeypatch.setattr(in_memory, "validate_output", another_run_commits)
     result = cli("fold", str(src), "--in-place")
     assert result.exit_code == 1, result.output
     assert "changed under us" in result.stderr

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qlrewrite import pipeline
 from qlrewrite.checking import checker
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 
 

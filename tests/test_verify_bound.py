@@ -64,7 +64,7 @@ def test_bert_at_one_token_names_the_unbounded_output(tmp_path) -> None:
 
 
 def test_a_wrong_scale_in_bert_is_a_mismatch(tmp_path, monkeypatch) -> None:
-    from qlrewrite.passes import qoperator_to_qdq
+    from qlrewrite.passes.convert import qoperator_to_qdq
 
     real = qoperator_to_qdq._Rewriter.dequantize
 
@@ -142,8 +142,8 @@ def test_no_measuring_inside_where_another_difference_has_no_rule() -> None:
     """Float sums in another order (QGemm without y_scale, the dynamic forms, MatMulNBits)
     make a converted MatMul's output differ with identical inputs: no rule states that, so
     measuring inside would call it a mismatch; those runs keep the stated bound."""
-    from qlrewrite import pipeline
     from qlrewrite.passes.results import NBitsResult, QOperatorResult
+    from qlrewrite.pipeline import in_memory
     from qlrewrite.verify.verify import Bound
 
     class Recorder:
@@ -154,13 +154,13 @@ def test_no_measuring_inside_where_another_difference_has_no_rule() -> None:
 
     model = _requantized(helper.make_node("Tanh", ["d"], ["y"]))
     requantized = QOperatorResult(model, True, differences={"q": 1.0})
-    float_sums = QOperatorResult(model, True, differences={"q": 1.0},
-                                 verify_bound=Bound("sums", relative=1e-5))  # fmt: skip
+    sums = Bound("sums", relative=1e-5)
+    float_sums = QOperatorResult(model, True, differences={"q": 1.0}, verify_bound=sums)
     nbits = NBitsResult(model, True, verify_bound=Bound("sums", relative=1e-5))
-    for results, measured in (([requantized], True), ([float_sums], False),
-                              ([requantized, nbits], False)):  # fmt: skip
+    cases = (([requantized], True), ([float_sums], False), ([requantized, nbits], False))
+    for results, measured in cases:
         recorder = Recorder()
-        pipeline._expect_measured(recorder, model, results)
+        in_memory._expect_measured(recorder, model, results)
         assert (recorder.probes is not None) == measured
         if measured:
             assert set(recorder.probes) == {"f", "q", "d", "y"}

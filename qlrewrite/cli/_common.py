@@ -34,7 +34,7 @@ from qlrewrite.verify.verify import (
 )
 
 if TYPE_CHECKING:  # imported when a rewrite runs (every pass): info and check do not pay
-    from qlrewrite.pipeline import RewriteResult
+    from qlrewrite.pipeline.flow import RewriteResult
 
 __all__ = [
     "RewriteCommand",
@@ -435,12 +435,13 @@ def run_rewrite(
     Prints the summary on stderr (unless quiet) and on a refusal the findings behind it
     before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
-    from qlrewrite import pipeline
+    from qlrewrite.pipeline.flow import rewrite
+    from qlrewrite.pipeline.refusals import FindingsRefusal
 
     try:
         enabled = show_progress(options.quiet)
         with progress("writing", None, enabled) as bar:
-            result = pipeline.rewrite(
+            result = rewrite(
                 model,
                 passes,
                 command=command,
@@ -453,7 +454,7 @@ def run_rewrite(
                 on_tensor_saved=bar.on_tensor_saved if enabled else None,
                 report_path=options.report_path,
             )
-    except pipeline.FindingsRefusal as exc:
+    except FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:  # the error line says why; the differences here

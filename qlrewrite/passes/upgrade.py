@@ -33,7 +33,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.io.source import set_source, source_of
 from qlrewrite.passes.context import ContextPass, RunContext
-from qlrewrite.passes.convert_domain import divides_in_scale_type, keep_float32_division
+from qlrewrite.passes.convert.domain import divides_in_scale_type, keep_float32_division
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (
     WEIGHT_ONLY,

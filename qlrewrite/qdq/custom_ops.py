@@ -15,7 +15,7 @@ the producer's custom-op library loaded:
 qlrewrite checks the standard operators only: ``check`` and ``info`` list these nodes
 (count, domain, op). Every rewrite refuses a model that has them, except those a pass of
 the rewrite converts (QONNX ``Quant``: ``convert --to onnx``,
-:mod:`qlrewrite.passes.qonnx_to_qdq`).
+:mod:`qlrewrite.passes.convert.qonnx_to_qdq`).
 """
 
 from __future__ import annotations

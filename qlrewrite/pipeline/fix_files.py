@@ -2,7 +2,7 @@
 repaired through the rewrite path every command takes, in one run per model.
 
 The passes are :func:`qlrewrite.passes.commands.fix_passes` (read from the rules' own
-fixes); :func:`fix_target` runs them once through :func:`qlrewrite.pipeline.rewrite`
+fixes); :func:`fix_target` runs them once through :func:`qlrewrite.pipeline.flow.rewrite`
 (refusals, the output check, atomic write, ``--verify``). ``--diff`` is that run without
 writing: the changes come from its pass results.
 """
@@ -13,13 +13,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from qlrewrite import pipeline
 from qlrewrite.checking import project
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, Report, fixable
 from qlrewrite.io import model_io, output_guard
+from qlrewrite.io.output_plan import model_output, resolve_output
 from qlrewrite.passes.commands import fix_passes
 from qlrewrite.passes.results import RewritePassResult
+from qlrewrite.pipeline.flow import rewrite
 from qlrewrite.verify.verify import Verification, VerificationFailed, VerifyOptions
 
 __all__ = [
@@ -59,7 +60,7 @@ class FixOutcome:
 
 def fix_target(path: Path, report: Report, options: FixOptions) -> FixOutcome | None:
     """Repair ``report``'s fixable findings of the model at ``path`` in one run of
-    :func:`qlrewrite.pipeline.rewrite` (nothing written when no fix changed anything, or
+    :func:`qlrewrite.pipeline.flow.rewrite` (nothing written when no fix changed anything, or
     on ``options.diff``); None when nothing is fixable or the model was not read."""
     if report.load_error:
         return None
@@ -72,7 +73,7 @@ def fix_target(path: Path, report: Report, options: FixOptions) -> FixOutcome | 
     if outcome.refused:  # the rewrite would refuse the input: say why in the words of check
         return outcome
     try:
-        result = pipeline.rewrite(
+        result = rewrite(
             path,
             passes,
             command="fix",
@@ -140,7 +141,7 @@ def refuse_fix_outputs(
         return
     output, in_place = options.output, options.in_place
     pairs = [
-        (t.path, pipeline.resolve_output(t.path, output, in_place, "fix"))
+        (t.path, resolve_output(t.path, output, in_place, "fix"))
         for t, r in zip(targets, reports, strict=True)
         if fixable(r.findings, unsafe=options.unsafe)
     ]
@@ -148,7 +149,7 @@ def refuse_fix_outputs(
         output_guard.refuse_shared_outputs(pairs)
     if report is not None:
         label = "--fix-output" if output is not None else "the fixed model"
-        fixed = [pipeline.model_output(f"{label} of {src}", out) for src, out in pairs]
+        fixed = [model_output(f"{label} of {src}", out) for src, out in pairs]
         output_guard.refuse_colliding([*fixed, output_guard.Output("the report (-o)", report)])
     if in_place:
         return

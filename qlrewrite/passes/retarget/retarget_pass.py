@@ -1,7 +1,7 @@
 """Exact retargets of the Q/DQ form for runtimes that take only some of it.
 
 Each works on a whole quantized tensor with its QuantizeLinear and DequantizeLinear nodes
-(:mod:`qlrewrite.passes.retarget_groups`) and is exact, or refuses (nothing written):
+(:mod:`qlrewrite.passes.retarget.groups`) and is exact, or refuses (nothing written):
 
 - ``signedness``: uint8 with zero point z <-> int8 with zero point z - 128 (uint4 / int4:
   8, uint16 / int16: 32768), weights shifted by the same offset. Exact for QuantizeLinear
@@ -31,9 +31,9 @@ from qlrewrite.io.tensors import packed_bytes
 from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.kernels.nbits import flip_sign_packed
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold_tensor import release_tensor
+from qlrewrite.passes.fold.tensor import release_tensor
 from qlrewrite.passes.results import RetargetResult
-from qlrewrite.passes.retarget_groups import Group, Member, groups
+from qlrewrite.passes.retarget.groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
 from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, tensor_shape

@@ -1,6 +1,6 @@
 """Lazy tensors that repack ONNX Runtime's weight-only forms, streamed when saved.
 
-Each class is a :class:`~qlrewrite.passes.fold_tensor.StreamedTensor`: nothing is computed
+Each class is a :class:`~qlrewrite.passes.fold.tensor.StreamedTensor`: nothing is computed
 until the model is written, then rows are produced chunk by chunk from the memory-mapped
 input (never a whole-tensor copy) by the NumPy functions of :mod:`qlrewrite.kernels.nbits`.
 
@@ -25,7 +25,7 @@ import onnx_ir as ir
 
 from qlrewrite.io import reading, tensors
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, take_bits, unpack
-from qlrewrite.passes.fold_tensor import RowReader, StreamedTensor, release_tensor
+from qlrewrite.passes.fold.tensor import RowReader, StreamedTensor, release_tensor
 
 __all__ = [
     "MappedTensor",

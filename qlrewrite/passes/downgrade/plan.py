@@ -7,7 +7,7 @@ what an operator version can express from :func:`qlrewrite.opsets.expression_pro
 - ``keep``: the target opset's version expresses the node (attributes equal to their
   default that the target's version lacks are dropped);
 - ``blocked``: a blocked DequantizeLinear of a constant becomes Cast / Sub / Mul with its
-  scale (and zero point) repeated per block (:mod:`qlrewrite.passes.downgrade_lower`);
+  scale (and zero point) repeated per block (:mod:`qlrewrite.passes.downgrade.lower`);
 - ``widen``: an int4 / uint4 constant DequantizeLinear whose 8-bit form the target holds;
   its constants are stored as int8 / uint8;
 - ``microsoft``: an int16 / uint16 node becomes a com.microsoft node (ONNX Runtime's).

@@ -1,5 +1,5 @@
 """The exact lowerings a downgrade writes (planned by
-:mod:`qlrewrite.passes.downgrade_plan`), applied to the converted model.
+:mod:`qlrewrite.passes.downgrade.plan`), applied to the converted model.
 
 - A blocked DequantizeLinear of a constant becomes ``Mul(Sub(Cast(x), Cast(zero_point)'),
   scale')`` where ``'`` repeats each scale (zero point) over its block along the axis
@@ -18,8 +18,8 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.passes.blocks import Writer, repeat_blocks
-from qlrewrite.passes.downgrade_plan import WIDER, Plan
-from qlrewrite.passes.fold_tensor import release_tensor
+from qlrewrite.passes.downgrade.plan import WIDER, Plan
+from qlrewrite.passes.fold.tensor import release_tensor
 from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.toolkit import FreshNames, GraphRef, ensure_import_at, replace_value, tensor_shape
 

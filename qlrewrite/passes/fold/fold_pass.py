@@ -2,7 +2,7 @@
 
 Every Q/DQ node (ai.onnx and com.microsoft) whose inputs are all constant (initializers
 that no graph input overrides, or Constant nodes) is replaced by a lazily computed
-:class:`~qlrewrite.passes.fold_tensor.FoldedTensor` named like the node's output, so
+:class:`~qlrewrite.passes.fold.tensor.FoldedTensor` named like the node's output, so
 consumers and graph outputs need no renaming. In graphs (main and subgraphs) it becomes
 an initializer; in model-local functions, which have no initializers, a Constant node.
 Q -> DQ chains fold into one float tensor computed without the intermediate. With
@@ -33,7 +33,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import check_granularity
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold_tensor import (
+from qlrewrite.passes.fold.tensor import (
     FLOAT16_MODES,
     ConstOperand,
     Float16Mode,

@@ -36,7 +36,7 @@ from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, unpack
 from qlrewrite.passes.blocks import Writer, repeat_blocks
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold_tensor import (
+from qlrewrite.passes.fold.tensor import (
     FLOAT16_MODES,
     ConstOperand,
     Float16Mode,
@@ -46,7 +46,7 @@ from qlrewrite.passes.fold_tensor import (
     StreamedTensor,
     link_initializers,
 )
-from qlrewrite.passes.nbits_tensor import (
+from qlrewrite.passes.nbits.tensor import (
     MappedTensor,
     MatMulNBitsFloat,
     MatMulNBitsWeight,

@@ -26,9 +26,9 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.fold_tensor import RowReader, link_initializers
-from qlrewrite.passes.nbits_tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits_to_onnx import HALF_BOUND, ORDER_REASON, min_block
+from qlrewrite.passes.fold.tensor import RowReader, link_initializers
+from qlrewrite.passes.nbits.tensor import MappedTensor, MatMulNBitsB
+from qlrewrite.passes.nbits.to_onnx import HALF_BOUND, ORDER_REASON, min_block
 from qlrewrite.passes.results import NBitsResult
 from qlrewrite.qdq import (
     MS_DOMAIN,

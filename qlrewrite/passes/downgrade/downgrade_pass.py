@@ -1,15 +1,15 @@
 """Lower a model's ai.onnx opset exactly, on models of any size.
 
 1. Every ai.onnx QuantizeLinear / DequantizeLinear is planned on the input, read at its
-   own opset (:mod:`qlrewrite.passes.downgrade_plan`): kept, lowered exactly (a blocked
+   own opset (:mod:`qlrewrite.passes.downgrade.plan`): kept, lowered exactly (a blocked
    DequantizeLinear of a constant as Cast / Sub / Mul, int4 constants stored as int8,
    int16 nodes as com.microsoft), or refused with the reason and the lowest opset that
    holds it; one refused node and nothing is written.
 2. ONNX's version converter lowers the rest of the graph on a weight-free copy
    (:func:`qlrewrite.passes.upgrade.convert_weightless`), with the quantized nodes and the
-   ops whose newer versions only widened types (:mod:`qlrewrite.passes.downgrade_relabel`)
+   ops whose newer versions only widened types (:mod:`qlrewrite.passes.downgrade.relabel`)
    held aside in a private domain: the converter has no down adapter for them.
-3. The lowerings are written (:mod:`qlrewrite.passes.downgrade_lower`) and the IR version
+3. The lowerings are written (:mod:`qlrewrite.passes.downgrade.lower`) and the IR version
    becomes the lowest that holds the opset, the element types and the functions.
 """
 
@@ -23,10 +23,10 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io.ir_version import needed_ir_version
-from qlrewrite.passes import downgrade_lower as lower
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.downgrade_plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
-from qlrewrite.passes.downgrade_relabel import ElementTypes, relabel_problem
+from qlrewrite.passes.downgrade import lower
+from qlrewrite.passes.downgrade.plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
+from qlrewrite.passes.downgrade.relabel import ElementTypes, relabel_problem
 from qlrewrite.passes.results import DowngradeResult
 from qlrewrite.passes.upgrade import convert_weightless
 from qlrewrite.qdq import QDQ, QOPERATOR, normalize_domain, onnx_opset
