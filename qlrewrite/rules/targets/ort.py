@@ -25,7 +25,7 @@ from qlrewrite.rules.registry import (
 from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, form_of, pattern_key
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
-from qlrewrite.toolkit import all_graphs, drop_unused_domains, import_table, normalize_domain
+from qlrewrite.toolkit import drop_unused_domains, import_table, normalize_domain, uses_domain
 
 __all__: list[str] = []
 
@@ -119,19 +119,12 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     return version is not None and limit is not None and version > limit
 
 
-def _uses_domain(model: ir.Model, domain: str) -> bool:
-    """Whether a node of any graph or function, or a function itself, is of ``domain``."""
-    if any(f.domain == domain for f in model.functions.values()):
-        return True
-    return any(node.domain == domain for graph in all_graphs(model) for node in graph)
-
-
 def _drop_unused_imports(model: ir.Model) -> str | None:
     """QL702's fix: the opset imports nothing uses dropped (model and functions)."""
-    before = dict(model.opset_imports)
+    before = import_table(model)
     if not drop_unused_domains(model):
         return None
-    gone = sorted(set(before) - set(model.opset_imports))
+    gone = sorted(set(before) - set(import_table(model)))
     return "dropped unused opset imports: " + ", ".join(f"{d} {before[d]}" for d in gone)
 
 
@@ -189,7 +182,7 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
             continue
         refusing = [t for t, _ in refused]
         newest = min(limit for _, limit in refused)
-        unused = name != "ai.onnx" and not _uses_domain(model, domain)
+        unused = name != "ai.onnx" and not uses_domain(model, domain)
         yield ctx.report(
             f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
