@@ -146,7 +146,8 @@ def _drop_unused_imports(model: ir.Model) -> str | None:
     dropped by the fix.
     """,
     example="""
-    bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
+    bad:  ai.onnx 19 and ai.onnx.ml 5 (no node uses it), DequantizeLinear(uint8)
+          (--target ort==1.16; check --fix drops the import)
     good: ai.onnx 19
     """,
     versions="--target ort / openvino",
@@ -164,8 +165,8 @@ def _drop_unused_imports(model: ir.Model) -> str | None:
     ),
     examples=[
         Example(
-            "opset-20-on-ort-1.16",
-            ModelSpec("qdq", DQ, 20, ir_version=9),
+            "unused-ml-5-on-ort-1.16",
+            ModelSpec("qdq", DQ, 19, ir_version=9, imports={"": 19, "ai.onnx.ml": 5}),
             ModelSpec("qdq", DQ, 19, ir_version=9),
             targets=("ort==1.16",),
         ),
