@@ -1,7 +1,7 @@
 """Regenerate the module table of docs/architecture.md from the modules' docstrings.
 
     python tools/module_table.py            # rewrite the table in place
-    python tools/module_table.py --check    # exit 1 when the page differs (tests/test_docs.py)
+    python tools/module_table.py --check    # exit 1 when the page differs
 
 Each row is a module of ``qlrewrite/`` and the first paragraph of its docstring, on one
 line; the table sits between the two markers below, and nothing else of the page changes.

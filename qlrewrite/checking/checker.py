@@ -211,11 +211,8 @@ def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Fin
     if report.nodes_checked or left_alone or report.custom_quant:
         return []
     rule = RULES[NO_QUANTIZED_NODE]
-    message = (
-        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
-        "or other quantization operator in any graph or function): is this the float model?"
-    )
-    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    message = "no quantized node: is this the float model?"
+    hint = "`qlrewrite rules QL607` says what was looked for"
     return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
 
 

@@ -22,7 +22,7 @@ defer_sympy()  # the command line's start-up only: a library import gets sympy a
 __all__ = ["COMMANDS", "main"]
 
 #: Each command: its module, its click command, and its one-line summary as ``--help``
-#: lists it (tests/test_cli_basics.py checks it against the command's own).
+#: lists it (tests/cli/test_cli_basics.py checks it against the command's own).
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": (
         "info",

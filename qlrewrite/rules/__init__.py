@@ -35,7 +35,7 @@ Adding a rule:
    when a newer opset makes the finding go away (``qlrewrite upgrade`` then takes such
    an input; a ``Fix`` with ``upgrade_opset`` implies it).
 4. ``python -m qlrewrite.checking.render docs/rules.md`` regenerates the catalogue page (a test
-   fails when it drifts); ``pytest tests/test_rule_units.py -k QLnnn`` runs the unit.
+   fails when it drifts); ``pytest tests/rules/test_rule_units.py -k QLnnn`` runs the unit.
 """
 
 from __future__ import annotations

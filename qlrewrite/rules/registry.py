@@ -202,6 +202,7 @@ def rule(
     kinds: tuple[SiteKind[V], ...] | None = None,
     examples: Iterable[Example] = (),
     upgrade_repairs: bool = False,
+    cites: tuple[tuple[str, str], ...] = (),
 ) -> Callable[[Check[V]], Check[V]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -210,8 +211,7 @@ def rule(
     target rule. An ``opt_in`` rule runs only when ``--select`` names it (by code or
     prefix, not ALL). ``fix`` is the rule's repair; ``examples`` its test models.
     ``upgrade_repairs``: the finding goes away at a newer opset (``qlrewrite upgrade``
-    does not refuse such an input; a ``fix`` with ``upgrade_opset`` implies it).
-    """
+    does not refuse it; implied by ``fix.upgrade_opset``). ``cites``: (target, row)."""
 
     def register(func: Check[V]) -> Check[V]:
         if code in RULES:
@@ -228,6 +228,7 @@ def rule(
             fix_summary=" ".join(textwrap.dedent(fix.summary).split()) if fix else "",
             opt_in=opt_in,
             source=source_path(func.__module__),
+            cites=cites,
         )
         RULES[code] = entry
         by_upgrade = upgrade_repairs or (fix is not None and fix.upgrade_opset is not None)

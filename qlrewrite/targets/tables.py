@@ -175,11 +175,19 @@ class Fact:
     source: str  # the document's address
     section: str  # where in it
     values: Mapping[str, Any]  # the fact's other fields (types, block sizes, operators)
+    target: str = ""  # the table it is a row of (``tensorrt``, ``qnn``)
+    key: str = ""  # its row
 
     @property
     def cited(self) -> str:
-        """``<source>, <section>`` for messages and docs."""
+        """``<source> (<section>)``: for ``qlrewrite rules CODE`` and the docs."""
         return f"{self.source} ({self.section})"
+
+    @property
+    def named(self) -> str:
+        """The row in a few words, for a finding (``qlrewrite rules CODE`` cites the
+        document)."""
+        return f"{self.target} docs, {self.key}"
 
 
 @functools.cache
@@ -189,5 +197,5 @@ def documented(name: str) -> dict[str, Fact]:
     facts = {}
     for key, entry in document["facts"].items():
         values = {k: v for k, v in entry.items() if k not in ("rule", "source", "section")}
-        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values)
+        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values, name, key)
     return facts

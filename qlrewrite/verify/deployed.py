@@ -37,6 +37,7 @@ from qlrewrite.verify.verify import (
     generate_inputs,
     require_onnxruntime,
     run_session,
+    ulp_words,
 )
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "OutputDifference",
     "compare_deployed",
     "default_session",
+    "latency_words",
     "median_latency",
     "optimized_graph",
 ]
@@ -201,6 +203,12 @@ def median_latency(
     return statistics.median(times)
 
 
+def latency_words(ratio: float) -> str:
+    """``0.82x the original's time, faster`` (or slower, or the same)."""
+    way = "faster" if ratio < 0.995 else "slower" if ratio > 1.005 else "the same"
+    return f"{ratio:.2f}x the original's time, {way}"
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputDifference:
     """How one output differs between two models: the largest absolute difference, that
@@ -249,7 +257,7 @@ class OutputDifference:
         if self.steps is not None:
             parts.append(f"{self.steps:.3g} quantization steps")
         if self.ulp is not None:
-            parts.append(f"{self.ulp} ulp")
+            parts.append(ulp_words(self.ulp))
         return f"{self.mismatched} of {self.elements} differ: " + ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -306,7 +314,7 @@ class Deployment:
         if self.latency_ms is not None:
             before, after = self.latency_ms
             ratio = after / before if before > 0 else float("inf")
-            parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({ratio:.2f}x)")
+            parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({latency_words(ratio)})")
         if lost := self.lost_kernels:
             listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
             parts.append(f"kernels ORT forms from the original only: {listed}")

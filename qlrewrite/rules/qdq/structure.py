@@ -190,7 +190,7 @@ def domain_not_imported(ctx: NodeView) -> Iterator[Finding]:
     ),
     examples=[
         # (an ai.onnx node without an ai.onnx import, which has no fix, is a case of
-        # tests/test_rules_cases.py)
+        # tests/rules/test_rules_cases.py)
         Example(
             "ms-not-imported-by-function",
             ModelSpec("function_qdq", {"": 13}),

@@ -40,6 +40,7 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
     uint8 tensor with zero point 128 everywhere is exactly an int8 tensor with zero point
     0 (the zero-point shift).
     """,
+    cites=(("tensorrt", "zero_point"),),
     example="""
     bad:  DequantizeLinear(x: int8, scale, zero_point=3)   (--target tensorrt)
     good: DequantizeLinear(x: int8, scale, zero_point=0)
@@ -76,7 +77,7 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     )
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
-        f"{hint}; source: {fact.cited}",
+        f"{hint}; source: {fact.named}",
     )
 
 
@@ -93,6 +94,7 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     (onnx/onnx-tensorrt#850) or another float8 variant stops the engine build.
     Documented, not run.
     """,
+    cites=(("tensorrt", "quantized_types"),),
     example="""
     bad:  DequantizeLinear(x: int16, ...)   (--target tensorrt)
     good: DequantizeLinear(x: int8, ...)
@@ -118,7 +120,7 @@ def tensorrt_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     yield ctx.report(
         f"{name.lower()} is not a type {ctx.target.label} quantizes to",
         f"use {', '.join(t.lower() for t in fact.values['types'])}{_rewrite_for(name)}; "
-        f"source: {fact.cited}",
+        f"source: {fact.named}",
     )
 
 
@@ -158,6 +160,7 @@ def _blocked(block: int) -> ModelSpec:
     rank "for block quantization (supported for DataType::kINT4 only)". Documented, not
     run.
     """,
+    cites=(("tensorrt", "blocked"),),
     example="""
     bad:  DequantizeLinear(x: int4, block_size=32)   (--target tensorrt)
     good: DequantizeLinear(x: int4, block_size=64)
@@ -192,7 +195,7 @@ def tensorrt_granularity(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         problem = f"{name.lower()} {ctx.view.granularity}: {ctx.target.label} needs int4 in blocks"
     else:
         return
-    yield ctx.report(problem, f"source: {fact.cited}")
+    yield ctx.report(problem, f"source: {fact.named}")
 
 
 @rule(
@@ -209,6 +212,7 @@ def tensorrt_granularity(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     QuantizeLinear / DequantizeLinear pairs around float operators. Documented, not run.
     `qlrewrite convert --to onnx` rewrites these nodes as Q/DQ exactly.
     """,
+    cites=(("tensorrt", "operators"),),
     example="""
     bad:  QLinearMatMul(a: uint8, ..., b: int8, ...)   (--target tensorrt)
     good: DequantizeLinear -> MatMul -> QuantizeLinear   (qlrewrite convert --to onnx)
@@ -235,5 +239,5 @@ def tensorrt_operator(ctx: TargetNode) -> Iterator[Finding]:
         return
     yield ctx.report(
         f"{ctx.target.label} cannot import {view.domain_label} {view.op_type}",
-        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.cited}",
+        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.named}",
     )
