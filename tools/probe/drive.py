@@ -6,8 +6,8 @@ own venv (:mod:`run_ort`, :mod:`run_openvino`), and write one table per release 
     python tools/probe/drive.py ort 1.16 1.31        # these ONNX Runtime releases
     python tools/probe/drive.py ort --all            # every release 1.15 .. the newest
     python tools/probe/drive.py openvino             # the newest OpenVINO
-    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --note "..."
-                                                     # re-probe these keys only, merged
+    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --only "QDQ Conv: " \
+        --note "..."                                 # re-probe these keys only, merged
 
 Each release gets a venv ``$QLREWRITE_VENVS/ort-X.Y`` (default ``/work/venvs``; Python 3.11,
 ``onnxruntime==X.Y.*`` and a NumPy it accepts: ``numpy<2`` before 1.19), made when missing.
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -127,10 +128,42 @@ def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
             entry["compare"] = case.compare
         if case.key.startswith(PATTERNS):
             _pattern_entry(case, path, entry)
+        if entry.get("compare"):
+            references = _references(case.model, entry["compare"], path)
+            if references:
+                entry["reference"] = references
         entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
     return manifest
+
+
+def _references(model: Any, shapes: list[list[int]], path: Path) -> list[str]:
+    """The ONNX reference evaluator's output of ``model`` on the seeded input at each shape,
+    saved beside ``path`` (empty when the evaluator cannot run the model). A model below
+    opset 19 is evaluated at 19 (the evaluator has no DequantizeLinear 13; the patterns'
+    operators compute the same for their integer types at 13 and 19)."""
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    from protocol import seeded_input
+
+    saved = []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for entry in copy.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version < 19:
+            entry.version = 19
+    try:
+        evaluator = ReferenceEvaluator(copy)
+        for index, shape in enumerate(shapes):
+            output = evaluator.run(None, {"a": seeded_input(shape)})[0]
+            target = path.with_suffix(f".ref{index}.npy")
+            np.save(target, np.asarray(output, dtype=np.float32))
+            saved.append(str(target))
+    except Exception:  # a type or operator the evaluator lacks: no reference
+        return []
+    return saved
 
 
 def run_probe(python: Path, runner: str, manifest: Path, results: Path) -> list[dict]:
@@ -175,6 +208,7 @@ def scrub(error: str) -> str:
     """ONNX Runtime's message without the probe's file names and C++ source locations."""
     error = re.sub(r"Load model from \S+ failed:", "", error)
     error = re.sub(r"/tmp/\S+?\.onnx", "model.onnx", error)
+    error = re.sub(r"/onnxruntime_src/\S+:\d+ .*? was false\. ", "", error)
     error = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\)( const)? (?=[A-Z])", "", error)
     error = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", error.strip())
     error = re.sub(r"Exception from \S+ Check 'false' failed at \S+ ", "", error)
@@ -218,9 +252,30 @@ def _optimized(versus: list[dict]) -> str:
     return "matches"
 
 
+def _against_reference(entries: list[dict], key: str) -> str | None:
+    """What a runtime computed against the ONNX reference evaluator (``key``: the entries'
+    relative difference): "miscomputes", "fails at run", "matches"; None: not compared."""
+    if not any(key in v or "shape" in v or "error" in v for v in entries):
+        return None
+    if any("shape" in v or v.get(key, 0.0) > MISCOMPUTES for v in entries):
+        return "miscomputes"
+    return "fails at run" if any("error" in v for v in entries) else "matches"
+
+
 def _compared(line: dict, row: dict) -> dict:
+    if "versus_reference" in line:  # OpenVINO: its output against the ONNX reference
+        row["reference"] = _against_reference(line["versus_reference"], "max_rel_diff")
+        row["versus_reference"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for entry in line["versus_reference"]
+        ]
     versus = line.get("versus_unoptimized")
     if versus is not None:
+        reference = _against_reference(
+            [v for v in versus if "reference_rel_diff" in v], "reference_rel_diff"
+        )
+        if reference is not None:
+            row["reference"] = reference
         row["optimized"] = _optimized(versus)
         row["versus_unoptimized"] = [
             {k: short(v) if isinstance(v, str) else v for k, v in entry.items()} for entry in versus
@@ -250,7 +305,8 @@ def _row(line: dict, runtime: str) -> str | dict:
     formed, ``kernel``, and what it made of the folded twin, ``folded``), or how it
     refused it."""
     if line["run"]:
-        if "runtime_ops" not in line and "versus_unoptimized" not in line:
+        compared = ("runtime_ops", "versus_unoptimized", "versus_reference")
+        if not any(k in line for k in compared):
             return "runs"
         row: dict = {"runs": True}
         if "runtime_ops" in line:
@@ -271,6 +327,24 @@ def _row(line: dict, runtime: str) -> str | dict:
     return _compared(line, row)
 
 
+#: The domains whose highest loaded opset a table records (keys ``<domain> opset=N``).
+DOMAINS = (
+    "ai.onnx",
+    "com.microsoft",
+    "ai.onnx.ml",
+    "ai.onnx.training",
+    "ai.onnx.preview.training",
+)
+
+
+def limits(forms: dict) -> dict:
+    """The highest IR version and, per domain of :data:`DOMAINS`, opset that ran."""
+    return {
+        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
+        "max_opset": {d: _highest(forms, re.escape(d) + r" opset=(\d+)") for d in DOMAINS},
+    }
+
+
 def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
     """The committed table: the release measured, its limits, and each form's result."""
     meta = next(line["meta"] for line in lines if "meta" in line)
@@ -282,11 +356,7 @@ def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) ->
         "python": meta["python"],
         "numpy": meta["numpy"],
         "models_built_with": f"onnx {onnx_version}",
-        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
-        "max_opset": {
-            "ai.onnx": _highest(forms, r"ai\.onnx opset=(\d+)"),
-            "com.microsoft": _highest(forms, r"com\.microsoft opset=(\d+)"),
-        },
+        **limits(forms),
         **(extra or {}),
         "forms": dict(sorted(forms.items())),
     }
@@ -336,11 +406,10 @@ def _kernels_formed(lines: list[dict], manifest: Path) -> None:
             twin.unlink()
 
 
-def merged(old: dict, new: dict, only: str | tuple[str, ...], note: str) -> dict:
-    """``old`` with its forms under ``only`` (a key prefix, or several) replaced by
-    ``new``'s (the re-probed keys); everything else kept, and the amendment recorded in
-    ``amended``."""
-    only = (only,) if isinstance(only, str) else only
+def merged(old: dict, new: dict, only: tuple[str, ...], note: str) -> dict:
+    """``old`` with its forms under ``only`` replaced by ``new``'s (the re-probed keys);
+    everything else kept, the limits taken again from the merged forms, and the amendment
+    recorded in ``amended``."""
     if old["release"] != new["release"]:
         raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
     forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
@@ -351,6 +420,7 @@ def merged(old: dict, new: dict, only: str | tuple[str, ...], note: str) -> dict
         python=new["python"], numpy=new["numpy"], models_built_with=new["models_built_with"]
     )
     table = {k: v for k, v in old.items() if k != "forms"}
+    table.update(limits(forms))
     table["amended"] = [*old.get("amended", []), amendment]
     table["forms"] = dict(sorted(forms.items()))
     return table
@@ -388,7 +458,7 @@ def main() -> int:
         "--only",
         action="append",
         default=[],
-        help="re-probe the keys starting with this (repeatable), merged",
+        help="re-probe the keys starting with this (repeatable), merged into the tables",
     )
     parser.add_argument("--note", default="", help="with --only: what the amendment adds")
     args = parser.parse_args()
