@@ -13,7 +13,10 @@ is the child's own (``VmHWM``). Peers:
 - ``onnxscript``: ``onnxscript.optimizer.optimize`` with Q/DQ forced through ``should_fold``
   (they are on its default blacklist) and no size limits, then ``ir.save``;
 - ``io-floor``: a plain ``ir.load`` + ``ir.save`` of qlrewrite's folded output (the cost
-  of writing the output at all; no fsync, unlike qlrewrite's atomic save).
+  of writing the output at all; no fsync, unlike qlrewrite's atomic save);
+- ``fsync-floor``: as many bytes as qlrewrite's output written in 64 MiB chunks and
+  fsynced (the disk's floor for an atomic write; this disk varies 1.1-4.2 s per GB
+  from run to run, so the ratio is taken per round).
 
 Afterwards every MatMul weight of qlrewrite's output is compared bit for bit with ORT's
 optimized model. Targets: >= 3x faster than ORT, peak RSS <= 300 MB.
@@ -31,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-TOOLS = ("qlrewrite", "ort", "onnxscript", "io-floor")
+TOOLS = ("qlrewrite", "ort", "onnxscript", "io-floor", "fsync-floor")
 TARGET_SPEEDUP = 3.0
 TARGET_RSS_MB = 300
 
@@ -83,11 +86,25 @@ def _work_io_floor(source: Path, target: Path) -> None:
     ir.save(ir.load(source), target, external_data=target.name + ".data")
 
 
+def _work_fsync_floor(source: Path, target: Path) -> None:
+    """Write as many bytes as qlrewrite's output (``source``: its .onnx and .data) in 64 MiB
+    chunks and fsync: the cost of putting the output on this disk at all."""
+    size = sum(p.stat().st_size for p in source.parent.iterdir() if p.is_file())
+    chunk = b"\0" * (64 << 20)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "wb") as out:
+        for start in range(0, size, len(chunk)):
+            out.write(chunk[: min(len(chunk), size - start)])
+        out.flush()
+        os.fsync(out.fileno())
+
+
 WORKERS = {
     "qlrewrite": _work_qlrewrite,
     "ort": _work_ort,
     "onnxscript": _work_onnxscript,
     "io-floor": _work_io_floor,
+    "fsync-floor": _work_fsync_floor,
 }
 
 
@@ -164,8 +181,9 @@ def main() -> None:
     results: dict[str, list[tuple[float, int]]] = {t: [] for t in tools}
     for round_index in range(args.rounds):
         for tool in tools:
-            source_of = outputs["qlrewrite"] if tool == "io-floor" else source
-            if tool == "io-floor" and not outputs["qlrewrite"].exists():
+            floor = tool in ("io-floor", "fsync-floor")
+            source_of = outputs["qlrewrite"] if floor else source
+            if floor and not outputs["qlrewrite"].exists():
                 run_worker(__file__, "qlrewrite", source, outputs["qlrewrite"])
             seconds, rss = run_worker(__file__, tool, source_of, outputs[tool])
             results[tool].append((seconds, rss))
@@ -198,6 +216,15 @@ def main() -> None:
         )
     peak = rss["qlrewrite"] / 2**20
     print(f"qlrewrite peak RSS: {peak:.0f} MiB (target <= {TARGET_RSS_MB} MiB)")
+    if "fsync-floor" in best:
+        paired = [
+            q / f
+            for (q, _), (f, _) in zip(results["qlrewrite"], results["fsync-floor"], strict=True)
+        ]
+        print(
+            f"qlrewrite vs write+fsync floor: {best['qlrewrite'] / best['fsync-floor']:.2f}x "
+            f"best vs best, per round {', '.join(f'{r:.2f}x' for r in paired)} (target <= 1.2x)"
+        )
     if "io-floor" in best:
         print(f"qlrewrite / io-floor time: {best['qlrewrite'] / best['io-floor']:.2f}x")
     if "ort" in tools:

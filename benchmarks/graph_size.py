@@ -1,6 +1,7 @@
 """Every command on models with many nodes: is the time linear in the node count?
 
-Run by hand: ``python benchmarks/graph_size.py [FOLDER] [--layers 1500,6000] [--repeat 3]``.
+Run by hand: ``python benchmarks/graph_size.py [FOLDER] [--layers 1500,6000] [--repeat 3]
+[--command fold]``.
 
 Builds ``layers_<N>.onnx`` for each layer count (five nodes per layer: QuantizeLinear and
 DequantizeLinear of the activation, a per-axis DequantizeLinear of a 64 x 64 int8 weight,
@@ -136,7 +137,11 @@ def main() -> None:
     parser.add_argument("folder", nargs="?", help="where to build the models (default: temp)")
     parser.add_argument("--layers", default="2000,8000", help="comma-separated layer counts")
     parser.add_argument("--repeat", type=int, default=3, help="fresh processes per cell")
+    parser.add_argument(
+        "--command", action="append", choices=COMMANDS, help="time these commands only"
+    )
     args = parser.parse_args()
+    commands = {k: v for k, v in COMMANDS.items() if not args.command or k in args.command}
     sizes = sorted(int(s) for s in args.layers.split(","))
     with tempfile.TemporaryDirectory(prefix="qlrewrite-graph-size-") as tmp:
         folder = Path(args.folder or tmp)
@@ -158,7 +163,7 @@ def main() -> None:
             + " | ".join(f"x floor at {nodes[n]}" for n in sizes) + " |"
         )  # fmt: skip
         print("|---|" + "---:|" * (2 * len(sizes) + 2))
-        for label, argv in COMMANDS.items():
+        for label, argv in commands.items():
             times = {}
             for n in sizes:
                 out = str(folder / f"out_{n}.onnx")

@@ -23,14 +23,19 @@ if TYPE_CHECKING:  # the names below, as __getattr__ gives them at run time
     from qlrewrite import errors as errors
     from qlrewrite import passes as passes
     from qlrewrite.api import check as check
+    from qlrewrite.api import compare as compare
     from qlrewrite.api import convert as convert
     from qlrewrite.api import downgrade as downgrade
     from qlrewrite.api import fix as fix
     from qlrewrite.api import fold as fold
+    from qlrewrite.api import info as info
     from qlrewrite.api import load as load
     from qlrewrite.api import retarget as retarget
     from qlrewrite.api import save as save
+    from qlrewrite.api import summary_of as summary_of
     from qlrewrite.api import upgrade as upgrade
+    from qlrewrite.api import verify_rewrite as verify_rewrite
+    from qlrewrite.errors import QlrewriteWarning as QlrewriteWarning
     from qlrewrite.kernels import dequantize as dequantize
     from qlrewrite.kernels import quantize as quantize
 
@@ -47,6 +52,11 @@ _API = {
     "upgrade": "qlrewrite.api",
     "downgrade": "qlrewrite.api",
     "retarget": "qlrewrite.api",
+    "info": "qlrewrite.api",
+    "compare": "qlrewrite.api",
+    "verify_rewrite": "qlrewrite.api",
+    "summary_of": "qlrewrite.api",
+    "QlrewriteWarning": "qlrewrite.errors",
     "dequantize": "qlrewrite.kernels",
     "quantize": "qlrewrite.kernels",
 }

@@ -1,11 +1,15 @@
 """The Python API: ``qlrewrite.load``, ``save``, ``check``, ``fix``, ``fold``, ``convert``,
-``upgrade``.
+``upgrade``, ``downgrade``, ``retarget``, ``info``, ``compare``, ``verify_rewrite``.
 
 Every function takes a model as a path, an ``onnx.ModelProto`` or an ``onnx_ir.Model``
 (anything else is a ``TypeError`` saying so), runs what the command of the same name runs
 (:mod:`qlrewrite.passes.commands`) and raises instead of printing: ``InputError`` for a
 model that cannot be read or a bad argument (its message names the parameter), ``Refusal``
-for a rewrite the target cannot express. The rewrites refuse and check as the commands
+for a rewrite the target cannot express; what a rewrite warns of is issued through the
+``warnings`` module (categories in :mod:`qlrewrite.errors`: ``FusionLostWarning``,
+``PrecisionWarning``, ...) and its summary is :func:`summary_of` the model it returns.
+Every option of every command has its spelling here (docs/python-api.md lists them side
+by side; tests/test_api_parity.py holds them to it). The rewrites refuse and check as the commands
 do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
 findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
 :class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.
@@ -13,40 +17,62 @@ findings, or a rewrite whose output ONNX's checker or ``check`` would reject, ra
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnx_ir as ir
 
-from qlrewrite import opsets, pipeline
+from qlrewrite import opsets, pipeline, reports
 from qlrewrite.checking import checker
-from qlrewrite.errors import InputError
+from qlrewrite.errors import (
+    CheckWarning,
+    DeploymentWarning,
+    FusionLostWarning,
+    ImportAddedWarning,
+    InputError,
+    LeftAsIsWarning,
+    Note,
+    PrecisionWarning,
+    QlrewriteWarning,
+)
 from qlrewrite.findings import Report
 from qlrewrite.io import model_io
 from qlrewrite.passes.commands import (
     convert_passes,
     downgrade_passes,
     fix_passes,
+    fold_fusions,
     fold_passes,
     retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
+from qlrewrite.passes.results import ImportsResult
+from qlrewrite.verify.compare import Comparison
+from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 
 __all__ = [
     "ModelLike",
+    "RewriteSummary",
     "check",
+    "compare",
     "convert",
     "downgrade",
     "fix",
     "fold",
+    "info",
     "load",
     "retarget",
     "save",
+    "summary_of",
     "upgrade",
+    "verify_rewrite",
 ]
 
 #: What every function of the API takes as a model.
@@ -96,30 +122,79 @@ def _codes(value: str | Iterable[str], parameter: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _targets(target: str | Iterable[str]) -> tuple[str, ...]:
+    """Runtime specs as ``--target`` takes them; a wrong one is ``InputError``."""
+    from qlrewrite.targets.spec import parse_targets
+
+    specs = _codes(target, "target")
+    parse_targets(specs)
+    return specs
+
+
 def check(
     model: ModelLike,
     *,
     select: str | Iterable[str] = (),
     ignore: str | Iterable[str] = (),
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+    target: str | Iterable[str] = (),
+    config: str | os.PathLike | bool = False,
 ) -> Report:
     """The findings of ``qlrewrite check`` on ``model``, as a :class:`~qlrewrite.findings.Report`
     (``.findings``, ``.errors``, ``.warnings``, ``.suppressed``, ``.to_json()``).
 
     ``select`` / ``ignore``: a rule code or prefix (``"QL4"``) or a list of them, as
-    ``--select`` / ``--ignore``. A model that cannot be read raises ``InputError``, so
-    ``not report.errors`` never passes a missing model.
+    ``--select`` / ``--ignore``; ``target``: a runtime spec (``"ort==1.16"``,
+    ``"tensorrt"``) or a list of them, as ``--target``. ``config``: ``False`` reads no
+    configuration (``--isolated``, the default here), ``True`` the one the command finds
+    from the model's folder upwards, a path that file (``--config``); the arguments
+    override it as the command line does. A model that cannot be read raises
+    ``InputError``, so ``not report.errors`` never passes a missing model.
     """
     select, ignore = _codes(select, "select"), _codes(ignore, "ignore")
+    targets = _targets(target)
+    if config is not False:
+        return _check_configured(model, config, select, ignore, targets, per_node_ignores)
     if isinstance(model, str | os.PathLike | ir.Model | onnx.ModelProto):
         report = checker.check(
-            model, select=select, ignore=ignore, per_node_ignores=per_node_ignores
+            model,
+            select=select,
+            ignore=ignore,
+            per_node_ignores=per_node_ignores,
+            targets=targets,
         )
     else:
         raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
     if report.load_error is not None:
         where = report.path if report.path is not None else "model"
         raise InputError(f"{where}: {report.load_error}")
+    return report
+
+
+def _check_configured(  # noqa: PLR0917 (check's arguments, as given)
+    model: ModelLike,
+    config: str | os.PathLike | bool,
+    select: tuple[str, ...],
+    ignore: tuple[str, ...],
+    targets: tuple[str, ...],
+    per_node_ignores: Mapping[str, Sequence[str]] | None,
+) -> Report:
+    """:func:`check` under a configuration, as ``qlrewrite check MODEL`` runs it (the same
+    :func:`qlrewrite.checking.project.check_one`)."""
+    from qlrewrite.checking import project
+    from qlrewrite.checking.config import settings_for
+
+    if not isinstance(model, str | os.PathLike):
+        raise InputError("config: applies to a model path (its folder finds the file)")
+    if per_node_ignores is not None:
+        raise InputError("per_node_ignores: give it in the configuration, or config=False")
+    path = Path(model)
+    given = None if config is True else Path(config)  # type: ignore[arg-type]
+    settings = settings_for(path, config=given)
+    selection = project.Selection(select, ignore, (), None, targets)
+    report = project.check_one(project.Target(path, settings), selection)
+    if report.load_error is not None:
+        raise InputError(f"{report.path}: {report.load_error}")
     return report
 
 
@@ -130,26 +205,65 @@ def fix(
     select: str | Iterable[str] = (),
     ignore: str | Iterable[str] = (),
     per_node_ignores: Mapping[str, Sequence[str]] | None = None,
+    target: str | Iterable[str] = (),
 ) -> ir.Model:
     """``model`` with the findings of :func:`check` (same ``select``, ``ignore``,
     ``per_node_ignores``) repaired as ``qlrewrite check --fix`` repairs them; with
     ``unsafe``, as ``--fix --unsafe-fixes``. The fixes are the rules' own
     (:func:`qlrewrite.passes.commands.fix_passes`). An ``onnx_ir.Model`` is fixed in
-    place and returned, unless a fix is an upgrade (QL201 / QL402 below opset 13, unsafe):
-    then the result is a new model. Warnings without a fix stay: call :func:`check` on the
-    result to see them. As ``check --fix`` (which then writes nothing and exits 1), it
-    refuses an input with error findings no fix repairs, whether or not other findings
-    had a fix, and an output ONNX's checker or our check would reject
-    (``FindingsRefusal`` / ``Refusal``)."""
+    place and returned, unless a fix makes a new model (an upgrade, QL201 / QL402 below
+    opset 13, unsafe; a downgrade for ``target``). Warnings without a fix stay: call
+    :func:`check` on the result to see them. As ``check --fix`` (which then writes
+    nothing and exits 1), it refuses an input with error findings no fix repairs, whether
+    or not other findings had a fix, and an output ONNX's checker or our check would
+    reject (``FindingsRefusal`` / ``Refusal``).
+
+    ``target``: the runtimes deployed to, as ``check --target`` (``"ort==1.16"``,
+    ``"tensorrt"``): their findings' rewrites run too (IR and opset lowering, unused
+    imports dropped, zero points retargeted, int32 biases folded), each exact or refused
+    naming the nodes, and the result is checked against them again (``FindingsRefusal``
+    when an error remains)."""
     if not isinstance(unsafe, bool):
         raise TypeError(f"unsafe must be a bool, not {type(unsafe).__name__}")
+    specs = _codes(target, "target")
     loaded = load(model)
-    report = check(loaded, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
-    passes = fix_passes(report.findings, unsafe=unsafe)
-    if passes:
-        return _rewrite(loaded, passes, "fix")
-    pipeline.refuse_errors(report, "model", "error finding(s) no fix repairs")
-    return loaded
+    report = _checked(loaded, select, ignore, per_node_ignores, specs)
+    passes = fix_passes(report.findings, unsafe=unsafe, targets=_runtimes(specs))
+    if not passes:
+        pipeline.refuse_errors(report, "model", "error finding(s) no fix repairs")
+        return loaded
+    fixed = _rewrite(loaded, passes, "fix")
+    if specs:
+        after = _checked(fixed, select, ignore, per_node_ignores, specs)
+        pipeline.refuse_errors(after, "the fixed model", "error finding(s) left for the target")
+    return fixed
+
+
+def _checked(
+    model: ir.Model,
+    select: str | Iterable[str],
+    ignore: str | Iterable[str],
+    per_node_ignores: Mapping[str, Sequence[str]] | None,
+    targets: tuple[str, ...],
+) -> Report:
+    """:func:`check` of ``model`` with the runtimes of ``targets`` too."""
+    if not targets:
+        return check(model, select=select, ignore=ignore, per_node_ignores=per_node_ignores)
+    return checker.check(
+        model,
+        select=_codes(select, "select"),
+        ignore=_codes(ignore, "ignore"),
+        per_node_ignores=per_node_ignores,
+        targets=targets,
+    )
+
+
+def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(specs)
 
 
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
@@ -159,11 +273,78 @@ def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     return rewritten
 
 
+@dataclasses.dataclass(frozen=True)
+class RewriteSummary:
+    """What a rewrite did, as the command's summary line and ``--report`` say it:
+    ``changes`` per pass (counts), ``warnings`` (their texts, in the command's order;
+    also issued through the ``warnings`` module), ``pass_results`` (typed: see
+    :mod:`qlrewrite.passes.results`)."""
+
+    command: str
+    changes: dict[str, dict[str, int]]
+    warnings: list[str]
+    pass_results: list[ir.passes.PassResult] = dataclasses.field(repr=False)
+
+
+_SUMMARY = "qlrewrite.summary"
+
+
+def summary_of(model: ir.Model) -> RewriteSummary | None:
+    """The :class:`RewriteSummary` of the rewrite that returned ``model`` (None for a
+    model no rewrite of this API returned)."""
+    summary = model.meta.get(_SUMMARY)
+    return summary if isinstance(summary, RewriteSummary) else None
+
+
+#: What a warning's words say of its kind, for warnings that do not carry their category.
+_KINDS: tuple[tuple[tuple[str, ...], type[QlrewriteWarning]], ...] = (
+    (("fuse", "integer kernel"), FusionLostWarning),
+    (("float16", "outputs may change", "outputs in onnx runtime", "rounded"), PrecisionWarning),
+    (("left as", "not folded", "not converted", "not checked"), LeftAsIsWarning),
+)
+
+
+def warning_category(warning: Any, result: Any = None) -> type[QlrewriteWarning]:
+    """The category a rewrite's warning is issued with: its own (:class:`~qlrewrite.errors.
+    Note`), that of its pass, else the one its words name."""
+    if isinstance(warning, Note):
+        return warning.category
+    if isinstance(result, ImportsResult):
+        return ImportAddedWarning
+    text = str(getattr(warning, "message", warning)).lower()
+    for words, category in _KINDS:
+        if any(word in text for word in words):
+            return category
+    return QlrewriteWarning
+
+
+def _issue(rewritten: pipeline.Rewritten) -> list[str]:
+    """Issue every warning of ``rewritten`` (in the command's order); their texts."""
+    kinds: list[tuple[Any, type[QlrewriteWarning]]] = [
+        (w, CheckWarning) for w in rewritten.warnings
+    ]
+    kinds += [
+        (w, warning_category(w, r)) for r in rewritten.results for w in getattr(r, "warnings", [])
+    ]
+    kinds += [(w, LeftAsIsWarning) for w in rewritten.notes]
+    texts = []
+    for warning, category in kinds:
+        text = str(getattr(warning, "message", warning))
+        warnings.warn(text, category, stacklevel=4)
+        texts.append(text)
+    return texts
+
+
 def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str) -> ir.Model:
     """``passes`` on ``model`` as the command ``command`` runs them: the input refused
     when it has error findings no pass repairs, the output when ONNX's checker or our
-    check rejects it (:func:`qlrewrite.pipeline.rewrite_model`)."""
-    return pipeline.rewrite_model(model, passes, command=command).model
+    check rejects it (:func:`qlrewrite.pipeline.rewrite_model`); its warnings issued, its
+    summary kept for :func:`summary_of`."""
+    rewritten = pipeline.rewrite_model(model, passes, command=command)
+    texts = _issue(rewritten)
+    summary = RewriteSummary(command, rewritten.changes(), texts, rewritten.results)
+    rewritten.model.meta[_SUMMARY] = summary
+    return rewritten.model
 
 
 def fold(
@@ -173,19 +354,27 @@ def fold(
     float16: str = "exact",
     dequantize_weights: bool = False,
     bias_only: bool = False,
+    keep_fused: bool = False,
+    target: str | None = None,
 ) -> ir.Model:
     """``model`` with its constant Q/DQ folded, as ``qlrewrite fold``: an ``onnx_ir.Model``
     is folded in place and returned. Values are computed lazily, when saved or read.
-    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``)."""
+    ``bias_only``: only the int32 bias DequantizeLinear (``fold --bias-only``);
+    ``keep_fused``: leave the DequantizeLinear the runtime ``target`` (spelled as ``check
+    --target``; default the installed ONNX Runtime release) fuses, read from its measured
+    table (``fold --keep-fused``); ``Refusal`` when no table answers."""
     if float16 not in FLOAT16_MODES:
         raise InputError(f"float16 must be {_one_of(FLOAT16_MODES)}, not {float16!r}")
     if keep_dq and bias_only:
         raise InputError("keep_dq and bias_only fold disjoint sets: give one")
+    fusions = fold_fusions(target, keep_dq=keep_dq, bias_only=bias_only)
     passes = fold_passes(
         keep_dq=keep_dq,
         float16=float16,
         dequantize_weights=dequantize_weights,
         bias_only=bias_only,
+        fusions=fusions,
+        keep_fused=keep_fused,
     )
     return _rewrite(load(model), passes, "fold")
 
@@ -273,3 +462,80 @@ def retarget(
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
     return _rewrite(load(model), passes, "retarget")
+
+
+def info(model: ModelLike, *, target: str | Iterable[str] = ()) -> dict[str, Any]:
+    """``qlrewrite info``'s report, the dict ``info --output-format json`` prints: opsets,
+    initializers, the Q/DQ, weight-only and QOperator nodes by kind; with ``target``
+    (as ``--target``), the QL7xx findings per runtime. Reads no weights."""
+    if not isinstance(model, str | os.PathLike | ir.Model | onnx.ModelProto):
+        raise TypeError(f"model must be {_TAKES}, not {type(model).__name__}")
+    return reports.info_report(model, targets=_targets(target))
+
+
+def compare(
+    first: ModelLike,
+    second: ModelLike,
+    *,
+    runtime: str | Iterable[str] = (),
+    inputs: str | os.PathLike | Mapping[str, Any] | None = None,
+    input_shape: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    rtol: float = 1e-4,
+    atol: float = 0.0,
+    tensors: bool = False,
+) -> Comparison:
+    """``qlrewrite compare``: both models on the same inputs per runtime (``runtime``:
+    ``"ort"``, ``"reference"``, ``"openvino"``, default every one), a
+    :class:`~qlrewrite.verify.compare.Comparison` (``.diverges``, ``.runtimes``,
+    ``.to_json()``: what ``--output-format json`` prints). ``inputs``: arrays by input
+    name, or an .npz file (``--inputs``); else generated with ``seed`` (``input_shape``
+    for unknown dimensions); ``tensors``: also the first diverging intermediate tensor."""
+    shapes = {name: tuple(shape) for name, shape in (input_shape or {}).items()}
+    return reports.compare_report(
+        first,
+        second,
+        runtimes=_codes(runtime, "runtime"),
+        inputs=inputs,
+        input_shapes=shapes,
+        seed=seed,
+        rtol=rtol,
+        atol=atol,
+        tensors=tensors,
+    )
+
+
+def verify_rewrite(
+    original: ModelLike,
+    rewritten: ModelLike,
+    *,
+    runs: int = 1,
+    seed: int = 0,
+    input_shape: Mapping[str, Sequence[int]] | None = None,
+    tolerance: float | None = None,
+    timeout: float = VERIFY_TIMEOUT,
+    semantics_only: bool = False,
+) -> Verification:
+    """``--verify``: ``rewritten`` run against ``original`` in ONNX Runtime on generated
+    inputs, as the rewriting commands verify before writing (``runs`` as
+    ``--verify-runs``, ``tolerance`` as ``--verify-tolerance``, ``timeout`` as
+    ``--verify-timeout``, ``semantics_only`` as ``--verify=semantics``); the stated bound
+    of the rewrite that returned ``rewritten`` (:func:`summary_of`) is accepted. Raises
+    :class:`~qlrewrite.verify.verify.VerificationFailed` when they differ; differences
+    as deployed are a :class:`~qlrewrite.errors.DeploymentWarning`."""
+    shapes = {name: tuple(shape) for name, shape in (input_shape or {}).items()}
+    options = VerifyOptions(
+        runs=runs,
+        seed=seed,
+        input_shapes=shapes,
+        tolerance=tolerance,
+        timeout=timeout,
+        deployed=not semantics_only,
+    )
+    summary = summary_of(rewritten) if isinstance(rewritten, ir.Model) else None
+    results = summary.pass_results if summary is not None else ()
+    verification = reports.verify_report(original, rewritten, options, results)
+    deployment = verification.deployment
+    if deployment is not None and deployment.differs:
+        warnings.warn("verify " + "; ".join(deployment.lines()), DeploymentWarning, stacklevel=2)
+    return verification

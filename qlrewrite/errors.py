@@ -1,4 +1,5 @@
-"""Exceptions that the CLI maps to exit codes."""
+"""Exceptions that the CLI maps to exit codes, and the warning categories the Python API
+issues (a caller filters them, or turns them into errors, with the ``warnings`` module)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ __all__ = [
     "EXIT_FINDINGS",
     "EXIT_INPUT",
     "EXIT_OK",
+    "CheckWarning",
+    "DeploymentWarning",
+    "FusionLostWarning",
+    "ImportAddedWarning",
     "InputError",
+    "LeftAsIsWarning",
+    "Note",
+    "PrecisionWarning",
     "QlrewriteError",
+    "QlrewriteWarning",
     "Refusal",
     "Terminated",
 ]
@@ -53,3 +62,49 @@ class Refusal(QlrewriteError):
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM while a command runs: unwinds like Ctrl-C (staged files are removed)."""
+
+
+class QlrewriteWarning(UserWarning):
+    """Base class of what a rewrite warns of (the command line prints ``warning: ...``;
+    the Python API issues it through the ``warnings`` module)::
+
+        warnings.simplefilter("error", qlrewrite.errors.FusionLostWarning)
+    """
+
+
+class FusionLostWarning(QlrewriteWarning):
+    """A runtime no longer fuses what it fused: folded DequantizeLinear that ONNX Runtime
+    ran in integer kernels (QLinearConv, MatMulNBits, ...), or that this was not checked."""
+
+
+class PrecisionWarning(QlrewriteWarning):
+    """A runtime's outputs may change: float16 values folded rounded, a stated bound."""
+
+
+class LeftAsIsWarning(QlrewriteWarning):
+    """Nodes the rewrite left as they were (not folded, not converted, not checked)."""
+
+
+class ImportAddedWarning(QlrewriteWarning):
+    """An opset import the rewrite added (the one ONNX Runtime implies)."""
+
+
+class CheckWarning(QlrewriteWarning):
+    """A warning finding of the check of the rewritten model."""
+
+
+class DeploymentWarning(QlrewriteWarning):
+    """``verify``: the models differ as deployed (ONNX Runtime's default session): outputs,
+    latency, integer kernels."""
+
+
+class Note(str):
+    """A warning's text with its category: passes may return these among their warnings
+    (a plain string is a :class:`QlrewriteWarning`)."""
+
+    category: type[QlrewriteWarning] = QlrewriteWarning
+
+    def __new__(cls, text: str, category: type[QlrewriteWarning] = QlrewriteWarning) -> Note:
+        note = super().__new__(cls, text)
+        note.category = category
+        return note

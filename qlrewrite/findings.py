@@ -51,6 +51,9 @@ class Rule:
     fix_summary: str = ""  # what the fix changes, and when it applies
     opt_in: bool = False  # off unless selected by code or prefix (``--select QL504``)
     source: str = ""  # the file that declares the rule, its fix and its examples
+    #: The documented facts it enforces, (target, row) in ``qlrewrite/targets/data``:
+    #: ``qlrewrite rules CODE`` and docs/rules.md cite them (a finding names the row).
+    cites: tuple[tuple[str, str], ...] = ()
 
     @property
     def level(self) -> str:

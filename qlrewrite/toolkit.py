@@ -65,6 +65,7 @@ __all__ = [
     "root_graphs",
     "subgraphs_of",
     "tensor_shape",
+    "uses_domain",
 ]
 
 ProtoGraph = Union[onnx.GraphProto, onnx.FunctionProto]  # noqa: UP007 (a runtime alias)
@@ -361,6 +362,14 @@ def function_kinds(model: ir.Model) -> tuple[bool, bool]:
     """(has model-local functions, has a function with an overload)."""
     functions = model.functions.values()
     return bool(functions), any(f.overload for f in functions)
+
+
+def uses_domain(model: ir.Model, domain: str) -> bool:
+    """Whether a node of any graph or function (subgraphs included), or a model-local
+    function itself, is of ``domain``."""
+    if any(f.domain == domain for f in model.functions.values()):
+        return True
+    return any(node.domain == domain for graph in all_graphs(model) for node in graph)
 
 
 def drop_unused_domains(model: ir.Model) -> int:

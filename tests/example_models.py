@@ -47,6 +47,7 @@ __all__ = [
     "qdq_matmul",
     "qdq_matmul_weight",
     "qdq_model",
+    "qdq_weight_op",
     "weight_dq_matmul",
 ]
 
@@ -571,14 +572,14 @@ def dq_into_matmul(x_type: DT) -> onnx.ModelProto:
     return proto
 
 
-def weight_dq_matmul(dtype: DT) -> onnx.ModelProto:
-    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor) into a MatMul:
-    the form the probe measured as "weight DQ->MatMul"."""
+def weight_dq_matmul(dtype: DT, zero_point: int = 0) -> onnx.ModelProto:
+    """DequantizeLinear of a constant [64, 8] weight of ``dtype`` (per-tensor, zero point
+    ``zero_point``) into a MatMul: the form the probe measured as "weight DQ->MatMul"."""
     weight = ir.serde.serialize_tensor(
         ir.Tensor(np.ones((64, 8), dtype=dtype.numpy()), dtype=dtype, name="w")
     )
     zero = ir.serde.serialize_tensor(
-        ir.Tensor(np.zeros((), dtype=dtype.numpy()), dtype=dtype, name="z")
+        ir.Tensor(np.array(zero_point, dtype=dtype.numpy()), dtype=dtype, name="z")
     )
     scale = helper.make_tensor("s", onnx.TensorProto.FLOAT, [], [0.01])
     nodes = [
@@ -625,8 +626,14 @@ def qdq_matmul(activation: DT) -> onnx.ModelProto:
     return model
 
 
+#: The float8 types, whose zero point is always 0 (their "range" is small integers, exact).
+FLOAT8_TYPES = (DT.FLOAT8E4M3FN, DT.FLOAT8E4M3FNUZ, DT.FLOAT8E5M2, DT.FLOAT8E5M2FNUZ)
+
+
 def _weight_range(dtype: DT) -> tuple[int, int]:
-    """The integer range of a weight type (inclusive)."""
+    """The integer range of a weight type (inclusive; float8: [-8, 8], zero point 0)."""
+    if dtype in FLOAT8_TYPES:
+        return -8, 8
     bits = {DT.INT4: 4, DT.UINT4: 4, DT.INT8: 8, DT.UINT8: 8, DT.INT16: 16, DT.UINT16: 16}
     width = bits[dtype]
     if dtype in (DT.UINT4, DT.UINT8, DT.UINT16):
@@ -662,7 +669,8 @@ def _quantized_weight(
     inputs = ["w", "ws"]
     if zero_point:
         middle = (low + high + 1) // 2
-        inits.append(_typed("wz", middle + rng.integers(-2, 3, shape), weight))
+        spread = 0 if weight in FLOAT8_TYPES else 2
+        inits.append(_typed("wz", middle + rng.integers(-spread, spread + 1, shape), weight))
         inputs.append("wz")
     attrs: dict[str, int] = {}
     if granularity == "per-axis":
@@ -699,8 +707,9 @@ def qdq_matmul_weight(
     output: str = "quantized",
     k: int = 64,
     n: int = 16,
+    opset: int = 21,
 ) -> onnx.ModelProto:
-    """A QDQ MatMul at opset 21: activation "a" [rows, k] (rows symbolic) quantized to
+    """A QDQ MatMul at ``opset`` (21): activation "a" [rows, k] (rows symbolic) quantized to
     ``activation`` (scale 0.05, zero point 0: feed values in [0, 6)) and dequantized, times
     the DequantizeLinear "dq" of a random constant [k, n] ``weight`` (``granularity``
     per-tensor, per-axis or blocked ``along`` K (axis 0) or N (axis 1) in blocks of
@@ -725,4 +734,92 @@ def qdq_matmul_weight(
         [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, ["rows", n])],
         initializer=inits,
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 10))
+
+
+#: The weight operators of :func:`qdq_weight_op`: (activation shape, weight shape, output
+#: shape); Gemm's weight is given for transB=0 ([K, N]; transB=1 transposes it). As many
+#: input as output channels: a scale on the wrong axis still broadcasts, so a kernel that
+#: misreads it computes other values rather than failing.
+WEIGHT_OPS = {
+    "Conv": ((1, 4, 6, 6), (4, 4, 3, 3), (1, 4, 4, 4)),
+    "ConvTranspose": ((1, 4, 4, 4), (4, 4, 3, 3), (1, 4, 6, 6)),
+    "Gemm": (("rows", 32), (32, 32), ("rows", 32)),
+}
+
+
+def _weight_op_dq(
+    weight: DT, shape: tuple[int, ...], granularity: str, *, axis: int, block: int, zero_points: str
+) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """DequantizeLinear "dq" of a random constant ``weight`` of ``shape`` into "wf": scales
+    that differ per channel and block; ``zero_points`` "equal" (the type's middle), "differ"
+    (around it; float8: 0) or "none"."""
+    rng = np.random.default_rng(0)
+    low, high = _weight_range(weight)
+    if granularity == "per-tensor":
+        scale_shape: tuple[int, ...] = ()
+    elif granularity == "per-axis":
+        scale_shape = (shape[axis],)
+    else:
+        scale_shape = tuple(-(-d // block) if i == axis else d for i, d in enumerate(shape))
+    unit = np.float32(0.1 / max(-low, high))
+    scale = rng.uniform(0.5, 2.0, scale_shape).astype(np.float32) * unit
+    inits = [
+        _typed("w", rng.integers(low, high, shape, endpoint=True), weight),
+        helper.make_tensor("ws", onnx.TensorProto.FLOAT, scale_shape, scale.ravel().tolist()),
+    ]
+    inputs = ["w", "ws"]
+    if zero_points != "none":
+        middle = np.full(scale_shape, (low + high + 1) // 2)
+        if zero_points == "differ" and weight not in FLOAT8_TYPES:
+            middle = middle + (np.arange(middle.size).reshape(scale_shape) % 3 - 1)
+        inits.append(_typed("wz", middle, weight))
+        inputs.append("wz")
+    attrs: dict[str, int] = {}
+    if granularity != "per-tensor":
+        attrs["axis"] = axis
+    if granularity == "blocked":
+        attrs["block_size"] = block
+    return helper.make_node(DQ, inputs, ["wf"], name="dq", **attrs), inits
+
+
+def qdq_weight_op(
+    op: str,
+    activation: DT,
+    weight: DT = DT.INT8,
+    granularity: str = "per-axis",
+    *,
+    axis: int = 0,
+    block: int = 2,
+    zero_points: str = "equal",
+    trans_b: int = 0,
+    opset: int = 13,
+) -> onnx.ModelProto:
+    """A QDQ Conv, ConvTranspose or Gemm (:data:`WEIGHT_OPS`) as ORT's quantizer writes it:
+    activation "a" quantized to ``activation`` (scale 0.05, zero point 0: feed values in
+    [0, 6)) and dequantized, the DequantizeLinear "dq" of a constant ``weight`` quantized
+    ``granularity`` on ``axis`` (blocks of ``block``; ``zero_points`` "equal", "differ" or
+    "none"), the output quantized and dequantized (scale 0.025, zero point mid-range: a step
+    is about 1% of the largest output). The probe's weight-operator patterns."""
+    a_shape, w_shape, y_shape = WEIGHT_OPS[op]
+    if op == "Gemm" and trans_b:
+        w_shape = w_shape[::-1]
+    dq, inits = _weight_op_dq(
+        weight, w_shape, granularity, axis=axis, block=block, zero_points=zero_points
+    )
+    nodes_a, inits_a = _quantize_pair_of("a", activation, 0)
+    attrs = {"transB": trans_b} if op == "Gemm" else {}
+    node = helper.make_node(op, ["a_f", "wf"], ["y"], name="op", **attrs)
+    low, high = _weight_range(activation)
+    nodes_y, inits_y = _quantize_pair_of("y", activation, (low + high + 1) // 2)
+    inits_y[0] = helper.make_tensor("y_s", onnx.TensorProto.FLOAT, [], [0.025])
+    graph = helper.make_graph(
+        [dq, *nodes_a, node, *nodes_y],
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, a_shape)],
+        [helper.make_tensor_value_info("y_f", onnx.TensorProto.FLOAT, y_shape)],
+        initializer=[*inits, *inits_a, *inits_y],
+    )
+    imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 10))

@@ -33,6 +33,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "weight_dq_matmul": em.weight_dq_matmul,
     "qdq_matmul": em.qdq_matmul,
     "qdq_matmul_weight": em.qdq_matmul_weight,
+    "qdq_weight_op": em.qdq_weight_op,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

@@ -28,6 +28,7 @@ from qlrewrite.qdq.custom_ops import custom_quant_groups
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.qdq.kinds import LEFT_ALONE
 from qlrewrite.qdq.left_alone import group_sites
+from qlrewrite.qdq.lowered import has_lowered_dequantize
 from qlrewrite.qdq.sites import QuantizedSite
 from qlrewrite.rules import CHECKS, RULES
 from qlrewrite.rules.model.hygiene import NO_QUANTIZED_NODE
@@ -201,21 +202,23 @@ def check_model(
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
-    report.findings.extend(_nothing_quantized(report, left_alone))
+    report.findings.extend(_nothing_quantized(report, left_alone, model))
     return report
 
 
-def _nothing_quantized(report: Report, left_alone: Sequence[object]) -> list[Finding]:
+def _nothing_quantized(
+    report: Report, left_alone: Sequence[object], model: ir.Model
+) -> list[Finding]:
     """QL607 when no quantized node of any kind was found in any graph or function (the
-    float model, likely): none checked, none left alone, no other producer's operator."""
+    float model, likely): none checked, none left alone, no other producer's operator,
+    no dequantized constant a downgrade lowered (:mod:`qlrewrite.qdq.lowered`)."""
     if report.nodes_checked or left_alone or report.custom_quant:
         return []
+    if has_lowered_dequantize(model):
+        return []
     rule = RULES[NO_QUANTIZED_NODE]
-    message = (
-        "no quantized node found (no QuantizeLinear, DequantizeLinear, weight-only, QOperator "
-        "or other quantization operator in any graph or function): is this the float model?"
-    )
-    hint = "check the quantized model, or ignore QL607 for a float model checked on purpose"
+    message = "no quantized node: is this the float model?"
+    hint = "`qlrewrite rules QL607` says what was looked for"
     return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
 
 

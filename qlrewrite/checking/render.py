@@ -101,19 +101,21 @@ def node_where(finding: Finding) -> str:
     return f"{finding.graph}/{label}" if label else finding.graph
 
 
-def finding_line(finding: Finding, path: str | None = None) -> str:
-    """One line: ``[path: ]QL401 error: message (hint: ...)`` (messages name node and graph)."""
+def finding_line(finding: Finding, path: str | None = None, *, hint: bool = True) -> str:
+    """One line: ``[path: ]QL401 error: message (hint: ...)`` (messages name node and graph;
+    ``hint``: with the finding's hint)."""
     prefix = f"{path}: " if path else ""
-    hint = f" (hint: {finding.hint})" if finding.hint else ""
-    return f"{prefix}{finding.rule} {finding.severity}: {finding.message}{hint}"
+    shown = f" (hint: {finding.hint})" if finding.hint and hint else ""
+    return f"{prefix}{finding.rule} {finding.severity}: {finding.message}{shown}"
 
 
-#: More findings than this with one code and one message pattern print as a group.
-GROUP_ABOVE = 5
+#: More findings than this with one code and one message pattern print as a group: any
+#: repeat (a finding printed once, then ``N more like the line above``).
+GROUP_ABOVE = 1
 #: Nodes named on a group's line.
 GROUP_NODES = 3
 #: What differs between repeats of one finding: quoted names, "(TYPE [dims])", numbers.
-_NAMES = re.compile(r"'[^']*'|\([A-Z][A-Z0-9_]* \[[^\]]*\]\)|\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+_NAMES = re.compile(r"'[^']*'|\([A-Z][A-Z0-9_]* \[[^\]]*\]\)|-?\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,13 +234,18 @@ def finding_lines(
     *,
     show_all: bool = False,
     every: str = "--show-all",
+    hinted: set[tuple[str, str]] | None = None,
 ) -> list[str]:
     """One line per finding, or per group of findings that differ only in names and
     numbers (its first finding, then ``N more like the line above, on a, b, c, ...
-    (<every> prints each)``)."""
+    (<every> prints each)``). ``hinted``: the (rule, hint) pairs already printed in the
+    run, each hint printed once (updated)."""
     lines = []
+    seen = hinted if hinted is not None else set()
     for group in group_findings(findings, above=None if show_all else GROUP_ABOVE):
-        lines.append(finding_line(group.first, path))
+        key = (group.first.rule, _NAMES.sub("#", group.first.hint))
+        lines.append(finding_line(group.first, path, hint=key not in seen))
+        seen.add(key)
         if len(group.findings) > 1:
             lines.append(_more_line(group, path, every))
     return lines
@@ -254,11 +261,12 @@ def text_lines(
     """The text report for logs and files: one line per finding or unreadable file, or per
     group of findings that differ only in names (see :func:`group_findings`). Without
     ``load_errors`` the unreadable files are left out (the caller said so on stderr)."""
-    lines = []
+    lines: list[str] = []
+    hinted: set[tuple[str, str]] = set()  # a rule's hint once per run
     for report in reports:
         if report.load_error and load_errors:
             lines.append(f"{report.path}: cannot check: {report.load_error}")
-        lines += finding_lines(report.findings, report.path, show_all=show_all)
+        lines += finding_lines(report.findings, report.path, show_all=show_all, hinted=hinted)
         if (custom := custom_quant_line(report)) is not None:
             lines.append(custom)
     if summary:
@@ -334,8 +342,23 @@ def _fix_text(rule: Rule) -> str:
 
 
 def _source_text(rule: Rule) -> str:
-    """Where the rule unit lives (check, fix, examples) and the test that runs it."""
-    return f"Source: {rule.source} (check, fix, examples; tests: pytest -k {rule.code})"
+    """Where the rule unit lives (check, fix, examples) and the test that runs it, and the
+    documents it enforces (a finding names only the row)."""
+    text = f"Source: {rule.source} (check, fix, examples; tests: pytest -k {rule.code})"
+    return "\n".join([text, *_citations(rule)])
+
+
+def _citations(rule: Rule) -> list[str]:
+    """``Documented (tensorrt docs, zero_point): <address> (<section>)`` per fact the rule
+    enforces (its findings name only the row)."""
+    if not rule.cites:
+        return []
+    from qlrewrite.targets.tables import documented  # read only for a rule that cites
+
+    return [
+        f"Documented ({target} docs, {key}): {documented(target)[key].cited}"
+        for target, key in rule.cites
+    ]
 
 
 def rule_text(rule: Rule) -> str:
@@ -499,6 +522,7 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             "",
             _fix_text(r),
             "",
+            *(f"{line}.\n" for line in _citations(r)),
             f"Declared in [`{r.source}`](../{r.source}) (check, fix, examples); tested by "
             f"`tests/rules/test_rule_units.py` (`pytest -k {r.code}`).",
         ]

@@ -43,6 +43,7 @@ def _overrides(selection: project.Selection) -> dict[str, list[str]]:
         ("select", selection.select),
         ("extend-select", selection.extend_select),
         ("ignore", selection.ignore),
+        ("target", selection.target),
     )
     return {key: list(value) for key, value in given if value}
 
@@ -59,6 +60,7 @@ def _resolved(target: project.Target, selection: project.Selection) -> dict[str,
         "per-file-ignores": list(settings.ignored_for(target.path)),
         "per-node-ignores": {k: list(v) for k, v in settings.per_node_ignores.items()},
         "exclude": list(settings.exclude),
+        "target": list(project.runtime_targets(settings, selection)),
         "output-format": settings.output_format,
         "command-line": _overrides(selection),
         "strict": strict,

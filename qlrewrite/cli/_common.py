@@ -47,6 +47,7 @@ __all__ = [
     "in_ci",
     "input_shape_option",
     "out_console",
+    "output_format_option",
     "print_verification",
     "progress",
     "rewrite_options",
@@ -280,6 +281,35 @@ class FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
+
+
+class _FirstNameOption(click.Option):
+    """An option whose help names only its first spelling: the others are hidden aliases
+    (``--format`` of ``--output-format``), accepted but not advertised."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        aliases, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = aliases
+
+
+def output_format_option(
+    choices: Sequence[str], help_text: str, default: str | None = "text"
+) -> Callable[[F], F]:
+    """``--output-format`` (one spelling on every command; ``--format`` is its hidden
+    alias), handed to the command as ``output_format``."""
+    return click.option(
+        "--output-format",
+        "--format",
+        "output_format",
+        cls=_FirstNameOption,
+        type=click.Choice(list(choices)),
+        default=default,
+        show_default=default is not None,
+        help=help_text,
+    )
 
 
 def input_shape_option(help_text: str) -> Callable[[F], F]:

@@ -25,6 +25,7 @@ from qlrewrite.cli._common import (
     err_console,
     for_people,
     out_console,
+    output_format_option,
     print_verification,
     progress,
     run_command,
@@ -58,11 +59,11 @@ def _verify_options(func: Callable[..., object]) -> Callable[..., object]:
 Examples:
   qlrewrite check model.onnx
   qlrewrite check models/ --strict --jobs 4
-  qlrewrite check models/ --format sarif -o qlrewrite.sarif
-  qlrewrite check models/ --format github          # annotations in GitHub Actions
+  qlrewrite check models/ --output-format sarif -o qlrewrite.sarif
+  qlrewrite check models/ --output-format github   # annotations in GitHub Actions
   qlrewrite check model.onnx --select QL4 --ignore QL406,QL5
   cat model.onnx | qlrewrite check -              # - reads the model from stdin
-  qlrewrite check model.onnx --format json | jq '.files[].findings[].rule'
+  qlrewrite check model.onnx --output-format json | jq '.files[].findings[].rule'
   qlrewrite check models/ --isolated               # no configuration file
   qlrewrite check model.onnx --target ort==1.16 --target tensorrt   # deployable there?
   qlrewrite check models/ --diff                   # what --fix would change
@@ -85,16 +86,12 @@ over 1). `qlrewrite rules` lists the rules.
 @click.argument(
     "models", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="MODEL_OR_DIR..."
 )
-@click.option(
-    "--output-format",
-    "--format",
-    "fmt",
-    type=click.Choice(list(FORMATS)),
-    default=None,
-    help="Output format: "
+@output_format_option(
+    list(FORMATS),
+    "Output format: "
     + "; ".join(f"{f.name}: {f.summary}" for f in FORMATS.values())
-    + f" (default: output-format of the configuration, else {DEFAULT_FORMAT}). --format is "
-    "the same option.",
+    + f" (default: output-format of the configuration, else {DEFAULT_FORMAT}).",
+    default=None,
 )
 @click.option(
     "--select",
@@ -219,7 +216,7 @@ def check_command(**given: Any) -> None:
         find.models, config=find.config, isolated=find.isolated, force_exclude=find.force_exclude
     )
     run_settings = settings_for(Path.cwd(), config=run.find.config, isolated=run.find.isolated)
-    fmt = run.show.fmt or run_settings.output_format or DEFAULT_FORMAT
+    fmt = _format(run.show, run_settings.output_format)
     show = dataclasses.replace(run.show, fmt=fmt)
     _show(found, run.selection, show)
     _check_statistics_format(fmt, show.statistics)
@@ -234,7 +231,7 @@ def check_command(**given: Any) -> None:
         if run.fixing is not None:
             reports, refused = _fix_stage(run, targets, checked, reports, reads)
         _print_result(reports, targets, run.selection, show, pending)
-    if _fixable_line_wanted(show):
+    if _fixable_line_wanted(show) and not refused:  # a refused fix advertises no --fix
         _print_fixable(reports, run.fixing is not None and run.fixing.unsafe)
     sys.exit(project.exit_code(reports, strict=strict, refused=refused, exit_zero=show.exit_zero))
 
@@ -285,7 +282,7 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
     """The options of one ``check`` run, grouped; usage errors (exit 2) raised here."""
     verify = verify_from(given)
     find = _fields(_Find, {**given, "config": given["config_file"]})
-    show = _fields(_Show, given)
+    show = _fields(_Show, {**given, "fmt": given["output_format"]})
     if find.config is not None and find.isolated:
         raise click.UsageError("--config and --isolated: give one of them")
     if show.show_files and show.show_settings:
@@ -300,7 +297,9 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         from qlrewrite.pipeline.fix_files import FixOptions
 
         unsafe = given["unsafe_fixes"]
-        fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
+        fixing = FixOptions(
+            unsafe, output, in_place, diff=diff, verify=verify, targets=tuple(given["target"])
+        )
     codes = (given["select"], given["ignore"], given["extend_select"])
     selection = _selection(*codes, given["strict"], given["target"])
     return _CheckRun(find, selection, show, fixing)
@@ -320,6 +319,17 @@ def _print_result(
         return
     codes = _listed_codes(targets, selection)
     _print_reports(reports, fmt, pending, quiet=show.quiet, show_all=show.show_all, codes=codes)
+
+
+def _format(show: _Show, configured: str | None) -> str:
+    """The output format: the command line's, else the configuration's, else the default.
+    A configured format never breaks another flag: ``--statistics`` with a configured
+    format that has no statistics (github, sarif...) prints the default's."""
+    if show.fmt is not None:
+        return show.fmt
+    if configured is None or (show.statistics and output_format(configured).statistics is None):
+        return DEFAULT_FORMAT
+    return configured
 
 
 def _check_statistics_format(fmt: str, statistics: bool) -> None:

@@ -6,23 +6,27 @@ from __future__ import annotations
 import io
 import json
 import sys
-import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 
-from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
+from qlrewrite.cli._common import (
+    FiniteRange,
+    debug_option,
+    input_shape_option,
+    output_format_option,
+    run_command,
+)
 from qlrewrite.errors import InputError
-from qlrewrite.io import model_io, reading
+from qlrewrite.io import model_io
 from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.reports import compare_report
 from qlrewrite.text import escape
-from qlrewrite.verify.compare import Comparison, compare_models, output_steps
+from qlrewrite.verify.compare import Comparison
 from qlrewrite.verify.runtimes import RUNTIMES
-from qlrewrite.verify.verify import generate_inputs, input_specs_or_refuse
 
 __all__ = ["compare_command"]
 
@@ -34,7 +38,7 @@ Examples:
   qlrewrite compare model.onnx model.fold.onnx
   qlrewrite compare float.onnx int8.onnx --rtol 0.05 --tensors
   qlrewrite compare a.onnx b.onnx --input-shape x=1,3,224,224 --runtime ort
-  qlrewrite compare a.onnx b.onnx --inputs batch.npz --format json
+  qlrewrite compare a.onnx b.onnx --inputs batch.npz --output-format json
   qlrewrite compare a.onnx b.onnx --plot errors.png     # needs matplotlib
 
 Exit codes: 0 within tolerance, 1 an output (or with --tensors a tensor) diverges
@@ -74,13 +78,7 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
     help="Also compare the intermediate tensors both models name (ONNX Runtime, "
     "optimizations off) and name the first, in topological order, that diverges.",
 )
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-)
+@output_format_option(["text", "json"], "Output format.")
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -109,21 +107,19 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     input types (seeded; --input-shape for unknown dimensions) or read from --inputs.
     Each runtime runs in a child process: one that crashes is reported.
     """
-    model = model_io.load(first)
-    model_io.load(second)  # unreadable: exit 2 before anything runs
     if plot is not None:
         _refuse_plot_over_a_read(plot, first, second, inputs_path)
         _require_matplotlib()
-    feeds = _feeds(model, inputs_path, input_shape, seed)
-    comparison = compare_models(
+    comparison = compare_report(
         first,
         second,
-        feeds,
-        runtimes=runtimes or list(RUNTIMES),
+        runtimes=runtimes,
+        inputs=inputs_path,
+        input_shapes=input_shape,
+        seed=seed,
         rtol=rtol,
         atol=atol,
         tensors=tensors,
-        steps=output_steps(model),
     )
     if output_format == "json":
         click.echo(
@@ -136,76 +132,6 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     if plot is not None:
         _plot(comparison, plot)
     sys.exit(1 if comparison.diverges or not comparison.compared else 0)
-
-
-def _feeds(
-    model: Any, inputs_path: Path | None, shapes: Mapping[str, tuple[int, ...]], seed: int
-) -> dict[str, np.ndarray]:
-    """The inputs: read from ``inputs_path``, or generated from the first model."""
-    if inputs_path is None:
-        specs = input_specs_or_refuse(model, shapes)
-        return generate_inputs(specs, np.random.default_rng(seed))
-    data = reading.read_bytes(inputs_path, "input arrays file", reading.MODEL_BYTES)
-    wanted = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            _check_headers(archive, wanted, inputs_path)
-        with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
-            feeds = {name: arrays[name] for name in arrays.files if name in wanted}
-    except (OSError, ValueError, zipfile.BadZipFile) as exc:
-        raise InputError(f"{inputs_path}: not a readable .npz of arrays ({exc})") from None
-    if absent := [name for name in wanted if name not in feeds]:
-        raise InputError(f"{inputs_path}: no array for input(s) {', '.join(absent)}")
-    return {name: feeds[name] for name in wanted}
-
-
-#: The .npy header readers of the format versions NumPy writes for plain arrays.
-_HEADERS = {
-    (1, 0): np.lib.format.read_array_header_1_0,
-    (2, 0): np.lib.format.read_array_header_2_0,
-}
-
-
-def _check_headers(archive: zipfile.ZipFile, wanted: Mapping[str, Any], path: Path) -> None:
-    """Each array's header, read before its data: its size must fit the bytes stored for
-    it (a header claiming 2^60 elements was an internal MemoryError), and its type and
-    rank (and fixed dims) must be what the first model takes (a 1 MB archive of 1 GiB of
-    zeros for a [1, 4] input was decompressed, then failed in the runtime, and the
-    comparison said 'within tolerance')."""
-    for info in archive.infolist():
-        name = info.filename.removesuffix(".npy")
-        if name not in wanted:
-            continue
-        with archive.open(info) as member:
-            version = np.lib.format.read_magic(member)
-            if version not in _HEADERS:
-                raise InputError(f"{path}: array {escape(name)}: .npy format {version} not read")
-            shape, _, dtype = _HEADERS[version](member)
-        if dtype.hasobject:
-            raise InputError(f"{path}: array {escape(name)} holds Python objects (not read)")
-        if int(np.prod(shape, dtype=object)) * dtype.itemsize > info.file_size:
-            raise InputError(f"{path}: array {escape(name)} is larger than the bytes it holds")
-        _check_fits(wanted[name], shape, dtype, path)
-
-
-def _check_fits(value: Any, shape: tuple[int, ...], dtype: np.dtype, path: Path) -> None:
-    """``shape`` / ``dtype`` as the model's input ``value`` declares them (unknown dims
-    take any size)."""
-    name = escape(value.name)
-    expected = value.dtype.numpy() if value.dtype is not None else None
-    if expected is not None and np.dtype(expected) != dtype:
-        raise InputError(f"{path}: array {name} is {dtype}, the model takes {np.dtype(expected)}")
-    declared = value.shape
-    if declared is None:
-        return
-    fixed = [d if isinstance(d, int) else None for d in declared]
-    if len(fixed) != len(shape) or any(
-        d is not None and d != g for d, g in zip(fixed, shape, strict=False)
-    ):
-        dims = ["?" if d is None else str(d) for d in fixed]
-        raise InputError(
-            f"{path}: array {name} has shape {list(shape)}, the model takes [{', '.join(dims)}]"
-        )
 
 
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
@@ -260,30 +186,66 @@ def _require_matplotlib() -> None:
 
 
 def _plot(comparison: Comparison, path: Path) -> None:
-    """Each output's relative error per runtime, one bar each (log scale)."""
+    """Each output's relative error per runtime (bars, log scale) and, with --tensors,
+    every intermediate tensor's in the first model's order (ONNX Runtime, optimizations
+    off); legends beside the axes, never over the bars."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    figure, axes = pyplot.subplots(figsize=(8, 4))
+    by_tensor = comparison.divergence.by_tensor if comparison.divergence else []
+    rows = 2 if by_tensor else 1
+    figure, axes = pyplot.subplots(rows, 1, figsize=(10, 4 * rows), squeeze=False)
+    _plot_outputs(axes[0][0], comparison)
+    if by_tensor:
+        _plot_tensors(axes[1][0], by_tensor, comparison.rtol)
+    figure.tight_layout()
+    image = io.BytesIO()
+    figure.savefig(image, format=path.suffix.lstrip(".") or "png", bbox_inches="tight")
+    pyplot.close(figure)
+    save_image(path, image.getvalue())
+
+
+#: What a bar of zero is drawn as on the log scale (an exact output).
+_FLOOR = 1e-12
+
+
+def _plot_outputs(axes: Any, comparison: Comparison) -> None:
     ran = [r for r in comparison.runtimes if r.reason is None]
     names = list(dict.fromkeys(o.name for r in ran for o in r.outputs))
     width = 0.8 / max(len(ran), 1)
     for index, result in enumerate(ran):
         errors = {o.name: o.relative or 0.0 for o in result.outputs}
         xs = [i + index * width for i in range(len(names))]
-        axes.bar(xs, [max(errors.get(n, 0.0), 1e-12) for n in names], width, label=result.runtime)
+        axes.bar(xs, [max(errors.get(n, 0.0), _FLOOR) for n in names], width, label=result.runtime)
     axes.set_yscale("log")
     axes.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names, rotation=45)
     axes.set_ylabel("max |difference| / largest |value|")
-    axes.axhline(max(comparison.rtol, 1e-12), linestyle="--", color="grey", label="rtol")
-    axes.legend()
-    figure.tight_layout()
-    image = io.BytesIO()
-    figure.savefig(image, format=path.suffix.lstrip(".") or "png")
-    pyplot.close(figure)
-    save_image(path, image.getvalue())
+    axes.set_title("outputs, per runtime")
+    axes.axhline(max(comparison.rtol, _FLOOR), linestyle="--", color="grey", label="rtol")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
+def _plot_tensors(axes: Any, by_tensor: Sequence[tuple[str, float | None]], rtol: float) -> None:
+    """One bar per intermediate tensor (a type change, which has no relative error, drawn
+    at the top in red)."""
+    values = [r for _, r in by_tensor if r is not None]
+    top = max([*values, rtol, _FLOOR]) * 10
+    heights = [top if r is None else max(r, _FLOOR) for _, r in by_tensor]
+    colours = ["tab:red" if r is None or r > rtol else "tab:blue" for _, r in by_tensor]
+    axes.bar(range(len(by_tensor)), heights, color=colours)
+    axes.set_yscale("log")
+    step = max(1, len(by_tensor) // 40)  # at most 40 names under the axis
+    ticks = list(range(0, len(by_tensor), step))
+    axes.set_xticks(ticks, [by_tensor[i][0] for i in ticks], rotation=90, fontsize=7)
+    axes.set_ylabel("max |difference| / largest |value|")
+    axes.set_title(
+        "every tensor both models name (ONNX Runtime, optimizations off; "
+        "red: beyond rtol or type changed)"
+    )
+    axes.axhline(max(rtol, _FLOOR), linestyle="--", color="grey", label="rtol")
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def save_image(path: Path, data: bytes) -> None:

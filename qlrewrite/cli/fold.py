@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from pathlib import Path
 
@@ -16,9 +15,8 @@ from qlrewrite.cli._common import (
     run_rewrite,
 )
 from qlrewrite.errors import InputError
-from qlrewrite.passes.commands import fold_passes
+from qlrewrite.passes.commands import fold_fusions, fold_passes
 from qlrewrite.passes.fold.fold_pass import FLOAT16_MODES
-from qlrewrite.verify.compare import ort_fusions
 
 __all__ = ["SIZE", "fold_command", "parse_size"]
 
@@ -64,6 +62,7 @@ Examples:
   qlrewrite fold model.onnx -o folded.onnx --max-size 4GB
   qlrewrite fold model.onnx --keep-dq -o smaller.onnx
   qlrewrite fold int8_cnn.onnx --keep-fused       # for ONNX Runtime: keep what it fuses
+  qlrewrite fold int4_llm.onnx --target openvino --keep-fused
   qlrewrite fold int8_cnn.onnx --bias-only        # for TensorRT: only the int32 biases
   qlrewrite fold int4_llm.onnx --dequantize-weights -o float_baseline.onnx
   qlrewrite fold model.onnx --dry-run --report fold.json
@@ -78,10 +77,19 @@ Examples:
 @click.option(
     "--keep-fused",
     is_flag=True,
-    help="Leave the DequantizeLinear that ONNX Runtime's CPU provider (the installed "
-    "release) fuses into integer / weight-only kernels (QLinearConv, QLinearMatMul, QGemm, "
-    "MatMulNBits, ...) and fold the rest: for models run by ORT. Read from ORT's optimized "
-    "graph of the input; without it, fold warns of those it folds.",
+    help="Leave the DequantizeLinear that the runtime (--target; default the installed "
+    "ONNX Runtime release) fuses into integer / weight-only kernels (QLinearMatMul, "
+    "MatMulIntegerToFloat, MatMulNBits, ...; OpenVINO: weights it keeps compressed) and "
+    "fold the rest. Read from the runtime's measured table (docs/targets.md), no session "
+    "is built; without it, fold warns of those it folds.",
+)
+@click.option(
+    "--target",
+    "target",
+    metavar="SPEC",
+    default=None,
+    help="The runtime whose measured fusions the warning and --keep-fused read, spelled as "
+    "check --target: ort (the installed release, the default), ort==1.20, openvino.",
 )
 @click.option(
     "--bias-only",
@@ -117,6 +125,7 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     model: Path,
     keep_dq: bool,
     keep_fused: bool,
+    target: str | None,
     bias_only: bool,
     dequantize_weights: bool,
     float16: str,
@@ -143,8 +152,7 @@ def fold_command(  # noqa: PLR0917 (click passes options by keyword)
     # asked when the fold runs, after the input check; --keep-dq folds no DQ
     if keep_dq and bias_only:
         raise InputError("--keep-dq and --bias-only fold disjoint sets: give one")
-    asks_ort = not (keep_dq or bias_only)  # nothing ORT fuses is folded otherwise
-    fusions = functools.partial(ort_fusions, model, required=keep_fused) if asks_ort else None
+    fusions = fold_fusions(target, keep_dq=keep_dq, bias_only=bias_only)
     passes = fold_passes(
         keep_dq=keep_dq,
         float16=float16,

@@ -14,13 +14,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite.checking.summary import model_summary
-from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
+from qlrewrite.cli._common import (
+    debug_option,
+    human_bytes,
+    out_console,
+    output_format_option,
+    run_command,
+)
 from qlrewrite.cli._tables import Column, fitted_table
-from qlrewrite.io import model_io
-from qlrewrite.io.source import source_of
-from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.qdq.left_alone import UncheckedGroup, describe_unchecked
+from qlrewrite.reports import info_report
 from qlrewrite.text import escape
 
 __all__ = ["info_command"]
@@ -31,20 +34,13 @@ __all__ = ["info_command"]
     epilog="""\b
 Examples:
   qlrewrite info model.onnx
-  qlrewrite info model.onnx --format json | jq '.qdq'
-  qlrewrite info llm.onnx --format json | jq '.weight_only[] | {K, N, bits, nodes}'
+  qlrewrite info model.onnx --output-format json | jq '.qdq'
+  qlrewrite info llm.onnx --output-format json | jq '.weight_only[] | {K, N, bits, nodes}'
   qlrewrite info model.onnx --target ort==1.16 --target tensorrt
 """,
 )
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@output_format_option(["text", "json"], "Output format.")
 @click.option(
     "--target",
     multiple=True,
@@ -54,7 +50,7 @@ Examples:
 )
 @debug_option
 @run_command
-def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
+def info_command(model: Path, output_format: str, target: tuple[str, ...]) -> None:
     """Summarise a model's Q/DQ and weight-only nodes (MatMulNBits, GatherBlockQuantized),
     opsets and initializers (reads no weights).
 
@@ -62,31 +58,13 @@ def info_command(model: Path, fmt: str, target: tuple[str, ...]) -> None:
     QLinear*, QGemm, ...) are listed with the type and granularity of each quantized
     tensor (per-tensor, or per-channel weights) and the Q/DQ form `convert --to onnx`
     writes for them."""
-    loaded = model_io.load(model)
-    # Just loaded: type inference can run on a copy of the file's nodes.
-    source = source_of(loaded)
-    weightless = weightless_from_source(source.proto, max_inline_bytes=0) if source else None
-    summary = {"path": str(model), **model_summary(loaded, weightless=weightless)}
-    if target:
-        summary["targets"] = _target_findings(loaded, target)
-    if fmt == "json":
+    summary = info_report(model, targets=target)
+    if output_format == "json":
         click.echo(json.dumps(summary, indent=2))
         return
     console = _text_console()
     _print_text(summary, console)
     _print_targets(summary.get("targets", {}), console)
-
-
-def _target_findings(loaded: Any, specs: tuple[str, ...]) -> dict[str, list[dict[str, Any]]]:
-    """Per target, the QL7xx findings of check --target (what the runtime refuses)."""
-    from qlrewrite.checking.checker import check
-    from qlrewrite.targets.spec import parse_targets
-
-    found = {}
-    for runtime in parse_targets(specs):
-        report = check(loaded, select=["QL7"], targets=[runtime.spec])
-        found[runtime.label] = [f.to_json() for f in report.findings]
-    return found
 
 
 def _print_targets(targets: dict[str, list[dict[str, Any]]], console: Console) -> None:
@@ -162,7 +140,8 @@ def _print_text(summary: dict[str, Any], console: Console) -> None:
             if dropped:
                 hidden = ", ".join(dropped)
                 _say(
-                    console, f"(not shown at {console.width} columns: {hidden}; see --format json)"
+                    console,
+                    f"(hidden at {console.width} columns: {hidden}: --output-format json)",
                 )
     if summary["left_alone"]:  # the words check and the rewrites use, then why each
         groups = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from qlrewrite.checking import render
-from qlrewrite.cli._common import debug_option, out_console, run_command
+from qlrewrite.cli._common import debug_option, out_console, output_format_option, run_command
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Rule
 
@@ -49,25 +49,19 @@ Examples:
   qlrewrite rules QL401
   qlrewrite rules axis-out-of-range
   qlrewrite rules QL4                      # every rule whose code starts with QL4
-  qlrewrite rules --format json | jq '.[] | select(.severity == "warning") | .code'
+  qlrewrite rules --output-format json | jq '.[] | select(.severity == "warning") | .code'
 """,
 )
 @click.argument("code", required=False, metavar="[CODE|NAME|PREFIX]")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Output format.",
-)
+@output_format_option(["text", "json"], "Output format.")
 @debug_option
 @run_command
-def rules_command(code: str | None, fmt: str) -> None:
+def rules_command(code: str | None, output_format: str) -> None:
     """List the check rules, or explain rule CODE (a code or a name) with an example; a
     code prefix (QL4, as --select takes it) lists the rules it names."""
     from qlrewrite.rules import RULES
 
+    fmt = output_format
     if code is None:
         _print_catalogue(list(RULES.values()), fmt)
         return

@@ -17,6 +17,9 @@
   whatever kills or concurrent writers do. Commits in one folder take turns (a lock
   on the folder), which also makes removing leftovers safe.
 - :class:`PendingFile`: one text file (a report) written the same way.
+
+The journal's format is :mod:`qlrewrite.io.journal`'s; the names of the output and its
+data file are :mod:`qlrewrite.io.names`'s.
 """
 
 from __future__ import annotations
@@ -24,11 +27,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import hashlib
-import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import stat
@@ -42,6 +42,16 @@ import onnx
 
 from qlrewrite.errors import InputError
 from qlrewrite.io import reading
+from qlrewrite.io.journal import JOURNAL, Foreign, read_journal, unlink_if_same, write_journal
+from qlrewrite.io.names import (
+    data_names,
+    data_stem,
+    fitted_stem,
+    free_data_name,
+    is_data_name,
+    refuse_long_name,
+    usable_data_name,
+)
 from qlrewrite.io.output_guard import Destination, destination
 from qlrewrite.text import escape
 
@@ -136,99 +146,6 @@ def _remove_unheld(folder: Path, staging: Path) -> bool:
         os.close(fd)
 
 
-_JOURNAL = "commit.json"
-_JOURNAL_VERSION = 2
-#: A journal holds a few names and numbers: a larger file is not one this tool wrote.
-_JOURNAL_MAX = reading.JOURNAL_BYTES
-
-#: A file's identity as a journal records it: device, inode, size, modification time.
-_Identity = tuple[int, int, int, int]
-
-
-def _identity(path: Path) -> _Identity:
-    info = os.lstat(path)
-    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
-
-
-def _journal(
-    staging: Path, data: tuple[str, Path], model_name: str, replaced: Collection[str]
-) -> None:
-    """Record in the staging folder, before it goes in, the data file a commit moves
-    beside the model (``data``: its name there and its staged path) and the replaced
-    model's data files it will remove, each with its identity: if the run is killed,
-    the next run into the folder finishes or undoes exactly that, on exactly those files."""
-    folder = staging.parent
-    olds = []
-    for name in replaced:
-        with contextlib.suppress(OSError):
-            olds.append({"name": name, "id": _identity(folder / name)})
-    entry = {
-        "version": _JOURNAL_VERSION,
-        "model": model_name,
-        "data": {"name": data[0], "id": _identity(data[1])},
-        "replaced": olds,
-    }
-    text = json.dumps(entry)
-    if len(text) > _JOURNAL_MAX:  # a model naming thousands of data files: left behind
-        text = json.dumps({**entry, "replaced": []})
-    (staging / _JOURNAL).write_text(text)
-
-
-class _Foreign(Exception):
-    """A journal this tool did not write (the message says why)."""
-
-
-def _read_journal(path: Path) -> tuple[str, tuple[str, _Identity], list] | None:
-    """The commit a journal records (model name, data file, replaced files), None when
-    there is none (a run killed before its commit began). Read only from a regular file
-    of this user's (``lstat`` first: a FIFO or a device is never opened), through
-    :mod:`qlrewrite.io.reading` (no link, at most ``JOURNAL_BYTES``); raises
-    :class:`_Foreign` otherwise."""
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _Foreign(exc.strerror or str(exc)) from exc
-    if not stat.S_ISREG(info.st_mode):
-        raise _Foreign("not a regular file")
-    if info.st_uid != os.geteuid():
-        raise _Foreign("another user's file")
-    try:
-        raw = reading.read_bytes(path, "commit journal", _JOURNAL_MAX, follow_links=False)
-        entry = json.loads(raw)
-    except InputError as exc:
-        raise _Foreign(str(exc).removeprefix(f"{path}: ")) from exc
-    except (ValueError, RecursionError) as exc:
-        raise _Foreign("not JSON, or nested too deep") from exc
-    return _journal_entry(entry)
-
-
-def _journal_entry(entry: object) -> tuple[str, tuple[str, _Identity], list]:
-    """The fields of a parsed journal, each checked for its type and shape."""
-    if not isinstance(entry, dict) or entry.get("version") != _JOURNAL_VERSION:
-        raise _Foreign("not a journal of this version")
-    model, replaced = entry.get("model"), entry.get("replaced")
-    if not _plain_name(model) or not isinstance(replaced, list):
-        raise _Foreign("not a journal of this version")
-    return model, _file_entry(entry.get("data")), [_file_entry(r) for r in replaced]
-
-
-def _file_entry(entry: object) -> tuple[str, _Identity]:
-    """A file of a journal: a plain name and its identity (four non-negative integers)."""
-    ident = entry.get("id") if isinstance(entry, dict) else None
-    if not isinstance(ident, list) or len(ident) != 4:
-        raise _Foreign("a file without its identity")
-    if _plain_name(entry.get("name")) and all(type(v) is int and v >= 0 for v in ident):
-        return entry["name"], (ident[0], ident[1], ident[2], ident[3])
-    raise _Foreign("a file without its identity")
-
-
-def _plain_name(name: object) -> bool:
-    """A file name, never a path."""
-    return isinstance(name, str) and Path(name).name == name and name not in ("", ".", "..")
-
-
 def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
     """A killed commit (its journal says what it did): if its model went in, remove the
     replaced data files the model there does not name; else remove the data file it
@@ -236,10 +153,10 @@ def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
     (device, inode, size, modification time); files named by the model now in place
     never are. A journal this tool did not write is one warning line, and changes
     nothing."""
-    journal = staging / _JOURNAL
+    journal = staging / JOURNAL
     try:
-        commit = _read_journal(journal)
-    except _Foreign as exc:
+        commit = read_journal(journal)
+    except Foreign as exc:
         print(
             f"qlrewrite: warning: {escape(str(journal))}: not a commit journal of "
             f"qlrewrite ({exc}); ignored, no file removed",
@@ -249,19 +166,12 @@ def _remove_uncommitted_data(folder: Path, staging: Path) -> None:
     if commit is None:
         return
     model, data, replaced = commit
-    pattern = _data_names(model, folder)
+    pattern = data_names(model, folder)
     named = set(_named_data_files(folder / model, pattern))
     doomed = replaced if data[0] in named else [data]
     for name, ident in doomed:
         if name not in named and pattern.fullmatch(name):
-            _unlink_if_same(folder / name, ident)
-
-
-def _unlink_if_same(path: Path, ident: _Identity) -> None:
-    """Remove ``path`` if it is a regular file (not a link) with identity ``ident``."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.lstat(path).st_mode) and _identity(path) == ident:
-            os.unlink(path)
+            unlink_if_same(folder / name, ident)
 
 
 class Staging:
@@ -349,88 +259,6 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-#: Bytes a data file name adds to its stem at most: ``.<8 hex>.data``, and onnx_ir's
-#: save writes it through a temporary folder named ``.<data name>.<8 random>``.
-_SUFFIX_BYTES = len(".12345678.data") + len("..12345678")
-
-
-def _name_max(folder: Path) -> int:
-    """The longest file name ``folder``'s file system takes, in bytes (255 if unknown)."""
-    try:
-        return int(os.pathconf(folder, "PC_NAME_MAX"))
-    except (OSError, ValueError):
-        return 255
-
-
-def fitted_stem(stem: str, folder: Path, room: int) -> str:
-    """``stem``, or when ``room`` more bytes would make a name longer than ``folder``'s
-    file system takes (its ``NAME_MAX``), ``stem`` cut to fit followed by ``~`` and 8 hex
-    digits of its hash: the same name every run, still recognisable. The one home of
-    names qlrewrite derives (data files, ``<stem>.fold.onnx``)."""
-    raw = os.fsencode(stem)  # a name that is not UTF-8 counts its bytes too
-    limit = _name_max(folder) - room
-    if len(raw) <= limit:
-        return stem
-    digest = hashlib.sha256(raw).hexdigest()[:8]
-    cut = raw[: max(limit - 9, 1)]
-    try:
-        raw.decode("utf-8")
-        head = cut.decode("utf-8", "ignore")  # no character cut in half
-    except UnicodeDecodeError:
-        head = os.fsdecode(cut)
-    return f"{head}~{digest}"
-
-
-def data_stem(model_name: str, folder: Path) -> str:
-    """What data file names of ``model_name`` start with: the model's name, or when
-    ``<name>.<8 hex>.data`` would be longer than the file system allows, the name
-    shortened by :func:`fitted_stem`."""
-    return fitted_stem(model_name, folder, _SUFFIX_BYTES)
-
-
-def refuse_long_name(path: Path, what: str) -> None:
-    """Raise InputError if ``path``'s name is longer than its folder's file system takes
-    (``what``: "the output", "the report"), before anything is written."""
-    size = len(os.fsencode(path.name))
-    limit = _name_max(path.absolute().parent)
-    if size > limit:
-        raise InputError(
-            f"{path}: the name of {what} is {size} bytes, longer than the file system takes "
-            f"({limit}); choose a shorter name (nothing written)"
-        )
-
-
-def _data_names(model_name: str, folder: Path) -> re.Pattern[str]:
-    stem = data_stem(model_name, folder)
-    return re.compile(re.escape(stem) + r"(\.[0-9a-f]{8})?\.data")
-
-
-def is_data_name(name: str, model_name: str, folder: Path) -> bool:
-    """True if ``name`` is a data file name :func:`commit_model` gives ``model_name`` in
-    ``folder``."""
-    return _data_names(model_name, folder).fullmatch(name) is not None
-
-
-def _usable(folder: Path, name: str, model_name: str) -> bool:
-    """No file has ``name``, and the plain ``<model>.data`` only for a new model: a
-    reader that read an older model never opens a newer data file under the name it
-    remembers."""
-    plain = name == f"{data_stem(model_name, folder)}.data"
-    return not os.path.lexists(folder / name) and not (
-        plain and os.path.lexists(folder / model_name)
-    )
-
-
-def free_data_name(folder: Path, model_name: str) -> str:
-    """``<model_name>.data`` for a new model, else ``<model_name>.<8 hex>.data`` (random:
-    a name never used before)."""
-    stem = data_stem(model_name, folder)
-    name = f"{stem}.data"
-    while not _usable(folder, name, model_name):
-        name = f"{stem}.{secrets.token_hex(4)}.data"
-    return name
-
-
 def _model_proto(path: Path) -> onnx.ModelProto:
     """The model at ``path`` (no external data), read through :mod:`qlrewrite.io.reading`."""
     data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
@@ -487,7 +315,7 @@ def commit_model(
     to refuse the commit).
     """
     folder = dest.parent
-    pattern = _data_names(dest.name, folder)
+    pattern = data_names(dest.name, folder)
     with _folder_lock(folder, str(dest)):
         _step("locked")
         if unchanged is not None:
@@ -539,7 +367,7 @@ def _ready_data(
     and the journal of the commit written."""
     folder = dest.parent
     name = staged_data.name
-    if not _usable(folder, name, dest.name):  # taken since it was staged
+    if not usable_data_name(folder, name, dest.name):  # taken since it was staged
         name = free_data_name(folder, dest.name)
         _relocate(staged_model, staged_data.name, name)
         _step("relocated")
@@ -547,7 +375,7 @@ def _ready_data(
     if data_mode is not None:
         os.chmod(staged_data, data_mode)
     doomed = _removable(folder, replaced, name, keep, dest=dest, pattern=pattern)
-    _journal(staged_model.parent, (name, staged_data), dest.name, doomed)
+    write_journal(staged_model.parent, (name, staged_data), dest.name, doomed)
     return name
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qlrewrite.errors import InputError
-from qlrewrite.io import atomic, model_io, output_guard
+from qlrewrite.io import model_io, names, output_guard
 
 __all__ = ["OutputPlan", "default_output", "model_output", "plan_outputs", "resolve_output"]
 
@@ -55,10 +55,10 @@ def plan_outputs(
 
 def default_output(input_path: Path, command: str) -> Path:
     """``<stem>.<command>.onnx`` beside the input; a stem too long for the file system's
-    names is shortened as data file names are (:func:`~qlrewrite.io.atomic.fitted_stem`)."""
+    names is shortened as data file names are (:func:`~qlrewrite.io.names.fitted_stem`)."""
     suffix = f".{command}.onnx"
     folder = input_path.absolute().parent
-    stem = atomic.fitted_stem(input_path.stem, folder, len(os.fsencode(suffix)))
+    stem = names.fitted_stem(input_path.stem, folder, len(os.fsencode(suffix)))
     return input_path.with_name(stem + suffix)
 
 
@@ -70,7 +70,7 @@ def resolve_output(input_path: Path, output: Path | None, in_place: bool, comman
             raise InputError("--in-place and -o name different files; give one of them")
         return input_path
     target = output if output is not None else default_output(input_path, command)
-    atomic.refuse_long_name(target, "the output")
+    names.refuse_long_name(target, "the output")
     if target.exists() and model_io.same_file(target, input_path):
         raise InputError(
             f"{target}: the output is the input; use --in-place to overwrite the input"
@@ -91,7 +91,7 @@ def _refuse_overwriting_input(reads: Sequence[Path], target: Path, in_place: boo
 
 def _refuse_report_path(report: Path, reads: Sequence[Path], target: Path) -> None:
     """The report may not replace the input, a file it reads, the output or its data."""
-    atomic.refuse_long_name(report, "the report")
+    names.refuse_long_name(report, "the report")
     if model_io.same_file(report, reads[0]):
         raise InputError(f"{report}: the report would overwrite the input model")
     if any(model_io.same_file(report, read) for read in reads[1:]):
@@ -109,5 +109,5 @@ def model_output(label: str, path: Path) -> output_guard.Output:
     it: its file and the names its external data file may take."""
     folder = path.absolute().parent
     return output_guard.Output(
-        label, path, data=lambda name: atomic.is_data_name(name, path.name, folder)
+        label, path, data=lambda name: names.is_data_name(name, path.name, folder)
     )

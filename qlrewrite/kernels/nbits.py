@@ -7,7 +7,7 @@ Bit-exact with ONNX Runtime's CPU kernels (pinned by tests that run them):
   along K in blocks (the last block padded); scales ``[N, k_blocks]`` (or flat); zero points
   packed uint8 ``[N, ceil(k_blocks * bits / 8)]`` (each row padded to whole bytes), default
   ``2 ** (bits - 1)``. Weight ``W[k, n] = float32(q - zp) * scale``, the same formula as
-  DequantizeLinear. Zero points in the scale type (4 bits only in ORT) take another path
+  DequantizeLinear. Zero points in the scale type (2 and 4 bits in ORT) take another path
   in ORT: ``q * scale + (-scale * zp)``, rounded twice (:func:`dequantize_float_zero_point`).
 - GatherBlockQuantized: int4 / uint4 data (default zero point 0) or uint8 data holding
   ``8 / bits`` values per byte along the last axis (default zero point ``2 ** (bits - 1)``,

@@ -4,7 +4,8 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
@@ -14,14 +15,17 @@ from qlrewrite.passes.convert.qonnx_to_qdq import QonnxToQdqPass
 from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.convert.tidy import QdqTidyPass
 from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
-from qlrewrite.passes.fix import FIXES, FixPass, finding_key
+from qlrewrite.passes.fix import FIXES, DropImportPass, FixingPass, FixPass, finding_key
 from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.fold.tensor import Float16Mode
 from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.retarget.retarget_pass import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
-from qlrewrite.verify.deployed import Fusions
+from qlrewrite.targets.fusions import FusionTable, NoFusionTable, fusions_for
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = [
     "convert_passes",
@@ -29,6 +33,7 @@ __all__ = [
     "fix_passes",
     "fold_passes",
     "retarget_passes",
+    "target_fix_passes",
     "upgrade",
     "upgrade_passes",
 ]
@@ -39,13 +44,13 @@ def fold_passes(
     keep_dq: bool = False,
     float16: Float16Mode = "exact",
     dequantize_weights: bool = False,
-    fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
+    fusions: FusionTable | NoFusionTable | None = None,
     keep_fused: bool = False,
     bias_only: bool = False,
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite fold``: weight-only nodes to MatMul / Gather of float weights (with
-    ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: what ONNX
-    Runtime makes of the input; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
+    ``dequantize_weights``), then every constant Q/DQ folded (``fusions``: the measured
+    table of what the runtime fuses; ``keep_fused``: leave the DQs it fuses; ``bias_only``:
     fold only the int32 bias DQs)."""
     fold = FoldPass(
         keep_dq=keep_dq,
@@ -58,6 +63,17 @@ def fold_passes(
     if dequantize_weights:
         passes.insert(0, NBitsToOnnxPass(strict=False, dequantize=True, float16=float16))
     return passes
+
+
+def fold_fusions(
+    target: str | None, *, keep_dq: bool = False, bias_only: bool = False
+) -> FusionTable | NoFusionTable | None:
+    """The fusion table ``fold`` reads (:func:`~qlrewrite.targets.fusions.fusions_for`):
+    ``target``'s, else the installed ONNX Runtime's; None when nothing a runtime fuses is
+    folded (``keep_dq``, ``bias_only``) and no target was named."""
+    if keep_dq or bias_only:
+        return fusions_for(target) if target is not None else None
+    return fusions_for(target)
 
 
 def convert_passes(
@@ -89,14 +105,17 @@ def upgrade_passes(
     return passes
 
 
-def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.passes.PassBase]:
+def fix_passes(
+    findings: Sequence[Finding], *, unsafe: bool = False, targets: Sequence[Target] = ()
+) -> list[ir.passes.PassBase]:
     """``qlrewrite check --fix`` (``--unsafe-fixes``): the passes that repair ``findings``
     (those :func:`~qlrewrite.findings.fixable` allows); [] if none.
 
     Read from the rules' own :class:`~qlrewrite.rules.registry.Fix`: a fix that is an
     upgrade (``upgrade_opset``) puts ``qlrewrite upgrade --opset N`` first, for the codes
     that asked for it; the node and model fixes run in one
-    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given.
+    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given; then the
+    rewrites the target findings point to on ``targets`` (:func:`target_fix_passes`).
     """
     chosen = fixable(findings, unsafe=unsafe)
     if not chosen:
@@ -111,7 +130,47 @@ def fix_passes(findings: Sequence[Finding], *, unsafe: bool = False) -> list[ir.
         p for opset in sorted(by_opset) for p in upgrade_passes(opset, fixing=by_opset[opset])
     ]
     passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
+    return passes + target_fix_passes(chosen, targets)
+
+
+#: The order the target rewrites run in: the bias fold and the retarget on the model's
+#: own opset, then the downgrade, then the imports left unused dropped.
+_REWRITE_ORDER = ("fold-bias", "retarget", "downgrade", "drop-import")
+
+
+def target_fix_passes(
+    findings: Sequence[Finding], targets: Sequence[Target]
+) -> list[ir.passes.PassBase]:
+    """The rewrites the target findings among ``findings`` point to on ``targets``
+    (:class:`~qlrewrite.rules.registry.Rewrite`), each once, every code that asked for
+    it repaired by it: the fold of int32 biases, the retarget, the downgrade to the
+    lowest opset asked for, the unused imports dropped."""
+    asked: dict[tuple[str, int | str | None], tuple[list[str], str]] = {}
+    for finding in findings:
+        make = FIXES[finding.rule].rewrite if finding.rule in FIXES else None
+        rewrite = make(finding, targets) if make is not None else None
+        if rewrite is not None:
+            codes, _ = asked.setdefault((rewrite.command, rewrite.value), ([], rewrite.what))
+            codes.append(finding.rule)
+    opsets = [int(v) for (c, v) in asked if c == "downgrade" and v is not None]
+    passes: list[ir.passes.PassBase] = []
+    for (command, value), (codes, what) in sorted(
+        asked.items(), key=lambda item: (_REWRITE_ORDER.index(item[0][0]), str(item[0][1]))
+    ):
+        if command == "downgrade" and opsets and value != min(opsets):
+            continue
+        passes.append(FixingPass(_rewrite_pass(command, value), codes, what))
     return passes
+
+
+def _rewrite_pass(command: str, value: int | str | None) -> ir.passes.PassBase:
+    if command == "downgrade":
+        return DowngradePass(int(value or 0))
+    if command == "drop-import":
+        return DropImportPass(str(value))
+    if command == "retarget":
+        return RetargetPass(signedness="signed", symmetric=True)
+    return FoldPass(bias_only=True)
 
 
 def downgrade_passes(opset: int) -> list[ir.passes.PassBase]:

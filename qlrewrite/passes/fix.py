@@ -20,15 +20,16 @@ from typing import Any
 
 import onnx_ir as ir
 
+from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import FixResult, RepairsFindings
+from qlrewrite.passes.results import FixResult, ImportsResult, RepairsFindings, RewritePassResult
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
-from qlrewrite.toolkit import FreshNames
+from qlrewrite.toolkit import FreshNames, drop_unused_domain, iter_graphs, normalize_domain
 
-__all__ = ["FIXES", "FixPass", "finding_key", "fixable"]
+__all__ = ["FIXES", "DropImportPass", "FixPass", "FixingPass", "finding_key", "fixable"]
 
 #: code -> the rule's fix, for every rule that has one (read from the registry).
 FIXES: Mapping[str, Fix] = {code: c.fix for code, c in CHECKS.items() if c.fix is not None}
@@ -110,3 +111,64 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
 def _record(result: FixResult, code: str, where: str, what: str) -> None:
     result.changes.append((code, where, what))
     result.summary[code] = result.summary.get(code, 0) + 1
+
+
+class FixingPass(ContextPass, ir.passes.PassBase, RepairsFindings):
+    """A command's pass (``inner``: a downgrade, a retarget, a fold) run by ``check --fix``
+    for the target findings of ``codes`` (:class:`~qlrewrite.rules.registry.Rewrite`):
+    its result gets one ``changes`` line per code (``what``), so the fix flow sees what
+    it repaired; a refusal of ``inner`` refuses the fix (nothing written)."""
+
+    keeps_types = False
+    repairs_rules: tuple[str, ...] = ()  # set when made
+
+    def __init__(self, inner: ir.passes.PassBase, codes: Sequence[str], what: str) -> None:
+        super().__init__()
+        self.inner = inner
+        self.repairs_rules = tuple(sorted(set(codes)))
+        self.what = what
+
+    @property
+    def in_place(self) -> bool:
+        return self.inner.in_place
+
+    @property
+    def changes_input(self) -> bool:
+        return self.inner.changes_input
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        handed = self._handed
+        if isinstance(self.inner, ContextPass) and handed is not None and handed.model is model:
+            with self.inner.handed(handed):
+                result = self.inner(model)
+        else:
+            result = self.inner(model)
+        if isinstance(result, RewritePassResult) and result.modified:
+            result.changes.extend((code, "model", self.what) for code in self.repairs_rules)
+        return result
+
+
+class DropImportPass(ir.passes.InPlacePass):
+    """Drop the opset import of ``domain`` (not ai.onnx); Refusal naming the nodes that
+    use it (the import cannot go while they are there)."""
+
+    def __init__(self, domain: str) -> None:
+        super().__init__()
+        self.domain = domain
+
+    def call(self, model: ir.Model) -> ImportsResult:
+        users = [
+            node.name or f"<{node.op_type}>"
+            for scope in iter_graphs(model)
+            for node in scope.graph
+            if normalize_domain(node.domain) == normalize_domain(self.domain)
+        ]
+        if users:
+            shown = ", ".join(users[:5]) + (f" (+{len(users) - 5} more)" if len(users) > 5 else "")
+            raise Refusal(
+                f"the {self.domain} import is used by {len(users)} node(s) ({shown}): it "
+                "cannot be dropped; export the model at an opset the target loads; "
+                "nothing written"
+            )
+        changed = drop_unused_domain(model, self.domain)
+        return ImportsResult(model, changed, {"imports_dropped": int(changed)})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qlrewrite.checking import project
 from qlrewrite.errors import Refusal
@@ -22,6 +23,9 @@ from qlrewrite.passes.commands import fix_passes
 from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.pipeline.flow import rewrite
 from qlrewrite.verify.verify import Verification, VerificationFailed, VerifyOptions
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = [
     "FixOptions",
@@ -44,6 +48,9 @@ class FixOptions:
     in_place: bool = False
     diff: bool = False  # what would change; nothing written
     verify: VerifyOptions | None = None
+    #: --target: the runtimes the target findings' fixes rewrite for (empty: each
+    #: model's configured ``target``).
+    targets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -58,14 +65,18 @@ class FixOutcome:
     verification: Verification | None = None  # the --verify result, when asked
 
 
-def fix_target(path: Path, report: Report, options: FixOptions) -> FixOutcome | None:
+def fix_target(
+    path: Path, report: Report, options: FixOptions, runtimes: Sequence[str] = ()
+) -> FixOutcome | None:
     """Repair ``report``'s fixable findings of the model at ``path`` in one run of
     :func:`qlrewrite.pipeline.flow.rewrite` (nothing written when no fix changed anything, or
-    on ``options.diff``); None when nothing is fixable or the model was not read."""
+    on ``options.diff``); None when nothing is fixable or the model was not read.
+    ``runtimes``: the ``--target`` specs the target findings' rewrites are for (default:
+    ``options.targets``)."""
     if report.load_error:
         return None
     wanted = fixable(report.findings, unsafe=options.unsafe)
-    passes = fix_passes(wanted, unsafe=options.unsafe)
+    passes = fix_passes(wanted, unsafe=options.unsafe, targets=_parsed(runtimes or options.targets))
     if not passes:
         return None
     outcome = FixOutcome(path, [], len(wanted))
@@ -109,11 +120,21 @@ def fix_targets(
     checks, same order); ``on_outcome`` hears each outcome as it is made."""
     outcomes = []
     for target, report in zip(targets, reports, strict=True):
-        outcome = fix_target(target.path, report, options)
+        outcome = fix_target(
+            target.path, report, options, options.targets or target.settings.target
+        )
         if outcome is not None:
             outcomes.append(outcome)
             on_outcome(outcome)
     return outcomes
+
+
+def _parsed(specs: Sequence[str]) -> tuple[Target, ...]:
+    if not specs:
+        return ()
+    from qlrewrite.targets.spec import parse_targets
+
+    return parse_targets(tuple(specs))
 
 
 def _unfixed_refusal(report: Report, wanted: Sequence[Finding]) -> str | None:
@@ -165,15 +186,24 @@ def fixed_reports(
     outcomes: Sequence[FixOutcome],
     selection: project.Selection,
 ) -> list[Report]:
-    """``reports`` with each fixed model's replaced by its output's report (what remains)."""
+    """``reports`` with each fixed model's replaced by its output's report (what remains);
+    a model whose fix was refused keeps its findings, none of them marked fixable."""
     written = {str(o.path): o.output for o in outcomes if o.output is not None}
+    refused = {str(o.path) for o in outcomes if o.refused}
     settings = {str(t.path): t.settings for t in targets}
     replaced = []
     for report in reports:
         output = written.get(str(report.path))
         if output is None:
-            replaced.append(report)
+            replaced.append(_unfixable(report) if str(report.path) in refused else report)
             continue
         target = project.Target(Path(output), settings[str(report.path)])
         replaced.append(project.check_one(target, selection))
     return replaced
+
+
+def _unfixable(report: Report) -> Report:
+    """``report`` of a model whose fix was refused: no finding says ``--fix`` repairs it
+    (the run just refused to)."""
+    findings = [dataclasses.replace(f, fix=None) if f.fix else f for f in report.findings]
+    return dataclasses.replace(report, findings=findings)

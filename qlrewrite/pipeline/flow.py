@@ -21,7 +21,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io import atomic, model_io, tensors
 from qlrewrite.io.output_guard import Snapshot
 from qlrewrite.io.output_plan import OutputPlan, plan_outputs
-from qlrewrite.passes.manager import pass_name, repairs_of, summary_of, warnings_of
+from qlrewrite.passes.manager import repairs_of
 from qlrewrite.pipeline.in_memory import rewrite_model
 from qlrewrite.verify.compare import output_steps, verify_both
 from qlrewrite.verify.verify import Verification, VerificationFailed, Verifier, VerifyOptions
@@ -201,7 +201,7 @@ def _rewrite_loaded(
     if external_data is None and tensors.uses_external_data(model):
         external_data = True
     out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
-    model, results, serialized, checker_warnings, notes, passes = out
+    model, results, serialized = out.model, out.results, out.serialized
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -212,12 +212,12 @@ def _rewrite_loaded(
             output=target if writes else None,
             written=writes,
             dry_run=dry_run,
-            changes={pass_name(p): summary_of(r) for p, r in zip(passes, results, strict=True)},
+            changes=out.changes(),
             bytes_before=bytes_before,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - run.started,
             model=model,
-            warnings=[*checker_warnings, *(w for r in results for w in warnings_of(r)), *notes],
+            warnings=out.all_warnings(),
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,

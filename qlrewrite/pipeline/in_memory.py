@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import onnx
 import onnx_ir as ir
@@ -19,7 +19,14 @@ from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source, weightless_proto
 from qlrewrite.passes.context import RunContext
 from qlrewrite.passes.convert.qoperator_to_qdq import measured_bound
-from qlrewrite.passes.manager import run_passes, unrepaired, with_implied_imports
+from qlrewrite.passes.manager import (
+    pass_name,
+    run_passes,
+    summary_of,
+    unrepaired,
+    warnings_of,
+    with_implied_imports,
+)
 from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
 from qlrewrite.pipeline.refusals import refuse_errors
 from qlrewrite.pipeline.validate import (
@@ -46,6 +53,17 @@ class Rewritten(NamedTuple):
     warnings: list[str]  # of the output check
     notes: list[str]  # what the command leaves as it was
     passes: list[ir.passes.PassBase]  # as run (the implied imports' pass first, if added)
+
+    def changes(self) -> dict[str, dict[str, int]]:
+        """Per pass (by name), the counts of what it changed: the summary line's and
+        ``--report``'s ``changes``."""
+        pairs = zip(self.passes, self.results, strict=True)
+        return {pass_name(p): summary_of(r) for p, r in pairs}
+
+    def all_warnings(self) -> list[Any]:
+        """Every warning, in the order the command prints them: the output check's, the
+        passes', then what the command left as it was."""
+        return [*self.warnings, *(w for r in self.results for w in warnings_of(r)), *self.notes]
 
 
 def rewrite_model(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import textwrap
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol
 
 import onnx_ir as ir
@@ -50,6 +50,7 @@ __all__ = [
     "Fix",
     "FixContext",
     "ModelContext",
+    "Rewrite",
     "RuleCheck",
     "Scope",
     "TargetModel",
@@ -99,7 +100,10 @@ class Fix:
     fix can repair it; the registry then sets ``Finding.fix``. The repair is one of:
     ``node`` (called once per node and rule with a :class:`FixContext`; returns the line
     ``--diff`` shows, or None when it changed nothing), ``model`` (called once per model,
-    same return) or ``upgrade_opset`` (the fix pass upgrades ai.onnx to that opset first).
+    same return), ``upgrade_opset`` (the fix pass upgrades ai.onnx to that opset first)
+    or ``rewrite`` (a target rule's: the command-level rewrite the finding points to on the
+    runtimes deployed to, as :class:`Rewrite` data; the fix pass runs it once per model for
+    every finding that asked for it).
     """
 
     kind: FixKind
@@ -108,6 +112,20 @@ class Fix:
     node: Callable[[FixContext], str | None] | None = None
     model: Callable[[ir.Model], str | None] | None = None
     upgrade_opset: int | None = None
+    rewrite: Callable[[Finding, Sequence[Target]], Rewrite | None] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    """A command-level rewrite a target finding points to, as data (rules sit below the
+    passes): ``command`` one of "downgrade" (``value``: the ai.onnx opset), "drop-import"
+    (``value``: the domain, dropped when no node uses it), "retarget" (zero points made
+    0 where exact, unsigned to signed) or "fold-bias" (int32 bias DequantizeLinear
+    folded); ``what``: the line ``--diff`` shows."""
+
+    command: Literal["downgrade", "drop-import", "retarget", "fold-bias"]
+    what: str
+    value: int | str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +220,7 @@ def rule(
     kinds: tuple[SiteKind[V], ...] | None = None,
     examples: Iterable[Example] = (),
     upgrade_repairs: bool = False,
+    cites: tuple[tuple[str, str], ...] = (),
 ) -> Callable[[Check[V]], Check[V]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -210,8 +229,7 @@ def rule(
     target rule. An ``opt_in`` rule runs only when ``--select`` names it (by code or
     prefix, not ALL). ``fix`` is the rule's repair; ``examples`` its test models.
     ``upgrade_repairs``: the finding goes away at a newer opset (``qlrewrite upgrade``
-    does not refuse such an input; a ``fix`` with ``upgrade_opset`` implies it).
-    """
+    does not refuse it; implied by ``fix.upgrade_opset``). ``cites``: (target, row)."""
 
     def register(func: Check[V]) -> Check[V]:
         if code in RULES:
@@ -228,6 +246,7 @@ def rule(
             fix_summary=" ".join(textwrap.dedent(fix.summary).split()) if fix else "",
             opt_in=opt_in,
             source=source_path(func.__module__),
+            cites=cites,
         )
         RULES[code] = entry
         by_upgrade = upgrade_repairs or (fix is not None and fix.upgrade_opset is not None)
@@ -311,11 +330,13 @@ class TargetNode(Generic[V_co]):
     #: The rule being run: what :meth:`report` files findings under.
     rule: Rule | None = None
 
-    def report(self, message: str, hint: str = "") -> Finding:
-        """A finding of the rule being run about the node."""
+    def report(self, message: str, hint: str = "", *, attribute: str = "") -> Finding:
+        """A finding of the rule being run about the node (``attribute``: what its fix
+        reads)."""
         if self.rule is None:
             raise RuntimeError("report() outside a rule's check")
-        return self.view.finding_of(self.rule, message, hint)
+        finding = self.view.finding_of(self.rule, message, hint)
+        return dataclasses.replace(finding, attribute=attribute) if attribute else finding
 
 
 @dataclasses.dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
+from qlrewrite.targets.fusions import Fusion
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -35,11 +36,13 @@ the pre-commit hook treat them like every other rule (`qlrewrite rules QL703`).
 | `qnn` | what ONNX Runtime's QNN EP documents (not run: it needs a Snapdragon NPU) |
 
 Rules: QL701 (IR version newer than the release loads; `--fix` lowers it when the model
-needs no more), QL702 (an opset newer than it loads), QL703 (a node form it refuses, with
+needs no more), QL702 (an opset of any domain newer than it loads; `--fix` drops an
+import no node uses), QL703 (a node form it refuses, with
 the runtime's own message and the oldest release that runs it), QL704 (OpenVINO: a weight
 it folds to float), QL705 (opt-in: a quantized MatMul ONNX Runtime runs in float), QL706
-(a quantized MatMul ONNX Runtime's default optimizations compute wrongly or fail at run
-on), QL711-QL714 (TensorRT, documented), QL721-QL724 (QNN, documented).
+(a quantized MatMul, Conv, ConvTranspose or Gemm ONNX Runtime's default optimizations
+compute wrongly or fail at run on), QL711-QL714 (TensorRT, documented), QL721-QL724
+(QNN, documented).
 
 ## How the tables are measured
 
@@ -58,23 +61,53 @@ Forms: Q/DQ per opset 10 .. the newest onnx knows, per quantized type, per-tenso
 (x [4, 8]), per-axis (axis 1) and blocked (x [4, 64], blocks of 32 along axis 1), float32
 scales (and float16 per-tensor from opset 19); com.microsoft Q/DQ; MatMulNBits with
 bits 2 / 4 / 8, accuracy_level 0-4, zero points none / packed uint8 / float, with and
-without g_idx, float32 and float16 A (K 64, N 8, block 32); GatherBlockQuantized (packed
-uint8 4 and 8 bits, int4, uint4, quantized on the last or first axis); the QOperator
-operators (each input's type, `[n]` marking a per-channel scale or zero point; weights
-per-tensor and per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul patterns
-(8- and 16-bit activations, 8- and 4-bit weights), whose optimized graph ONNX Runtime
-saves: the kernels it formed.
+without g_idx, float32 and float16 A (K 64, N 8, block 32) and GatherBlockQuantized
+(packed uint8 4 and 8 bits, int4, uint4, quantized on the last or first axis), both at
+ai.onnx opset 13 and the lowest IR version their types allow (IR 7, so the releases that
+load no IR 10 still get a verdict on the operator); the QOperator operators (each input's
+type, `[n]` marking a per-channel scale or zero point; weights per-tensor and
+per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul, Conv, ConvTranspose and
+Gemm patterns, whose optimized graph ONNX Runtime saves: the kernels it formed. The
+imports of ai.onnx.ml, ai.onnx.training and ai.onnx.preview.training are probed alone (an
+ai.onnx Add in a model importing the domain at each version onnx knows): ONNX Runtime
+refuses a model importing a newer version than it knows even when no node uses it.
 
-The QDQ MatMul patterns (weight [64, 16]: per-tensor, per-axis, and blocked along K in
-blocks of 16 or 64, along N in blocks of 8 or 16, with and without zero point, output
-quantized or float) are also run by ONNX Runtime twice on the same seeded inputs (values
-in [0, 6), as many rows as the weight's scale and 3 rows): with the default options and
-with ORT_DISABLE_ALL. A largest difference above 10% of the largest output, or another
-shape, is recorded as `miscomputes`; a failure at run that ORT_DISABLE_ALL does not share
-as `fails at run` (measured: per-tensor and per-axis patterns agree exactly). These keys
-were added to the committed tables on 2026-11-26 with `drive.py --only "QDQ MatMul: "`,
-which re-probes the keys starting with it and merges them into each table, recording the
-amendment under `amended`; every other form is as first measured.
+The QDQ patterns are also run by ONNX Runtime twice on the same seeded inputs (values in
+[0, 6)): with the default options and with ORT_DISABLE_ALL, and both outputs are
+compared with the ONNX reference evaluator's (onnx.reference, run by the driver; a model
+below opset 19 evaluated at 19). A largest difference above 10% of the largest output,
+or another shape, is recorded as `miscomputes`; a failure at run that ORT_DISABLE_ALL
+does not share as `fails at run` (`optimized`: against ORT_DISABLE_ALL; `reference`:
+against the reference evaluator; measured 2026-11-28: ORT_DISABLE_ALL within 10% of the
+reference on every compared pattern of every release, and both verdicts the same; the
+patterns computed right within 3%, the wrong ones 46% or more off). OpenVINO runs the
+same patterns on the same inputs against the reference (`reference`,
+`versus_reference`); no rule reads those yet: its differences spread from 3% to 25% with
+no such gap (it computes Q/DQ patterns in its own precision), so a 10% line would not
+separate a misread scale from rounding. MatMul: weight [64, 16], per-tensor, per-axis,
+and blocked along K in blocks of 16 or 64, along N in blocks of 8 or 16, with and
+without zero point, output quantized or float (as many rows as the weight's scale and 3
+rows); 8- and 16-bit activations with 8- and 4-bit weights at opset 21, the 8-bit ones
+at opset 13 too; float8 (e4m3fn, e5m2) activation and weight at opset 21, output float
+(a float8 output's rounding step is up to a quarter of a value). Conv (weight [4, 4, 3,
+3]), ConvTranspose ([4, 4, 3, 3]) and Gemm ([32, 32], transB 0 and 1): as many input as
+output channels, so a scale on the wrong axis still broadcasts and a kernel that
+misreads it computes other values instead of failing; output quantized (a step about 1%
+of the largest output); at opset 13 and 21. The type x form product is sampled: uint8
+activation with int8 weight gets every form (per-tensor; per-axis on every axis; blocked
+on axis 0 and 1 from opset 21; zero points equal, differing per channel, or absent; Gemm
+with both transB), the other pairs (int8 x int8, uint8 x uint8 at opset 13; int8 x int8,
+uint16 x int8, uint16 x int16, uint8 x int4 at opset 21) per-tensor, per-axis on axis 0
+(zero points equal and differing) and on axis 1, blocked on axis 0 and 1 (Gemm: transB
+1, as ORT's quantizer writes it); ConvTranspose with those core forms for uint8 x int8
+only. The key of a Conv, ConvTranspose or Gemm pattern adds the weight's axis, one block
+or many, whether its zero points are absent, equal or differ, and Gemm's transB.
+
+A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
+models each) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
+min 37 s to 5 min 31 s under the load of other work; OpenVINO about 1.5 of them);
+`drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
+prefixes and merges them into each table, recording the amendment under `amended`.
 
 Refresh for a new release (about a minute per release on 2 cores):
 
@@ -111,17 +144,21 @@ def _span(releases: Sequence[str], every: Sequence[str]) -> str:
 
 
 def _release_table(tables: Sequence[Table]) -> list[str]:
+    domains = list(tables[-1].max_opset)  # the domains the newest table records
     lines = [
         "## ONNX Runtime releases",
         "",
-        "| release | measured | max IR | max ai.onnx | max com.microsoft | forms run | refused |",
-        "|---|---|---|---|---|---|---|",
+        "| release | measured | max IR | "
+        + " | ".join(f"max {d}" for d in domains)
+        + " | forms run | refused |",
+        "|---" * (len(domains) + 5) + "|",
     ]
     for t in tables:
         ran = sum(1 for row in t.forms.values() if _runs(row))
+        opsets = " | ".join(str(t.max_opset.get(d, "-")) for d in domains)
         lines.append(
-            f"| {t.release} | {t.measured} | {t.max_ir_version} | {t.max_opset['ai.onnx']} | "
-            f"{t.max_opset['com.microsoft']} | {ran} | {len(t.forms) - ran} |"
+            f"| {t.release} | {t.measured} | {t.max_ir_version} | {opsets} | {ran} | "
+            f"{len(t.forms) - ran} |"
         )
     return [*lines, ""]
 
@@ -198,7 +235,16 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
     return [*lines, *_patterns(tables)]
 
 
-_INTEGER = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulNBits", "MatMulInteger", "QGemm")
+_INTEGER = (
+    "QLinearMatMul",
+    "MatMulIntegerToFloat",
+    "MatMulNBits",
+    "MatMulInteger",
+    "QGemm",
+    "QLinearConv",
+    "ConvInteger",
+    "QLinearConvTranspose",
+)
 
 
 def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str:
@@ -227,12 +273,13 @@ def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str
 
 
 def _patterns(tables: Sequence[Table]) -> list[str]:
-    """Which kernel each release formed for each MatMul pattern (its optimized graph), and
-    where its default optimizations compute the pattern wrongly."""
+    """Which kernel each release formed for each pattern (its optimized graph), and where
+    its default optimizations compute the pattern wrongly."""
     every = [t.release.rsplit(".", 1)[0] for t in tables]
     keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
     lines = [
-        "### Quantized MatMul patterns: the kernels ONNX Runtime forms",
+        "### Quantized MatMul, Conv, ConvTranspose and Gemm patterns: the kernels ONNX "
+        "Runtime forms",
         "",
         "From each release's optimized graph (default session options, saved with "
         "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; "
@@ -240,7 +287,9 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
         "differs from ORT_DISABLE_ALL's on the same inputs (last column: `miscomputes`, "
         "other values or another shape; `fails at run`, where ORT_DISABLE_ALL runs). A "
         "blocked weight's key adds its layout: blocks along K (axis 0) or N (axis 1), one "
-        "block or many, zero point given or not, the MatMul's output quantized or float.",
+        "block or many, zero point given or not, the MatMul's output quantized or float; a "
+        "Conv, ConvTranspose or Gemm key its weight's axis, one block or many, its zero "
+        "points (no, equal, differ) and Gemm's transB.",
         "",
         "| pattern | integer kernel formed in | kernel (newest release) | refused in "
         "| optimized differs in |",
@@ -248,6 +297,68 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
     ]
     lines += [_pattern_row(key, tables, every) for key in keys]
     return [*lines, ""]
+
+
+_FUSIONS_INTRO = """\
+## What a runtime fuses
+
+`qlrewrite fold` reads these fields (its warning and `--keep-fused`; `fold --target` takes
+the spellings above, one release): no session of the user's model is built. For every
+`weight ...` and `QDQ ...` pattern the probe saves the runtime's optimized graph and
+records, per release:
+
+- `kernel`: the integer / weight-only kernel formed from the quantized weight
+  (`QLinearMatMul`, `com.microsoft:MatMulIntegerToFloat`, `com.microsoft:MatMulNBits
+  accuracy_level=4`, ...: the attribute that changes a MatMulNBits' arithmetic is part of
+  it), `null` when the DequantizeLinear stays and the consumer runs in float; OpenVINO:
+  the compute layer running on the quantized precision (`FullyConnected:u4`: the weight
+  kept compressed), `null` when it decompresses the weight when compiling;
+- `versus_unoptimized`: the default session's output against ORT_DISABLE_ALL's on the
+  same seeded inputs (values in [0, 6)), the largest difference relative to the largest
+  output (`max_rel_diff`): what the fused kernel computes differently;
+- `folded`: the same pattern with its weight folded to float by `qlrewrite fold`: the
+  `kernel` the release forms from it (`null`: a float consumer), its `runtime_ops`, and
+  (ONNX Runtime) its output against the unfolded model's ORT_DISABLE_ALL output.
+
+ONNX Runtime's QDQ selectors take a DequantizeLinear into a kernel only when it feeds that
+one node: `fold` counts a weight whose DequantizeLinear, or whose activation's, is shared
+as not fused. Re-probe these keys with
+`python tools/probe/drive.py ort --all --only "weight " --only "QDQ "` (and `openvino`):
+a new op family in `tools/probe/cases.py` whose key starts with `weight ` or `QDQ ` gets
+these fields without other changes. Patterns some release fuses, as the newest measured
+release computes them (differences: `max_rel_diff` against ORT_DISABLE_ALL's output):
+
+| pattern | fused in | kernel (newest) | fused: difference | folded: kernel, difference |
+|---|---|---|---|---|
+"""
+
+
+def _fusions(tables: Sequence[Table]) -> list[str]:
+    """The fusion fields of the patterns some release fuses (the newest release's)."""
+    every = [t.release.rsplit(".", 1)[0] for t in tables]
+    lines = [_FUSIONS_INTRO.rstrip("\n")]
+    keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
+    for key in keys:
+        found = [
+            (release, Fusion.of_row(key, row, t.runtime))
+            for release, t in zip(every, tables, strict=True)
+            for row in [t.forms.get(key)]
+            if isinstance(row, dict) and row.get("runs")
+        ]
+        fused = [release for release, f in found if f.kernel is not None]
+        if not fused:
+            continue
+        newest = found[-1][1]
+        lines.append(
+            f"| `{key}` | {_span(fused, every)} | {newest.short_kernel or '-'} "
+            f"| {_percent(newest.difference)} | {newest.folded_kernel or 'float'}, "
+            f"{_percent(newest.folded_difference)} |"
+        )
+    return [*lines, ""]
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2%}"
 
 
 def _openvino() -> list[str]:
@@ -265,13 +376,13 @@ def _openvino() -> list[str]:
         "flags a pattern whose graph holds no integer layer: the weight was folded to float "
         "when compiled):",
         "",
-        "| pattern | execution graph |",
-        "|---|---|",
+        "| pattern | execution graph | kept compressed (`kernel`) |",
+        "|---|---|---|",
     ]
     for form, row in sorted(t.forms.items()):
         if form.startswith("weight ") and isinstance(row, dict):
             ops = ", ".join(row.get("runtime_ops", [])) or "-"
-            lines.append(f"| `{form}` | {ops} |")
+            lines.append(f"| `{form}` | {ops} | {row.get('kernel') or 'no'} |")
     lines += ["", "Forms it refuses:", "", "| form | stage | its message |", "|---|---|---|"]
     for form in refused:
         row = t.forms[form]
@@ -293,7 +404,14 @@ def _documented() -> list[str]:
 def targets_markdown() -> str:
     """The whole page."""
     tables = _ort_tables()
-    parts = [_INTRO, *_release_table(tables), *_ort_forms(tables), *_openvino(), *_documented()]
+    parts = [
+        _INTRO,
+        *_release_table(tables),
+        *_ort_forms(tables),
+        *_fusions(tables),
+        *_openvino(),
+        *_documented(),
+    ]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -17,7 +17,7 @@ from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
-__all__ = ["QDQ_PATTERN", "WEIGHT_PATTERN", "form_of", "pattern_key"]
+__all__ = ["QDQ_PATTERN", "WEIGHT_OPS", "WEIGHT_PATTERN", "form_of", "pattern_key"]
 
 _GRANULARITY = {
     opsets.PER_TENSOR: "per-tensor",
@@ -57,6 +57,8 @@ def _matmul_nbits_form(view: NodeView) -> str | None:
     bits, level = values.get("bits"), values.get("accuracy_level")
     if None in (a_type, bits, level):
         return None
+    if "accuracy_level" not in view.node.attributes:  # ORT 1.15-1.16 refuse it written
+        level = "absent"
     g_idx = "yes" if view.operand("g_idx") is not None else "no"
     return (
         f"com.microsoft MatMulNBits bits={bits} accuracy_level={level} A={a_type} "
@@ -154,19 +156,68 @@ def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
     )
 
 
-def pattern_key(view: NodeView, matmul: ir.Node) -> str | None:
-    """The table key of the MatMul pattern whose weight (second input) ``view``'s
-    DequantizeLinear gives: ``weight DQ->MatMul: <form>`` when the activation is float,
-    ``QDQ MatMul: activation=<type> weight=<form>`` when a DequantizeLinear gives it (a
-    blocked weight adds its layout). None: the weight has no form."""
+#: The ai.onnx operators whose second input a weight's DequantizeLinear gives in the patterns
+#: the tables record (ONNX Runtime's QDQ selectors fuse each into an integer kernel).
+WEIGHT_OPS = ("MatMul", "Conv", "ConvTranspose", "Gemm")
+
+
+def _zero_points(view: QDQView) -> str | None:
+    """``no``, ``equal`` (one value everywhere) or ``differ``; None: not a read constant."""
+    node_input = view.node.inputs[2] if len(view.node.inputs) > 2 else None
+    if node_input is None:
+        return "no"
+    found = view.value_view(node_input, read=True)
+    array = found.array if found is not None else None
+    if array is None:
+        return None
+    return "equal" if array.size == 0 or (array == array.flat[0]).all() else "differ"
+
+
+def _weight_layout(view: QDQView, op: ir.Node) -> str | None:
+    """`` axis=N [blocks=one|many] zero_points=no|equal|differ [transB=0|1]`` of the weight of
+    a Conv, ConvTranspose or Gemm pattern (what decides how ONNX Runtime's fused kernel
+    reads its scales and zero points); None when the weight's rank or zero points are
+    unknown."""
+    shape = view.x.shape if view.x is not None else None
+    zero_points = _zero_points(view)
+    if shape is None or zero_points is None:
+        return None
+    layout = ""
+    if view.granularity.kind != opsets.PER_TENSOR:
+        layout = f" axis={view.axis % len(shape)}"
+    if view.granularity.blocked:
+        dim = shape[view.axis % len(shape)]
+        layout += f" blocks={'one' if dim is not None and view.block_size >= dim else 'many'}"
+    layout += f" zero_points={zero_points}"
+    if op.op_type == "Gemm":
+        trans_b = op.attributes.get("transB")
+        layout += f" transB={trans_b.as_int() if trans_b is not None else 0}"
+    return layout
+
+
+def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
+    """The table key of the pattern whose weight (second input) ``view``'s DequantizeLinear
+    gives to ``consumer``: ``weight DQ-><op>: <form>`` when the activation is float;
+    ``QDQ <op>: activation=<type> weight=<form>`` when a DequantizeLinear gives it, with a
+    blocked MatMul weight's layout, or for the other :data:`WEIGHT_OPS` the weight's layout
+    (:func:`_weight_layout`). None: the weight has no form, or no pattern of that kind is
+    recorded."""
     form = form_of(view)
     if form is None:
         return None
-    activation = _activation_type(matmul)
+    op = (
+        consumer.op_type
+        if consumer.domain in ("", "ai.onnx")
+        else f"{consumer.domain}:{consumer.op_type}"
+    )
+    activation = _activation_type(consumer)
     if activation is None:
-        return WEIGHT_PATTERN + form
-    key = f"{QDQ_PATTERN}activation={activation} weight={form}"
+        return f"weight DQ->{op}: {form}"
+    key = f"QDQ {op}: activation={activation} weight={form}"
+    if op != "MatMul":
+        layout = _weight_layout(view, consumer) if isinstance(view, QDQView) else None
+        return None if layout is None else key + layout
     if isinstance(view, QDQView) and view.granularity.blocked:
-        layout = _blocked_layout(view, matmul)
+        layout = _blocked_layout(view, consumer)
         return None if layout is None else key + layout
     return key

@@ -5,8 +5,9 @@ A table records the release it was measured with, the highest IR version and ops
 domain it loads, and per node form (:func:`qlrewrite.targets.forms.form_of`) whether the
 release ran the one-node model of that form, or refused it (at load or at run) with its
 reason and message. A form missing from a table was not measured: no rule speaks about it.
-The QDQ MatMul patterns also record how the default session's output compared with an
-ORT_DISABLE_ALL session's on the same inputs (:class:`Divergence`).
+The QDQ patterns also record how the default session's output compared with an
+ORT_DISABLE_ALL session's and with the ONNX reference evaluator's on the same inputs
+(:class:`Divergence`).
 """
 
 from __future__ import annotations
@@ -48,25 +49,46 @@ class Refusal:
 
 @dataclasses.dataclass(frozen=True)
 class Divergence:
-    """A pattern the optimized session computes otherwise than the unoptimized one:
-    ``miscomputes`` (other values, or another shape) or ``fails at run`` (where the
-    unoptimized session runs), with the largest difference measured relative to the
-    largest output (None: no shape ran) and the optimized session's error, if any."""
+    """A pattern the runtime computes otherwise than it should: ``miscomputes`` (other
+    values, or another shape) or ``fails at run``, measured ``against`` ONNX Runtime's
+    ORT_DISABLE_ALL session (``"ORT_DISABLE_ALL"``: the optimized session departs from
+    the unoptimized one) or the ONNX reference evaluator (``"the ONNX reference"``), with
+    the largest difference measured relative to the largest output (None: no shape ran)
+    and the runtime's error, if any."""
 
     outcome: str
     max_rel_diff: float | None
     error: str
+    against: str = "ORT_DISABLE_ALL"
+
+
+_WRONG = ("miscomputes", "fails at run")
 
 
 def _divergence(row: Mapping[str, Any]) -> Divergence | None:
+    """From ``optimized`` (the default session against ORT_DISABLE_ALL) first, else from
+    ``reference`` (the runtime against the ONNX reference evaluator)."""
     outcome = row.get("optimized")
-    if outcome not in ("miscomputes", "fails at run"):
+    if outcome in _WRONG:
+        versus = row.get("versus_unoptimized", [])
+        return _measured(outcome, versus, "max_rel_diff", str(row.get("error", "")))
+    reference = row.get("reference")
+    if reference not in _WRONG:
         return None
+    if "versus_reference" in row:  # OpenVINO
+        return _measured(reference, row["versus_reference"], "max_rel_diff", "", reference=True)
     versus = row.get("versus_unoptimized", [])
-    diffs = [v["max_rel_diff"] for v in versus if "max_rel_diff" in v]
+    return _measured(reference, versus, "reference_rel_diff", "", reference=True)
+
+
+def _measured(
+    outcome: str, versus: list, key: str, fallback: str, *, reference: bool = False
+) -> Divergence:
+    diffs = [v[key] for v in versus if key in v]
     errors = [v["error"] for v in versus if "error" in v]
-    error = errors[0] if errors else str(row.get("error", ""))
-    return Divergence(outcome, max(diffs) if diffs else None, error)
+    against = "the ONNX reference" if reference else "ORT_DISABLE_ALL"
+    error = errors[0] if errors else fallback
+    return Divergence(outcome, max(diffs) if diffs else None, error, against)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,8 +121,9 @@ class Table:
         return Refusal(row["refused"], row["reason"], row.get("error", ""))
 
     def divergence(self, form: str) -> Divergence | None:
-        """How this release's optimized session departed from its unoptimized one on the
-        pattern ``form`` (None: it matched, or it was not compared)."""
+        """How this release computed the pattern ``form`` otherwise than it should: its
+        optimized session against its unoptimized one, or against the ONNX reference
+        (None: it matched, or it was not compared)."""
         row = self.forms.get(form)
         return _divergence(row) if isinstance(row, dict) else None
 
@@ -152,11 +175,19 @@ class Fact:
     source: str  # the document's address
     section: str  # where in it
     values: Mapping[str, Any]  # the fact's other fields (types, block sizes, operators)
+    target: str = ""  # the table it is a row of (``tensorrt``, ``qnn``)
+    key: str = ""  # its row
 
     @property
     def cited(self) -> str:
-        """``<source>, <section>`` for messages and docs."""
+        """``<source> (<section>)``: for ``qlrewrite rules CODE`` and the docs."""
         return f"{self.source} ({self.section})"
+
+    @property
+    def named(self) -> str:
+        """The row in a few words, for a finding (``qlrewrite rules CODE`` cites the
+        document)."""
+        return f"{self.target} docs, {self.key}"
 
 
 @functools.cache
@@ -166,5 +197,5 @@ def documented(name: str) -> dict[str, Fact]:
     facts = {}
     for key, entry in document["facts"].items():
         values = {k: v for k, v in entry.items() if k not in ("rule", "source", "section")}
-        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values)
+        facts[key] = Fact(entry["rule"], entry["source"], entry["section"], values, name, key)
     return facts

@@ -16,79 +16,23 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from qlrewrite.io.tensors import initializer_bytes
 from qlrewrite.qdq import constant_tensor, iter_sites
-from qlrewrite.toolkit import iter_graphs
 from qlrewrite.verify.deployed import (
     Deployment,
-    Fusions,
-    OptimizedGraph,
     OutputDifference,
     compare_deployed,
-    optimized_graph,
 )
 from qlrewrite.verify.runtimes import Divergence, compare_in, first_divergence, label, missing
 from qlrewrite.verify.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
 from qlrewrite.verify.verify_child import ChildFailed, call_in_child, verify_in_child
 
 __all__ = [
-    "FUSION_CHECK_MAX_BYTES",
-    "FUSION_CHECK_MAX_NODES",
     "Comparison",
     "RuntimeComparison",
     "compare_models",
-    "ort_fusions",
     "output_steps",
     "verify_both",
 ]
-
-
-#: Initializer bytes above which fold does not load the input into ONNX Runtime to warn
-#: of fusions (the session holds every weight, prepacked ones twice); --keep-fused does.
-FUSION_CHECK_MAX_BYTES = 2 << 30
-#: Nodes (in every graph and function) above which fold does not either: ONNX Runtime's
-#: session creation grows faster than the graph (ORT 1.31.1, ORT_ENABLE_ALL, on
-#: benchmarks/graph_size.py's layers: 5 s CPU at 10000 nodes, 46 s at 20000, about
-#: 3 minutes at 40000; a chain of plain Mul nodes stays linear); --keep-fused does.
-FUSION_CHECK_MAX_NODES = 10_000
-
-
-def ort_fusions(path: str | os.PathLike, model: ir.Model, *, required: bool = False) -> Fusions:
-    """The graph ONNX Runtime's default CPU session makes of the model at ``path``
-    (``model`` as loaded), read in the child process (no run); when ORT is not installed,
-    fails on it, or (unless ``required``) the model's initializers exceed
-    :data:`FUSION_CHECK_MAX_BYTES` or its nodes :data:`FUSION_CHECK_MAX_NODES`, the reason
-    it was not checked."""
-    try:
-        import onnxruntime
-    except ImportError:
-        return Fusions("ONNX Runtime", reason="onnxruntime is not installed")
-    runtime = f"ONNX Runtime {onnxruntime.__version__}"
-    too_large = None if required else _too_large_to_check(model)
-    if too_large is not None:
-        return Fusions(runtime, reason=f"{too_large} (--keep-fused checks at any size)")
-    try:
-        graph = call_in_child(optimized_graph, OptimizedGraph, os.fspath(path))
-        return Fusions(runtime, graph)
-    except ChildFailed as exc:
-        return Fusions(runtime, reason=f"it {exc.how} on the input")
-
-
-def _too_large_to_check(model: ir.Model) -> str | None:
-    """Why the fusion check does not load ``model`` into ONNX Runtime, or None."""
-    size = initializer_bytes(model)
-    if size > FUSION_CHECK_MAX_BYTES:
-        return (
-            f"the initializers take {size / 2**30:.1f} GiB, above "
-            f"the {FUSION_CHECK_MAX_BYTES >> 30} GiB this check loads into ORT"
-        )
-    nodes = sum(len(scope.graph) for scope in iter_graphs(model))
-    if nodes > FUSION_CHECK_MAX_NODES:
-        return (
-            f"the model has {nodes} nodes, above the {FUSION_CHECK_MAX_NODES} this check "
-            "loads into ORT (its session takes minutes on larger graphs)"
-        )
-    return None
 
 
 def output_steps(model: ir.Model) -> dict[str, float]:

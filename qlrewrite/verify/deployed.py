@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from qlrewrite.io import reading
+from qlrewrite.targets.fusions import INTEGER_KERNELS, kernels_only_in_original
 from qlrewrite.verify.verify import (
     InputSpec,
     OutputVerdict,
@@ -37,50 +38,19 @@ from qlrewrite.verify.verify import (
     generate_inputs,
     require_onnxruntime,
     run_session,
+    ulp_words,
 )
 
 __all__ = [
-    "INTEGER_KERNELS",
     "Deployment",
-    "Fusions",
     "OptimizedGraph",
     "OutputDifference",
     "compare_deployed",
     "default_session",
+    "latency_words",
     "median_latency",
     "optimized_graph",
 ]
-
-#: Integer and weight-only kernels of ONNX Runtime's CPU provider (ai.onnx and
-#: com.microsoft): what a fused DQ of a weight becomes.
-INTEGER_KERNELS = frozenset(
-    {
-        "QLinearConv",
-        "QLinearMatMul",
-        "MatMulInteger",
-        "ConvInteger",
-        "QGemm",
-        "MatMulIntegerToFloat",
-        "DynamicQuantizeMatMul",
-        "MatMulNBits",
-        "GatherBlockQuantized",
-        "QLinearAdd",
-        "QLinearMul",
-        "QLinearSoftmax",
-        "QLinearSigmoid",
-        "QLinearLeakyRelu",
-        "QLinearAveragePool",
-        "QLinearGlobalAveragePool",
-        "QLinearConcat",
-        "QLinearReduceMean",
-        "QLinearWhere",
-        "QAttention",
-        "DynamicQuantizeLSTM",
-        "QEmbedLayerNormalization",
-        "MatMulBnb4",
-        "QLinearConvTranspose",
-    }
-)
 
 #: Timed runs of each model for its latency (after one warm-up run).
 LATENCY_RUNS = 5
@@ -126,21 +96,6 @@ class OptimizedGraph:
         high = bisect.bisect_left(names, f"{weight}`", low)
         found = [int(kernel[a:b].min()) for a, b in ((start, exact), (low, high)) if b > a]
         return self.kernels[min(found)][0] if found else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Fusions:
-    """What ONNX Runtime's CPU provider (``runtime``: which release) makes of a model in
-    its default session, or why it was not checked (``graph`` None, ``reason`` says)."""
-
-    runtime: str
-    graph: OptimizedGraph | None = None
-    reason: str | None = None
-
-    def fused(self, dq_output: str) -> bool:
-        """Whether the main-graph DequantizeLinear producing ``dq_output`` is gone from
-        ORT's graph (fused into the kernel that took its constant input)."""
-        return self.graph is not None and dq_output not in self.graph.produced_set
 
 
 def default_session(ort: Any, path: str | os.PathLike, optimized: Path | None = None) -> Any:
@@ -201,6 +156,12 @@ def median_latency(
     return statistics.median(times)
 
 
+def latency_words(ratio: float) -> str:
+    """``0.82x the original's time, faster`` (or slower, or the same)."""
+    way = "faster" if ratio < 0.995 else "slower" if ratio > 1.005 else "the same"
+    return f"{ratio:.2f}x the original's time, {way}"
+
+
 @dataclasses.dataclass(frozen=True)
 class OutputDifference:
     """How one output differs between two models: the largest absolute difference, that
@@ -249,7 +210,7 @@ class OutputDifference:
         if self.steps is not None:
             parts.append(f"{self.steps:.3g} quantization steps")
         if self.ulp is not None:
-            parts.append(f"{self.ulp} ulp")
+            parts.append(ulp_words(self.ulp))
         return f"{self.mismatched} of {self.elements} differ: " + ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -306,10 +267,9 @@ class Deployment:
         if self.latency_ms is not None:
             before, after = self.latency_ms
             ratio = after / before if before > 0 else float("inf")
-            parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({ratio:.2f}x)")
+            parts.append(f"latency {before:.3g} ms -> {after:.3g} ms ({latency_words(ratio)})")
         if lost := self.lost_kernels:
-            listed = ", ".join(f"{op} x{n}" for op, n in lost.items())
-            parts.append(f"kernels ORT forms from the original only: {listed}")
+            parts.append(kernels_only_in_original(lost))
         lines = [f"{head} {'; '.join(parts)}"]
         lines += [f"  {o.name}: {o.describe()}" for o in self.outputs if not o.exact]
         return lines

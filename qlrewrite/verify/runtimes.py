@@ -163,6 +163,9 @@ class Divergence:
     tensor: OutputDifference | None = None
     node: str | None = None  # "'conv3' (Conv)"
     reason: str | None = None  # why nothing was compared
+    #: Every compared tensor, in order: (name, max |difference| / its largest |value|;
+    #: None where that is not a number): what ``--plot`` draws.
+    by_tensor: list[tuple[str, float | None]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,6 +173,7 @@ class Divergence:
             "node": self.node,
             "reason": self.reason,
             "tensor": self.tensor.to_json() if self.tensor else None,
+            "by_tensor": [{"name": n, "relative": r} for n, r in self.by_tensor],
         }
 
 
@@ -193,16 +197,22 @@ def first_divergence(
     values_a = _intermediates(Path(first), model_a, names, feeds)
     on_phase("second")
     values_b = _intermediates(Path(second), model_b, names, feeds)
-    compared = 0
+    compared, first, by_tensor = 0, None, []
     for name, node in order:
         if name not in values_a or name not in values_b:
             continue
-        compared += 1
         verdict = compare_arrays(name, values_a[name], values_b[name])
+        difference = OutputDifference.of(verdict, None)
+        by_tensor.append((name, difference.relative))
+        if first is not None:
+            continue  # the first divergence is kept; the rest are drawn by --plot
+        compared += 1
         if not _within(verdict.max_abs, verdict.max_ref, rtol, atol) or verdict.problem:
             where = f"'{node.name}' ({node.op_type})" if node.name else f"a {node.op_type}"
-            return Divergence(compared, OutputDifference.of(verdict, None), where)
-    return Divergence(compared)
+            first = (difference, where)
+    if first is None:
+        return Divergence(compared, by_tensor=by_tensor)
+    return Divergence(compared, first[0], first[1], by_tensor=by_tensor)
 
 
 def _read_model(path: Path) -> onnx.ModelProto:

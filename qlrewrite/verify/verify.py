@@ -31,6 +31,7 @@ __all__ = [
     "EXACT_BOUND",
     "FLOAT32_UNIT_ROUNDOFF",
     "INSTALL_HINT",
+    "ULP_SHOWN",
     "VERIFY_TIMEOUT",
     "Bound",
     "InputSpec",
@@ -47,6 +48,7 @@ __all__ = [
     "require_onnxruntime",
     "run_session",
     "summation_order_bound",
+    "ulp_words",
     "verify_models",
 ]
 
@@ -281,7 +283,10 @@ class OutputVerdict:
             return self.problem
         if self.exact:
             return "exact"
-        ulp = f", max ulp {self.max_ulp}" if self.max_ulp is not None else ""
+        ulp = ""
+        if self.max_ulp is not None:  # about 2e9 when a value crosses zero: said in words
+            shown = self.max_ulp < ULP_SHOWN
+            ulp = f", max ulp {self.max_ulp}" if shown else f", {ulp_words(self.max_ulp)}"
         if self.max_ref > 0 and self.max_abs != float("inf"):
             ulp += f", {self.max_abs / self.max_ref:.2g} of the largest |value|"
         return (
@@ -699,6 +704,19 @@ def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> Outpu
         verdict.max_ref = float(finite.max()) if finite.size else 0.0
         verdict.max_ulp = _max_ulp(a[differs], b[differs], expected.dtype.itemsize * 8)
     return verdict
+
+
+#: From this many ulp on (2^23: the values are a power of two apart, or of opposite signs)
+#: the count says nothing a person can use: max abs and the relative difference do.
+ULP_SHOWN = 1 << 23
+
+
+def ulp_words(ulp: int) -> str:
+    """``12 ulp``, or, from :data:`ULP_SHOWN` on (a value crossing zero gives about 2e9),
+    that the values differ in sign or by a factor of two or more."""
+    if ulp >= ULP_SHOWN:
+        return "2^23 ulp or more (sign or power of two differs)"
+    return f"{ulp} ulp"
 
 
 def _max_ulp(a_bits: np.ndarray, b_bits: np.ndarray, width: int) -> int:

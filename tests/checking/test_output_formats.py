@@ -49,7 +49,7 @@ def _bad_model(tmp_path: Path) -> Path:
 
 def test_every_builtin_format_is_registered_once_and_in_the_cli() -> None:
     assert list(FORMATS) == ["text", "full", "json", "sarif", "github"]
-    option = next(p for p in main.commands["check"].params if p.name == "fmt")
+    option = next(p for p in main.commands["check"].params if p.name == "output_format")
     assert tuple(option.type.choices) == tuple(FORMATS)
     for fmt in FORMATS.values():
         assert fmt.summary in option.help

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -180,14 +181,34 @@ def test_repeated_findings_print_as_one_group_with_a_count_and_the_first_nodes()
     )
     assert len(lines) == 4
     every = render.text_lines([report], show_all=True)
-    assert len(every) == 57 and every[:-1] == [render.finding_line(f, "m.onnx") for f in findings]
+    assert len(every) == 57 and every[:3] == [
+        render.finding_line(f, "m.onnx") for f in findings[:2]
+    ] + [
+        render.finding_line(findings[2], "m.onnx", hint=False)  # a rule's hint once per run
+    ]
+    assert every[3:-1] == [render.finding_line(f, "m.onnx", hint=False) for f in findings[3:]]
 
 
-def test_a_handful_is_not_grouped_and_different_patterns_are_not_mixed() -> None:
+def test_a_hint_prints_once_per_run_across_files() -> None:
+    """A folder of models with one finding each: the hint on the first line only."""
+    reports = [Report(f"m{i}.onnx", findings=[_bias(i)], nodes_checked=1) for i in range(3)]
+    lines = render.text_lines(reports, summary=False)
+    assert lines == [
+        render.finding_line(_bias(0), "m0.onnx"),
+        render.finding_line(_bias(1), "m1.onnx", hint=False),
+        render.finding_line(_bias(2), "m2.onnx", hint=False),
+    ]
+
+
+def test_any_repeat_is_grouped_and_different_patterns_are_not_mixed() -> None:
+    """Collapsed consistently: two findings alike are a group, as fifty are."""
+    assert [len(g.findings) for g in render.group_findings([_bias(1)])] == [1]
+    assert [len(g.findings) for g in render.group_findings([_bias(1), _bias(2)])] == [2]
     five = [_bias(i) for i in range(5)]
-    assert [len(g.findings) for g in render.group_findings(five)] == [1] * 5
-    import dataclasses
-
+    assert [len(g.findings) for g in render.group_findings(five)] == [5]
+    # a negative number is a number too (zero point 3 and zero point -128 group)
+    signed = [dataclasses.replace(_bias(i), message=f"zero point {i - 2}") for i in range(4)]
+    assert [len(g.findings) for g in render.group_findings(signed)] == [4]
     other = [dataclasses.replace(_bias(i), message=_bias(i).message.replace("rank", "size"))
              for i in range(6, 12)]  # fmt: skip
     mixed = [_bias(i) for i in range(6)] + other

@@ -102,8 +102,8 @@ def test_every_command_help_ends_with_examples(name: str) -> None:
 
 def test_info_help_lists_its_options() -> None:
     text = cli("info", "--help").stdout
-    assert "--format [text|json]" in text and "--debug" in text
-    assert "qlrewrite info model.onnx --format json" in text
+    assert "--output-format [text|json]" in text and "--debug" in text
+    assert "qlrewrite info model.onnx --output-format json" in text
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,52 @@ def test_output_format_is_the_option_and_format_its_alias(tmp_path: Path) -> Non
         code, out, _ = _run(paths["bad1"], flag, "json")
         assert code == 1 and json.loads(out)["files"][0]["findings"][0]["rule"] == "QL403"
     result = CliRunner().invoke(main, ["check", "--help"])
-    assert "--output-format, --format" in result.output
+    assert "--output-format" in result.output and "--format" not in result.output
+
+
+@pytest.mark.parametrize("command", ["info", "compare", "rules"])
+def test_every_command_with_a_format_spells_it_output_format(command: str) -> None:
+    """One spelling: --output-format on every command; --format stays a hidden alias."""
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert "--output-format [text|json]" in result.output
+    assert "--format " not in result.output
+
+
+def test_info_takes_both_spellings(tmp_path: Path) -> None:
+    paths = _project(tmp_path)
+    outputs = [
+        CliRunner().invoke(main, ["info", str(paths["good"]), flag, "json"]).stdout
+        for flag in ("--output-format", "--format")
+    ]
+    assert outputs[0] == outputs[1] and json.loads(outputs[0])["path"] == str(paths["good"])
+
+
+def test_a_configured_format_never_breaks_statistics(tmp_path: Path) -> None:
+    """output-format = "github" in pyproject: --statistics prints text (the default);
+    an explicit --output-format github with --statistics is still a usage error."""
+    _project(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.qlrewrite]\noutput-format = "github"\n')
+    config = str(tmp_path / "pyproject.toml")
+    code, out, _ = _run(tmp_path / "models", "--statistics", "--config", config)
+    assert code == 1 and out.splitlines()[0].split() == [
+        "2",
+        "QL403",
+        "error",
+        "per-axis-scale-length",
+    ]
+    code, _, err = _run(tmp_path / "models", "--statistics", "--output-format", "github")
+    assert code == 2 and "--statistics" in err
+
+
+def test_show_settings_shows_the_target(tmp_path: Path) -> None:
+    paths = _project(tmp_path)
+    (tmp_path / "qlrewrite.toml").write_text('target = ["ort==1.16"]\n')
+    code, out, _ = _run(paths["good"], "--show-settings", "--output-format", "json")
+    (entry,) = json.loads(out)
+    assert code == 0 and entry["target"] == ["ort==1.16"] and "command-line" in entry
+    code, out, _ = _run(paths["good"], "--show-settings", "--target", "tensorrt")
+    assert "  target: tensorrt" in out.splitlines()
+    assert "  command-line: target = tensorrt" in out.splitlines()
 
 
 @pytest.mark.parametrize("fmt", ["text", "json", "github"])
@@ -149,7 +194,9 @@ def test_a_float_model_is_not_a_silent_pass(tmp_path: Path) -> None:
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
     model = _save(helper.make_model(graph), tmp_path / "float.onnx")
     code, out, _ = _run(model)
-    assert code == 0 and out.startswith(f"{model}: QL607 warning: no quantized node found")
+    assert code == 0 and out.startswith(
+        f"{model}: QL607 warning: no quantized node: is this the float model?"
+    )
     assert out.splitlines()[-1].endswith("0 error(s), 1 warning(s) [QL607 x1]")
     assert _run(model, "--strict")[0] == 1
     clean = "checked 1 file(s), 0 quantized node(s): 0 error(s), 0 warning(s)\n"

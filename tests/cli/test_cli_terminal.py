@@ -85,7 +85,7 @@ MSDOMAIN_AT_80 = """\
 │ com.microsoft │ DequantizeLinear │ INT32  │ FLOAT │ per-axis(axis=0) │     1 │
 │ com.microsoft │ QuantizeLinear   │ FLOAT  │ FLOAT │ per-tensor       │     2 │
 └───────────────┴──────────────────┴────────┴───────┴──────────────────┴───────┘
-(not shown at 80 columns: constant, version, const bytes; see --format json)"""
+(hidden at 80 columns: constant, version, const bytes: --output-format json)"""
 
 
 def test_info_at_80_columns_snapshot() -> None:
@@ -200,4 +200,4 @@ def test_info_in_a_pipe_fits_columns_when_given() -> None:
     assert max(map(len, whole)) > 80 and "const bytes" in "\n".join(whole)
     narrow = info({**env, "COLUMNS": "80"})
     assert all(len(line) <= 80 for line in narrow), narrow
-    assert "(not shown at 80 columns: constant, version, const bytes" in "\n".join(narrow)
+    assert "(hidden at 80 columns: constant, version, const bytes" in "\n".join(narrow)

@@ -175,7 +175,7 @@ def test_help_ends_with_examples() -> None:
     result = CliRunner().invoke(main, ["fold", "--help"])
     assert result.exit_code == 0
     assert "--keep-dq" in result.output and "--max-size" in result.output
-    assert result.output.rstrip().splitlines()[-8].strip() == "Examples:"
+    assert result.output.rstrip().splitlines()[-9].strip() == "Examples:"
 
 
 def test_in_place_with_external_data(tmp_path: Path) -> None:

@@ -113,8 +113,8 @@ NOT_READS = {
     ("io/atomic.py", "_write_stream"): "writes",
     ("io/inline_save.py", "save_inline"): "writes",
     ("verify/verify_child.py", "_read_tasks"): "the --verify child's tasks, on its stdin pipe",
-    ("cli/compare.py", "_feeds"): "np.load of the bytes reading.read_bytes read",
-    ("cli/compare.py", "_check_headers"): "a member of the archive reading.read_bytes read",
+    ("reports.py", "_read_npz"): "np.load of the bytes reading.read_bytes read",
+    ("reports.py", "_check_headers"): "a member of the archive reading.read_bytes read",
 }
 _READS = {"open", "read_bytes", "read_text", "load_model", "fromfile", "memmap"}
 #: ``X.load(...)`` reads a file for these X (``model_io.load`` goes through the reader).

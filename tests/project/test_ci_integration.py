@@ -211,10 +211,17 @@ def test_docs_snippets_match_the_hook_the_action_and_the_configuration(tmp_path:
     assert settings.strict is True and settings.per_node_ignores
     yamls = [yaml.safe_load(b) for b in _blocks("yaml")]
     hook_ids = {h["id"] for h in _manifest()}
-    (pre_commit,) = [y for y in yamls if "repos" in y]
-    assert {h["id"] for h in pre_commit["repos"][0]["hooks"]} <= hook_ids
+    local, checkout = [y["repos"][0] for y in yamls if "repos" in y]
+    # the local hook is the manifest's, run by the system's qlrewrite (no invented URL)
+    (manifest,) = _manifest()
+    (hook,) = local["hooks"]
+    assert local["repo"] == "local" and hook["language"] == "system"
+    for key in ("id", "entry", "args", "files", "types_or", "require_serial"):
+        assert hook[key] == manifest[key], key
+    assert {h["id"] for h in checkout["hooks"]} <= hook_ids and "://" not in checkout["repo"]
     (workflow,) = [y for y in yamls if "jobs" in y]
-    step = next(s for s in workflow["jobs"]["qlrewrite"]["steps"] if "qlrewrite@" in s["uses"])
+    step = next(s for s in workflow["jobs"]["qlrewrite"]["steps"] if "with" in s)
+    assert step["uses"].startswith("./")
     assert set(step["with"]) <= set(_action()["inputs"])
 
 

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -157,3 +159,50 @@ def test_architecture_questions_name_code_that_exists() -> None:
                 continue
             for part in ref.split(".")[1:] if ref.startswith("opsets.") else ref.split("."):
                 assert _defined(part, source), f"docs/architecture.md names {ref}: {row}"
+
+
+#: A command's timing, the one part of its output that differs between runs.
+_SECONDS = re.compile(r" in \d+\.\d+ s$", re.M)
+#: Runs the command line as a base install does: onnxruntime can neither be imported nor
+#: found in the package metadata (where fold reads the installed release from).
+_BASE_INSTALL = """
+import importlib.metadata as metadata, sys
+sys.modules['onnxruntime'] = None
+_version = metadata.version
+def _no_ort(name):
+    if name == 'onnxruntime':
+        raise metadata.PackageNotFoundError(name)
+    return _version(name)
+metadata.version = _no_ort
+from qlrewrite.cli import main
+sys.argv[0] = 'qlrewrite'
+main()
+"""
+
+
+def _console_blocks(page: Path) -> list[tuple[str, str]]:
+    """Each ``$ qlrewrite ...`` line of the page's console blocks and the output shown."""
+    found = []
+    for block in re.findall(r"```console\n(.*?)```", page.read_text(), re.S):
+        command, _, shown = block.partition("\n")
+        if command.startswith("$ qlrewrite "):
+            found.append((command.removeprefix("$ qlrewrite "), shown))
+    return found
+
+
+@pytest.mark.parametrize("command, shown", _console_blocks(README), ids=lambda v: v[:40])
+def test_readme_shows_what_a_base_install_prints(command: str, shown: str, tmp_path: Path) -> None:
+    """The README's commands print, on a base install (no ONNX Runtime), what it shows:
+    stdout then stderr, the timing aside."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    done = subprocess.run(
+        [sys.executable, "-c", _BASE_INSTALL, *shlex.split(command)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "1000"},
+        check=False,
+    )
+    printed = _SECONDS.sub(" in N s", done.stdout + done.stderr)
+    assert printed == _SECONDS.sub(" in N s", shown)

@@ -31,6 +31,7 @@ from qlrewrite.cli import main
 from qlrewrite.findings import Finding
 from qlrewrite.passes.commands import fix_passes
 from qlrewrite.rules import CHECKS, RULES, Example, RuleCheck
+from qlrewrite.targets.spec import parse_targets
 
 ROOT = Path(__file__).resolve().parents[2]
 PARAMS = [
@@ -108,7 +109,8 @@ def test_fix_repairs_the_bad_example(unit: RuleCheck, example: Example, tmp_path
     hits = [f for f in findings if f.rule == code]
     assert hits and all(f.fix == unit.rule.fix for f in hits)
     model = ir.serde.deserialize_model(onnx.load(path))
-    for fix_pass in fix_passes(findings, unsafe=True):
+    runtimes = parse_targets(example.targets) if example.targets else ()
+    for fix_pass in fix_passes(findings, unsafe=True, targets=runtimes):
         model = fix_pass(model).model
     out = _save(ir.serde.serialize_model(model), tmp_path / "fixed", example)
     assert code not in _codes(out, code, example.targets)

@@ -193,6 +193,43 @@ def test_plot_of_per_output_error(tmp_path: Path) -> None:
     assert image.read_bytes().startswith(b"\x89PNG")
 
 
+def test_plot_draws_every_tensor_with_tensors(tmp_path: Path) -> None:
+    """--plot --tensors draws each intermediate tensor (a second panel), not only the
+    outputs; the JSON lists them in the first model's order."""
+    pytest.importorskip("matplotlib")
+    first, second = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(quantized("mlp-u8s8"), first)
+    import qlrewrite
+
+    qlrewrite.save(qlrewrite.retarget(first, zero_point="signed"), second)
+    image = tmp_path / "errors.png"
+    code, out, err = _compare(first, second, "--runtime", "ort", "--tensors", "--plot", image,
+                              "--output-format", "json")  # fmt: skip
+    assert code in (0, 1), err
+    assert image.read_bytes().startswith(b"\x89PNG"), err
+    by_tensor = json.loads(out)["tensors"]["by_tensor"]
+    model = onnx.load(first)
+    produced = [o for n in model.graph.node for o in n.output]
+    assert [t["name"] for t in by_tensor] == [
+        n for n in produced if n in {t["name"] for t in by_tensor}
+    ]
+    assert len(by_tensor) > 10
+
+
+def test_ulp_and_latency_read_as_words() -> None:
+    """A value crossing zero gives about 2e9 ulp: said in words, not as a count; a latency
+    ratio says which way."""
+    from qlrewrite.verify.deployed import latency_words
+    from qlrewrite.verify.verify import ulp_words
+
+    assert ulp_words(12) == "12 ulp"
+    assert ulp_words(2_000_000_000) == "2^23 ulp or more (sign or power of two differs)"
+    assert ulp_words(1 << 23) == ulp_words(2_000_000_000)
+    assert latency_words(0.82) == "0.82x the original's time, faster"
+    assert latency_words(1.3) == "1.30x the original's time, slower"
+    assert latency_words(1.0) == "1.00x the original's time, the same"
+
+
 @pytest.mark.parametrize("target", ["first", "second", "link to first", "inputs"])
 def test_plot_never_replaces_a_file_compared(tmp_path: Path, target: str) -> None:
     """``--plot a.onnx`` replaced the model compared with the image (its own staged

@@ -8,7 +8,8 @@ NumPy cannot feed (int4, float8, ...) are initializers instead, and the runner d
 constant folding so the node still runs in the kernel under test.
 
 Keys: ``ir_version=N`` (an Add at opset 7 saved with IR version N), ``<domain> opset=N``
-(one node of that domain at that opset, IR 7), and the node forms of
+(one node of that domain at that opset, IR 7; for the domains without a node the probe
+runs, an ai.onnx Add whose model imports the domain at N), and the node forms of
 :func:`qlrewrite.targets.forms.form_of` (read back from the built model, so the probe and the
 rules cannot disagree on a key).
 """
@@ -41,11 +42,13 @@ from example_models import (  # noqa: E402
     DQ,
     DT,
     MS,
+    WEIGHT_OPS,
     Q,
     gather_block_quantized_model,
     matmul_nbits_model,
     qdq_matmul_weight,
     qdq_model,
+    qdq_weight_op,
 )
 
 #: The newest ai.onnx opset and IR version probed (the installed onnx's).
@@ -171,12 +174,29 @@ def _add_model(domain: str, opset: int, ir_version: int) -> onnx.ModelProto:
 
 
 def opset_cases() -> Iterator[Case]:
-    """One ai.onnx Add per opset 7 .. the newest, one com.microsoft Gelu per opset 1 .. 3
-    (IR 7: the IR version is probed on its own)."""
+    """One ai.onnx Add per opset 7 .. the newest, one com.microsoft Gelu per opset 1 .. 3,
+    and an ai.onnx Add importing each of :data:`IMPORT_DOMAINS` at each of its opsets the
+    installed onnx knows (IR 7: the IR version is probed on its own)."""
     for opset in range(7, NEWEST_OPSET + 1):
         yield _case(_add_model("", opset, 7), f"ai.onnx opset={opset}")  # type: ignore[misc]
     for opset in (1, 2, 3):
         yield _case(_add_model(MS, opset, 7), f"com.microsoft opset={opset}")  # type: ignore[misc]
+    for domain in IMPORT_DOMAINS:
+        for opset in range(1, _newest_version(domain) + 1):
+            model = _add_model("", 13, 7)
+            model.opset_import.append(helper.make_opsetid(domain, opset))
+            yield _case(model, f"{domain} opset={opset}")  # type: ignore[misc]
+
+
+#: The domains whose import alone is probed (ONNX Runtime refuses a model importing a
+#: version newer than it knows, used or not: "ai.onnx.ml is till opset 3").
+IMPORT_DOMAINS = ("ai.onnx.ml", "ai.onnx.training", "ai.onnx.preview.training")
+
+
+def _newest_version(domain: str) -> int:
+    """The newest opset of ``domain`` the installed onnx knows."""
+    schemas = onnx.defs.get_all_schemas_with_history()
+    return max((s.since_version for s in schemas if s.domain == domain), default=1)
 
 
 #: (x shape, scale shape, attributes) per granularity: per-axis on the last axis (a MatMul
@@ -209,6 +229,9 @@ def _qdq(
         )
     except (ValueError, TypeError):  # a type onnx.helper cannot write
         return None
+    if domain == MS:  # as ORT's quantizer writes it: IR 7, whatever the types
+        model.ir_version = 7
+        return _case(model)
     return _case(_with_min_ir(model))
 
 
@@ -233,10 +256,17 @@ def qdq_cases() -> Iterator[Case]:
 
 
 def matmul_nbits_cases() -> Iterator[Case]:
-    """MatMulNBits: bits 2 / 4 / 8, accuracy_level 0 .. 4, zero points none / packed uint8 /
-    float, with and without g_idx, float32 and float16 activations (K 64, N 8, block 32)."""
+    """MatMulNBits: bits 2 / 4 / 8, accuracy_level not written (as older quantizers write
+    it; ORT 1.15-1.16 refuse the attribute) or 0 .. 4, zero points none / packed uint8 /
+    float, with and without g_idx, float32 and float16 activations (K 64, N 8, block 32);
+    at ai.onnx opset 13 and the lowest IR version that allows (7: the releases that load
+    no IR 10 still get a verdict on the operator)."""
     forms = itertools.product(
-        (2, 4, 8), range(5), (None, "packed", "float"), (False, True), (DT.FLOAT, DT.FLOAT16)
+        (2, 4, 8),
+        (None, *range(5)),
+        (None, "packed", "float"),
+        (False, True),
+        (DT.FLOAT, DT.FLOAT16),
     )
     for bits, level, zp, g_idx, a_type in forms:
         model = matmul_nbits_model(
@@ -248,16 +278,18 @@ def matmul_nbits_cases() -> Iterator[Case]:
             a_shape=[2, 64],
             zp=zp,
             g_idx=g_idx,
-            attrs={"accuracy_level": level},
+            attrs={} if level is None else {"accuracy_level": level},
+            opset=13,
         )
-        case = _case(model)
+        case = _case(_with_min_ir(model))
         if case is not None:
             yield case
 
 
 def gather_block_cases() -> Iterator[Case]:
     """GatherBlockQuantized: packed uint8 (bits 4 and 8), int4 and uint4 data; quantized on
-    the last axis or the first; with and without zero points; float32 and float16 scales."""
+    the last axis or the first; with and without zero points; float32 and float16 scales;
+    at ai.onnx opset 13 and the lowest IR version its types allow."""
     datas = (
         (DT.UINT8, 4, (8, 16)),
         (DT.UINT8, 8, (8, 32)),
@@ -276,10 +308,11 @@ def gather_block_cases() -> Iterator[Case]:
                 quantize_axis=axis,
                 scale_type=scale,
                 zp=zp,
+                opset=13,
             )
         except (ValueError, TypeError):
             continue
-        case = _case(model)
+        case = _case(_with_min_ir(model))
         if case is not None:
             yield case
 
@@ -296,7 +329,8 @@ PER_TENSOR_WEIGHTS = {
 
 def qoperator_cases() -> Iterator[Case]:
     """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
-    MatMulInteger, ConvInteger and DynamicQuantizeLinear."""
+    MatMulInteger and ConvInteger (uint8 / int8 inputs, zero points none, per-tensor or per
+    channel, as ORT's dynamic quantizer writes them) and DynamicQuantizeLinear."""
     for name, opset in itertools.product(qoperator_models.OPS, (13, 21)):
         case = _case(qoperator_models.build(name, opset=opset))
         if case is not None:
@@ -306,24 +340,41 @@ def qoperator_cases() -> Iterator[Case]:
             case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
             if case is not None:
                 yield case
-    for a, b in itertools.product((DT.UINT8, DT.INT8), repeat=2):
-        case = _case(_integer_model("MatMulInteger", a, b, [2, 4], [4, 3], [2, 3]))
-        if case is not None:
-            yield case
-        case = _case(_integer_model("ConvInteger", a, b, [1, 2, 4, 4], [3, 2, 3, 3], None))
-        if case is not None:
-            yield case
+    for a, b, zero_points in itertools.product(
+        (DT.UINT8, DT.INT8), (DT.UINT8, DT.INT8), ("none", "per-tensor", "per-channel")
+    ):
+        shapes = {
+            "MatMulInteger": ([2, 4], [4, 3], [2, 3]),
+            "ConvInteger": ([1, 2, 4, 4], [3, 2, 3, 3], None),
+        }
+        for op, (a_shape, b_shape, y_shape) in shapes.items():
+            model = _integer_model(op, (a, b), a_shape, b_shape, y_shape, zero_points=zero_points)
+            case = _case(model)
+            if case is not None:
+                yield case
     yield _case(_dynamic_quantize_model())  # type: ignore[misc]
 
 
-def _integer_model(op: str, a: DT, b: DT, *shapes: list[int] | None) -> onnx.ModelProto:
-    a_shape, b_shape, y_shape = shapes
-    node = helper.make_node(op, ["A", "B"], ["Y"], name="node")
+def _integer_model(
+    op: str, types: tuple[DT, DT], *shapes: list[int] | None, zero_points: str
+) -> onnx.ModelProto:
+    """MatMulInteger / ConvInteger of an input A and a constant B, their zero points
+    "none", "per-tensor" (both scalars) or "per-channel" (B's per output channel: the last
+    axis of a MatMul weight, the first of a Conv weight)."""
+    (a, b), (a_shape, b_shape, y_shape) = types, shapes
+    weight = np.zeros(b_shape, dtype=b.numpy())  # type: ignore[arg-type]
+    inits = [ir.serde.serialize_tensor(ir.Tensor(weight, dtype=b, name="B"))]
+    names = ["A", "B"]
+    if zero_points != "none":
+        channels = b_shape[-1 if op == "MatMulInteger" else 0]  # type: ignore[index]
+        b_zero = np.zeros([channels] if zero_points == "per-channel" else [], b.numpy())
+        for name, dtype, array in (("A_zp", a, np.zeros([], a.numpy())), ("B_zp", b, b_zero)):
+            inits.append(ir.serde.serialize_tensor(ir.Tensor(array, dtype=dtype, name=name)))
+            names.append(name)
+    node = helper.make_node(op, names, ["Y"], name="node")
     inputs = [helper.make_tensor_value_info("A", int(a), a_shape)]
-    weight = np.zeros(b_shape, dtype=b.numpy())
-    init = ir.serde.serialize_tensor(ir.Tensor(weight, dtype=b, name="B"))
     out = helper.make_tensor_value_info("Y", onnx.TensorProto.INT32, y_shape)
-    graph = helper.make_graph([node], "g", inputs, [out], initializer=[init])
+    graph = helper.make_graph([node], "g", inputs, [out], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -430,8 +481,9 @@ def _compared(model: onnx.ModelProto, scale_rows: int) -> Case | None:
 
 def qdq_pattern_cases() -> Iterator[Case]:
     """The QDQ MatMul of ORT's quantizer at opset 21: 8- and 16-bit activations, 8- and
-    4-bit weights per-tensor and per-axis (zero point given, output quantized), and blocked
-    in each of :data:`BLOCK_LAYOUTS`; every one compared with ORT_DISABLE_ALL's output."""
+    4-bit weights per-tensor and per-axis (zero point given, output quantized; the 8-bit
+    ones at opset 13 too), and blocked in each of :data:`BLOCK_LAYOUTS`; every one compared
+    with ORT_DISABLE_ALL's output."""
     activations = (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)
     weights = (DT.UINT8, DT.INT8, DT.INT4, DT.UINT4)
     for act, weight in itertools.product(activations, weights):
@@ -439,6 +491,13 @@ def qdq_pattern_cases() -> Iterator[Case]:
             case = _compared(qdq_matmul_weight(act, weight, granularity), 2)
             if case is not None:
                 yield case
+    for act, weight, granularity in itertools.product(
+        activations[:2], weights[:2], ("per-tensor", "per-axis")
+    ):  # 8-bit at opset 13 (IR 7): a verdict for the releases that load no IR 10
+        case = _compared(qdq_matmul_weight(act, weight, granularity, opset=13), 2)
+        if case is not None:
+            yield case
+    for act, weight in itertools.product(activations, weights):
         for (along, block), zero_point, output in BLOCK_LAYOUTS:
             model = qdq_matmul_weight(
                 act,
@@ -454,6 +513,105 @@ def qdq_pattern_cases() -> Iterator[Case]:
                 yield case
 
 
+#: (granularity, axis, zero points) of the weight-operator patterns every pair of types is
+#: probed with (the rest of the product is probed for the first pair only: see
+#: :func:`weight_op_cases`); blocked forms from opset 21.
+CORE_WEIGHT_FORMS = (
+    ("per-tensor", 0, "equal"),
+    ("per-axis", 0, "equal"),
+    ("per-axis", 0, "differ"),
+    ("per-axis", 1, "equal"),
+    ("blocked", 0, "equal"),
+    ("blocked", 1, "equal"),
+)
+#: (activation, weight) types of the weight-operator patterns per opset; the first pair is
+#: probed with every form, the others with :data:`CORE_WEIGHT_FORMS`.
+WEIGHT_OP_TYPES = {
+    13: ((DT.UINT8, DT.INT8), (DT.INT8, DT.INT8), (DT.UINT8, DT.UINT8)),
+    21: (
+        (DT.UINT8, DT.INT8),
+        (DT.INT8, DT.INT8),
+        (DT.UINT16, DT.INT8),
+        (DT.UINT16, DT.INT16),
+        (DT.UINT8, DT.INT4),
+    ),
+}
+
+
+def _all_weight_forms(rank: int, opset: int) -> Iterator[tuple[str, int, str]]:
+    """Every (granularity, axis, zero points): per-tensor, per-axis on every axis, blocked
+    on the first two (opset 21), zero points equal, differing and absent."""
+    yield from (("per-tensor", 0, zp) for zp in ("equal", "none"))
+    zero_points = ("equal", "differ", "none")
+    yield from itertools.product(("per-axis",), range(rank), zero_points)
+    if opset >= 21:
+        yield from itertools.product(("blocked",), (0, 1), zero_points)
+
+
+def _weight_op_case(
+    op: str, types: tuple[DT, DT], form: tuple[str, int, str], *, opset: int, trans_b: int
+) -> Case | None:
+    """The case of one weight-operator pattern (None: blocked below opset 21, or no key)."""
+    (act, weight), (granularity, axis, zero_points) = types, form
+    if granularity == "blocked" and opset < 21:
+        return None
+    shape = WEIGHT_OPS[op][1]
+    shape = shape[::-1] if trans_b else shape
+    model = qdq_weight_op(
+        op,
+        act,
+        weight,
+        granularity,
+        axis=axis,
+        block=max(1, shape[axis] // 2),
+        zero_points=zero_points,
+        trans_b=trans_b,
+        opset=opset,
+    )
+    key = _pattern_key_of(model)
+    if key is None:
+        return None
+    a_shape = [3 if d == "rows" else d for d in WEIGHT_OPS[op][0]]
+    return Case(key, model, [("a", "float32", a_shape)], compare=[a_shape])
+
+
+def weight_op_cases() -> Iterator[Case]:
+    """The QDQ Conv, ConvTranspose and Gemm (transB 0 and 1) of ORT's quantizer
+    (:func:`example_models.qdq_weight_op`), output quantized, at opset 13 and 21, every one
+    compared with ORT_DISABLE_ALL's output. The type x form product is sampled: the first
+    pair of :data:`WEIGHT_OP_TYPES` (uint8 activation, int8 weight) with every form of
+    :func:`_all_weight_forms`, the other pairs with :data:`CORE_WEIGHT_FORMS`;
+    Gemm with transB 0 and 1 for the first pair, transB 1 (as ORT's quantizer writes it)
+    for the others; ConvTranspose with the core forms of the first pair only."""
+    for op, opset in itertools.product(("Conv", "Gemm", "ConvTranspose"), (13, 21)):
+        rank = len(WEIGHT_OPS[op][1])
+        pairs = WEIGHT_OP_TYPES[opset][:1] if op == "ConvTranspose" else WEIGHT_OP_TYPES[opset]
+        for index, (act, weight) in enumerate(pairs):
+            forms = (
+                _all_weight_forms(rank, opset)
+                if index == 0 and op != "ConvTranspose"
+                else CORE_WEIGHT_FORMS
+            )
+            trans = ((0, 1) if index == 0 else (1,)) if op == "Gemm" else (0,)
+            for form, trans_b in itertools.product(forms, trans):
+                case = _weight_op_case(op, (act, weight), form, opset=opset, trans_b=trans_b)
+                if case is not None:
+                    yield case
+
+
+def float8_pattern_cases() -> Iterator[Case]:
+    """The float8 QDQ MatMul (activation and weight of one float8 type, per-tensor and
+    per-axis, zero points 0, output float: a float8 output's rounding step is up to a
+    quarter of a value) at opset 21, compared with ORT_DISABLE_ALL's output and the
+    reference."""
+    types = (DT.FLOAT8E4M3FN, DT.FLOAT8E5M2)
+    for dtype, granularity in itertools.product(types, ("per-tensor", "per-axis")):
+        model = qdq_matmul_weight(dtype, dtype, granularity, output="float")
+        case = _compared(model, 2)
+        if case is not None:
+            yield case
+
+
 def all_cases() -> Iterator[Case]:
     """Every case, IR and opset first."""
     for family in (
@@ -465,5 +623,7 @@ def all_cases() -> Iterator[Case]:
         qoperator_cases,
         weight_pattern_cases,
         qdq_pattern_cases,
+        weight_op_cases,
+        float8_pattern_cases,
     ):
         yield from family()

@@ -6,8 +6,8 @@ own venv (:mod:`run_ort`, :mod:`run_openvino`), and write one table per release 
     python tools/probe/drive.py ort 1.16 1.31        # these ONNX Runtime releases
     python tools/probe/drive.py ort --all            # every release 1.15 .. the newest
     python tools/probe/drive.py openvino             # the newest OpenVINO
-    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --note "..."
-                                                     # re-probe these keys only, merged
+    python tools/probe/drive.py ort --all --only "QDQ MatMul: " --only "QDQ Conv: " \
+        --note "..."                                 # re-probe these keys only, merged
 
 Each release gets a venv ``$QLREWRITE_VENVS/ort-X.Y`` (default ``/work/venvs``; Python 3.11,
 ``onnxruntime==X.Y.*`` and a NumPy it accepts: ``numpy<2`` before 1.19), made when missing.
@@ -26,9 +26,13 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+from qlrewrite.targets.fusions import kernel_of_ops  # noqa: E402  (after the path)
+
 DATA = HERE.parent.parent / "qlrewrite" / "targets" / "data"
 VENVS = Path(os.environ.get("QLREWRITE_VENVS", "/work/venvs"))
 PYTHON = os.environ.get("QLREWRITE_PROBE_PYTHON", "python3.11")
@@ -75,9 +79,40 @@ def ort_python(release: str) -> Path:
     return ensure_venv(f"ort-{release}", [f"onnxruntime=={release}.*", numpy])
 
 
-def build_cases(folder: Path, only: str = "") -> Path:
-    """Write every case's model (whose key starts with ``only``) under ``folder``; return
-    the manifest's path."""
+def _folded_twin(model: object, path: Path) -> Path | None:
+    """The pattern with its constant weight DequantizeLinear folded to float by qlrewrite's
+    fold, saved beside ``path`` (None: nothing folds)."""
+    import onnx
+    import onnx_ir as ir
+
+    from qlrewrite.passes.fold import fold
+
+    before = sum(n.op_type == "DequantizeLinear" for n in model.graph.node)  # type: ignore[attr-defined]
+    folded = fold(ir.serde.deserialize_model(model))  # type: ignore[arg-type]
+    if sum(n.op_type == "DequantizeLinear" for n in folded.graph) == before:
+        return None
+    twin = path.with_suffix(".folded.onnx")
+    onnx.save(ir.serde.serialize_model(folded), twin)
+    return twin
+
+
+def _pattern_entry(case: object, path: Path, entry: dict) -> None:
+    """A pattern's extras: where ORT saves its optimized graph, the shapes compared with
+    ORT_DISABLE_ALL (the one float input ``a`` at its declared shape unless the case names
+    others), and its folded twin."""
+    entry["optimized"] = str(path.with_suffix(".opt.onnx"))
+    feeds = entry["feeds"]
+    if not entry.get("compare") and [(n, t) for n, t, _ in feeds] == [("a", "float32")]:
+        entry["compare"] = [feeds[0][2]]
+    twin = _folded_twin(case.model, path)  # type: ignore[attr-defined]
+    if twin is not None:
+        entry["folded"] = str(twin)
+        entry["folded_optimized"] = str(twin.with_suffix(".opt.onnx"))
+
+
+def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
+    """Write every case's model (whose key starts with one of ``only``) under ``folder``;
+    return the manifest's path."""
     import onnx
     from cases import all_cases
 
@@ -89,14 +124,46 @@ def build_cases(folder: Path, only: str = "") -> Path:
         path = folder / f"case{index:05d}.onnx"
         onnx.save(case.model, path)
         entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
-        if case.key.startswith(PATTERNS):
-            entry["optimized"] = str(path.with_suffix(".opt.onnx"))
         if case.compare:
             entry["compare"] = case.compare
+        if case.key.startswith(PATTERNS):
+            _pattern_entry(case, path, entry)
+        if entry.get("compare"):
+            references = _references(case.model, entry["compare"], path)
+            if references:
+                entry["reference"] = references
         entries.append(entry)
     manifest = folder / "manifest.json"
     manifest.write_text(json.dumps({"onnx": onnx.__version__, "cases": entries}))
     return manifest
+
+
+def _references(model: Any, shapes: list[list[int]], path: Path) -> list[str]:
+    """The ONNX reference evaluator's output of ``model`` on the seeded input at each shape,
+    saved beside ``path`` (empty when the evaluator cannot run the model). A model below
+    opset 19 is evaluated at 19 (the evaluator has no DequantizeLinear 13; the patterns'
+    operators compute the same for their integer types at 13 and 19)."""
+    import numpy as np
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+    from protocol import seeded_input
+
+    saved = []
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for entry in copy.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version < 19:
+            entry.version = 19
+    try:
+        evaluator = ReferenceEvaluator(copy)
+        for index, shape in enumerate(shapes):
+            output = evaluator.run(None, {"a": seeded_input(shape)})[0]
+            target = path.with_suffix(f".ref{index}.npy")
+            np.save(target, np.asarray(output, dtype=np.float32))
+            saved.append(str(target))
+    except Exception:  # a type or operator the evaluator lacks: no reference
+        return []
+    return saved
 
 
 def run_probe(python: Path, runner: str, manifest: Path, results: Path) -> list[dict]:
@@ -141,6 +208,7 @@ def scrub(error: str) -> str:
     """ONNX Runtime's message without the probe's file names and C++ source locations."""
     error = re.sub(r"Load model from \S+ failed:", "", error)
     error = re.sub(r"/tmp/\S+?\.onnx", "model.onnx", error)
+    error = re.sub(r"/onnxruntime_src/\S+:\d+ .*? was false\. ", "", error)
     error = re.sub(r"/onnxruntime_src/\S+:\d+ .*?\)( const)? (?=[A-Z])", "", error)
     error = re.sub(r"^\[ONNXRuntimeError\] : \d+ : [A-Z_]+ : ", "", error.strip())
     error = re.sub(r"Exception from \S+ Check 'false' failed at \S+ ", "", error)
@@ -184,9 +252,30 @@ def _optimized(versus: list[dict]) -> str:
     return "matches"
 
 
+def _against_reference(entries: list[dict], key: str) -> str | None:
+    """What a runtime computed against the ONNX reference evaluator (``key``: the entries'
+    relative difference): "miscomputes", "fails at run", "matches"; None: not compared."""
+    if not any(key in v or "shape" in v or "error" in v for v in entries):
+        return None
+    if any("shape" in v or v.get(key, 0.0) > MISCOMPUTES for v in entries):
+        return "miscomputes"
+    return "fails at run" if any("error" in v for v in entries) else "matches"
+
+
 def _compared(line: dict, row: dict) -> dict:
+    if "versus_reference" in line:  # OpenVINO: its output against the ONNX reference
+        row["reference"] = _against_reference(line["versus_reference"], "max_rel_diff")
+        row["versus_reference"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for entry in line["versus_reference"]
+        ]
     versus = line.get("versus_unoptimized")
     if versus is not None:
+        reference = _against_reference(
+            [v for v in versus if "reference_rel_diff" in v], "reference_rel_diff"
+        )
+        if reference is not None:
+            row["reference"] = reference
         row["optimized"] = _optimized(versus)
         row["versus_unoptimized"] = [
             {k: short(v) if isinstance(v, str) else v for k, v in entry.items()} for entry in versus
@@ -196,15 +285,38 @@ def _compared(line: dict, row: dict) -> dict:
     return row
 
 
-def _row(line: dict) -> str | dict:
-    """A form's entry: "runs", or what the runtime made of it, or how it refused it."""
+def _folded_row(folded: dict, runtime: str) -> dict:
+    """What the runtime made of a pattern's folded twin: the kernel formed, its ops, and
+    its output against the unfolded model's ORT_DISABLE_ALL output (ONNX Runtime)."""
+    if not folded.get("load"):
+        return {"refused": "load", "error": scrub(folded.get("error", ""))}
+    ops = folded.get("runtime_ops", [])
+    row: dict = {"kernel": folded.get("kernel", kernel_of_ops(ops, runtime)), "runtime_ops": ops}
+    if "versus_unoptimized" in folded:
+        row["versus_unoptimized"] = [
+            {k: short(v) if isinstance(v, str) else v for k, v in entry.items()}
+            for entry in folded["versus_unoptimized"]
+        ]
+    return row
+
+
+def _row(line: dict, runtime: str) -> str | dict:
+    """A form's entry: "runs", or what the runtime made of it (a pattern: the kernel it
+    formed, ``kernel``, and what it made of the folded twin, ``folded``), or how it
+    refused it."""
     if line["run"]:
-        if "runtime_ops" not in line and "versus_unoptimized" not in line:
+        compared = ("runtime_ops", "versus_unoptimized", "versus_reference")
+        if not any(k in line for k in compared):
             return "runs"
         row: dict = {"runs": True}
         if "runtime_ops" in line:
             row["runtime_ops"] = line["runtime_ops"]
-        return _compared(line, row)
+            if line["key"].startswith(PATTERNS):
+                row["kernel"] = line.get("kernel", kernel_of_ops(line["runtime_ops"], runtime))
+        row = _compared(line, row)
+        if "folded" in line:
+            row["folded"] = _folded_row(line["folded"], runtime)
+        return row
     row = {
         "refused": "load" if not line["load"] else "run",
         "reason": line.get("reason", "other"),
@@ -215,10 +327,28 @@ def _row(line: dict) -> str | dict:
     return _compared(line, row)
 
 
+#: The domains whose highest loaded opset a table records (keys ``<domain> opset=N``).
+DOMAINS = (
+    "ai.onnx",
+    "com.microsoft",
+    "ai.onnx.ml",
+    "ai.onnx.training",
+    "ai.onnx.preview.training",
+)
+
+
+def limits(forms: dict) -> dict:
+    """The highest IR version and, per domain of :data:`DOMAINS`, opset that ran."""
+    return {
+        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
+        "max_opset": {d: _highest(forms, re.escape(d) + r" opset=(\d+)") for d in DOMAINS},
+    }
+
+
 def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) -> dict:
     """The committed table: the release measured, its limits, and each form's result."""
     meta = next(line["meta"] for line in lines if "meta" in line)
-    forms = {line["key"]: _row(line) for line in lines if "key" in line}
+    forms = {line["key"]: _row(line, meta["runtime"]) for line in lines if "key" in line}
     table = {
         "runtime": meta["runtime"],
         "release": meta["version"],
@@ -226,11 +356,7 @@ def table_of(lines: list[dict], onnx_version: str, extra: dict | None = None) ->
         "python": meta["python"],
         "numpy": meta["numpy"],
         "models_built_with": f"onnx {onnx_version}",
-        "max_ir_version": _highest(forms, r"ir_version=(\d+)"),
-        "max_opset": {
-            "ai.onnx": _highest(forms, r"ai\.onnx opset=(\d+)"),
-            "com.microsoft": _highest(forms, r"com\.microsoft opset=(\d+)"),
-        },
+        **limits(forms),
         **(extra or {}),
         "forms": dict(sorted(forms.items())),
     }
@@ -243,44 +369,71 @@ def write_table(name: str, table: dict) -> Path:
     return path
 
 
-def _kernels_formed(lines: list[dict], manifest: Path) -> None:
-    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)."""
+def _graph_ops(path: Path) -> tuple[list[str], str | None]:
+    """The operators of the optimized graph ONNX Runtime saved at ``path`` and the fused
+    kernel among them, with the attribute that changes a MatMulNBits' arithmetic
+    (``com.microsoft:MatMulNBits accuracy_level=4``)."""
     import onnx
 
-    optimized = {
-        e["key"]: e["optimized"]
-        for e in json.loads(manifest.read_text())["cases"]
-        if "optimized" in e
-    }
+    nodes = onnx.load(path, load_external_data=False).graph.node
+    ops = sorted({f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes})
+    kernels = []
+    for node in nodes:
+        op = f"{node.domain}:{node.op_type}" if node.domain else node.op_type
+        if kernel_of_ops([op]) is None:
+            continue
+        levels = [a.i for a in node.attribute if a.name == "accuracy_level"]
+        if node.op_type == "MatMulNBits":
+            op += f" accuracy_level={levels[0] if levels else 0}"
+        kernels.append(op)
+    return ops, ", ".join(sorted(set(kernels))) or None
+
+
+def _kernels_formed(lines: list[dict], manifest: Path) -> None:
+    """For the patterns, the operators of ONNX Runtime's optimized graph (``runtime_ops``)
+    and the fused kernel (``kernel``), of the pattern and of its folded twin."""
+    entries = {e["key"]: e for e in json.loads(manifest.read_text())["cases"] if "optimized" in e}
     for line in lines:
-        path = Path(optimized.get(line.get("key"), "/nonexistent"))
+        entry = entries.get(line.get("key"), {})
+        path = Path(entry.get("optimized", "/nonexistent"))
         if line.get("run") and path.exists():
-            nodes = onnx.load(path, load_external_data=False).graph.node
-            line["runtime_ops"] = sorted(
-                {f"{n.domain}:{n.op_type}" if n.domain else n.op_type for n in nodes}
-            )
+            line["runtime_ops"], line["kernel"] = _graph_ops(path)
             path.unlink()
+        twin = Path(entry.get("folded_optimized", "/nonexistent"))
+        folded = line.get("folded")
+        if isinstance(folded, dict) and folded.get("load") and twin.exists():
+            folded["runtime_ops"], folded["kernel"] = _graph_ops(twin)
+            twin.unlink()
 
 
-def merged(old: dict, new: dict, only: str, note: str) -> dict:
+def merged(old: dict, new: dict, only: tuple[str, ...], note: str) -> dict:
     """``old`` with its forms under ``only`` replaced by ``new``'s (the re-probed keys);
-    everything else kept, and the amendment recorded in ``amended``."""
+    everything else kept, the limits taken again from the merged forms, and the amendment
+    recorded in ``amended``."""
     if old["release"] != new["release"]:
         raise RuntimeError(f"table of {old['release']} re-probed with {new['release']}")
     forms = {k: v for k, v in old["forms"].items() if not k.startswith(only)}
     forms.update(new["forms"])
-    amendment = {"date": new["measured"], "keys": f"{only}*", "note": note}
+    keys = ", ".join(f"{prefix}*" for prefix in only)
+    amendment = {"date": new["measured"], "keys": keys, "note": note}
     amendment.update(
         python=new["python"], numpy=new["numpy"], models_built_with=new["models_built_with"]
     )
     table = {k: v for k, v in old.items() if k != "forms"}
+    table.update(limits(forms))
     table["amended"] = [*old.get("amended", []), amendment]
     table["forms"] = dict(sorted(forms.items()))
     return table
 
 
 def probe(
-    name: str, python: Path, runner: str, manifest: Path, *, only: str = "", note: str = ""
+    name: str,
+    python: Path,
+    runner: str,
+    manifest: Path,
+    *,
+    only: tuple[str, ...] = (),
+    note: str = "",
 ) -> Path:
     """Probe one runtime and write its table ``name``.json (with ``only``: merged into
     the committed table, replacing the keys that start with it)."""
@@ -301,24 +454,28 @@ def main() -> int:
     parser.add_argument("runtime", choices=["ort", "openvino"])
     parser.add_argument("releases", nargs="*", help="ONNX Runtime releases X.Y")
     parser.add_argument("--all", action="store_true", help="every release 1.15 .. the newest")
-    parser.add_argument("--only", default="", help="re-probe the keys starting with this, merged")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="re-probe the keys starting with this (repeatable), merged into the tables",
+    )
     parser.add_argument("--note", default="", help="with --only: what the amendment adds")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        manifest = build_cases(Path(folder), args.only)
+        only = tuple(args.only)
+        manifest = build_cases(Path(folder), only or ("",))
         if args.runtime == "openvino":
             python = ensure_venv("openvino", ["openvino", "numpy"])
             table = probe(
-                "openvino", python, "run_openvino.py", manifest, only=args.only, note=args.note
+                "openvino", python, "run_openvino.py", manifest, only=only, note=args.note
             )
             print(table, flush=True)
             return 0
         for release in ort_releases() if args.all else args.releases:
             python = ort_python(release)
             print(
-                probe(
-                    f"ort-{release}", python, "run_ort.py", manifest, only=args.only, note=args.note
-                ),
+                probe(f"ort-{release}", python, "run_ort.py", manifest, only=only, note=args.note),
                 flush=True,
             )
     return 0

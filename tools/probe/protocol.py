@@ -12,6 +12,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import Any
+
+
+def seeded_input(shape: list[int]) -> Any:
+    """The float input "a" of a compared case at ``shape``: values in [0, 6), seeded (the
+    same in the driver, which computes the ONNX reference, and in every runner)."""
+    import numpy as np  # every runner's venv has NumPy
+
+    return np.random.default_rng(1).uniform(0.0, 6.0, shape).astype(np.float32)
+
+
+def rel_diff(got: Any, expected: Any) -> float:
+    """The largest difference of two outputs relative to ``expected``'s largest value."""
+    import numpy as np
+
+    largest = float(np.abs(expected).max()) if expected.size else 0.0
+    diff = float(np.abs(got.astype(np.float64) - expected).max()) if got.size else 0.0
+    return diff / largest if largest else diff
 
 
 def serve(argv: list[str], meta: dict, run_case: Callable[[dict], dict]) -> int:

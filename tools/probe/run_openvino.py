@@ -7,7 +7,10 @@ openvino and NumPy).
 Same protocol as run_ort.py (a ``start`` line before each case, a result line after). A
 result also lists the compiled model's execution graph as ``layerType:runtimePrecision``
 pairs (``runtime_ops``): a quantized node whose graph holds no integer-precision layer was
-folded to float (its weights decompressed once at compile time, the math in float).
+folded to float (its weights decompressed once at compile time, the math in float). A
+case with ``compare`` shapes and the ONNX reference evaluator's outputs (saved by the
+driver) is also run on the seeded input at each shape and compared with them
+(``versus_reference``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 
 import numpy as np
 import openvino as ov
-from protocol import serve
+from protocol import rel_diff, seeded_input, serve
 
 _CORE = ov.Core()
 
@@ -60,8 +63,27 @@ def _runtime_ops(compiled: object) -> list[str]:
     return sorted(ops)
 
 
+def _folded(case: dict) -> dict:
+    """The execution graph OpenVINO compiles from the pattern with its weight folded."""
+    try:
+        return {
+            "load": True,
+            "runtime_ops": _runtime_ops(_CORE.compile_model(case["folded"], "CPU")),
+        }
+    except Exception as exc:
+        return {"load": False, "error": _line(exc)}
+
+
 def run_case(case: dict) -> dict:
-    """The result of one case: read + compile, then one inference."""
+    """The result of one case: read + compile, then one inference (and the folded twin's
+    execution graph, ``folded``)."""
+    result = _run_case(case)
+    if case.get("folded"):
+        result["folded"] = _folded(case)
+    return result
+
+
+def _run_case(case: dict) -> dict:
     result: dict = {"key": case["key"], "load": False, "run": False}
     try:
         model = _CORE.read_model(case["file"])
@@ -78,7 +100,30 @@ def run_case(case: dict) -> dict:
         result.update(error=_line(exc), reason=classify(str(exc)))
         return result
     result["run"] = True
+    if case.get("reference"):
+        result["versus_reference"] = [
+            _versus_reference(compiled, shape, path)
+            for shape, path in zip(case["compare"], case["reference"], strict=True)
+        ]
     return result
+
+
+def _versus_reference(compiled: object, shape: list, path: str) -> dict:
+    """The compiled model's output at ``shape`` on the seeded input against the ONNX
+    reference evaluator's (saved by the driver): the largest relative difference, another
+    shape, or the run's error."""
+    entry: dict = {"rows": shape[0]}
+    try:
+        got = next(iter(compiled({"a": seeded_input(shape)}).values()))
+    except Exception as exc:
+        entry["error"] = _line(exc)
+        return entry
+    expected = np.load(path)
+    if got.shape != expected.shape:
+        entry["shape"] = [list(got.shape), list(expected.shape)]
+    else:
+        entry["max_rel_diff"] = rel_diff(got, expected)
+    return entry
 
 
 def main(argv: list[str]) -> int:

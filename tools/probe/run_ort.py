@@ -16,9 +16,14 @@ to NumPy types it lacks, int4 or float8).
 A case with ``compare`` shapes (the QDQ MatMul patterns) is also run, at each of them on
 the same seeded inputs, by a session with ORT_DISABLE_ALL, and the outputs compared
 (``versus_unoptimized``): the largest difference relative to the largest output, or the
-wrong shape, or the error of a run only the optimized session fails. A failure at run that
+wrong shape, or the error of a run only the optimized session fails; where the driver
+saved the ONNX reference evaluator's output, each session's difference to it
+(``reference_rel_diff``, ``unoptimized_reference_rel_diff``). A failure at run that
 the unoptimized session does not share is classed "optimizer" (a failure at load keeps its
-class: the model is refused whatever the inputs).
+class: the model is refused whatever the inputs). A case with a ``folded`` model (the
+pattern with its weight folded to float) also runs that in the default session, its
+optimized graph saved, compared with the unfolded model's ORT_DISABLE_ALL output
+(``folded``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import sys
 
 import numpy as np
 import onnxruntime as ort
-from protocol import serve
+from protocol import rel_diff, seeded_input, serve
 
 
 def classify(message: str) -> str:
@@ -64,9 +69,15 @@ def _unoptimized(path: str) -> ort.InferenceSession:
     return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-def _versus(session: ort.InferenceSession, reference: ort.InferenceSession, shape: list) -> dict:
-    """One comparison of the optimized and unoptimized sessions' output at ``shape``."""
-    feed = {"a": np.random.default_rng(1).uniform(0.0, 6.0, shape).astype(np.float32)}
+def _versus(
+    session: ort.InferenceSession,
+    reference: ort.InferenceSession,
+    shape: list,
+    onnx_reference: str | None = None,
+) -> dict:
+    """One comparison of the optimized and unoptimized sessions' output at ``shape`` (and,
+    given the ONNX reference evaluator's output saved by the driver, of each with it)."""
+    feed = {"a": seeded_input(shape)}
     result: dict = {"rows": shape[0]}
     try:
         expected = reference.run(None, feed)[0]
@@ -84,6 +95,11 @@ def _versus(session: ort.InferenceSession, reference: ort.InferenceSession, shap
     largest = float(np.abs(expected).max())
     result["max_abs_diff"] = float(np.abs(got - expected).max())
     result["max_rel_diff"] = result["max_abs_diff"] / largest if largest else 0.0
+    if onnx_reference is not None:
+        onnx_output = np.load(onnx_reference)
+        if onnx_output.shape == got.shape:
+            result["reference_rel_diff"] = rel_diff(got, onnx_output)
+            result["unoptimized_reference_rel_diff"] = rel_diff(expected, onnx_output)
     return result
 
 
@@ -95,9 +111,31 @@ def _compare(case: dict, session: ort.InferenceSession, result: dict) -> None:
     except Exception as exc:
         result["unoptimized_error"] = _line(exc)
         return
-    result["versus_unoptimized"] = [_versus(session, reference, s) for s in case["compare"]]
+    references = case.get("reference") or [None] * len(case["compare"])
+    result["versus_unoptimized"] = [
+        _versus(session, reference, shape, onnx_reference)
+        for shape, onnx_reference in zip(case["compare"], references, strict=True)
+    ]
     if not result["run"] and all("error" in v for v in result["versus_unoptimized"]):
         result["reason"] = "optimizer"
+
+
+def _folded(case: dict) -> dict:
+    """The pattern with its weight folded to float (``case["folded"]``): loaded by the
+    default session (its optimized graph saved: the kernels formed) and compared at each
+    compare shape with the unfolded model's ORT_DISABLE_ALL output."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    options.optimized_model_filepath = case["folded_optimized"]
+    try:
+        session = ort.InferenceSession(case["folded"], options, providers=["CPUExecutionProvider"])
+        reference = _unoptimized(case["file"])
+    except Exception as exc:
+        return {"load": False, "error": _line(exc)}
+    return {
+        "load": True,
+        "versus_unoptimized": [_versus(session, reference, s) for s in case["compare"]],
+    }
 
 
 def run_case(case: dict) -> dict:
@@ -105,6 +143,8 @@ def run_case(case: dict) -> dict:
     if case.get("compare") and "session" in result:
         _compare(case, result["session"], result)
     result.pop("session", None)
+    if case.get("folded") and case.get("compare"):
+        result["folded"] = _folded(case)
     return result
 
 

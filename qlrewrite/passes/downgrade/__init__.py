@@ -2,7 +2,8 @@
 (:mod:`~qlrewrite.passes.downgrade.downgrade_pass`), each Q/DQ node planned
 (:mod:`~qlrewrite.passes.downgrade.plan`), relabelled
 (:mod:`~qlrewrite.passes.downgrade.relabel`) or lowered
-(:mod:`~qlrewrite.passes.downgrade.lower`)."""
+(:mod:`~qlrewrite.passes.downgrade.lower`), and the ops with no earlier version written
+as their formula or refused (:mod:`~qlrewrite.passes.downgrade.ops`)."""
 
 from __future__ import annotations
 

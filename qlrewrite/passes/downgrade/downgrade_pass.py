@@ -5,7 +5,9 @@
    DequantizeLinear of a constant as Cast / Sub / Mul, int4 constants stored as int8,
    int16 nodes as com.microsoft), or refused with the reason and the lowest opset that
    holds it; one refused node and nothing is written.
-2. ONNX's version converter lowers the rest of the graph on a weight-free copy
+2. An op with no version at the target is written as its formula in older ops (Gelu-20)
+   or refused naming it (:mod:`qlrewrite.passes.downgrade.ops`); then ONNX's version
+   converter lowers the rest of the graph on a weight-free copy
    (:func:`qlrewrite.passes.upgrade.convert_weightless`), with the quantized nodes and the
    ops whose newer versions only widened types (:mod:`qlrewrite.passes.downgrade.relabel`)
    held aside in a private domain: the converter has no down adapter for them.
@@ -25,6 +27,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.downgrade import lower
+from qlrewrite.passes.downgrade.ops import lower_new_ops
 from qlrewrite.passes.downgrade.plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
 from qlrewrite.passes.downgrade.relabel import ElementTypes, relabel_problem
 from qlrewrite.passes.results import DowngradeResult
@@ -79,14 +82,14 @@ class DowngradePass(ContextPass, ir.passes.FunctionalPass):
         plans = plan_downgrade(model, self.opset, context.inference)
         _refuse(plans, self.opset)
         relabelled: list[str] = []
+        formulas: list[int] = []
         types = ElementTypes(model, context.inference)  # the run's: no inference again
-        new = convert_weightless(
-            model,
-            self.opset,
-            context,
-            prepare=lambda proto: relabelled.extend(_hold(proto, before, self.opset, types)),
-            lower=True,
-        )
+
+        def prepare(proto: onnx.ModelProto) -> None:
+            formulas.append(lower_new_ops(proto, before, self.opset, types, hold=_HOLD))
+            relabelled.extend(_hold(proto, before, self.opset, types))
+
+        new = convert_weightless(model, self.opset, context, prepare=prepare, lower=True)
         _restore(new, self.opset)
         summary = _apply(new, plans)
         ir_before = model.ir_version
@@ -96,6 +99,7 @@ class DowngradePass(ContextPass, ir.passes.FunctionalPass):
             "opset_after": self.opset,
             **summary,
             "nodes_relabelled": len(relabelled),
+            "ops_written_as_formula": sum(formulas),
             "ir_version_before": ir_before,
             "ir_version_after": new.ir_version,
         }

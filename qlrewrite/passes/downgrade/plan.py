@@ -138,6 +138,9 @@ def _normalized_axis(view: QDQView) -> int:
 
 def _lowering(view: QDQView, form: opsets.NodeForm, opset: int) -> tuple[str | None, list[str]]:
     """The exact lowering of a node the target's version cannot express, or (None, why)."""
+    if _quantized_type(view, form) in _SIXTEEN:
+        problems = opsets.com_microsoft_problems(view.op_type, form)
+        return (MICROSOFT, []) if not problems else (None, problems)
     if view.is_quantize:
         return None, []
     x = view.node.inputs[0]
@@ -152,9 +155,17 @@ def _lowering(view: QDQView, form: opsets.NodeForm, opset: int) -> tuple[str | N
         row = opsets.qdq_version("", view.op_type, opset)
         if row is not None and not opsets.expression_problems(row, narrow):
             return WIDEN, []
-    if form.x_type in _SIXTEEN and not opsets.com_microsoft_problems(view.op_type, form):
-        return MICROSOFT, []
     return None, []
+
+
+def _quantized_type(view: QDQView, form: opsets.NodeForm) -> ir.DataType | None:
+    """The integer type of the node: x's for a DequantizeLinear, the zero point's (else
+    the output's) for a QuantizeLinear."""
+    if not view.is_quantize:
+        return form.x_type
+    if form.zero_point_type is not None:
+        return form.zero_point_type
+    return view.output.dtype if view.output is not None else None
 
 
 def _blocked(view: QDQView, form: opsets.NodeForm, constant: bool) -> tuple[str | None, list[str]]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -54,9 +53,15 @@ from qlrewrite.qdq import (
     site_view,
     value_dtype,
 )
+from qlrewrite.targets.fusions import (
+    Fusion,
+    FusionTable,
+    NoFusionTable,
+    consumer_of,
+    kernels_only_in_original,
+)
 from qlrewrite.targets.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.toolkit import FreshNames, all_graphs
-from qlrewrite.verify.deployed import Fusions
 
 __all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
 
@@ -86,7 +91,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         *,
         keep_dq: bool = False,
         float16: Float16Mode = "exact",
-        fusions: Fusions | Callable[[ir.Model], Fusions] | None = None,
+        fusions: FusionTable | NoFusionTable | None = None,
         keep_fused: bool = False,
         bias_only: bool = False,
     ) -> None:
@@ -95,17 +100,17 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
             raise ValueError(f"float16 must be one of {FLOAT16_MODES}, got {float16!r}")
         self.keep_dq = keep_dq
         self.float16 = float16
-        #: What ONNX Runtime makes of the input (None: not asked; a callable of the model:
-        #: asked when the pass runs, after the input check): DQs it fuses into integer kernels are
-        #: counted and warned of, or kept with ``keep_fused``.
-        self._fusions = fusions
-        self.fusions: Fusions | None = None
+        #: What the runtime a model ships to fuses, read from its measured table (None: not
+        #: asked; :class:`NoFusionTable`: why no table answers): DQs it fuses into integer /
+        #: weight-only kernels are counted and warned of, or kept with ``keep_fused``.
+        self.fusions = fusions
         self.keep_fused = keep_fused
         #: Fold only DequantizeLinear of int32 constants (biases), for runtimes that refuse
         #: them (TensorRT: onnx/onnx-tensorrt#850); every other Q/DQ stays.
         self.bias_only = bias_only
         self._summary: dict[str, int] = {}
-        self._fused: collections.Counter[str] = collections.Counter()
+        self._fused: dict[int, Fusion] = {}  # id(consumer) -> its fusion, of folded DQs
+        self._unmeasured: collections.Counter[str] = collections.Counter()
 
     def call(self, model: ir.Model) -> FoldResult:
         self._summary = summary = dict.fromkeys(
@@ -121,13 +126,12 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
             ),
             0,
         )
-        self._fused = collections.Counter()
-        fusions = self._fusions
-        self.fusions = fusions(model) if callable(fusions) else fusions
-        if self.keep_fused and (self.fusions is None or self.fusions.graph is None):
+        self._fused, self._unmeasured = {}, collections.Counter()
+        if self.keep_fused and not isinstance(self.fusions, FusionTable):
             reason = self.fusions.reason if self.fusions is not None else "not asked"
             raise Refusal(
-                f"--keep-fused needs ONNX Runtime's graph of the input: {reason}; nothing written"
+                f"--keep-fused needs the measured fusion table of the runtime: {reason}; "
+                "nothing written"
             )
         rounded, overridable = self._fold_sites(model)
         warnings = _fold_warnings(rounded, overridable)
@@ -147,6 +151,7 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
         sites = list(iter_sites(model))
         # Decided on the graph as it is: folding removes the edges ORT's choice depends on.
         views = {id(s.node): _qdq_view(model, s) for s in sites}  # one view per node
+        fused = {id(s.node): self._fusion(model, s, views[id(s.node)]) for s in sites}
         in_float32 = {id(s.node) for s in sites if _dq_in_float32(views[id(s.node)])}
         overridable = rounded = 0
         for site in sites:
@@ -157,54 +162,59 @@ class FoldPass(ContextPass, ir.passes.InPlacePass):
                 if widen and self._widen_kept_dq(view):
                     rounded += self.float16 == "compact"
                 continue
-            if self._ort_fuses(model, site) and self.keep_fused:
+            fusion = fused[id(site.node)]
+            if fusion is not None and self.keep_fused:
                 self._summary["dq_kept_fused"] += 1
                 continue
             folded, kept_float16 = self._folded_value(view, widen)
             rounded += kept_float16
             if folded is not None:
                 self._replace(containers, site, folded)
+                if fusion is not None:
+                    self._fused[id(fusion[0])] = fusion[1]
             elif _overridable(site.node):
                 overridable += 1
         return rounded, overridable
 
-    def _ort_fuses(self, model: ir.Model, site: QuantizedSite) -> bool:
-        """Whether ONNX Runtime fuses this DQ of constants (of the main graph) into an
-        integer / weight-only kernel; counted by kernel."""
+    def _fusion(
+        self, model: ir.Model, site: QuantizedSite, view: QDQView
+    ) -> tuple[ir.Node, Fusion] | None:
+        """The consumer and the fusion the runtime's table records for this DQ of constants
+        (of the main graph) when the runtime fuses it into an integer / weight-only kernel;
+        None otherwise (a pattern the table does not hold is counted by consumer op)."""
         node = site.node
-        if self.fusions is None or node.op_type != "DequantizeLinear":
-            return False
+        if not isinstance(self.fusions, FusionTable) or node.op_type != "DequantizeLinear":
+            return None
         if site.graph is not model.graph or not all(is_constant(v) for v in node.inputs):
-            return False
-        if not self.fusions.fused(node.outputs[0].name or ""):
-            return False
-        graph = self.fusions.graph
-        x = node.inputs[0]
-        name = (x.name if x is not None else None) or ""
-        kernel = graph.kernel_of(name) if graph is not None else None
-        self._fused[kernel or "another fusion"] += 1
-        return True
+            return None
+        consumer = consumer_of(view)
+        if consumer is None:
+            return None
+        fusion = self.fusions.of(view)
+        if fusion is None:
+            self._unmeasured[consumer.op_type] += 1
+            return None
+        return (consumer, fusion) if fusion.kernel is not None else None
 
     def _fusion_warnings(self) -> list[str]:
-        """What folding costs in ONNX Runtime, or that it was not checked."""
+        """What folding costs in the runtime, read from its table, or that it was not
+        checked."""
         fusions = self.fusions
         if fusions is None:
             return []
-        if fusions.graph is None:
-            return [
-                f"not checked which DequantizeLinear {fusions.runtime} fuses into "
-                f"integer kernels: {fusions.reason}"
-            ]
-        count = sum(self._fused.values())
-        if not count or self.keep_fused:  # kept: the summary counts them
-            return []
-        kernels = ", ".join(f"{k} ({n})" for k, n in sorted(self._fused.items()))
-        return [
-            f"{count} folded DequantizeLinear are fused by {fusions.runtime} (CPU, default "
-            f"session) into integer / weight-only kernels (DQs per kernel: {kernels}); "
-            "folded, ORT runs those layers in float: slower, and its outputs change "
-            "(measured: docs/commands/fold.md); --keep-fused leaves them and folds the rest"
-        ]
+        if isinstance(fusions, NoFusionTable):
+            return [f"not checked which DequantizeLinear {fusions.runtime} fuses: {fusions.reason}"]
+        warnings = []
+        if self._fused and not self.keep_fused:  # kept: the summary counts them
+            warnings.append(_fused_warning(fusions, list(self._fused.values())))
+        if self._unmeasured:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(self._unmeasured.items()))
+            warnings.append(
+                f"not known whether {fusions.runtime} fuses {sum(self._unmeasured.values())} "
+                f"folded DequantizeLinear: {fusions.label} holds no pattern of their "
+                f"consumers ({ops})"
+            )
+        return warnings
 
     def _folded_value(self, view: QDQView, widen: bool) -> tuple[FoldedTensor | None, bool]:
         """The node's folded value (None: an input is not constant), in float32 when ONNX
@@ -346,6 +356,20 @@ def _fold_warnings(rounded: int, overridable: int) -> list[str]:
             "export without keep_initializers_as_inputs to fold them"
         )
     return warnings
+
+
+def _fused_warning(fusions: FusionTable, fused: list[Fusion]) -> str:
+    """The warning for the folded DequantizeLinear the runtime fuses: the kernels it forms
+    from the original only (the words of ``--verify``'s deployment check), what each
+    computes against ORT_DISABLE_ALL, and what it runs once the weights are folded."""
+    kernels = collections.Counter(f.kernel_op for f in fused)
+    details = collections.Counter(f.describe() for f in fused)
+    measured = "; ".join(f"{text} (x{n})" for text, n in sorted(details.items()))
+    return (
+        f"{kernels_only_in_original(dict(sorted(kernels.items())), fusions.runtime)} "
+        f"(read from {fusions.label}, not run). Measured there: {measured}. "
+        "--keep-fused leaves those DequantizeLinear and folds the rest"
+    )
 
 
 def _qdq_view(model: ir.Model, site: QuantizedSite) -> QDQView:

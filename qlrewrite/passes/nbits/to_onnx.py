@@ -366,17 +366,17 @@ def _plan_float_zero_points(
     zero_points: ir.TensorProtocol,
     dequantize: bool,
 ) -> None:
-    """Zero points in the scale type (HQQ): ONNX Runtime's kernel (4 bits, float32 only:
-    for float16 it ignores them) computes ``q * scale - scale * zp``, each product rounded
-    to float32. Written as ``DequantizeLinear(q, scale)`` (uint4, no zero point: ``q *
-    scale``, one rounding) minus the precomputed ``scale * zp`` repeated over each block:
-    the same two roundings, then the same subtraction; ``fold --dequantize-weights``
-    writes that weight itself."""
-    if layout.bits != 4 or scales.dtype != _DT.FLOAT or zero_points.dtype != _DT.FLOAT:
-        plan.problems.append(
-            "zero points in the scale type are only computed by ONNX Runtime for 4 bits "
-            "and float32 (float16 ones it ignores)"
-        )
+    """Zero points in the scale type (HQQ): ONNX Runtime's kernel (2 and 4 bits, float32
+    only: for float16 it ignores them) computes ``q * scale - scale * zp``, each product
+    rounded to float32 (measured bit-exact on the CPU provider, optimizations off: 4 bits
+    in 1.18 to 1.32, 2 bits in 1.27 to 1.32; older releases refuse them, and every
+    release 1.15 to 1.32 refuses 8 bits). Written as ``DequantizeLinear(q, scale)``
+    (uint4 / uint2, no zero point: ``q * scale``, one rounding) minus the precomputed
+    ``scale * zp`` repeated over each block: the same two roundings, then the same
+    subtraction; ``fold --dequantize-weights`` writes that weight itself."""
+    problem = _float_zero_point_problem(layout.bits, scales.dtype, zero_points.dtype)
+    if problem:
+        plan.problems.append(problem)
         return
     if zero_points.size != layout.N * layout.k_blocks:
         plan.problems.append(f"zero points are not {layout.N} x {layout.k_blocks} floats")
@@ -387,10 +387,11 @@ def _plan_float_zero_points(
             b, scales, zero_points, 0, layout.block_size, _DT.FLOAT, folded=folded
         )
         return
-    _check_dq_form(plan, opset, _DT.UINT4, _DT.FLOAT, zero_point=False)
+    x_type = int_type(layout.bits, signed=False)
+    _check_dq_form(plan, opset, x_type, _DT.FLOAT, zero_point=False)
     name = _input_name(plan.view.node, 1, "B")
     x = MatMulNBitsWeight(
-        "x", layout, _DT.UINT4, b=b, scales=scales, zero_points=None, name=f"{name}_q"
+        "x", layout, x_type, b=b, scales=scales, zero_points=None, name=f"{name}_q"
     )
     scale = MatMulNBitsWeight("scale", layout, _DT.FLOAT, b=b, scales=scales, zero_points=None)
     zero = MatMulNBitsWeight("scale", layout, _DT.FLOAT, b=b, scales=zero_points, zero_points=None)
@@ -408,6 +409,22 @@ def _plan_float_zero_points(
         out_type=_DT.FLOAT,
         offset=ir.LazyTensor(offset, dtype=_DT.FLOAT, shape=scale.shape, name=f"{name}_offset"),
     )
+
+
+def _float_zero_point_problem(bits: int, scale_type: int, zero_point_type: int) -> str:
+    """Why ONNX Runtime does not compute these zero points in the scale type ("": it does,
+    as :func:`_plan_float_zero_points` writes them)."""
+    if bits == 8:
+        return (
+            "8-bit zero points in the scale type: ONNX Runtime's CPU kernel refuses them "
+            "(measured in every release 1.15 to 1.32)"
+        )
+    if bits not in (2, 4) or scale_type != _DT.FLOAT or zero_point_type != _DT.FLOAT:
+        return (
+            "zero points in the scale type are only computed by ONNX Runtime for 2 and 4 "
+            "bits and float32 (float16 ones it ignores)"
+        )
+    return ""
 
 
 def _flattened(tensor: ir.TensorProtocol) -> ir.TensorProtocol:

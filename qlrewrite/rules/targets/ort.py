@@ -5,7 +5,8 @@ tables of :mod:`qlrewrite.targets`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import re
+from collections.abc import Iterator, Sequence
 
 import onnx_ir as ir
 
@@ -17,14 +18,16 @@ from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     Example,
     Fix,
+    Rewrite,
     TargetModel,
     TargetNode,
     rule,
 )
-from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
-from qlrewrite.toolkit import import_table, normalize_domain
+from qlrewrite.toolkit import import_table, normalize_domain, uses_domain
 
 __all__: list[str] = []
 
@@ -118,37 +121,76 @@ def _too_new(version: int | None, limit: int | None) -> bool:
     return version is not None and limit is not None and version > limit
 
 
+def _opset_limit(domain: str, targets: Sequence[Target]) -> int | None:
+    """The newest ``domain`` opset every release of ``targets`` loads (None: no limit)."""
+    limits = [
+        limit
+        for target in targets
+        for t in target.tables
+        if (limit := t.max_opset.get(domain or "ai.onnx")) is not None
+    ]
+    return min(limits) if limits else None
+
+
+def _lower_opset(finding: Finding, targets: Sequence[Target]) -> Rewrite | None:
+    """QL702's fix: ai.onnx lowered to the newest opset the targets load (the downgrade:
+    exact, or refused naming the nodes), another domain's import dropped when no node
+    uses it (else refused naming them)."""
+    limit = _opset_limit(finding.domain, targets)
+    if limit is None or finding.opset is None or finding.opset <= limit:
+        return None
+    if finding.domain:
+        return Rewrite("drop-import", f"unused {finding.domain} import dropped", finding.domain)
+    return Rewrite("downgrade", f"ai.onnx opset {finding.opset} -> {limit}", limit)
+
+
 @rule(
     "QL702",
     "target-opset",
     ERROR,
     summary="An opset the model imports is newer than the target runtime loads.",
     explanation="""
-    Each runtime release knows the ai.onnx and com.microsoft opsets up to its own
-    (measured: ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and
-    1.22 22, 1.23 23, 1.24 25, 1.25 to 1.31 26, 1.32 28) and refuses a model importing a
-    newer one at load ("Opset 20 is under development"), even when no node uses what the
-    new opset changed. `qlrewrite downgrade --opset N` lowers the ai.onnx opset exactly,
-    or refuses naming what opset N cannot hold.
+    Each runtime release knows the opsets of each domain (ai.onnx, com.microsoft,
+    ai.onnx.ml, ai.onnx.training, ai.onnx.preview.training) up to its own (measured:
+    ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and 1.22 22, 1.23
+    23, 1.24 25, 1.25 to 1.31 26, 1.32 28; ai.onnx.ml 3 up to 1.16, 4 in 1.17, 5 from
+    1.18) and refuses a model importing a newer one at load ("Opset 20 is under
+    development", "ai.onnx.ml is till opset 3"), even when no node uses the domain (ORT's
+    quantizer keeps the float model's imports, and writes ai.onnx.ml 5 with onnx 1.16 and
+    newer). `qlrewrite downgrade --opset N` lowers the ai.onnx opset exactly, or refuses
+    naming what opset N cannot hold; an import of another domain that no node uses is
+    dropped by the fix.
     """,
     example="""
-    bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
+    bad:  ai.onnx 19 and ai.onnx.ml 5 (no node uses it), DequantizeLinear(uint8)
+          (--target ort==1.16; check --fix drops the import)
     good: ai.onnx 19
     """,
     versions="--target ort / openvino",
     scope="target-model",
     needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        Lowers ai.onnx to the newest opset the target loads with `qlrewrite downgrade`
+        (exact, or refused naming the nodes that opset cannot hold); drops another
+        domain's import when no node uses it (refused naming the nodes that do).
+        """,
+        applies=lambda finding: finding.domain == "" or finding.attribute == "opset_import",
+        rewrite=_lower_opset,
+    ),
     examples=[
         Example(
-            "opset-20-on-ort-1.16",
-            ModelSpec("qdq", DQ, 20, ir_version=9),
+            "unused-ml-5-on-ort-1.16",
+            ModelSpec("qdq", DQ, 19, ir_version=9, imports={"": 19, "ai.onnx.ml": 5}),
             ModelSpec("qdq", DQ, 19, ir_version=9),
             targets=("ort==1.16",),
         ),
     ],
 )
 def target_opset(ctx: TargetModel) -> Iterator[Finding]:
-    imports = import_table(ctx.context.model)
+    model = ctx.context.model
+    imports = import_table(model)
     for domain, version in sorted(imports.items()):
         name = normalize_domain(domain) or "ai.onnx"
         limits = [(t, t.max_opset.get(name)) for t in ctx.target.tables]
@@ -157,16 +199,26 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
             continue
         refusing = [t for t, _ in refused]
         newest = min(limit for _, limit in refused)
+        unused = name != "ai.onnx" and not uses_domain(model, domain)
         yield ctx.report(
             f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
-            f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
-            f"opset {newest} cannot hold)"
-            if name == "ai.onnx"
-            else f"export the model at {name} opset {newest} or older",
+            _opset_hint(name, newest, unused),
             domain="" if name == "ai.onnx" else name,
             opset=version,
+            attribute="opset_import" if unused else "",
         )
+
+
+def _opset_hint(name: str, newest: int, unused: bool) -> str:
+    if name == "ai.onnx":
+        return (
+            f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
+            f"opset {newest} cannot hold; check --fix does it)"
+        )
+    if unused:
+        return "no node uses the domain: check --fix drops the import (exact)"
+    return f"export the model at {name} opset {newest} or older"
 
 
 def _oldest_running(form: str) -> str | None:
@@ -228,11 +280,11 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     if form is None:
         return
     refused, what = _refusals(ctx.target, form), "it"
-    if not refused and not ctx.view.is_quantize:  # the quantized MatMul it is part of
-        matmul = _matmul_of(ctx)
-        key = _pattern_key(ctx, matmul) if matmul is not None else None
-        if key is not None:
-            form, what = key, "the quantized MatMul it feeds (as its weight)"
+    if not refused and not ctx.view.is_quantize:  # the quantized operator it is part of
+        op = _weight_op_of(ctx)
+        key = _pattern_key(ctx, op) if op is not None else None
+        if key is not None and op is not None:
+            form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
     if not refused:
         return
@@ -247,16 +299,11 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
 
-#: Runtime precisions that are not integer or low-precision float.
-_FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
-#: Execution-graph layers that compute (not constants, reorders or transposes).
-_COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
-
-
 def _folded(runtime_ops: list[str]) -> bool:
-    """Whether an execution graph computes the weight's MatMul in float only."""
-    compute = [op.partition(":")[2] for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
-    return bool(compute) and all(precision in _FLOAT_PRECISIONS for precision in compute)
+    """Whether an execution graph computes the weight's MatMul in float only (it holds a
+    compute layer, none on the quantized precision: :func:`kernel_of_ops`)."""
+    computes = any(op.startswith(COMPUTE_LAYERS) for op in runtime_ops)
+    return computes and kernel_of_ops(runtime_ops, "openvino") is None
 
 
 def _feeds_matmul(ctx: TargetNode) -> bool:
@@ -316,25 +363,23 @@ def target_folds_to_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
             return
 
 
-#: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
-_INTEGER_KERNELS = frozenset(
-    {
-        "QLinearMatMul",
-        "com.microsoft:MatMulIntegerToFloat",
-        "com.microsoft:MatMulNBits",
-        "MatMulInteger",
-        "com.microsoft:QGemm",
-        "com.microsoft:DynamicQuantizeMatMul",
-    }
-)
-
-
 def _matmul_of(ctx: TargetNode) -> ir.Node | None:
     """The MatMul whose weight (second input) the DequantizeLinear gives."""
     outputs = ctx.view.node.outputs
     for node in outputs[0].consumers() if outputs else ():
         matmul = node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
         if matmul and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
+            return node
+    return None
+
+
+def _weight_op_of(ctx: TargetNode) -> ir.Node | None:
+    """The MatMul, Conv, ConvTranspose or Gemm whose weight (second input) the
+    DequantizeLinear gives."""
+    outputs = ctx.view.node.outputs
+    for node in outputs[0].consumers() if outputs else ():
+        weight_op = node.op_type in WEIGHT_OPS and node.domain in ("", "ai.onnx")
+        if weight_op and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
             return node
     return None
 
@@ -347,7 +392,7 @@ def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
     found = []
     for runtime in target.tables:
         ops = runtime.runtime_ops(key)
-        if ops is not None and runtime.refusal(key) is None and not _INTEGER_KERNELS & set(ops):
+        if ops is not None and runtime.refusal(key) is None and kernel_of_ops(ops) is None:
             found.append((runtime, ops))
     return found
 
@@ -419,11 +464,54 @@ def _what(found: list[tuple[Table, Divergence]]) -> str:
     diffs = [d.max_rel_diff for _, d in found if d.max_rel_diff is not None]
     errors = [d.error for _, d in found if d.error]
     wrong = any(d.outcome == "miscomputes" for _, d in found)
+    against = found[-1][1].against
     if not wrong:
-        return f"fails at run where ORT_DISABLE_ALL runs it: {errors[-1] if errors else '?'}"
+        runs = "runs it" if against == "ORT_DISABLE_ALL" else "computes it"
+        return f"fails at run where {against} {runs}: {errors[-1] if errors else '?'}"
     off = f", up to {max(diffs):.0%} of the largest output off" if diffs else ""
-    text = f"computes other values than with ORT_DISABLE_ALL (measured{off})"
+    text = f"computes other values than with {against} (measured{off})"
     return f"{text}; at other shapes it fails at run: {errors[-1]}" if errors else text
+
+
+#: The axis of a Conv, ConvTranspose or Gemm weight that holds the output channels.
+_OUTPUT_AXIS = {"Conv": 0, "ConvTranspose": 1, "Gemm transB=0": 1, "Gemm transB=1": 0}
+_GRANULARITY = re.compile(r" (per-tensor|per-axis axis=\d+|blocked axis=\d+ blocks=\w+)")
+_ZERO_POINTS = re.compile(r" zero_points=\w+")
+
+
+def _matching(target: Target, key: str) -> bool:
+    """Whether every release of the target ran ``key`` and matched ORT_DISABLE_ALL and the
+    ONNX reference where they were compared (and at least one of them was)."""
+    rows = [t.forms.get(key) for t in target.tables]
+    return all(
+        isinstance(r, dict)
+        and r.get("runs")
+        and {r.get("optimized"), r.get("reference")} - {None} == {"matches"}
+        for r in rows
+    )
+
+
+def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
+    """The measured way out of a Conv, ConvTranspose or Gemm pattern: the same weight
+    quantized per channel on its output axis with one zero point, or per tensor, when the
+    tables measured that form to match ORT_DISABLE_ALL in every release of the target."""
+    trans_b = re.search(r" transB=\d", key)
+    axis = _OUTPUT_AXIS.get(op.op_type + (trans_b.group(0) if trans_b else ""), 0)
+    forms = []
+    for granularity, label in (
+        (f" per-axis axis={axis}", f"per channel on axis {axis} with one zero point"),
+        (" per-tensor", "per tensor"),
+    ):
+        other = _ZERO_POINTS.sub(" zero_points=equal", _GRANULARITY.sub(granularity, key, 1))
+        if other != key and _matching(target, other):
+            forms.append(label)
+    session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
+    if not forms:
+        return session
+    return (
+        f"quantize this weight {' or '.join(forms)} (measured to match ORT_DISABLE_ALL in "
+        f"these releases); or {session}"
+    )
 
 
 def _ways_out(key: str) -> str:
@@ -443,11 +531,12 @@ def _ways_out(key: str) -> str:
     "QL706",
     "target-miscomputes",
     ERROR,
-    summary="ONNX Runtime's default optimizations compute this quantized MatMul wrongly or "
-    "fail at run on it (measured against ORT_DISABLE_ALL).",
+    summary="ONNX Runtime's default optimizations compute this quantized MatMul, Conv, "
+    "ConvTranspose or Gemm wrongly or fail at run on it (measured against ORT_DISABLE_ALL).",
     explanation="""
-    The probe runs each QDQ MatMul pattern (a constant weight's DequantizeLinear into a
-    MatMul whose activation is quantized and dequantized) in each release twice on the
+    The probe runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
+    Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each
+    release twice on the
     same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
     ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to
     1.32.0: with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
@@ -459,14 +548,29 @@ def _ways_out(key: str) -> str:
     model fails at run ("Attempting to broadcast an axis by a dimension other than 1") or
     silently returns other values (up to about 60% of the largest output off in the
     probe, or another shape). 4-bit weights, 16-bit activations, float activations
-    (MatMulNBits) and one block along K are computed right. The finding names the
-    releases and what was measured; ways out: MatMulNBits (`qlrewrite convert --to
-    com.microsoft`, blocks along K: a blocked weight needs no `--include-8bit`),
-    per-channel weights, or a session that does not fuse QDQ nodes.
+    (MatMulNBits) and one block along K are computed right. Conv and Gemm, measured in
+    1.15.1 to 1.32.0 (8-bit types): ORT fuses them into QLinearConv / QGemm reading a
+    per-axis scale as per output channel whatever its axis, so a Conv weight quantized
+    per channel on axis 1 (valid ONNX), or a Gemm weight on its input axis, computes
+    other values (about 80% / 50% of the largest output off, where the patterns ORT
+    computes right stay within 3%; the ONNX reference evaluator agrees with
+    ORT_DISABLE_ALL on every one) when the channel counts are equal and fails at run
+    otherwise; a Conv weight per channel on a kernel axis, or
+    blocked (opset 21, 1.19 to 1.32), fails at run; per-channel Conv weights whose zero
+    points differ fail at run in 1.15 to 1.26 ("zero point of per-channel filter must be
+    same"), per-channel Gemm weights without zero point in 1.15 to 1.27. The finding names
+    the releases and what was measured; ways out: for MatMul, MatMulNBits (`qlrewrite
+    convert --to com.microsoft`, blocks along K: a blocked weight needs no
+    `--include-8bit`), per-channel weights, or a session that does not fuse QDQ nodes; for
+    Conv, ConvTranspose and Gemm, the same weight quantized per channel on its output axis
+    with one zero point, or per tensor, offered only when the tables measured that form to
+    match ORT_DISABLE_ALL in every release of the target, or an ORT_DISABLE_ALL session.
     """,
     example="""
     bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
     good: Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, per-axis)
+    bad:  Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=1)
+    good: Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=0)
     """,
     versions="--target ort",
     scope="target-node",
@@ -480,20 +584,29 @@ def _ways_out(key: str) -> str:
             ModelSpec("qdq_matmul_weight", DT.UINT8, DT.INT8, "per-axis", output="float"),
             targets=("ort==1.31",),
         ),
+        Example(
+            "conv-weight-per-channel-on-axis-1",
+            ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=1),
+            ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=0),
+            targets=("ort==1.31",),
+        ),
     ],
 )
 def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     if ctx.view.is_quantize or ctx.target.runtime != "ort":
         return
-    matmul = _matmul_of(ctx)
-    key = _pattern_key(ctx, matmul) if matmul is not None else None
-    if key is None:
+    op = _weight_op_of(ctx)
+    key = _pattern_key(ctx, op) if op is not None else None
+    if key is None or op is None:
         return
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     if found:
         who = _who(ctx.target, [t for t, _ in found])
+        ways = (
+            _ways_out(key) if op.op_type == "MatMul" else _weight_op_ways_out(ctx.target, key, op)
+        )
         yield ctx.report(
-            f"with {who}'s default optimizations the quantized MatMul this weight feeds "
-            f"{_what(found)}",
-            _ways_out(key),
+            f"with {who}'s default optimizations the quantized {op.op_type} this weight "
+            f"feeds {_what(found)}",
+            ways,
         )

@@ -39,6 +39,7 @@ def _fact(target_runtime: str, key: str) -> Fact | None:
     microsoft/onnxruntime#25334). Documented, not run. `qlrewrite convert --to onnx`
     rewrites these nodes as Q/DQ exactly.
     """,
+    cites=(("qnn", "operators"),),
     example="""
     warn: QLinearConv(...)   (--target qnn)
     good: DequantizeLinear -> Conv -> QuantizeLinear   (qlrewrite convert --to onnx)
@@ -64,7 +65,7 @@ def qnn_operator(ctx: TargetNode) -> Iterator[Finding]:
     yield ctx.report(
         f"{ctx.target.label} does not list {view.domain_label} {view.op_type}: it runs on the "
         "CPU provider",
-        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.cited}",
+        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.named}",
     )
 
 
@@ -80,6 +81,7 @@ def qnn_operator(ctx: TargetNode) -> Iterator[Finding]:
     Execution Provider, "Generating a quantized model"). A float8, 4-bit or 2-bit Q/DQ is
     outside what it documents. Documented, not run.
     """,
+    cites=(("qnn", "quantized_types"),),
     example="""
     warn: DequantizeLinear(x: float8e4m3fn, ...)   (--target qnn)
     good: DequantizeLinear(x: uint8, ...)
@@ -106,7 +108,7 @@ def qnn_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     types = ", ".join(t.lower() for t in fact.values["types"])
     yield ctx.report(
         f"{name.lower()} is not among the types {ctx.target.label} documents ({types})",
-        f"source: {fact.cited}",
+        f"source: {fact.named}",
     )
 
 
@@ -121,6 +123,7 @@ def qnn_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     ONNX operators", row ai.onnx:MatMul): a MatMul fed by an int8 or int16
     DequantizeLinear is not taken as a quantized MatMul. Documented, not run.
     """,
+    cites=(("qnn", "matmul_types"),),
     example="""
     warn: DequantizeLinear(x: int8) -> MatMul   (--target qnn)
     good: DequantizeLinear(x: uint8) -> MatMul
@@ -150,7 +153,7 @@ def qnn_matmul_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         return
     yield ctx.report(
         f"{name.lower()} into a MatMul: {ctx.target.label}'s HTP MatMul takes uint8 / uint16",
-        f"quantize the MatMul's inputs as uint8 or uint16; source: {fact.cited}",
+        f"quantize the MatMul's inputs as uint8 or uint16; source: {fact.named}",
     )
 
 
@@ -165,6 +168,7 @@ def qnn_matmul_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     Provider, "Model requirements"; its onnxruntime.tools.make_dynamic_shape_fixed does
     it). Documented, not run.
     """,
+    cites=(("qnn", "static_shapes"),),
     example="""
     warn: input x: uint8[batch, 3]   (--target qnn)
     good: input x: uint8[1, 3]
@@ -193,5 +197,5 @@ def qnn_dynamic_shape(ctx: TargetModel) -> Iterator[Finding]:
                 f"input '{value.name}' has a dynamic shape {dims}: {ctx.target.label} "
                 "needs fixed shapes",
                 "fix the shape (python -m onnxruntime.tools.make_dynamic_shape_fixed); "
-                f"source: {fact.cited}",
+                f"source: {fact.named}",
             )

@@ -4,20 +4,35 @@ the document it comes from (:func:`qlrewrite.targets.tables.documented`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from qlrewrite.findings import ERROR, Finding
+from qlrewrite.findings import ERROR, SAFE, Finding
 from qlrewrite.qdq import QDQ, QOPERATOR, WEIGHT_ONLY, QDQView
+from qlrewrite.qdq.constants import constant_tensor
 from qlrewrite.rules.common import quantized_type
 from qlrewrite.rules.model_spec import DQ, DT, ModelSpec
-from qlrewrite.rules.registry import Example, TargetNode, rule
+from qlrewrite.rules.registry import Example, Fix, Rewrite, TargetNode, rule
 from qlrewrite.targets.tables import Fact, documented
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__: list[str] = []
 
 _TARGET = ("tensorrt",)
+
+
+#: The retarget QL711 / QL712 point to: unsigned to signed, zero points to 0 where exact.
+_RETARGET = Rewrite("retarget", "zero points retargeted (signed, symmetric where exact)")
+#: QL712's fix of an int32 (bias) DequantizeLinear.
+_FOLD_BIAS = Rewrite("fold-bias", "int32 bias DequantizeLinear folded")
+
+
+def _retarget(_finding: Finding, _targets: Sequence[Target]) -> Rewrite:
+    return _RETARGET
 
 
 def _fact(ctx: TargetNode, key: str) -> Fact | None:
@@ -40,6 +55,7 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
     uint8 tensor with zero point 128 everywhere is exactly an int8 tensor with zero point
     0 (the zero-point shift).
     """,
+    cites=(("tensorrt", "zero_point"),),
     example="""
     bad:  DequantizeLinear(x: int8, scale, zero_point=3)   (--target tensorrt)
     good: DequantizeLinear(x: int8, scale, zero_point=0)
@@ -48,11 +64,21 @@ def _fact(ctx: TargetNode, key: str) -> Fact | None:
     scope="target-node",
     needs_version=False,
     kinds=(QDQ,),
+    fix=Fix(
+        SAFE,
+        """
+        `qlrewrite retarget --zero-point signed --symmetric`: unsigned tensors become signed
+        (the zero-point shift) and constant weights get zero point 0 (their values shifted,
+        exact where they fit); what cannot be made exact is refused, naming the tensors.
+        """,
+        applies=lambda finding: finding.attribute == "zero_point",
+        rewrite=_retarget,
+    ),
     examples=[
         Example(
-            "zero-point-3",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=3),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8, zp=0),
+            "weight-zero-point-3",
+            ModelSpec("weight_dq_matmul", DT.INT8, 3),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -74,10 +100,25 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         else "`qlrewrite retarget --zero-point signed --symmetric` makes zero points 0 where "
         "exact (weights) and names the rest; else quantize symmetrically"
     )
+    x = ctx.view.node.inputs[0]
+    exact = uint8_128 or (x is not None and constant_tensor(x) is not None)
     yield ctx.report(
         f"zero point {shown}: {ctx.target.label} refuses non-zero zero points",
-        f"{hint}; source: {fact.cited}",
+        f"{hint}; source: {fact.named}",
+        attribute="zero_point" if exact else "",  # the retarget makes it 0 exactly
     )
+
+
+def _fix_type(finding: Finding, _targets: Sequence[Target]) -> Rewrite | None:
+    """QL712's fix, from the type the finding is about (its ``attribute``)."""
+    return {"int32": _FOLD_BIAS, "unsigned": _RETARGET}.get(finding.attribute)
+
+
+def _type_fixed_by(type_name: str) -> str:
+    """The ``attribute`` of a QL712 finding: what its fix reads ("": no fix)."""
+    if type_name == "INT32":
+        return "int32"
+    return "unsigned" if type_name in ("UINT8", "UINT4", "UINT16") else ""
 
 
 @rule(
@@ -93,6 +134,7 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     (onnx/onnx-tensorrt#850) or another float8 variant stops the engine build.
     Documented, not run.
     """,
+    cites=(("tensorrt", "quantized_types"),),
     example="""
     bad:  DequantizeLinear(x: int16, ...)   (--target tensorrt)
     good: DequantizeLinear(x: int8, ...)
@@ -101,11 +143,21 @@ def tensorrt_zero_point(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     scope="target-node",
     needs_version=False,
     kinds=(QDQ,),
+    fix=Fix(
+        SAFE,
+        """
+        An int32 bias DequantizeLinear is folded (`qlrewrite fold --bias-only`, exact); an
+        unsigned tensor becomes signed (`qlrewrite retarget --zero-point signed`, exact);
+        other types have no fix.
+        """,
+        applies=lambda finding: finding.attribute in ("int32", "unsigned"),
+        rewrite=_fix_type,
+    ),
     examples=[
         Example(
-            "int16",
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT16),
-            ModelSpec("qdq", DQ, 21, x_type=DT.INT8),
+            "uint8-weight",
+            ModelSpec("weight_dq_matmul", DT.UINT8),
+            ModelSpec("weight_dq_matmul", DT.INT8),
             targets=_TARGET,
         ),
     ],
@@ -118,7 +170,8 @@ def tensorrt_type(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     yield ctx.report(
         f"{name.lower()} is not a type {ctx.target.label} quantizes to",
         f"use {', '.join(t.lower() for t in fact.values['types'])}{_rewrite_for(name)}; "
-        f"source: {fact.cited}",
+        f"source: {fact.named}",
+        attribute=_type_fixed_by(name),
     )
 
 
@@ -158,6 +211,7 @@ def _blocked(block: int) -> ModelSpec:
     rank "for block quantization (supported for DataType::kINT4 only)". Documented, not
     run.
     """,
+    cites=(("tensorrt", "blocked"),),
     example="""
     bad:  DequantizeLinear(x: int4, block_size=32)   (--target tensorrt)
     good: DequantizeLinear(x: int4, block_size=64)
@@ -192,7 +246,7 @@ def tensorrt_granularity(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         problem = f"{name.lower()} {ctx.view.granularity}: {ctx.target.label} needs int4 in blocks"
     else:
         return
-    yield ctx.report(problem, f"source: {fact.cited}")
+    yield ctx.report(problem, f"source: {fact.named}")
 
 
 @rule(
@@ -209,6 +263,7 @@ def tensorrt_granularity(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     QuantizeLinear / DequantizeLinear pairs around float operators. Documented, not run.
     `qlrewrite convert --to onnx` rewrites these nodes as Q/DQ exactly.
     """,
+    cites=(("tensorrt", "operators"),),
     example="""
     bad:  QLinearMatMul(a: uint8, ..., b: int8, ...)   (--target tensorrt)
     good: DequantizeLinear -> MatMul -> QuantizeLinear   (qlrewrite convert --to onnx)
@@ -235,5 +290,5 @@ def tensorrt_operator(ctx: TargetNode) -> Iterator[Finding]:
         return
     yield ctx.report(
         f"{ctx.target.label} cannot import {view.domain_label} {view.op_type}",
-        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.cited}",
+        f"qlrewrite convert --to onnx rewrites it as Q/DQ (exact); source: {fact.named}",
     )
