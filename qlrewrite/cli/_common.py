@@ -235,7 +235,14 @@ class RewriteOptions:
     verify: VerifyOptions | None = None
 
 
-_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance", "verify_timeout")
+_VERIFY_DETAILS = (
+    "verify_runs",
+    "seed",
+    "input_shape",
+    "verify_tolerance",
+    "verify_timeout",
+    "verify_memory",
+)
 
 #: ``--verify=SCOPE``: what each scope runs (``--verify`` alone is ``all``).
 VERIFY_SCOPES = {"all": "--verify", "semantics": "--verify-semantics"}
@@ -338,7 +345,22 @@ def verify_option_list() -> list[Callable[[F], F]]:
             metavar="SECONDS",
             help="With --verify, give up after SECONDS: unverifiable, nothing written.",
         ),
+        memory_option("--verify-memory", "With --verify, "),
     ]
+
+
+def memory_option(name: str, prefix: str = "") -> Callable[[F], F]:
+    """A runtime child's memory limit in GiB (default: 3/4 of the machine's memory), read
+    as bytes."""
+    return click.option(
+        name,
+        type=FiniteRange(min=0, min_open=True),
+        default=None,
+        metavar="GIB",
+        callback=lambda ctx, param, value: None if value is None else int(value * 2**30),
+        help=f"{prefix}the runtime's child process may allocate GIB (default: 3/4 of the "
+        "memory); beyond it, it stops with the limit named.",
+    )
 
 
 def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
@@ -354,6 +376,7 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
             input_shapes=details["input_shape"],
             tolerance=details["verify_tolerance"],
             timeout=details["verify_timeout"],
+            memory=details["verify_memory"],
         )
     ctx = click.get_current_context()
     given = [

@@ -14,7 +14,13 @@ from typing import Any
 import click
 import numpy as np
 
-from qlrewrite.cli._common import FiniteRange, debug_option, input_shape_option, run_command
+from qlrewrite.cli._common import (
+    FiniteRange,
+    debug_option,
+    input_shape_option,
+    memory_option,
+    run_command,
+)
 from qlrewrite.errors import InputError
 from qlrewrite.escape import escape
 from qlrewrite.io import model_io, reading
@@ -22,7 +28,7 @@ from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
 from qlrewrite.verify.compare import Comparison, compare_models, output_steps
 from qlrewrite.verify.runtimes import RUNTIMES
-from qlrewrite.verify.verify import generate_inputs, input_specs_or_refuse
+from qlrewrite.verify.verify import VERIFY_TIMEOUT, generate_inputs, input_specs_or_refuse
 
 __all__ = ["compare_command"]
 
@@ -86,6 +92,15 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
     type=click.Path(dir_okay=False, path_type=Path),
     help="Draw each output's relative error per runtime to this image (needs matplotlib).",
 )
+@click.option(
+    "--timeout",
+    type=FiniteRange(min=0, min_open=True),
+    default=VERIFY_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a runtime after SECONDS (reported; the others still run).",
+)
+@memory_option("--memory")
 @debug_option
 @run_command
 def compare_command(  # noqa: PLR0917 (click passes options by keyword)
@@ -100,6 +115,8 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     tensors: bool,
     output_format: str,
     plot: Path | None,
+    timeout: float,
+    memory: int | None,
 ) -> None:
     """Run two models on the same inputs and compare their outputs per runtime.
 
@@ -124,6 +141,8 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
         atol=atol,
         tensors=tensors,
         steps=output_steps(model),
+        timeout=timeout,
+        memory=memory,
     )
     if output_format == "json":
         click.echo(

@@ -28,8 +28,14 @@ from qlrewrite.verify.deployed import (
     optimized_graph,
 )
 from qlrewrite.verify.runtimes import Divergence, compare_in, first_divergence, label, missing
-from qlrewrite.verify.verify import UNVERIFIABLE, InputSpec, Verification, VerifyOptions
-from qlrewrite.verify.verify_child import ChildFailed, call_in_child, verify_in_child
+from qlrewrite.verify.verify import (
+    UNVERIFIABLE,
+    VERIFY_TIMEOUT,
+    InputSpec,
+    Verification,
+    VerifyOptions,
+)
+from qlrewrite.verify.verify_child import ChildFailed, call_in_child, end_child, verify_in_child
 
 __all__ = [
     "FUSION_CHECK_MAX_BYTES",
@@ -131,6 +137,7 @@ def verify_both(
             seed=options.seed,
             steps=dict(options.output_steps),
             timeout=options.timeout,
+            memory=options.memory,
         )
     except ChildFailed as exc:
         result.deployment = Deployment(
@@ -224,44 +231,78 @@ def compare_models(
     atol: float,
     tensors: bool = False,
     steps: Mapping[str, float] | None = None,
+    timeout: float = VERIFY_TIMEOUT,
+    memory: int | None = None,
 ) -> Comparison:
-    """Both models on ``feeds`` in each of ``runtimes`` (each in the child process, so a
-    runtime crashing is reported, not fatal), and with ``tensors`` the first diverging
-    intermediate tensor (ONNX Runtime, optimizations off)."""
-    first, second = os.fspath(first), os.fspath(second)
-    found = []
-    for runtime in runtimes:
-        if (reason := missing(runtime)) is not None:
-            found.append(RuntimeComparison(runtime, runtime, reason=f"skipped: {reason}"))
-            continue
-        result = RuntimeComparison(runtime, label(runtime))
-        try:
-            result.outputs = call_in_child(
-                compare_in,
-                list[OutputDifference],
-                runtime,
-                first,
-                second,
-                dict(feeds),
-                phases=_PHASES,
-                steps=dict(steps or {}),
+    """Both models on ``feeds`` in each of ``runtimes`` (each in the bounded child
+    process, ``timeout`` seconds and ``memory`` bytes per runtime, so a runtime crashing
+    or running on is reported, not fatal), and with ``tensors`` the first diverging
+    intermediate tensor (ONNX Runtime, optimizations off). The child and every process
+    it started are ended before this returns."""
+    limits = {"timeout": timeout, "memory": memory}
+    try:
+        found = [_compare_in(r, first, second, feeds, steps=steps, limits=limits) for r in runtimes]
+        comparison = Comparison(rtol, atol, found)
+        if tensors:
+            comparison.divergence = _divergence(
+                first, second, feeds, rtol=rtol, atol=atol, limits=limits
             )
-        except ChildFailed as exc:
-            result.reason, result.failed_on = str(exc), exc.phase
-        found.append(result)
-    comparison = Comparison(rtol, atol, found)
-    if tensors:
-        try:
-            comparison.divergence = call_in_child(
-                first_divergence,
-                Divergence,
-                first,
-                second,
-                dict(feeds),
-                phases=_PHASES,
-                rtol=rtol,
-                atol=atol,
-            )
-        except ChildFailed as exc:
-            comparison.divergence = Divergence(0, reason=f"ONNX Runtime {exc}")
-    return comparison
+        return comparison
+    finally:
+        end_child()
+
+
+def _compare_in(
+    runtime: str,
+    first: str | os.PathLike,
+    second: str | os.PathLike,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    steps: Mapping[str, float] | None,
+    limits: Mapping[str, Any],
+) -> RuntimeComparison:
+    """Both models in one runtime, in the child."""
+    if (reason := missing(runtime)) is not None:
+        return RuntimeComparison(runtime, runtime, reason=f"skipped: {reason}")
+    result = RuntimeComparison(runtime, label(runtime))
+    try:
+        result.outputs = call_in_child(
+            compare_in,
+            list[OutputDifference],
+            runtime,
+            os.fspath(first),
+            os.fspath(second),
+            dict(feeds),
+            phases=_PHASES,
+            steps=dict(steps or {}),
+            **limits,
+        )
+    except ChildFailed as exc:
+        result.reason, result.failed_on = str(exc), exc.phase
+    return result
+
+
+def _divergence(
+    first: str | os.PathLike,
+    second: str | os.PathLike,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    rtol: float,
+    atol: float,
+    limits: Mapping[str, Any],
+) -> Divergence:
+    """The first diverging intermediate tensor, in the child."""
+    try:
+        return call_in_child(
+            first_divergence,
+            Divergence,
+            os.fspath(first),
+            os.fspath(second),
+            dict(feeds),
+            phases=_PHASES,
+            rtol=rtol,
+            atol=atol,
+            **limits,
+        )
+    except ChildFailed as exc:
+        return Divergence(0, reason=f"ONNX Runtime {exc}")

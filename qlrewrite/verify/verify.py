@@ -210,8 +210,8 @@ VERIFY_TIMEOUT = 600.0
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
     (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
-    seconds of a verification in its child process (``--verify-timeout``: past it, the
-    verification is unverifiable)."""
+    seconds and memory of a verification in its child process (``--verify-timeout``,
+    ``--verify-memory``: past them, the verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
@@ -225,6 +225,7 @@ class VerifyOptions:
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
     timeout: float = VERIFY_TIMEOUT
+    memory: int | None = None  # bytes the child may allocate (None: 3/4 of the RAM)
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
