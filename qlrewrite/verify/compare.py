@@ -168,7 +168,8 @@ def _within(output: OutputDifference, rtol: float, atol: float) -> bool:
     if output.problem is not None or output.max_abs == float("inf"):
         return False
     magnitude = output.max_abs / output.relative if output.relative else 0.0
-    return output.max_abs <= atol + rtol * magnitude
+    limit = atol + rtol * magnitude
+    return limit > 0 and output.max_abs <= limit  # a zero limit accepts no difference
 
 
 @dataclasses.dataclass

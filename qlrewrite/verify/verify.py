@@ -26,6 +26,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io import reading
+from qlrewrite.verify.arrays import OutputVerdict, compare_arrays
 
 __all__ = [
     "EXACT_BOUND",
@@ -114,10 +115,11 @@ class Bound:
             return False
         if verdict.name in self.unbounded:
             return True
-        if self.relative is not None and verdict.max_abs <= self.relative * verdict.max_ref:
+        relative = 0.0 if self.relative is None else self.relative * verdict.max_ref
+        if relative > 0 and verdict.max_abs <= relative:  # a zero limit accepts nothing
             return True
         limit = dict(self.per_output).get(verdict.name)
-        if limit is not None and verdict.max_abs <= limit:
+        if limit is not None and limit > 0 and verdict.max_abs <= limit:
             return True
         return self.ulp is not None and verdict.max_ulp is not None and verdict.max_ulp <= self.ulp
 
@@ -239,67 +241,6 @@ class InputSpec:
     name: str
     dtype: ir.DataType
     shape: tuple[int, ...]
-
-
-@dataclasses.dataclass
-class OutputVerdict:
-    """How one graph output compares over every run."""
-
-    name: str
-    exact: bool = True
-    elements: int = 0
-    mismatched: int = 0
-    max_abs: float = 0.0
-    max_ulp: int | None = None
-    problem: str | None = None  # missing output, dtype or shape differs
-    max_ref: float = 0.0  # the largest finite magnitude of the expected output (on a mismatch)
-
-    def merge(self, other: OutputVerdict) -> None:
-        """Fold the verdict of another run of the same output into this one."""
-        self.exact = self.exact and other.exact
-        self.elements += other.elements
-        self.mismatched += other.mismatched
-        self.max_abs = max(self.max_abs, other.max_abs)
-        if other.max_ulp is not None:
-            self.max_ulp = max(self.max_ulp or 0, other.max_ulp)
-        self.problem = self.problem or other.problem
-        self.max_ref = max(self.max_ref, other.max_ref)
-
-    def within(self, tolerance: float | None, bound: Bound | None = None) -> bool:
-        """Exact, or every difference at most ``tolerance``, or accepted by ``bound``
-        (NaN against a number never is)."""
-        if self.exact:
-            return True
-        if self.problem is not None:
-            return False
-        if tolerance is not None and self.max_abs <= tolerance:
-            return True
-        return bound is not None and bound.accepts(self)
-
-    def describe(self) -> str:
-        """``exact`` or the differences, in words."""
-        if self.problem:
-            return self.problem
-        if self.exact:
-            return "exact"
-        ulp = f", max ulp {self.max_ulp}" if self.max_ulp is not None else ""
-        if self.max_ref > 0 and self.max_abs != float("inf"):
-            ulp += f", {self.max_abs / self.max_ref:.2g} of the largest |value|"
-        return (
-            f"{self.mismatched} of {self.elements} elements differ: max abs {self.max_abs:.6g}{ulp}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "exact": self.exact,
-            "elements": self.elements,
-            "mismatched": self.mismatched,
-            "max_abs": None if self.max_abs == float("inf") else self.max_abs,
-            "max_ulp": self.max_ulp,
-            "max_ref": self.max_ref,
-            "problem": self.problem,
-        }
 
 
 @dataclasses.dataclass
@@ -652,64 +593,6 @@ def _is_unsupported(exc: BaseException) -> bool:
         marker in text
         for marker in ("Unsupported model IR version", "opset", "NOT_IMPLEMENTED", "not supported")
     )
-
-
-# --------------------------------------------------------------------------- comparing
-
-
-def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> OutputVerdict:
-    """Compare two outputs bit for bit; on a difference, the largest abs and ulp difference."""
-    verdict = OutputVerdict(name, elements=int(expected.size))
-    if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        verdict.exact = False
-        verdict.max_abs = float("inf")
-        verdict.mismatched = verdict.elements
-        verdict.problem = (
-            f"{expected.dtype}{list(expected.shape)} became {actual.dtype}{list(actual.shape)}"
-        )
-        return verdict
-    if expected.dtype == object:  # strings
-        differs = expected != actual
-        verdict.mismatched = int(np.count_nonzero(differs))
-        verdict.exact = verdict.mismatched == 0
-        verdict.max_abs = 0.0 if verdict.exact else float("inf")
-        return verdict
-    bits = np.dtype(f"uint{expected.dtype.itemsize * 8}")
-    a = np.ascontiguousarray(expected).view(bits)
-    b = np.ascontiguousarray(actual).view(bits)
-    differs = a != b
-    verdict.mismatched = int(np.count_nonzero(differs))
-    dtype = ir.DataType.from_numpy(expected.dtype)
-    if dtype.is_floating_point():
-        verdict.max_ulp = 0
-    if verdict.mismatched == 0:
-        return verdict
-    verdict.exact = False
-    fa = expected[differs].astype(np.float64)
-    fb = actual[differs].astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(fa - fb)
-    diff[fa == fb] = 0.0  # +0 / -0, equal infinities
-    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
-    diff[nan_a & nan_b] = 0.0  # NaN payloads differ: not exact, but no distance
-    diff[nan_a ^ nan_b] = np.inf
-    verdict.max_abs = float(diff.max())
-    if dtype.is_floating_point():
-        magnitude = np.abs(expected.astype(np.float64))
-        finite = magnitude[np.isfinite(magnitude)]
-        verdict.max_ref = float(finite.max()) if finite.size else 0.0
-        verdict.max_ulp = _max_ulp(a[differs], b[differs], expected.dtype.itemsize * 8)
-    return verdict
-
-
-def _max_ulp(a_bits: np.ndarray, b_bits: np.ndarray, width: int) -> int:
-    """Largest distance in representable steps between float bit patterns (sign-magnitude)."""
-    sign = np.uint64(1) << np.uint64(width - 1)
-    a, b = a_bits.astype(np.uint64), b_bits.astype(np.uint64)
-    ma, mb = a & (sign - np.uint64(1)), b & (sign - np.uint64(1))
-    same_sign = (a & sign) == (b & sign)
-    steps = np.where(same_sign, np.maximum(ma, mb) - np.minimum(ma, mb), ma + mb)
-    return int(steps.max())
 
 
 # --------------------------------------------------------------------------- verifying
