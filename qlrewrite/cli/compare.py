@@ -27,6 +27,7 @@ from qlrewrite.io import model_io, reading
 from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
 from qlrewrite.verify.compare import Comparison, compare_models, output_steps
+from qlrewrite.verify.release_env import is_release, parse_release
 from qlrewrite.verify.runtimes import RUNTIMES
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, generate_inputs, input_specs_or_refuse
 
@@ -52,11 +53,14 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
 @click.option(
     "--runtime",
     "runtimes",
-    type=click.Choice(list(RUNTIMES)),
     multiple=True,
+    callback=lambda ctx, param, value: [_runtime(v) for v in value],
+    metavar="RUNTIME",
     help="Runtime to compare in (repeatable; default: all three, those not installed "
     "skipped). ort: ONNX Runtime's default session; reference: onnx.reference (slow: "
-    "leave it out on large models); openvino: OpenVINO CPU.",
+    "leave it out on large models); openvino: OpenVINO CPU; ort==1.16.3, "
+    "openvino==2026.4: that exact release, in its own environment (made on first use "
+    "from the package registry, cached in ~/.cache/qlrewrite/runtimes).",
 )
 @click.option(
     "--inputs",
@@ -157,6 +161,20 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     sys.exit(1 if comparison.diverges or not comparison.compared else 0)
 
 
+def _runtime(value: str) -> str:
+    """An installed runtime's name, or a release (``ort==1.16.3``)."""
+    if value in RUNTIMES:
+        return value
+    if is_release(value):
+        try:
+            return str(parse_release(value))
+        except InputError as exc:
+            raise click.BadParameter(str(exc)) from None
+    raise click.BadParameter(
+        f"{value!r}: one of {', '.join(RUNTIMES)}, or a release (ort==1.16.3, openvino==2026.4)"
+    )
+
+
 def _feeds(
     model: Any, inputs_path: Path | None, shapes: Mapping[str, tuple[int, ...]], seed: int
 ) -> dict[str, np.ndarray]:
@@ -236,8 +254,12 @@ def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | N
     for result in comparison.runtimes:
         if result.reason is not None:
             click.echo(f"  {result.runtime}: {escape(result.reason)}")
+            for line in result.details:
+                click.echo(f"    {escape(line)}")
             continue
         click.echo(f"  {result.runtime} ({result.label}):")
+        for line in result.details:
+            click.echo(f"    {escape(line)}")
         beyond = {o.name for o in result.diverging(comparison.rtol, comparison.atol)}
         for output in result.outputs:
             mark = "  DIVERGES" if output.name in beyond else ""

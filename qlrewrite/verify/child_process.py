@@ -43,14 +43,16 @@ def default_memory_limit() -> int | None:
 
 
 def start_bounded(
-    command: Sequence[str], memory: int | None, *, stdin: int | None = subprocess.PIPE
+    command: Sequence[str], memory: int | None, *, pipes: bool = True
 ) -> subprocess.Popen[bytes]:
-    """``command`` started in its own process group, stdin and stdout pipes, stderr
-    discarded (a runtime's own logging), its data memory capped at ``memory`` bytes."""
+    """``command`` started in its own process group, stdin and stdout pipes (or, without
+    ``pipes``, neither), stderr discarded (a runtime's own logging), its data memory
+    capped at ``memory`` bytes."""
+    stream = subprocess.PIPE if pipes else subprocess.DEVNULL
     process = subprocess.Popen(
         list(command),
-        stdin=stdin,
-        stdout=subprocess.PIPE,
+        stdin=stream,
+        stdout=stream,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )

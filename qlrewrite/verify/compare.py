@@ -25,8 +25,11 @@ from qlrewrite.verify.deployed import (
     OptimizedGraph,
     OutputDifference,
     compare_deployed,
+    differences,
     optimized_graph,
 )
+from qlrewrite.verify.release_env import ReleaseSpec, is_release, parse_release
+from qlrewrite.verify.release_run import run_in_release
 from qlrewrite.verify.runtimes import Divergence, compare_in, first_divergence, label, missing
 from qlrewrite.verify.verify import (
     UNVERIFIABLE,
@@ -156,6 +159,7 @@ class RuntimeComparison:
     outputs: list[OutputDifference] = dataclasses.field(default_factory=list)
     reason: str | None = None
     failed_on: str | None = None  # "first" or "second": the model it failed on
+    details: list[str] = dataclasses.field(default_factory=list)  # per model, in a release
 
     def diverging(self, rtol: float, atol: float) -> list[OutputDifference]:
         """The outputs beyond ``atol + rtol x`` their largest magnitude."""
@@ -208,6 +212,7 @@ class Comparison:
                     "runtime": r.runtime,
                     "label": r.label,
                     "reason": r.reason,
+                    "details": r.details,
                     "outputs": [
                         {**o.to_json(), "within": _within(o, self.rtol, self.atol)}
                         for o in r.outputs
@@ -262,7 +267,10 @@ def _compare_in(
     steps: Mapping[str, float] | None,
     limits: Mapping[str, Any],
 ) -> RuntimeComparison:
-    """Both models in one runtime, in the child."""
+    """Both models in one runtime, in the child (a release: in its own environment)."""
+    if is_release(runtime):
+        spec = parse_release(runtime)
+        return _compare_in_release(spec, (first, second), feeds, steps=steps, limits=limits)
     if (reason := missing(runtime)) is not None:
         return RuntimeComparison(runtime, runtime, reason=f"skipped: {reason}")
     result = RuntimeComparison(runtime, label(runtime))
@@ -280,6 +288,30 @@ def _compare_in(
         )
     except ChildFailed as exc:
         result.reason, result.failed_on = str(exc), exc.phase
+    return result
+
+
+def _compare_in_release(
+    spec: ReleaseSpec,
+    models: tuple[str | os.PathLike[str], str | os.PathLike[str]],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    steps: Mapping[str, float] | None,
+    limits: Mapping[str, Any],
+) -> RuntimeComparison:
+    """Both models in ``spec``'s own environment: loads, runs, kernels, latency, and
+    their outputs compared."""
+    run = run_in_release(spec, models, feeds, **limits)
+    result = RuntimeComparison(str(spec), run.label(), reason=run.reason)
+    if run.reason is not None:
+        return result
+    result.details = [f"{p} model: {run.describe(i)}" for i, p in enumerate(_PHASES)]
+    for phase, model in zip(_PHASES, run.models, strict=True):
+        if not model.loaded:
+            result.reason = f"does not run the {phase} model: {model.error}"
+            result.failed_on = phase
+            return result
+    result.outputs = differences(run.outputs[0], run.outputs[1], steps or {})
     return result
 
 

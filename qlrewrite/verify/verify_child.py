@@ -49,7 +49,7 @@ from qlrewrite.verify.verify import (
     verify_models,
 )
 
-__all__ = ["ChildFailed", "call_in_child", "end_child", "verify_in_child"]
+__all__ = ["ChildFailed", "call_in_child", "checked", "end_child", "verify_in_child"]
 
 _CALL = "call"  # a task that calls a function: (_CALL, function, args, keywords)
 _VERIFY_PHASES = ("original", "rewritten")
@@ -136,6 +136,15 @@ def call_in_child(
         raise ChildFailed(f"failed ({exc})", phase[0]) from None
     except _Ended as ended:
         raise ChildFailed(_how(ended.code), phase[0]) from None
+
+
+def checked(hint: Any, value: object) -> Any:
+    """``value`` (parsed JSON from a child) checked against the annotation ``hint`` as
+    an answer of the verify child is (ValueError naming what is wrong)."""
+    try:
+        return _typed(hint, value)
+    except _Unreadable as exc:
+        raise ValueError(str(exc)) from None
 
 
 class _Unreadable(Exception):
