@@ -224,3 +224,85 @@ def test_compare_really_runs_in_ort_1_16_3(cache: Path, tmp_path: Path, monkeypa
     assert "ONNX Runtime 1.16.3 CPU" in result.output, result.output
     assert "kernels" in result.output and "max abs" in result.output
     assert os.path.isdir(cache / "onnxruntime-1.16.3")
+
+
+def _weight_model(path: Path) -> Path:
+    """``y = x @ DequantizeLinear(w)``: fold rewrites it."""
+    w = onnx.numpy_helper.from_array(np.arange(-8, 8, dtype=np.int8).reshape(4, 4), "w")
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w", "s"], ["wf"]),
+        helper.make_node("MatMul", ["x", "wf"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w, helper.make_tensor("s", TensorProto.FLOAT, [], [0.05])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.save(model, path)
+    return path
+
+
+def _fold_on(tmp_path: Path, *extra: str):
+    model = _weight_model(tmp_path / "m.onnx")
+    out = tmp_path / "out.onnx"
+    args = ["fold", str(model), "-o", str(out), "--verify-on", "ort==1.16.3", *extra]
+    return CliRunner().invoke(main, args), out
+
+
+def test_verify_on_reports_the_release_run(cache: Path, tmp_path: Path, monkeypatch) -> None:
+    pytest.importorskip("onnxruntime")
+    monkeypatch.setattr(release_env, "install_from_registry", _wrapper_installer(sys.executable))
+    result, out = _fold_on(tmp_path, "--verify=semantics")
+    assert result.exit_code == 0, result.output
+    assert "verify on ONNX Runtime" in result.output and "loads, runs; kernels" in result.output
+    assert "(to the original in ONNX Runtime" in result.output
+    assert out.exists()
+
+
+def test_verify_on_a_release_that_does_not_run_it_writes_nothing(
+    cache: Path, tmp_path: Path, monkeypatch
+) -> None:
+    pytest.importorskip("onnxruntime")
+    from qlrewrite.verify import release_run
+
+    monkeypatch.setattr(release_env, "install_from_registry", _wrapper_installer(sys.executable))
+
+    def refusing(spec, models, feeds, **limits):
+        run = release_run.ReleaseRun(spec, "1.16.3")
+        run.models = [release_run.ModelRun(False, "Fail: opset 21 is not supported", {}, None)]
+        run.outputs = [{}]
+        return run
+
+    monkeypatch.setattr(release_run, "run_in_release", refusing)
+    result, out = _fold_on(tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "opset 21 is not supported" in result.output
+    assert not out.exists()
+
+
+def test_verify_on_without_network_is_one_line(cache: Path, tmp_path: Path, monkeypatch) -> None:
+    def offline(folder: Path, requirements: Sequence[str], spec: ReleaseSpec) -> None:
+        raise InputError(f"{spec}: cannot install {requirements[0]} (no network?)")
+
+    monkeypatch.setattr(release_env, "install_from_registry", offline)
+    result, out = _fold_on(tmp_path)
+    assert result.exit_code == 2
+    assert "qlrewrite: error: ort==1.16.3: cannot install" in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _ORT_116.exists(), reason="needs /work/venvs/ort-1.16 (ORT 1.16.3)")
+def test_verify_on_really_runs_in_ort_1_16_3(cache: Path, tmp_path: Path, monkeypatch) -> None:
+    """The real release: the report names 1.16.3, its kernels and the difference."""
+    monkeypatch.setattr(release_env, "install_from_registry", _wrapper_installer(str(_ORT_116)))
+    result, out = _fold_on(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert out.exists()
+    assert "verify on ONNX Runtime 1.16.3 CPU" in result.output
+    assert "kernels MatMul x1" in result.output
+    assert "y: " in result.output and "to the original in ONNX Runtime" in result.output

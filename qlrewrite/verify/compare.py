@@ -28,15 +28,17 @@ from qlrewrite.verify.deployed import (
     differences,
     optimized_graph,
 )
-from qlrewrite.verify.release_env import ReleaseSpec, is_release, parse_release
-from qlrewrite.verify.release_run import run_in_release
+from qlrewrite.verify.release_env import ReleaseSpec, environment, is_release, parse_release
+from qlrewrite.verify.release_run import check_on_release, run_in_release
 from qlrewrite.verify.runtimes import Divergence, compare_in, first_divergence, label, missing
 from qlrewrite.verify.verify import (
+    MISMATCH,
     UNVERIFIABLE,
     VERIFY_TIMEOUT,
     InputSpec,
     Verification,
     VerifyOptions,
+    generate_inputs,
 )
 from qlrewrite.verify.verify_child import ChildFailed, call_in_child, end_child, verify_in_child
 
@@ -126,9 +128,16 @@ def verify_both(
     """The ``--verify`` runner: the semantic verification in the child process, then
     (with ``options.deployed``, when it did not end unverifiable) both models as
     deployed, kept in ``Verification.deployment`` (ORT crashing there is said, never a
-    failure)."""
+    failure), then in each ``options.releases`` (:func:`on_releases`)."""
+    releases = [parse_release(r) for r in options.releases]
+    for spec in releases:
+        environment(spec)  # made (or refused: no network, no such release) before any run
     result = verify_in_child(original, rewritten, specs, options)
-    if not options.deployed or result.status == UNVERIFIABLE:
+    if result.status == UNVERIFIABLE:
+        return result
+    if releases:
+        on_releases(result, releases, (original, rewritten), specs, options)
+    if not options.deployed:
         return result
     try:
         result.deployment = call_in_child(
@@ -256,6 +265,31 @@ def compare_models(
         return comparison
     finally:
         end_child()
+
+
+def on_releases(
+    result: Verification,
+    releases: Sequence[ReleaseSpec],
+    models: tuple[str | os.PathLike[str], str | os.PathLike[str]],
+    specs: Sequence[InputSpec],
+    options: VerifyOptions,
+) -> None:
+    """``--verify-on``: the rewritten model in each release, against the original in the
+    installed ONNX Runtime, kept in ``result.releases``; a release that does not run the
+    rewritten model fails the verification (nothing is written)."""
+    feeds = generate_inputs(specs, np.random.default_rng(options.seed))
+    for spec in releases:
+        check = check_on_release(
+            spec,
+            *models,
+            feeds,
+            steps=dict(options.output_steps),
+            timeout=options.timeout,
+            memory=options.memory,
+        )
+        result.releases.append(check)
+        if not check.loaded and result.passed:
+            result.status, result.reason = MISMATCH, f"{check.release}: {check.run}"
 
 
 def _compare_in(

@@ -11,8 +11,9 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,10 +21,19 @@ from qlrewrite.errors import InputError
 from qlrewrite.io import reading
 from qlrewrite.verify import release_child
 from qlrewrite.verify.child_process import default_memory_limit, end_group, start_bounded
+from qlrewrite.verify.deployed import OutputDifference, differences
 from qlrewrite.verify.release_env import Installer, ReleaseSpec, environment
-from qlrewrite.verify.verify_child import checked
+from qlrewrite.verify.runtimes import label, run_model
+from qlrewrite.verify.verify_child import ChildFailed, call_in_child, checked
 
-__all__ = ["ModelRun", "ReleaseRun", "run_in_release"]
+__all__ = [
+    "ModelRun",
+    "ReleaseCheck",
+    "ReleaseRun",
+    "check_on_release",
+    "installed_differences",
+    "run_in_release",
+]
 
 #: The largest answer read back (a few kernel counts per model).
 _ANSWER_MAX = 1 << 20
@@ -131,3 +141,85 @@ def _outputs(folder: Path, index: int, run: ModelRun) -> dict[str, np.ndarray]:
     data = reading.read_bytes(folder / f"outputs-{index}.npz", "outputs", reading.MODEL_BYTES)
     with np.load(io.BytesIO(data), allow_pickle=False) as arrays:
         return {name: arrays[name] for name in arrays.files}
+
+
+@dataclasses.dataclass
+class ReleaseCheck:
+    """``--verify-on``: the rewritten model in a release (loads, runs, kernels, latency)
+    and its outputs' difference to the original's in the installed ONNX Runtime."""
+
+    release: str
+    run: str  # "loads, runs; kernels ...; median ... ms", or why not
+    loaded: bool
+    against: str = ""  # "ONNX Runtime 1.31.1": what computed the original's outputs
+    outputs: list[OutputDifference] = dataclasses.field(default_factory=list)
+    reason: str | None = None  # why the difference was not measured
+
+    def lines(self) -> list[str]:
+        """The head line, then one per output."""
+        head = f"on {self.release}: {self.run}"
+        if self.reason is not None:
+            return [head, f"difference to the original not measured: {self.reason}"]
+        where = f"to the original in {self.against}"
+        return [head, *(f"{o.name}: {o.describe()} ({where})" for o in self.outputs)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "release": self.release,
+            "run": self.run,
+            "loaded": self.loaded,
+            "against": self.against,
+            "reason": self.reason,
+            "outputs": [o.to_json() for o in self.outputs],
+        }
+
+
+def check_on_release(
+    spec: ReleaseSpec,
+    original: str | os.PathLike[str],
+    rewritten: str | os.PathLike[str],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    steps: Mapping[str, float],
+    timeout: float,
+    memory: int | None = None,
+) -> ReleaseCheck:
+    """``rewritten`` run in ``spec``'s environment, compared with ``original`` in the
+    installed ONNX Runtime's default session (in the verify child)."""
+    run = run_in_release(spec, [rewritten], feeds, timeout=timeout, memory=memory)
+    if run.reason is not None:
+        return ReleaseCheck(str(spec), f"not run: {run.reason}", loaded=False)
+    check = ReleaseCheck(run.label(), run.describe(0), loaded=run.models[0].loaded)
+    if not check.loaded:
+        check.reason = "the rewritten model did not run"
+        return check
+    try:
+        check.against, check.outputs = call_in_child(
+            installed_differences,
+            tuple[str, list[OutputDifference]],
+            os.fspath(original),
+            run.outputs[0],
+            dict(feeds),
+            phases=("original",),
+            steps=dict(steps),
+            timeout=timeout,
+            memory=memory,
+        )
+    except ChildFailed as exc:
+        check.reason = f"ONNX Runtime {exc}"
+    return check
+
+
+def installed_differences(
+    original: str,
+    actual: Mapping[str, np.ndarray],
+    feeds: Mapping[str, np.ndarray],
+    *,
+    steps: Mapping[str, float],
+    on_phase: Callable[[str], None] = lambda phase: None,
+) -> tuple[str, list[OutputDifference]]:
+    """(In the verify child.) The installed ONNX Runtime's label and, per output, how
+    ``actual`` differs from ``original``'s outputs in its default session."""
+    on_phase("original")
+    expected = run_model("ort", original, feeds)
+    return label("ort"), differences(expected, actual, steps)

@@ -228,6 +228,7 @@ class VerifyOptions:
     probes: tuple[str, ...] = ()
     timeout: float = VERIFY_TIMEOUT
     memory: int | None = None  # bytes the child may allocate (None: 3/4 of the RAM)
+    releases: tuple[str, ...] = ()  # --verify-on: runtime releases to run the output in
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -258,6 +259,8 @@ class Verification:
     #: qlrewrite.verify.deployed.Deployment, the default session's view: set in the parent process
     #: after the child's verification (which never sends it).
     deployment: Any = dataclasses.field(default=None, metadata={"parent_only": True})
+    #: qlrewrite.verify.release_run.ReleaseCheck per --verify-on release (parent only).
+    releases: list[Any] = dataclasses.field(default_factory=list, metadata={"parent_only": True})
     #: The largest difference measured at each probe (VerifyOptions.probes) both had.
     probes: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -310,6 +313,7 @@ class Verification:
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
             "deployment": self.deployment.to_json() if self.deployment is not None else None,
+            "releases": [r.to_json() for r in self.releases],
         }
 
 
