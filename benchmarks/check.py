@@ -10,7 +10,7 @@ Run by hand: ``python benchmarks/check.py [FOLDER] [--repeat N] [--skip-speed]
    ``onnx.checker.check_model(path, full_check=True)`` and the creation of an ONNX Runtime
    InferenceSession.
 2. Detection on a corpus generated in code: for every rule case of
-   ``tests/test_rules_cases.py`` and every version it applies to, the model that breaks
+   ``tests/rules/test_rules_cases.py`` and every version it applies to, the model that breaks
    it (invalid: error rules; questionable: warning rules) and the one that keeps it
    (valid), plus ONNX's own backend Q/DQ test models and the models ONNX Runtime's
    quantizer writes (valid). Peers: ``onnx.checker`` (full_check), ONNX Runtime (load and

@@ -103,7 +103,7 @@ def _wall(argv: list[str], repeat: int) -> float:
 
 
 _DEFER = (
-    "from qlrewrite._deferred_imports import defer_sympy; defer_sympy(); import onnx_ir as ir; "
+    "from qlrewrite.cli._deferred_imports import defer_sympy; defer_sympy(); import onnx_ir as ir; "
 )
 FLOORS = {
     "load": _DEFER + "ir.load({src!r})",

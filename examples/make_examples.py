@@ -5,7 +5,7 @@
 Every model is built with onnx.helper from fixed seeds (numpy's legacy RandomState, whose
 streams never change), with a fixed producer and no timestamps, and serialized
 deterministically: running the script twice gives identical bytes, and the committed files
-are what it writes (tests/test_examples.py checks it).
+are what it writes (tests/project/test_examples.py checks it).
 
 - ``msdomain_int16_opset13.onnx``: QDQ in the com.microsoft form at opset 13 with int16
   activations and int8 per-channel weights, as ONNX Runtime's quantizer writes it with

@@ -33,8 +33,8 @@ from qlrewrite.passes.commands import (
     retarget_passes,
     upgrade_passes,
 )
-from qlrewrite.passes.convert_domain import TARGETS, target
-from qlrewrite.passes.fold_tensor import FLOAT16_MODES
+from qlrewrite.passes.convert.domain import TARGETS, target
+from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 
 __all__ = [
     "ModelLike",

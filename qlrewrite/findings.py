@@ -119,9 +119,9 @@ class Report:
     judged_suppressions: frozenset[tuple[str, str]] = frozenset()
     used_suppressions: frozenset[tuple[str, str]] = frozenset()
     #: Other producers' custom quantization operators seen, not checked (see
-    #: :mod:`qlrewrite.custom_quant`): CustomQuantGroup objects.
+    #: :mod:`qlrewrite.qdq.custom_ops`): CustomQuantGroup objects.
     custom_quant: list[Any] = dataclasses.field(default_factory=list)
-    #: Quantized nodes of kinds qlrewrite does not check (see :mod:`qlrewrite.unchecked`):
+    #: Quantized nodes of kinds qlrewrite does not check (see :mod:`qlrewrite.qdq.left_alone`):
     #: UncheckedGroup objects.
     unchecked: list[Any] = dataclasses.field(default_factory=list)
     #: A folder given to ``check`` in which nothing was checked (``load_error`` says why):

@@ -60,6 +60,7 @@ __all__ = [
     "onnx_opset",
     "owner_label",
     "proto_graphs",
+    "proto_import_table",
     "replace_value",
     "root_graphs",
     "subgraphs_of",
@@ -85,6 +86,12 @@ def import_table(owner: ir.Model | ir.Function) -> dict[str, int]:
     version}; ai.onnx as ``""`` or ``"ai.onnx"``): for reports; to look a domain up use
     :func:`imported_version`."""
     return dict(owner.opset_imports)
+
+
+def proto_import_table(owner: onnx.ModelProto | onnx.FunctionProto) -> dict[str, int]:
+    """The opset imports of a ModelProto or FunctionProto as written ({domain: version};
+    ai.onnx as ``""`` or ``"ai.onnx"``): to look a domain up use :func:`imported_version`."""
+    return {o.domain: o.version for o in owner.opset_import}
 
 
 def onnx_opset(model: ir.Model) -> int | None:

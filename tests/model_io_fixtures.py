@@ -1,7 +1,7 @@
 """Model files for the model_io, pipeline and info tests, built in code with onnx.helper.
 
-No tests here: the builders are shared by tests/test_model_io*.py, tests/test_pipeline*.py
-and tests/test_cli_info*.py.
+No tests here: the builders are shared by tests/io/test_model_io*.py,
+tests/pipeline/test_pipeline*.py and tests/cli/test_cli_info*.py.
 """
 
 from __future__ import annotations

@@ -18,17 +18,19 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.checking.suppress import STALE_RULE, apply_suppressions, unused_entry_findings
-from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, Report
 from qlrewrite.io import model_io
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.qdq import NodeView, node_views
+from qlrewrite.qdq.custom_ops import custom_quant_groups
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.qdq.sites import LEFT_ALONE, QuantizedSite
+from qlrewrite.qdq.kinds import LEFT_ALONE
+from qlrewrite.qdq.left_alone import group_sites
+from qlrewrite.qdq.sites import QuantizedSite
 from qlrewrite.rules import CHECKS, RULES
-from qlrewrite.rules.ql6xx_hygiene import NO_QUANTIZED_NODE
+from qlrewrite.rules.model.hygiene import NO_QUANTIZED_NODE
 from qlrewrite.rules.registry import (
     CHECKED_KINDS,
     ModelContext,
@@ -38,7 +40,6 @@ from qlrewrite.rules.registry import (
 )
 from qlrewrite.rules.selection import filter_report, select_rules
 from qlrewrite.toolkit import MAIN
-from qlrewrite.unchecked import group_sites
 
 if TYPE_CHECKING:
     from qlrewrite.targets.spec import Target

@@ -19,9 +19,9 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite.escape import escape
 from qlrewrite.findings import Finding, Report, Rule
 from qlrewrite.io import reading
+from qlrewrite.text import escape
 
 __all__ = [
     "FindingGroup",
@@ -55,7 +55,7 @@ _CATEGORIES = {
 
 
 def escaped_report(report: Report) -> Report:
-    """``report`` with every name and message escaped (:func:`~qlrewrite.escape.escape`):
+    """``report`` with every name and message escaped (:func:`~qlrewrite.text.escape`):
     one finding one line, in every format, whatever bytes a model or a file name holds."""
 
     def finding(f: Finding) -> Finding:
@@ -206,8 +206,8 @@ def summary_line(reports: Sequence[Report]) -> str:
 def custom_quant_line(report: Report) -> str | None:
     """``path: not checked: 12 custom quantization node(s) (AMD Quark: ...)`` and ``path:
     3 quantized node(s) of kinds not checked: com.microsoft QOrderedMatMul x3``, or None."""
-    from qlrewrite.custom_quant import describe
-    from qlrewrite.unchecked import describe_unchecked
+    from qlrewrite.qdq.custom_ops import describe
+    from qlrewrite.qdq.left_alone import describe_unchecked
 
     lines = []
     if report.custom_quant:
@@ -463,10 +463,10 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
         "prints one entry. The fix column says what `qlrewrite check --fix` repairs: *safe*",
         "fixes keep ONNX Runtime's outputs bit-identical; *unsafe* ones need `--unsafe-fixes`.",
         "",
-        "Each rule is one unit, declared in the module its entry links (named after its",
-        "code: QL423 is in `ql42x_*.py`, QL406 in `ql4xx_*.py`): the catalogue text below,",
+        "Each rule is one unit, declared in the module its entry links (in the folder of",
+        "the node kind it reads, its docstring opening with its codes): the catalogue text,",
         "the check, the fix (decided from the finding's fields) and a bad and a good example",
-        "model. `tests/test_rule_units.py` runs every unit's examples (`pytest -k QL406`:",
+        "model. `tests/rules/test_rule_units.py` runs every unit's examples (`pytest -k QL406`:",
         "one rule); `qlrewrite/passes/fix.py` applies the fixes; `qlrewrite/rules/registry.py`",
         "says how to declare a rule.",
         "",
@@ -500,7 +500,7 @@ def rules_markdown(rules: Mapping[str, Rule] | None = None) -> str:
             _fix_text(r),
             "",
             f"Declared in [`{r.source}`](../{r.source}) (check, fix, examples); tested by "
-            f"`tests/test_rule_units.py` (`pytest -k {r.code}`).",
+            f"`tests/rules/test_rule_units.py` (`pytest -k {r.code}`).",
         ]
     return "\n".join(out) + "\n"
 

@@ -18,7 +18,6 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.custom_quant import custom_quant_groups
 from qlrewrite.io import tensors
 from qlrewrite.qdq import (
     LEFT_ALONE,
@@ -33,6 +32,7 @@ from qlrewrite.qdq import (
     node_views,
     triples,
 )
+from qlrewrite.qdq.custom_ops import custom_quant_groups
 from qlrewrite.toolkit import import_table, main_graphs
 
 __all__ = ["LeftAloneGroup", "QDQGroup", "QOperatorGroup", "WeightOnlyGroup", "model_summary"]

@@ -26,6 +26,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.qdq.view import TypeShape
+from qlrewrite.toolkit import proto_import_table
 
 __all__ = ["Checked", "NodeFacts", "node_facts", "untouched"]
 
@@ -57,7 +58,7 @@ class Checked:
 
 def _model_key(proto: onnx.ModelProto) -> Key:
     """What every node's verdict depends on: the IR version and the opset imports."""
-    opsets = tuple(sorted((o.domain or "", o.version) for o in proto.opset_import))
+    opsets = tuple(sorted(proto_import_table(proto).items()))
     return (proto.ir_version, opsets)
 
 

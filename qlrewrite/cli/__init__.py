@@ -12,9 +12,9 @@ from typing import Any
 
 import click
 
-from qlrewrite._deferred_imports import defer_sympy
 from qlrewrite._version import __version__
 from qlrewrite.cli._debug import debug_option
+from qlrewrite.cli._deferred_imports import defer_sympy
 from qlrewrite.io.limits import LIMITS, Limits
 
 defer_sympy()  # the command line's start-up only: a library import gets sympy as it is
@@ -22,7 +22,7 @@ defer_sympy()  # the command line's start-up only: a library import gets sympy a
 __all__ = ["COMMANDS", "main"]
 
 #: Each command: its module, its click command, and its one-line summary as ``--help``
-#: lists it (tests/test_cli_basics.py checks it against the command's own).
+#: lists it (tests/cli/test_cli_basics.py checks it against the command's own).
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": (
         "info",

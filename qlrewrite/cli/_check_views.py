@@ -11,9 +11,9 @@ import click
 
 from qlrewrite.checking import project
 from qlrewrite.errors import EXIT_INPUT, EXIT_OK
-from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.rules import RULES
+from qlrewrite.text import escape
 
 __all__ = ["show_files", "show_settings", "statistics"]
 

@@ -24,7 +24,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from qlrewrite.checking.render import finding_lines
 from qlrewrite.cli._debug import debug_enabled, debug_option
 from qlrewrite.errors import EXIT_INPUT, InputError, QlrewriteError, Terminated
-from qlrewrite.escape import escape
+from qlrewrite.text import escape
 from qlrewrite.verify.release_env import parse_release
 from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
@@ -35,7 +35,7 @@ from qlrewrite.verify.verify import (
 )
 
 if TYPE_CHECKING:  # imported when a rewrite runs (every pass): info and check do not pay
-    from qlrewrite.pipeline import RewriteResult
+    from qlrewrite.pipeline.flow import RewriteResult
 
 __all__ = [
     "RewriteCommand",
@@ -479,12 +479,13 @@ def run_rewrite(
     Prints the summary on stderr (unless quiet) and on a refusal the findings behind it
     before the error line (exit 1); the pipeline writes the ``--report`` JSON.
     """
-    from qlrewrite import pipeline
+    from qlrewrite.pipeline.flow import rewrite
+    from qlrewrite.pipeline.refusals import FindingsRefusal
 
     try:
         enabled = show_progress(options.quiet)
         with progress("writing", None, enabled) as bar:
-            result = pipeline.rewrite(
+            result = rewrite(
                 model,
                 passes,
                 command=command,
@@ -497,7 +498,7 @@ def run_rewrite(
                 on_tensor_saved=bar.on_tensor_saved if enabled else None,
                 report_path=options.report_path,
             )
-    except pipeline.FindingsRefusal as exc:
+    except FindingsRefusal as exc:
         _print_findings(exc.report.errors)
         raise
     except VerificationFailed as exc:  # the error line says why; the differences here

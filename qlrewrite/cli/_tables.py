@@ -3,7 +3,7 @@
 Each column is as wide as its longest word at least (type names, counts and sizes are
 never cut); text wraps at spaces. When even that does not fit, the columns that matter
 least are dropped, and the caller names them. Every cell is escaped
-(:func:`qlrewrite.escape.escape`) and never read as rich markup.
+(:func:`qlrewrite.text.escape`) and never read as rich markup.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from rich.table import Table
 from rich.text import Text
 
-from qlrewrite.escape import escape
+from qlrewrite.text import escape
 
 __all__ = ["Column", "fitted_table"]
 

@@ -32,14 +32,14 @@ from qlrewrite.cli._common import (
     verify_from,
     verify_option_list,
 )
-from qlrewrite.escape import escape
 from qlrewrite.findings import Report
 from qlrewrite.io import atomic, model_io, output_guard
 from qlrewrite.io.reading import STDIN
+from qlrewrite.text import escape
 
 if TYPE_CHECKING:  # --fix imports it (and the pipeline, every pass) when given
-    from qlrewrite import check_fix
-    from qlrewrite.check_fix import FixOptions
+    from qlrewrite.pipeline import fix_files as check_fix
+    from qlrewrite.pipeline.fix_files import FixOptions
 
 __all__ = ["check_command"]
 
@@ -297,7 +297,7 @@ def _parse(given: dict[str, Any]) -> _CheckRun:
         raise click.UsageError("--fix and --diff rewrite model files: give a path, not - (stdin)")
     fixing = None
     if fix or diff:
-        from qlrewrite.check_fix import FixOptions
+        from qlrewrite.pipeline.fix_files import FixOptions
 
         unsafe = given["unsafe_fixes"]
         fixing = FixOptions(unsafe, output, in_place, diff=diff, verify=verify)
@@ -366,7 +366,7 @@ def _fix_stage(
     """``--fix`` / ``--diff``: refuse shared or protected outputs first, fix each model,
     print the diff (and exit) or return the reports after the fixes and whether a fix
     was refused."""
-    from qlrewrite import check_fix
+    from qlrewrite.pipeline import fix_files as check_fix
 
     fixing = run.fixing
     assert fixing is not None

@@ -22,10 +22,10 @@ from qlrewrite.cli._common import (
     run_command,
 )
 from qlrewrite.errors import InputError
-from qlrewrite.escape import escape
 from qlrewrite.io import model_io, reading
 from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.text import escape
 from qlrewrite.verify.compare import Comparison, compare_models, output_steps
 from qlrewrite.verify.release_env import is_release, parse_release
 from qlrewrite.verify.runtimes import RUNTIMES

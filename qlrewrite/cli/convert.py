@@ -17,7 +17,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.opsets import ACCURACY_LEVELS
 from qlrewrite.passes.commands import convert_passes
-from qlrewrite.passes.convert_domain import TARGETS
+from qlrewrite.passes.convert.domain import TARGETS
 
 __all__ = ["convert_command"]
 

@@ -17,7 +17,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import fold_passes
-from qlrewrite.passes.fold import FLOAT16_MODES
+from qlrewrite.passes.fold.fold_pass import FLOAT16_MODES
 from qlrewrite.verify.compare import ort_fusions
 
 __all__ = ["SIZE", "fold_command", "parse_size"]

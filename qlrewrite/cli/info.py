@@ -17,11 +17,11 @@ from rich.text import Text
 from qlrewrite.checking.summary import model_summary
 from qlrewrite.cli._common import debug_option, human_bytes, out_console, run_command
 from qlrewrite.cli._tables import Column, fitted_table
-from qlrewrite.escape import escape
 from qlrewrite.io import model_io
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source
-from qlrewrite.unchecked import UncheckedGroup, describe_unchecked
+from qlrewrite.qdq.left_alone import UncheckedGroup, describe_unchecked
+from qlrewrite.text import escape
 
 __all__ = ["info_command"]
 

@@ -15,7 +15,7 @@ from qlrewrite.cli._common import (
 )
 from qlrewrite.errors import InputError
 from qlrewrite.passes.commands import retarget_passes
-from qlrewrite.passes.retarget import SIGNEDNESS
+from qlrewrite.passes.retarget.retarget_pass import SIGNEDNESS
 
 __all__ = ["retarget_command"]
 

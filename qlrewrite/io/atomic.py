@@ -41,9 +41,9 @@ from pathlib import Path
 import onnx
 
 from qlrewrite.errors import InputError
-from qlrewrite.escape import escape
 from qlrewrite.io import reading
 from qlrewrite.io.output_guard import Destination, destination
+from qlrewrite.text import escape
 
 __all__ = [
     "COMMIT_LOCK_SECONDS",

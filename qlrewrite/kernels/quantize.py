@@ -11,7 +11,7 @@ become NaN or inf as the type allows (float8e5m2: inf); float4 / float6 always c
 Float8 zero points are ignored, as ORT and the reference do; float4 / float6 ones are added
 before the cast as the spec formula says (so -0.0 + 0 gives +0, as the reference).
 
-Deviations (each pinned by a test in tests/test_kernels.py):
+Deviations (each pinned by a test in tests/kernels/test_kernels.py):
 - from ONNX Runtime: some ORT paths (float16 x, blocked on a non-last axis, 4-bit on the
   last axis) compute ``int32(nearbyint(q)) + zp``, so +-inf, NaN and quotients beyond
   2**31 become INT_MIN + zp: the low end, or the high end when zp < 0 (int32 wrap). This

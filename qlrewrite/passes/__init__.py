@@ -18,15 +18,15 @@ from qlrewrite.passes.commands import (
     retarget_passes,
     upgrade_passes,
 )
-from qlrewrite.passes.convert_domain import ConvertDomainPass
-from qlrewrite.passes.downgrade import DowngradePass
-from qlrewrite.passes.fold import FoldPass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.convert.tidy import QdqTidyPass
+from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
+from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.imports import ImpliedImportsPass
-from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.passes.qdq_tidy import QdqTidyPass
-from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
-from qlrewrite.passes.retarget import RetargetPass
+from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
+from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.retarget.retarget_pass import RetargetPass
 from qlrewrite.passes.upgrade import UpgradePass
 
 __all__ = [

@@ -9,17 +9,17 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from qlrewrite.findings import Finding, fixable
-from qlrewrite.passes.convert_domain import ConvertDomainPass
-from qlrewrite.passes.downgrade import DowngradePass
+from qlrewrite.passes.convert.domain import ConvertDomainPass
+from qlrewrite.passes.convert.qonnx_to_qdq import QonnxToQdqPass
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
+from qlrewrite.passes.convert.tidy import QdqTidyPass
+from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
 from qlrewrite.passes.fix import FIXES, FixPass, finding_key
-from qlrewrite.passes.fold import FoldPass
-from qlrewrite.passes.fold_tensor import Float16Mode
-from qlrewrite.passes.nbits_from_onnx import NBitsFromOnnxPass
-from qlrewrite.passes.nbits_to_onnx import NBitsToOnnxPass
-from qlrewrite.passes.qdq_tidy import QdqTidyPass
-from qlrewrite.passes.qonnx_to_qdq import QonnxToQdqPass
-from qlrewrite.passes.qoperator_to_qdq import QOperatorToQdqPass
-from qlrewrite.passes.retarget import RetargetPass, Signedness
+from qlrewrite.passes.fold.fold_pass import FoldPass
+from qlrewrite.passes.fold.tensor import Float16Mode
+from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
+from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
+from qlrewrite.passes.retarget.retarget_pass import RetargetPass, Signedness
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.verify.deployed import Fusions
 

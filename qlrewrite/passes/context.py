@@ -1,6 +1,6 @@
 """What one run of passes shares, handed to every pass: the run context.
 
-A command runs several passes on one model (:func:`qlrewrite.pipeline.run_passes`). What
+A command runs several passes on one model (:func:`qlrewrite.passes.manager.run_passes`). What
 is costly to learn about the whole model is learnt once per run and handed to each pass
 in a typed :class:`RunContext`: the types and shapes nobody declared (ONNX shape
 inference, run on first need), and the weight-free proto of the model as it was read

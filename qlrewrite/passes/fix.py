@@ -1,7 +1,7 @@
 """The fix machinery of ``qlrewrite check --fix``: apply the rules' own fixes.
 
 Each rule declares its repair beside its check (:class:`~qlrewrite.rules.registry.Fix`
-in the rule's module, e.g. QL406's in :mod:`qlrewrite.rules.ql4xx_shapes`); the registry
+in the rule's module, e.g. QL406's in :mod:`qlrewrite.rules.qdq.shapes`); the registry
 marks each finding the fix can repair (``Finding.fix``: "safe" or "unsafe"), deciding
 from the finding's fields. This module sits above the rules: :func:`fix_passes` takes
 the findings :func:`~qlrewrite.findings.fixable` allows, and :class:`FixPass` finds them

@@ -50,13 +50,13 @@ class FixResult(RewritePassResult):
 
 @dataclasses.dataclass
 class FoldResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.fold.FoldPass`: ``dq_folded``, ``q_folded``,
+    """:class:`~qlrewrite.passes.fold.fold_pass.FoldPass`: ``dq_folded``, ``q_folded``,
     ``chains_folded``, ``nodes_removed``, ``initializers_removed``, ``opsets_removed``."""
 
 
 @dataclasses.dataclass
 class ConvertResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.convert_domain.ConvertDomainPass`: ``nodes_converted``,
+    """:class:`~qlrewrite.passes.convert.domain.ConvertDomainPass`: ``nodes_converted``,
     ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
 
 
@@ -68,16 +68,16 @@ class ImportsResult(RewritePassResult):
 
 @dataclasses.dataclass
 class NBitsResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.nbits_to_onnx.NBitsToOnnxPass`:
+    """:class:`~qlrewrite.passes.nbits.to_onnx.NBitsToOnnxPass`:
     ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
     ``initializers_removed``, ``opset_imports_dropped``;
-    :class:`~qlrewrite.passes.nbits_from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
+    :class:`~qlrewrite.passes.nbits.from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
     ``gather_block_quantized_made``, ``8bit_weights_left`` (0 with ``include_8bit``)."""
 
 
 @dataclasses.dataclass
 class QOperatorResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.qoperator_to_qdq.QOperatorToQdqPass`:
+    """:class:`~qlrewrite.passes.convert.qoperator_to_qdq.QOperatorToQdqPass`:
     ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
     ``differences``: the output name of each QuantizeLinear written for a converted node
     -> the steps it may differ by (the sources of :func:`qlrewrite.verify.difference.output_bounds`,
@@ -104,13 +104,13 @@ class RetargetResult(RewritePassResult):
     """:class:`~qlrewrite.passes.retarget.RetargetPass`: quantized tensors ``sign_flipped``,
     ``made_symmetric``, ``narrowed`` (to 4 bits) and ``narrow_left`` (8-bit weights that do
     not fit 4 bits or whose opset has no 4-bit types);
-    :class:`~qlrewrite.passes.qdq_tidy.QdqTidyPass`: ``redundant_pairs_removed``,
+    :class:`~qlrewrite.passes.convert.tidy.QdqTidyPass`: ``redundant_pairs_removed``,
     ``shared_dequantize_split``, ``shared_initializers_split``."""
 
 
 class ConvertsCustomOps:
     """Mixin of a pass that converts other producers' custom quantization operators
-    (:mod:`qlrewrite.custom_quant`): the pipeline does not refuse an input for the
+    (:mod:`qlrewrite.qdq.custom_ops`): the pipeline does not refuse an input for the
     ``(domain, op_type)`` pairs in ``custom_ops``."""
 
     custom_ops: frozenset[tuple[str, str]] = frozenset()

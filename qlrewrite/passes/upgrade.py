@@ -33,7 +33,7 @@ from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.io.source import set_source, source_of
 from qlrewrite.passes.context import ContextPass, RunContext
-from qlrewrite.passes.convert_domain import divides_in_scale_type, keep_float32_division
+from qlrewrite.passes.convert.domain import divides_in_scale_type, keep_float32_division
 from qlrewrite.passes.results import RepairsFindings, UpgradeResult
 from qlrewrite.qdq import (
     WEIGHT_ONLY,
@@ -44,7 +44,7 @@ from qlrewrite.qdq import (
     onnx_opset,
     site_view,
 )
-from qlrewrite.toolkit import main_graphs
+from qlrewrite.toolkit import main_graphs, proto_import_table
 
 __all__ = ["UpgradePass", "convert_weightless"]
 
@@ -239,7 +239,7 @@ def _convert_function(
 ) -> onnx.FunctionProto:
     """``function`` with its ai.onnx nodes converted to ``opset`` (as a one-graph model;
     ``lower``: also down to it)."""
-    current = imported_version({o.domain: o.version for o in function.opset_import}, "")
+    current = imported_version(proto_import_table(function), "")
     if current is None or current == opset or (current > opset and not lower):
         return function
     label = f"function {function.domain}.{function.name}"

@@ -58,12 +58,7 @@ from qlrewrite.qdq.inference import (
     infer,
     tables_of,
 )
-from qlrewrite.qdq.qoperator import (
-    PER_CHANNEL,
-    TripleView,
-    triples,
-)
-from qlrewrite.qdq.sites import (
+from qlrewrite.qdq.kinds import (
     GATHER_BLOCK_QUANTIZED,
     LEFT_ALONE,
     MATMUL_NBITS,
@@ -71,10 +66,15 @@ from qlrewrite.qdq.sites import (
     QDQ_OPS,
     QOPERATOR,
     WEIGHT_ONLY,
-    QuantizedSite,
-    SiteKind,
     iter_sites,
+    view_class,
 )
+from qlrewrite.qdq.qoperator import (
+    PER_CHANNEL,
+    TripleView,
+    triples,
+)
+from qlrewrite.qdq.sites import QuantizedSite, SiteKind
 from qlrewrite.qdq.view import (
     Dims,
     Granularity,
@@ -84,7 +84,6 @@ from qlrewrite.qdq.view import (
     TypeShape,
     ValueView,
     WeightOnlyView,
-    view_class,
     view_of,
 )
 from qlrewrite.toolkit import (

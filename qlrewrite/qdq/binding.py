@@ -15,8 +15,9 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.qdq.inference import Inference
-from qlrewrite.qdq.sites import QDQ, QuantizedSite, SiteKind, iter_sites
-from qlrewrite.qdq.view import NodeView, ValueView, view_class, view_of
+from qlrewrite.qdq.kinds import QDQ, iter_sites, view_class
+from qlrewrite.qdq.sites import QuantizedSite, SiteKind
+from qlrewrite.qdq.view import NodeView, ValueView, view_of
 from qlrewrite.toolkit import GraphRef, iter_graphs
 
 __all__ = ["node_views", "site_view"]

@@ -40,14 +40,14 @@ from qlrewrite import opsets
 from qlrewrite.findings import Finding, Rule
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq.constants import constant_tensor, small_array
-from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite
-from qlrewrite.toolkit import GraphRef
-from qlrewrite.weight_only import (
+from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.qdq.weight_only import (
     GatherBlockForm,
     gather_block_form,
     int_attributes,
     matmul_nbits_layout,
 )
+from qlrewrite.toolkit import GraphRef
 
 __all__ = [
     "Dims",
@@ -58,7 +58,6 @@ __all__ = [
     "TypeShape",
     "ValueView",
     "WeightOnlyView",
-    "view_class",
     "view_of",
 ]
 
@@ -572,7 +571,7 @@ class WeightOnlyView(_SchemaView):
     def weight_layout(self) -> MatMulNBitsLayout | GatherBlockForm | None:
         """How the weights are laid out: a
         :class:`~qlrewrite.kernels.nbits.MatMulNBitsLayout` (K, N, blocks, the shape of
-        every input) or a :class:`~qlrewrite.weight_only.GatherBlockForm` (axes, packing,
+        every input) or a :class:`~qlrewrite.qdq.weight_only.GatherBlockForm` (axes, packing,
         scale and zero-point shapes). None for attributes / a data type that describe
         none (the check rules say why)."""
         row, values, x = self.row, self.weight_attributes, self.x
@@ -613,14 +612,3 @@ class QOperatorView(_SchemaView):
             fixed = len(row.inputs) - 1
             wanted |= {i for i in range(fixed, len(self.node.inputs)) if (i - fixed) % 3}
         return wanted
-
-
-def view_class(site: QuantizedSite) -> type[NodeView]:
-    """The view of ``site``'s kind."""
-    if site.kind is QDQ:
-        return QDQView
-    if site.kind is QOPERATOR:
-        return QOperatorView
-    if any(site.kind is kind for kind in WEIGHT_ONLY):
-        return WeightOnlyView
-    return NodeView

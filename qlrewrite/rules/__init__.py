@@ -2,16 +2,21 @@
 
 Codes are stable and grouped: QL1xx structure, QL2xx attributes, QL3xx element types,
 QL4xx granularity and shapes, QL5xx constant values, QL6xx model hygiene, QL7xx the
-target runtime (only with ``--target``), QL9xx suppressions. A rule's module is named
-after its codes (``ql4xx_shapes.py``; a more specific ``ql42x_matmul_nbits.py`` holds
-QL420-QL429): there, :func:`rule` declares the unit (code, docs, check, fix, examples).
+target runtime (only with ``--target``), QL9xx suppressions. The modules are grouped by
+the node kind they read, a folder each: ``qdq/`` (Q/DQ; a rule there may also read the
+other kinds), ``weight_only/``, ``qoperator/``, ``model/`` (the model as a whole) and
+``targets/`` (``--target``); each module is named for its concern (``qdq/shapes.py``)
+and its docstring opens with the codes it holds (``QL401-QL412:``), which no other
+module claims. There, :func:`rule` declares the unit (code, docs, check, fix, examples);
+``qlrewrite rules CODE`` names the module.
 :data:`RULES` is the catalogue that ``qlrewrite rules`` prints and :data:`CHECKS` holds
 the units the check and fix passes run.
 
 Adding a rule:
 
-1. Take the next free code of its family; it goes in the module named after it (a new
-   block of codes for a new operator gets a new ``qlNNx_<what>.py``, imported below).
+1. Take the next free code of its family; it goes in the module of its node kind and
+   concern, whose docstring's codes you extend (a new concern gets a new module in its
+   kind's folder, imported below).
 2. Write the check, ``(ctx) -> Iterator[Finding]`` with ``ctx`` the view of its
    ``kinds`` (``QDQView`` for the default ``(QDQ,)``, ``WeightOnlyView``,
    ``QOperatorView``, ``NodeView`` for a mix: mypy checks it; the version in force is
@@ -30,31 +35,12 @@ Adding a rule:
    when a newer opset makes the finding go away (``qlrewrite upgrade`` then takes such
    an input; a ``Fix`` with ``upgrade_opset`` implies it).
 4. ``python -m qlrewrite.checking.render docs/rules.md`` regenerates the catalogue page (a test
-   fails when it drifts); ``pytest tests/test_rule_units.py -k QLnnn`` runs the unit.
+   fails when it drifts); ``pytest tests/rules/test_rule_units.py -k QLnnn`` runs the unit.
 """
 
 from __future__ import annotations
 
-from qlrewrite.rules import (  # noqa: F401 (imported to register their rules)
-    ql1xx_structure,
-    ql2xx_attributes,
-    ql3xx_types,
-    ql4xx_shapes,
-    ql5xx_values,
-    ql6xx_hygiene,
-    ql7xx_targets,
-    ql9xx_suppressions,
-    ql10x_qoperator_structure,
-    ql31x_qoperator_types,
-    ql31x_weight_only_types,
-    ql42x_matmul_nbits,
-    ql43x_gather_block,
-    ql44x_qoperator_shapes,
-    ql51x_qoperator_values,
-    ql61x_graph_order,
-    ql71x_tensorrt,
-    ql72x_qnn,
-)
+from qlrewrite.rules import model, qdq, qoperator, targets, weight_only  # noqa: F401 (register)
 from qlrewrite.rules.registry import CHECKS, RULES, Example, Fix, FixContext, RuleCheck, rule
 
 __all__ = ["CHECKS", "RULES", "Example", "Fix", "FixContext", "RuleCheck", "rule"]

@@ -7,8 +7,9 @@ exactly the code, a good one that must not). ``qlrewrite rules``, ``docs/rules.m
 check pass (:mod:`qlrewrite.checking.checker`) and the fix pass (:mod:`qlrewrite.passes.fix`) all
 read :data:`CHECKS` / :data:`RULES`; nothing else lists rules.
 
-A rule module is named after the codes it holds: ``ql4xx_shapes.py`` holds QL4xx codes
-that no more specific module (``ql42x_matmul_nbits.py``: QL42x) claims.
+A rule module sits in the folder of the node kind it reads (``qdq/``, ``weight_only/``,
+``qoperator/``, ``model/``, ``targets/``) and its docstring opens with the codes it holds
+(``QL420-QL426:``); no two modules claim one code.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing_extensions import TypeVar
 
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
 from qlrewrite.io import tensors
-from qlrewrite.qdq.sites import QDQ, QOPERATOR, WEIGHT_ONLY, QuantizedSite, SiteKind
+from qlrewrite.qdq.kinds import QDQ, QOPERATOR, WEIGHT_ONLY
+from qlrewrite.qdq.sites import QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView, QDQView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.toolkit import FreshNames
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 #: "node" and "model" rules run on every check; "target-node" / "target-model" rules only
-#: for each ``--target`` (:mod:`qlrewrite.rules.ql7xx_targets`); "report" rules after.
+#: for each ``--target`` (:mod:`qlrewrite.rules.targets`); "report" rules after.
 Scope = Literal["node", "model", "report", "target-node", "target-model"]
 
 #: The view a node rule is given: the view class of its ``kinds`` (``SiteKind``'s type
@@ -169,7 +171,7 @@ CHECKS: dict[str, RuleCheck] = {}
 
 
 def source_path(module: str) -> str:
-    """``qlrewrite.rules.ql4xx_shapes`` -> ``qlrewrite/rules/ql4xx_shapes.py``."""
+    """``qlrewrite.rules.qdq.shapes`` -> ``qlrewrite/rules/qdq/shapes.py``."""
     return module.replace(".", "/") + ".py"
 
 

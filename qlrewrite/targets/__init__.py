@@ -1,7 +1,7 @@
 """What a runtime accepts, as data: tables per target, read by the QL7xx rules.
 
 ``check --target SPEC`` names a runtime a model is deployed to; the rules of
-:mod:`qlrewrite.rules.ql7xx_targets` then say what that runtime refuses or degrades.
+:mod:`qlrewrite.rules.targets` then say what that runtime refuses or degrades.
 
 =================  ===============================================================
 module             holds

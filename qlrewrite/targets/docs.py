@@ -84,7 +84,7 @@ Refresh for a new release (about a minute per release on 2 cores):
 
 `QLREWRITE_VENVS` sets where the venvs go; `QLREWRITE_PROBE_PYTHON` which python makes
 them (3.11 by default: every release since 1.15 has wheels for it). Commit the new
-`qlrewrite/targets/data/*.json` with this page; `tests/test_targets.py` checks the
+`qlrewrite/targets/data/*.json` with this page; `tests/targets/test_targets.py` checks the
 installed release against its table.
 """
 

@@ -15,7 +15,7 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
-from qlrewrite.qdq.sites import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
+from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
 __all__ = ["QDQ_PATTERN", "WEIGHT_PATTERN", "form_of", "pattern_key"]
 

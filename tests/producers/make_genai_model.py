@@ -6,7 +6,7 @@ word-level tokenizer are written as a Hugging Face folder, then
 ``OUT/model.onnx`` with MatMulNBits weights and a GatherBlockQuantized embedding.
 
 Needs torch (``pip install torch==2.13.0``), transformers and onnxruntime-genai: heavy, so
-tests/test_nbits_producer.py runs it only when they import (marked slow).
+tests/passes/test_nbits_producer.py runs it only when they import (marked slow).
 Usage: ``python tests/producers/make_genai_model.py OUT_FOLDER``.
 """
 

@@ -1,0 +1,499 @@
+"""QL701-QL706: what the runtime a model is deployed to refuses, run only for ``--target``: the
+IR version and opsets it loads (QL701, QL702) and the node forms it has no kernel for
+(QL703) or computes wrongly when it optimizes the graph (QL706), read from the measured
+tables of :mod:`qlrewrite.targets`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx_ir as ir
+
+from qlrewrite.findings import ERROR, SAFE, WARNING, Finding
+from qlrewrite.io.ir_version import needed_ir_version
+from qlrewrite.qdq import QDQView
+from qlrewrite.rules.model_spec import DQ, DT, MS, ModelSpec
+from qlrewrite.rules.registry import (
+    CHECKED_KINDS,
+    Example,
+    Fix,
+    TargetModel,
+    TargetNode,
+    rule,
+)
+from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.spec import Target
+from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
+from qlrewrite.toolkit import import_table, normalize_domain
+
+__all__: list[str] = []
+
+#: Refusals the model-level rules already say (QL701: IR version, QL702: opset).
+_MODEL_LEVEL = ("ir", "opset")
+#: Refusals QL703 leaves to others: those, and failures at run of the optimized session
+#: only (QL706).
+_NOT_QL703 = (*_MODEL_LEVEL, "optimizer")
+
+
+def _who(target: Target, refusing: list[Table]) -> str:
+    """``ORT 1.31.1`` for a one-release target, else the refusing releases of the range:
+    ``ORT 1.15.1, 1.16.3 (of ort>=1.15)``."""
+    if len(target.table_names) == 1:
+        return refusing[0].label
+    runtime = refusing[0].label.rsplit(" ", 1)[0]
+    return f"{runtime} {', '.join(t.release for t in refusing)} (of {target.spec})"
+
+
+def _lower_ir_version(model: ir.Model) -> str | None:
+    """QL701's fix: the model's ir_version lowered to what its opsets and types need."""
+    before, after = model.ir_version, needed_ir_version(model)
+    if after >= before:
+        return None
+    model.ir_version = after
+    return f"ir_version {before} -> {after}"
+
+
+@rule(
+    "QL701",
+    "target-ir-version",
+    ERROR,
+    summary="The model's IR version is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release loads models up to one IR version (measured: ONNX Runtime 1.15
+    to 1.17 load IR 9, 1.18 to 1.22 IR 10, 1.23 IR 11, 1.24 to 1.31 IR 13, 1.32 IR 14)
+    and refuses newer ones at load, whatever the model holds. A model saved by a newer
+    onnx carries that onnx's IR version even when it needs an older one: when its opsets
+    and element types need no more than the target loads, setting the IR version lower
+    is exact (no computation depends on it).
+    """,
+    example="""
+    bad:  ir_version 14, ai.onnx 21, DequantizeLinear(uint8)   (--target ort==1.31)
+    good: ir_version 10
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        Lowers the model's ir_version to the lowest its opsets and element types need, when
+        the target loads that (computation does not depend on it: outputs are
+        bit-identical).
+        """,
+        applies=lambda finding: finding.attribute == "ir_version",
+        model=_lower_ir_version,
+    ),
+    examples=[
+        Example(
+            "ir-14-on-ort-1.31",
+            ModelSpec("qdq", DQ, 21, ir_version=14),
+            ModelSpec("qdq", DQ, 21, ir_version=10),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
+    model = ctx.context.model
+    refusing = [t for t in ctx.target.tables if _too_new(model.ir_version, t.max_ir_version)]
+    if not refusing:
+        return
+    newest = min(t.max_ir_version for t in refusing if t.max_ir_version is not None)
+    needed = needed_ir_version(model)
+    lowers = needed <= newest
+    hint = (
+        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        "(exact; check --fix does it)"
+        if lowers
+        else f"its opsets and types need IR version {needed}: target a newer release"
+    )
+    yield ctx.report(
+        f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+        f"loads (IR {newest} at most)",
+        hint,
+        attribute="ir_version" if lowers else "",
+    )
+
+
+def _too_new(version: int | None, limit: int | None) -> bool:
+    return version is not None and limit is not None and version > limit
+
+
+@rule(
+    "QL702",
+    "target-opset",
+    ERROR,
+    summary="An opset the model imports is newer than the target runtime loads.",
+    explanation="""
+    Each runtime release knows the ai.onnx and com.microsoft opsets up to its own
+    (measured: ONNX Runtime 1.16 loads ai.onnx 19, 1.17 20, 1.18 to 1.20 21, 1.21 and
+    1.22 22, 1.23 23, 1.24 25, 1.25 to 1.31 26, 1.32 28) and refuses a model importing a
+    newer one at load ("Opset 20 is under development"), even when no node uses what the
+    new opset changed. `qlrewrite downgrade --opset N` lowers the ai.onnx opset exactly,
+    or refuses naming what opset N cannot hold.
+    """,
+    example="""
+    bad:  ai.onnx 20, DequantizeLinear(uint8)   (--target ort==1.16)
+    good: ai.onnx 19
+    """,
+    versions="--target ort / openvino",
+    scope="target-model",
+    needs_version=False,
+    examples=[
+        Example(
+            "opset-20-on-ort-1.16",
+            ModelSpec("qdq", DQ, 20, ir_version=9),
+            ModelSpec("qdq", DQ, 19, ir_version=9),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_opset(ctx: TargetModel) -> Iterator[Finding]:
+    imports = import_table(ctx.context.model)
+    for domain, version in sorted(imports.items()):
+        name = normalize_domain(domain) or "ai.onnx"
+        limits = [(t, t.max_opset.get(name)) for t in ctx.target.tables]
+        refused = [(t, limit) for t, limit in limits if limit is not None and version > limit]
+        if not refused:
+            continue
+        refusing = [t for t, _ in refused]
+        newest = min(limit for _, limit in refused)
+        yield ctx.report(
+            f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+            f"loads ({name} {newest} at most)",
+            f"qlrewrite downgrade MODEL --opset {newest} lowers it exactly (or names what "
+            f"opset {newest} cannot hold)"
+            if name == "ai.onnx"
+            else f"export the model at {name} opset {newest} or older",
+            domain="" if name == "ai.onnx" else name,
+            opset=version,
+        )
+
+
+def _oldest_running(form: str) -> str | None:
+    """The oldest ONNX Runtime release whose table ran ``form``."""
+    for major, minor in ort_releases():
+        row = table(f"ort-{major}.{minor}").forms.get(form)
+        if row == "runs" or (isinstance(row, dict) and row.get("runs")):
+            return f"ORT {major}.{minor}"
+    return None
+
+
+def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
+    found = []
+    for runtime in target.tables:
+        refusal = runtime.refusal(form)
+        if refusal is not None and refusal.reason not in _NOT_QL703:
+            found.append((runtime, refusal))
+    return found
+
+
+@rule(
+    "QL703",
+    "target-refuses-node",
+    ERROR,
+    summary="The target runtime has no kernel for the node as it is typed (measured).",
+    explanation="""
+    The node's form (operator, domain, opset, element types, granularity; for
+    MatMulNBits its bits, accuracy_level, zero points and g_idx) was loaded and run as a
+    one-node model in each release the target covers, and this release refused it, at
+    load (no kernel registered for those types) or at run (a kernel that rejects the
+    form). ONNX Runtime 1.16, for instance, has no com.microsoft DequantizeLinear for
+    uint16 or int16, which 1.17 added. A weight's DequantizeLinear is also looked up as part
+    of the MatMul it feeds (the probe's QDQ MatMul patterns): ONNX Runtime 1.18 and 1.19
+    fuse a uint8 x int8 per-axis QDQ MatMul at opset 21 into a QLinearMatMul(21) they have
+    no kernel for, and refuse the model. The message quotes the runtime's own error and
+    the oldest release that runs the form.
+    """,
+    example="""
+    bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
+    good: com.microsoft DequantizeLinear(x: uint8)
+    """,
+    versions="--target ort / openvino",
+    scope="target-node",
+    needs_version=False,
+    kinds=CHECKED_KINDS,
+    examples=[
+        Example(
+            "ms-uint16-on-ort-1.16",
+            ModelSpec("qdq", DQ, 1, domain=MS, x_type=DT.UINT16, ir_version=7),
+            ModelSpec("qdq", DQ, 1, domain=MS, x_type=DT.UINT8, ir_version=7),
+            targets=("ort==1.16",),
+        ),
+    ],
+)
+def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
+    if not ctx.target.tables:
+        return
+    form = form_of(ctx.view)
+    if form is None:
+        return
+    refused, what = _refusals(ctx.target, form), "it"
+    if not refused and not ctx.view.is_quantize:  # the quantized MatMul it is part of
+        matmul = _matmul_of(ctx)
+        key = _pattern_key(ctx, matmul) if matmul is not None else None
+        if key is not None:
+            form, what = key, "the quantized MatMul it feeds (as its weight)"
+            refused = _refusals(ctx.target, key)
+    if not refused:
+        return
+    refusal = refused[-1][1]
+    when = "when loaded" if refusal.stage == "load" else "when run"
+    oldest = _oldest_running(form) if ctx.target.runtime == "ort" else None
+    hint = (
+        f"{oldest} is the oldest release that runs it" if oldest else "no measured release runs it"
+    )
+    who = _who(ctx.target, [t for t, _ in refused])
+    verb = "refuses" if len(refused) == 1 else "refuse"
+    yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
+
+
+#: Runtime precisions that are not integer or low-precision float.
+_FLOAT_PRECISIONS = frozenset({"f32", "f16", "bf16", "f64", "dynamic", "undefined", "?"})
+#: Execution-graph layers that compute (not constants, reorders or transposes).
+_COMPUTE_LAYERS = ("FullyConnected", "MatMul", "Convolution", "Gemm")
+
+
+def _folded(runtime_ops: list[str]) -> bool:
+    """Whether an execution graph computes the weight's MatMul in float only."""
+    compute = [op.partition(":")[2] for op in runtime_ops if op.startswith(_COMPUTE_LAYERS)]
+    return bool(compute) and all(precision in _FLOAT_PRECISIONS for precision in compute)
+
+
+def _feeds_matmul(ctx: TargetNode) -> bool:
+    outputs = ctx.view.node.outputs
+    consumers = outputs[0].consumers() if outputs else ()
+    return any(n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx") for n in consumers)
+
+
+@rule(
+    "QL704",
+    "target-folds-to-float",
+    WARNING,
+    summary="The target runtime dequantizes the weight when it compiles the model and multiplies "
+    "in float (measured).",
+    explanation="""
+    A DequantizeLinear of a constant weight feeding a MatMul was compiled by the runtime
+    (OpenVINO's CPU plugin) and its execution graph inspected: the probe records the
+    layer types and precisions it ran. When the MatMul's layer runs in float only, the
+    weight was decompressed when the model was compiled: it runs, but neither the memory
+    nor the integer arithmetic of the quantized form is kept. (OpenVINO 2026.4 keeps 8-,
+    4-bit weights compressed: its FullyConnected runs on u8 / i8 / u4 / i4.) The finding
+    names the layers measured.
+    """,
+    example="""
+    warn: DequantizeLinear(w: <a type OpenVINO decompresses>) -> MatMul   (--target openvino)
+    good: DequantizeLinear(w: int8) -> MatMul
+    """,
+    versions="--target openvino",
+    scope="target-node",
+    needs_version=False,
+    examples=[
+        Example(
+            "folded-weight",
+            ModelSpec("weight_dq_matmul", DT.FLOAT8E5M2),
+            ModelSpec("weight_dq_matmul", DT.INT8),
+            targets=("openvino",),
+            ort=False,
+        ),
+    ],
+)
+def target_folds_to_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+    view = ctx.view
+    if ctx.target.runtime != "openvino" or view.is_quantize or not _feeds_matmul(ctx):
+        return
+    form = form_of(view)
+    if form is None:
+        return
+    for runtime in ctx.target.tables:
+        ops = runtime.runtime_ops(WEIGHT_PATTERN + form)
+        if ops is not None and runtime.refusal(WEIGHT_PATTERN + form) is None and _folded(ops):
+            yield ctx.report(
+                f"{runtime.label} dequantizes this weight when compiling and multiplies in "
+                f"float (measured layers: {', '.join(ops)})",
+                "a weight type it keeps compressed (int8, uint8, int4, uint4) keeps the memory "
+                "and integer math",
+            )
+            return
+
+
+#: Operators of ONNX Runtime's optimized graph that compute a MatMul on quantized data.
+_INTEGER_KERNELS = frozenset(
+    {
+        "QLinearMatMul",
+        "com.microsoft:MatMulIntegerToFloat",
+        "com.microsoft:MatMulNBits",
+        "MatMulInteger",
+        "com.microsoft:QGemm",
+        "com.microsoft:DynamicQuantizeMatMul",
+    }
+)
+
+
+def _matmul_of(ctx: TargetNode) -> ir.Node | None:
+    """The MatMul whose weight (second input) the DequantizeLinear gives."""
+    outputs = ctx.view.node.outputs
+    for node in outputs[0].consumers() if outputs else ():
+        matmul = node.op_type == "MatMul" and node.domain in ("", "ai.onnx")
+        if matmul and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
+            return node
+    return None
+
+
+def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
+    return pattern_key(ctx.view, matmul)
+
+
+def _float_runs(target: Target, key: str) -> list[tuple[Table, list[str]]]:
+    found = []
+    for runtime in target.tables:
+        ops = runtime.runtime_ops(key)
+        if ops is not None and runtime.refusal(key) is None and not _INTEGER_KERNELS & set(ops):
+            found.append((runtime, ops))
+    return found
+
+
+@rule(
+    "QL705",
+    "target-runs-in-float",
+    WARNING,
+    summary="ONNX Runtime runs this quantized MatMul as DequantizeLinear and a float MatMul "
+    "(no integer kernel formed; measured).",
+    explanation="""
+    ONNX Runtime's graph optimizer fuses a quantized MatMul into an integer kernel only for
+    some types: the probe saved the optimized graph of each pattern (a constant weight
+    dequantized into a MatMul, its activation quantized and dequantized or not) in each
+    release. Measured in 1.31: 8-bit activations with 8-bit weights become QLinearMatMul;
+    16-bit activations, or 4-bit weights under Q/DQ activations, stay DequantizeLinear ->
+    MatMul in float; a weight-only 4-bit DequantizeLinear into a MatMul becomes
+    MatMulNBits from 1.20 on. The model runs and computes what the ONNX semantics say,
+    at float speed, with the weight dequantized at each run. Opt-in (`--select QL705`): it
+    is advice on speed, not a refusal.
+    """,
+    example="""
+    warn: Q/DQ(a: int16) -> MatMul <- DequantizeLinear(w: int8)   (--target ort==1.31)
+    good: Q/DQ(a: uint8) -> MatMul <- DequantizeLinear(w: int8)   (QLinearMatMul)
+    """,
+    versions="--target ort",
+    scope="target-node",
+    needs_version=False,
+    opt_in=True,
+    examples=[
+        Example(
+            "int16-activation",
+            ModelSpec("qdq_matmul", DT.INT16),
+            ModelSpec("qdq_matmul", DT.UINT8),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_runs_in_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+    view = ctx.view
+    if view.is_quantize or ctx.target.runtime != "ort":
+        return
+    matmul = _matmul_of(ctx)
+    key = _pattern_key(ctx, matmul) if matmul is not None else None
+    if key is None:
+        return
+    found = _float_runs(ctx.target, key)
+    if found:
+        who = _who(ctx.target, [t for t, _ in found])
+        yield ctx.report(
+            f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
+            "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
+        )
+
+
+#: The session options that keep ONNX Runtime from fusing a QDQ MatMul (its
+#: QDQSelectorActionTransformer; measured to compute the blocked patterns exactly in 1.19,
+#: 1.25, 1.31 and 1.32).
+_NO_FUSION = (
+    "or create the session with disabled_optimizers=['QDQSelectorActionTransformer'] "
+    "(Python; the other optimizations stay) or the session config entry "
+    "session.disable_quant_qdq=1"
+)
+
+
+def _what(found: list[tuple[Table, Divergence]]) -> str:
+    """What the releases were measured to do: other values (the largest relative
+    difference), and the failure at run where there was one."""
+    diffs = [d.max_rel_diff for _, d in found if d.max_rel_diff is not None]
+    errors = [d.error for _, d in found if d.error]
+    wrong = any(d.outcome == "miscomputes" for _, d in found)
+    if not wrong:
+        return f"fails at run where ORT_DISABLE_ALL runs it: {errors[-1] if errors else '?'}"
+    off = f", up to {max(diffs):.0%} of the largest output off" if diffs else ""
+    text = f"computes other values than with ORT_DISABLE_ALL (measured{off})"
+    return f"{text}; at other shapes it fails at run: {errors[-1]}" if errors else text
+
+
+def _ways_out(key: str) -> str:
+    """convert (MatMulNBits: blocks along K; a blocked weight becomes one without
+    --include-8bit, which would also convert the per-column 8-bit weights ORT fuses
+    right), per-channel weights, or a session that does not fuse QDQ nodes."""
+    convert = (
+        "qlrewrite convert --to com.microsoft makes it MatMulNBits, which computes the "
+        "blocks (measured equal to ORT_DISABLE_ALL with 1.31.1); or "
+        if " along=K " in key
+        else ""
+    )
+    return f"{convert}quantize this weight per channel; {_NO_FUSION}"
+
+
+@rule(
+    "QL706",
+    "target-miscomputes",
+    ERROR,
+    summary="ONNX Runtime's default optimizations compute this quantized MatMul wrongly or "
+    "fail at run on it (measured against ORT_DISABLE_ALL).",
+    explanation="""
+    The probe runs each QDQ MatMul pattern (a constant weight's DequantizeLinear into a
+    MatMul whose activation is quantized and dequantized) in each release twice on the
+    same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
+    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to
+    1.32.0: with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
+    (block_size smaller than the blocked axis, along K or N) is fused into
+    MatMulIntegerToFloat or QLinearMatMul as if its scale were per column (ONNX Runtime's
+    MatMulNodeGroupSelector::Check, onnxruntime/core/optimizer/qdq_transformer/
+    selectors_actions/qdq_selectors.cc, checks the element types only, not block_size):
+    depending on the shapes, the zero point and whether the output is quantized, the
+    model fails at run ("Attempting to broadcast an axis by a dimension other than 1") or
+    silently returns other values (up to about 60% of the largest output off in the
+    probe, or another shape). 4-bit weights, 16-bit activations, float activations
+    (MatMulNBits) and one block along K are computed right. The finding names the
+    releases and what was measured; ways out: MatMulNBits (`qlrewrite convert --to
+    com.microsoft`, blocks along K: a blocked weight needs no `--include-8bit`),
+    per-channel weights, or a session that does not fuse QDQ nodes.
+    """,
+    example="""
+    bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
+    good: Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, per-axis)
+    """,
+    versions="--target ort",
+    scope="target-node",
+    needs_version=False,
+    examples=[
+        Example(
+            "blocked-int8-weight",
+            ModelSpec(
+                "qdq_matmul_weight", DT.UINT8, DT.INT8, "blocked", zero_point=False, output="float"
+            ),
+            ModelSpec("qdq_matmul_weight", DT.UINT8, DT.INT8, "per-axis", output="float"),
+            targets=("ort==1.31",),
+        ),
+    ],
+)
+def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+    if ctx.view.is_quantize or ctx.target.runtime != "ort":
+        return
+    matmul = _matmul_of(ctx)
+    key = _pattern_key(ctx, matmul) if matmul is not None else None
+    if key is None:
+        return
+    found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
+    if found:
+        who = _who(ctx.target, [t for t, _ in found])
+        yield ctx.report(
+            f"with {who}'s default optimizations the quantized MatMul this weight feeds "
+            f"{_what(found)}",
+            _ways_out(key),
+        )
