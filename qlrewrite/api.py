@@ -54,7 +54,7 @@ from qlrewrite.passes.commands import (
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.results import ImportsResult
-from qlrewrite.verify.compare import Comparison
+from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 
 __all__ = [
@@ -484,24 +484,30 @@ def compare(
     rtol: float = 1e-4,
     atol: float = 0.0,
     tensors: bool = False,
+    timeout: float = VERIFY_TIMEOUT,
+    memory: int | None = None,
 ) -> Comparison:
     """``qlrewrite compare``: both models on the same inputs per runtime (``runtime``:
     ``"ort"``, ``"reference"``, ``"openvino"``, default every one), a
     :class:`~qlrewrite.verify.compare.Comparison` (``.diverges``, ``.runtimes``,
     ``.to_json()``: what ``--output-format json`` prints). ``inputs``: arrays by input
     name, or an .npz file (``--inputs``); else generated with ``seed`` (``input_shape``
-    for unknown dimensions); ``tensors``: also the first diverging intermediate tensor."""
+    for unknown dimensions); ``tensors``: also the first diverging intermediate tensor;
+    ``timeout`` / ``memory`` (bytes): each runtime's child bounded (``--timeout``,
+    ``--memory``); a release (``"ort==1.16.3"``) runs in its own environment."""
     shapes = {name: tuple(shape) for name, shape in (input_shape or {}).items()}
     return reports.compare_report(
         first,
         second,
-        runtimes=_codes(runtime, "runtime"),
+        runtimes=[parse_runtime(r) for r in _codes(runtime, "runtime")],
         inputs=inputs,
         input_shapes=shapes,
         seed=seed,
         rtol=rtol,
         atol=atol,
         tensors=tensors,
+        timeout=timeout,
+        memory=memory,
     )
 
 
@@ -515,12 +521,16 @@ def verify_rewrite(
     tolerance: float | None = None,
     timeout: float = VERIFY_TIMEOUT,
     semantics_only: bool = False,
+    memory: int | None = None,
+    releases: Iterable[str] = (),
 ) -> Verification:
     """``--verify``: ``rewritten`` run against ``original`` in ONNX Runtime on generated
     inputs, as the rewriting commands verify before writing (``runs`` as
     ``--verify-runs``, ``tolerance`` as ``--verify-tolerance``, ``timeout`` as
-    ``--verify-timeout``, ``semantics_only`` as ``--verify=semantics``); the stated bound
-    of the rewrite that returned ``rewritten`` (:func:`summary_of`) is accepted. Raises
+    ``--verify-timeout``, ``semantics_only`` as ``--verify=semantics``, ``memory`` (bytes)
+    as ``--verify-memory``, ``releases`` as ``--verify-on``: runtime releases such as
+    ``ort==1.16.3``); the stated bound of the rewrite that returned ``rewritten``
+    (:func:`summary_of`) is accepted. Raises
     :class:`~qlrewrite.verify.verify.VerificationFailed` when they differ; differences
     as deployed are a :class:`~qlrewrite.errors.DeploymentWarning`."""
     shapes = {name: tuple(shape) for name, shape in (input_shape or {}).items()}
@@ -531,6 +541,8 @@ def verify_rewrite(
         tolerance=tolerance,
         timeout=timeout,
         deployed=not semantics_only,
+        memory=memory,
+        releases=tuple(releases),
     )
     summary = summary_of(rewritten) if isinstance(rewritten, ir.Model) else None
     results = summary.pass_results if summary is not None else ()

@@ -27,6 +27,7 @@ from qlrewrite.text import escape
 from qlrewrite.verify.compare import Comparison, compare_models, output_steps, verify_both
 from qlrewrite.verify.runtimes import RUNTIMES
 from qlrewrite.verify.verify import (
+    VERIFY_TIMEOUT,
     Verification,
     Verifier,
     VerifyOptions,
@@ -99,10 +100,14 @@ def compare_report(
     rtol: float = 1e-4,
     atol: float = 0.0,
     tensors: bool = False,
+    timeout: float = VERIFY_TIMEOUT,
+    memory: int | None = None,
 ) -> Comparison:
     """``qlrewrite compare``: both models on the same inputs (``inputs``: arrays by input
     name or an .npz file; else generated from the first model's inputs with ``seed``) in
-    each of ``runtimes`` (default: every known runtime)."""
+    each of ``runtimes`` (default: every installed runtime; ``ort==1.16.3`` runs that
+    release in its own environment), each runtime's child ended after ``timeout`` seconds
+    or above ``memory`` bytes."""
     model = _loaded(first)
     _loaded(second)  # unreadable: InputError before anything runs
     feeds = read_feeds(model, inputs, input_shapes or {}, seed)
@@ -116,6 +121,8 @@ def compare_report(
             atol=atol,
             tensors=tensors,
             steps=output_steps(model),
+            timeout=timeout,
+            memory=memory,
         )
 
 

@@ -23,8 +23,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from qlrewrite.checking.render import finding_lines
 from qlrewrite.cli._debug import debug_enabled, debug_option
-from qlrewrite.errors import EXIT_INPUT, QlrewriteError, Terminated
+from qlrewrite.errors import EXIT_INPUT, InputError, QlrewriteError, Terminated
 from qlrewrite.text import escape
+from qlrewrite.verify.release_env import parse_release
 from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
     Verification,
@@ -236,7 +237,15 @@ class RewriteOptions:
     verify: VerifyOptions | None = None
 
 
-_VERIFY_DETAILS = ("verify_runs", "seed", "input_shape", "verify_tolerance", "verify_timeout")
+_VERIFY_DETAILS = (
+    "verify_runs",
+    "seed",
+    "input_shape",
+    "verify_tolerance",
+    "verify_timeout",
+    "verify_memory",
+    "verify_on",
+)
 
 #: ``--verify=SCOPE``: what each scope runs (``--verify`` alone is ``all``).
 VERIFY_SCOPES = {"all": "--verify", "semantics": "--verify-semantics"}
@@ -368,7 +377,40 @@ def verify_option_list() -> list[Callable[[F], F]]:
             metavar="SECONDS",
             help="With --verify, give up after SECONDS: unverifiable, nothing written.",
         ),
+        memory_option("--verify-memory", "With --verify, "),
+        click.option(
+            "--verify-on",
+            multiple=True,
+            metavar="RELEASE",
+            callback=_releases,
+            help="Also run the output in this exact runtime release (ort==1.16.3, "
+            "openvino==2026.4; repeatable; implies --verify): loads, runs, kernels formed, "
+            "latency, difference to the original in the installed ONNX Runtime. Not "
+            "running there fails the verification. The release's environment is made on "
+            "first use from the package registry and cached (~/.cache/qlrewrite/runtimes).",
+        ),
     ]
+
+
+def _releases(ctx: click.Context, param: click.Parameter, value: Sequence[str]) -> tuple[str, ...]:
+    try:
+        return tuple(str(parse_release(v)) for v in value)
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def memory_option(name: str, prefix: str = "") -> Callable[[F], F]:
+    """A runtime child's memory limit in GiB (default: 3/4 of the machine's memory), read
+    as bytes."""
+    return click.option(
+        name,
+        type=FiniteRange(min=0, min_open=True),
+        default=None,
+        metavar="GIB",
+        callback=lambda ctx, param, value: None if value is None else int(value * 2**30),
+        help=f"{prefix}the runtime's child process may allocate GIB (default: 3/4 of the "
+        "memory); beyond it, it stops with the limit named.",
+    )
 
 
 def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
@@ -376,7 +418,7 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
     without --verify are a usage error)."""
     details = {name: kwargs.pop(name) for name in _VERIFY_DETAILS}
     semantics_only = kwargs.pop("verify_semantics")
-    if kwargs.pop("verify") or semantics_only:
+    if kwargs.pop("verify") or semantics_only or details["verify_on"]:
         return VerifyOptions(
             deployed=not semantics_only,
             runs=details["verify_runs"],
@@ -384,6 +426,8 @@ def verify_from(kwargs: dict[str, Any]) -> VerifyOptions | None:
             input_shapes=details["input_shape"],
             tolerance=details["verify_tolerance"],
             timeout=details["verify_timeout"],
+            memory=details["verify_memory"],
+            releases=details["verify_on"],
         )
     ctx = click.get_current_context()
     given = [
@@ -533,5 +577,10 @@ def print_verification(verification: Verification, *, failed: bool = False) -> N
         head, *rest = deployment.lines()
         warning = "warning: " if deployment.differs else ""
         click.echo(f"  {warning}verify {escape(head)}", err=True)
+        for line in rest:
+            click.echo(f"    {escape(line)}", err=True)
+    for release in verification.releases:
+        head, *rest = release.lines()
+        click.echo(f"  verify {escape(head)}", err=True)
         for line in rest:
             click.echo(f"    {escape(line)}", err=True)

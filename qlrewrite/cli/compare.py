@@ -16,6 +16,7 @@ from qlrewrite.cli._common import (
     FiniteRange,
     debug_option,
     input_shape_option,
+    memory_option,
     output_format_option,
     run_command,
 )
@@ -25,8 +26,8 @@ from qlrewrite.io.atomic import PendingFile
 from qlrewrite.io.output_guard import refuse_if_read
 from qlrewrite.reports import compare_report
 from qlrewrite.text import escape
-from qlrewrite.verify.compare import Comparison
-from qlrewrite.verify.runtimes import RUNTIMES
+from qlrewrite.verify.compare import Comparison, parse_runtime
+from qlrewrite.verify.verify import VERIFY_TIMEOUT
 
 __all__ = ["compare_command"]
 
@@ -50,11 +51,14 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
 @click.option(
     "--runtime",
     "runtimes",
-    type=click.Choice(list(RUNTIMES)),
     multiple=True,
+    callback=lambda ctx, param, value: [_runtime(v) for v in value],
+    metavar="RUNTIME",
     help="Runtime to compare in (repeatable; default: all three, those not installed "
     "skipped). ort: ONNX Runtime's default session; reference: onnx.reference (slow: "
-    "leave it out on large models); openvino: OpenVINO CPU.",
+    "leave it out on large models); openvino: OpenVINO CPU; ort==1.16.3, "
+    "openvino==2026.4: that exact release, in its own environment (made on first use "
+    "from the package registry, cached in ~/.cache/qlrewrite/runtimes).",
 )
 @click.option(
     "--inputs",
@@ -84,6 +88,15 @@ or no runtime ran both models, 2 usage error, unreadable model or --inputs.
     type=click.Path(dir_okay=False, path_type=Path),
     help="Draw each output's relative error per runtime to this image (needs matplotlib).",
 )
+@click.option(
+    "--timeout",
+    type=FiniteRange(min=0, min_open=True),
+    default=VERIFY_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Give up on a runtime after SECONDS (reported; the others still run).",
+)
+@memory_option("--memory")
 @debug_option
 @run_command
 def compare_command(  # noqa: PLR0917 (click passes options by keyword)
@@ -98,6 +111,8 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     tensors: bool,
     output_format: str,
     plot: Path | None,
+    timeout: float,
+    memory: int | None,
 ) -> None:
     """Run two models on the same inputs and compare their outputs per runtime.
 
@@ -120,6 +135,8 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
         rtol=rtol,
         atol=atol,
         tensors=tensors,
+        timeout=timeout,
+        memory=memory,
     )
     if output_format == "json":
         click.echo(
@@ -134,6 +151,14 @@ def compare_command(  # noqa: PLR0917 (click passes options by keyword)
     sys.exit(1 if comparison.diverges or not comparison.compared else 0)
 
 
+def _runtime(value: str) -> str:
+    """An installed runtime's name, or a release (``ort==1.16.3``)."""
+    try:
+        return parse_runtime(value)
+    except InputError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | None) -> None:
     inputs = f"seed {seed}" if seed is not None else "given inputs"
     limit = f"{comparison.atol:g} + {comparison.rtol:g} x |largest|"
@@ -143,8 +168,12 @@ def _print_text(comparison: Comparison, first: Path, second: Path, seed: int | N
     for result in comparison.runtimes:
         if result.reason is not None:
             click.echo(f"  {result.runtime}: {escape(result.reason)}")
+            for line in result.details:
+                click.echo(f"    {escape(line)}")
             continue
         click.echo(f"  {result.runtime} ({result.label}):")
+        for line in result.details:
+            click.echo(f"    {escape(line)}")
         beyond = {o.name for o in result.diverging(comparison.rtol, comparison.atol)}
         for output in result.outputs:
             mark = "  DIVERGES" if output.name in beyond else ""

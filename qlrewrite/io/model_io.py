@@ -15,7 +15,6 @@ import io
 import logging
 import os
 import re
-import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
@@ -240,12 +239,7 @@ def _what_it_is(data: bytes) -> str | None:
 def read_stdin_model() -> bytes:
     """The bytes of a model piped into stdin (``check -``, as ruff reads ``-``): up to
     2 GiB, into memory. A terminal (nothing piped) and empty input are refused."""
-    stream = sys.stdin.buffer
-    if stream.isatty():
-        raise InputError(
-            f"{reading.STDIN}: stdin is a terminal; pipe a model into it (check - < m.onnx)"
-        )
-    data = reading.read_stream(stream, reading.STDIN, "model file", reading.MODEL_BYTES)
+    data = reading.read_stdin("model file", reading.MODEL_BYTES)
     if not data:
         raise InputError(f"{reading.STDIN}: empty input")
     return data

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -29,6 +31,7 @@ __all__ = [
     "STDIN",
     "opened",
     "read_bytes",
+    "read_stdin",
     "read_stream",
     "read_text",
 ]
@@ -112,7 +115,7 @@ def read_bytes(
             data = _read_bounded(handle, max_bytes)
         except OSError as exc:
             raise _refusal(path, what, exc) from exc
-    if len(data) > max_bytes:
+    if data is None:
         raise InputError(f"{path}: more than a {what} may hold ({max_bytes:,} bytes)")
     return data
 
@@ -124,28 +127,61 @@ def read_stream(handle: BinaryIO, label: str, what: str, max_bytes: int) -> byte
         data = _read_bounded(handle, max_bytes)
     except OSError as exc:
         raise InputError(f"{label}: cannot read {what} ({exc.strerror or exc})") from exc
-    if len(data) > max_bytes:
+    if data is None:
         raise InputError(f"{label}: more than a {what} may hold ({max_bytes:,} bytes)")
     return data
 
 
-def _read_bounded(handle: BinaryIO, max_bytes: int) -> bytes:
-    """At most ``max_bytes + 1`` bytes of ``handle``: its size as ``fstat`` gives it, and
-    one more to see it grow (then in 1 MiB steps: a file of ``/proc`` says 0); never a
-    buffer of ``max_bytes`` allocated up front."""
+def read_stdin(what: str, max_bytes: int) -> bytes:
+    """Standard input (``-``), judged as a file is: closed, a terminal or a device (a
+    ``/dev/zero``) is refused unread, a regular file beyond ``max_bytes`` too; a pipe is
+    read up to ``max_bytes`` (more is refused)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None or stream.closed:
+        raise InputError(f"{STDIN}: stdin is closed; pipe a {what} into it")
+    try:
+        fd = stream.fileno()
+    except io.UnsupportedOperation:  # a stream in memory (an embedding caller's): read it
+        return read_stream(stream, STDIN, what, max_bytes)
+    try:
+        mode, size = (info := os.fstat(fd)).st_mode, info.st_size
+    except (OSError, ValueError):
+        raise InputError(f"{STDIN}: stdin is closed; pipe a {what} into it") from None
+    if os.isatty(fd):
+        raise InputError(f"{STDIN}: stdin is a terminal; pipe a {what} into it")
+    if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        raise InputError(
+            f"{STDIN}: stdin is {_kind(mode)}, not a pipe or a file; a {what} is not read from it"
+        )
+    if stat.S_ISREG(mode) and size > max_bytes:
+        raise InputError(
+            f"{STDIN}: {size:,} bytes, more than a {what} may hold ({max_bytes:,}); refused unread"
+        )
+    assert stream is not None
+    return read_stream(stream, STDIN, what, max_bytes)
+
+
+def _read_bounded(handle: BinaryIO, max_bytes: int) -> bytes | None:
+    """The whole of ``handle``, or None when it holds more than ``max_bytes``: read to
+    its size as ``fstat`` gives it, and one more byte to see it grow (then in 1 MiB
+    steps: a pipe, or a file of ``/proc``, says 0); never a buffer of ``max_bytes``
+    allocated up front."""
     try:
         size = os.fstat(handle.fileno()).st_size
     except (OSError, ValueError):  # a stream without a descriptor: read in steps
         size = 0
-    chunks = [handle.read(min(size, max_bytes) + 1)]
-    total = len(chunks[0])
-    while size < total <= max_bytes:
-        more = handle.read(min(1 << 20, max_bytes + 1 - total))
+    first = handle.read(min(size, max_bytes) + 1)
+    if len(first) > max_bytes:
+        return None
+    if len(first) <= size:
+        return first
+    data = bytearray(first)  # grown in place: never the chunks and their join at once
+    while len(data) <= max_bytes:
+        more = handle.read(min(1 << 20, max_bytes + 1 - len(data)))
         if not more:
             break
-        chunks.append(more)
-        total += len(more)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        data += more
+    return bytes(data) if len(data) <= max_bytes else None
 
 
 def read_text(

@@ -24,7 +24,12 @@ import onnx
 
 from qlrewrite.io import reading
 from qlrewrite.verify.deployed import OutputDifference, default_session, differences
-from qlrewrite.verify.verify import compare_arrays, require_onnxruntime, run_session
+from qlrewrite.verify.verify import (
+    OutputVerdict,
+    compare_arrays,
+    require_onnxruntime,
+    run_session,
+)
 
 __all__ = [
     "RUNTIMES",
@@ -207,7 +212,7 @@ def first_divergence(
         if first is not None:
             continue  # the first divergence is kept; the rest are drawn by --plot
         compared += 1
-        if not _within(verdict.max_abs, verdict.max_ref, rtol, atol) or verdict.problem:
+        if not _within(verdict, rtol, atol):
             where = f"'{node.name}' ({node.op_type})" if node.name else f"a {node.op_type}"
             first = (difference, where)
     if first is None:
@@ -220,8 +225,12 @@ def _read_model(path: Path) -> onnx.ModelProto:
     return onnx.load_from_string(reading.read_bytes(path, "model file", reading.MODEL_BYTES))
 
 
-def _within(max_abs: float, max_ref: float, rtol: float, atol: float) -> bool:
-    return max_abs <= atol + rtol * max_ref
+def _within(verdict: OutputVerdict, rtol: float, atol: float) -> bool:
+    """Bit-identical, or within a limit above zero (a zero limit accepts no difference)."""
+    if verdict.exact:
+        return True
+    limit = atol + rtol * verdict.max_ref
+    return verdict.problem is None and limit > 0 and verdict.max_abs <= limit
 
 
 def _intermediates(

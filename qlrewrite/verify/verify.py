@@ -26,6 +26,13 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io import reading
+from qlrewrite.verify.arrays import ULP_SHOWN, OutputVerdict, compare_arrays, ulp_words
+from qlrewrite.verify.bound import (
+    EXACT_BOUND,
+    FLOAT32_UNIT_ROUNDOFF,
+    Bound,
+    summation_order_bound,
+)
 
 __all__ = [
     "EXACT_BOUND",
@@ -67,143 +74,6 @@ _FULL_RANGE = (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataTy
 _SMALL_INT_HIGH = 4  # wider integer inputs (often indices or sizes) are drawn in [0, 4)
 
 
-@dataclasses.dataclass(frozen=True)
-class Bound:
-    """What ``--verify`` accepts of a rewrite: bit-identical outputs (:data:`EXACT_BOUND`),
-    or differences within a stated limit, with the reason ONNX Runtime computes the two
-    forms differently.
-
-    The one policy of every rewrite (fold, convert, upgrade, QOperator conversions): a pass
-    whose output ONNX Runtime does not compute bit-identically returns a ``Bound`` in its
-    result (``verify_bound``); ``--verify`` accepts an output that is exact, or whose
-    largest difference is within at least one stated limit:
-
-    - ``relative``: max |expected - actual| <= relative x the output's largest finite
-      |expected| (a float32 summation-order bound scales with the output's magnitude);
-    - ``ulp``: at most ``ulp`` representable steps between expected and actual;
-    - ``per_output``: (output name, limit) pairs: max |expected - actual| <= limit for that
-      output (steps for an integer output, float units otherwise; see
-      :mod:`qlrewrite.verify.difference`);
-    - ``unbounded``: outputs whose difference nothing bounds (a LayerNormalization after a
-      converted node): their difference is reported, not checked.
-
-    A missing output, a changed type or shape, or NaN against a number is never accepted.
-    """
-
-    reason: str | None = None
-    relative: float | None = None
-    ulp: int | None = None
-    per_output: tuple[tuple[str, float], ...] = ()
-    unbounded: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        limits = (self.relative, self.ulp, *(v for _, v in self.per_output))
-        if any(v is not None and v < 0 for v in limits):
-            raise ValueError("a bound's limits are not negative")
-        if (self.reason is None) != (all(v is None for v in limits) and not self.unbounded):
-            raise ValueError("a bound states a limit and its reason, or neither (exact)")
-
-    @property
-    def exact(self) -> bool:
-        """True when only bit-identical outputs pass."""
-        return self.reason is None
-
-    def accepts(self, verdict: OutputVerdict) -> bool:
-        """Whether this bound accepts ``verdict`` (exact outputs always pass)."""
-        if verdict.exact:
-            return True
-        if verdict.problem is not None or verdict.max_abs == float("inf"):
-            return False
-        if verdict.name in self.unbounded:
-            return True
-        if self.relative is not None and verdict.max_abs <= self.relative * verdict.max_ref:
-            return True
-        limit = dict(self.per_output).get(verdict.name)
-        if limit is not None and verdict.max_abs <= limit:
-            return True
-        return self.ulp is not None and verdict.max_ulp is not None and verdict.max_ulp <= self.ulp
-
-    def join(self, other: Bound) -> Bound:
-        """The bound of two rewrites applied one after the other: the looser limits, both
-        reasons (the differences of either rewrite pass)."""
-        if other.exact or other == self:
-            return self
-        if self.exact:
-            return other
-        reasons = list(dict.fromkeys([self.reason, other.reason]))
-        relative = _looser(self.relative, other.relative)
-        per_output = dict(self.per_output)
-        for name, limit in other.per_output:
-            per_output[name] = _looser(per_output.get(name), limit)
-        unbounded = tuple(sorted({*self.unbounded, *other.unbounded}))
-        return Bound(
-            "; ".join(r for r in reasons if r),
-            relative,
-            _looser(self.ulp, other.ulp),
-            tuple(sorted(per_output.items())),
-            unbounded,
-        )
-
-    def describe(self) -> str:
-        """``exact``, or the accepted limits in words."""
-        if self.exact:
-            return "exact"
-        limits = []
-        if self.relative is not None:
-            limits.append(f"{self.relative:g} x each output's largest magnitude")
-        if self.ulp is not None:
-            limits.append(f"{self.ulp} ulp")
-        if self.per_output:
-            shown = ", ".join(f"{limit:.3g} at {name}" for name, limit in self.per_output[:4])
-            more = f" and {len(self.per_output) - 4} more" if len(self.per_output) > 4 else ""
-            limits.append(f"{shown}{more}")
-        text = f"differences up to {' or '.join(limits)}" if limits else ""
-        if self.unbounded:
-            names = ", ".join(self.unbounded[:4])
-            more = f" and {len(self.unbounded) - 4} more" if len(self.unbounded) > 4 else ""
-            text += ("; " if text else "") + f"unbounded: {names}{more} (reported, not checked)"
-        return text
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "exact": self.exact,
-            "relative": self.relative,
-            "ulp": self.ulp,
-            "per_output": dict(self.per_output),
-            "unbounded": list(self.unbounded),
-            "reason": self.reason,
-        }
-
-
-def _looser(a: float | int | None, b: float | int | None) -> Any:
-    return b if a is None else a if b is None else max(a, b)
-
-
-#: Only bit-identical outputs pass.
-EXACT_BOUND = Bound()
-
-#: The unit roundoff of float32 (half its machine epsilon).
-FLOAT32_UNIT_ROUNDOFF = 2.0**-24
-
-
-def summation_order_bound(k: int, reason: str) -> Bound:
-    """The bound of a rewrite whose float32 dot products of length ``k`` (plus one term: a
-    bias) sum the same exactly-formed products in another order.
-
-    Any two orders of summing n terms in float32 (with or without fused multiply-add)
-    differ by at most ``2 gamma(n) sum |term|``, ``gamma(n) = n u / (1 - n u)``, ``u =
-    2^-24`` (Higham, Accuracy and Stability of Numerical Algorithms, section 3.1). The
-    limit stated is ``2 gamma(k + 1)`` times each output's largest magnitude: the bound
-    with ``sum |a w|`` read as the output's magnitude.
-    """
-    n = k + 1
-    gamma = n * FLOAT32_UNIT_ROUNDOFF / (1 - n * FLOAT32_UNIT_ROUNDOFF)
-    return Bound(
-        f"{reason} (limit: 2 gamma(K + 1), the float32 summation-order bound, K = {k})",
-        relative=2 * gamma,
-    )
-
-
 #: Seconds a verification may take in its child process (``--verify-timeout``).
 VERIFY_TIMEOUT = 600.0
 
@@ -212,8 +82,8 @@ VERIFY_TIMEOUT = 600.0
 class VerifyOptions:
     """How to verify: input sets, seed, shapes for unknown dims, accepted abs difference
     (``--verify-tolerance``), the rewrite's stated :class:`Bound`, and the time limit in
-    seconds of a verification in its child process (``--verify-timeout``: past it, the
-    verification is unverifiable)."""
+    seconds and memory of a verification in its child process (``--verify-timeout``,
+    ``--verify-memory``: past them, the verification is unverifiable)."""
 
     runs: int = 1
     seed: int = 0
@@ -227,6 +97,8 @@ class VerifyOptions:
     #: Values inside both models to compare too (outputs of converted nodes, by name).
     probes: tuple[str, ...] = ()
     timeout: float = VERIFY_TIMEOUT
+    memory: int | None = None  # bytes the child may allocate (None: 3/4 of the RAM)
+    releases: tuple[str, ...] = ()  # --verify-on: runtime releases to run the output in
 
     def __post_init__(self) -> None:
         if not self.timeout > 0:
@@ -240,70 +112,6 @@ class InputSpec:
     name: str
     dtype: ir.DataType
     shape: tuple[int, ...]
-
-
-@dataclasses.dataclass
-class OutputVerdict:
-    """How one graph output compares over every run."""
-
-    name: str
-    exact: bool = True
-    elements: int = 0
-    mismatched: int = 0
-    max_abs: float = 0.0
-    max_ulp: int | None = None
-    problem: str | None = None  # missing output, dtype or shape differs
-    max_ref: float = 0.0  # the largest finite magnitude of the expected output (on a mismatch)
-
-    def merge(self, other: OutputVerdict) -> None:
-        """Fold the verdict of another run of the same output into this one."""
-        self.exact = self.exact and other.exact
-        self.elements += other.elements
-        self.mismatched += other.mismatched
-        self.max_abs = max(self.max_abs, other.max_abs)
-        if other.max_ulp is not None:
-            self.max_ulp = max(self.max_ulp or 0, other.max_ulp)
-        self.problem = self.problem or other.problem
-        self.max_ref = max(self.max_ref, other.max_ref)
-
-    def within(self, tolerance: float | None, bound: Bound | None = None) -> bool:
-        """Exact, or every difference at most ``tolerance``, or accepted by ``bound``
-        (NaN against a number never is)."""
-        if self.exact:
-            return True
-        if self.problem is not None:
-            return False
-        if tolerance is not None and self.max_abs <= tolerance:
-            return True
-        return bound is not None and bound.accepts(self)
-
-    def describe(self) -> str:
-        """``exact`` or the differences, in words."""
-        if self.problem:
-            return self.problem
-        if self.exact:
-            return "exact"
-        ulp = ""
-        if self.max_ulp is not None:  # about 2e9 when a value crosses zero: said in words
-            shown = self.max_ulp < ULP_SHOWN
-            ulp = f", max ulp {self.max_ulp}" if shown else f", {ulp_words(self.max_ulp)}"
-        if self.max_ref > 0 and self.max_abs != float("inf"):
-            ulp += f", {self.max_abs / self.max_ref:.2g} of the largest |value|"
-        return (
-            f"{self.mismatched} of {self.elements} elements differ: max abs {self.max_abs:.6g}{ulp}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "exact": self.exact,
-            "elements": self.elements,
-            "mismatched": self.mismatched,
-            "max_abs": None if self.max_abs == float("inf") else self.max_abs,
-            "max_ulp": self.max_ulp,
-            "max_ref": self.max_ref,
-            "problem": self.problem,
-        }
 
 
 @dataclasses.dataclass
@@ -321,6 +129,8 @@ class Verification:
     #: qlrewrite.verify.deployed.Deployment, the default session's view: set in the parent process
     #: after the child's verification (which never sends it).
     deployment: Any = dataclasses.field(default=None, metadata={"parent_only": True})
+    #: qlrewrite.verify.release_run.ReleaseCheck per --verify-on release (parent only).
+    releases: list[Any] = dataclasses.field(default_factory=list, metadata={"parent_only": True})
     #: The largest difference measured at each probe (VerifyOptions.probes) both had.
     probes: dict[str, float] = dataclasses.field(default_factory=dict)
 
@@ -373,6 +183,7 @@ class Verification:
             "reason": self.reason,
             "outputs": [o.to_json() for o in self.outputs],
             "deployment": self.deployment.to_json() if self.deployment is not None else None,
+            "releases": [r.to_json() for r in self.releases],
         }
 
 
@@ -656,77 +467,6 @@ def _is_unsupported(exc: BaseException) -> bool:
         marker in text
         for marker in ("Unsupported model IR version", "opset", "NOT_IMPLEMENTED", "not supported")
     )
-
-
-# --------------------------------------------------------------------------- comparing
-
-
-def compare_arrays(name: str, expected: np.ndarray, actual: np.ndarray) -> OutputVerdict:
-    """Compare two outputs bit for bit; on a difference, the largest abs and ulp difference."""
-    verdict = OutputVerdict(name, elements=int(expected.size))
-    if expected.dtype != actual.dtype or expected.shape != actual.shape:
-        verdict.exact = False
-        verdict.max_abs = float("inf")
-        verdict.mismatched = verdict.elements
-        verdict.problem = (
-            f"{expected.dtype}{list(expected.shape)} became {actual.dtype}{list(actual.shape)}"
-        )
-        return verdict
-    if expected.dtype == object:  # strings
-        differs = expected != actual
-        verdict.mismatched = int(np.count_nonzero(differs))
-        verdict.exact = verdict.mismatched == 0
-        verdict.max_abs = 0.0 if verdict.exact else float("inf")
-        return verdict
-    bits = np.dtype(f"uint{expected.dtype.itemsize * 8}")
-    a = np.ascontiguousarray(expected).view(bits)
-    b = np.ascontiguousarray(actual).view(bits)
-    differs = a != b
-    verdict.mismatched = int(np.count_nonzero(differs))
-    dtype = ir.DataType.from_numpy(expected.dtype)
-    if dtype.is_floating_point():
-        verdict.max_ulp = 0
-    if verdict.mismatched == 0:
-        return verdict
-    verdict.exact = False
-    fa = expected[differs].astype(np.float64)
-    fb = actual[differs].astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.abs(fa - fb)
-    diff[fa == fb] = 0.0  # +0 / -0, equal infinities
-    nan_a, nan_b = np.isnan(fa), np.isnan(fb)
-    diff[nan_a & nan_b] = 0.0  # NaN payloads differ: not exact, but no distance
-    diff[nan_a ^ nan_b] = np.inf
-    verdict.max_abs = float(diff.max())
-    if dtype.is_floating_point():
-        magnitude = np.abs(expected.astype(np.float64))
-        finite = magnitude[np.isfinite(magnitude)]
-        verdict.max_ref = float(finite.max()) if finite.size else 0.0
-        verdict.max_ulp = _max_ulp(a[differs], b[differs], expected.dtype.itemsize * 8)
-    return verdict
-
-
-#: From this many ulp on (2^23: the values are a power of two apart, or of opposite signs)
-#: the count says nothing a person can use: max abs and the relative difference do.
-ULP_SHOWN = 1 << 23
-
-
-def ulp_words(ulp: int) -> str:
-    """``12 ulp``, or, from :data:`ULP_SHOWN` on (a value crossing zero gives about 2e9),
-    that the values differ in sign or by a factor of two or more."""
-    if ulp >= ULP_SHOWN:
-        return "2^23 ulp or more (sign or power of two differs)"
-    return f"{ulp} ulp"
-
-
-def _max_ulp(a_bits: np.ndarray, b_bits: np.ndarray, width: int) -> int:
-    """Largest distance in representable steps between float bit patterns (sign-magnitude)."""
-    sign = np.uint64(1) << np.uint64(width - 1)
-    a, b = a_bits.astype(np.uint64), b_bits.astype(np.uint64)
-    ma, mb = a & (sign - np.uint64(1)), b & (sign - np.uint64(1))
-    same_sign = (a & sign) == (b & sign)
-    steps = np.where(same_sign, np.maximum(ma, mb) - np.minimum(ma, mb), ma + mb)
-    return int(steps.max())
 
 
 # --------------------------------------------------------------------------- verifying

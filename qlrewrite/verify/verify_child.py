@@ -6,7 +6,9 @@ One child serves every verification of a process (started on first use, again af
 crash). It is isolated and bounded: started with ``python -I`` and the parent's import
 path without the working directory (a ``numpy.py`` or ``qlrewrite/`` there is never
 imported), qlrewrite loaded from the parent's own copy; each task has a time limit
-(``VerifyOptions.timeout``); it dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and
+(``VerifyOptions.timeout``) and its memory a limit (``VerifyOptions.memory``); it runs in
+its own process group, ended with it (:mod:`qlrewrite.verify.child_process`: nothing
+it starts outlives the command); it dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and
 its stdin reaching EOF ends it even mid-task). Tasks are pickled over its stdin; answers
 come back on a private copy of its stdout as length-prefixed JSON, read with a deadline,
 bounded in size and checked field by field: anything else kills the child and is
@@ -34,6 +36,7 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from qlrewrite.verify.child_process import default_memory_limit, end_group, start_bounded
 from qlrewrite.verify.verify import (
     EXACT,
     MISMATCH,
@@ -46,7 +49,7 @@ from qlrewrite.verify.verify import (
     verify_models,
 )
 
-__all__ = ["ChildFailed", "call_in_child", "verify_in_child"]
+__all__ = ["ChildFailed", "call_in_child", "checked", "end_child", "verify_in_child"]
 
 _CALL = "call"  # a task that calls a function: (_CALL, function, args, keywords)
 _VERIFY_PHASES = ("original", "rewritten")
@@ -88,6 +91,12 @@ def verify_in_child(
     return _CHILD.run(task, options)
 
 
+def end_child() -> None:
+    """End the child and its process group (a command that is done with its runtimes;
+    the next task starts another)."""
+    _CHILD.close()
+
+
 class ChildFailed(Exception):
     """A function called in the child raised, gave no answer in time or none that can be
     read, or the child ended: ``str()`` says how and in which phase (``crashed (SIGABRT)
@@ -105,16 +114,20 @@ def call_in_child(
     *args: Any,
     phases: tuple[str, ...] = _VERIFY_PHASES,
     timeout: float = VERIFY_TIMEOUT,
+    memory: int | None = None,
     **keywords: Any,
 ) -> Any:
     """``function(*args, on_phase=..., **keywords)`` in the child: a module-level function
     (pickled by name) that reports each of ``phases`` it enters and returns a ``result``
     (a type: a dataclass, a list of them, ...), sent back as JSON and checked field by
-    field like a verification. Raises :class:`ChildFailed` naming the phase."""
+    field like a verification; the child's data memory is capped at ``memory`` bytes
+    (None: :func:`~qlrewrite.verify.child_process.default_memory_limit`). Raises
+    :class:`ChildFailed` naming the phase."""
     phase = [phases[0]]
     task = (_CALL, function, args, keywords)
+    decode = lambda v: _typed(result, v)  # noqa: E731
     try:
-        return _CHILD.exchange(task, timeout, phase, lambda v: _typed(result, v), phases)
+        return _CHILD.exchange(task, (timeout, memory), phase, decode, phases)
     except _TimedOut:
         raise ChildFailed(f"gave no answer within {timeout:g} s", phase[0]) from None
     except _Unreadable as exc:
@@ -123,6 +136,15 @@ def call_in_child(
         raise ChildFailed(f"failed ({exc})", phase[0]) from None
     except _Ended as ended:
         raise ChildFailed(_how(ended.code), phase[0]) from None
+
+
+def checked(hint: Any, value: object) -> Any:
+    """``value`` (parsed JSON from a child) checked against the annotation ``hint`` as
+    an answer of the verify child is (ValueError naming what is wrong)."""
+    try:
+        return _typed(hint, value)
+    except _Unreadable as exc:
+        raise ValueError(str(exc)) from None
 
 
 class _Unreadable(Exception):
@@ -167,12 +189,14 @@ class _Child:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[bytes] | None = None
+        self._memory: int | None = None  # the running child's limit
         self._lock = threading.Lock()
 
     def run(self, task: tuple, options: VerifyOptions) -> Verification:
         phase = ["original"]
         try:
-            return self.exchange(task, options.timeout, phase, _verification, _VERIFY_PHASES)
+            limits = (options.timeout, options.memory)
+            return self.exchange(task, limits, phase, _verification, _VERIFY_PHASES)
         except _TimedOut:
             reason = f"no answer within {options.timeout:g} s on the {phase[0]} model"
             return _not_passed(UNVERIFIABLE, f"{reason} (--verify-timeout)", options)
@@ -185,16 +209,18 @@ class _Child:
     def exchange(
         self,
         task: tuple,
-        timeout: float,
+        limits: tuple[float, int | None],
         phase: list[str],
         decode: Callable[[object], Any],
         phases: tuple[str, ...],
     ) -> Any:
-        """The child's answer to ``task``, decoded; ``phase[0]`` follows the phases it
-        reports. Raises _TimedOut or _Unreadable (the child killed), _Raised, or _Ended
-        when the child ended without an answer."""
+        """The child's answer to ``task`` within ``limits`` (seconds, memory bytes or
+        None: the default), decoded; ``phase[0]`` follows the phases it reports. Raises
+        _TimedOut or _Unreadable (the child killed), _Raised, or _Ended when the child
+        ended without an answer."""
+        timeout, memory = limits
         with self._lock:
-            process = self._started()
+            process = self._started(memory)
             try:
                 _send(process.stdin, task)
                 return _answer(process, time.monotonic() + timeout, phase, decode, phases)
@@ -205,7 +231,7 @@ class _Child:
                 raise
             except (EOFError, OSError):
                 self._process = None
-                code = _reaped(process)
+                code = end_group(process, wait=_EXIT_SECONDS)
                 if code == -signal.SIGINT:  # Ctrl-C reached the whole process group
                     raise KeyboardInterrupt from None
                 raise _Ended(code) from None
@@ -213,22 +239,24 @@ class _Child:
                 self.close()
                 raise
 
-    def _started(self) -> subprocess.Popen[bytes]:
+    def _started(self, memory: int | None = None) -> subprocess.Popen[bytes]:
+        """The running child, or a new one (none yet, it ended, or another memory limit
+        in bytes; None: the default)."""
+        memory = default_memory_limit() if memory is None else memory
+        if self._process is not None and self._memory != memory:
+            self.close()
         if self._process is None or self._process.poll() is not None:
-            self._process = subprocess.Popen(
-                _child_command(),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,  # ONNX Runtime's own logging; nothing reads it
-            )
+            if self._process is not None:
+                self._end(self._process)
+            self._process = start_bounded(_child_command(), memory)
+            self._memory = memory
         return self._process
 
     def _end(self, process: subprocess.Popen[bytes]) -> None:
-        """Kill ``process`` (busy or lying) and forget it: the next task starts another."""
+        """Kill ``process`` (busy or lying) and its group and forget it: the next task
+        starts another."""
         self._process = None
-        with contextlib.suppress(OSError):
-            process.kill()
-        process.wait()
+        end_group(process)
         _close_pipes(process)
 
     def close(self) -> None:
@@ -238,18 +266,8 @@ class _Child:
             if process.stdin is not None:
                 with contextlib.suppress(OSError):
                     process.stdin.close()
-            _reaped(process, wait=2)
+            end_group(process, wait=2)
             _close_pipes(process)
-
-
-def _reaped(process: subprocess.Popen[bytes], wait: float = _EXIT_SECONDS) -> int:
-    """The exit code of a child that is ending, killed if it is still alive after
-    ``wait`` seconds (a child that closed its answers but runs on)."""
-    try:
-        return process.wait(timeout=wait)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait()
 
 
 def _close_pipes(process: subprocess.Popen[bytes]) -> None:
@@ -468,9 +486,24 @@ def _called(task: tuple, on_phase: Any) -> dict[str, Any]:
     _, function, args, keywords = task
     try:
         return {"result": _jsonable(function(*args, on_phase=on_phase, **keywords))}
+    except MemoryError:
+        return {"raised": _out_of_memory()}
     except Exception as exc:
         lines = [line for line in str(exc).splitlines() if line.strip()] or [""]
         return {"raised": f"{type(exc).__name__}: {lines[0][:300]}"}
+
+
+def _out_of_memory() -> str:
+    """What a MemoryError in the child means: its limit was reached."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        if limit == resource.RLIM_INFINITY:
+            return "ran out of memory"
+    except (ImportError, OSError, AttributeError):
+        return "ran out of memory"
+    return f"ran out of memory (limit {limit / 2**30:.2g} GiB, --verify-memory)"
 
 
 def _jsonable(value: Any) -> Any:
@@ -488,6 +521,8 @@ def _verified(task: tuple, on_phase: Any) -> Verification:
     """One task's verification; a Python error is its reason (a bug, said as such)."""
     try:
         return verify_models(*task, on_phase=on_phase)
+    except MemoryError:
+        return _not_passed(UNVERIFIABLE, f"ONNX Runtime {_out_of_memory()}", task[-1])
     except Exception as exc:  # the parent must get an answer
         reason = f"the verification failed ({type(exc).__name__}: {exc})"
         return _not_passed(UNVERIFIABLE, reason, task[-1])

@@ -184,7 +184,8 @@ def test_config(cnn: Path, tmp_path: Path) -> None:
 CLI_ONLY = {
     "output", "in_place", "dry_run", "report_path", "external_data", "quiet", "debug",
     "max_size", "output_format", "plot", "verify", "verify_semantics", "verify_runs",
-    "verify_tolerance", "verify_timeout", "seed", "input_shape", "strict", "config_file",
+    "verify_tolerance", "verify_timeout", "verify_memory", "verify_on", "seed", "input_shape",
+    "strict", "config_file",
     "isolated", "force_exclude", "show_all", "jobs", "exit_zero", "statistics",
     "show_settings", "show_files", "diff", "fix_output", "fix", "extend_select", "models",
     "model", "first", "second", "code", "unsafe_fixes",
@@ -221,6 +222,7 @@ def test_fix_and_verify_spellings() -> None:
     assert {"unsafe", "select", "ignore"} <= set(fix)
     verify = inspect.signature(qlrewrite.verify_rewrite).parameters
     assert {"runs", "seed", "input_shape", "tolerance", "timeout", "semantics_only"} <= set(verify)
+    assert {"memory", "releases"} <= set(verify)  # --verify-memory, --verify-on
 
 
 def test_docs_list_every_option_beside_its_api_spelling() -> None:
