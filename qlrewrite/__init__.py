@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the names below, as __getattr__ gives them at run time
     from qlrewrite.api import fix as fix
     from qlrewrite.api import fold as fold
     from qlrewrite.api import info as info
+    from qlrewrite.api import integer_io as integer_io
     from qlrewrite.api import load as load
     from qlrewrite.api import retarget as retarget
     from qlrewrite.api import save as save
@@ -53,6 +54,7 @@ _API = {
     "downgrade": "qlrewrite.api",
     "retarget": "qlrewrite.api",
     "info": "qlrewrite.api",
+    "integer_io": "qlrewrite.api",
     "compare": "qlrewrite.api",
     "verify_rewrite": "qlrewrite.api",
     "summary_of": "qlrewrite.api",

@@ -43,11 +43,13 @@ from qlrewrite.errors import (
 from qlrewrite.findings import Report
 from qlrewrite.io import model_io
 from qlrewrite.passes.commands import (
+    IO_FORMS,
     convert_passes,
     downgrade_passes,
     fix_passes,
     fold_fusions,
     fold_passes,
+    integer_io_passes,
     retarget_passes,
     upgrade_passes,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "fix",
     "fold",
     "info",
+    "integer_io",
     "load",
     "retarget",
     "save",
@@ -462,6 +465,19 @@ def retarget(
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
     return _rewrite(load(model), passes, "retarget")
+
+
+def integer_io(model: ModelLike, *, to: str = "integer") -> ir.Model:
+    """``model`` with integer inputs and outputs (``to="integer"``), as ``qlrewrite
+    integer-io``: each float input read only by equal per-tensor QuantizeLinear nodes
+    and each float output written by a per-tensor DequantizeLinear takes the quantized
+    type, its scale and zero point recorded in ``metadata_props``; ``to="float"`` gives
+    back the float inputs and outputs recorded there. In place for an
+    ``onnx_ir.Model``. Raises ``Refusal`` naming every input or output that cannot be
+    rewritten, or metadata this tool did not write or that does not match."""
+    if to not in IO_FORMS:
+        raise InputError(f"to must be one of {', '.join(IO_FORMS)}, not {to!r}")
+    return _rewrite(load(model), integer_io_passes(to), "integer-io")
 
 
 def info(model: ModelLike, *, target: str | Iterable[str] = ()) -> dict[str, Any]:

@@ -67,6 +67,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "retarget_command",
         "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
     ),
+    "integer-io": (
+        "integer_io",
+        "integer_io_command",
+        "Make the model take and return its quantized type, or float again.",
+    ),
     "compare": (
         "compare",
         "compare_command",

@@ -17,6 +17,7 @@ __all__ = [
     "FixResult",
     "FoldResult",
     "ImportsResult",
+    "IntegerIOResult",
     "NBitsResult",
     "QOperatorResult",
     "RepairsFindings",
@@ -64,6 +65,15 @@ class ConvertResult(RewritePassResult):
 class ImportsResult(RewritePassResult):
     """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
     a warning naming them."""
+
+
+@dataclasses.dataclass
+class IntegerIOResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.integer_io.IntegerIOPass`: ``inputs_made_integer``,
+    ``outputs_made_integer``, ``quantize_nodes_merged`` (an input read by several equal
+    QuantizeLinear nodes), ``inputs_left``, ``outputs_left``;
+    :class:`~qlrewrite.passes.integer_io.FloatIOPass`: ``inputs_made_float``,
+    ``outputs_made_float``."""
 
 
 @dataclasses.dataclass
