@@ -49,12 +49,14 @@ from qlrewrite.passes.commands import (
     fix_passes,
     fold_fusions,
     fold_passes,
+    half_passes,
     integer_io_passes,
     retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
+from qlrewrite.passes.half import HALF_TYPES
 from qlrewrite.passes.results import ImportsResult
 from qlrewrite.verify.compare import Comparison
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
@@ -68,6 +70,7 @@ __all__ = [
     "downgrade",
     "fix",
     "fold",
+    "half",
     "info",
     "integer_io",
     "load",
@@ -465,6 +468,26 @@ def retarget(
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
     return _rewrite(load(model), passes, "retarget")
+
+
+def half(
+    model: ModelLike,
+    *,
+    to: str = "float16",
+    block: Iterable[str] = (),
+    convert_io: bool = False,
+) -> ir.Model:
+    """``model`` in float16 (``to="bfloat16"``: bfloat16) with valid Q/DQ, as ``qlrewrite
+    half``: Q/DQ scales retyped from opset 19, float32 Q/DQ with Casts below it;
+    ``block``: op types kept in float32; inputs and outputs stay float32 unless
+    ``convert_io``. In place for an ``onnx_ir.Model``. Raises ``Refusal`` naming a scale
+    that rounds to zero, an initializer that overflows."""
+    if to not in HALF_TYPES:
+        raise InputError(f"to must be one of {', '.join(HALF_TYPES)}, not {to!r}")
+    if isinstance(block, str):
+        raise TypeError("block must be an iterable of op types, not a string")
+    passes = half_passes(to, block=tuple(block), convert_io=convert_io)
+    return _rewrite(load(model), passes, "half")
 
 
 def integer_io(model: ModelLike, *, to: str = "integer") -> ir.Model:

@@ -16,6 +16,7 @@ __all__ = [
     "DowngradeResult",
     "FixResult",
     "FoldResult",
+    "HalfResult",
     "ImportsResult",
     "IntegerIOResult",
     "NBitsResult",
@@ -65,6 +66,13 @@ class ConvertResult(RewritePassResult):
 class ImportsResult(RewritePassResult):
     """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
     a warning naming them."""
+
+
+@dataclasses.dataclass
+class HalfResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.half.HalfPass`: ``values_retyped``,
+    ``initializers_cast``, ``casts_added``, ``qdq_in_target_type``, ``qdq_kept_float32``;
+    a warning per Q/DQ node kept in float32 for its scale."""
 
 
 @dataclasses.dataclass
