@@ -62,7 +62,9 @@ def io_chain(folder: Path, size: int, layers: int) -> Path:
         value = _qdq(nodes, matmul.outputs[0], scale, zero)
     value.name = "y"
     value.type, value.shape = ir.TensorType(DT.FLOAT), ir.Shape([1, size])
-    graph = ir.Graph([x], [value], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="io_chain")
+    graph = ir.Graph(
+        [x], [value], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="io_chain"
+    )
     ir.save(ir.Model(graph, ir_version=10), path, external_data=path.name + ".data")
     return path
 

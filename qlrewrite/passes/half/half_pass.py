@@ -119,6 +119,9 @@ class _Run:
         return copy
 
 
+_Views = dict[ir.Node, QDQView]
+
+
 def _qdq_modes(run: _Run, views: dict[ir.Node, QDQView]) -> tuple[set[ir.Node], list[str]]:
     """The Q/DQ nodes computed in the target type (the others stay float32), and the
     notes on those kept in float32 for their scale; raises Refusal on scales that round
@@ -145,7 +148,9 @@ def _qdq_modes(run: _Run, views: dict[ir.Node, QDQView]) -> tuple[set[ir.Node], 
     return native, notes
 
 
-def _wanted(run: _Run, node: ir.Node, index: int, views: dict, native: set) -> ir.DataType:
+def _wanted(
+    run: _Run, node: ir.Node, index: int, views: _Views, native: set[ir.Node]
+) -> ir.DataType:
     """The float type input ``index`` of ``node`` needs."""
     if node in views:
         return run.to if node in native and index < 2 else _DT.FLOAT
@@ -155,7 +160,9 @@ def _wanted(run: _Run, node: ir.Node, index: int, views: dict, native: set) -> i
     return run.to
 
 
-def _output_type(run: _Run, node: ir.Node, index: int, views: dict, native: set) -> ir.DataType:
+def _output_type(
+    run: _Run, node: ir.Node, index: int, views: _Views, native: set[ir.Node]
+) -> ir.DataType:
     if node in views:
         return run.to if node in native else _DT.FLOAT
     schema = run.schema(node)
@@ -164,7 +171,9 @@ def _output_type(run: _Run, node: ir.Node, index: int, views: dict, native: set)
     return run.to
 
 
-def _retype_node(run: _Run, node: ir.Node, types: dict[str, Any], views: dict, native: set) -> None:
+def _retype_node(
+    run: _Run, node: ir.Node, types: dict[str, Any], views: _Views, native: set[ir.Node]
+) -> None:
     """Inputs cast to what the node needs, then its float32 outputs retyped."""
     for index, value in enumerate(node.inputs):
         dtype = value.dtype if value is not None else None
@@ -177,8 +186,8 @@ def _retype_node(run: _Run, node: ir.Node, types: dict[str, Any], views: dict, n
         to = node.attributes.get("to")
         if to is not None and to.as_int() == _DT.FLOAT:
             node.attributes["to"] = ir.AttrInt64("to", int(run.to))
-    elif node.op_type == "Constant" and (value := node.attributes.get("value")) is not None:
-        tensor = value.as_tensor()
+    elif node.op_type == "Constant" and (attr := node.attributes.get("value")) is not None:
+        tensor = attr.as_tensor()
         if tensor.dtype == _DT.FLOAT:
             node.attributes["value"] = ir.AttrTensor("value", cast_tensor(tensor, run.to))
     for index, output in enumerate(node.outputs):

@@ -10,6 +10,8 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite.toolkit import tensor_shape
+
 __all__ = ["cast_tensor", "target_numpy", "underflow"]
 
 
@@ -22,10 +24,10 @@ def cast_tensor(source: ir.TensorProtocol, dtype: ir.DataType) -> ir.LazyTensor:
     """``source`` (float32) as ``dtype``, computed when read (round to nearest even)."""
     numpy_type = target_numpy(dtype)
 
-    def compute() -> ir.Tensor:
+    def compute() -> ir.TensorProtocol:
         return ir.Tensor(np.asarray(source.numpy()).astype(numpy_type), dtype=dtype)
 
-    return ir.LazyTensor(compute, dtype=dtype, shape=source.shape, name=source.name)
+    return ir.LazyTensor(compute, dtype=dtype, shape=tensor_shape(source), name=source.name)
 
 
 def underflow(values: np.ndarray, dtype: ir.DataType) -> str:
@@ -38,7 +40,7 @@ def underflow(values: np.ndarray, dtype: ir.DataType) -> str:
         return "zero"
     if np.any(~np.isfinite(cast) & finite):
         return "overflow"
-    tiny = float(ml_dtypes.finfo(numpy_type).smallest_normal)
+    tiny = float(ml_dtypes.finfo(numpy_type).smallest_normal)  # type: ignore[no-untyped-call]
     if np.any((np.abs(cast) < tiny) & (cast != 0)):
         return "subnormal"
     return ""
