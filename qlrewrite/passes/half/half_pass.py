@@ -35,6 +35,7 @@ import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.context import ContextPass
+from qlrewrite.passes.fold.tensor import link_initializers
 from qlrewrite.passes.half.tensors import cast_tensor, underflow
 from qlrewrite.passes.integer_io.to_integer import main_views
 from qlrewrite.passes.results import HalfResult
@@ -256,6 +257,7 @@ class HalfPass(ContextPass, ir.passes.InPlacePass):
         if not self.convert_io:
             _graph_io(run, False)
         _keep_names(run)
+        link_initializers(model)
         run.counts["qdq_in_target_type"] = len(native)
         run.counts["qdq_kept_float32"] = len(views) - len(native)
         return HalfResult(

@@ -1,6 +1,7 @@
 """Float32 initializers cast to float16 / bfloat16 lazily: each is read, cast and
-released while the output is written (peak memory: one tensor, not the model), and the
-tests of a scale's value in the target type (zero, subnormal, overflow)."""
+written in chunks of rows while the output is written (as fold's tensors: peak memory a
+few chunks, whatever the model's size), and the tests of a scale's value in the target
+type (zero, subnormal, overflow)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite.passes.fold.tensor import ConstOperand, RowReader, StreamedTensor
 from qlrewrite.toolkit import tensor_shape
 
-__all__ = ["cast_tensor", "target_numpy", "underflow"]
+__all__ = ["CastTensor", "cast_tensor", "target_numpy", "underflow"]
 
 
 def target_numpy(dtype: ir.DataType) -> Any:
@@ -20,14 +22,28 @@ def target_numpy(dtype: ir.DataType) -> Any:
     return np.float16 if dtype == ir.DataType.FLOAT16 else ml_dtypes.bfloat16
 
 
-def cast_tensor(source: ir.TensorProtocol, dtype: ir.DataType) -> ir.LazyTensor:
-    """``source`` (float32) as ``dtype``, computed when read (round to nearest even)."""
-    numpy_type = target_numpy(dtype)
+class CastTensor(StreamedTensor):
+    """A float32 constant as float16 / bfloat16 (round to nearest even), computed in
+    chunks of rows while it is written (:class:`~qlrewrite.passes.fold.tensor.StreamedTensor`)."""
 
-    def compute() -> ir.TensorProtocol:
-        return ir.Tensor(np.asarray(source.numpy()).astype(numpy_type), dtype=dtype)
+    __slots__ = ("_source",)
 
-    return ir.LazyTensor(compute, dtype=dtype, shape=tensor_shape(source), name=source.name)
+    def __init__(self, source: ir.TensorProtocol, dtype: ir.DataType) -> None:
+        super().__init__(dtype, tensor_shape(source), name=source.name)
+        self._source = ConstOperand(source)
+
+    def rows(self) -> RowReader:
+        read = self._source.rows()
+        numpy_type = target_numpy(self.dtype)
+        return lambda start, stop: np.asarray(read(start, stop)).astype(numpy_type)
+
+    def release(self) -> None:
+        self._source.release()
+
+
+def cast_tensor(source: ir.TensorProtocol, dtype: ir.DataType) -> CastTensor:
+    """``source`` (float32) as ``dtype``, computed when written."""
+    return CastTensor(source, dtype)
 
 
 def underflow(values: np.ndarray, dtype: ir.DataType) -> str:
