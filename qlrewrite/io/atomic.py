@@ -41,7 +41,7 @@ from pathlib import Path
 import onnx
 
 from qlrewrite.errors import InputError
-from qlrewrite.io import reading
+from qlrewrite.io import reading, wire
 from qlrewrite.io.journal import JOURNAL, Foreign, read_journal, unlink_if_same, write_journal
 from qlrewrite.io.names import (
     data_names,
@@ -412,15 +412,38 @@ def _locations(model: Path) -> set[str] | None:
     from qlrewrite.io.tensors import proto_tensors
 
     try:
-        proto = _model_proto(model)
+        proto = _model_skeleton(model)
     except Exception:  # not a model, or not a file qlrewrite reads: it names nothing
         return None
     return {
         entry.value
         for _, tensor in proto_tensors(proto)
         for entry in tensor.external_data
-        if entry.key == "location"
+        if entry.key == "location" and entry.value != _LEFT_OUT
     }
+
+
+#: Where a model read by :func:`_model_skeleton` says its left-out inline data is: never a
+#: data file's name (a colon is in none this tool writes, and the walk's mark is ignored).
+_LEFT_OUT = "qlrewrite:left-out"
+
+
+def _model_skeleton(path: Path) -> onnx.ModelProto:
+    """The model at ``path`` without its inline tensors' data (a model of 1 MiB or more is
+    walked, as :func:`qlrewrite.io.model_io.load` reads it: the model a commit replaces
+    may hold gigabytes inline, and only its external data locations are wanted)."""
+    from qlrewrite.io.limits import LIMITS
+    from qlrewrite.io.tensors import stored_size
+
+    with reading.opened(path, "model file", reading.MODEL_BYTES) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size >= 1 << 20:
+            budget = 8 * LIMITS.get().max_nodes
+            window = wire.Window(handle.fileno(), size)
+            walk = wire.Skeleton(window, _LEFT_OUT, 1024, budget, stored_size)
+            with contextlib.suppress(wire.Malformed):
+                return onnx.load_model_from_string(walk.walk(size), format="protobuf")
+    return _model_proto(path)
 
 
 #: A model beside the output larger than this is not read to learn whether it names a
