@@ -17,19 +17,16 @@ target (issue 44): within 1.5x of the floor, peak memory independent of the mode
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_models import _const  # the benchmarks folder is not a package
+
 DT = ir.DataType
-
-
-def _const(inits: list[ir.Value], name: str, array: np.ndarray, dtype: DT) -> ir.Value:
-    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(array.shape))
-    value.const_value = ir.Tensor(array, dtype=dtype, name=name)
-    inits.append(value)
-    return value
 
 
 def _qdq(nodes: list[ir.Node], x: ir.Value, scale: ir.Value, zero: ir.Value) -> ir.Value:

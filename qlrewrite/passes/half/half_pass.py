@@ -198,7 +198,7 @@ def _retype_node(
             run.counts["values_retyped"] += output.dtype == run.to
 
 
-def _graph_io(run: _Run, convert_io: bool) -> None:
+def _graph_io(run: _Run, *, convert_io: bool) -> None:
     """Inputs and outputs: retyped with ``convert_io``, else float32 with Casts."""
     graph = run.model.graph
     for value in graph.inputs:
@@ -251,11 +251,12 @@ class HalfPass(ContextPass, ir.passes.InPlacePass):
         run = _Run(model, self.to, self.block)
         views = main_views(model, inference)
         native, notes = _qdq_modes(run, views)
-        _graph_io(run, self.convert_io) if self.convert_io else None
+        if self.convert_io:  # inputs first: their readers then read the target type
+            _graph_io(run, convert_io=True)
         for node in list(model.graph):
             _retype_node(run, node, types, views, native)
-        if not self.convert_io:
-            _graph_io(run, False)
+        if not self.convert_io:  # outputs last: their producers are retyped by now
+            _graph_io(run, convert_io=False)
         _keep_names(run)
         link_initializers(model)
         run.counts["qdq_in_target_type"] = len(native)
