@@ -126,3 +126,34 @@ def test_cli_writes_and_refuses(tmp_path: Path) -> None:
     result = runner.invoke(main, ["half", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "h.onnx")])
     assert result.exit_code == 0, result.output
     assert _scale_types(onnx.load(tmp_path / "h.onnx")) == {F16}
+
+
+def test_float_weights_are_cast_in_chunks_as_numpy_rounds(tmp_path: Path) -> None:
+    """A float32 weight larger than one chunk (4 MiB of float16 output) written with
+    external data holds NumPy's round-to-nearest-even cast of every value."""
+    weight = np.random.default_rng(3).normal(0, 10000, (2048, 1100)).astype(np.float32)
+    weight[0, :4] = [65504.0, 1e-8, -3e-5, 65519.0]  # largest, zero, subnormal, rounds down
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F32, [1, 2048])],
+        [helper.make_tensor_value_info("y", F32, [1, 1100])],
+        [numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    onnx.save(model, tmp_path / "m.onnx")
+    out = tmp_path / "h.onnx"
+    result = CliRunner().invoke(
+        main, ["half", str(tmp_path / "m.onnx"), "-o", str(out), "--external-data"]
+    )
+    assert result.exit_code == 0, result.output
+    written = {
+        t.name: numpy_helper.to_array(t, str(tmp_path)) for t in onnx.load(out).graph.initializer
+    }
+    expected = weight.astype(np.float16)
+    np.testing.assert_array_equal(written["w"].view(np.uint16), expected.view(np.uint16))
+
+    weight[-1, -1] = 65520.0  # rounds to infinity in float16: refused by name
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "w"))
+    with pytest.raises(Refusal, match="initializer 'w' overflows FLOAT16"):
+        qlrewrite.half(model)

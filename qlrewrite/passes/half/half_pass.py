@@ -36,7 +36,7 @@ import onnx_ir as ir
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold.tensor import link_initializers
-from qlrewrite.passes.half.tensors import cast_tensor, underflow
+from qlrewrite.passes.half.tensors import cast_tensor, overflows, underflow
 from qlrewrite.passes.integer_io.to_integer import main_views
 from qlrewrite.passes.results import HalfResult
 from qlrewrite.qdq import QDQView, constant_tensor
@@ -109,7 +109,7 @@ class _Run:
         return made
 
     def _copy(self, value: ir.Value, tensor: ir.TensorProtocol) -> ir.Value:
-        if tensor.size <= 1 << 20 and underflow(np.asarray(tensor.numpy()), self.to) == "overflow":
+        if overflows(tensor, self.to):
             raise Refusal(f"initializer {value.name!r} overflows {self.to.name}: block its reader")
         name = self.names.fresh(f"{value.name}_{self.to.name.lower()}")
         copy = ir.Value(name=name, const_value=cast_tensor(tensor, self.to))

@@ -14,7 +14,7 @@ import onnx_ir as ir
 from qlrewrite.passes.fold.tensor import ConstOperand, RowReader, StreamedTensor
 from qlrewrite.toolkit import tensor_shape
 
-__all__ = ["CastTensor", "cast_tensor", "target_numpy", "underflow"]
+__all__ = ["CastTensor", "cast_tensor", "overflows", "target_numpy", "underflow"]
 
 
 def target_numpy(dtype: ir.DataType) -> Any:
@@ -60,3 +60,30 @@ def underflow(values: np.ndarray, dtype: ir.DataType) -> str:
     if np.any((np.abs(cast) < tiny) & (cast != 0)):
         return "subnormal"
     return ""
+
+
+def overflows(tensor: ir.TensorProtocol, dtype: ir.DataType) -> bool:
+    """Whether a finite value of ``tensor`` becomes infinite in ``dtype``: read in chunks
+    of rows (memory: one chunk), the external data released after."""
+    # values up to half a step above the largest finite one round down to it
+    limit = float(ml_dtypes.finfo(target_numpy(dtype)).max) * (1 + 2.0**-12)  # type: ignore[no-untyped-call]
+    source = ConstOperand(tensor)
+    try:
+        return _largest(source) >= limit
+    finally:
+        source.release()  # no view of the map is left: the chunks died with _largest
+
+
+def _largest(source: ConstOperand) -> float:
+    """The largest finite magnitude of ``source``, read in chunks of about 4 MiB."""
+    read = source.rows()
+    rows = int(source.shape.numpy()[0]) if source.shape.rank() else 1
+    row_elements = max(1, source.tensor.size // max(1, rows))
+    step = max(1, (4 << 20) // (4 * row_elements))
+    largest = 0.0
+    for start in range(0, rows, step):
+        chunk = np.abs(np.asarray(read(start, start + step), dtype=np.float32))
+        finite = chunk[np.isfinite(chunk)]
+        if finite.size:
+            largest = max(largest, float(finite.max()))
+    return largest
