@@ -14,7 +14,7 @@ import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
-from ort_quantized import _quantize, inputs_for, run_ort
+from ort_quantized import _quantize, inputs_for, model_name_of, quantized, run_ort
 
 import qlrewrite
 from qlrewrite.cli import main
@@ -157,3 +157,18 @@ def test_float_weights_are_cast_in_chunks_as_numpy_rounds(tmp_path: Path) -> Non
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(weight, "w"))
     with pytest.raises(Refusal, match="initializer 'w' overflows FLOAT16"):
         qlrewrite.half(model)
+
+
+@pytest.mark.parametrize("config", ["cnn-int16-contrib", "mlp-int16-contrib", "mlp-nbits-asym"])
+def test_com_microsoft_nodes_stay_float32_and_run(config: str) -> None:
+    """com.microsoft Q/DQ (no ONNX inference past them) and MatMulNBits: float32 with
+    Casts around them, the float ops between in float16; runs in ORT within the bound."""
+    source = quantized(config)
+    half = ir.serde.serialize_model(qlrewrite.half(source))
+    feeds = inputs_for(model_name_of(config))
+    (expected,) = run_ort(source, feeds)
+    (found,) = run_ort(half, feeds)
+    assert HALF_BOUND.relative is not None
+    limit = HALF_BOUND.relative * float(np.max(np.abs(expected)))
+    assert float(np.max(np.abs(found - expected))) <= limit
+    assert any(n.op_type == "Cast" for n in half.graph.node)

@@ -172,18 +172,55 @@ def _output_type(
     return run.to
 
 
+def _known_type(value: ir.Value, types: dict[str, Any]) -> ir.DataType | None:
+    """The value's type: declared, else inferred (None: unknown)."""
+    return value.dtype or types.get(value.name or "", (None,))[0]
+
+
 def _retype_node(
     run: _Run, node: ir.Node, types: dict[str, Any], views: _Views, native: set[ir.Node]
 ) -> None:
     """Inputs cast to what the node needs, then its float32 outputs retyped."""
     for index, value in enumerate(node.inputs):
-        dtype = value.dtype if value is not None else None
+        dtype = _known_type(value, types) if value is not None else None
         if value is None or dtype not in (_DT.FLOAT, run.to):
             continue
+        value.dtype = dtype  # declared: a Cast or a reader's check needs it
         wanted = _wanted(run, node, index, views, native)
         if dtype != wanted:
             node.replace_input_with(index, run.cast(value, wanted, node))
-    if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+    _retype_attributes(run, node)
+    for index, output in enumerate(node.outputs):
+        dtype = _known_type(output, types)
+        if dtype is None and node in views:  # com.microsoft Q/DQ: no ONNX inference
+            dtype = views[node].output_type
+        elif dtype is None:  # inference stopped at an op it does not know
+            dtype = _from_inputs(run, node, index)
+        if dtype == _DT.FLOAT:
+            output.dtype = _output_type(run, node, index, views, native)
+            run.counts["values_retyped"] += output.dtype == run.to
+
+
+def _from_inputs(run: _Run, node: ir.Node, index: int) -> ir.DataType | None:
+    """FLOAT when output ``index`` shares its schema's type variable with a float input
+    (float32 or the target, as cast by now), else None."""
+    schema = run.schema(node)
+    if schema is None or not schema.outputs:
+        return None
+    formal = schema.outputs[min(index, len(schema.outputs) - 1)].type_str
+    for position, value in enumerate(node.inputs):
+        param = schema.inputs[min(position, len(schema.inputs) - 1)] if schema.inputs else None
+        same = param is not None and param.type_str == formal
+        if same and value is not None and value.dtype in (_DT.FLOAT, run.to):
+            return _DT.FLOAT
+    return None
+
+
+def _retype_attributes(run: _Run, node: ir.Node) -> None:
+    """A Cast to float32 casts to the target; a Constant's float32 value is cast."""
+    if node.domain not in ("", "ai.onnx"):
+        return
+    if node.op_type == "Cast":
         to = node.attributes.get("to")
         if to is not None and to.as_int() == _DT.FLOAT:
             node.attributes["to"] = ir.AttrInt64("to", int(run.to))
@@ -191,11 +228,6 @@ def _retype_node(
         tensor = attr.as_tensor()
         if tensor.dtype == _DT.FLOAT:
             node.attributes["value"] = ir.AttrTensor("value", cast_tensor(tensor, run.to))
-    for index, output in enumerate(node.outputs):
-        dtype = output.dtype or types.get(output.name or "", (None,))[0]
-        if dtype == _DT.FLOAT:
-            output.dtype = _output_type(run, node, index, views, native)
-            run.counts["values_retyped"] += output.dtype == run.to
 
 
 def _graph_io(run: _Run, *, convert_io: bool) -> None:
