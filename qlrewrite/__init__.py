@@ -28,7 +28,9 @@ if TYPE_CHECKING:  # the names below, as __getattr__ gives them at run time
     from qlrewrite.api import downgrade as downgrade
     from qlrewrite.api import fix as fix
     from qlrewrite.api import fold as fold
+    from qlrewrite.api import half as half
     from qlrewrite.api import info as info
+    from qlrewrite.api import integer_io as integer_io
     from qlrewrite.api import load as load
     from qlrewrite.api import retarget as retarget
     from qlrewrite.api import save as save
@@ -52,7 +54,9 @@ _API = {
     "upgrade": "qlrewrite.api",
     "downgrade": "qlrewrite.api",
     "retarget": "qlrewrite.api",
+    "half": "qlrewrite.api",
     "info": "qlrewrite.api",
+    "integer_io": "qlrewrite.api",
     "compare": "qlrewrite.api",
     "verify_rewrite": "qlrewrite.api",
     "summary_of": "qlrewrite.api",

@@ -43,16 +43,20 @@ from qlrewrite.errors import (
 from qlrewrite.findings import Report
 from qlrewrite.io import model_io
 from qlrewrite.passes.commands import (
+    IO_FORMS,
     convert_passes,
     downgrade_passes,
     fix_passes,
     fold_fusions,
     fold_passes,
+    half_passes,
+    integer_io_passes,
     retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
+from qlrewrite.passes.half import HALF_TYPES
 from qlrewrite.passes.results import ImportsResult
 from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
@@ -66,7 +70,9 @@ __all__ = [
     "downgrade",
     "fix",
     "fold",
+    "half",
     "info",
+    "integer_io",
     "load",
     "retarget",
     "save",
@@ -462,6 +468,39 @@ def retarget(
     if not passes:
         raise InputError("nothing to do: ask for at least one retarget")
     return _rewrite(load(model), passes, "retarget")
+
+
+def half(
+    model: ModelLike,
+    *,
+    to: str = "float16",
+    block: Iterable[str] = (),
+    convert_io: bool = False,
+) -> ir.Model:
+    """``model`` in float16 (``to="bfloat16"``: bfloat16) with valid Q/DQ, as ``qlrewrite
+    half``: Q/DQ scales retyped from opset 19, float32 Q/DQ with Casts below it;
+    ``block``: op types kept in float32; inputs and outputs stay float32 unless
+    ``convert_io``. In place for an ``onnx_ir.Model``. Raises ``Refusal`` naming a scale
+    that rounds to zero, an initializer that overflows."""
+    if to not in HALF_TYPES:
+        raise InputError(f"to must be one of {', '.join(HALF_TYPES)}, not {to!r}")
+    if isinstance(block, str):
+        raise TypeError("block must be an iterable of op types, not a string")
+    passes = half_passes(to, block=tuple(block), convert_io=convert_io)
+    return _rewrite(load(model), passes, "half")
+
+
+def integer_io(model: ModelLike, *, to: str = "integer") -> ir.Model:
+    """``model`` with integer inputs and outputs (``to="integer"``), as ``qlrewrite
+    integer-io``: each float input read only by equal per-tensor QuantizeLinear nodes
+    and each float output written by a per-tensor DequantizeLinear takes the quantized
+    type, its scale and zero point recorded in ``metadata_props``; ``to="float"`` gives
+    back the float inputs and outputs recorded there. In place for an
+    ``onnx_ir.Model``. Raises ``Refusal`` naming every input or output that cannot be
+    rewritten, or metadata this tool did not write or that does not match."""
+    if to not in IO_FORMS:
+        raise InputError(f"to must be one of {', '.join(IO_FORMS)}, not {to!r}")
+    return _rewrite(load(model), integer_io_passes(to), "integer-io")
 
 
 def info(model: ModelLike, *, target: str | Iterable[str] = ()) -> dict[str, Any]:

@@ -67,6 +67,16 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "retarget_command",
         "Rewrite the Q/DQ form exactly for a runtime that takes only some of it.",
     ),
+    "half": (
+        "half",
+        "half_command",
+        "Convert float32 to float16 / bfloat16 keeping the Q/DQ nodes valid.",
+    ),
+    "integer-io": (
+        "integer_io",
+        "integer_io_command",
+        "Make the model take and return its quantized type, or float again.",
+    ),
     "compare": (
         "compare",
         "compare_command",

@@ -18,6 +18,8 @@ from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
 from qlrewrite.passes.fix import FIXES, DropImportPass, FixingPass, FixPass, finding_key
 from qlrewrite.passes.fold.fold_pass import FoldPass
 from qlrewrite.passes.fold.tensor import Float16Mode
+from qlrewrite.passes.half import HalfPass
+from qlrewrite.passes.integer_io import FloatIOPass, IntegerIOPass
 from qlrewrite.passes.nbits.from_onnx import NBitsFromOnnxPass
 from qlrewrite.passes.nbits.to_onnx import NBitsToOnnxPass
 from qlrewrite.passes.retarget.retarget_pass import RetargetPass, Signedness
@@ -32,6 +34,8 @@ __all__ = [
     "downgrade_passes",
     "fix_passes",
     "fold_passes",
+    "half_passes",
+    "integer_io_passes",
     "retarget_passes",
     "target_fix_passes",
     "upgrade",
@@ -209,3 +213,22 @@ def upgrade(model: ir.Model, opset: int, *, convert_weight_only: bool = False) -
     for rewrite_pass in passes:
         model = rewrite_pass(model).model
     return model
+
+
+#: Values of ``integer-io --to``.
+IO_FORMS = ("integer", "float")
+
+
+def integer_io_passes(to: str = "integer") -> list[ir.passes.PassBase]:
+    """``qlrewrite integer-io --to TO``: integer inputs and outputs (the scales and zero
+    points recorded in the metadata), or float again from that metadata."""
+    return [IntegerIOPass() if to == "integer" else FloatIOPass()]
+
+
+def half_passes(
+    to: str = "float16", *, block: tuple[str, ...] = (), convert_io: bool = False
+) -> list[ir.passes.PassBase]:
+    """``qlrewrite half --to TO``: float32 values and scales to float16 / bfloat16, Q/DQ
+    kept valid per opset, ``block`` ops kept float32, inputs and outputs float32 unless
+    ``convert_io``."""
+    return [HalfPass(to, block=block, convert_io=convert_io)]

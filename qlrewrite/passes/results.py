@@ -16,7 +16,9 @@ __all__ = [
     "DowngradeResult",
     "FixResult",
     "FoldResult",
+    "HalfResult",
     "ImportsResult",
+    "IntegerIOResult",
     "NBitsResult",
     "QOperatorResult",
     "RepairsFindings",
@@ -64,6 +66,22 @@ class ConvertResult(RewritePassResult):
 class ImportsResult(RewritePassResult):
     """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
     a warning naming them."""
+
+
+@dataclasses.dataclass
+class HalfResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.half.HalfPass`: ``values_retyped``,
+    ``initializers_cast``, ``casts_added``, ``qdq_in_target_type``, ``qdq_kept_float32``;
+    a warning per Q/DQ node kept in float32 for its scale."""
+
+
+@dataclasses.dataclass
+class IntegerIOResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.integer_io.IntegerIOPass`: ``inputs_made_integer``,
+    ``outputs_made_integer``, ``quantize_nodes_merged`` (an input read by several equal
+    QuantizeLinear nodes), ``inputs_left``, ``outputs_left``;
+    :class:`~qlrewrite.passes.integer_io.FloatIOPass`: ``inputs_made_float``,
+    ``outputs_made_float``."""
 
 
 @dataclasses.dataclass
