@@ -15,14 +15,15 @@ import re
 from collections.abc import Callable, Iterable
 
 from qlrewrite.errors import InputError
+from qlrewrite.targets.runtimes import DOCUMENTED, ORT, TARGETS, named
+from qlrewrite.targets.runtimes import RUNTIMES as RUNTIMES_BY_KEY
 from qlrewrite.targets.tables import Table, ort_releases, table
 
 __all__ = ["DOCUMENTED", "RUNTIMES", "Target", "parse_target", "parse_targets"]
 
-#: The runtimes a target names.
-RUNTIMES = ("ort", "openvino", "tensorrt", "qnn")
-#: Targets whose rules come from the vendor's documents, not from a measured table.
-DOCUMENTED = ("tensorrt", "qnn")
+#: The runtimes a target names, and those known from documents only
+#: (:mod:`qlrewrite.targets.runtimes` holds each runtime's record).
+RUNTIMES = TARGETS
 
 _COMPARE: dict[str, Callable[[tuple[int, int], tuple[int, int]], bool]] = {
     "==": operator.eq,
@@ -59,7 +60,7 @@ class Target:
         """How findings name the target: ``ORT 1.16``, ``ORT 1.17-1.20``, ``OpenVINO
         2025.3.0``, ``TensorRT (documented)``."""
         if self.documented:
-            return {"tensorrt": "TensorRT", "qnn": "QNN"}[self.runtime] + " (documented)"
+            return RUNTIMES_BY_KEY[self.runtime].label + " (documented)"
         if self.runtime == "openvino":
             return self.tables[0].label
         releases = [n.removeprefix("ort-") for n in self.table_names]
@@ -75,7 +76,7 @@ def _installed_ort(spec: str) -> tuple[int, int]:
     import importlib.metadata  # here: about 15 ms, paid only for a plain "ort"
 
     try:
-        version = importlib.metadata.version("onnxruntime")
+        version = importlib.metadata.version(str(ORT.package))
     except importlib.metadata.PackageNotFoundError:
         raise _fail(spec, "onnxruntime is not installed; name a release (ort==1.20)") from None
     major, minor = (int(p) for p in version.split(".")[:2])
@@ -106,10 +107,12 @@ def parse_target(spec: str) -> Target:
     text = spec.strip()
     name = re.match(r"[a-z]*", text.lower())[0]  # type: ignore[index]
     rest = text[len(name) :]
-    if name in {"ort", "onnxruntime"}:
+    runtime = named(name)
+    if runtime is ORT:
         return _ort_target(spec, rest)
-    if name not in RUNTIMES:
+    if runtime is None or not runtime.target:
         raise _fail(spec, f"unknown runtime (known: {', '.join(RUNTIMES)})")
+    name = runtime.key
     if rest.strip():
         raise _fail(spec, f"{name} takes no version (one release is measured or documented)")
     if name == "openvino":

@@ -22,6 +22,7 @@ from typing import Any
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
+from qlrewrite.targets.runtimes import by_table
 
 __all__ = [
     "DATA",
@@ -106,8 +107,8 @@ class Table:
     @property
     def label(self) -> str:
         """``ORT 1.16.3``, ``OpenVINO 2025.3.0``."""
-        runtime = {"onnxruntime": "ORT", "openvino": "OpenVINO"}.get(self.runtime, self.runtime)
-        return f"{runtime} {self.release}"
+        runtime = by_table(self.runtime)
+        return f"{runtime.label if runtime else self.runtime} {self.release}"
 
     def measured_form(self, form: str) -> bool:
         """Whether the probe measured ``form`` on this release."""

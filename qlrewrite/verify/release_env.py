@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from qlrewrite.errors import InputError
+from qlrewrite.targets.runtimes import RELEASED
 
 __all__ = [
     "ReleaseSpec",
@@ -33,8 +34,9 @@ __all__ = [
     "parse_release",
 ]
 
-_SPEC = re.compile(r"^(ort|onnxruntime|openvino)==(\d+(?:\.\d+){1,3})$")
-_PACKAGES = {"ort": "onnxruntime", "onnxruntime": "onnxruntime", "openvino": "openvino"}
+_NAMES = {name: runtime for runtime in RELEASED for name in runtime.names}
+_SPEC = re.compile(rf"^({'|'.join(map(re.escape, _NAMES))})==(\d+(?:\.\d+){{1,3}})$")
+_PACKAGES = {name: str(runtime.package) for name, runtime in _NAMES.items()}
 #: Seconds an environment's creation may take (a download of the runtime's wheel).
 INSTALL_TIMEOUT = 900.0
 _COMPLETE = ".complete"  # written last in a made environment
@@ -82,7 +84,7 @@ def parse_release(text: str) -> ReleaseSpec:
             f"{text}: not a runtime release (ort==X.Y[.Z] or openvino==X.Y[.Z], "
             "for instance ort==1.16.3)"
         )
-    runtime = "openvino" if match[1] == "openvino" else "ort"
+    runtime = _NAMES[match[1]].key
     return ReleaseSpec(runtime, _PACKAGES[match[1]], match[2])
 
 

@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 
 from qlrewrite.io import reading
+from qlrewrite.targets.runtimes import COMPARED
+from qlrewrite.targets.runtimes import RUNTIMES as RECORDS
 from qlrewrite.verify.deployed import OutputDifference, default_session, differences
 from qlrewrite.verify.verify import (
     OutputVerdict,
@@ -41,12 +43,9 @@ __all__ = [
     "run_model",
 ]
 
-#: Runtime name -> (module that must be importable, what to install).
-RUNTIMES = {
-    "ort": ("onnxruntime", "pip install 'qlrewrite[verify]'"),
-    "reference": ("onnx.reference", "pip install onnx"),
-    "openvino": ("openvino", "pip install openvino"),
-}
+#: Runtime name -> (module that must be importable, what to install), from each runtime's
+#: record (:mod:`qlrewrite.targets.runtimes`).
+RUNTIMES = {key: (str(RECORDS[key].module), RECORDS[key].install) for key in COMPARED}
 
 
 def missing(runtime: str) -> str | None:

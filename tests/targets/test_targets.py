@@ -399,3 +399,20 @@ def test_per_tensor_and_per_channel_qoperator_weights_are_told_apart(tmp_path: P
         path = tmp_path / "m.onnx"
         onnx.save(model, path)
         assert ("QL703" in _check_errors(path, "openvino")) == flagged
+
+
+def test_every_runtime_is_named_from_its_one_record() -> None:
+    """--target, compare's runtimes, --verify-on's releases and the tables' labels read
+    qlrewrite.targets.runtimes: a runtime's spellings, label and package live there."""
+    from qlrewrite.targets import runtimes
+    from qlrewrite.verify import release_env
+    from qlrewrite.verify import runtimes as compared
+
+    assert runtimes.TARGETS == ("ort", "openvino", "tensorrt", "qnn")
+    assert runtimes.DOCUMENTED == ("tensorrt", "qnn")
+    assert list(compared.RUNTIMES) == ["ort", "reference", "openvino"]
+    assert target_spec.parse_target("onnxruntime==1.20").label == "ORT 1.20"
+    assert target_spec.parse_target("qnn").label == "QNN (documented)"
+    assert str(release_env.parse_release("onnxruntime==1.16.3")) == "ort==1.16.3"
+    assert {r.key for r in runtimes.RELEASED} == {"ort", "openvino"}
+    assert runtimes.named("onnxruntime") is runtimes.ORT and runtimes.named("trt") is None
