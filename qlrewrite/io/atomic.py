@@ -432,8 +432,8 @@ def _model_skeleton(path: Path) -> onnx.ModelProto:
     """The model at ``path`` without its inline tensors' data (a model of 1 MiB or more is
     walked, as :func:`qlrewrite.io.model_io.load` reads it: the model a commit replaces
     may hold gigabytes inline, and only its external data locations are wanted)."""
+    from qlrewrite.io.data_problems import stored_size
     from qlrewrite.io.limits import LIMITS
-    from qlrewrite.io.tensors import stored_size
 
     with reading.opened(path, "model file", reading.MODEL_BYTES) as handle:
         size = os.fstat(handle.fileno()).st_size

@@ -24,7 +24,7 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.errors import InputError
-from qlrewrite.io import atomic, reading, tensors, wire
+from qlrewrite.io import atomic, data_problems, reading, tensors, wire
 from qlrewrite.io.inline_save import save_inline
 from qlrewrite.io.limits import LIMITS, Limits
 from qlrewrite.io.output_guard import destination
@@ -146,8 +146,8 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     Raises InputError for anything that is not a readable ONNX model, including a node
     that uses a value defined nowhere. With ``check_data`` (the default) a tensor whose
     data is missing, escapes the model's folder or does not match its dims is an
-    InputError too; ``check_data=False`` leaves those to :func:`data_problems` (the
-    checker reports them as findings).
+    InputError too; ``check_data=False`` leaves those to
+    :func:`~qlrewrite.io.data_problems.data_problems` (the checker reports them as findings).
     """
     path = Path(path)
     proto, inline = _read_skeleton(path)
@@ -156,7 +156,7 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     tensors.resolve_external(model, base_dir, inline)
     set_source(model, Source(path, proto, inline=inline))
     if check_data:
-        problems = tensors.data_problems(model)
+        problems = data_problems.data_problems(model)
         if problems:
             first = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -300,7 +300,7 @@ def _walked(fd: int, path: Path, info: os.stat_result) -> tuple[onnx.ModelProto,
         inline.marker,
         INLINE_TENSOR_MIN_BYTES,
         budget,
-        tensors.stored_size,
+        data_problems.stored_size,
     )
     try:
         proto = onnx.load_model_from_string(walk.walk(info.st_size), format="protobuf")
@@ -331,7 +331,7 @@ def _judged(proto: onnx.ModelProto, path: str | os.PathLike) -> onnx.ModelProto:
     over = _over_limits(proto, LIMITS.get())
     if over is not None:
         raise InputError(f"{path}: {over}")
-    problem = _malformed(proto) or tensors.malformed_external_numbers(proto)
+    problem = _malformed(proto) or data_problems.malformed_external_numbers(proto)
     if problem is not None:
         raise InputError(f"{path}: not a valid ONNX model ({problem})")
     sparse = _sparse_tensor(proto)

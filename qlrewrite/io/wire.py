@@ -196,7 +196,7 @@ class LeftOut:
 
 #: What a tensor of (data type, dims) holds in TensorProto field number N: bytes of
 #: raw_data, values of a typed field; None: no valid tensor holds its data there
-#: (:func:`qlrewrite.io.tensors.stored_size`).
+#: (:func:`qlrewrite.io.data_problems.stored_size`).
 SizeOf = Callable[[int, Sequence[int], int], "int | None"]
 #: Fields holding messages that may hold tensors: (message kind, field number) -> kind.
 _CHILDREN: dict[str, dict[int, str]] = {

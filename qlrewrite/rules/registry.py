@@ -24,7 +24,7 @@ import onnx_ir as ir
 from typing_extensions import TypeVar
 
 from qlrewrite.findings import Finding, FixKind, Rule, Severity
-from qlrewrite.io import tensors
+from qlrewrite.io.data_problems import DataProblem, data_problems
 from qlrewrite.qdq.kinds import QDQ, QOPERATOR, WEIGHT_ONLY
 from qlrewrite.qdq.sites import QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView, QDQView
@@ -315,9 +315,9 @@ class ModelContext:
         )
 
     @functools.cached_property
-    def data_problems(self) -> list[tensors.DataProblem]:
+    def data_problems(self) -> list[DataProblem]:
         """Tensors whose data is missing, escapes the folder or has the wrong size."""
-        return tensors.data_problems(self.model)
+        return data_problems(self.model)
 
 
 @dataclasses.dataclass

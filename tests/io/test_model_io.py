@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite.errors import InputError
 from qlrewrite.io import model_io, tensors
+from qlrewrite.io.data_problems import data_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 GOOD = EXAMPLES / "blocked_int4_opset21.onnx"
@@ -426,7 +427,7 @@ def test_random_blobs_never_escape(tmp_path: Path) -> None:
 def test_check_data_false_leaves_problems_to_data_problems(tmp_path: Path) -> None:
     path = _raw_data_length(tmp_path)
     model = model_io.load(path, check_data=False)
-    problems = tensors.data_problems(model)
+    problems = data_problems(model)
     assert [(p.kind, p.tensor, p.graph) for p in problems] == [("data-length", "W", "main")]
 
 
