@@ -823,3 +823,68 @@ def qdq_weight_op(
     )
     imports = [helper.make_opsetid("", opset)]
     return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 10))
+
+
+#: The ops of :func:`qdq_biased_op`: (activation shape, int8 weight shape, output shape).
+BIASED_OPS = {
+    "Conv": ((1, 4, 6, 6), (8, 4, 3, 3), (1, 8, 4, 4)),
+    "Gemm": ((3, 16), (16, 8), (3, 8)),
+    "MatMul": ((3, 16), (16, 8), (3, 8)),
+}
+
+
+def qdq_biased_op(
+    op: str,
+    bias_factor: float = 1.0,
+    *,
+    per_axis: bool = False,
+    bias: Sequence[int] | None = None,
+    opset: int = 13,
+) -> onnx.ModelProto:
+    """A QDQ Conv, Gemm or MatMul + Add (:data:`BIASED_OPS`) with an int32 bias: activation
+    "x" (feed values in [-3, 3)) quantized to uint8 (scale 0.05, zero point 128) and
+    dequantized, a random int8 weight "w" (scale 0.01, or per output channel 0.01 x
+    1..8 with ``per_axis``), the int32 bias "b" (random in [-2000, 2000), or ``bias``)
+    dequantized with scale float32(x_scale x w_scale) x ``bias_factor`` (zero points 0,
+    given: ORT 1.31.1 fuses none of these without the weight's), the output
+    quantized and dequantized (scale 0.5, zero point 128). QL505's examples."""
+    x_shape, w_shape, y_shape = BIASED_OPS[op]
+    channels = y_shape[1]
+    rng = np.random.default_rng(0)
+    w_scale = np.float32(0.01) * (np.arange(1, channels + 1, dtype=np.float32) if per_axis else 1)
+    w_scale = np.asarray(w_scale, np.float32)
+    b_scale = (np.float32(0.05) * w_scale * np.float32(bias_factor)).astype(np.float32)
+    b = np.asarray(bias if bias is not None else rng.integers(-2000, 2000, channels), np.int32)
+    axis = {"axis": 0 if op == "Conv" else 1} if per_axis else {}
+    inits = [
+        _typed("w", rng.integers(-100, 100, w_shape), DT.INT8),
+        helper.make_tensor("ws", onnx.TensorProto.FLOAT, w_scale.shape, w_scale.ravel().tolist()),
+        _typed("wz", np.zeros(w_scale.shape), DT.INT8),
+        _typed("b", b, DT.INT32),
+        helper.make_tensor("bs", onnx.TensorProto.FLOAT, b_scale.shape, b_scale.ravel().tolist()),
+        _typed("bz", np.zeros(b_scale.shape), DT.INT32),
+    ]
+    nodes_x, inits_x = _quantize_pair_of("x", DT.UINT8, 128)
+    nodes = [
+        *nodes_x,
+        helper.make_node(DQ, ["w", "ws", "wz"], ["wf"], name="dq_w", **axis),
+        helper.make_node(
+            DQ, ["b", "bs", "bz"], ["bf"], name="dq_b", **({"axis": 0} if per_axis else {})
+        ),
+    ]
+    if op == "MatMul":
+        nodes.append(helper.make_node("MatMul", ["x_f", "wf"], ["mm"], name="op"))
+        nodes.append(helper.make_node("Add", ["mm", "bf"], ["y"], name="add"))
+    else:
+        nodes.append(helper.make_node(op, ["x_f", "wf", "bf"], ["y"], name="op"))
+    nodes_y, inits_y = _quantize_pair_of("y", DT.UINT8, 128)
+    inits_y[0] = helper.make_tensor("y_s", onnx.TensorProto.FLOAT, [], [0.5])
+    graph = helper.make_graph(
+        [*nodes, *nodes_y],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x_shape)],
+        [helper.make_tensor_value_info("y_f", onnx.TensorProto.FLOAT, y_shape)],
+        initializer=[*inits, *inits_x, *inits_y],
+    )
+    imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 10))
