@@ -1,3 +1,3 @@
 """The rules of QuantizeLinear / DequantizeLinear nodes (some also read the other kinds)."""
 
-from qlrewrite.rules.qdq import attributes, bias, shapes, structure, types, values  # noqa: F401 (register their rules)
+from qlrewrite.rules.qdq import attributes, bias, half_scales, shapes, structure, types, values  # noqa: F401 (register their rules)
