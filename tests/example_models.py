@@ -888,3 +888,39 @@ def qdq_biased_op(
     )
     imports = [helper.make_opsetid("", opset)]
     return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 10))
+
+
+def qdq_requantized(
+    scale: float = 0.5, zero_point: int = 128, *, dtype: DT = DT.UINT8, consumers: int = 1
+) -> onnx.ModelProto:
+    """x [1, 4, 6, 6] (feed values in [-3, 3)) quantized and dequantized with scale 0.05,
+    zero point 128 (``dtype``'s middle), then requantized ("q2", "dq2") with ``scale`` and
+    ``zero_point`` into a MaxPool; ``consumers`` 2: the first DequantizeLinear's output is
+    also a graph output. QL507's examples."""
+    _, high = _weight_range(dtype)
+    middle = 128 if dtype == DT.UINT8 else 0
+    inits = [
+        helper.make_tensor("s1", onnx.TensorProto.FLOAT, [], [0.05]),
+        _typed("z1", np.array(middle), dtype),
+        helper.make_tensor("s2", onnx.TensorProto.FLOAT, [], [scale]),
+        _typed("z2", np.array(min(zero_point, high)), dtype),
+    ]
+    nodes = [
+        helper.make_node(Q, ["x", "s1", "z1"], ["x1"], name="q1"),
+        helper.make_node(DQ, ["x1", "s1", "z1"], ["f1"], name="dq1"),
+        helper.make_node(Q, ["f1", "s2", "z2"], ["x2"], name="q2"),
+        helper.make_node(DQ, ["x2", "s2", "z2"], ["f2"], name="dq2"),
+        helper.make_node("MaxPool", ["f2"], ["y"], name="pool", kernel_shape=[1, 1]),
+    ]
+    outputs = [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])]
+    if consumers == 2:
+        outputs.append(helper.make_tensor_value_info("f1", onnx.TensorProto.FLOAT, [1, 4, 6, 6]))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
+        outputs,
+        initializer=inits,
+    )
+    imports = [helper.make_opsetid("", 13)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=7)

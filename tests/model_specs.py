@@ -35,6 +35,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_matmul_weight": em.qdq_matmul_weight,
     "qdq_weight_op": em.qdq_weight_op,
     "qdq_biased_op": em.qdq_biased_op,
+    "qdq_requantized": em.qdq_requantized,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

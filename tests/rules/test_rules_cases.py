@@ -170,6 +170,12 @@ CASES = [
     Case("QL503", "float4-zero-point", V23,
          lambda v: _kw(v, x_type=DT.FLOAT4E2M1, zp=-2.0),
          lambda v: _kw(v, x_type=DT.FLOAT4E2M1)),
+    Case("QL506", "float16-subnormal-scale", V19,
+         lambda v: _kw(v, scale_type=DT.FLOAT16, scale=1e-6),
+         lambda v: _kw(v, scale_type=DT.FLOAT16, scale=0.01)),
+    Case("QL506", "bfloat16-subnormal-scale", V19,
+         lambda v: _kw(v, scale_type=DT.BFLOAT16, scale=1e-39),
+         lambda v: _kw(v, scale_type=DT.BFLOAT16, scale=0.01)),
     Case("QL601", "int4-ir-9", (*V21, "ms"),
          lambda v: _kw(v, x_type=DT.INT4, ir_version=9),
          lambda v: _kw(v, x_type=DT.INT4, ir_version=10 if v == "ms" else None)),
@@ -213,8 +219,21 @@ def test_every_rule_has_a_case() -> None:
     # QL412, QL426, QL434, QL443 (degenerate shapes; ONNX Runtime dies on two of them, so
     # it runs in a child process there) are tried in tests/qdq/test_degenerate_shapes.py
     # QL610, QL611 (node order, cycles: about the graph) in tests/rules/test_graph_order.py
+    # QL505, QL507 (several nodes) in tests/rules/test_bias_scale.py, test_requantize.py
     degenerate = ("QL412", "QL426", "QL434", "QL443")
-    elsewhere = ("QL602", "QL603", "QL604", "QL605", "QL607", "QL61", "QL7", "QL9", *degenerate)
+    elsewhere = (
+        "QL505",
+        "QL507",
+        "QL602",
+        "QL603",
+        "QL604",
+        "QL605",
+        "QL607",
+        "QL61",
+        "QL7",
+        "QL9",
+        *degenerate,
+    )
     node_rules = {code for code in RULES if not code.startswith(elsewhere)}
     assert node_rules == {case.code for case in CASES} | WEIGHT_ONLY_CODES | QOPERATOR_CODES
 

@@ -1,3 +1,12 @@
 """The rules of QuantizeLinear / DequantizeLinear nodes (some also read the other kinds)."""
 
-from qlrewrite.rules.qdq import attributes, bias, half_scales, shapes, structure, types, values  # noqa: F401 (register their rules)
+from qlrewrite.rules.qdq import (  # noqa: F401 (register their rules)
+    attributes,
+    bias,
+    half_scales,
+    requantize,
+    shapes,
+    structure,
+    types,
+    values,
+)
