@@ -202,8 +202,23 @@ def check_model(
     report.unchecked = group_sites(left_alone)
     for target in targets:
         report.findings.extend(_target_findings(model_ctx, target, every_view))
+    report.findings[:] = _without_superseded(report.findings)
     report.findings.extend(_nothing_quantized(report, left_alone, model))
     return report
+
+
+def _without_superseded(findings: list[Finding]) -> list[Finding]:
+    """``findings`` less the node findings a target rule's finding on the same node replaces
+    (:attr:`RuleCheck.supersedes`)."""
+    replaced = {
+        (code, f.graph, f.node, f.output)
+        for f in findings
+        if (unit := CHECKS.get(f.rule)) is not None
+        for code in unit.supersedes
+    }
+    if not replaced:
+        return findings
+    return [f for f in findings if (f.rule, f.graph, f.node, f.output) not in replaced]
 
 
 def _nothing_quantized(

@@ -175,6 +175,9 @@ class RuleCheck:
     #: An opset upgrade repairs its findings (an op, attribute, type or granularity newer
     #: than the input's opset): declared by the rule, or implied by its ``Fix.upgrade_opset``.
     upgrade_repairs: bool = False
+    #: A target rule's: the node rules whose findings on the same node it replaces (it says
+    #: the same for the target, with the releases and its severity).
+    supersedes: tuple[str, ...] = ()
 
     def runs_on(self, kind: SiteKind, versioned: bool) -> bool:
         """Whether this node or target-node rule runs on a node of ``kind``;
@@ -221,6 +224,7 @@ def rule(
     examples: Iterable[Example] = (),
     upgrade_repairs: bool = False,
     cites: tuple[tuple[str, str], ...] = (),
+    supersedes: tuple[str, ...] = (),
 ) -> Callable[[Check[V]], Check[V]]:
     """Register the decorated function ``(ctx) -> Iterable[Finding]`` as rule ``code``.
 
@@ -229,7 +233,8 @@ def rule(
     target rule. An ``opt_in`` rule runs only when ``--select`` names it (by code or
     prefix, not ALL). ``fix`` is the rule's repair; ``examples`` its test models.
     ``upgrade_repairs``: the finding goes away at a newer opset (``qlrewrite upgrade``
-    does not refuse it; implied by ``fix.upgrade_opset``). ``cites``: (target, row)."""
+    does not refuse it; implied by ``fix.upgrade_opset``). ``cites``: (target, row).
+    ``supersedes``: the node rules a target rule replaces (:attr:`RuleCheck.supersedes`)."""
 
     def register(func: Check[V]) -> Check[V]:
         if code in RULES:
@@ -250,16 +255,10 @@ def rule(
         )
         RULES[code] = entry
         by_upgrade = upgrade_repairs or (fix is not None and fix.upgrade_opset is not None)
+        bound, node_kinds = _bound(func, entry, fix), (QDQ,) if kinds is None else kinds
         CHECKS[code] = RuleCheck(
-            entry,
-            _bound(func, entry, fix),
-            scope,
-            needs_version,
-            (QDQ,) if kinds is None else kinds,
-            fix,
-            tuple(examples),
-            func.__module__,
-            by_upgrade,
+            *(entry, bound, scope, needs_version, node_kinds, fix, tuple(examples)),
+            *(func.__module__, by_upgrade, tuple(supersedes)),
         )
         return func
 

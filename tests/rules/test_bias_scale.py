@@ -16,6 +16,7 @@ from qdq_models import load_ir
 from qlrewrite.checking.checker import check_model
 from qlrewrite.findings import Finding
 from qlrewrite.passes.commands import fix_passes
+from qlrewrite.targets.spec import parse_targets
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -126,3 +127,28 @@ def test_matching_scales_are_silent(op: str, per_axis: bool) -> None:
 @pytest.mark.parametrize("config", sorted(set(CONFIGS) - INVALID_CONFIGS))
 def test_ort_quantizer_outputs_are_silent(config: str) -> None:
     assert _findings(quantized(config)) == []
+
+
+def _target_codes(proto: onnx.ModelProto, target: str) -> list[str]:
+    targets = parse_targets([target])
+    return sorted(f.rule for f in check_model(load_ir(proto), targets=targets).findings)
+
+
+@pytest.mark.parametrize(
+    ("op", "factor", "target", "codes"),
+    [
+        # measured: Gemm and MatMul + Add miscomputed by every release 1.15.1-1.32.0
+        ("Gemm", 4.0, "ort>=1.15", ["QL730"]),
+        ("MatMul", 4.0, "ort==1.32", ["QL730"]),
+        # Conv: 1.15.1-1.26.0 beyond 1%; 1.27.0 onwards leave it unfused (PR 28229)
+        ("Conv", 4.0, "ort==1.26", ["QL730"]),
+        ("Conv", 4.0, "ort==1.27", ["QL505"]),
+        ("Conv", 1.005, "ort==1.32", ["QL730"]),
+        ("Conv", 1.0, "ort>=1.15", []),
+    ],
+)
+def test_target_ort_errors_on_the_releases_measured_to_miscompute(
+    op: str, factor: float, target: str, codes: list[str]
+) -> None:
+    bias = [100_000, -100_000] * 4 if factor == 1.005 else None
+    assert _target_codes(qdq_biased_op(op, bias_factor=factor, bias=bias), target) == codes

@@ -17,6 +17,7 @@ from qdq_models import load_ir
 
 from qlrewrite.checking.checker import check_model
 from qlrewrite.findings import Finding
+from qlrewrite.targets.spec import parse_targets
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -77,7 +78,7 @@ def test_the_message_names_the_pair_ort_writes(tmp_path: Path) -> None:
     if zero.item() in (100, 128):
         pytest.skip(f"ORT {ort.__version__} does not collapse the chain")
     (finding,) = _findings(bad)
-    assert f"(scale {float(scale):.6g}, zero point {int(zero)})" in finding.message
+    assert f"(scale {float(scale):.6g}, zero point {int(zero)}:" in finding.message
 
 
 @pytest.mark.parametrize(
@@ -96,3 +97,10 @@ def test_silent_where_ort_computes_the_graph(kwargs: dict[str, Any]) -> None:
 @pytest.mark.parametrize("config", sorted(set(CONFIGS) - INVALID_CONFIGS))
 def test_ort_quantizer_outputs_are_silent(config: str) -> None:
     assert _findings(quantized(config)) == []
+
+
+def test_target_ort_makes_it_an_error_in_every_release() -> None:
+    report = check_model(load_ir(qdq_requantized(0.5)), targets=parse_targets(["ort>=1.15"]))
+    (finding,) = report.findings
+    assert finding.rule == "QL731" and finding.severity == "error"
+    assert "1.15.1" in finding.message and "1.32.0" in finding.message

@@ -15,13 +15,13 @@ from qlrewrite.qdq import QDQView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, Fix, FixContext, rule
 
-__all__: list[str] = []
+__all__ = ["RESCALE", "Mismatch", "mismatch", "rescale_bias"]
 
 #: Relative difference between the bias scale and x_scale x w_scale below which the two
 #: are the same number (ORT's quantizer writes the float32 product exactly).
 _RTOL = 1e-6
 #: The finding's ``attribute`` when the fix can rescale the bias exactly.
-_RESCALE = "bias-scale"
+RESCALE = "bias-scale"
 _INT32 = np.iinfo(np.int32)
 
 
@@ -147,7 +147,7 @@ def _fixable(bias: _Bias, node: ir.Node, graph: object) -> tuple[np.ndarray, np.
     return new.reshape(b.shape.numpy()), scale.reshape(s.shape.numpy())
 
 
-def _rescale_bias(fix: FixContext) -> str | None:
+def rescale_bias(fix: FixContext) -> str | None:
     """QL505's fix: the bias requantized to x_scale x w_scale (exact, see :func:`_rescaled`)."""
     view, node = fix.view, fix.site.node
     bias = _bias(view) if isinstance(view, QDQView) else None
@@ -191,8 +191,8 @@ def _rescale_bias(fix: FixContext) -> str | None:
         (so the graph's outputs are unchanged, and the fused kernel now computes them), and
         the bias and its scale are initializers no other node reads. Else not fixed.
         """,
-        applies=lambda finding: finding.attribute == _RESCALE,
-        node=_rescale_bias,
+        applies=lambda finding: finding.attribute == RESCALE,
+        node=rescale_bias,
     ),
     examples=[
         Example(
@@ -204,24 +204,48 @@ def _rescale_bias(fix: FixContext) -> str | None:
     ],
 )
 def bias_scale(ctx: QDQView) -> Iterator[Finding]:
+    found = mismatch(ctx)
+    if found is not None:
+        yield ctx.report(found.message, found.hint, attribute=RESCALE if found.exact else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mismatch:
+    """An int32 bias whose scale is not x_scale x w_scale (QL505, and QL730 for ``--target
+    ort``): ``op_type`` Conv, Gemm or MatMul; ``worst`` the largest relative difference;
+    ``exact``: the fix applies."""
+
+    op_type: str
+    worst: float
+    exact: bool
+    message: str
+    hint: str
+
+
+def mismatch(ctx: QDQView) -> Mismatch | None:
+    """The :class:`Mismatch` of this DequantizeLinear (None: not a bias, or it matches)."""
     bias = _bias(ctx)
     if bias is None:
-        return
-    differ = np.abs(bias.scale - bias.expected) > _RTOL * np.abs(bias.expected)
+        return None
+    relative = np.abs(bias.scale - bias.expected) / np.abs(bias.expected)
+    differ = ~(relative <= _RTOL)
     if not differ.any():
-        return
+        return None
     first = int(np.argmax(differ))
     scale, product = bias.scale[first], bias.expected[first]
     exact = _fixable(bias, ctx.node, ctx.site.graph) is not None
     name = ctx.node.inputs[0].name if ctx.node.inputs[0] is not None else "?"
-    yield ctx.report(
+    message = (
         f"int32 bias '{name}' of {bias.op.op_type} '{bias.op.name}' has scale {scale:.6g} "
         f"where x_scale x w_scale is {product:.6g} (x{scale / product:.6g}, "
-        f"{int(differ.sum())} of {differ.size} channel(s)): ONNX Runtime's fused kernel "
-        "reads the bias in units of x_scale x w_scale",
+        f"{int(differ.sum())} of {differ.size} channel(s)): ONNX Runtime's fused kernels "
+        "read the bias in units of x_scale x w_scale"
+    )
+    hint = (
         "requantize the bias to x_scale x w_scale (exact here; check --fix does it)"
         if exact
         else f"requantize bias '{name}' to x_scale x w_scale (not exact here: its values "
-        "are not whole multiples, overflow int32 or are shared), or keep it float",
-        attribute=_RESCALE if exact else "",
+        "are not whole multiples, overflow int32 or are shared), or keep it float"
     )
+    worst = float(np.nan_to_num(relative[differ], nan=np.inf).max())
+    return Mismatch(bias.op.op_type, worst, exact, message, hint)

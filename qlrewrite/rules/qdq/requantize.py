@@ -13,7 +13,7 @@ from qlrewrite.qdq import QDQView
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
-__all__: list[str] = []
+__all__ = ["HINT", "requantization"]
 
 #: The zero point types ORT's DoubleQDQPairsRemover handles, with their ranges.
 _RANGES = {ir.DataType.UINT8: (0, 255), ir.DataType.INT8: (-128, 127)}
@@ -83,13 +83,13 @@ def _collapsed(first: _Params, second: _Params) -> tuple[float, int]:
     explanation="""
     Two Q/DQ pairs in a row whose parameters differ (a requantization: the values are
     rounded to the first pair's grid, then to the second's) are replaced by ONNX Runtime's
-    default session (DoubleQDQPairsRemover) with one pair whose range is the
-    intersection of the two and whose step is that range / 255: the values come out on
-    neither grid. Measured, default session against ORT_DISABLE_ALL, uint8 and int8,
-    every release 1.15.1 to 1.32.0: scale 0.05 then 0.5 gives values on the 0.05 grid, off
-    by up to 0.25 (half the second step); scale 0.05 then 0.1: 0.05; zero point 128 then
-    100 (scale 0.05): 0.042. ORT leaves the chain alone when a link has another reader or
-    is a graph output, or the parameters are equal.
+    default session (DoubleQDQPairsRemover) with one pair whose range is the intersection of
+    the two and whose step is that range / 255: the values come out on that grid, not the
+    second pair's. Measured, default session against ORT_DISABLE_ALL, uint8 and int8, every
+    release 1.15.1 to 1.32.0: scale 0.05 then 0.5 gives values on the 0.05 grid, off by up
+    to 0.25 (half the second step); scale 0.05 then 0.1: 0.05; zero point 128 then 100
+    (scale 0.05): 0.042. ORT leaves the chain alone when a link has another reader or is a
+    graph output, or the parameters are equal.
     """,
     example="""
     warn: Q(x, 0.05, 128) -> DQ(0.05, 128) -> Q(0.5, 128) -> DQ(0.5, 128)
@@ -110,19 +110,29 @@ def _collapsed(first: _Params, second: _Params) -> tuple[float, int]:
     ],
 )
 def requantize_collapsed(ctx: QDQView) -> Iterator[Finding]:
+    message = requantization(ctx)
+    if message is not None:
+        yield ctx.report(message, HINT)
+
+
+#: The way out QL507 and QL731 name.
+HINT = (
+    "quantize once with the parameters meant, or run ONNX Runtime with "
+    "disabled_optimizers=['DoubleQDQPairsRemover'] (computes the graph as written)"
+)
+
+
+def requantization(ctx: QDQView) -> str | None:
+    """What QL507 (and QL731 for ``--target ort``) says of DQ1 of Q1 -> DQ1 -> Q2 -> DQ2 with
+    different parameters (None: not such a chain)."""
     found = _pairs(ctx)
-    if found is None:
-        return
+    if found is None or found[0] == found[1]:
+        return None
     first, second = found
-    if first == second:
-        return
     scale, zero = _collapsed(first, second)
-    name = ctx.node.outputs[0].name
-    yield ctx.report(
-        f"'{name}' is requantized from scale {first[0]:.6g}, zero point {first[1]:g} to "
-        f"{second[0]:.6g}, {second[1]:g}: ONNX Runtime's default session replaces the four "
-        f"nodes with one pair (scale {scale:.6g}, zero point {zero}), whose values are on "
-        "neither grid",
-        "quantize once with the parameters meant, or run ONNX Runtime with "
-        "disabled_optimizers=['DoubleQDQPairsRemover'] (computes the graph as written)",
+    return (
+        f"'{ctx.node.outputs[0].name}' is requantized from scale {first[0]:.6g}, zero point "
+        f"{first[1]:g} to {second[0]:.6g}, {second[1]:g}: ONNX Runtime's default session "
+        f"replaces the four nodes with one pair (scale {scale:.6g}, zero point {zero}: the "
+        "ranges' intersection in the type's steps), losing the requantization"
     )
