@@ -29,6 +29,7 @@ __all__ = [
     "inputs_for",
     "quantized",
     "run_ort",
+    "run_session",
 ]
 
 
@@ -254,3 +255,28 @@ def run_ort(
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     session = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     return session.run(None, dict(feeds))
+
+
+def run_session(
+    proto: onnx.ModelProto,
+    x: np.ndarray,
+    *,
+    optimized: bool = True,
+    disabled: tuple[str, ...] = (),
+) -> np.ndarray:
+    """The first output of ``proto`` fed ``x`` as "x" in ORT's CPU provider: the default
+    session (``optimized``, less the ``disabled`` optimizers) or ORT_DISABLE_ALL (the graph
+    as written). The value rules' measurements compare the two."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(
+        proto.SerializeToString(),
+        options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(disabled),
+    )
+    return np.asarray(session.run(None, {"x": x})[0])

@@ -10,7 +10,7 @@ import onnx_ir as ir
 import pytest
 from example_models import qdq_biased_op
 from onnx import numpy_helper
-from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
+from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized, run_session
 from qdq_models import load_ir
 
 from qlrewrite.checking.checker import check_model
@@ -24,16 +24,9 @@ OPS = ("Conv", "Gemm", "MatMul")
 
 
 def _run(proto: onnx.ModelProto, optimized: bool) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(
-        proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
     shape = [d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
     x = np.random.default_rng(1).uniform(-3, 3, shape).astype(np.float32)
-    return np.asarray(session.run(None, {"x": x})[0])
+    return run_session(proto, x, optimized=optimized)
 
 
 def _findings(proto: onnx.ModelProto) -> list[Finding]:

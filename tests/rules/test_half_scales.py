@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from example_models import qdq_model
+from ort_quantized import run_session
 from qdq_models import DQ, DT, Q, load_ir
 
 from qlrewrite.checking.checker import check_model
@@ -20,14 +21,7 @@ def _codes(proto: onnx.ModelProto) -> list[str]:
 
 
 def _run(proto: onnx.ModelProto, x: np.ndarray, optimized: bool) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(
-        proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
-    return np.asarray(session.run(None, {"x": x})[0])
+    return run_session(proto, x, optimized=optimized)
 
 
 @pytest.mark.parametrize("optimized", [True, False])

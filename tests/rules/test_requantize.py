@@ -12,7 +12,7 @@ import onnx
 import pytest
 from example_models import DT, qdq_requantized
 from onnx import numpy_helper
-from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized
+from ort_quantized import CONFIGS, INVALID_CONFIGS, quantized, run_session
 from qdq_models import load_ir
 
 from qlrewrite.checking.checker import check_model
@@ -27,17 +27,7 @@ X = np.random.default_rng(1).uniform(-3, 3, (1, 4, 6, 6)).astype(np.float32)
 def _run(
     proto: onnx.ModelProto, *, optimized: bool = True, disabled: tuple[str, ...] = ()
 ) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(
-        proto.SerializeToString(),
-        options,
-        providers=["CPUExecutionProvider"],
-        disabled_optimizers=list(disabled),
-    )
-    return np.asarray(session.run(None, {"x": X})[0])
+    return run_session(proto, X, optimized=optimized, disabled=disabled)
 
 
 def _findings(proto: onnx.ModelProto) -> list[Finding]:

@@ -23,6 +23,20 @@ _SMALLEST_NORMAL = {
 }
 
 
+def _per_axis_float16(scale: list[float]) -> ModelSpec:
+    """A DequantizeLinear of int8 [4, 3] with a float16 ``scale`` per column."""
+    return ModelSpec(
+        "qdq",
+        DQ,
+        21,
+        x_type=DT.INT8,
+        scale_type=DT.FLOAT16,
+        scale_shape=(3,),
+        scale=scale,
+        attrs={"axis": 1},
+    )
+
+
 @rule(
     "QL506",
     "half-scale-subnormal",
@@ -51,26 +65,8 @@ _SMALLEST_NORMAL = {
         ),
         Example(
             "float16-subnormal-per-axis",
-            ModelSpec(
-                "qdq",
-                DQ,
-                21,
-                x_type=DT.INT8,
-                scale_type=DT.FLOAT16,
-                scale_shape=(3,),
-                scale=[0.01, 3e-8, 0.02],
-                attrs={"axis": 1},
-            ),
-            ModelSpec(
-                "qdq",
-                DQ,
-                21,
-                x_type=DT.INT8,
-                scale_type=DT.FLOAT16,
-                scale_shape=(3,),
-                scale=[0.01, 0.03, 0.02],
-                attrs={"axis": 1},
-            ),
+            _per_axis_float16([0.01, 3e-8, 0.02]),
+            _per_axis_float16([0.01, 0.03, 0.02]),
         ),
     ],
 )
