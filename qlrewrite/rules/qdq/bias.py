@@ -1,6 +1,6 @@
-"""QL505: the scale of an int32 bias DequantizeLinear against the scales of the activation
-and weight it is added to (ONNX Runtime's fused kernels read the bias in units of their
-product)."""
+"""QL505, QL508: an int32 bias DequantizeLinear against the activation and weight it is
+added to: its scale against the product of theirs (ONNX Runtime's fused kernels read the
+bias in units of it), its values against int32's range left by the accumulator."""
 
 from __future__ import annotations
 
@@ -249,3 +249,94 @@ def mismatch(ctx: QDQView) -> Mismatch | None:
     )
     worst = float(np.nan_to_num(relative[differ], nan=np.inf).max())
     return Mismatch(bias.op.op_type, worst, exact, message, hint)
+
+
+#: The integer ranges of the activation and weight types the bound reads.
+_INT_RANGES = {
+    ir.DataType.UINT8: (0, 255),
+    ir.DataType.INT8: (-128, 127),
+    ir.DataType.UINT16: (0, 65535),
+    ir.DataType.INT16: (-32768, 32767),
+}
+
+
+def _reach(ctx: QDQView, value: ir.Value | None) -> tuple[int, tuple[int, ...] | None] | None:
+    """The largest |q - zero point| of the DequantizeLinear producing ``value`` (from its
+    type and constant zero point), and its integer input's shape."""
+    node = value.producer() if value is not None else None
+    if node is None or node.op_type != "DequantizeLinear" or not node.inputs:
+        return None
+    data = ctx.value_view(node.inputs[0])
+    if data is None or data.dtype not in _INT_RANGES:
+        return None
+    low, high = _INT_RANGES[data.dtype]
+    zero = ctx.value_view(node.inputs[2], read=True) if len(node.inputs) > 2 else None
+    zeros = zero.array.ravel() if zero is not None and zero.array is not None else np.zeros(1)
+    if zero is not None and zero.array is None:
+        zeros = np.array([low, high])  # unknown: the widest
+    reach = int(max(np.abs(high - zeros).max(), np.abs(zeros - low).max()))
+    dims = tuple(d for d in data.shape or () if d is not None)
+    known = data.shape is not None and len(dims) == len(data.shape)
+    return reach, dims if known else None
+
+
+def _depth(op: ir.Node, shape: tuple[int, ...]) -> int | None:
+    """How many products the op adds into one accumulator (its reduction length)."""
+    if op.op_type == "Conv" and len(shape) >= 2:
+        return int(np.prod(shape[1:]))
+    if op.op_type == "Gemm" and len(shape) == 2:
+        trans = op.attributes.get("transB")
+        return shape[1] if trans is not None and trans.as_int() else shape[0]
+    return shape[-2] if op.op_type == "MatMul" and len(shape) >= 2 else None
+
+
+@rule(
+    "QL508",
+    "int32-bias-overflow",
+    WARNING,
+    summary="An int32 bias plus the largest accumulator its op can reach overflows int32.",
+    explanation="""
+    ONNX Runtime's fused integer kernels (QLinearConv, QGemm, ...) add the int32 bias to
+    the int32 accumulator of the products (x - x_zero_point) x (w - w_zero_point), which
+    wraps around past int32's range, where DequantizeLinear and the float op compute the
+    graph's value. The bound is the bias's largest magnitude plus the reduction length
+    times the largest |x - zero point| and |w - zero point| the types and zero points
+    allow. Measured with biases at 2^31 - 1, -2^31 and 2^31 - 1000 (Conv, Gemm and
+    MatMul + Add, uint8 x int8): the default session off by the whole output range against
+    ORT_DISABLE_ALL in ORT 1.15.1, 1.24.4, 1.31.1 and 1.32.0. A bias at int32's limits is
+    also what a quantizer writes when it clipped a bias too large for x_scale x w_scale.
+    """,
+    example="""
+    warn: Gemm(DQ(x: uint8), DQ(w: int8 [16, 8]), DQ(b: int32 = 2147483647))
+    good: Gemm(DQ(x: uint8), DQ(w: int8 [16, 8]), DQ(b: int32 = 2000))
+    """,
+    versions="ai.onnx 10+",
+    examples=[
+        Example(
+            "gemm-bias-at-int32-max",
+            ModelSpec("qdq_biased_op", "Gemm", bias=[2**31 - 1] * 8),
+            ModelSpec("qdq_biased_op", "Gemm"),
+        ),
+    ],
+)
+def int32_bias_overflow(ctx: QDQView) -> Iterator[Finding]:
+    if ctx.is_quantize or ctx.x_type != ir.DataType.INT32 or not ctx.node.outputs:
+        return
+    found = _operands(ctx.node.outputs[0])
+    values = ctx.value_view(ctx.node.inputs[0], read=True)
+    if found is None or values is None or values.array is None or not values.array.size:
+        return
+    x, w = _reach(ctx, found[1]), _reach(ctx, found[2])
+    depth = _depth(found[0], w[1]) if w is not None and w[1] is not None else None
+    if x is None or w is None or depth is None:
+        return
+    largest = int(np.abs(values.array).max())
+    bound = largest + depth * x[0] * w[0]
+    if bound > _INT32.max:
+        yield ctx.report(
+            f"int32 bias '{values.name}' of {found[0].op_type} '{found[0].name}' reaches "
+            f"{largest}; with {depth} products of up to {x[0]} x {w[0]} the accumulator can "
+            f"reach {bound}, past int32's {_INT32.max}: fused integer kernels wrap around",
+            "quantize the bias with a larger scale (x_scale x w_scale larger: a larger weight "
+            "scale), or keep it float",
+        )
