@@ -14,6 +14,7 @@ from typing import Any
 
 import example_models as em
 import onnx
+import openvino_models
 import qoperator_models
 
 from qlrewrite.rules.model_spec import ModelSpec
@@ -36,6 +37,8 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_weight_op": em.qdq_weight_op,
     "qdq_biased_op": em.qdq_biased_op,
     "qdq_requantized": em.qdq_requantized,
+    "openvino_sixteen_bit": openvino_models.sixteen_bit,
+    "openvino_constant_operand": openvino_models.constant_operand,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

@@ -1,6 +1,7 @@
 """The rules of ``--target``: what a runtime refuses, fails on or computes wrong."""
 
 from qlrewrite.rules.targets import (  # noqa: F401 (register their rules)
+    openvino,
     ort,
     ort_nbits,
     ort_values,
