@@ -1,7 +1,9 @@
-"""QL740-QL741: valid Q/DQ models that OpenVINO's CPU plugin computes wrong or refuses,
-run only for ``--target openvino``: a 16-bit Q -> DQ pair on a one-sided range after a
-producer that can be negative (QL740, stripped without its clamp) and an Add / Mul reading
-a constant quantized in the graph (QL741, refused at compile). Measured with OpenVINO
+"""QL740-QL742: valid quantized models that OpenVINO's CPU plugin computes wrong or
+refuses, run only for ``--target openvino``: a 16-bit Q -> DQ pair on a one-sided range
+after a producer that can be negative (QL740, stripped without its clamp), an Add / Mul
+reading a constant quantized in the graph (QL741, refused at compile) and a com.microsoft
+QLinearAdd / QLinearMul whose output range ends where its result goes on (QL742, wraps
+around instead of saturating). Measured with OpenVINO
 2026.4.1 against ONNX Runtime 1.31.1 with ORT_DISABLE_ALL."""
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.findings import ERROR, Finding
-from qlrewrite.qdq import QDQView
-from qlrewrite.rules.model_spec import ModelSpec
+from qlrewrite.qdq import QOPERATOR, QDQView
+from qlrewrite.qdq.qoperator import TripleView, triples
+from qlrewrite.qdq.view import QOperatorView
+from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetNode, rule
 
 __all__: list[str] = []
@@ -198,3 +202,82 @@ def openvino_quantized_constant_operand(ctx: TargetNode[QDQView]) -> Iterator[Fi
                 "bit-exact with ONNX Runtime)",
             )
             return
+
+
+#: The ends of the 8-bit types a QLinearAdd / QLinearMul output saturates at in ORT.
+_ENDS = {ir.DataType.UINT8: (0, 255), ir.DataType.INT8: (-128, 127)}
+
+
+def _zero_point(triple: TripleView) -> int | None:
+    """The constant scalar zero point of a triple (0 when absent; None: not known)."""
+    if triple.zero_point is None:
+        return 0 if triple.values[2] is None else None
+    array = triple.zero_point.array
+    return int(array.ravel()[0]) if array is not None and array.size == 1 else None
+
+
+def _wrapped_end(found: list[TripleView]) -> int | None:
+    """The end of the output type its zero point sits at while an input's range goes
+    past it (None: no such end, or not known)."""
+    output = [t for t in found if t.role == "output"]
+    inputs = [_zero_point(t) for t in found if t.role != "output"]
+    if len(output) != 1 or output[0].dtype not in _ENDS or None in inputs:
+        return None
+    zero, ends = _zero_point(output[0]), _ENDS[output[0].dtype]
+    for end in ends:
+        if zero == end and any(z != end for z in inputs):
+            return end
+    return None
+
+
+@rule(
+    "QL742",
+    "openvino-qlinear-binary-wraps",
+    ERROR,
+    summary="OpenVINO computes com.microsoft QLinearAdd / QLinearMul without saturating: a "
+    "result beyond the output's range wraps around (0 becomes 255).",
+    explanation="""
+    ONNX Runtime saturates a QLinearAdd / QLinearMul result to the output type's range;
+    OpenVINO 2026.4.1's CPU plugin converts it to uint8 / int8 without a clamp, so a
+    result below the range wraps to the top and one above to the bottom. Measured
+    (one node, uint8, random inputs, against ORT 1.31.1 ORT_DISABLE_ALL): output zero
+    point 0 or 255, 228-255 steps off; zero point 128, within 1 step where nothing
+    saturates (Mul: 228 steps where it did). ORT's QOperator quantizer folds a Relu after
+    an Add into the Add's output range (zero point 0): its QOperator MLP (bias
+    QLinearAdd) is 179% off. Flagged: an output zero point at an end of its type while
+    an input's range goes past it (data-dependent saturation of a two-sided range is
+    not flagged).
+    """,
+    example="""
+    bad:  com.microsoft.QLinearAdd(A (zp 128), B (zp 100), C_zero_point=0)   (--target openvino)
+    good: com.microsoft.QLinearAdd(A (zp 128), B (zp 100), C_zero_point=128)
+    """,
+    versions="--target openvino",
+    scope="target-node",
+    needs_version=False,
+    kinds=(QOPERATOR,),
+    examples=[
+        Example(
+            "qlinear-add-output-zero-point-0",
+            ModelSpec("qoperator", "QLinearAdd", C_zero_point=ModelSpec("array", 0, DT.UINT8)),
+            ModelSpec("qoperator", "QLinearAdd"),
+            targets=("openvino",),
+        ),
+    ],
+)
+def openvino_qlinear_binary_wraps(ctx: TargetNode[QOperatorView]) -> Iterator[Finding]:
+    view = ctx.view
+    if ctx.target.runtime != "openvino" or view.node.domain != "com.microsoft":
+        return
+    if view.op_type not in ("QLinearAdd", "QLinearMul"):
+        return
+    end = _wrapped_end(triples(view))
+    if end is not None:
+        where = "lowest" if end in (0, -128) else "highest"
+        yield ctx.report(
+            f"the output's zero point {end} is its type's {where} value while an input's "
+            "range goes past it: ONNX Runtime saturates there, OpenVINO wraps around",
+            "a two-sided output range (and a Relu after the node, as ORT's QDQ format "
+            "writes it: `qlrewrite convert --to onnx`), or do not deploy the QOperator "
+            "form to OpenVINO",
+        )
