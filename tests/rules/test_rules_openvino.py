@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import qoperator_models
 from openvino_models import constant_operand, sixteen_bit
 
 from qlrewrite.checking.checker import check
@@ -111,3 +112,53 @@ def test_openvino_disagrees_exactly_where_flagged(tmp_path: Path) -> None:
         onnx.save(relu, tmp_path / "relu.onnx")
         plain = ref[paths["u16-zero-0" if zero == "u16" else "i16-zero-lowest"]]
         assert _run(ORT, "ort", [str(tmp_path / "relu.onnx")])[str(tmp_path / "relu.onnx")] == plain
+
+
+def _qlinear(op: str, zero: int) -> onnx.ModelProto:
+    return qoperator_models.build(op, C_zero_point=np.array(zero, np.uint8))
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("zero", [0, 255])
+def test_qlinear_binary_one_sided_flagged(op: str, zero: int, tmp_path: Path) -> None:
+    assert "QL742" in _errors(_qlinear(op, zero), tmp_path / "m.onnx")
+    assert "QL742" not in _errors(_qlinear(op, zero), tmp_path / "m.onnx", "ort==1.31")
+    assert "QL742" not in _errors(_qlinear(op, 128), tmp_path / "m.onnx")
+
+
+_RUN_QOPERATOR = """
+import json, sys, numpy as np
+rng = np.random.default_rng(0)
+feeds = {"A": rng.integers(0, 256, (2, 3)).astype(np.uint8),
+         "B": rng.integers(0, 256, (2, 3)).astype(np.uint8)}
+if sys.argv[1] == "ov":
+    import openvino as ov
+    c = ov.Core().compile_model(sys.argv[2], "CPU")
+    print(json.dumps(c(feeds)[c.outputs[0]].tolist()))
+else:
+    import onnxruntime as ort
+    o = ort.SessionOptions()
+    o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = ort.InferenceSession(sys.argv[2], o, providers=["CPUExecutionProvider"])
+    print(json.dumps(s.run(None, feeds)[0].tolist()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (OPENVINO.exists() and ORT.exists()), reason="release venvs absent")
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+def test_openvino_wraps_qlinear_binary(op: str, tmp_path: Path) -> None:
+    """Output zero point 0: OpenVINO wraps results below the range to the top (255 steps
+    off ORT's saturated 0)."""
+    path = tmp_path / "m.onnx"
+    onnx.save(_qlinear(op, 0), path)
+    got = [
+        np.asarray(json.loads(_output(python, kind, path)))
+        for python, kind in ((OPENVINO, "ov"), (ORT, "ort"))
+    ]
+    assert np.abs(got[0].astype(int) - got[1].astype(int)).max() > 200
+
+
+def _output(python: Path, kind: str, path: Path) -> str:
+    args = [str(python), "-c", _RUN_QOPERATOR, kind, str(path)]
+    return subprocess.run(args, capture_output=True, text=True, check=True).stdout

@@ -355,6 +355,60 @@ def qoperator_cases() -> Iterator[Case]:
     yield _case(_dynamic_quantize_model())  # type: ignore[misc]
 
 
+def _signed_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with int8 activations: its uint8 graph inputs and outputs int8, its uint8
+    zero points shifted by -128 (the same real values); weights stay as they are."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in [*model.graph.input, *model.graph.output]:
+        if value.type.tensor_type.elem_type == onnx.TensorProto.UINT8:
+            value.type.tensor_type.elem_type = onnx.TensorProto.INT8
+    for index, init in enumerate(model.graph.initializer):
+        if "zero_point" in init.name and init.data_type == onnx.TensorProto.UINT8:
+            array = onnx.numpy_helper.to_array(init).astype(np.int16) - 128
+            shifted = onnx.numpy_helper.from_array(array.astype(np.int8), init.name)
+            model.graph.initializer[index].CopyFrom(shifted)
+    return model
+
+
+def _activation_b(model: onnx.ModelProto, b_type: DT) -> onnx.ModelProto:
+    """A QLinearMatMul ``model`` whose b is a graph input of ``b_type`` (activation x
+    activation), its zero point per-tensor 0."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    inits = model.graph.initializer
+    for name in ("b", "b_scale", "b_zero_point"):
+        inits.remove(next(i for i in inits if i.name == name))
+    inits.extend(
+        [
+            onnx.numpy_helper.from_array(np.array(0.01, np.float32), "b_scale"),
+            onnx.numpy_helper.from_array(np.array(0, b_type.numpy()), "b_zero_point"),
+        ]
+    )
+    model.graph.input.append(helper.make_tensor_value_info("b", int(b_type), [4, 3]))
+    return model
+
+
+def qoperator_activation_cases() -> Iterator[Case]:
+    """The QOperator models of :func:`qoperator_cases` with int8 activations (weights
+    per-channel and per-tensor), and QLinearMatMul of two activations (uint8 / int8 each),
+    at ai.onnx opset 13 and the newest."""
+    for name, opset in itertools.product(qoperator_models.OPS, (13, 21)):
+        for overrides in ({}, PER_TENSOR_WEIGHTS.get(name)):
+            if overrides is None:
+                continue
+            case = _case(
+                _signed_activations(qoperator_models.build(name, opset=opset, **overrides))
+            )
+            if case is not None:
+                yield case
+        if name != "QLinearMatMul":
+            continue
+        for signed, b_type in itertools.product((False, True), (DT.UINT8, DT.INT8)):
+            model = _activation_b(qoperator_models.build(name, opset=opset), b_type)
+            case = _case(_signed_activations(model) if signed else model)
+            if case is not None:
+                yield case
+
+
 def _integer_model(
     op: str, types: tuple[DT, DT], *shapes: list[int] | None, zero_points: str
 ) -> onnx.ModelProto:
@@ -621,6 +675,7 @@ def all_cases() -> Iterator[Case]:
         matmul_nbits_cases,
         gather_block_cases,
         qoperator_cases,
+        qoperator_activation_cases,
         weight_pattern_cases,
         qdq_pattern_cases,
         weight_op_cases,
