@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import example_models as em
+import family_models
 import onnx
 import qoperator_models
 
@@ -36,6 +37,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_weight_op": em.qdq_weight_op,
     "qdq_biased_op": em.qdq_biased_op,
     "qdq_requantized": em.qdq_requantized,
+    "qdq_family": family_models.qdq_family,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

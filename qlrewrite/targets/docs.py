@@ -40,8 +40,9 @@ needs no more), QL702 (an opset of any domain newer than it loads; `--fix` drops
 import no node uses), QL703 (a node form it refuses, with
 the runtime's own message and the oldest release that runs it), QL704 (OpenVINO: a weight
 it folds to float), QL705 (opt-in: a quantized MatMul ONNX Runtime runs in float), QL706
-(a quantized MatMul, Conv, ConvTranspose or Gemm ONNX Runtime's default optimizations
-compute wrongly or fail at run on), QL711-QL714 (TensorRT, documented), QL721-QL724
+(a quantized MatMul, Conv, ConvTranspose or Gemm, or an activation-only QDQ node group,
+that ONNX Runtime's default optimizations compute wrongly, fail at run on, or refuse where
+ORT_DISABLE_ALL runs it), QL711-QL714 (TensorRT, documented), QL721-QL724
 (QNN, documented).
 
 ## How the tables are measured
@@ -67,7 +68,17 @@ ai.onnx opset 13 and the lowest IR version their types allow (IR 7, so the relea
 load no IR 10 still get a verdict on the operator); the QOperator operators (each input's
 type, `[n]` marking a per-channel scale or zero point; weights per-tensor and
 per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul, Conv, ConvTranspose and
-Gemm patterns, whose optimized graph ONNX Runtime saves: the kernels it formed. The
+Gemm patterns (at opsets 13 and 21; uint8 x int8 also at 10, 19 and 23; Conv and Gemm with
+com.microsoft Q/DQ too), whose optimized graph ONNX Runtime saves: the kernels it formed;
+the activation-only QDQ node groups ONNX Runtime's selectors fuse or drop (`QDQ <op>:
+input=<the DequantizeLinear's form> output=<the QuantizeLinear's type> params=equal|differ`,
+`tools/probe/families.py`: AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax, Add,
+Mul, Concat, Where, MaxPool, Resize, Reshape, Transpose, Flatten, Squeeze, Unsqueeze,
+Slice, Gather, ReduceMax, ArgMax, Pad, InstanceNormalization, Relu, Clip; uint8 / int8 at
+opset 13, uint8 / uint16 / int16 / int4 / float8 e4m3fn at 21, uint16 in com.microsoft
+Q/DQ, uint8 per channel; every Q/DQ of the group with one scale and zero point or not). A
+compared pattern the default session refuses at load records whether ORT_DISABLE_ALL
+loads and runs it (`unoptimized`). The
 imports of ai.onnx.ml, ai.onnx.training and ai.onnx.preview.training are probed alone (an
 ai.onnx Add in a model importing the domain at each version onnx knows): ONNX Runtime
 refuses a model importing a newer version than it knows even when no node uses it.

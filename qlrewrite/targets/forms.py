@@ -17,7 +17,15 @@ from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
-__all__ = ["QDQ_PATTERN", "WEIGHT_OPS", "WEIGHT_PATTERN", "form_of", "pattern_key"]
+__all__ = [
+    "FAMILY_OPS",
+    "QDQ_PATTERN",
+    "WEIGHT_OPS",
+    "WEIGHT_PATTERN",
+    "family_key",
+    "form_of",
+    "pattern_key",
+]
 
 _GRANULARITY = {
     opsets.PER_TENSOR: "per-tensor",
@@ -221,3 +229,84 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
         layout = _blocked_layout(view, consumer)
         return None if layout is None else key + layout
     return key
+
+
+#: The ai.onnx operators of the activation-only QDQ node groups the tables record: those
+#: ONNX Runtime's QDQ selectors (onnxruntime/core/optimizer/qdq_transformer/
+#: selectors_actions/qdq_selector_action_transformer.cc) replace with a QLinear kernel
+#: (unary, binary, variadic, Where) or whose Q/DQ pair they drop (Reshape, MaxPool, ...), and
+#: those other providers' selectors group (Pad, InstanceNormalization) or ORT folds into
+#: the QuantizeLinear (Relu, Clip).
+FAMILY_OPS = (
+    "AveragePool",
+    "GlobalAveragePool",
+    "LeakyRelu",
+    "Sigmoid",
+    "Softmax",
+    "Add",
+    "Mul",
+    "Concat",
+    "Where",
+    "MaxPool",
+    "Resize",
+    "Reshape",
+    "Transpose",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Slice",
+    "Gather",
+    "ReduceMax",
+    "ArgMax",
+    "Pad",
+    "InstanceNormalization",
+    "Relu",
+    "Clip",
+)
+
+
+def _parameters(view: QDQView, node: ir.Node) -> tuple[bytes, ...] | None:
+    """A Q or DQ node's scale and zero point as bytes (None: not a read constant)."""
+    found = []
+    for value in node.inputs[1:3]:
+        array = view.value_view(value, read=True) if value is not None else None
+        if array is None or array.array is None:
+            return None
+        found.append(array.array.tobytes() + str(array.array.shape).encode())
+    return tuple(found)
+
+
+def _group_params(view: QDQView, op: ir.Node, outputs: list[ir.Node]) -> str:
+    """``equal`` when every DequantizeLinear giving ``op`` and every QuantizeLinear of its
+    output hold the same scale and zero point, else ``differ``."""
+    producers = [v.producer() for v in op.inputs if v is not None]
+    group = [n for n in producers if n is not None and n.op_type == "DequantizeLinear"]
+    found = {_parameters(view, n) for n in [*group, *outputs]}
+    return "equal" if len(found) == 1 and None not in found else "differ"
+
+
+def _quantized_type(quantize: ir.Node) -> str:
+    """The element type a QuantizeLinear writes: its output's, else its zero point's, else
+    uint8 (the default without one)."""
+    for value in (quantize.outputs[0], *quantize.inputs[2:3]):
+        if value is not None and value.dtype is not None:
+            return value.dtype.name
+    return "UINT8"
+
+
+def family_key(view: NodeView, op: ir.Node) -> str | None:
+    """The table key of the activation-only QDQ node group whose input ``view``'s
+    DequantizeLinear gives to ``op`` (one of :data:`FAMILY_OPS`): ``QDQ <op>: input=<the
+    DequantizeLinear's form> output=<the QuantizeLinear's type, or float>
+    params=equal|differ`` (whether every Q/DQ of the group has one scale and zero point).
+    None: not such a group, or the DequantizeLinear has no form."""
+    if op.op_type not in FAMILY_OPS or op.domain not in ("", "ai.onnx"):
+        return None
+    form = form_of(view) if isinstance(view, QDQView) and not view.is_quantize else None
+    if form is None or not isinstance(view, QDQView):
+        return None
+    consumers = list(op.outputs[0].consumers()) if op.outputs else []
+    quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
+    output = _quantized_type(consumers[0]) if quantized else "float"
+    params = _group_params(view, op, consumers if quantized else [])
+    return f"QDQ {op.op_type}: input={form} output={output} params={params}"

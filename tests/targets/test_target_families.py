@@ -32,7 +32,14 @@ from example_models import (
     qdq_weight_op,
 )
 from onnx import helper
-from ort_quantized import CONFIGS, INVALID_CONFIGS, QOPERATOR_CONFIGS, model_name_of, quantized
+from ort_quantized import (
+    CONFIGS,
+    FAMILY_CONFIGS,
+    INVALID_CONFIGS,
+    QOPERATOR_CONFIGS,
+    model_name_of,
+    quantized,
+)
 
 from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
@@ -215,14 +222,16 @@ for path, shape in json.loads(sys.argv[1]):
     verdicts[path] = "miscomputes" if wrong else "ok"
 print(json.dumps(verdicts))
 """
-_SHAPES = {"cnn": [1, 4, 8, 8], "mlp": [1, 16, 64]}
+_SHAPES = {"cnn": [1, 4, 8, 8], "mlp": [1, 16, 64], "branchy": [1, 4, 8, 8]}
 
 
 @pytest.mark.slow
 def test_ort_quantizer_outputs_in_every_release(tmp_path: Path) -> None:
     """``check --target ort==1.X`` errors exactly where release X refuses the quantizer's
     output, fails at run on it or computes it otherwise than ORT_DISABLE_ALL."""
-    configs = sorted((set(CONFIGS) | set(QOPERATOR_CONFIGS)) - INVALID_CONFIGS)
+    configs = sorted(
+        (set(CONFIGS) | set(QOPERATOR_CONFIGS) | set(FAMILY_CONFIGS)) - INVALID_CONFIGS
+    )
     models = [
         (str(_save(quantized(c), tmp_path, f"{c}.onnx")), _SHAPES[model_name_of(c)])
         for c in configs

@@ -23,7 +23,7 @@ from qlrewrite.rules.registry import (
     TargetNode,
     rule,
 )
-from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, family_key, form_of, pattern_key
 from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
@@ -253,8 +253,11 @@ def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
     uint16 or int16, which 1.17 added. A weight's DequantizeLinear is also looked up as part
     of the MatMul it feeds (the probe's QDQ MatMul patterns): ONNX Runtime 1.18 and 1.19
     fuse a uint8 x int8 per-axis QDQ MatMul at opset 21 into a QLinearMatMul(21) they have
-    no kernel for, and refuse the model. The message quotes the runtime's own error and
-    the oldest release that runs the form.
+    no kernel for, and refuse the model. An activation's DequantizeLinear is looked up as
+    part of the activation-only QDQ node group it feeds (Add, Concat, MaxPool, ...) too,
+    where ORT_DISABLE_ALL refuses it as well (a refusal only the default optimizations make
+    is QL706's). The message quotes the runtime's own error and the oldest release that
+    runs the form.
     """,
     example="""
     bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
@@ -286,6 +289,11 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
         if key is not None and op is not None:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
+    if not refused and not ctx.view.is_quantize:
+        group = _family_of(ctx)
+        if group is not None:
+            form, what = group[1], f"the quantized {group[0].op_type} it feeds"
+            refused = [(t, r) for t, r in _refusals(ctx.target, form) if r.unoptimized != "runs"]
     if not refused:
         return
     refusal = refused[-1][1]
@@ -382,6 +390,27 @@ def _weight_op_of(ctx: TargetNode) -> ir.Node | None:
         if weight_op and len(node.inputs) > 1 and node.inputs[1] is outputs[0]:
             return node
     return None
+
+
+def _family_of(ctx: TargetNode) -> tuple[ir.Node, str] | None:
+    """The activation-only QDQ node group (:data:`~qlrewrite.targets.forms.FAMILY_OPS`)
+    whose first quantized input the DequantizeLinear gives, and its table key; None when
+    it gives none, or feeds more than that node (ONNX Runtime groups a DequantizeLinear
+    only into its one consumer: ``CheckOutputEdges`` in qdq_selectors.cc)."""
+    outputs = ctx.view.node.outputs
+    value = outputs[0] if outputs else None
+    if value is None or len(value.uses()) != 1 or value.is_graph_output():
+        return None
+    op = next(iter(value.consumers()))
+    dequantized = [
+        v
+        for v in op.inputs
+        if v is not None and (p := v.producer()) is not None and p.op_type == "DequantizeLinear"
+    ]
+    if not dequantized or dequantized[0] is not value:  # one finding per group
+        return None
+    key = family_key(ctx.view, op)
+    return None if key is None else (op, key)
 
 
 def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
@@ -532,7 +561,8 @@ def _ways_out(key: str) -> str:
     "target-miscomputes",
     ERROR,
     summary="ONNX Runtime's default optimizations compute this quantized MatMul, Conv, "
-    "ConvTranspose or Gemm wrongly or fail at run on it (measured against ORT_DISABLE_ALL).",
+    "ConvTranspose, Gemm or activation group wrongly, fail at run on it, or refuse it "
+    "(measured against ORT_DISABLE_ALL).",
     explanation="""
     The probe runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
     Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each
@@ -559,20 +589,38 @@ def _ways_out(key: str) -> str:
     blocked (opset 21, 1.19 to 1.32), fails at run; per-channel Conv weights whose zero
     points differ fail at run in 1.15 to 1.26 ("zero point of per-channel filter must be
     same"), per-channel Gemm weights without zero point in 1.15 to 1.27. The finding names
-    the releases and what was measured; ways out: for MatMul, MatMulNBits (`qlrewrite
-    convert --to com.microsoft`, blocks along K: a blocked weight needs no
+    the releases and what was measured. The activation-only QDQ node groups ONNX Runtime
+    fuses into QLinear kernels or whose Q/DQ pair it drops (unary, binary, Concat, Where,
+    MaxPool, Resize, Reshape, ..., measured in 1.15.1 to 1.32.0: none computes other values)
+    are refused at load by the default session where ORT_DISABLE_ALL runs them, or fail at
+    run: an activation quantized per channel (the QLinear kernels read one scale: "Scale
+    and Zero-point must be a scalar"; Add, Mul, Concat and Softmax up to 1.31, AveragePool,
+    LeakyRelu, Sigmoid and Where up to 1.32, GlobalAveragePool failing at run), float8
+    activations fused into QLinear kernels that have no float8 kernel (1.18 to 1.31), a
+    Clip before a float8 (1.18 to 1.32) or int4 (1.19 to 1.32) QuantizeLinear, an int4
+    MaxPool whose Q/DQ
+    pair is dropped (1.19 to 1.32). With `--target openvino` the groups' outputs are
+    compared with the ONNX reference evaluator's (OpenVINO 2026.4.1: an
+    InstanceNormalization between 16-bit Q/DQ computed about 55% of the largest output
+    off). Ways out: for MatMul, MatMulNBits (`qlrewrite convert --to com.microsoft`, blocks
+    along K: a blocked weight needs no
     `--include-8bit`), per-channel weights, or a session that does not fuse QDQ nodes; for
     Conv, ConvTranspose and Gemm, the same weight quantized per channel on its output axis
     with one zero point, or per tensor, offered only when the tables measured that form to
-    match ORT_DISABLE_ALL in every release of the target, or an ORT_DISABLE_ALL session.
+    match ORT_DISABLE_ALL in every release of the target, or an ORT_DISABLE_ALL session;
+    for an activation group, the activation quantized per tensor or as uint8, offered on the
+    same condition, or an ORT_DISABLE_ALL session. One finding per group (on its first
+    quantized input).
     """,
     example="""
     bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
     good: Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, per-axis)
     bad:  Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=1)
     good: Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=0)
+    bad:  Q/DQ(a: uint8, per-axis) -> Add -> Q/DQ   (--target ort==1.24: refused at load)
+    good: Q/DQ(a: uint8, per-tensor) -> Add -> Q/DQ
     """,
-    versions="--target ort",
+    versions="--target ort / openvino",
     scope="target-node",
     needs_version=False,
     examples=[
@@ -585,6 +633,12 @@ def _ways_out(key: str) -> str:
             targets=("ort==1.31",),
         ),
         Example(
+            "per-channel-activation-into-add",
+            ModelSpec("qdq_family", "Add", DT.UINT8, "per-axis"),
+            ModelSpec("qdq_family", "Add", DT.UINT8, "per-tensor"),
+            targets=("ort==1.24",),
+        ),
+        Example(
             "conv-weight-per-channel-on-axis-1",
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=1),
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=0),
@@ -593,11 +647,15 @@ def _ways_out(key: str) -> str:
     ],
 )
 def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
-    if ctx.view.is_quantize or ctx.target.runtime != "ort":
+    if ctx.view.is_quantize or ctx.target.runtime not in ("ort", "openvino"):
+        return
+    if ctx.target.runtime == "openvino":  # measured against the reference: the groups only
+        yield from _family_miscomputes(ctx)
         return
     op = _weight_op_of(ctx)
     key = _pattern_key(ctx, op) if op is not None else None
     if key is None or op is None:
+        yield from _family_miscomputes(ctx)
         return
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     if found:
@@ -610,3 +668,87 @@ def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
             f"feeds {_what(found)}",
             ways,
         )
+
+
+def _optimizer_refusals(target: Target, key: str) -> list[tuple[Table, Divergence]]:
+    """The releases whose default session refused ``key`` at load or run where an
+    ORT_DISABLE_ALL session ran it, as divergences."""
+    found = []
+    for runtime in target.tables:
+        refusal = runtime.refusal(key)
+        if refusal is not None and refusal.unoptimized == "runs":
+            found.append((runtime, Divergence("fails at load", None, refusal.error)))
+    return found
+
+
+def _family_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
+    """QL706 on an activation-only QDQ node group: what the releases' default sessions
+    computed otherwise, failed at run on, or refused where ORT_DISABLE_ALL ran it."""
+    group = _family_of(ctx)
+    if group is None:
+        return
+    op, key = group
+    found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
+    found += _optimizer_refusals(ctx.target, key)
+    if not found:
+        return
+    order = {t.name: i for i, t in enumerate(ctx.target.tables)}
+    found.sort(key=lambda pair: order[pair[0].name])
+    who = _who(ctx.target, [t for t, _ in found])
+    by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else who
+    yield ctx.report(
+        f"{by} the quantized {op.op_type} this activation feeds {_what_of_group(found)}",
+        _family_ways_out(ctx.target, key),
+    )
+
+
+def _what_of_group(found: list[tuple[Table, Divergence]]) -> str:
+    """:func:`_what`, with the refusals at load ORT_DISABLE_ALL does not share."""
+    loads = [d for _, d in found if d.outcome == "fails at load"]
+    if len(loads) < len(found):
+        return _what([(t, d) for t, d in found if d.outcome != "fails at load"])
+    return f"is refused when loaded, where ORT_DISABLE_ALL runs it: {loads[-1].error}"
+
+
+#: A family key's input form and output type (:func:`~qlrewrite.targets.forms.family_key`).
+_FAMILY_FORM = re.compile(
+    r"input=(?P<head>\S+ \S+ opset=\d+) (?P<type>\w+) (?P<scale>scale=\w+) "
+    r"(?P<granularity>[\w-]+) output=(?P<output>\w+)"
+)
+
+
+def _family_variant(key: str, qtype: str | None) -> str:
+    """``key`` with its input quantized per tensor (and, given ``qtype``, its input and
+    output of that type)."""
+
+    def replace(match: re.Match[str]) -> str:
+        head, scale = match.group("head"), match.group("scale")
+        input_type = qtype or match.group("type")
+        output = qtype or match.group("output")
+        return f"input={head} {input_type} {scale} per-tensor output={output}"
+
+    return _FAMILY_FORM.sub(replace, key, count=1)
+
+
+def _family_ways_out(target: Target, key: str) -> str:
+    """Ways out of a family pattern: the activation quantized per tensor, or as uint8 per
+    tensor (same opset and domain), offered when the tables measured that form to match
+    ORT_DISABLE_ALL in every release of the target; or an ORT_DISABLE_ALL session."""
+    forms: list[str] = []
+    seen = {key}
+    for qtype, label in ((None, "per tensor"), ("UINT8", "as uint8 per tensor")):
+        form = _family_variant(key, qtype)
+        if form not in seen and _matching(target, form):
+            forms.append(label)
+        seen.add(form)
+    if target.runtime != "ort":
+        if not forms:
+            return "no measured form of this group runs right there: keep it in float"
+        return f"quantize this activation {' or '.join(forms)} (measured to run right there)"
+    session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
+    if not forms:
+        return session
+    return (
+        f"quantize this activation {' or '.join(forms)} (measured to match ORT_DISABLE_ALL "
+        f"in these releases); or {session}"
+    )
