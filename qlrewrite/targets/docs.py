@@ -76,7 +76,9 @@ input=<the DequantizeLinear's form> output=<the QuantizeLinear's type> params=eq
 Mul, Concat, Where, MaxPool, Resize, Reshape, Transpose, Flatten, Squeeze, Unsqueeze,
 Slice, Gather, ReduceMax, ArgMax, Pad, InstanceNormalization, Relu, Clip; uint8 / int8 at
 opset 13, uint8 / uint16 / int16 / int4 / float8 e4m3fn at 21, uint16 in com.microsoft
-Q/DQ, uint8 per channel; every Q/DQ of the group with one scale and zero point or not). A
+Q/DQ, uint8 per channel; every Q/DQ of the group with one scale and zero point or not)
+and the int32 bias DequantizeLinear of a QDQ Conv / Gemm (`QDQ <op> bias: ...`, weight and
+bias per tensor or per channel, opset 13 and 21). A
 compared pattern the default session refuses at load records whether ORT_DISABLE_ALL
 loads and runs it (`unoptimized`). The
 imports of ai.onnx.ml, ai.onnx.training and ai.onnx.preview.training are probed alone (an

@@ -22,6 +22,7 @@ __all__ = [
     "QDQ_PATTERN",
     "WEIGHT_OPS",
     "WEIGHT_PATTERN",
+    "bias_key",
     "family_key",
     "form_of",
     "pattern_key",
@@ -310,3 +311,37 @@ def family_key(view: NodeView, op: ir.Node) -> str | None:
     output = _quantized_type(consumers[0]) if quantized else "float"
     params = _group_params(view, op, consumers if quantized else [])
     return f"QDQ {op.op_type}: input={form} output={output} params={params}"
+
+
+def _weight_granularity(op: ir.Node) -> str | None:
+    """``per-tensor`` or ``per-axis``: how the DequantizeLinear giving ``op``'s weight
+    (second input) is quantized (None: no DequantizeLinear, or its scale's shape unknown)."""
+    weight = op.inputs[1] if len(op.inputs) > 1 else None
+    producer = weight.producer() if weight is not None else None
+    if producer is None or producer.op_type != "DequantizeLinear" or len(producer.inputs) < 2:
+        return None
+    scale = producer.inputs[1]
+    shape = scale.shape if scale is not None else None
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return None
+    size = 1
+    for dim in shape:
+        size *= dim  # type: ignore[operator]
+    return "per-tensor" if size == 1 else "per-axis"
+
+
+def bias_key(view: NodeView, op: ir.Node) -> str | None:
+    """The table key of the bias (third input) ``view``'s DequantizeLinear gives a QDQ Conv
+    or Gemm: ``QDQ <op> bias: activation=<type> weight=per-tensor|per-axis bias=<the
+    DequantizeLinear's form>``. None: not a bias of such a pattern, or no form."""
+    if op.op_type not in ("Conv", "Gemm") or op.domain not in ("", "ai.onnx"):
+        return None
+    outputs = view.node.outputs
+    if len(op.inputs) < 3 or not outputs or op.inputs[2] is not outputs[0]:
+        return None
+    form = form_of(view)
+    activation = _activation_type(op)
+    weight = _weight_granularity(op)
+    if None in (form, activation, weight):
+        return None
+    return f"QDQ {op.op_type} bias: activation={activation} weight={weight} bias={form}"

@@ -77,7 +77,8 @@ def _errors(path: Path, target: str) -> list[Any]:
 
 def test_every_family_op_is_probed_in_every_table() -> None:
     keys = {case.key for case in families.family_cases()}
-    assert {k.split(":")[0].removeprefix("QDQ ") for k in keys} == set(FAMILY_OPS)
+    ops = {k.split(":")[0].removeprefix("QDQ ") for k in keys}
+    assert ops == {*FAMILY_OPS, "Conv bias", "Gemm bias"}
     for release in RELEASES:
         missing = keys - set(table(f"ort-{release}").forms)
         assert not missing, (release, sorted(missing)[:3])
@@ -166,6 +167,24 @@ def test_concat_of_different_scales_computes_right_in_every_release(
         fused = "com.microsoft:QLinearConcat" if qtype == DT.UINT8 else None  # int8: Concat
         assert row["kernel"] == fused
         assert _errors(path, f"ort=={release}") == []
+
+
+def test_int32_biases_of_conv_and_gemm_are_computed_right_in_every_release() -> None:
+    """The bias DequantizeLinear of a QDQ Conv / Gemm as ORT's quantizer writes it (scale
+    x_scale x w_scale, per tensor or per channel, opset 13 and 21): fused and computed as
+    ORT_DISABLE_ALL and the reference in every release that loads it (a bias scale that is
+    not the product is QL505 / QL730's)."""
+    keys = [case.key for case in families.bias_cases()]
+    assert len(keys) == 8
+    for release in RELEASES:
+        for key in keys:
+            row = table(f"ort-{release}").forms[key]
+            if isinstance(row, dict) and not row.get("runs"):
+                assert row["reason"] == "ir", (release, key)
+                continue
+            assert row["optimized"] == row["reference"] == "matches", (release, key)
+            fused = ("QLinearConv", "com.microsoft:QLinearConv", "com.microsoft:QGemm")
+            assert row["kernel"] in fused, (release, key)
 
 
 def _installed_release() -> str:

@@ -326,7 +326,7 @@ def _row(line: dict, runtime: str) -> str | dict:
         row["runtime_ops"] = line["runtime_ops"]
     if "unoptimized" in line:  # a compared pattern refused at load: ORT_DISABLE_ALL's outcome
         unoptimized = line["unoptimized"]
-        row["unoptimized"] = unoptimized if unoptimized == "runs" else short(unoptimized)
+        row["unoptimized"] = unoptimized if unoptimized == "runs" else scrub(short(unoptimized))
     return _compared(line, row)
 
 

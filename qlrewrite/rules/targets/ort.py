@@ -23,7 +23,14 @@ from qlrewrite.rules.registry import (
     TargetNode,
     rule,
 )
-from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, family_key, form_of, pattern_key
+from qlrewrite.targets.forms import (
+    WEIGHT_OPS,
+    WEIGHT_PATTERN,
+    bias_key,
+    family_key,
+    form_of,
+    pattern_key,
+)
 from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
@@ -394,14 +401,18 @@ def _weight_op_of(ctx: TargetNode) -> ir.Node | None:
 
 def _family_of(ctx: TargetNode) -> tuple[ir.Node, str] | None:
     """The activation-only QDQ node group (:data:`~qlrewrite.targets.forms.FAMILY_OPS`)
-    whose first quantized input the DequantizeLinear gives, and its table key; None when
-    it gives none, or feeds more than that node (ONNX Runtime groups a DequantizeLinear
-    only into its one consumer: ``CheckOutputEdges`` in qdq_selectors.cc)."""
+    whose first quantized input the DequantizeLinear gives, or the QDQ Conv / Gemm whose
+    bias it gives, and its table key; None when it gives none, or feeds more than that
+    node (ONNX Runtime groups a DequantizeLinear only into its one consumer:
+    ``CheckOutputEdges`` in qdq_selectors.cc)."""
     outputs = ctx.view.node.outputs
     value = outputs[0] if outputs else None
     if value is None or len(value.uses()) != 1 or value.is_graph_output():
         return None
     op = next(iter(value.consumers()))
+    bias = bias_key(ctx.view, op)
+    if bias is not None:
+        return op, bias
     dequantized = [
         v
         for v in op.inputs
@@ -696,8 +707,9 @@ def _family_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     found.sort(key=lambda pair: order[pair[0].name])
     who = _who(ctx.target, [t for t, _ in found])
     by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else who
+    role = "bias" if " bias: " in key else "activation"
     yield ctx.report(
-        f"{by} the quantized {op.op_type} this activation feeds {_what_of_group(found)}",
+        f"{by} the quantized {op.op_type} this {role} feeds {_what_of_group(found)}",
         _family_ways_out(ctx.target, key),
     )
 
