@@ -17,8 +17,6 @@ patterns (issue 41, items 1-3).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import onnx
@@ -40,6 +38,7 @@ from ort_quantized import (
     model_name_of,
     quantized,
 )
+from release_venvs import release_outputs
 
 from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
@@ -236,20 +235,9 @@ def test_ort_quantizer_outputs_in_every_release(tmp_path: Path) -> None:
         (str(_save(quantized(c), tmp_path, f"{c}.onnx")), _SHAPES[model_name_of(c)])
         for c in configs
     ]
-    venvs = [Path(f"/work/venvs/ort-{a}.{b}/bin/python") for a, b in ort_releases()]
-    if not any(v.exists() for v in venvs):
-        pytest.skip("no release venvs under /work/venvs")
     wrong = []
-    for python in (v for v in venvs if v.exists()):
-        release = python.parent.parent.name.removeprefix("ort-")
-        done = subprocess.run(
-            [str(python), "-c", _VERDICTS, json.dumps(models)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        for path, verdict in json.loads(done.stdout).items():
+    for release, verdicts in release_outputs(_VERDICTS, models, timeout=600):
+        for path, verdict in verdicts.items():
             errors = _errors(Path(path), f"ort=={release}")
             if bool(errors) != (verdict != "ok"):
                 wrong.append((release, Path(path).stem, verdict, errors))

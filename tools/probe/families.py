@@ -40,25 +40,10 @@ ACTIVATIONS = (
 )
 #: The ops whose output stays in the input's range: probed with one scale and zero point
 #: for the whole group too (what ORT requires to drop a Q/DQ pair).
-SAME_RANGE = (
-    "AveragePool",
-    "GlobalAveragePool",
-    "LeakyRelu",
-    "Concat",
-    "Where",
-    "MaxPool",
-    "Resize",
-    "Reshape",
-    "Transpose",
-    "Flatten",
-    "Squeeze",
-    "Unsqueeze",
-    "Slice",
-    "Gather",
-    "ReduceMax",
-    "Pad",
-    "Relu",
-    "Clip",
+SAME_RANGE = tuple(
+    op
+    for op in FAMILY_OPS
+    if op not in ("Sigmoid", "Softmax", "Add", "Mul", "ArgMax", "InstanceNormalization")
 )
 
 

@@ -610,7 +610,11 @@ def _ways_out(key: str) -> str:
     activations fused into QLinear kernels that have no float8 kernel (1.18 to 1.31), a
     Clip before a float8 (1.18 to 1.32) or int4 (1.19 to 1.32) QuantizeLinear, an int4
     MaxPool whose Q/DQ
-    pair is dropped (1.19 to 1.32). With `--target openvino` the groups' outputs are
+    pair is dropped (1.19 to 1.32). A Concat whose inputs have different scales or zero
+    points is computed right by every release (uint8: QLinearConcat requantizes each input;
+    int8 stays a float Concat), and neither TensorRT's nor the QNN EP's documents, nor ORT's
+    QNN EP Concat builder (qnn/builder/opbuilder/concat_op_builder.cc), require one scale:
+    no rule flags it. With `--target openvino` the groups' outputs are
     compared with the ONNX reference evaluator's (OpenVINO 2026.4.1: an
     InstanceNormalization between 16-bit Q/DQ computed about 55% of the largest output
     off). Ways out: for MatMul, MatMulNBits (`qlrewrite convert --to com.microsoft`, blocks
