@@ -247,12 +247,12 @@ import json, sys
 import numpy as np
 import onnxruntime as ort
 
-def outcome(path, level):
+def outcome(path, shape, level):
     options = ort.SessionOptions()
     options.log_severity_level = 4
     if level is not None:
         options.graph_optimization_level = level
-    feed = {"a": np.random.default_rng(1).uniform(0, 6, [1, 4, 4, 4]).astype(np.float32)}
+    feed = {"a": np.random.default_rng(1).uniform(0, 6, shape).astype(np.float32)}
     try:
         session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
     except Exception:
@@ -263,9 +263,9 @@ def outcome(path, level):
         return "run", None
 
 verdicts = {}
-for path in json.loads(sys.argv[1]):
-    default, got = outcome(path, None)
-    plain, expected = outcome(path, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+for path, shape in json.loads(sys.argv[1]):
+    default, got = outcome(path, shape, None)
+    plain, expected = outcome(path, shape, ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     if default == "ok" and plain == "ok":
         largest = float(np.abs(expected).max()) or 1.0
         if float(np.abs(got.astype(np.float64) - expected).max()) / largest > 0.1:
@@ -281,7 +281,7 @@ def test_family_patterns_in_every_release(tmp_path: Path) -> None:
     channel) in each /work/venvs/ort-1.X: ``check --target ort==1.X`` errors exactly where
     the release refuses it, fails at run, or computes otherwise than ORT_DISABLE_ALL."""
     paths = [
-        str(_save(case.model, tmp_path, f"c{index}.onnx"))
+        (str(_save(case.model, tmp_path, f"c{index}.onnx")), case.feeds[0][2])
         for index, case in enumerate(families.family_cases())
     ]
     wrong = []
