@@ -221,7 +221,12 @@ for path, shape in json.loads(sys.argv[1]):
     verdicts[path] = "miscomputes" if wrong else "ok"
 print(json.dumps(verdicts))
 """
-_SHAPES = {"cnn": [1, 4, 8, 8], "mlp": [1, 16, 64], "branchy": [1, 4, 8, 8]}
+_SHAPES = {
+    "cnn": [1, 4, 8, 8],
+    "mlp": [1, 16, 64],
+    "branchy": [1, 4, 8, 8],
+    "attention": [1, 8, 32],
+}
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ import onnx
 import pytest
 from example_models import DT
 from family_models import qdq_family
-from ort_quantized import FAMILY_CONFIGS, inputs_for, quantized, run_session
+from ort_quantized import FAMILY_CONFIGS, inputs_for, model_name_of, quantized, run_session
 from release_venvs import release_outputs
 
 from qlrewrite.checking.checker import check
@@ -228,12 +228,13 @@ def test_quantizer_outputs_are_silent_where_the_installed_release_runs_them(
     tmp_path: Path, config: str
 ) -> None:
     """ORT's own quantize_static (QDQ 8-bit, per channel, 16-bit at opset 21 and in
-    com.microsoft, QOperator) and quantize_dynamic outputs of a CNN of every family: the
+    com.microsoft, QOperator) and quantize_dynamic outputs of a CNN and an attention block
+    of the families: the
     installed release runs each with the default session as ORT_DISABLE_ALL does (within
     10% of the largest output), and ``check --target`` it is silent on them."""
     release = _installed_release()
     model = quantized(config)
-    x = inputs_for("branchy")["x"]
+    x = inputs_for(model_name_of(config))["x"]
     got = run_session(model, x)
     expected = run_session(model, x, optimized=False)
     assert float(abs(got - expected).max()) <= 0.1 * float(abs(expected).max())
