@@ -10,7 +10,7 @@ from pathlib import Path
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
-from qlrewrite.targets.fusions import Fusion
+from qlrewrite.targets.fusions import Fusion, kernel_of_ops
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -248,18 +248,6 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
     return [*lines, *_patterns(tables)]
 
 
-_INTEGER = (
-    "QLinearMatMul",
-    "MatMulIntegerToFloat",
-    "MatMulNBits",
-    "MatMulInteger",
-    "QGemm",
-    "QLinearConv",
-    "ConvInteger",
-    "QLinearConvTranspose",
-)
-
-
 def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str:
     """One pattern's line: the releases that fused it into an integer kernel, the newest
     release's kernel, the releases that refused it, and those whose default optimizations
@@ -272,7 +260,7 @@ def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str
         if divergence is not None:
             diverged[divergence.outcome].append(release)
         if isinstance(row, dict) and row.get("runs"):
-            if any(op.endswith(_INTEGER) for op in row.get("runtime_ops", [])):
+            if kernel_of_ops(row.get("runtime_ops", [])) is not None:
                 fused.append(release)
         elif isinstance(row, dict) and row.get("reason") not in (None, "ir", "opset", "optimizer"):
             refused.append(release)
@@ -291,18 +279,23 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
     every = [t.release.rsplit(".", 1)[0] for t in tables]
     keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
     lines = [
-        "### Quantized MatMul, Conv, ConvTranspose and Gemm patterns: the kernels ONNX "
-        "Runtime forms",
+        "### Quantized patterns (MatMul, Conv, ConvTranspose, Gemm, their biases, the "
+        "activation groups): the kernels ONNX Runtime forms",
         "",
         "From each release's optimized graph (default session options, saved with "
         "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; "
-        "QL703 where the pattern is refused; QL706 where the default session's output "
+        "QL703 where the pattern is refused (QL706 where only the default optimizations refuse "
+        "it: ORT_DISABLE_ALL runs it); QL706 where the default session's output "
         "differs from ORT_DISABLE_ALL's on the same inputs (last column: `miscomputes`, "
         "other values or another shape; `fails at run`, where ORT_DISABLE_ALL runs). A "
         "blocked weight's key adds its layout: blocks along K (axis 0) or N (axis 1), one "
         "block or many, zero point given or not, the MatMul's output quantized or float; a "
         "Conv, ConvTranspose or Gemm key its weight's axis, one block or many, its zero "
-        "points (no, equal, differ) and Gemm's transB.",
+        "points (no, equal, differ) and Gemm's transB; an activation group's key "
+        "(`QDQ <op>: input=...`) the input DequantizeLinear's form, the output "
+        "QuantizeLinear's type and whether every Q/DQ of the group has one scale and zero "
+        "point; a bias's (`QDQ <op> bias: ...`) the activation type, the weight's "
+        "granularity and the bias DequantizeLinear's form.",
         "",
         "| pattern | integer kernel formed in | kernel (newest release) | refused in "
         "| optimized differs in |",
