@@ -129,6 +129,21 @@ def test_a_per_channel_activation_names_the_measured_ways_out(tmp_path: Path) ->
     assert "fails at run where ORT_DISABLE_ALL runs it" in pool.message
 
 
+def test_a_shared_activation_dequantize_is_checked_in_each_group(tmp_path: Path) -> None:
+    """ONNX Runtime duplicates a DequantizeLinear that feeds several nodes
+    (EnsureUniqueDQForNodeUnit) and fuses each copy: a per-channel Add whose input's
+    DequantizeLinear also feeds a Relu is refused at load as the Add alone is (measured
+    1.15.1, 1.20.1, 1.31.1; 1.32.0 runs both)."""
+    model = qdq_family("Add", DT.UINT8, "per-axis")
+    model.graph.node.append(onnx.helper.make_node("Relu", ["a_f"], ["r"], name="relu"))
+    model.graph.output.append(
+        onnx.helper.make_tensor_value_info("r", onnx.TensorProto.FLOAT, [1, 4, 4, 4])
+    )
+    path = _save(model, tmp_path)
+    assert [f.rule for f in _errors(path, "ort==1.20")] == ["QL706"]
+    assert _errors(path, "ort==1.32") == []
+
+
 def test_clip_before_an_int4_quantize_is_refused_with_uint8_as_the_way_out(
     tmp_path: Path,
 ) -> None:

@@ -297,10 +297,11 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
     if not refused and not ctx.view.is_quantize:
-        group = _family_of(ctx)
-        if group is not None:
-            form, what = group[1], f"the quantized {group[0].op_type} it feeds"
-            refused = [(t, r) for t, r in _refusals(ctx.target, form) if r.unoptimized != "runs"]
+        for op, key in _groups_of(ctx):
+            found = [(t, r) for t, r in _refusals(ctx.target, key) if r.unoptimized != "runs"]
+            if found:
+                form, what, refused = key, f"the quantized {op.op_type} it feeds", found
+                break
     if not refused:
         return
     refusal = refused[-1][1]
@@ -399,29 +400,32 @@ def _weight_op_of(ctx: TargetNode) -> ir.Node | None:
     return None
 
 
-def _family_of(ctx: TargetNode) -> tuple[ir.Node, str] | None:
-    """The activation-only QDQ node group (:data:`~qlrewrite.targets.forms.FAMILY_OPS`)
-    whose first quantized input the DequantizeLinear gives, or the QDQ Conv / Gemm whose
-    bias it gives, and its table key; None when it gives none, or feeds more than that
-    node (ONNX Runtime groups a DequantizeLinear only into its one consumer:
-    ``CheckOutputEdges`` in qdq_selectors.cc)."""
+def _groups_of(ctx: TargetNode) -> list[tuple[ir.Node, str]]:
+    """The activation-only QDQ node groups (:data:`~qlrewrite.targets.forms.FAMILY_OPS`)
+    whose first quantized input the DequantizeLinear gives, and the QDQ Conv / Gemm whose
+    bias it gives, each with its table key. A DequantizeLinear feeding several nodes (or a
+    graph output too) is in each one's group: ONNX Runtime duplicates it for each
+    (EnsureUniqueDQForNodeUnit; measured with a per-channel Add whose DequantizeLinear also
+    feeds a Relu or a graph output: refused at load as alone in 1.15.1, 1.20.1, 1.31.1)."""
     outputs = ctx.view.node.outputs
     value = outputs[0] if outputs else None
-    if value is None or len(value.uses()) != 1 or value.is_graph_output():
-        return None
-    op = next(iter(value.consumers()))
-    bias = bias_key(ctx.view, op)
-    if bias is not None:
-        return op, bias
-    dequantized = [
-        v
-        for v in op.inputs
-        if v is not None and (p := v.producer()) is not None and p.op_type == "DequantizeLinear"
-    ]
-    if not dequantized or dequantized[0] is not value:  # one finding per group
-        return None
-    key = family_key(ctx.view, op)
-    return None if key is None else (op, key)
+    groups = []
+    for op in value.consumers() if value is not None else ():
+        key = bias_key(ctx.view, op)
+        if key is None and _first_dequantized(op) is value:  # one finding per group
+            key = family_key(ctx.view, op)
+        if key is not None:
+            groups.append((op, key))
+    return groups
+
+
+def _first_dequantized(op: ir.Node) -> ir.Value | None:
+    """``op``'s first input a DequantizeLinear gives (None: none)."""
+    for value in op.inputs:
+        producer = value.producer() if value is not None else None
+        if producer is not None and producer.op_type == "DequantizeLinear":
+            return value
+    return None
 
 
 def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
@@ -699,10 +703,12 @@ def _optimizer_refusals(target: Target, key: str) -> list[tuple[Table, Divergenc
 def _family_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     """QL706 on an activation-only QDQ node group: what the releases' default sessions
     computed otherwise, failed at run on, or refused where ORT_DISABLE_ALL ran it."""
-    group = _family_of(ctx)
-    if group is None:
-        return
-    op, key = group
+    for op, key in _groups_of(ctx):
+        yield from _group_miscomputes(ctx, op, key)
+
+
+def _group_miscomputes(ctx: TargetNode[QDQView], op: ir.Node, key: str) -> Iterator[Finding]:
+    """QL706 on one group: its measured divergences and optimizer-only refusals."""
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     found += _optimizer_refusals(ctx.target, key)
     if not found:
