@@ -9,7 +9,8 @@ lead-in (the prose paragraph right before it, or before its first item) count as
 it. Code blocks and inline code are not claims (command lines, shown output, option
 defaults such as ``--verify-timeout 5``). Figures that are no measurement (a limit the
 code sets, a spec's number) are listed in ``NOT_MEASURED`` with the reason; an entry whose
-figure left its page fails too, so the list stays short.
+figure left its page fails too, so the list stays short. benchmarks/README.md, a log of
+runs, is checked by section: each section with figures names its script.
 """
 
 from __future__ import annotations
@@ -140,6 +141,29 @@ def test_every_figure_names_its_source(page: Path) -> None:
         "a figure without the benchmarks/ script or tests/ file that measures it "
         "(name it in the paragraph, or list it in NOT_MEASURED with why):\n" + "\n".join(problems)
     )
+
+
+def unsourced_sections(text: str, root: Path = ROOT) -> list[str]:
+    """benchmarks/README.md is a log of runs, one section per script: the headings of the
+    sections with figures that name no existing script or test."""
+    parts = re.split(r"(?m)^(#{2,3} .*)$", text)
+    return [
+        heading
+        for heading, body in zip(parts[1::2], parts[2::2], strict=True)
+        if figures(body) and not any((root / s).is_file() for s in SOURCE.findall(body))
+    ]
+
+
+def test_every_benchmark_section_names_its_script() -> None:
+    missing = unsourced_sections((ROOT / "benchmarks" / "README.md").read_text(encoding="utf-8"))
+    assert not missing, f"benchmarks/README.md sections without their script: {missing}"
+
+
+def test_a_benchmark_section_without_its_script_is_caught(tmp_path: Path) -> None:
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "fold.py").write_text("")
+    text = "# B\n\n## fold\n\n`python benchmarks/fold.py`: 0.84 s\n\n## check\n\n0.32 s\n"
+    assert unsourced_sections(text, root=tmp_path) == ["## check"]
 
 
 def test_not_measured_entries_are_still_on_their_page() -> None:
