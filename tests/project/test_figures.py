@@ -166,6 +166,18 @@ def test_a_benchmark_section_without_its_script_is_caught(tmp_path: Path) -> Non
     assert unsourced_sections(text, root=tmp_path) == ["## check"]
 
 
+def test_every_script_or_test_a_page_names_exists() -> None:
+    """A page that names a test or script moved away names nothing: each path exists."""
+    pages = [*PAGES, ROOT / "benchmarks" / "README.md"]
+    named = {
+        (page.relative_to(ROOT).as_posix(), path)
+        for page in pages
+        for path in re.findall(r"\b(?:tests|benchmarks|tools)/[\w/]+\.py\b", page.read_text())
+    }
+    missing = sorted(pair for pair in named if not (ROOT / pair[1]).is_file())
+    assert not missing, f"paths named on a page that do not exist: {missing}"
+
+
 def test_not_measured_entries_are_still_on_their_page() -> None:
     stale = [
         key
