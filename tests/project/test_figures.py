@@ -4,13 +4,13 @@ A figure is a number with a unit: a time (ms, s), a size (KiB, MiB, MB, GiB, GB)
 (``5x``, ``1.28x``), a share (``4%``), a difference (``5.4e-7``) or ulps. Each must sit in a
 paragraph, list item or table that names the script or test measuring it, as a path that
 exists: ``benchmarks/<script>.py``, ``tests/...py`` or, for the runtime tables,
-``tools/probe/<script>.py``. A table's caption and a list's
-lead-in (the prose paragraph right before it, or before its first item) count as part of
-it. Code blocks and inline code are not claims (command lines, shown output, option
-defaults such as ``--verify-timeout 5``). Figures that are no measurement (a limit the
-code sets, a spec's number) are listed in ``NOT_MEASURED`` with the reason; an entry whose
-figure left its page fails too, so the list stays short. benchmarks/README.md, a log of
-runs, is checked by section: each section with figures names its script.
+``tools/probe/<script>.py``. A table's caption and a list's lead-in (the prose paragraph
+right before it, or before its first item) count as part of it. Code blocks and inline code
+are not claims (command lines, shown output, option defaults such as ``--verify-timeout
+5``). Figures that are no measurement (a limit the code sets, a spec's number) are listed in
+``NOT_MEASURED`` with the reason; an entry whose figure left its page fails too, so the list
+stays short. benchmarks/README.md, a log of runs, is checked by section: each section with
+figures names its script.
 """
 
 from __future__ import annotations
@@ -42,10 +42,6 @@ NOT_MEASURED: dict[tuple[str, str], str] = {
     ("docs/commands/check.md", "2 GiB"): "the most `check -` reads from stdin (protobuf's limit)",
     ("docs/commands/compare.md", "1e-4"): "--rtol's default",
     ("docs/commands/half.md", "1e-8"): "an example of a scale float16 rounds to zero",
-    ("docs/rules.md", "6.1e-5"): "2^-14, float16's smallest normal number",
-    ("docs/rules.md", "6e-8"): "float16's smallest subnormal, about 2^-24",
-    ("docs/rules.md", "3e-8"): "an example scale",
-    ("docs/rules.md", "5.96e-8"): "2^-24, what float16 stores for 3e-8",
     ("docs/safety.md", "120 s"): "how long a writer waits for the folder's lock (io/atomic.py)",
     ("docs/safety.md", "64 KiB"): "the most of a staging journal read (io/atomic.py)",
     ("docs/safety.md", "1.8 GB"): "the size above which output goes to external data",
