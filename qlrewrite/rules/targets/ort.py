@@ -101,10 +101,12 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
     if not refusing:
         return
     newest = min(t.max_ir_version for t in refusing if t.max_ir_version is not None)
-    needed = needed_ir_version(model)
+    loaded = _opset_limit("", [ctx.target])  # QL702 lowers ai.onnx to it first
+    needed = needed_ir_version(model, opset_at_most=loaded)
     lowers = needed <= newest
+    after = "" if needed == needed_ir_version(model) else f" once ai.onnx is at {loaded}"
     hint = (
-        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        f"set the model's ir_version to {needed}: its opsets and types need no more{after} "
         "(exact; check --fix does it)"
         if lowers
         else f"its opsets and types need IR version {needed}: target a newer release"
