@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx_ir as ir
 
-from qlrewrite.verify.verify import EXACT_BOUND, Bound
+from qlrewrite.verify.bound import EXACT_BOUND, Bound
 
 __all__ = [
     "ConvertResult",
@@ -37,7 +37,7 @@ class RewritePassResult(ir.passes.PassResult):
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
     #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
-    #: may differ (see :class:`qlrewrite.verify.verify.Bound`).
+    #: may differ (see :class:`qlrewrite.verify.bound.Bound`).
     verify_bound: Bound = EXACT_BOUND
     #: The findings it repaired, one ``(code, where, what)`` per repair, in the order
     #: made (``check --diff`` prints them; ``check --fix`` counts them per code).

@@ -51,8 +51,8 @@ from qlrewrite.qdq import (
 )
 from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
+from qlrewrite.verify.bound import EXACT_BOUND, Bound
 from qlrewrite.verify.difference import output_bounds
-from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
 __all__ = ["QOperatorToQdqPass", "measured_bound"]
 

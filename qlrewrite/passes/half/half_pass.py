@@ -41,7 +41,7 @@ from qlrewrite.passes.integer_io.to_integer import main_views
 from qlrewrite.passes.results import HalfResult
 from qlrewrite.qdq import QDQView, constant_tensor
 from qlrewrite.toolkit import MAIN, FreshNames, all_graphs, onnx_opset
-from qlrewrite.verify.verify import Bound
+from qlrewrite.verify.bound import Bound
 
 __all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass"]
 

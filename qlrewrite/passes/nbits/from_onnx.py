@@ -41,7 +41,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.toolkit import FreshNames, add_constant, ensure_import_at
-from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
+from qlrewrite.verify.bound import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
 
