@@ -58,7 +58,7 @@ from qlrewrite.passes.commands import (
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
-from qlrewrite.passes.results import ImportsResult
+from qlrewrite.passes.imports import ImportsResult
 from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 

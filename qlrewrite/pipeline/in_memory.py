@@ -18,7 +18,7 @@ from qlrewrite.findings import Report
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source, weightless_proto
 from qlrewrite.passes.context import RunContext
-from qlrewrite.passes.convert.qoperator_to_qdq import measured_bound
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorResult, measured_bound
 from qlrewrite.passes.manager import (
     pass_name,
     run_passes,
@@ -27,7 +27,7 @@ from qlrewrite.passes.manager import (
     warnings_of,
     with_implied_imports,
 )
-from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
+from qlrewrite.passes.results import ConvertsCustomOps
 from qlrewrite.pipeline.refusals import refuse_errors
 from qlrewrite.pipeline.validate import (
     check_rules,

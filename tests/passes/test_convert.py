@@ -21,8 +21,7 @@ from qdq_models import DQ, MS, Q, qdq_model
 from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.convert.domain import ConvertDomainPass, convert
-from qlrewrite.passes.results import ConvertResult
+from qlrewrite.passes.convert.domain import ConvertDomainPass, ConvertResult, convert
 from qlrewrite.pipeline import validate_output
 
 DT = ir.DataType

@@ -24,6 +24,8 @@ rounded as ORT rounds them; see :mod:`~qlrewrite.passes.nbits.plan`). Not conver
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -50,7 +52,7 @@ from qlrewrite.passes.nbits.plan import (
     weight_indices,
     where,
 )
-from qlrewrite.passes.results import NBitsResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import (
     MS_DOMAIN,
     WEIGHT_ONLY,
@@ -63,13 +65,17 @@ from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, add_constant, ensure_import, replace_value, tensor_shape
 from qlrewrite.verify.bound import EXACT_BOUND, Bound, summation_order_bound
 
-__all__ = [
-    "HALF_BOUND",
-    "NBITS_OPS",
-    "ORDER_REASON",
-    "NBitsToOnnxPass",
-    "min_block",
-]
+__all__ = ["HALF_BOUND", "NBITS_OPS", "ORDER_REASON", "NBitsResult", "NBitsToOnnxPass", "min_block"]
+
+
+@dataclasses.dataclass
+class NBitsResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.nbits.to_onnx.NBitsToOnnxPass`:
+    ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
+    ``initializers_removed``, ``opset_imports_dropped``;
+    :class:`~qlrewrite.passes.nbits.from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
+    ``gather_block_quantized_made``, ``8bit_weights_left`` (0 with ``include_8bit``)."""
+
 
 NBITS_OPS = opsets.WEIGHT_ONLY_OPS
 
