@@ -36,6 +36,7 @@ from qlrewrite.cli._common import (
 from qlrewrite.findings import Report
 from qlrewrite.io import atomic, model_io, output_guard
 from qlrewrite.io.reading import STDIN
+from qlrewrite.targets.runtimes import DOCUMENTED
 from qlrewrite.text import escape
 
 if TYPE_CHECKING:  # --fix imports it (and the pipeline, every pass) when given
@@ -118,7 +119,7 @@ over 1). `qlrewrite rules` lists the rules.
     metavar="SPEC",
     help="Also check what this runtime refuses (repeatable; QL7xx rules): ort (the installed "
     "release), ort==1.20, ort>=1.17 (flagged if any release in the range refuses), openvino, "
-    "tensorrt, qnn (documented only). Replaces the configuration's target.",
+    f"{', '.join(DOCUMENTED)} (documented only). Replaces the configuration's target.",
 )
 @click.option(
     "--strict/--no-strict",
