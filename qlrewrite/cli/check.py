@@ -34,7 +34,7 @@ from qlrewrite.cli._common import (
     verify_option_list,
 )
 from qlrewrite.findings import Report
-from qlrewrite.io import atomic, model_io, output_guard
+from qlrewrite.io import atomic, model_io, output_plan
 from qlrewrite.io.reading import STDIN
 from qlrewrite.targets.runtimes import DOCUMENTED
 from qlrewrite.text import escape
@@ -346,7 +346,7 @@ def _pending_report(
     """``-o``: the report file, refused if it is a file the run reads."""
     if output is None:
         return None
-    output_guard.refuse_if_read(output, reads, "-o")
+    output_plan.refuse_if_read(output, reads, "-o")
     return stack.enter_context(atomic.PendingFile(output))
 
 

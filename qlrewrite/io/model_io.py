@@ -27,7 +27,7 @@ from qlrewrite.errors import InputError
 from qlrewrite.io import atomic, data_problems, reading, tensors, wire
 from qlrewrite.io.inline_save import save_inline
 from qlrewrite.io.limits import LIMITS, Limits
-from qlrewrite.io.output_guard import destination
+from qlrewrite.io.output_plan import destination
 from qlrewrite.io.source import InlineFile, Source, set_source, source_of
 from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import (
@@ -51,8 +51,6 @@ __all__ = [
     "load_bytes",
     "read_model_bytes",
     "read_stdin_model",
-    "same_file",
-    "same_folder",
     "save",
     "unwritable",
 ]
@@ -452,21 +450,6 @@ def files_read_by(path: str | os.PathLike) -> list[Path]:
     except InputError:
         return [Path(os.path.realpath(path))]
     return [Path(os.path.realpath(path)), *tensors.input_files(proto, model_folder(path))]
-
-
-def same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True if both paths are in the same folder (resolving links of the folders)."""
-    return os.path.realpath(Path(a).absolute().parent) == os.path.realpath(
-        Path(b).absolute().parent
-    )
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True if both paths name the same file (resolving links)."""
-    a, b = Path(a), Path(b)
-    if a.exists() and b.exists():
-        return os.path.samefile(a, b)
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 # --------------------------------------------------------------------------- saving
