@@ -150,9 +150,9 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     path = Path(path)
     proto, inline = _read_skeleton(path)
     model = _deserialize(proto, path)
-    base_dir = model_folder(path)
-    tensors.resolve_external(model, base_dir, inline)
-    set_source(model, Source(path, proto, inline=inline))
+    source = Source(path, proto, inline=inline)
+    tensors.resolve_external(model, source.folder, inline)
+    set_source(model, source)
     if check_data:
         problems = data_problems.data_problems(model)
         if problems:

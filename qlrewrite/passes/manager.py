@@ -20,7 +20,6 @@ from typing import Any
 import onnx_ir as ir
 
 from qlrewrite.errors import QlrewriteError
-from qlrewrite.findings import Report
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
@@ -30,10 +29,10 @@ __all__ = [
     "RunPassManager",
     "RunResult",
     "pass_name",
+    "repaired_by",
     "repairs_of",
     "run_passes",
     "summary_of",
-    "unrepaired",
     "warnings_of",
     "with_implied_imports",
 ]
@@ -109,21 +108,6 @@ def _run_one(rewrite_pass: ir.passes.PassBase, context: RunContext) -> ir.passes
         return rewrite_pass(context.model)
 
 
-def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
-    """``report`` without the error findings that one of ``passes`` repairs.
-
-    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
-    repairs (for example the upgrade fixes attributes newer than the input's opset); the
-    rewritten model is checked again in full, so an input finding that was not actually
-    repaired still refuses.
-    """
-    repaired = _repaired_by(passes)
-    if not repaired:
-        return report
-    kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
-    return dataclasses.replace(report, findings=kept)
-
-
 def with_implied_imports(
     model: ir.Model, passes: Sequence[ir.passes.PassBase]
 ) -> list[ir.passes.PassBase]:
@@ -132,12 +116,12 @@ def with_implied_imports(
     repairs (``check --fix`` repairs it itself): the output imports what ONNX Runtime
     read."""
     implied = set(ImpliedImportsPass.repairs_rules)
-    if _repaired_by(passes) & implied or not implied_imports(model):
+    if repaired_by(passes) & implied or not implied_imports(model):
         return list(passes)
     return [ImpliedImportsPass(), *passes]
 
 
-def _repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
+def repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
     """The rule codes whose findings one of ``passes`` declares it repairs."""
     return {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
 

@@ -23,12 +23,11 @@ from qlrewrite.passes.manager import (
     pass_name,
     run_passes,
     summary_of,
-    unrepaired,
     warnings_of,
     with_implied_imports,
 )
 from qlrewrite.passes.results import ConvertsCustomOps
-from qlrewrite.pipeline.refusals import refuse_errors
+from qlrewrite.pipeline.refusals import refuse_errors, unrepaired
 from qlrewrite.pipeline.validate import (
     check_rules,
     checker_problem,
