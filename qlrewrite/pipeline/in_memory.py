@@ -164,7 +164,7 @@ def _check_input(
 def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
     """What the input check judged (the nodes with a finding are always checked again):
     the input as read and its types, compared with the output's when it is checked."""
-    types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    types = inference.known(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
     flagged = frozenset(f.output for f in report.findings if f.output)
     return Checked(unchanged, types, flagged)
 

@@ -71,7 +71,7 @@ def validate_output(
     inference = Inference(model, inferred=inferred)
     skip = frozenset()
     if checked is not None:
-        skip = untouched(checked, proto, inference.table(MAIN))
+        skip = untouched(checked, proto, inference.known(MAIN))  # inferred above
     report = check_rules(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(
