@@ -32,7 +32,7 @@ def _name(dtype: object) -> str | None:
 
 def _qdq_form(view: NodeView) -> str | None:
     output = view.output_type if view.is_quantize else None
-    quantized = _name(output) if view.is_quantize else _name(view.x.dtype if view.x else None)
+    quantized = _name(output) if view.is_quantize else _dequantized_type(view)
     scale = _name(view.scale.dtype) if view.scale is not None else None
     granularity = _GRANULARITY.get(view.granularity.kind)
     if None in (quantized, scale, granularity, view.imported):
@@ -41,6 +41,16 @@ def _qdq_form(view: NodeView) -> str | None:
         f"{view.domain_label} {view.op_type} opset={view.imported} {quantized} "
         f"scale={scale} {granularity}"
     )
+
+
+def _dequantized_type(view: NodeView) -> str | None:
+    """A DequantizeLinear's x type; unknown (a value no inference reached, after a
+    com.microsoft node), its zero point's: the schema gives both one type."""
+    x, zero_point = view.x, view.zero_point
+    known = x.dtype if x is not None and x.dtype is not None else None
+    if known is None and zero_point is not None:
+        known = zero_point.dtype
+    return _name(known)
 
 
 def _zero_point_kind(view: NodeView) -> str:
@@ -82,16 +92,31 @@ def _gather_block_form(view: NodeView) -> str | None:
     )
 
 
+def _types_by_parameter(view: NodeView, specs: list) -> dict[str, str]:
+    """The known type of each schema type parameter (``T1``: ``UINT8``), from the inputs
+    whose type is known: an input no inference reached (after a com.microsoft node) has
+    the type of its zero point, which shares its parameter."""
+    known: dict[str, str] = {}
+    for spec, value in zip(specs, view.inputs, strict=False):
+        name = _name(value.dtype) if value is not None else None
+        if name is not None and spec.type_param:
+            known.setdefault(spec.type_param, name)
+    return known
+
+
 def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
-    names = [spec.name for spec in getattr(view.row, "inputs", ())]
+    specs = list(getattr(view.row, "inputs", ()))
+    names = [spec.name for spec in specs]
+    shared = _types_by_parameter(view, specs)
     types = []
     for index, value in enumerate(view.inputs):
         if value is None:
             types.append("-")
             continue
-        name = _name(value.dtype)
+        parameter = specs[index].type_param if index < len(specs) else None
+        name = _name(value.dtype) or shared.get(parameter)
         if name is None:
             return None
         role = names[index] if index < len(names) else ""
