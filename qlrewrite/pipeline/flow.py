@@ -22,8 +22,14 @@ from qlrewrite.io import atomic, model_io, tensors
 from qlrewrite.io.output_plan import OutputPlan, Snapshot, plan_outputs
 from qlrewrite.passes.manager import repairs_of
 from qlrewrite.pipeline.in_memory import rewrite_model
-from qlrewrite.verify.compare import output_steps, verify_both
-from qlrewrite.verify.verify import Verification, VerificationFailed, Verifier, VerifyOptions
+from qlrewrite.verify.compare import verify_both
+from qlrewrite.verify.verify import (
+    Verification,
+    VerificationFailed,
+    Verifier,
+    VerifyOptions,
+    output_steps,
+)
 
 __all__ = ["RewriteResult", "rewrite"]
 

@@ -59,6 +59,7 @@ __all__ = [
     "generate_inputs",
     "input_specs",
     "input_specs_or_refuse",
+    "output_steps",
     "parse_input_shape",
     "require_onnxruntime",
     "run_session",
@@ -107,6 +108,26 @@ class VerifyOptions:
     def __post_init__(self) -> None:
         if not self.timeout > 0:
             raise ValueError("a verification's time limit is a positive number of seconds")
+
+
+def output_steps(model: ir.Model) -> dict[str, float]:
+    """The quantization step of each graph output a DequantizeLinear of one scale
+    produces (its scale): where an output's difference reads in steps
+    (:attr:`VerifyOptions.output_steps`, read on the input before the passes change it)."""
+    from qlrewrite.qdq import constant_tensor, iter_sites  # not in the verification's child
+
+    outputs = {v.name for v in model.graph.outputs}
+    steps = {}
+    for site in iter_sites(model):
+        produced = site.node.outputs[0].name
+        if site.graph is not model.graph or produced not in outputs:
+            continue
+        if site.node.op_type != "DequantizeLinear":
+            continue
+        tensor = constant_tensor(site.input("scale"))
+        if tensor is not None and tensor.size == 1:
+            steps[produced] = float(tensor.numpy().reshape(-1)[0])
+    return steps
 
 
 @dataclasses.dataclass
