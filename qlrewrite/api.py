@@ -55,6 +55,7 @@ from qlrewrite.passes.commands import (
     retarget_passes,
     upgrade_passes,
 )
+from qlrewrite.passes.context import RunContext
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
@@ -276,7 +277,8 @@ def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
     first); a refusal raised inside a pass reaches the caller as itself."""
-    rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
+    passes = pipeline.with_implied_imports(model, passes)
+    rewritten, _ = pipeline.run_passes(model, passes, RunContext.fresh(model))
     return rewritten
 
 

@@ -67,18 +67,16 @@ class RunPassManager(ir.passes.PassManager):
 
 
 def run_passes(
-    model: ir.Model,
-    passes: Sequence[ir.passes.PassBase],
-    context: RunContext | None = None,
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], context: RunContext
 ) -> tuple[ir.Model, list[ir.passes.PassResult]]:
     """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
-    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (one for the
-    run when not given; its ``model`` must be ``model``), which follows the passes.
+    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (the run's:
+    the input check's, or :meth:`RunContext.fresh`; its ``model`` must be ``model``),
+    which follows the passes.
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
-    context = context if context is not None else RunContext.fresh(model)
     if context.model is not model:
         raise ValueError("the run context describes another model")
     if not passes:
