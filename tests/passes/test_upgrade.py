@@ -115,9 +115,8 @@ def test_upgrade_13_21_23_25_keeps_ort_outputs_bit_identical() -> None:
     for opset, ir_version in ((21, 10), (23, 11), (25, 13)):
         before = ir.serde.serialize_model(model)
         model = upgrade(model, opset)
-        validate_output(
-            model, weightless=weightless_proto(model)
-        )  # onnx.checker full check + our check
+        # onnx.checker full check + our check
+        validate_output(model, weightless=weightless_proto(model))
         assert ir.serde.serialize_model(model) is not before
         proto = ir.serde.serialize_model(model)
         assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
