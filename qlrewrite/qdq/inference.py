@@ -49,6 +49,11 @@ class Inference:
         """Whether ONNX shape inference ran (or its result was given)."""
         return self._tables is not None
 
+    def known(self, ref: GraphRef) -> dict[str, TypeShape]:
+        """Name -> (type, shape) of graph ``ref`` alone, as ONNX shape inference gave it if
+        it ran (or its result was given), else empty: asking never runs it."""
+        return dict(self._tables.get(ref, {})) if self._tables is not None else {}
+
     def table(self, ref: GraphRef) -> dict[str, TypeShape]:
         """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
         once per graph."""
