@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,10 +55,11 @@ from qlrewrite.passes.commands import (
     retarget_passes,
     upgrade_passes,
 )
+from qlrewrite.passes.context import RunContext
 from qlrewrite.passes.convert.domain import TARGETS, target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
-from qlrewrite.passes.results import ImportsResult
+from qlrewrite.passes.imports import ImportsResult
 from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 
@@ -275,7 +277,8 @@ def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
     first); a refusal raised inside a pass reaches the caller as itself."""
-    rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
+    passes = pipeline.with_implied_imports(model, passes)
+    rewritten, _ = pipeline.run_passes(model, passes, RunContext.fresh(model))
     return rewritten
 
 
@@ -292,14 +295,38 @@ class RewriteSummary:
     pass_results: list[ir.passes.PassResult] = dataclasses.field(repr=False)
 
 
-_SUMMARY = "qlrewrite.summary"
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A summary as :data:`_SUMMARIES` keeps it: each pass result by its type and its
+    fields but its model (a result holds its model, and an entry must not keep alive the
+    model it is kept for)."""
+
+    command: str
+    changes: dict[str, dict[str, int]]
+    warnings: list[str]
+    results: list[tuple[type[ir.passes.PassResult], dict[str, Any]]]
+
+
+#: The summary of each model a rewrite of this API returned, gone with the model.
+_SUMMARIES: weakref.WeakKeyDictionary[ir.Model, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _keep_summary(model: ir.Model, summary: RewriteSummary) -> None:
+    results = [
+        (type(r), {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "model"})
+        for r in summary.pass_results
+    ]
+    _SUMMARIES[model] = _Kept(summary.command, summary.changes, summary.warnings, results)
 
 
 def summary_of(model: ir.Model) -> RewriteSummary | None:
     """The :class:`RewriteSummary` of the rewrite that returned ``model`` (None for a
-    model no rewrite of this API returned)."""
-    summary = model.meta.get(_SUMMARY)
-    return summary if isinstance(summary, RewriteSummary) else None
+    model no rewrite of this API returned); its pass results name ``model``."""
+    kept = _SUMMARIES.get(model)
+    if kept is None:
+        return None
+    results = [kind(model=model, **fields) for kind, fields in kept.results]
+    return RewriteSummary(kept.command, kept.changes, kept.warnings, results)
 
 
 #: What a warning's words say of its kind, for warnings that do not carry their category.
@@ -349,7 +376,7 @@ def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str
     rewritten = pipeline.rewrite_model(model, passes, command=command)
     texts = _issue(rewritten)
     summary = RewriteSummary(command, rewritten.changes(), texts, rewritten.results)
-    rewritten.model.meta[_SUMMARY] = summary
+    _keep_summary(rewritten.model, summary)
     return rewritten.model
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
 from qlrewrite.targets.fusions import Fusion, kernel_of_ops
+from qlrewrite.targets.runtimes import DOCUMENTED, RUNTIMES
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -32,9 +33,7 @@ the pre-commit hook treat them like every other rule (`qlrewrite rules QL703`).
 | `ort==1.20` | that release's table |
 | `ort>=1.17,<1.21` | each release in the range: flagged when any refuses (named) |
 | `openvino` | OpenVINO's CPU plugin, the release measured below |
-| `tensorrt` | what TensorRT documents (not run: it needs an NVIDIA GPU) |
-| `qnn` | what ONNX Runtime's QNN EP documents (not run: it needs a Snapdragon NPU) |
-
+{documented_rows}
 Rules: QL701 (IR version newer than the release loads; `--fix` lowers it when the model
 needs no more), QL702 (an opset of any domain newer than it loads; `--fix` drops an
 import no node uses), QL703 (a node form it refuses, with
@@ -399,11 +398,16 @@ def _openvino() -> list[str]:
     return [*lines, ""]
 
 
+def _documented_rows() -> str:
+    """The spec table's rows of the documented targets, one per runtime record."""
+    return "".join(f"| `{key}` | {RUNTIMES[key].about} |\n" for key in DOCUMENTED)
+
+
 def _documented() -> list[str]:
     lines = ["## Documented targets (not run)", ""]
-    for name, title in (("tensorrt", "TensorRT"), ("qnn", "QNN (ONNX Runtime QNN EP)")):
-        lines += [f"### {title}", "", "| fact | source |", "|---|---|"]
-        for fact in documented(name).values():
+    for runtime in (RUNTIMES[key] for key in DOCUMENTED):
+        lines += [f"### {runtime.title}", "", "| fact | source |", "|---|---|"]
+        for fact in documented(runtime.key).values():
             lines.append(f"| {fact.rule} | <{fact.source}>: {fact.section} |")
         lines.append("")
     return lines
@@ -413,7 +417,7 @@ def targets_markdown() -> str:
     """The whole page."""
     tables = _ort_tables()
     parts = [
-        _INTRO,
+        _INTRO.replace("{documented_rows}", _documented_rows()),
         *_release_table(tables),
         *_ort_forms(tables),
         *_fusions(tables),

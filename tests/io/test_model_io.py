@@ -23,7 +23,7 @@ from model_io_fixtures import cli, external_tensor, matmul_model, write_external
 from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite.errors import InputError
-from qlrewrite.io import model_io, tensors
+from qlrewrite.io import model_io, output_plan, tensors
 from qlrewrite.io.data_problems import data_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -565,10 +565,10 @@ def test_same_file(tmp_path: Path) -> None:
     real.write_bytes(b"x")
     (tmp_path / "link.onnx").symlink_to(real)
     os.link(real, tmp_path / "hard.onnx")
-    assert model_io.same_file(tmp_path / "link.onnx", real)
-    assert model_io.same_file(tmp_path / "hard.onnx", real)
-    assert model_io.same_file(tmp_path / "sub" / ".." / "a.onnx", real)
-    assert not model_io.same_file(tmp_path / "b.onnx", real)
+    assert output_plan.same_file(tmp_path / "link.onnx", real)
+    assert output_plan.same_file(tmp_path / "hard.onnx", real)
+    assert output_plan.same_file(tmp_path / "sub" / ".." / "a.onnx", real)
+    assert not output_plan.same_file(tmp_path / "b.onnx", real)
 
 
 def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from qdq_models import DQ, MS, Q, qdq_model
 from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.convert.domain import ConvertDomainPass, convert
-from qlrewrite.passes.results import ConvertResult
+from qlrewrite.io.weightless import weightless_proto
+from qlrewrite.passes.convert.domain import ConvertDomainPass, ConvertResult, convert
 from qlrewrite.pipeline import validate_output
 
 DT = ir.DataType
@@ -87,7 +87,7 @@ def test_ort_quantized_models_convert_or_refuse(config: str, target: str) -> Non
         assert _nodes(model) == before  # nothing changed before the refusal
         return
     convert(model, target)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     proto = ir.serde.serialize_model(model)
     domain = "" if target == "onnx" else MS
     assert _qdq_domains(proto) == {domain}
@@ -221,7 +221,7 @@ def test_to_microsoft_drops_attributes_equal_to_their_default(
     op: str, opset: int, attrs: dict
 ) -> None:
     model, _ = _convert_one(qdq_model(op, opset, attrs=attrs), "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     (node,) = ir.serde.serialize_model(model).graph.node
     assert (node.domain, list(node.attribute)) == (MS, [])
 
@@ -229,7 +229,7 @@ def test_to_microsoft_drops_attributes_equal_to_their_default(
 def test_to_microsoft_keeps_axis_and_int16() -> None:
     proto = qdq_model(DQ, 21, x_type=DT.INT16, scale_shape=(3,), scale=[1, 2, 3], attrs={"axis": 1})
     model, _ = _convert_one(proto, "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     (node,) = ir.serde.serialize_model(model).graph.node
     assert node.domain == MS and [(a.name, a.i) for a in node.attribute] == [("axis", 1)]
 
@@ -278,7 +278,7 @@ def test_subgraphs_convert_both_ways() -> None:
     convert(model, "onnx")
     assert _all_qdq_domains(model) == ["", "", ""]
     assert MS not in model.opset_imports
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     feeds = {"c": np.array(True), "x": np.array([-5, 0, 3, 300], np.int16)}
     out = run_ort(ir.serde.serialize_model(model), feeds)[0]
     np.testing.assert_array_equal(out, np.array([-4, -1.5, 0, 148.5], np.float32))
@@ -313,12 +313,12 @@ def test_functions_convert_with_their_own_opset_imports() -> None:
     function = next(iter(model.functions.values()))
     assert [n.domain for n in function if n.op_type == DQ] == [""]
     assert MS not in function.opset_imports and MS not in model.opset_imports
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     model = ir.serde.deserialize_model(_function_model("", onnx.TensorProto.UINT16))
     convert(model, "com.microsoft")
     function = next(iter(model.functions.values()))
     assert function.opset_imports.get(MS) == 1 and model.opset_imports.get(MS) == 1
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
 
 
 def test_other_domains_untouched_and_their_imports_kept() -> None:
@@ -407,7 +407,7 @@ def test_type_sweep_at_opset_21_round_trips_bit_identical(
             convert(model, "com.microsoft")
         return
     convert(model, "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     converted = ir.serde.serialize_model(model)
     rng = np.random.default_rng(4)
     if op == DQ:

@@ -24,6 +24,7 @@ from ort_quantized import (
 )
 
 from qlrewrite.io import model_io, tensors
+from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.passes.fold import tensor as fold_tensor
 from qlrewrite.passes.fold.fold_pass import FoldPass, fold
 from qlrewrite.passes.fold.tensor import FoldedTensor
@@ -117,7 +118,7 @@ def test_quantizer_outputs_fold_like_ort(config: str, keep_dq: bool, tmp_path: P
         assert constant == [], [s.node.name for s in constant]
         assert fold_pass.summary["dq_folded"] > 0
     assert len(folded) == (fold_pass.summary["q_folded"] if keep_dq else len(folded))
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
 
     path = tmp_path / "folded.onnx"
     model_io.save(model, path, external_data=True)  # folded tensors stream through tofile
@@ -226,7 +227,7 @@ def test_every_granularity_streams_bit_exact(
     proto = _granularity_model()
     expected = _ort_node_values(proto, [*"abcdefghi", "g_q"], {})
     model = fold(ir.serde.deserialize_model(proto), keep_dq=keep_dq)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     folded = _folded(model)
     if keep_dq:
         assert sorted(folded) == ["f_q", "g_q"]
@@ -314,7 +315,7 @@ def test_constants_inside_if_branches_fold() -> None:
     assert fold_pass.summary["dq_folded"] == 2
     assert not list(iter_sites(model))
     assert "outer_x" not in model.graph.initializers  # only the folded else-branch used it
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     out = ir.serde.serialize_model(model)
     v = np.arange(12, dtype=np.float32).reshape(4, 3)
     for cond in (True, False):
@@ -389,7 +390,7 @@ def test_function_bodies_fold_into_constant_nodes() -> None:
     ops = [n.op_type for n in function]
     assert ops.count("DequantizeLinear") == 1  # the one reading the function input stays
     assert "wf" in _folded(model)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     feeds = {"xq": np.array([[3, -4, 5], [-6, 7, -8]], np.int8)}
     out = ir.serde.serialize_model(model)
     assert _same_bits(run_ort(out, feeds)[0], run_ort(proto, feeds)[0])
@@ -424,7 +425,7 @@ def test_folded_values_are_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
     model = fold(ir.serde.deserialize_model(quantized("mlp-qdq-pair-weights")))
     sizes = {name: t.nbytes for name, t in _folded(model).items()}
     assert tensors.initializer_bytes(model) > 0
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     # Sizes and checks read no folded value; the checker's weight-free copy keeps <= 1 KiB.
     assert all(size <= 1024 for _, size in evaluated)
     assert max(sizes.values()) > 1024

@@ -23,6 +23,7 @@ from qdq_models import DQ, MS, Q, qdq_model
 from qlrewrite.cli import main
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io import model_io
+from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.passes.commands import upgrade
 from qlrewrite.pipeline import validate_output
 
@@ -114,7 +115,8 @@ def test_upgrade_13_21_23_25_keeps_ort_outputs_bit_identical() -> None:
     for opset, ir_version in ((21, 10), (23, 11), (25, 13)):
         before = ir.serde.serialize_model(model)
         model = upgrade(model, opset)
-        validate_output(model)  # onnx.checker full check + our check
+        # onnx.checker full check + our check
+        validate_output(model, weightless=weightless_proto(model))
         assert ir.serde.serialize_model(model) is not before
         proto = ir.serde.serialize_model(model)
         assert {o.domain: o.version for o in proto.opset_import} == {"": opset}
@@ -169,7 +171,7 @@ def test_input_errors_an_upgrade_does_not_repair_are_still_refused(tmp_path: Pat
 def test_microsoft_qdq_become_onnx_where_the_opset_expresses_them(config: str) -> None:
     source = quantized(config)
     model = upgrade(ir.serde.deserialize_model(source), 21)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     proto = ir.serde.serialize_model(model)
     assert {n.domain for n in proto.graph.node} == {""}
     assert {o.domain: o.version for o in proto.opset_import} == {"": 21}
@@ -182,7 +184,7 @@ def test_microsoft_qdq_the_opset_cannot_express_stay() -> None:
     # com.microsoft DQ of int16 at ai.onnx 13 -> 19: int16 needs 21, so the node stays.
     source = qdq_model(DQ, domain=MS, x_type=ir.DataType.INT16, imports={"": 13, MS: 1})
     model = upgrade(ir.serde.deserialize_model(source), 19)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     (node,) = model.graph
     assert node.domain == MS and model.opset_imports == {"": 19, MS: 1}
 
@@ -197,7 +199,7 @@ def test_other_domains_are_untouched_by_an_upgrade() -> None:
     source.graph.output.append(helper.make_tensor_value_info("g", F32, [1, 32]))
     source.graph.output.append(helper.make_tensor_value_info("nz", F32, [1, 32]))
     model = upgrade(ir.serde.deserialize_model(source), 23)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     proto = ir.serde.serialize_model(model)
     tail = [(n.op_type, n.domain, list(n.input), list(n.attribute)) for n in proto.graph.node]
     want = [(n.op_type, n.domain, list(n.input), list(n.attribute)) for n in source.graph.node]
@@ -269,7 +271,7 @@ def test_functions_are_converted_on_their_own() -> None:
     # onnx.version_converter fails (IndexError) on any model with local functions.
     source = _function_model(axes_from_attribute=False)
     model = upgrade(ir.serde.deserialize_model(source), 21)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     function = next(iter(model.functions.values()))
     assert function.opset_imports[""] == 21
     (mean,) = [n for n in function if n.op_type == "ReduceMean"]
@@ -317,7 +319,7 @@ def test_subgraph_weights_go_back_where_they_were() -> None:
     source = _subgraph_model()
     onnx.checker.check_model(source, full_check=True)
     model = upgrade(ir.serde.deserialize_model(source), 21)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     proto = ir.serde.serialize_model(model)
     assert [i.name for i in proto.graph.input] == ["c", "bias"]  # no placeholder inputs
     assert [i.name for i in proto.graph.initializer] == ["bias", "ax1"]  # bias: overridable
@@ -380,7 +382,7 @@ def test_small_threshold_gives_external_data_and_upgrade_reads_it_back(tmp_path:
     model_io.save(ir.serde.deserialize_model(_ops_model(13)), path, threshold=1000)
     assert (tmp_path / "small.onnx.data").exists()
     new = upgrade(model_io.load(path), 25)
-    validate_output(new)
+    validate_output(new, weightless=weightless_proto(new))
     out = tmp_path / "up.onnx"
     model_io.save(new, out, threshold=1000)
     _assert_same(run_ort(out, _feeds()), run_ort(_ops_model(13), _feeds()))

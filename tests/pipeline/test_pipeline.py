@@ -305,9 +305,10 @@ def test_unreadable_input_writes_nothing(tmp_path: Path) -> None:
 
 def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
     from qlrewrite.io import model_io
+    from qlrewrite.passes.context import RunContext
 
     loaded = model_io.load(model)
-    model, results = pipeline.run_passes(loaded, [])
+    model, results = pipeline.run_passes(loaded, [], RunContext.fresh(loaded))
     assert model is loaded and results == []
 
 

@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from ort_quantized import quantized
 
 from qlrewrite.cli import main
-from qlrewrite.verify.compare import output_steps
+from qlrewrite.verify.verify import output_steps
 
 pytest.importorskip("onnxruntime")
 

@@ -142,7 +142,8 @@ def test_no_measuring_inside_where_another_difference_has_no_rule() -> None:
     """Float sums in another order (QGemm without y_scale, the dynamic forms, MatMulNBits)
     make a converted MatMul's output differ with identical inputs: no rule states that, so
     measuring inside would call it a mismatch; those runs keep the stated bound."""
-    from qlrewrite.passes.results import NBitsResult, QOperatorResult
+    from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorResult
+    from qlrewrite.passes.nbits.to_onnx import NBitsResult
     from qlrewrite.pipeline import in_memory
     from qlrewrite.verify.verify import Bound
 

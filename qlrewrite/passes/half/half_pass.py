@@ -40,12 +40,20 @@ from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold.tensor import link_initializers
 from qlrewrite.passes.half.tensors import cast_tensor, overflows, underflow
 from qlrewrite.passes.integer_io.to_integer import main_views
-from qlrewrite.passes.results import HalfResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import QDQView, constant_tensor
 from qlrewrite.toolkit import MAIN, FreshNames, all_graphs, onnx_opset
-from qlrewrite.verify.verify import Bound
+from qlrewrite.verify.bound import Bound
 
-__all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass"]
+__all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass", "HalfResult"]
+
+
+@dataclasses.dataclass
+class HalfResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.half.HalfPass`: ``values_retyped``,
+    ``initializers_cast``, ``casts_added``, ``qdq_in_target_type``, ``qdq_kept_float32``;
+    a warning per Q/DQ node kept in float32 for its scale."""
+
 
 _DT = ir.DataType
 HALF_TYPES = {"float16": _DT.FLOAT16, "bfloat16": _DT.BFLOAT16}
