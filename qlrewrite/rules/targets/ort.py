@@ -23,17 +23,22 @@ from qlrewrite.rules.registry import (
     TargetNode,
     rule,
 )
+from qlrewrite.rules.targets.ort_groups import (
+    group_findings,
+    groups_of,
+    measured_outcome,
+    measured_right,
+    named_releases,
+)
 from qlrewrite.targets.forms import (
     WEIGHT_OPS,
     WEIGHT_PATTERN,
-    bias_key,
-    family_key,
     form_of,
     pattern_key,
 )
 from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
-from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
+from qlrewrite.targets.tables import Refusal, Table, ort_releases, table
 from qlrewrite.toolkit import import_table, normalize_domain, uses_domain
 
 __all__: list[str] = []
@@ -43,15 +48,6 @@ _MODEL_LEVEL = ("ir", "opset")
 #: Refusals QL703 leaves to others: those, and failures at run of the optimized session
 #: only (QL706).
 _NOT_QL703 = (*_MODEL_LEVEL, "optimizer")
-
-
-def _who(target: Target, refusing: list[Table]) -> str:
-    """``ORT 1.31.1`` for a one-release target, else the refusing releases of the range:
-    ``ORT 1.15.1, 1.16.3 (of ort>=1.15)``."""
-    if len(target.table_names) == 1:
-        return refusing[0].label
-    runtime = refusing[0].label.rsplit(" ", 1)[0]
-    return f"{runtime} {', '.join(t.release for t in refusing)} (of {target.spec})"
 
 
 def _lower_ir_version(model: ir.Model) -> str | None:
@@ -119,7 +115,7 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
         else f"its opsets and types need IR version {needed}: target a newer release"
     )
     yield ctx.report(
-        f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+        f"IR version {model.ir_version} is newer than {named_releases(ctx.target, refusing)} "
         f"loads (IR {newest} at most)",
         hint,
         attribute="ir_version" if lowers else "",
@@ -210,7 +206,7 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
         newest = min(limit for _, limit in refused)
         unused = name != "ai.onnx" and not uses_domain(model, domain)
         yield ctx.report(
-            f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+            f"{name} opset {version} is newer than {named_releases(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
             _opset_hint(name, newest, unused),
             domain="" if name == "ai.onnx" else name,
@@ -299,7 +295,7 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
     if not refused and not ctx.view.is_quantize:
-        for op, key in _groups_of(ctx):
+        for op, key in groups_of(ctx):
             found = [(t, r) for t, r in _refusals(ctx.target, key) if r.unoptimized != "runs"]
             if found:
                 form, what, refused = key, f"the quantized {op.op_type} it feeds", found
@@ -312,7 +308,7 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     hint = (
         f"{oldest} is the oldest release that runs it" if oldest else "no measured release runs it"
     )
-    who = _who(ctx.target, [t for t, _ in refused])
+    who = named_releases(ctx.target, [t for t, _ in refused])
     verb = "refuses" if len(refused) == 1 else "refuse"
     yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
@@ -402,34 +398,6 @@ def _weight_op_of(ctx: TargetNode) -> ir.Node | None:
     return None
 
 
-def _groups_of(ctx: TargetNode) -> list[tuple[ir.Node, str]]:
-    """The activation-only QDQ node groups (:data:`~qlrewrite.targets.forms.FAMILY_OPS`)
-    whose first quantized input the DequantizeLinear gives, and the QDQ Conv / Gemm whose
-    bias it gives, each with its table key. A DequantizeLinear feeding several nodes (or a
-    graph output too) is in each one's group: ONNX Runtime duplicates it for each
-    (EnsureUniqueDQForNodeUnit; measured with a per-channel Add whose DequantizeLinear also
-    feeds a Relu or a graph output: refused at load as alone in 1.15.1, 1.20.1, 1.31.1)."""
-    outputs = ctx.view.node.outputs
-    value = outputs[0] if outputs else None
-    groups = []
-    for op in value.consumers() if value is not None else ():
-        key = bias_key(ctx.view, op)
-        if key is None and _first_dequantized(op) is value:  # one finding per group
-            key = family_key(ctx.view, op)
-        if key is not None:
-            groups.append((op, key))
-    return groups
-
-
-def _first_dequantized(op: ir.Node) -> ir.Value | None:
-    """``op``'s first input a DequantizeLinear gives (None: none)."""
-    for value in op.inputs:
-        producer = value.producer() if value is not None else None
-        if producer is not None and producer.op_type == "DequantizeLinear":
-            return value
-    return None
-
-
 def _pattern_key(ctx: TargetNode, matmul: ir.Node) -> str | None:
     return pattern_key(ctx.view, matmul)
 
@@ -487,7 +455,7 @@ def target_runs_in_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         return
     found = _float_runs(ctx.target, key)
     if found:
-        who = _who(ctx.target, [t for t, _ in found])
+        who = named_releases(ctx.target, [t for t, _ in found])
         yield ctx.report(
             f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
             "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
@@ -504,37 +472,10 @@ _NO_FUSION = (
 )
 
 
-def _what(found: list[tuple[Table, Divergence]]) -> str:
-    """What the releases were measured to do: other values (the largest relative
-    difference), and the failure at run where there was one."""
-    diffs = [d.max_rel_diff for _, d in found if d.max_rel_diff is not None]
-    errors = [d.error for _, d in found if d.error]
-    wrong = any(d.outcome == "miscomputes" for _, d in found)
-    against = found[-1][1].against
-    if not wrong:
-        runs = "runs it" if against == "ORT_DISABLE_ALL" else "computes it"
-        return f"fails at run where {against} {runs}: {errors[-1] if errors else '?'}"
-    off = f", up to {max(diffs):.0%} of the largest output off" if diffs else ""
-    text = f"computes other values than with {against} (measured{off})"
-    return f"{text}; at other shapes it fails at run: {errors[-1]}" if errors else text
-
-
 #: The axis of a Conv, ConvTranspose or Gemm weight that holds the output channels.
 _OUTPUT_AXIS = {"Conv": 0, "ConvTranspose": 1, "Gemm transB=0": 1, "Gemm transB=1": 0}
 _GRANULARITY = re.compile(r" (per-tensor|per-axis axis=\d+|blocked axis=\d+ blocks=\w+)")
 _ZERO_POINTS = re.compile(r" zero_points=\w+")
-
-
-def _matching(target: Target, key: str) -> bool:
-    """Whether every release of the target ran ``key`` and matched ORT_DISABLE_ALL and the
-    ONNX reference where they were compared (and at least one of them was)."""
-    rows = [t.forms.get(key) for t in target.tables]
-    return all(
-        isinstance(r, dict)
-        and r.get("runs")
-        and {r.get("optimized"), r.get("reference")} - {None} == {"matches"}
-        for r in rows
-    )
 
 
 def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
@@ -549,7 +490,7 @@ def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
         (" per-tensor", "per tensor"),
     ):
         other = _ZERO_POINTS.sub(" zero_points=equal", _GRANULARITY.sub(granularity, key, 1))
-        if other != key and _matching(target, other):
+        if other != key and measured_right(target, other):
             forms.append(label)
     session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
     if not forms:
@@ -671,108 +612,21 @@ def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     if ctx.view.is_quantize or ctx.target.runtime not in ("ort", "openvino"):
         return
     if ctx.target.runtime == "openvino":  # measured against the reference: the groups only
-        yield from _family_miscomputes(ctx)
+        yield from group_findings(ctx)
         return
     op = _weight_op_of(ctx)
     key = _pattern_key(ctx, op) if op is not None else None
     if key is None or op is None:
-        yield from _family_miscomputes(ctx)
+        yield from group_findings(ctx)
         return
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     if found:
-        who = _who(ctx.target, [t for t, _ in found])
+        who = named_releases(ctx.target, [t for t, _ in found])
         ways = (
             _ways_out(key) if op.op_type == "MatMul" else _weight_op_ways_out(ctx.target, key, op)
         )
         yield ctx.report(
             f"with {who}'s default optimizations the quantized {op.op_type} this weight "
-            f"feeds {_what(found)}",
+            f"feeds {measured_outcome(found)}",
             ways,
         )
-
-
-def _optimizer_refusals(target: Target, key: str) -> list[tuple[Table, Divergence]]:
-    """The releases whose default session refused ``key`` at load or run where an
-    ORT_DISABLE_ALL session ran it, as divergences."""
-    found = []
-    for runtime in target.tables:
-        refusal = runtime.refusal(key)
-        if refusal is not None and refusal.unoptimized == "runs":
-            found.append((runtime, Divergence("fails at load", None, refusal.error)))
-    return found
-
-
-def _family_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
-    """QL706 on an activation-only QDQ node group: what the releases' default sessions
-    computed otherwise, failed at run on, or refused where ORT_DISABLE_ALL ran it."""
-    for op, key in _groups_of(ctx):
-        yield from _group_miscomputes(ctx, op, key)
-
-
-def _group_miscomputes(ctx: TargetNode[QDQView], op: ir.Node, key: str) -> Iterator[Finding]:
-    """QL706 on one group: its measured divergences and optimizer-only refusals."""
-    found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
-    found += _optimizer_refusals(ctx.target, key)
-    if not found:
-        return
-    order = {t.name: i for i, t in enumerate(ctx.target.tables)}
-    found.sort(key=lambda pair: order[pair[0].name])
-    who = _who(ctx.target, [t for t, _ in found])
-    by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else who
-    role = "bias" if " bias: " in key else "activation"
-    yield ctx.report(
-        f"{by} the quantized {op.op_type} this {role} feeds {_what_of_group(found)}",
-        _family_ways_out(ctx.target, key),
-    )
-
-
-def _what_of_group(found: list[tuple[Table, Divergence]]) -> str:
-    """:func:`_what`, with the refusals at load ORT_DISABLE_ALL does not share."""
-    loads = [d for _, d in found if d.outcome == "fails at load"]
-    if len(loads) < len(found):
-        return _what([(t, d) for t, d in found if d.outcome != "fails at load"])
-    return f"is refused when loaded, where ORT_DISABLE_ALL runs it: {loads[-1].error}"
-
-
-#: A family key's input form and output type (:func:`~qlrewrite.targets.forms.family_key`).
-_FAMILY_FORM = re.compile(
-    r"input=(?P<head>\S+ \S+ opset=\d+) (?P<type>\w+) (?P<scale>scale=\w+) "
-    r"(?P<granularity>[\w-]+) output=(?P<output>\w+)"
-)
-
-
-def _family_variant(key: str, qtype: str | None) -> str:
-    """``key`` with its input quantized per tensor (and, given ``qtype``, its input and
-    output of that type)."""
-
-    def replace(match: re.Match[str]) -> str:
-        head, scale = match.group("head"), match.group("scale")
-        input_type = qtype or match.group("type")
-        output = qtype or match.group("output")
-        return f"input={head} {input_type} {scale} per-tensor output={output}"
-
-    return _FAMILY_FORM.sub(replace, key, count=1)
-
-
-def _family_ways_out(target: Target, key: str) -> str:
-    """Ways out of a family pattern: the activation quantized per tensor, or as uint8 per
-    tensor (same opset and domain), offered when the tables measured that form to match
-    ORT_DISABLE_ALL in every release of the target; or an ORT_DISABLE_ALL session."""
-    forms: list[str] = []
-    seen = {key}
-    for qtype, label in ((None, "per tensor"), ("UINT8", "as uint8 per tensor")):
-        form = _family_variant(key, qtype)
-        if form not in seen and _matching(target, form):
-            forms.append(label)
-        seen.add(form)
-    if target.runtime != "ort":
-        if not forms:
-            return "no measured form of this group runs right there: keep it in float"
-        return f"quantize this activation {' or '.join(forms)} (measured to run right there)"
-    session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
-    if not forms:
-        return session
-    return (
-        f"quantize this activation {' or '.join(forms)} (measured to match ORT_DISABLE_ALL "
-        f"in these releases); or {session}"
-    )
