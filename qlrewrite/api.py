@@ -51,6 +51,7 @@ from qlrewrite.passes.commands import (
     fold_passes,
     half_passes,
     integer_io_passes,
+    qoperator_passes,
     retarget_passes,
     upgrade_passes,
 )
@@ -392,14 +393,25 @@ def convert(
     allow_float16: bool = False,
     accuracy_level: int = 0,
     include_8bit: bool = False,
+    ops: Iterable[str] | None = None,
+    runtime: str | None = None,
 ) -> ir.Model:
-    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
-    ``"com.microsoft"``; ``include_8bit`` as ``--include-8bit``): in place for an
-    ``onnx_ir.Model``. Raises ``Refusal`` when a node
+    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"``,
+    ``"com.microsoft"`` or ``"qoperator"``; ``include_8bit`` as ``--include-8bit``;
+    ``ops`` and ``runtime`` as ``--ops`` and ``--target`` of ``--to qoperator``): in place
+    for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
     cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
     ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
+    if to == "qoperator":
+        if include_8bit or accuracy_level or allow_float16:
+            raise InputError(
+                "include_8bit, accuracy_level and allow_float16 do not apply to qoperator"
+            )
+        return _rewrite(load(model), qoperator_passes(ops=ops, target=runtime), "convert")
+    if ops is not None or runtime is not None:
+        raise InputError("ops and runtime apply to to='qoperator'")
     if target(to) is None:
-        raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
+        raise InputError(f"to must be {_one_of((*TARGETS, 'qoperator'))}, not {to!r}")
     levels = opsets.ACCURACY_LEVELS
     if accuracy_level not in levels:
         raise InputError(

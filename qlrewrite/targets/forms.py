@@ -11,13 +11,22 @@ left out: the probe measures one representative of each form (``docs/targets.md`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
-__all__ = ["QDQ_PATTERN", "WEIGHT_OPS", "WEIGHT_PATTERN", "form_of", "pattern_key"]
+__all__ = [
+    "QDQ_PATTERN",
+    "WEIGHT_OPS",
+    "WEIGHT_PATTERN",
+    "form_of",
+    "pattern_key",
+    "qoperator_form",
+]
 
 _GRANULARITY = {
     opsets.PER_TENSOR: "per-tensor",
@@ -85,21 +94,37 @@ def _gather_block_form(view: NodeView) -> str | None:
 def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
-    names = [spec.name for spec in getattr(view.row, "inputs", ())]
+    inputs = [(v.dtype, v.size) if v is not None else None for v in view.inputs]
+    row = view.row
+    if not isinstance(row, opsets.QOperatorVersion):
+        return None
+    return qoperator_form(row, view.imported, inputs)
+
+
+def qoperator_form(
+    row: opsets.QOperatorVersion,
+    imported: int | None,
+    inputs: Sequence[tuple[ir.DataType | None, int | None] | None],
+) -> str | None:
+    """The table key of a QOperator node of ``row`` at the ``imported`` opset whose inputs
+    have these (element type, element count) (None: omitted); None when a type is
+    unknown. Read for a node written (``convert --to qoperator --target``) as for one read."""
+    names = [spec.name for spec in row.inputs]
     types = []
-    for index, value in enumerate(view.inputs):
+    for index, value in enumerate(inputs):
         if value is None:
             types.append("-")
             continue
-        name = _name(value.dtype)
+        name = _name(value[0])
         if name is None:
             return None
         role = names[index] if index < len(names) else ""
-        per_channel = role.endswith(("scale", "zero_point")) and value.size not in (None, 1)
+        per_channel = role.endswith(("scale", "zero_point")) and value[1] not in (None, 1)
         types.append(f"{name}[n]" if per_channel else name)
     while types and types[-1] == "-":
         types.pop()
-    return f"{view.domain_label} {view.op_type} opset={view.imported} {','.join(types)}"
+    label = row.domain or "ai.onnx"
+    return f"{label} {row.op_type} opset={imported} {','.join(types)}"
 
 
 def form_of(view: NodeView) -> str | None:

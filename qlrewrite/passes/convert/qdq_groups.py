@@ -23,7 +23,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq import MS_DOMAIN, GraphScope, QDQView
 
-__all__ = ["FLOAT_OPS", "MOVES", "Group", "plan", "reason_text"]
+__all__ = ["CONVERTIBLE", "FLOAT_OPS", "MOVES", "Group", "plan", "reason_text"]
 
 _DT = ir.DataType
 _8BIT = frozenset({_DT.INT8, _DT.UINT8})
@@ -52,6 +52,8 @@ MOVES: Mapping[str, int] = {
     "Unsqueeze": 1,
     "Identity": 1,
 }
+#: Every float op type ``--ops`` may name.
+CONVERTIBLE: tuple[str, ...] = (*FLOAT_OPS, *MOVES)
 #: The dynamic form: the float op -> its integer op (ai.onnx).
 INTEGER_OPS: Mapping[str, str] = {"MatMul": "MatMulInteger", "Conv": "ConvInteger"}
 #: Float attributes a QLinear op drops when they hold their default.
@@ -103,7 +105,8 @@ class Group:
     @property
     def where(self) -> str:
         """``Conv 'conv1' in main`` for warnings."""
-        return f"{self.node.op_type} '{self.node.name or self.node.outputs[0].name}' in {self.scope.ref}"
+        name = self.node.name or self.node.outputs[0].name
+        return f"{self.node.op_type} '{name}' in {self.scope.ref}"
 
     @property
     def dynamic(self) -> bool:
@@ -232,9 +235,12 @@ def _bias(group: Group) -> str:
     own = own.astype(np.float32).reshape(-1)
     if own.size not in (1, product.size) or product.size not in (1, own.size):
         return "bias"
-    return "" if np.array_equal(np.broadcast_to(own, product.shape), product) or (
-        product.size == 1 and np.all(own == product[0])
-    ) else "bias"
+    return (
+        ""
+        if np.array_equal(np.broadcast_to(own, product.shape), product)
+        or (product.size == 1 and np.all(own == product[0]))
+        else "bias"
+    )
 
 
 def _attributes(group: Group) -> str:
@@ -307,7 +313,7 @@ def _plan_dynamic(group: Group) -> str:
     op = group.node.op_type
     if op not in INTEGER_OPS:
         return "no_qoperator_form"
-    a, w = (group.inputs + [None, None])[:2]
+    a, w = ([*group.inputs, None, None])[:2]
     if a is None or w is None or a.x_type != _DT.UINT8 or not _is_8bit(w, w.x_type):
         return "type"
     if w.granularity.blocked:

@@ -18,7 +18,7 @@ stays too.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_ir as ir
@@ -31,15 +31,20 @@ from qlrewrite.qdq import (
     QDQ,
     GraphScope,
     QDQView,
+    constant_tensor,
     ensure_import_at,
     iter_graphs,
     iter_sites,
     site_view,
 )
+from qlrewrite.targets.forms import qoperator_form
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
 
-__all__ = ["QdqToQOperatorPass"]
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
+
+__all__ = ["QdqToQOperatorPass", "find_groups", "target_refusal"]
 
 _DT = ir.DataType
 
@@ -67,7 +72,9 @@ def _only_consumer(value: ir.Value) -> ir.Node | None:
     return uses[0].node
 
 
-def _quantize_after(node: ir.Node, views: dict[int, QDQView]) -> tuple[QDQView | None, ir.Node | None]:
+def _quantize_after(
+    node: ir.Node, views: dict[int, QDQView]
+) -> tuple[QDQView | None, ir.Node | None]:
     """The QuantizeLinear that is the only consumer of ``node`` (through a foldable Relu)."""
     if len(node.outputs) != 1:
         return None, None
@@ -119,6 +126,36 @@ def find_groups(model: ir.Model) -> list[Group]:
             if group is not None:
                 found.append(group)
     return found
+
+
+def _input_types(node: ir.Node, group: Group) -> list[tuple[ir.DataType | None, int | None] | None]:
+    """(element type, element count) of each input of a written node: constants' from
+    their tensors, the quantized data's from its DequantizeLinear."""
+    data = {id(v.node.inputs[0]): v.x_type for v in group.inputs if v is not None}
+    found: list[tuple[ir.DataType | None, int | None] | None] = []
+    for value in node.inputs:
+        tensor = constant_tensor(value) if value is not None else None
+        if value is None:
+            found.append(None)
+        elif tensor is not None:
+            found.append((tensor.dtype, int(np.prod(tensor.shape.numpy()))))
+        else:
+            found.append((data.get(id(value), value.dtype), None))
+    return found
+
+
+def target_refusal(target: Target) -> Any:
+    """A function telling whether a release of ``target`` refused the written node's form
+    (measured tables: :meth:`qlrewrite.targets.tables.Table.refusal`)."""
+
+    def refused(node: ir.Node, group: Group) -> bool:
+        if group.row is None:
+            return False
+        imported = group.scope.opset(group.row.domain) or (1 if group.row.domain else None)
+        form = qoperator_form(group.row, imported, _input_types(node, group))
+        return form is not None and any(t.refusal(form) is not None for t in target.tables)
+
+    return refused
 
 
 class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
@@ -173,9 +210,19 @@ class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
             written[g.written[1]] = written.get(g.written[1], 0) + 1
         float_sums = any(g.dynamic for g in done)
         kept = {n: s for n, s in writer.sources.items()}
-        bound = stated_bound({n: v for n, v in limits.items()}, float_sums) if done else stated_bound({}, False)
+        bound = (
+            stated_bound({n: v for n, v in limits.items()}, float_sums)
+            if done
+            else stated_bound({}, False)
+        )
         return ToQOperatorResult(
-            model, bool(done), summary, warnings, verify_bound=bound, written=written, differences=kept
+            model,
+            bool(done),
+            summary,
+            warnings,
+            verify_bound=bound,
+            written=written,
+            differences=kept,
         )
 
 
@@ -214,7 +261,7 @@ class _Writer:
         return self._zeros[key]
 
     def _triple(self, group: Group, view: QDQView, dtype: _DT | None) -> list[ir.Value]:
-        inputs = list(view.node.inputs) + [None, None]
+        inputs = [*list(view.node.inputs), None, None]
         data = inputs[0] if not view.is_quantize else None
         zero = inputs[2] if inputs[2] is not None else self._zero(group, dtype or _DT.UINT8)
         return [data, inputs[1], zero]  # type: ignore[list-item]
@@ -298,9 +345,16 @@ class _Writer:
         base = node.name or op
         attrs = dict(node.attributes) if op == "ConvInteger" else {}
         integer = ir.node(op, inputs, attributes=attrs, name=self.names.fresh(base))
-        cast = ir.node("Cast", integer.outputs, attributes={"to": _DT.FLOAT}, name=self.names.fresh(base + "_cast"))
+        cast = ir.node(
+            "Cast",
+            integer.outputs,
+            attributes={"to": _DT.FLOAT},
+            name=self.names.fresh(base + "_cast"),
+        )
         scale = ir.node("Mul", [a_in[1], w_in[1]], name=self.names.fresh(base + "_scale"))
-        result = ir.node("Mul", [cast.outputs[0], scale.outputs[0]], name=self.names.fresh(base + "_scaled"))
+        result = ir.node(
+            "Mul", [cast.outputs[0], scale.outputs[0]], name=self.names.fresh(base + "_scaled")
+        )
         for new in (integer, cast, scale, result):
             for output in new.outputs:
                 output.name = self.names.fresh(new.name or base)
