@@ -85,9 +85,17 @@ def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
     parts: list = []
     if "w" in names:
         parts += _weight(op, shape, p, rng)
+    if "bias" not in names:  # the bias's two initializers and its DequantizeLinear
+        parts = [
+            x
+            for x in parts
+            if "bias" not in getattr(x, "name", "") + str(list(getattr(x, "output", [])))
+        ]
     y_scale, y_zero = p.scales[2], _zero(p, 2)
     if op == "Softmax":
-        y_scale, y_zero = (1 / 256, _q(np.array(-128), True)) if p.signed else (1 / 255, _q(np.array(0), False))
+        y_scale, y_zero = (
+            (1 / 256, _q(np.array(-128), True)) if p.signed else (1 / 255, _q(np.array(0), False))
+        )
     if op == "MaxPool":
         y_scale, y_zero = p.scales[0], _zero(p, 0)
     inits = [
@@ -100,7 +108,9 @@ def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
     ] + [x for x in parts if isinstance(x, onnx.TensorProto)]
     nodes = [x for x in parts if isinstance(x, onnx.NodeProto)]
     inputs = [i for i in ("a", "b") if i in names]
-    nodes += [helper.make_node("DequantizeLinear", [i + "_q", i + "_s", i + "_z"], [i]) for i in inputs]
+    nodes += [
+        helper.make_node("DequantizeLinear", [i + "_q", i + "_s", i + "_z"], [i]) for i in inputs
+    ]
     nodes += [
         helper.make_node(op, list(names), ["f"], name="op", **attrs),
         helper.make_node("QuantizeLinear", ["f", "y_s", "y_z"], ["y"]),
@@ -109,7 +119,7 @@ def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
         nodes,
         "g",
         [helper.make_tensor_value_info(i + "_q", qtype, shape) for i in inputs],
-        [helper.make_tensor_value_info("y", qtype, None)],
+        [helper.make_tensor_value_info("y", qtype, [f"d{i}" for i in range(len(shape))])],
         initializer=inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
@@ -135,7 +145,9 @@ def run_int(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> np.ndarray
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.add_session_config_entry("session.disable_prepacking", "1")
     options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
     return np.asarray(session.run(None, inputs)[0])
 
 

@@ -309,12 +309,20 @@ def _plan_move(group: Group) -> str:
     return "" if _same_parameters(data, out) else "parameters_differ"
 
 
+def _dynamic_type(view: QDQView) -> ir.DataType | None:
+    """The activation's type: DynamicQuantizeLinear's output is uint8 (its schema)."""
+    source = view.node.inputs[0].producer() if view.node.inputs[0] is not None else None
+    if source is not None and source.op_type == "DynamicQuantizeLinear":
+        return _DT.UINT8
+    return view.x_type
+
+
 def _plan_dynamic(group: Group) -> str:
     op = group.node.op_type
     if op not in INTEGER_OPS:
         return "no_qoperator_form"
-    a, w = ([*group.inputs, None, None])[:2]
-    if a is None or w is None or a.x_type != _DT.UINT8 or not _is_8bit(w, w.x_type):
+    a, w = [*group.inputs, None, None][:2]
+    if a is None or w is None or _dynamic_type(a) != _DT.UINT8 or not _is_8bit(w, w.x_type):
         return "type"
     if w.granularity.blocked:
         return "blocked"
