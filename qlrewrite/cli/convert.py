@@ -22,10 +22,66 @@ from qlrewrite.passes.convert.domain import TARGETS
 
 __all__ = ["convert_command"]
 
+_HELP = """Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain,
+or Q/DQ groups to QLinear operators (--to qoperator).
+
+Only the Q/DQ nodes change (ONNX Runtime computes both domains with the same
+kernels); the ai.onnx opset stays. --to onnx uses the ai.onnx version in force at the
+model's opset; a node that needs a newer opset (int16, int4 need 21) is refused with
+the opset to pass to `qlrewrite upgrade --opset N`. --to com.microsoft refuses what
+ONNX Runtime's contrib ops cannot express (blocked quantization, float8/float4/int2,
+bfloat16, saturate=0, ...). A refusal names the nodes, exits 1 and writes nothing.
+float16 Q/DQ are refused unless --allow-float16: ONNX Runtime's CPU provider has no
+float16 kernel for the com.microsoft ones and computes them, and the Casts next to
+them, differently, so its outputs would change.
+
+--to onnx also rewrites com.microsoft MatMulNBits as DequantizeLinear -> MatMul (-> Add
+for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
+and GatherBlockQuantized as DequantizeLinear -> Gather; the dequantized weights are
+bit-identical to ONNX Runtime's kernels'. --to com.microsoft does the reverse where it
+is exact: a constant int2/uint2/int4/uint4 DequantizeLinear blocked along K (or per
+output channel) feeding MatMul's B (also through a Transpose; a following Add of a
+constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
+int4/uint4 becomes GatherBlockQuantized. int8/uint8 weights per column with a float32
+scale only with --include-8bit (blocked or float16 ones always: com.microsoft's
+DequantizeLinear cannot hold them exactly):
+ONNX Runtime's default session fuses them itself (MatMulIntegerToFloat, or its own
+MatMulNBits at accuracy_level 4) and ran them 2-35x faster than an 8-bit MatMulNBits
+at accuracy_level 0 (1.31.1).
+
+--to onnx also rewrites the QOperator form as Q/DQ (ONNX Runtime's QDQ quantizer's
+form): each QLinearConv, QLinearMatMul, com.microsoft QLinearAdd / QLinearMul /
+QLinearSigmoid / QLinearLeakyRelu / QLinearAveragePool / QLinearGlobalAveragePool /
+QLinearConcat / QLinearSoftmax / QLinearWhere / QLinearReduceMean / QGemm becomes
+DequantizeLinear -> the float op -> QuantizeLinear, weights staying quantized behind
+their DequantizeLinear (per channel where they were), QLinearConv's int32 bias an
+int32 DequantizeLinear with scale x_scale * w_scale. Dynamic forms: MatMulIntegerToFloat,
+DynamicQuantizeMatMul and ORT's DynamicQuantizeLinear -> MatMulInteger / ConvInteger ->
+Cast -> Mul become DequantizeLinear -> MatMul / Conv. QAttention and channels_last
+nodes are refused with the reason; ai.onnx ConvInteger / MatMulInteger outside that
+pattern stay, with a warning. The integer kernels round their requantization their own
+way: outputs may differ by one quantization step per converted node (see --verify).
+
+--to qoperator goes the other way: each DequantizeLinear -> op -> QuantizeLinear group
+becomes QLinearConv / QLinearMatMul (ai.onnx) or com.microsoft QGemm / QLinearAdd /
+QLinearMul / QLinearConcat / QLinearAveragePool / QLinearGlobalAveragePool /
+QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (a Relu before the QuantizeLinear is
+folded where exact); MaxPool, Reshape, Transpose, ... with one scale on both sides run
+on the integers; DequantizeLinear -> MatMul / Conv with a float output after
+DynamicQuantizeLinear becomes MatMulInteger / ConvInteger -> Cast -> Mul. A group the
+QOperator form cannot hold (LayerNormalization, 16-bit or 4-bit types, a blocked
+scale, a per-channel scale on an axis the operator does not take, a bias whose scale
+is not x_scale * w_scale, ...) stays Q/DQ, counted by reason in the summary. Measured
+on ONNX Runtime 1.31.1 with optimizations off: bit-identical to the Q/DQ form except
+QLinearSoftmax (one step); the bound --verify checks is one step per QLinear kernel
+that requantizes (docs/qoperator.md).
+"""
+
 
 @click.command(
     "convert",
     cls=RewriteCommand,
+    help=_HELP,
     epilog="""\b
 Examples:
   qlrewrite convert model.onnx --to onnx              # writes model.convert.onnx
@@ -94,59 +150,7 @@ def convert_command(
     target: str | None,
     options: RewriteOptions,
 ) -> None:
-    """Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.
-
-    Only the Q/DQ nodes change (ONNX Runtime computes both domains with the same
-    kernels); the ai.onnx opset stays. --to onnx uses the ai.onnx version in force at the
-    model's opset; a node that needs a newer opset (int16, int4 need 21) is refused with
-    the opset to pass to `qlrewrite upgrade --opset N`. --to com.microsoft refuses what
-    ONNX Runtime's contrib ops cannot express (blocked quantization, float8/float4/int2,
-    bfloat16, saturate=0, ...). A refusal names the nodes, exits 1 and writes nothing.
-    float16 Q/DQ are refused unless --allow-float16: ONNX Runtime's CPU provider has no
-    float16 kernel for the com.microsoft ones and computes them, and the Casts next to
-    them, differently, so its outputs would change.
-
-    --to onnx also rewrites com.microsoft MatMulNBits as DequantizeLinear -> MatMul (-> Add
-    for a bias) with the weight laid out [K, N] (int4/uint4 need opset 21, int2/uint2 25)
-    and GatherBlockQuantized as DequantizeLinear -> Gather; the dequantized weights are
-    bit-identical to ONNX Runtime's kernels'. --to com.microsoft does the reverse where it
-    is exact: a constant int2/uint2/int4/uint4 DequantizeLinear blocked along K (or per
-    output channel) feeding MatMul's B (also through a Transpose; a following Add of a
-    constant bias is fused) becomes MatMulNBits, and DequantizeLinear -> Gather of
-    int4/uint4 becomes GatherBlockQuantized. int8/uint8 weights per column with a float32
-    scale only with --include-8bit (blocked or float16 ones always: com.microsoft's
-    DequantizeLinear cannot hold them exactly):
-    ONNX Runtime's default session fuses them itself (MatMulIntegerToFloat, or its own
-    MatMulNBits at accuracy_level 4) and ran them 2-35x faster than an 8-bit MatMulNBits
-    at accuracy_level 0 (1.31.1).
-
-    --to onnx also rewrites the QOperator form as Q/DQ (ONNX Runtime's QDQ quantizer's
-    form): each QLinearConv, QLinearMatMul, com.microsoft QLinearAdd / QLinearMul /
-    QLinearSigmoid / QLinearLeakyRelu / QLinearAveragePool / QLinearGlobalAveragePool /
-    QLinearConcat / QLinearSoftmax / QLinearWhere / QLinearReduceMean / QGemm becomes
-    DequantizeLinear -> the float op -> QuantizeLinear, weights staying quantized behind
-    their DequantizeLinear (per channel where they were), QLinearConv's int32 bias an
-    int32 DequantizeLinear with scale x_scale * w_scale. Dynamic forms: MatMulIntegerToFloat,
-    DynamicQuantizeMatMul and ORT's DynamicQuantizeLinear -> MatMulInteger / ConvInteger ->
-    Cast -> Mul become DequantizeLinear -> MatMul / Conv. QAttention and channels_last
-    nodes are refused with the reason; ai.onnx ConvInteger / MatMulInteger outside that
-    pattern stay, with a warning. The integer kernels round their requantization their own
-    way: outputs may differ by one quantization step per converted node (see --verify).
-
-    --to qoperator goes the other way: each DequantizeLinear -> op -> QuantizeLinear group
-    becomes QLinearConv / QLinearMatMul (ai.onnx) or com.microsoft QGemm / QLinearAdd /
-    QLinearMul / QLinearConcat / QLinearAveragePool / QLinearGlobalAveragePool /
-    QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (a Relu before the QuantizeLinear is
-    folded where exact); MaxPool, Reshape, Transpose, ... with one scale on both sides run
-    on the integers; DequantizeLinear -> MatMul / Conv with a float output after
-    DynamicQuantizeLinear becomes MatMulInteger / ConvInteger -> Cast -> Mul. A group the
-    QOperator form cannot hold (LayerNormalization, 16-bit or 4-bit types, a blocked
-    scale, a per-channel scale on an axis the operator does not take, a bias whose scale
-    is not x_scale * w_scale, ...) stays Q/DQ, counted by reason in the summary. Measured
-    on ONNX Runtime 1.31.1 with optimizations off: bit-identical to the Q/DQ form except
-    QLinearSoftmax (one step); the bound --verify checks is one step per QLinear kernel
-    that requantizes (docs/qoperator.md).
-    """
+    """``qlrewrite convert``: see :data:`_HELP`."""
     _refuse_misplaced(to)
     if to == "qoperator":
         chosen = [op.strip() for item in ops for op in item.split(",") if op.strip()]

@@ -12,9 +12,9 @@ import onnx_ir as ir
 from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert.domain import ConvertDomainPass
-from qlrewrite.passes.convert.qdq_groups import CONVERTIBLE
 from qlrewrite.passes.convert.qdq_to_qoperator import QdqToQOperatorPass, target_refusal
 from qlrewrite.passes.convert.qonnx_to_qdq import QonnxToQdqPass
+from qlrewrite.passes.convert.qoperator_plan import CONVERTIBLE
 from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.convert.tidy import QdqTidyPass
 from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass

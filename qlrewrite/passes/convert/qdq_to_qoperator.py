@@ -1,7 +1,8 @@
 """Q/DQ groups to the QOperator form: ``convert --to qoperator``.
 
 Each DequantizeLinear -> float op -> QuantizeLinear group the QOperator form holds
-(:mod:`qlrewrite.passes.convert.qdq_groups` plans them) becomes one node: QLinearConv,
+(:mod:`qlrewrite.passes.convert.qdq_groups` finds them,
+:mod:`~qlrewrite.passes.convert.qoperator_plan` decides) becomes one node: QLinearConv,
 QLinearMatMul (ai.onnx), QGemm, QLinearAdd, QLinearMul, QLinearConcat,
 QLinearAveragePool, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearSigmoid,
 QLinearSoftmax (com.microsoft, imported when written), its inputs in the order of the
@@ -17,26 +18,17 @@ stays too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx_ir as ir
 
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.convert.qdq_groups import Group, plan, reason_text
+from qlrewrite.passes.convert.qdq_groups import Group, find_groups, reason_text
+from qlrewrite.passes.convert.qoperator_plan import plan
 from qlrewrite.passes.convert.to_qoperator_result import STEPS, ToQOperatorResult, stated_bound
-from qlrewrite.qdq import (
-    MS_DOMAIN,
-    QDQ,
-    GraphScope,
-    QDQView,
-    constant_tensor,
-    ensure_import_at,
-    iter_graphs,
-    iter_sites,
-    site_view,
-)
+from qlrewrite.qdq import MS_DOMAIN, QDQView, constant_tensor, ensure_import_at
 from qlrewrite.targets.forms import qoperator_form
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
@@ -44,95 +36,19 @@ from qlrewrite.verify.difference import output_bounds
 if TYPE_CHECKING:
     from qlrewrite.targets.spec import Target
 
-__all__ = ["QdqToQOperatorPass", "find_groups", "target_refusal"]
+__all__ = ["QdqToQOperatorPass", "Refused", "target_refusal"]
 
 _DT = ir.DataType
+#: Whether the target refuses the node written for a group (``convert --target``).
+Refused = Callable[[ir.Node, Group], bool]
+_InputTypes = list[tuple[ir.DataType | None, int | None] | None]
 
 
-def _views(model: ir.Model) -> dict[int, QDQView]:
-    """The view of every Q/DQ node, by node id."""
-    found: dict[int, QDQView] = {}
-    for site in iter_sites(model, (QDQ,)):
-        view = site_view(model, site)
-        if isinstance(view, QDQView):
-            found[id(site.node)] = view
-    return found
-
-
-def _dequantize(value: ir.Value | None, views: dict[int, QDQView]) -> QDQView | None:
-    producer = value.producer() if value is not None else None
-    view = views.get(id(producer)) if producer is not None else None
-    return view if view is not None and not view.is_quantize else None
-
-
-def _only_consumer(value: ir.Value) -> ir.Node | None:
-    uses = list(value.uses())
-    if len(uses) != 1 or value.is_graph_output():
-        return None
-    return uses[0].node
-
-
-def _quantize_after(
-    node: ir.Node, views: dict[int, QDQView]
-) -> tuple[QDQView | None, ir.Node | None]:
-    """The QuantizeLinear that is the only consumer of ``node`` (through a foldable Relu)."""
-    if len(node.outputs) != 1:
-        return None, None
-    consumer = _only_consumer(node.outputs[0])
-    relu = None
-    if consumer is not None and consumer.op_type == "Relu" and consumer.domain in ("", "ai.onnx"):
-        relu, consumer = consumer, _only_consumer(consumer.outputs[0])
-    view = views.get(id(consumer)) if consumer is not None else None
-    if view is None or not view.is_quantize:
-        return None, None
-    return view, relu
-
-
-def _relu_foldable(view: QDQView) -> bool:
-    """Q(Relu(x)) = Q(x) where the zero point is the bottom of the type."""
-    zero = view.value_view(view.node.inputs[2], read=True) if len(view.node.inputs) > 2 else None
-    value = 0 if zero is None or zero.array is None else int(zero.array.reshape(-1)[0])
-    if zero is not None and zero.array is None:
-        return False
-    bottom = {_DT.UINT8: 0, _DT.INT8: -128}.get(view.output_type)  # type: ignore[arg-type]
-    return bottom is not None and value == bottom
-
-
-def _group(scope: GraphScope, node: ir.Node, views: dict[int, QDQView]) -> Group | None:
-    """The group ``node`` is the float op of (None: it is not one)."""
-    if id(node) in views or node.domain not in ("", "ai.onnx"):
-        return None
-    inputs = [_dequantize(v, views) for v in node.inputs]
-    if not any(inputs):
-        return None
-    quantize, relu = _quantize_after(node, views)
-    if relu is not None and quantize is not None and not _relu_foldable(quantize):
-        return None  # DQ -> op -> Relu -> Q: the op's output is not quantized
-    if quantize is None:
-        first = inputs[0].node.inputs[0] if inputs[0] is not None else None
-        source = first.producer() if first is not None else None
-        if source is None or source.op_type != "DynamicQuantizeLinear":
-            return None
-    return Group(scope, node, inputs, quantize, relu)
-
-
-def find_groups(model: ir.Model) -> list[Group]:
-    """Every group of every graph, in graph order."""
-    views = _views(model)
-    found = []
-    for scope in iter_graphs(model):
-        for node in scope.graph:
-            group = _group(scope, node, views)
-            if group is not None:
-                found.append(group)
-    return found
-
-
-def _input_types(node: ir.Node, group: Group) -> list[tuple[ir.DataType | None, int | None] | None]:
+def _input_types(node: ir.Node, group: Group) -> _InputTypes:
     """(element type, element count) of each input of a written node: constants' from
     their tensors, the quantized data's from its DequantizeLinear."""
     data = {id(v.node.inputs[0]): v.x_type for v in group.inputs if v is not None}
-    found: list[tuple[ir.DataType | None, int | None] | None] = []
+    found: _InputTypes = []
     for value in node.inputs:
         tensor = constant_tensor(value) if value is not None else None
         if value is None:
@@ -144,9 +60,9 @@ def _input_types(node: ir.Node, group: Group) -> list[tuple[ir.DataType | None, 
     return found
 
 
-def target_refusal(target: Target) -> Any:
-    """A function telling whether a release of ``target`` refused the written node's form
-    (measured tables: :meth:`qlrewrite.targets.tables.Table.refusal`)."""
+def target_refusal(target: Target) -> Refused:
+    """Whether a release of ``target`` refused the form of the node written for a group
+    (its measured tables: :meth:`qlrewrite.targets.tables.Table.refusal`)."""
 
     def refused(node: ir.Node, group: Group) -> bool:
         if group.row is None:
@@ -162,68 +78,66 @@ class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite DequantizeLinear -> op -> QuantizeLinear groups as QLinear / integer ops.
 
     ``ops``: the float op types to convert (None: every one the QOperator form holds);
-    ``refused``: a function telling whether the target runtime refuses a written node's
-    form (None: no target).
+    ``refused``: whether the target runtime refuses a written node's form (None: no
+    target; :func:`target_refusal`).
     """
 
-    def __init__(self, *, ops: Iterable[str] | None = None, refused: Any = None) -> None:
+    def __init__(self, *, ops: Iterable[str] | None = None, refused: Refused | None = None):
         super().__init__()
         self.ops = frozenset(ops) if ops is not None else None
         self.refused = refused
 
     def call(self, model: ir.Model) -> ToQOperatorResult:
         groups = find_groups(model)
+        writer = _Writer(model)
+        built: dict[int, ir.Node] = {}
         for group in groups:
             plan(group, self.ops)
+            if group.reason or group.row is None:
+                continue
+            built[id(group)] = node = writer.build(group)
+            if self.refused is not None and self.refused(node, group):
+                group.reason = "target_refuses"
         done = [g for g in groups if not g.reason]
+        # the bound is followed on the Q/DQ graph, before it changes
         sources = {_output_name(g): STEPS.get(g.written[1], 0.0) for g in done if g.row}
         sources = {name: steps for name, steps in sources.items() if steps}
         limits = output_bounds(model, sources).bounds if sources else {}
-        writer = _Writer(model, self.refused)
         for group in done:
-            writer.write(group)
-        done = [g for g in groups if not g.reason]
-        return self._result(model, groups, done, writer, limits)
+            writer.write(group, built.get(id(group)))
+        writer.drop_unused_zeros()
+        return _result(model, groups, writer, limits)
 
-    def _result(
-        self,
-        model: ir.Model,
-        groups: list[Group],
-        done: list[Group],
-        writer: _Writer,
-        limits: dict[str, float],
-    ) -> ToQOperatorResult:
-        summary = {
-            "groups_converted": sum(1 for g in done if g.row is not None),
-            "integer_ops_written": sum(1 for g in done if g.row is None),
-            "opset_imports_added": writer.imports_added,
-        }
-        warnings = []
-        for key in dict.fromkeys(g.reason for g in groups if g.reason):
-            left = [g for g in groups if g.reason == key]
-            summary[f"left_{key}"] = len(left)
-            if key != "not_chosen":
-                names = ", ".join(g.where for g in left[:3]) + (" ..." if len(left) > 3 else "")
-                warnings.append(f"{len(left)} group(s) stay Q/DQ: {reason_text(key)} ({names})")
-        written: dict[str, int] = {}
-        for g in done:
-            written[g.written[1]] = written.get(g.written[1], 0) + 1
-        float_sums = any(g.dynamic for g in done)
-        kept = {n: s for n, s in writer.sources.items()}
-        bound = (
-            stated_bound({n: v for n, v in limits.items()}, float_sums)
-            if done
-            else stated_bound({}, False)
-        )
-        return ToQOperatorResult(
-            model,
-            bool(done),
-            summary,
-            warnings,
-            verify_bound=bound,
-            written=written,
-            differences=kept,
-        )
+
+def _result(
+    model: ir.Model, groups: list[Group], writer: _Writer, limits: dict[str, float]
+) -> ToQOperatorResult:
+    done = [g for g in groups if not g.reason]
+    summary = {
+        "groups_converted": sum(1 for g in done if g.row is not None),
+        "integer_ops_written": sum(1 for g in done if g.row is None),
+        "opset_imports_added": writer.imports_added,
+    }
+    warnings = []
+    for key in dict.fromkeys(g.reason for g in groups if g.reason):
+        left = [g for g in groups if g.reason == key]
+        summary[f"left_{key}"] = len(left)
+        if key != "not_chosen":
+            names = ", ".join(g.where for g in left[:3]) + (" ..." if len(left) > 3 else "")
+            warnings.append(f"{len(left)} group(s) stay Q/DQ: {reason_text(key)} ({names})")
+    written: dict[str, int] = {}
+    for group in done:
+        written[group.written[1]] = written.get(group.written[1], 0) + 1
+    bound = stated_bound(limits, any(g.dynamic for g in done))
+    return ToQOperatorResult(
+        model,
+        bool(done),
+        summary,
+        warnings,
+        verify_bound=bound,
+        written=written,
+        differences=dict(writer.sources),
+    )
 
 
 def _output_name(group: Group) -> str:
@@ -231,56 +145,92 @@ def _output_name(group: Group) -> str:
     return (out.node.outputs[0].name or "") if out is not None else ""
 
 
-class _Writer:
-    """Writes the planned groups, one node each (three for the dynamic form)."""
+def _softmax_attributes(softmax: ir.Node, opset: int) -> dict[str, Any]:
+    """QLinearSoftmax's axis (as written, else the default of the Softmax in force) and
+    ``opset``: which Softmax it computes (before 13: coerced to 2-D at the axis)."""
+    written = softmax.attributes.get("axis")
+    axis = written.value if written is not None else (-1 if opset >= 13 else 1)
+    return {"axis": axis, "opset": opset}
 
-    def __init__(self, model: ir.Model, refused: Any) -> None:
+
+def _take_output(quantize: QDQView, node: ir.Node) -> None:
+    """``node``'s output takes the QuantizeLinear's place, name and (integer) type."""
+    replace_value(quantize.node.outputs[0], node.outputs[0])
+    if quantize.output_type is not None:  # (planning checked it is 8-bit)
+        node.outputs[0].dtype = quantize.output_type
+
+
+class _Writer:
+    """Writes the planned groups: one node each (four for the dynamic form)."""
+
+    def __init__(self, model: ir.Model) -> None:
         self.model = model
-        self.refused = refused
         self.names = FreshNames(model, nodes=True)
         self.imports_added = 0
+        #: each converted output that may differ -> its steps
         self.sources: dict[str, float] = {}
-        self._zeros: dict[tuple[int, _DT], ir.Value] = {}
+        self._zeros: dict[tuple[int, _DT], tuple[ir.Value, Group]] = {}
 
-    def write(self, group: Group) -> None:
+    def write(self, group: Group, node: ir.Node | None) -> None:
+        """Replace ``group`` by ``node`` (built by :meth:`build`) or its integer form."""
         if group.dynamic:
             self._dynamic(group)
-        elif group.row is None:
+        elif node is None:
             self._move(group)
         else:
-            self._qlinear(group)
+            self._qlinear(group, node)
 
     def _zero(self, group: Group, dtype: _DT) -> ir.Value:
+        """A scalar zero point of ``dtype`` (one per graph and type)."""
         key = (id(group.scope.graph), dtype)
         if key not in self._zeros:
             name = self.names.fresh(f"zero_point_{dtype.name.lower()}")
             tensor = ir.tensor(np.zeros((), dtype.numpy()), name=name)
-            self._zeros[key] = add_constant(
-                group.scope.graph, tensor, name, before=group.node, node_name=self.names.fresh(name)
+            value = add_constant(
+                group.scope.graph,
+                tensor,
+                name,
+                before=group.node,
+                node_name=self.names.fresh(name),
             )
-        return self._zeros[key]
+            self._zeros[key] = (value, group)
+        return self._zeros[key][0]
 
-    def _triple(self, group: Group, view: QDQView, dtype: _DT | None) -> list[ir.Value]:
-        inputs = [*list(view.node.inputs), None, None]
+    def drop_unused_zeros(self) -> None:
+        """Remove the zero points made for groups a target refused."""
+        for value, group in self._zeros.values():
+            if value.uses():
+                continue
+            graph, producer = group.scope.graph, value.producer()
+            if producer is not None:
+                graph.remove(producer, safe=True)
+            elif isinstance(graph, ir.Graph) and value.name in graph.initializers:
+                graph.initializers.pop(str(value.name))
+
+    def _triple(self, group: Group, view: QDQView, dtype: _DT | None) -> list[ir.Value | None]:
+        """(data, scale, zero point) of a DequantizeLinear (data None for a
+        QuantizeLinear); an omitted zero point made a zero of ``dtype``."""
+        inputs = [*view.node.inputs, None, None]
         data = inputs[0] if not view.is_quantize else None
         zero = inputs[2] if inputs[2] is not None else self._zero(group, dtype or _DT.UINT8)
-        return [data, inputs[1], zero]  # type: ignore[list-item]
+        return [data, inputs[1], zero]
 
     def _inputs(self, group: Group) -> list[ir.Value | None]:
-        row = group.row
-        assert row is not None and group.output is not None
-        out = self._triple(group, group.output, group.output.output_type)
+        """The written node's inputs in its row's order."""
+        row, out_view = group.row, group.output
+        assert row is not None and out_view is not None  # planned: a QLinear group
+        out = self._triple(group, out_view, out_view.output_type)
         if row.variadic:
             threes = [self._triple(group, v, v.x_type) for v in group.inputs if v is not None]
             return [out[1], out[2], *[value for three in threes for value in three]]
-        named: dict[str, ir.Value | None] = {}
+        named: dict[str | None, ir.Value | None] = {}
         specs = [t for t in row.triples if t.role != "output"]
         for spec, view in zip(specs, group.inputs, strict=False):
-            assert view is not None
-            data, scale, zero = self._triple(group, view, view.x_type)
-            named.update({spec.data: data, spec.scale: scale, spec.zero_point: zero})  # type: ignore[dict-item]
+            if view is not None:
+                triple = self._triple(group, view, view.x_type)
+                named.update(zip((spec.data, spec.scale, spec.zero_point), triple, strict=True))
         spec = next(t for t in row.triples if t.role == "output")
-        named.update({spec.scale: out[1], spec.zero_point: out[2]})  # type: ignore[dict-item]
+        named.update({spec.scale: out[1], spec.zero_point: out[2]})
         bias = group.inputs[2] if len(group.inputs) > 2 else None
         if bias is not None:
             named["B" if group.node.op_type == "Conv" else "C"] = bias.node.inputs[0]
@@ -289,80 +239,76 @@ class _Writer:
             values.pop()
         return values
 
-    def _attributes(self, group: Group) -> dict[str, Any]:
+    def build(self, group: Group) -> ir.Node:
+        """The QLinear node of a planned group, not yet in the graph."""
         row, node = group.row, group.node
-        assert row is not None
-        kept: dict[str, Any] = {n: a for n, a in node.attributes.items() if n in row.attributes}
+        assert row is not None  # planned: a QLinear group
         if node.op_type == "Softmax":
-            opset = group.scope.opset("") or 13
-            axis = node.attributes.get("axis")
-            value = axis.value if axis is not None else (-1 if opset >= 13 else 1)
-            kept = {"axis": value, "opset": opset}
-        return kept
-
-    def _qlinear(self, group: Group) -> None:
-        domain, op = group.written
-        node = ir.node(
-            op,
+            attributes = _softmax_attributes(node, group.scope.opset("") or 13)
+        else:
+            attributes = {n: a for n, a in node.attributes.items() if n in row.attributes}
+        return ir.node(
+            row.op_type,
             self._inputs(group),
-            attributes=self._attributes(group),
-            domain=domain,
-            name=self.names.fresh(group.node.name or op),
+            attributes=attributes,
+            domain=row.domain,
+            name=self.names.fresh(node.name or row.op_type),
         )
-        if self.refused is not None and self.refused(node, group):
-            group.reason = "target_refuses"
-            return
-        assert group.output is not None
-        quantize = group.output.node
-        group.scope.graph.insert_before(quantize, node)
-        steps = STEPS.get(op, 0.0)
-        replace_value(quantize.outputs[0], node.outputs[0])
-        node.outputs[0].dtype = group.output.output_type
+
+    def _qlinear(self, group: Group, node: ir.Node) -> None:
+        quantize = group.output
+        assert quantize is not None  # planned: a QLinear group
+        group.scope.graph.insert_before(quantize.node, node)
+        _take_output(quantize, node)
+        steps = STEPS.get(node.op_type, 0.0)
         if steps and node.outputs[0].name:
             self.sources[node.outputs[0].name] = steps
-        self._drop(group, [quantize, group.relu, group.node])
-        if domain == MS_DOMAIN and ensure_import_at(self.model, group.scope.ref, MS_DOMAIN, 1):
+        self._drop(group, [quantize.node, group.relu, group.node])
+        if node.domain == MS_DOMAIN and ensure_import_at(self.model, group.scope.ref, MS_DOMAIN, 1):
             self.imports_added += 1
 
     def _move(self, group: Group) -> None:
+        """The op on the integers: its data is the DequantizeLinear's input, its output the
+        QuantizeLinear's."""
         data, quantize = group.inputs[0], group.output
-        assert data is not None and quantize is not None
+        assert data is not None and quantize is not None  # planned: a move
         node = group.node
         node.replace_input_with(0, data.node.inputs[0])
-        replace_value(quantize.node.outputs[0], node.outputs[0])
-        node.outputs[0].dtype = quantize.output_type
-        self._drop(group, [quantize.node])
+        _take_output(quantize, node)
+        self._drop(group, [quantize.node, group.relu])
 
     def _dynamic(self, group: Group) -> None:
+        """MatMulInteger / ConvInteger -> Cast(float) -> Mul(a_scale * w_scale)."""
         a, w = group.inputs[0], group.inputs[1]
-        assert a is not None and w is not None
-        graph, node = group.scope.graph, group.node
-        a_in, w_in = list(a.node.inputs) + [None] * 2, list(w.node.inputs) + [None] * 2
+        assert a is not None and w is not None  # planned: a dynamic group
+        node, op = group.node, group.written[1]
+        a_in, w_in = [*a.node.inputs, None, None], [*w.node.inputs, None, None]
         inputs = [a_in[0], w_in[0], a_in[2], w_in[2]]
         while inputs and inputs[-1] is None:
             inputs.pop()
-        op = group.written[1]
+        attributes = dict(node.attributes) if op == "ConvInteger" else {}
         base = node.name or op
-        attrs = dict(node.attributes) if op == "ConvInteger" else {}
-        integer = ir.node(op, inputs, attributes=attrs, name=self.names.fresh(base))
-        cast = ir.node(
-            "Cast",
-            integer.outputs,
-            attributes={"to": _DT.FLOAT},
-            name=self.names.fresh(base + "_cast"),
-        )
-        scale = ir.node("Mul", [a_in[1], w_in[1]], name=self.names.fresh(base + "_scale"))
-        result = ir.node(
-            "Mul", [cast.outputs[0], scale.outputs[0]], name=self.names.fresh(base + "_scaled")
-        )
-        for new in (integer, cast, scale, result):
-            for output in new.outputs:
-                output.name = self.names.fresh(new.name or base)
-        graph.insert_before(node, [integer, cast, scale, result])
+        integer = self._new(op, inputs, base, attributes)
+        cast = self._new("Cast", list(integer.outputs), base + "_cast", {"to": _DT.FLOAT})
+        scale = self._new("Mul", [a_in[1], w_in[1]], base + "_scale")
+        result = self._new("Mul", [cast.outputs[0], scale.outputs[0]], base + "_scaled")
+        group.scope.graph.insert_before(node, [integer, cast, scale, result])
         replace_value(node.outputs[0], result.outputs[0])
         self._drop(group, [node])
 
+    def _new(
+        self,
+        op: str,
+        inputs: Sequence[ir.Value | None],
+        base: str,
+        attributes: dict[str, Any] | None = None,
+    ) -> ir.Node:
+        node = ir.node(op, inputs, attributes=attributes or {}, name=self.names.fresh(base))
+        node.outputs[0].name = self.names.fresh(base)
+        return node
+
     def _drop(self, group: Group, nodes: Sequence[ir.Node | None]) -> None:
+        """Remove ``nodes``, then the group's DequantizeLinear nodes nothing reads."""
         graph = group.scope.graph
         for node in nodes:
             if node is not None:
@@ -371,5 +317,5 @@ class _Writer:
             if view is None or view.node.graph is None:
                 continue
             output = view.node.outputs[0]
-            if not list(output.uses()) and not output.is_graph_output():
+            if not output.uses() and not output.is_graph_output():
                 graph.remove(view.node, safe=True)
