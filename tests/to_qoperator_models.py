@@ -42,6 +42,8 @@ class Params:
     weight_scale: float = 0.02
     per_channel: bool = False
     seed: int = 0
+    zero_points: bool = True  # False: every DequantizeLinear / QuantizeLinear without one
+    bias: bool = True  # False: Conv / Gemm without a bias
 
 
 def _q(values: np.ndarray, signed: bool) -> np.ndarray:
@@ -85,6 +87,8 @@ def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
     parts: list = []
     if "w" in names:
         parts += _weight(op, shape, p, rng)
+    if not p.bias:
+        names = tuple(n for n in names if n != "bias")
     if "bias" not in names:  # the bias's two initializers and its DequantizeLinear
         parts = [
             x
@@ -107,13 +111,19 @@ def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
         numpy_helper.from_array(y_zero, "y_z"),
     ] + [x for x in parts if isinstance(x, onnx.TensorProto)]
     nodes = [x for x in parts if isinstance(x, onnx.NodeProto)]
+    if not p.zero_points:  # other producers leave them out (zero, of the default uint8 / x's type)
+        inits = [i for i in inits if not i.name.endswith("_z")]
+        for node in nodes:
+            del node.input[2:]
     inputs = [i for i in ("a", "b") if i in names]
+    zero = ["_z"] if p.zero_points else []
     nodes += [
-        helper.make_node("DequantizeLinear", [i + "_q", i + "_s", i + "_z"], [i]) for i in inputs
+        helper.make_node("DequantizeLinear", [i + "_q", i + "_s", *[i + z for z in zero]], [i])
+        for i in inputs
     ]
     nodes += [
         helper.make_node(op, list(names), ["f"], name="op", **attrs),
-        helper.make_node("QuantizeLinear", ["f", "y_s", "y_z"], ["y"]),
+        helper.make_node("QuantizeLinear", ["f", "y_s", *[f"y{z}" for z in zero]], ["y"]),
     ]
     graph = helper.make_graph(
         nodes,

@@ -80,6 +80,27 @@ def test_kernel_steps(op: str, params: Params) -> None:
     assert np.abs(expected - actual).max() <= steps
 
 
+@pytest.mark.parametrize("opset", [13, 19, 21])
+@pytest.mark.parametrize("op", ["Conv", "MatMul", "Gemm", "Add", "Concat", "Sigmoid", "MaxPool"])
+@pytest.mark.parametrize("shape", ["no zero points", "no bias", "per-channel, no zero points"])
+def test_other_producers_shapes(op: str, opset: int, shape: str) -> None:
+    """Q/DQ as other producers write it: zero points left out (uint8, zero), no bias, at
+    opsets 13, 19, 21: converted, the output as the Q/DQ model's."""
+    params = Params(
+        zero_points="zero points" not in shape,
+        bias=shape != "no bias",
+        per_channel=shape.startswith("per-channel"),
+        seed=opset,
+    )
+    original = group_model(op, params, opset=opset)
+    converted, result = _convert(original)
+    assert _ops(converted)[_WRITES[op]] == 1, result.summary  # type: ignore[attr-defined]
+    inputs = feeds(original, 1)
+    expected, actual = run_int(original, inputs), run_int(converted, inputs)
+    assert np.abs(expected.astype(np.int64) - actual).max() <= STEPS.get(_WRITES[op], 0.0)
+    assert check_model(ir.serde.deserialize_model(converted)).errors == []
+
+
 @pytest.mark.parametrize(
     ("kwargs", "opset"),
     [

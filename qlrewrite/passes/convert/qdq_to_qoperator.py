@@ -169,7 +169,7 @@ class _Writer:
         self.imports_added = 0
         #: each converted output that may differ -> its steps
         self.sources: dict[str, float] = {}
-        self._zeros: dict[tuple[int, _DT], tuple[ir.Value, Group]] = {}
+        self._zeros: dict[tuple[int, _DT, tuple[int, ...]], tuple[ir.Value, Group]] = {}
 
     def write(self, group: Group, node: ir.Node | None) -> None:
         """Replace ``group`` by ``node`` (built by :meth:`build`) or its integer form."""
@@ -180,12 +180,12 @@ class _Writer:
         else:
             self._qlinear(group, node)
 
-    def _zero(self, group: Group, dtype: _DT) -> ir.Value:
-        """A scalar zero point of ``dtype`` (one per graph and type)."""
-        key = (id(group.scope.graph), dtype)
+    def _zero(self, group: Group, dtype: _DT, shape: tuple[int, ...]) -> ir.Value:
+        """A zero point of ``dtype`` and ``shape`` (one per graph, type and shape)."""
+        key = (id(group.scope.graph), dtype, shape)
         if key not in self._zeros:
             name = self.names.fresh(f"zero_point_{dtype.name.lower()}")
-            tensor = ir.tensor(np.zeros((), dtype.numpy()), name=name)
+            tensor = ir.tensor(np.zeros(shape, dtype.numpy()), name=name)
             value = add_constant(
                 group.scope.graph,
                 tensor,
@@ -209,10 +209,15 @@ class _Writer:
 
     def _triple(self, group: Group, view: QDQView, dtype: _DT | None) -> list[ir.Value | None]:
         """(data, scale, zero point) of a DequantizeLinear (data None for a
-        QuantizeLinear); an omitted zero point made a zero of ``dtype``."""
+        QuantizeLinear); an omitted zero point made a zero of ``dtype`` shaped as the
+        scale (QGemm wants both of one shape)."""
         inputs = [*view.node.inputs, None, None]
         data = inputs[0] if not view.is_quantize else None
-        zero = inputs[2] if inputs[2] is not None else self._zero(group, dtype or _DT.UINT8)
+        zero = inputs[2]
+        if zero is None:
+            dims = view.scale.shape if view.scale is not None else None
+            shape = tuple(d or 1 for d in dims) if dims else ()
+            zero = self._zero(group, dtype or _DT.UINT8, shape)
         return [data, inputs[1], zero]
 
     def _inputs(self, group: Group) -> list[ir.Value | None]:
