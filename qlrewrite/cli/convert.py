@@ -154,7 +154,8 @@ def convert_command(
     _refuse_misplaced(to)
     if to == "qoperator":
         chosen = [op.strip() for item in ops for op in item.split(",") if op.strip()]
-        passes = qoperator_passes(ops=chosen or None, target=target)
+        verifying = options.verify is not None  # the bound reads every weight: asked then
+        passes = qoperator_passes(ops=chosen or None, target=target, bound=verifying)
         run_rewrite(model, passes, command="convert", options=options)
         return
     run_rewrite(

@@ -98,12 +98,12 @@ def convert_passes(
 
 
 def qoperator_passes(
-    *, ops: Iterable[str] | None = None, target: str | None = None
+    *, ops: Iterable[str] | None = None, target: str | None = None, bound: bool = True
 ) -> list[ir.passes.PassBase]:
     """``qlrewrite convert --to qoperator``: Q/DQ groups to QLinear / integer operators
     (``ops``: the float op types to convert, InputError naming one it cannot; ``target``:
     a runtime whose measured tables decide which QLinear forms it refuses; those groups
-    stay Q/DQ)."""
+    stay Q/DQ; ``bound``: state the bound ``--verify`` checks, which reads every weight)."""
     from qlrewrite.targets.spec import parse_target
 
     chosen = None
@@ -120,7 +120,7 @@ def qoperator_passes(
     if spec is not None and not spec.tables:
         raise InputError(f"target '{target}' has no measured table to read", parameter="target")
     refused = target_refusal(spec) if spec is not None else None
-    return [QdqToQOperatorPass(ops=chosen, refused=refused)]
+    return [QdqToQOperatorPass(ops=chosen, refused=refused, bound=bound)]
 
 
 def upgrade_passes(

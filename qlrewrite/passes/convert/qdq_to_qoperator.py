@@ -18,6 +18,7 @@ stays too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -79,13 +80,23 @@ class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
 
     ``ops``: the float op types to convert (None: every one the QOperator form holds);
     ``refused``: whether the target runtime refuses a written node's form (None: no
-    target; :func:`target_refusal`).
+    target; :func:`target_refusal`). ``bound``: follow each converted output's possible
+    difference to the graph outputs (what ``--verify`` accepts; it dequantizes every
+    weight, so the command line asks for it with ``--verify`` only); without it the
+    result's bound names every output as unbounded when a converted node may differ.
     """
 
-    def __init__(self, *, ops: Iterable[str] | None = None, refused: Refused | None = None):
+    def __init__(
+        self,
+        *,
+        ops: Iterable[str] | None = None,
+        refused: Refused | None = None,
+        bound: bool = True,
+    ):
         super().__init__()
         self.ops = frozenset(ops) if ops is not None else None
         self.refused = refused
+        self.bound = bound
 
     def call(self, model: ir.Model) -> ToQOperatorResult:
         groups = find_groups(model)
@@ -102,7 +113,11 @@ class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
         # the bound is followed on the Q/DQ graph, before it changes
         sources = {_output_name(g): STEPS.get(g.written[1], 0.0) for g in done if g.row}
         sources = {name: steps for name, steps in sources.items() if steps}
-        limits = output_bounds(model, sources).bounds if sources else {}
+        limits: dict[str, float] = {}
+        if sources and self.bound:
+            limits = output_bounds(model, sources).bounds
+        elif sources:  # not followed: every output may differ
+            limits = {v.name: math.inf for v in model.graph.outputs if v.name}
         for group in done:
             writer.write(group, built.get(id(group)))
         writer.drop_unused_zeros()
