@@ -204,11 +204,13 @@ def test_relu_folded_where_zero_point_is_the_bottom() -> None:
     np.testing.assert_array_equal(run_int(converted, x), run_int(proto, x))
 
 
-def test_openvino_target_leaves_per_channel_conv() -> None:
-    """OpenVINO's table refuses per-channel QLinearConv, QGemm and QLinearGlobalAveragePool:
-    they stay Q/DQ; QLinearAdd is written."""
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_openvino_target_leaves_per_channel_conv(activations: str) -> None:
+    """OpenVINO's table refuses per-channel QLinearConv, QGemm and QLinearGlobalAveragePool
+    (uint8 and int8 activations probed): they stay Q/DQ; QLinearAdd is written."""
     original = _quantize_static(
-        residual_cnn(13), {"activation_type": "QUInt8", "weight_type": "QInt8", "per_channel": True}
+        residual_cnn(13),
+        {"activation_type": activations, "weight_type": "QInt8", "per_channel": True},
     )
     passes = qoperator_passes(target="openvino")
     model = ir.serde.deserialize_model(original)
