@@ -48,15 +48,12 @@ def matmul_chain(
     folder: str | Path, *, size: int = 4096, n_int8: int = 8, n_int4: int = 8, n_float: int = 2
 ) -> Path:
     """Write the model to ``folder/matmul_chain.onnx`` (+ ``.data``) unless it exists."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"matmul_chain_{size}.onnx"
+    path, x = _chain_start(folder, "matmul_chain", size)
     if path.exists():
         return path
     rng = np.random.default_rng(0)
     inits: list[ir.Value] = []
     nodes: list[ir.Node] = []
-    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
     current = x
     block = 32
     step = 0
@@ -102,29 +99,47 @@ def matmul_chain(
         qnode.outputs[0].name = f"q_{i}_out"
         nodes.append(qnode)
         matmul(dq([qnode.outputs[0], s, z], f"dqf_{i}", axis=1))
-    current.name = "y"
-    current.type = ir.TensorType(DT.FLOAT)
-    current.shape = ir.Shape([1, size])
-    graph = ir.Graph(
-        [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="chain"
-    )
-    model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
-    ir.save(model, path, external_data=path.name + ".data")
+    _chain_save(path, (x, current), nodes, inits, (21, 10))
     return path
+
+
+def _chain_start(folder: str | Path, stem: str, size: int) -> tuple[Path, ir.Value]:
+    """The chain's path in ``folder`` (made) and its float input x [1, size]."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
+    return folder / f"{stem}_{size}.onnx", x
+
+
+def _chain_save(
+    path: Path,
+    ends: tuple[ir.Value, ir.Value],
+    nodes: list[ir.Node],
+    inits: list[ir.Value],
+    versions: tuple[int, int],
+) -> None:
+    """Save the chain from x to its last value (named y, float [1, size]) with external
+    data; ``versions``: (ai.onnx opset, IR version)."""
+    x, last = ends
+    last.name, last.type, last.shape = "y", ir.TensorType(DT.FLOAT), x.shape
+    graph = ir.Graph(
+        [x], [last], nodes=nodes, initializers=inits, opset_imports={"": versions[0]}, name="chain"
+    )
+    model = ir.Model(graph, ir_version=versions[1], producer_name="qlrewrite-benchmarks")
+    ir.save(model, path, external_data=path.name + ".data")
 
 
 def qdq_matmul_chain(folder: str | Path, *, size: int = 4096, count: int = 16) -> Path:
     """Write ``folder/qdq_matmul_chain_<size>.onnx`` (+ ``.data``) unless it exists: x ->
     (Q -> DQ -> MatMul(DQ(int8 weight, per column)))^count -> Q -> DQ -> y."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"qdq_matmul_chain_{size}.onnx"
-    if path.exists():
-        return path
-    rng = np.random.default_rng(0)
-    inits: list[ir.Value] = []
-    nodes: list[ir.Node] = []
-    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
+    path, x = _chain_start(folder, "qdq_matmul_chain", size)
+    if not path.exists():
+        _write_qdq_chain(path, x, size, count)
+    return path
+
+
+def _write_qdq_chain(path: Path, x: ir.Value, size: int, count: int) -> None:
+    rng, inits, nodes = np.random.default_rng(0), [], []
 
     def node(op: str, inputs: list[ir.Value], name: str, **attrs: int) -> ir.Value:
         made = ir.node(op, inputs, attributes=attrs, name=name)
@@ -146,15 +161,7 @@ def qdq_matmul_chain(folder: str | Path, *, size: int = 4096, count: int = 16) -
         wz = _const(inits, f"w{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
         weight = node("DequantizeLinear", [w, ws, wz], f"dqw{i}", axis=1)
         current = node("MatMul", [current, weight], f"matmul{i}")
-    current.name = "y"
-    current.type = ir.TensorType(DT.FLOAT)
-    current.shape = ir.Shape([1, size])
-    graph = ir.Graph(
-        [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 13}, name="chain"
-    )
-    model = ir.Model(graph, ir_version=8, producer_name="qlrewrite-benchmarks")
-    ir.save(model, path, external_data=path.name + ".data")
-    return path
+    _chain_save(path, (x, current), nodes, inits, (13, 8))
 
 
 def matmul_chain_inline(folder: str | Path, **sizes: int) -> Path:

@@ -166,6 +166,7 @@ def test_dynamic_form_becomes_matmul_integer() -> None:
     converted, result = _convert(original)
     assert _ops(converted)["MatMulInteger"] == _ops(quantized("mlp-dynamic"))["MatMulInteger"]
     assert result.verify_bound.relative is not None  # type: ignore[attr-defined]
+    assert check_model(ir.serde.deserialize_model(converted)).errors == []
     x = inputs_for("mlp")
     expected, actual = run_ort(original, x)[0], run_ort(converted, x)[0]
     np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
