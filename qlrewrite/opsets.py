@@ -927,6 +927,14 @@ QUANTIZED_LEFT_ALONE: Mapping[tuple[str, str], str] = {
     (MS_DOMAIN, "QMoE"): "a fused mixture of experts with quantized weights; no ai.onnx form",
     (MS_DOMAIN, "MatMulBlockQuantizedFp8Weight"): "a fused float8 weight-only MatMul",
     (MS_DOMAIN, "MatMulBlockQuantizedFp4Weight"): "a fused float4 weight-only MatMul",
+    (MS_DOMAIN, "MatMulBnb4"): "FP4 / NF4 weights on bitsandbytes' value tables (not "
+    "float4e2m1); no ai.onnx form",
+    (MS_DOMAIN, "MatMulFpQ4"): "a pre-packed int4 blob whose layout is MLAS's (ORT 1.15-era "
+    "MatMul4BitsQuantizer); no ai.onnx form",
+    (MS_DOMAIN, "MatMulNBitsMlp"): "ORT's fused gate / up MatMulNBits pair (with RMSNorm); "
+    "unfused, each projection is a MatMulNBits",
+    (MS_DOMAIN, "MatMulNBitsQkv"): "ORT's fused q / k / v MatMulNBits triple (with RMSNorm); "
+    "unfused, each projection is a MatMulNBits",
 }
 
 

@@ -157,6 +157,20 @@ class MatMulNBitsLayout:
         return ((self.N, width), (self.N * width,))
 
     @property
+    def zero_point_stream(self) -> int | None:
+        """Bytes of packed zero points written as one stream over all N columns, without
+        each column's padding (ONNX Runtime 1.16's MatMul4BitsQuantizer wrote them so);
+        None when that is the schema's size (no padding to leave out)."""
+        stream = -(-self.N * self.k_blocks * self.bits // 8)
+        return stream if stream != self.N * self.zero_point_row else None
+
+    def zero_points_from_stream(self, stream: np.ndarray) -> np.ndarray:
+        """The schema's packed zero points ``[N, zero_point_row]`` from a stream of
+        :attr:`zero_point_stream` bytes (the same values, each column's row padded)."""
+        values = unpack(np.asarray(stream).reshape(-1), self.bits)
+        return self.pack_zero_points(values[: self.N * self.k_blocks].reshape(self.N, -1))
+
+    @property
     def g_idx_shapes(self) -> tuple[tuple[int, ...], ...]:
         """g_idx: ``[K]``, or K rounded up to whole blocks."""
         return tuple(dict.fromkeys(((self.K,), (self.k_blocks * self.block_size,))))

@@ -41,7 +41,7 @@ def _name(dtype: object) -> str | None:
 
 def _qdq_form(view: NodeView) -> str | None:
     output = view.output_type if view.is_quantize else None
-    quantized = _name(output) if view.is_quantize else _name(view.x.dtype if view.x else None)
+    quantized = _name(output) if view.is_quantize else _dequantized_type(view)
     scale = _name(view.scale.dtype) if view.scale is not None else None
     granularity = _GRANULARITY.get(view.granularity.kind)
     if None in (quantized, scale, granularity, view.imported):
@@ -50,6 +50,16 @@ def _qdq_form(view: NodeView) -> str | None:
         f"{view.domain_label} {view.op_type} opset={view.imported} {quantized} "
         f"scale={scale} {granularity}"
     )
+
+
+def _dequantized_type(view: NodeView) -> str | None:
+    """A DequantizeLinear's x type; unknown (a value no inference reached, after a
+    com.microsoft node), its zero point's: the schema gives both one type."""
+    x, zero_point = view.x, view.zero_point
+    known = x.dtype if x is not None and x.dtype is not None else None
+    if known is None and zero_point is not None:
+        known = zero_point.dtype
+    return _name(known)
 
 
 def _zero_point_kind(view: NodeView) -> str:
@@ -91,31 +101,57 @@ def _gather_block_form(view: NodeView) -> str | None:
     )
 
 
+def _types_by_parameter(
+    specs: Sequence[opsets.Operand], inputs: Sequence[_Typed]
+) -> dict[str, str]:
+    """The known type of each schema type parameter (``T1``: ``UINT8``), from the inputs
+    whose type is known: an input no inference reached (after a com.microsoft node) has
+    the type of its zero point, which shares its parameter."""
+    known: dict[str, str] = {}
+    for spec, value in zip(specs, inputs, strict=False):
+        name = _name(value[0]) if value is not None else None
+        if name is not None and spec.type_param:
+            known.setdefault(spec.type_param, name)
+    return known
+
+
+#: An input's (element type, element count), None when omitted.
+_Typed = tuple[ir.DataType | None, int | None] | None
+
+
 def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
+    specs = tuple(getattr(view.row, "inputs", ()))
     inputs = [(v.dtype, v.size) if v is not None else None for v in view.inputs]
-    row = view.row
-    if not isinstance(row, opsets.QOperatorVersion):
-        return None
-    return qoperator_form(row, view.imported, inputs)
+    return _form_key(view.domain_label, view.op_type, view.imported, specs, inputs)
 
 
 def qoperator_form(
-    row: opsets.QOperatorVersion,
-    imported: int | None,
-    inputs: Sequence[tuple[ir.DataType | None, int | None] | None],
+    row: opsets.QOperatorVersion, imported: int | None, inputs: Sequence[_Typed]
 ) -> str | None:
     """The table key of a QOperator node of ``row`` at the ``imported`` opset whose inputs
     have these (element type, element count) (None: omitted); None when a type is
     unknown. Read for a node written (``convert --to qoperator --target``) as for one read."""
-    names = [spec.name for spec in row.inputs]
+    return _form_key(row.domain or "ai.onnx", row.op_type, imported, row.inputs, inputs)
+
+
+def _form_key(
+    label: str,
+    op_type: str,
+    imported: int | None,
+    specs: Sequence[opsets.Operand],
+    inputs: Sequence[_Typed],
+) -> str | None:
+    names = [spec.name for spec in specs]
+    shared = _types_by_parameter(specs, inputs)
     types = []
     for index, value in enumerate(inputs):
         if value is None:
             types.append("-")
             continue
-        name = _name(value[0])
+        parameter = specs[index].type_param if index < len(specs) else None
+        name = _name(value[0]) or shared.get(parameter or "")
         if name is None:
             return None
         role = names[index] if index < len(names) else ""
@@ -123,8 +159,7 @@ def qoperator_form(
         types.append(f"{name}[n]" if per_channel else name)
     while types and types[-1] == "-":
         types.pop()
-    label = row.domain or "ai.onnx"
-    return f"{label} {row.op_type} opset={imported} {','.join(types)}"
+    return f"{label} {op_type} opset={imported} {','.join(types)}"
 
 
 def form_of(view: NodeView) -> str | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from click.testing import CliRunner
 from onnx import helper, numpy_helper
 
@@ -85,3 +86,28 @@ def test_fold_says_it_does_not_fold_qoperator_nodes(tmp_path: Path) -> None:
     code, _, err = _run("fold", path, "--dry-run")
     assert code == 0 and "fold: nothing to change" in err
     assert "1 QOperator / dynamic node(s) not folded" in err and "convert --to onnx" in err
+
+
+def test_ort_bnb4_quantizer_output_is_named(tmp_path: Path) -> None:
+    """ONNX Runtime's own MatMulBnb4Quantizer (NF4) writes com.microsoft MatMulBnb4."""
+    bnb4 = pytest.importorskip("onnxruntime.quantization.matmul_bnb4_quantizer")
+    weight = np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["y"], name="mm")],
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 8])],
+        initializer=[numpy_helper.from_array(weight, "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    quantizer = bnb4.MatMulBnb4Quantizer(
+        model, quant_type=bnb4.MatMulBnb4Quantizer.NF4, block_size=32
+    )
+    quantizer.process()
+    path = tmp_path / "bnb4.onnx"
+    onnx.save(quantizer.model.model, path)
+    code, out, _ = _run("check", path)
+    assert code == 0
+    assert f"1 quantized node(s) of kinds not checked: {MS} MatMulBnb4 x1" in out
+    (group,) = qlrewrite.check(path).unchecked
+    assert "NF4" in group.reason

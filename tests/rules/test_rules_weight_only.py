@@ -128,6 +128,8 @@ CASES = [
          {"zp": "packed1d"}),
     Case("QL423", "zero-point-float", MM, {"zp": "float", "zp_shape": (8, 3)},
          {"zp": "float1d"}),
+    Case("QL427", "zero-point-one-stream", MM, {"k": 48, "zp": "packed1d", "zp_shape": (12,)},
+         {"k": 48, "zp": "packed1d"}),
     Case("QL424", "g-idx-short", MM, {"g_idx": True, "g_idx_shape": (31,)},
          {"k": 40, "g_idx": True, "g_idx_shape": (48,)}),
     Case("QL425", "bias-2d", MM, {"bias": True, "bias_shape": (1, 8)}, {"bias": True}),

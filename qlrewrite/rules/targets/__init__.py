@@ -1,3 +1,9 @@
 """The rules of ``--target``: what a runtime refuses, fails on or computes wrong."""
 
-from qlrewrite.rules.targets import ort, ort_values, qnn, tensorrt  # noqa: F401 (register their rules)
+from qlrewrite.rules.targets import (  # noqa: F401 (register their rules)
+    ort,
+    ort_nbits,
+    ort_values,
+    qnn,
+    tensorrt,
+)

@@ -1,15 +1,18 @@
-"""QL420-QL426: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
-block_size."""
+"""QL420-QL427: shapes of com.microsoft MatMulNBits' inputs against K, N, bits and
+block_size (QL427: zero points in ORT 1.16's one-stream layout, with its fix)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from qlrewrite.findings import ERROR, WARNING, Finding
+import onnx_ir as ir
+
+from qlrewrite.findings import ERROR, UNSAFE, WARNING, Finding
+from qlrewrite.kernels.nbits import MatMulNBitsLayout
 from qlrewrite.qdq import MATMUL_NBITS, ValueView, WeightOnlyView
 from qlrewrite.rules.common import layout_attrs, matmul_nbits_layout
 from qlrewrite.rules.model_spec import ModelSpec
-from qlrewrite.rules.registry import Example, rule
+from qlrewrite.rules.registry import Example, Fix, FixContext, rule
 
 __all__: list[str] = []
 
@@ -176,6 +179,8 @@ def zero_point_shape(ctx: WeightOnlyView) -> Iterator[Finding]:
     if form is None or zp is None or zp.dtype is None:
         return
     packed = zp.dtype.name == "UINT8"
+    if packed and _one_stream(zp, form):
+        return  # QL427's
     why = f"{'packed uint8' if packed else zp.dtype.name}, {layout_attrs(form)}"
     yield from _shape_finding(ctx, "zero_points", form.zero_point_shapes(packed), why)
 
@@ -273,4 +278,84 @@ def empty_weight(ctx: WeightOnlyView) -> Iterator[Finding]:
             f"{' and '.join(empty)}: the weight is empty (the node computes "
             f"{'zeros' if values.get('N') != 0 else 'an empty output'})",
             "re-export the model with its weight, or remove the node",
+        )
+
+
+def _one_stream(zero_points: ValueView, form: MatMulNBitsLayout) -> bool:
+    """Packed uint8 zero points of the one-stream size (1-D, no padding per column)."""
+    stream = form.zero_point_stream
+    return stream is not None and zero_points.shape == (stream,)
+
+
+def _stream_of(view: WeightOnlyView) -> tuple[MatMulNBitsLayout, ValueView] | None:
+    form, zp = matmul_nbits_layout(view), view.operand("zero_points")
+    if form is None or zp is None or zp.dtype != ir.DataType.UINT8:
+        return None
+    return (form, zp) if _one_stream(zp, form) else None
+
+
+def repack_zero_points(fix: FixContext) -> str | None:
+    """QL427's fix: the same zero points in the schema's layout, one padded row per column
+    (a constant zero_points no other node reads; else not fixed)."""
+    found = _stream_of(fix.view) if isinstance(fix.view, WeightOnlyView) else None
+    value = fix.site.node.inputs[3] if len(fix.site.node.inputs) > 3 else None
+    if found is None or value is None or value.const_value is None or len(value.uses()) != 1:
+        return None
+    rows = found[0].zero_points_from_stream(value.const_value.numpy())
+    value.const_value = ir.Tensor(rows, name=value.name)
+    value.shape = ir.Shape(rows.shape)
+    n, width = rows.shape
+    return f"zero points '{value.name}' re-packed into {n} rows of {width} bytes"
+
+
+@rule(
+    "QL427",
+    "matmul-nbits-zero-points-one-stream",
+    ERROR,
+    summary="MatMulNBits' packed zero points are one stream over all columns (ORT 1.16's "
+    "layout), not one padded row per column.",
+    explanation="""
+    The schema packs uint8 zero points per output column: ceil(k_blocks x bits / 8) bytes
+    each, the last half empty for an odd count of 4-bit blocks. ONNX Runtime 1.16's
+    MatMul4BitsQuantizer wrote them as one stream over all N columns, without that
+    padding: fewer bytes, ceil(N x k_blocks x bits / 8). ORT 1.16.3 reads that stream (its
+    kernel's layout, see QL732); 1.17.3 to 1.22.1 read past it and compute other values
+    (measured K=48, block_size=16, N=4: 10.5 off on outputs of at most 7.3, optimizations
+    off); 1.23 and later refuse the node. The fix writes the same zero points in the
+    schema's layout.
+    """,
+    example="""
+    bad:  zero_points: uint8 [6] with K=48, N=4, bits=4, block_size=16   # 12 nibbles in a row
+    good: zero_points: uint8 [4, 2]                                       # 3 nibbles + 1 pad each
+    """,
+    versions=_VERSIONS,
+    kinds=_KINDS,
+    fix=Fix(
+        UNSAFE,
+        """
+        Re-packs the zero points into one row per column, each padded to a whole byte
+        (the values unchanged), when they are an initializer only this node reads. Unsafe:
+        ORT 1.17-1.22 then compute the values the producer meant, and ORT 1.16 no longer
+        does (QL732).
+        """,
+        node=repack_zero_points,
+    ),
+    examples=[
+        Example(
+            "one-stream-3-blocks",
+            ModelSpec("matmul_nbits", k=48, zp="packed1d", zp_shape=(12,)),
+            ModelSpec("matmul_nbits", k=48, zp="packed1d"),
+        ),
+    ],
+)
+def zero_points_one_stream(ctx: WeightOnlyView) -> Iterator[Finding]:
+    found = _stream_of(ctx)
+    if found is not None:
+        form, zp = found
+        yield ctx.report(
+            f"zero_points {zp.describe()} are one stream over the {form.N} columns (ORT "
+            f"1.16's layout; the schema's is [{form.N}, {form.zero_point_row}], "
+            f"{layout_attrs(form)}): ORT 1.17-1.22 compute other values, 1.23+ refuse it",
+            "re-pack them one row per column: `qlrewrite check --fix --unsafe-fixes "
+            "--select QL427` (exact)",
         )
