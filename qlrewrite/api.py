@@ -89,8 +89,9 @@ _TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
 
 
 def _one_of(values: Sequence[str]) -> str:
-    """``'a' or 'b'`` for messages."""
-    return " or ".join(f"'{v}'" for v in values)
+    """``'a' or 'b'``, ``'a', 'b' or 'c'`` for messages."""
+    quoted = [f"'{v}'" for v in values]
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 2 else quoted)
 
 
 def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
