@@ -55,7 +55,8 @@ from qlrewrite.passes.commands import (
     retarget_passes,
     upgrade_passes,
 )
-from qlrewrite.passes.convert.domain import TARGETS, target
+from qlrewrite.passes.convert.domain import TARGETS
+from qlrewrite.passes.convert.domain import target as domain_target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
 from qlrewrite.passes.results import ImportsResult
@@ -395,11 +396,11 @@ def convert(
     accuracy_level: int = 0,
     include_8bit: bool = False,
     ops: Iterable[str] | None = None,
-    runtime: str | None = None,
+    target: str | None = None,
 ) -> ir.Model:
     """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"``,
     ``"com.microsoft"`` or ``"qoperator"``; ``include_8bit`` as ``--include-8bit``;
-    ``ops`` and ``runtime`` as ``--ops`` and ``--target`` of ``--to qoperator``): in place
+    ``ops`` and ``target`` as ``--ops`` and ``--target`` of ``--to qoperator``): in place
     for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
     cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
     ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
@@ -408,11 +409,12 @@ def convert(
             raise InputError(
                 "include_8bit, accuracy_level and allow_float16 do not apply to qoperator"
             )
-        passes = qoperator_passes(ops=ops, target=runtime, bound=False)  # no --verify here
+        # the bound: what verify_rewrite accepts of the result (summary_of)
+        passes = qoperator_passes(ops=ops, target=target, bound=True)
         return _rewrite(load(model), passes, "convert")
-    if ops is not None or runtime is not None:
-        raise InputError("ops and runtime apply to to='qoperator'")
-    if target(to) is None:
+    if ops is not None or target is not None:
+        raise InputError("ops and target apply to to='qoperator'")
+    if domain_target(to) is None:
         raise InputError(f"to must be {_one_of((*TARGETS, 'qoperator'))}, not {to!r}")
     levels = opsets.ACCURACY_LEVELS
     if accuracy_level not in levels:
@@ -421,7 +423,7 @@ def convert(
         )
     if not isinstance(include_8bit, bool):
         raise TypeError(f"include_8bit must be a bool, not {type(include_8bit).__name__}")
-    if target(to) == "onnx" and (include_8bit or accuracy_level):
+    if domain_target(to) == "onnx" and (include_8bit or accuracy_level):
         raise InputError("include_8bit and accuracy_level apply to com.microsoft, not onnx")
     passes = convert_passes(
         to, allow_float16=allow_float16, accuracy_level=accuracy_level, include_8bit=include_8bit

@@ -227,6 +227,7 @@ def test_api_and_cli(tmp_path: Path) -> None:
     onnx.save(quantized("cnn-u8s8"), source)
     model = api.convert(source, "qoperator", ops=["Conv", "MatMul"])
     assert Counter(n.op_type for n in model.graph)["QLinearConv"] == 2
+    assert api.verify_rewrite(source, model).passed  # the stated bound, from summary_of
     with pytest.raises(InputError, match="'Foo' cannot be converted"):
         api.convert(source, "qoperator", ops=["Foo"])
     out, report = tmp_path / "q.onnx", tmp_path / "r.json"
