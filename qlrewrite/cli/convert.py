@@ -19,6 +19,7 @@ from qlrewrite.cli._common import (
 from qlrewrite.opsets import ACCURACY_LEVELS
 from qlrewrite.passes.commands import convert_passes, qoperator_passes
 from qlrewrite.passes.convert.domain import TARGETS
+from qlrewrite.passes.convert.qoperator_plan import CONVERTIBLE
 
 __all__ = ["convert_command"]
 
@@ -106,9 +107,8 @@ Examples:
     "ops",
     multiple=True,
     metavar="OP[,OP...]",
-    help="--to qoperator: the float op types whose groups are converted (Conv, MatMul, Gemm, "
-    "Add, Mul, Concat, AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax, MaxPool, "
-    "Reshape, Transpose, Flatten, Squeeze, Unsqueeze, Identity; default: all).",
+    help="--to qoperator: the float op types whose groups are converted "
+    f"({', '.join(CONVERTIBLE)}; default: all).",
 )
 @click.option(
     "--target",

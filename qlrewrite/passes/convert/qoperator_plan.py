@@ -48,6 +48,8 @@ MOVES: Mapping[str, int] = {
     "Squeeze": 1,
     "Unsqueeze": 1,
     "Identity": 1,
+    "Gather": 1,
+    "Slice": 1,
 }
 #: Every float op type ``--ops`` may name.
 CONVERTIBLE: tuple[str, ...] = (*FLOAT_OPS, *MOVES)
