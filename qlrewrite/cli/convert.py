@@ -66,7 +66,7 @@ way: outputs may differ by one quantization step per converted node (see --verif
 --to qoperator goes the other way: each DequantizeLinear -> op -> QuantizeLinear group
 becomes QLinearConv / QLinearMatMul (ai.onnx) or com.microsoft QGemm / QLinearAdd /
 QLinearMul / QLinearConcat / QLinearAveragePool / QLinearGlobalAveragePool /
-QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (a Relu before the QuantizeLinear is
+QLinearLeakyRelu / QLinearSigmoid / QLinearSoftmax (a Relu / Clip before the QuantizeLinear is
 folded where exact); MaxPool, Reshape, Transpose, ... with one scale on both sides run
 on the integers; DequantizeLinear -> MatMul / Conv with a float output after
 DynamicQuantizeLinear becomes MatMulInteger / ConvInteger -> Cast -> Mul. A group the

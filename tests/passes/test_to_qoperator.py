@@ -191,16 +191,36 @@ def test_int16_and_ops_choice_stay_qdq() -> None:
     assert result.summary["left_not_chosen"] == 4  # type: ignore[attr-defined]
 
 
-def test_relu_folded_where_zero_point_is_the_bottom() -> None:
-    proto = group_model("Conv", Params(zeros=(3, -5, -128)))
-    relu = onnx.helper.make_node("Relu", ["f"], ["f_relu"])
+@pytest.mark.parametrize(
+    ("activation", "bounds", "y_scale", "folds"),
+    [
+        ("Relu", (), 0.1, True),  # zero point -128: the bottom of int8
+        ("Clip", (0.0, 6.0), 6 / 255, True),  # Relu6 quantized to [0, 6]: Q(6) = 127
+        ("Clip", (0.0, 1.0), 0.1, False),  # Q(1) = -118: the Clip cuts inside the range
+    ],
+)
+def test_relu_clip_folded_where_exact(
+    activation: str, bounds: tuple[float, ...], y_scale: float, folds: bool
+) -> None:
+    """Q(Relu(x)) / Q(Clip(x, lo, hi)) = Q(x) where Q(lo) and Q(hi) are the type's ends."""
+    proto = group_model(
+        "Conv", Params(signed=True, scales=(0.05, 0.07, y_scale), zeros=(3, -5, -128))
+    )
+    names = [f"bound{i}" for i in range(len(bounds))]
+    proto.graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.array(v, np.float32), n)
+        for n, v in zip(names, bounds, strict=True)
+    )
     nodes = list(proto.graph.node)
-    nodes[-1].input[0] = "f_relu"
-    nodes.insert(len(nodes) - 1, relu)
+    nodes[-1].input[0] = "f_act"
+    nodes.insert(len(nodes) - 1, onnx.helper.make_node(activation, ["f", *names], ["f_act"]))
     del proto.graph.node[:]
     proto.graph.node.extend(nodes)
-    converted, _ = _convert(proto)
-    assert _ops(converted) == Counter({"QLinearConv": 1})
+    converted, result = _convert(proto)
+    if folds:
+        assert _ops(converted) == Counter({"QLinearConv": 1})
+    else:
+        assert result.summary["left_activation"] == 1  # type: ignore[attr-defined]
     x = feeds(proto, 0)
     np.testing.assert_array_equal(run_int(converted, x), run_int(proto, x))
 

@@ -1,5 +1,5 @@
 """Q/DQ groups: a float node whose inputs are dequantized and whose one consumer is a
-QuantizeLinear (through a Relu that the QuantizeLinear's zero point makes a no-op), or
+QuantizeLinear (through a Relu / Clip that the QuantizeLinear's range makes a no-op), or
 after DynamicQuantizeLinear a MatMul / Conv with a float output; what ``convert --to
 qoperator`` rewrites (:mod:`qlrewrite.passes.convert.qdq_to_qoperator`) and the reasons
 one stays Q/DQ (:data:`REASONS`, the keys of the result's summary). What each Q/DQ node
@@ -9,12 +9,22 @@ means is read from its :class:`~qlrewrite.qdq.QDQView`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
+import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq import QDQ, GraphScope, QDQView, iter_graphs, iter_sites, site_view
+from qlrewrite.qdq import (
+    QDQ,
+    GraphScope,
+    QDQView,
+    constant_tensor,
+    iter_graphs,
+    iter_sites,
+    site_view,
+)
 
 __all__ = ["REASONS", "Group", "find_groups", "reason_text"]
 
@@ -35,7 +45,7 @@ REASONS: Mapping[str, str] = {
     "parameters_differ": "a scale or zero point that changes between its input and output",
     "opset": "an opset that has no such integer operator",
     "target_refuses": "the --target runtime refuses the QLinear form",
-    "relu": "a Relu before the QuantizeLinear whose zero point is not the bottom of its type",
+    "activation": "a Relu / Clip before the QuantizeLinear that clips inside its range",
 }
 
 
@@ -54,9 +64,10 @@ class Group:
     inputs: list[QDQView | None]
     #: The QuantizeLinear after it (None: the dynamic form, or none).
     output: QDQView | None
-    relu: ir.Node | None = None
-    #: Q(Relu(x)) = Q(x): the QuantizeLinear's zero point is the bottom of its type.
-    relu_folds: bool = True
+    #: A Relu / Clip between the op and the QuantizeLinear.
+    activation: ir.Node | None = None
+    #: Q(activation(x)) = Q(x) for every x (:func:`_activation_folds`).
+    activation_folds: bool = True
     #: The QLinear / integer / float op written (domain, op type), its row if QLinear.
     written: tuple[str, str] = ("", "")
     row: opsets.QOperatorVersion | None = None
@@ -100,27 +111,60 @@ def _only_consumer(value: ir.Value) -> ir.Node | None:
 def _quantize_after(
     node: ir.Node, views: dict[int, QDQView]
 ) -> tuple[QDQView | None, ir.Node | None]:
-    """The QuantizeLinear that is the only consumer of ``node`` (through a foldable Relu)."""
+    """The QuantizeLinear that is the only consumer of ``node``, and the Relu / Clip
+    between them if any."""
     if len(node.outputs) != 1:
         return None, None
     consumer = _only_consumer(node.outputs[0])
-    relu = None
-    if consumer is not None and consumer.op_type == "Relu" and consumer.domain in ("", "ai.onnx"):
-        relu, consumer = consumer, _only_consumer(consumer.outputs[0])
+    activation = None
+    if consumer is not None and consumer.op_type in _ACTIVATIONS and consumer.domain == "":
+        activation, consumer = consumer, _only_consumer(consumer.outputs[0])
     view = views.get(id(consumer)) if consumer is not None else None
     if view is None or not view.is_quantize:
         return None, None
-    return view, relu
+    return view, activation
 
 
-def _relu_foldable(view: QDQView) -> bool:
-    """Q(Relu(x)) = Q(x) where the zero point is the bottom of the type."""
-    zero = view.value_view(view.node.inputs[2], read=True) if len(view.node.inputs) > 2 else None
-    value = 0 if zero is None or zero.array is None else int(zero.array.reshape(-1)[0])
-    if zero is not None and zero.array is None:
+_ACTIVATIONS = ("Relu", "Clip")
+_RANGES = {_DT.UINT8: (0, 255), _DT.INT8: (-128, 127)}
+
+
+def _kept_range(activation: ir.Node) -> tuple[float, float] | None:
+    """What Relu / Clip keep of x: [lo, hi] (None: a Clip bound that is not a constant)."""
+    if activation.op_type == "Relu":
+        return 0.0, math.inf
+    bounds = [-math.inf, math.inf]
+    for index, name in ((0, "min"), (1, "max")):  # Clip-6 attributes, Clip-11+ inputs
+        attr = activation.attributes.get(name)
+        if attr is not None:
+            bounds[index] = float(attr.value)
+        value = activation.inputs[index + 1] if len(activation.inputs) > index + 1 else None
+        tensor = constant_tensor(value) if value is not None else None
+        if value is not None and tensor is None:
+            return None
+        if tensor is not None:
+            bounds[index] = float(tensor.numpy().reshape(-1)[0])
+    return bounds[0], bounds[1]
+
+
+def _activation_folds(activation: ir.Node, view: QDQView) -> bool:
+    """Q(activation(x)) = Q(x) for every x: QuantizeLinear is monotone, so Q(Clip(x, lo,
+    hi)) = clamp(Q(x), Q(lo), Q(hi)), which is Q(x) where Q(lo) is the bottom of the type
+    and Q(hi) its top (Q computed as QuantizeLinear does: float32 x / scale, rounded half
+    to even, plus the zero point, saturated)."""
+    kept, limits = _kept_range(activation), _RANGES.get(view.output_type)  # type: ignore[arg-type]
+    inputs = view.node.inputs
+    scale = view.value_view(inputs[1], read=True)
+    zero = view.value_view(inputs[2], read=True) if len(inputs) > 2 else None
+    if kept is None or limits is None or scale is None or scale.array is None:
         return False
-    bottom = {_DT.UINT8: 0, _DT.INT8: -128}.get(view.output_type)  # type: ignore[arg-type]
-    return bottom is not None and value == bottom
+    if scale.array.size != 1 or (zero is not None and zero.array is None):
+        return False
+    offset = float(zero.array.reshape(-1)[0]) if zero is not None and zero.array is not None else 0
+    step = np.float32(scale.array.reshape(-1)[0])
+    with np.errstate(over="ignore", divide="ignore"):
+        q = np.clip(np.rint(np.array(kept, np.float32) / step) + offset, *limits)
+    return bool(q[0] == limits[0] and q[1] == limits[1])
 
 
 def _group(scope: GraphScope, node: ir.Node, views: dict[int, QDQView]) -> Group | None:
@@ -130,14 +174,14 @@ def _group(scope: GraphScope, node: ir.Node, views: dict[int, QDQView]) -> Group
     inputs = [_dequantize(v, views) for v in node.inputs]
     if not any(inputs):
         return None
-    quantize, relu = _quantize_after(node, views)
+    quantize, activation = _quantize_after(node, views)
     if quantize is None:
         first = inputs[0].node.inputs[0] if inputs[0] is not None else None
         source = first.producer() if first is not None else None
         if source is None or source.op_type != "DynamicQuantizeLinear":
             return None
-    folds = relu is None or quantize is None or _relu_foldable(quantize)
-    return Group(scope, node, inputs, quantize, relu, folds)
+    folds = activation is None or quantize is None or _activation_folds(activation, quantize)
+    return Group(scope, node, inputs, quantize, activation, folds)
 
 
 def find_groups(model: ir.Model) -> list[Group]:

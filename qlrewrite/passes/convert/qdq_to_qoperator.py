@@ -283,7 +283,7 @@ class _Writer:
         steps = STEPS.get(node.op_type, 0.0)
         if steps and node.outputs[0].name:
             self.sources[node.outputs[0].name] = steps
-        self._drop(group, [quantize.node, group.relu, group.node])
+        self._drop(group, [quantize.node, group.activation, group.node])
         if node.domain == MS_DOMAIN and ensure_import_at(self.model, group.scope.ref, MS_DOMAIN, 1):
             self.imports_added += 1
 
@@ -295,7 +295,7 @@ class _Writer:
         node = group.node
         node.replace_input_with(0, data.node.inputs[0])
         _take_output(quantize, node)
-        self._drop(group, [quantize.node, group.relu])
+        self._drop(group, [quantize.node, group.activation])
 
     def _dynamic(self, group: Group) -> None:
         """MatMulInteger / ConvInteger -> Cast(float) -> Mul(a_scale * w_scale)."""

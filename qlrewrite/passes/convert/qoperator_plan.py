@@ -284,8 +284,8 @@ def plan(group: Group, chosen: frozenset[str] | None) -> None:
     if chosen is not None and op not in chosen:
         group.reason = "not_chosen"
         return
-    if not group.relu_folds:
-        group.reason = "relu"
+    if not group.activation_folds:
+        group.reason = "activation"
         return
     if group.dynamic:
         group.reason = _plan_dynamic(group)
