@@ -73,9 +73,10 @@ DynamicQuantizeLinear becomes MatMulInteger / ConvInteger -> Cast -> Mul. A grou
 QOperator form cannot hold (LayerNormalization, 16-bit or 4-bit types, a blocked
 scale, a per-channel scale on an axis the operator does not take, a bias whose scale
 is not x_scale * w_scale, ...) stays Q/DQ, counted by reason in the summary. Measured
-on ONNX Runtime 1.31.1 with optimizations off: bit-identical to the Q/DQ form except
-QLinearSoftmax (one step); the bound --verify checks is one step per QLinear kernel
-that requantizes (docs/qoperator.md).
+on ONNX Runtime 1.31.1 with optimizations off: QLinearConv / QLinearMatMul / QGemm,
+QLinearSigmoid / QLinearLeakyRelu / QLinearConcat bit-identical to the Q/DQ form;
+QLinearAdd, QLinearMul, the average pools and QLinearSoftmax one step off in 1-7% of the
+elements; --verify checks one step per such node (docs/qoperator.md).
 """
 
 
