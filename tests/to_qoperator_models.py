@@ -170,9 +170,15 @@ def residual_cnn(opset: int = 13) -> onnx.ModelProto:
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(f32), name)
 
     inits = [
-        init("w1", 8, 3, 3, 3), init("b1", 8), init("w2", 8, 8, 3, 3), init("b2", 8),
-        init("w3", 8, 8, 3, 3), init("b3", 8), init("w4", 10, 8), init("b4", 10),
-    ]  # fmt: skip
+        init("w1", 8, 3, 3, 3),
+        init("b1", 8),
+        init("w2", 8, 8, 3, 3),
+        init("b2", 8),
+        init("w3", 8, 8, 3, 3),
+        init("b3", 8),
+        init("w4", 10, 8),
+        init("b4", 10),
+    ]
     node = helper.make_node
     nodes = [
         node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),

@@ -75,7 +75,7 @@ scale, a per-channel scale on an axis the operator does not take, a bias whose s
 is not x_scale * w_scale, ...) stays Q/DQ, counted by reason in the summary. Measured
 on ONNX Runtime 1.31.1 with optimizations off: QLinearConv / QLinearMatMul / QGemm,
 QLinearSigmoid / QLinearLeakyRelu / QLinearConcat bit-identical to the Q/DQ form;
-QLinearAdd, QLinearMul, the average pools and QLinearSoftmax one step off in 1-7% of the
+QLinearAdd, QLinearMul, the average pools and QLinearSoftmax one step off in up to 7% of the
 elements; --verify checks one step per such node (docs/qoperator.md).
 """
 

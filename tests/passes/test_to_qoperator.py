@@ -31,11 +31,20 @@ from qlrewrite.passes.convert.qdq_to_qoperator import QdqToQOperatorPass
 from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.convert.to_qoperator_result import STEPS
 
-_WRITES = {"Conv": "QLinearConv", "MatMul": "QLinearMatMul", "Gemm": "QGemm",
-           "Add": "QLinearAdd", "Mul": "QLinearMul", "Concat": "QLinearConcat",
-           "AveragePool": "QLinearAveragePool", "GlobalAveragePool": "QLinearGlobalAveragePool",
-           "LeakyRelu": "QLinearLeakyRelu", "Sigmoid": "QLinearSigmoid",
-           "Softmax": "QLinearSoftmax", "MaxPool": "MaxPool"}  # fmt: skip
+_WRITES = {
+    "Conv": "QLinearConv",
+    "MatMul": "QLinearMatMul",
+    "Gemm": "QGemm",
+    "Add": "QLinearAdd",
+    "Mul": "QLinearMul",
+    "Concat": "QLinearConcat",
+    "AveragePool": "QLinearAveragePool",
+    "GlobalAveragePool": "QLinearGlobalAveragePool",
+    "LeakyRelu": "QLinearLeakyRelu",
+    "Sigmoid": "QLinearSigmoid",
+    "Softmax": "QLinearSoftmax",
+    "MaxPool": "MaxPool",
+}
 
 
 def _convert(proto: onnx.ModelProto, **kwargs: object) -> tuple[onnx.ModelProto, object]:
@@ -213,8 +222,12 @@ def test_bias_scale_not_product_stays_qdq() -> None:
     scale = next(i for i in proto.graph.initializer if i.name == "bias_s")
     scale.CopyFrom(onnx.numpy_helper.from_array(np.array(0.123, np.float32), "bias_s"))
     converted, result = _convert(proto)
-    assert result.summary == {"groups_converted": 0, "integer_ops_written": 0,  # type: ignore[attr-defined]
-                              "opset_imports_added": 0, "left_bias": 1}  # fmt: skip
+    assert result.summary == {
+        "groups_converted": 0,
+        "integer_ops_written": 0,  # type: ignore[attr-defined]
+        "opset_imports_added": 0,
+        "left_bias": 1,
+    }
     assert "bias" in result.warnings[0]  # type: ignore[attr-defined]
     assert _ops(converted)["Conv"] == 1
 
@@ -261,6 +274,36 @@ def test_relu_clip_folded_where_exact(
     np.testing.assert_array_equal(run_int(converted, x), run_int(proto, x))
 
 
+def test_group_inside_a_function() -> None:
+    """A group in a model-local function: written there (com.microsoft imported by the
+    function and the model); its output's bound is stated unbounded (the walk follows the
+    main graph only)."""
+    inner = group_model("Add", Params())
+    g = inner.graph
+    body = [onnx.helper.make_node("Constant", [], [t.name], value=t) for t in g.initializer]
+    function = onnx.helper.make_function(
+        "local",
+        "group",
+        [i.name for i in g.input],
+        ["y"],
+        [*body, *g.node],
+        opset_imports=[onnx.helper.make_opsetid("", 13)],
+    )
+    call = onnx.helper.make_node("group", [i.name for i in g.input], ["y"], domain="local")
+    main_graph = onnx.helper.make_graph([call], "main", list(g.input), list(g.output))
+    imports = [onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid("local", 1)]
+    proto = onnx.helper.make_model(
+        main_graph, functions=[function], opset_imports=imports, ir_version=8
+    )
+    converted, result = _convert(proto)
+    assert [n.op_type for n in converted.functions[0].node][-1] == "QLinearAdd"
+    assert {o.domain for o in converted.functions[0].opset_import} >= {"com.microsoft"}
+    assert result.verify_bound.unbounded == ("y",)  # type: ignore[attr-defined]
+    assert check_model(ir.serde.deserialize_model(converted)).errors == []
+    x = feeds(proto, 0)
+    assert np.abs(run_int(proto, x).astype(np.int64) - run_int(converted, x)).max() <= 1
+
+
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_openvino_target_leaves_per_channel_conv(activations: str) -> None:
     """OpenVINO's table refuses per-channel QLinearConv, QGemm and QLinearGlobalAveragePool
@@ -287,8 +330,20 @@ def test_api_and_cli(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="'Foo' cannot be converted"):
         api.convert(source, "qoperator", ops=["Foo"])
     out, report = tmp_path / "q.onnx", tmp_path / "r.json"
-    run = CliRunner().invoke(main, ["convert", str(source), "--to", "qoperator", "-o", str(out),
-                                    "--report", str(report), "--verify"])  # fmt: skip
+    run = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(source),
+            "--to",
+            "qoperator",
+            "-o",
+            str(out),
+            "--report",
+            str(report),
+            "--verify",
+        ],
+    )
     assert run.exit_code == 0, run.output
     assert "groups converted 5" in run.output and "exact" in run.output
     assert json.loads(report.read_text())["changes"]

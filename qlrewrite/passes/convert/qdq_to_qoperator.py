@@ -29,7 +29,7 @@ from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.convert.qdq_groups import Group, find_groups, reason_text
 from qlrewrite.passes.convert.qoperator_plan import plan
 from qlrewrite.passes.convert.to_qoperator_result import STEPS, ToQOperatorResult, stated_bound
-from qlrewrite.qdq import MS_DOMAIN, QDQView, constant_tensor, ensure_import_at
+from qlrewrite.qdq import MAIN, MS_DOMAIN, QDQView, constant_tensor, ensure_import_at
 from qlrewrite.targets.forms import qoperator_form
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
@@ -113,15 +113,25 @@ class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):
         # the bound is followed on the Q/DQ graph, before it changes
         sources = {_output_name(g): STEPS.get(g.written[1], 0.0) for g in done if g.row}
         sources = {name: steps for name, steps in sources.items() if steps}
-        limits: dict[str, float] = {}
-        if sources and self.bound:
-            limits = output_bounds(model, sources).bounds
-        elif sources:  # not followed: every output may differ
-            limits = {v.name: math.inf for v in model.graph.outputs if v.name}
+        limits = _limits_of(model, sources, [g for g in done if g.row], self.bound)
         for group in done:
             writer.write(group, built.get(id(group)))
         writer.drop_unused_zeros()
         return _result(model, groups, writer, limits)
+
+
+def _limits_of(
+    model: ir.Model, sources: dict[str, float], converted: list[Group], follow: bool
+) -> dict[str, float]:
+    """Each graph output's bound: followed from ``sources`` on the Q/DQ graph (``follow``),
+    else (or with a source inside a function or subgraph, which the walk does not follow
+    by name) every output unbounded."""
+    if not sources:
+        return {}
+    inner = any(g.scope.ref != MAIN and _output_name(g) in sources for g in converted)
+    if follow and not inner:
+        return output_bounds(model, sources).bounds
+    return {v.name: math.inf for v in model.graph.outputs if v.name}
 
 
 def _result(

@@ -19,7 +19,7 @@ __all__ = ["FLOAT_SUM_RELATIVE", "STEPS", "ToQOperatorResult", "stated_bound"]
 #: 0: the kernel computes the float op's values then quantizes them as QuantizeLinear does
 #: (a lookup table built from them, or a copy); 1: it computes in integers or its own float
 #: path and requantizes with its own rounding (Add, Mul, the pools, Softmax: one step in
-#: 1-7% of elements; Conv, MatMul, Gemm: never seen, not proven).
+#: up to 7% of elements; Conv, MatMul, Gemm: never seen, not proven).
 STEPS: Mapping[str, float] = {
     "QLinearConv": 1.0,
     "QLinearMatMul": 1.0,
