@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests"), str(ROOT / "tests" / "rules")]
 
 from bench_models import matmul_chain, matmul_chain_inline  # noqa: E402
 

@@ -9,7 +9,11 @@ where the output is dequantized), the integer / weight-only kernels ORT no longe
 and the latency ratio after / before (median of interleaved runs of both sessions in this
 process, 1 intra-op thread unless --threads).
 
-    python benchmarks/deployed.py [--models cnn,mlp,...] [--runs N] [--threads T]
+    python benchmarks/deployed.py [--models cnn,mlp,...] [--rewrites fold,half,...]
+                                  [--opset N] [--runs N] [--threads T]
+
+``--opset N`` upgrades each model (``qlrewrite upgrade``) before the rewrites: ``half``
+writes float16 Q/DQ from opset 19 only, float32 Q/DQ between Casts below it.
 
 Models (cached in /tmp/qlrewrite-bench-deployed):
 - cnn: static QDQ, u8 activations / s8 per-channel weights, 4 Conv + Gemm, 1x32x56x56;
@@ -50,6 +54,7 @@ REWRITES: dict[str, list[str]] = {
     "fold --keep-fused": ["fold", "--keep-fused"],
     "convert --to com.microsoft": ["convert", "--to", "com.microsoft"],
     "upgrade --opset 21": ["upgrade", "--opset", "21"],
+    "half": ["half"],
 }
 
 
@@ -187,14 +192,20 @@ WEIGHT_ONLY_REWRITES: dict[str, list[str]] = {
 }  # fmt: skip
 
 
-def built(name: str) -> Path:
+def built(name: str, opset: int | None = None) -> Path:
     path = CACHE / f"{name}.onnx"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             MODELS[name][1](path)
-    return path
+    if opset is None:
+        return path
+    upgraded = CACHE / f"{name}.opset{opset}.onnx"
+    if not upgraded.exists():
+        command = [sys.executable, "-m", "qlrewrite", "upgrade", str(path), "--opset", str(opset)]
+        subprocess.run([*command, "-o", str(upgraded), "-q"], check=True)
+    return upgraded
 
 
 #: ORT intra-op threads for the latency (0: ORT's default); set by --threads.
@@ -266,6 +277,8 @@ def _row(model: str, name: str, result: dict, shape: tuple[int, ...], runs: int)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--rewrites", default="", help="names of REWRITES (default: all)")
+    parser.add_argument("--opset", type=int, default=None, help="upgrade each model first")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1,
                         help="ORT intra-op threads for the latency (0: ORT's default); "
@@ -283,9 +296,10 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|")
     for model in options.models.split(","):
-        source = built(model)
+        source = built(model, options.opset)
         rewrites = WEIGHT_ONLY_REWRITES if model == "matmulnbits" else REWRITES
-        for name, args in rewrites.items():
+        chosen = options.rewrites.split(",") if options.rewrites else list(rewrites)
+        for name, args in ((n, a) for n, a in rewrites.items() if n in chosen):
             result = rewrite(source, name, args)
             print(_row(model, name, result, SHAPES[model], options.runs), flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")

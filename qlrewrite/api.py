@@ -8,8 +8,8 @@ model that cannot be read or a bad argument (its message names the parameter), `
 for a rewrite the target cannot express; what a rewrite warns of is issued through the
 ``warnings`` module (categories in :mod:`qlrewrite.errors`: ``FusionLostWarning``,
 ``PrecisionWarning``, ...) and its summary is :func:`summary_of` the model it returns.
-Every option of every command has its spelling here (docs/python-api.md lists them side
-by side; tests/test_api_parity.py holds them to it). The rewrites refuse and check as the commands
+Every option of every command has its spelling here (docs/python-api.md lists them side by side;
+tests/pipeline/test_api_parity.py holds them to it). The rewrites refuse and check as the commands
 do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
 findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
 :class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.

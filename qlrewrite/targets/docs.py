@@ -72,10 +72,11 @@ imports of ai.onnx.ml, ai.onnx.training and ai.onnx.preview.training are probed 
 ai.onnx Add in a model importing the domain at each version onnx knows): ONNX Runtime
 refuses a model importing a newer version than it knows even when no node uses it.
 
-The QDQ patterns are also run by ONNX Runtime twice on the same seeded inputs (values in
-[0, 6)): with the default options and with ORT_DISABLE_ALL, and both outputs are
-compared with the ONNX reference evaluator's (onnx.reference, run by the driver; a model
-below opset 19 evaluated at 19). A largest difference above 10% of the largest output,
+The QDQ patterns are also run by ONNX Runtime twice on the same seeded inputs (values in [0, 6);
+`tools/probe/drive.py`, patterns in `tools/probe/cases.py`): with the default options and with
+ORT_DISABLE_ALL, and both outputs are compared with the ONNX reference evaluator's (onnx.reference,
+run by the driver; a model below opset 19 evaluated at 19). A largest difference above 10% of the
+largest output,
 or another shape, is recorded as `miscomputes`; a failure at run that ORT_DISABLE_ALL
 does not share as `fails at run` (`optimized`: against ORT_DISABLE_ALL; `reference`:
 against the reference evaluator; measured 2026-11-28: ORT_DISABLE_ALL within 10% of the
@@ -104,7 +105,8 @@ only. The key of a Conv, ConvTranspose or Gemm pattern adds the weight's axis, o
 or many, whether its zero points are absent, equal or differ, and Gemm's transB.
 
 A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
-models each) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
+models each; `python tools/probe/drive.py ort --all && python tools/probe/drive.py
+openvino`) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
 min 37 s to 5 min 31 s under the load of other work; OpenVINO about 1.5 of them);
 `drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
 prefixes and merges them into each table, recording the amendment under `amended`.

@@ -8,6 +8,7 @@ Resize) together with Q/DQ; ONNX Runtime's outputs must stay bit-identical at ev
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -431,3 +432,54 @@ def test_upgrade_above_2_gb(tmp_path: Path) -> None:
     (out,) = run_ort(target, feeds)
     np.testing.assert_allclose(out, np.full((1, cols), -0.06, np.float32), atol=1e-5)
     _assert_same([out], run_ort(source, feeds))  # the source at opset 13: bit-identical
+
+
+def _float16_quantize(opset: int, precision: int | None = None) -> onnx.ModelProto:
+    """x (float16) -> QuantizeLinear(scale 0.1 as float16, zero point 128) -> uint8."""
+    attrs = {} if precision is None else {"precision": precision}
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **attrs)
+    inits = [_init("s", np.array(0.1, np.float16)), _init("z", np.array(128, np.uint8))]
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [None])],
+        inits,
+    )
+    ir_version = 10 if opset < 23 else 11
+    return helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version
+    )
+
+
+_RUN_FLOAT16 = """import sys, numpy as np, onnxruntime as ort
+x = np.arange(-12.0, 12.0, 2.0**-8).astype(np.float16)
+for path in sys.argv[1:]:
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    print(" ".join(map(str, session.run(None, {"x": x})[0])))
+"""
+
+
+@pytest.mark.slow
+def test_precision_keeps_the_float32_division_in_ort_1_31_and_1_32(tmp_path: Path) -> None:
+    """docs/commands/upgrade.md: ORT 1.32 divides a float16 QuantizeLinear-23 in float16
+    (1.31 in float32, as before opset 23); `upgrade` sets precision=FLOAT, so the model
+    computes in both what the opset-21 original computed (measured: 128 of 6144 values
+    near a tie differ without it)."""
+    pythons = [Path(f"/work/venvs/ort-1.{minor}/bin/python") for minor in (31, 32)]
+    if not all(python.exists() for python in pythons):
+        pytest.skip("no /work/venvs/ort-1.31 and ort-1.32 here")
+    source, upgraded, bare = (tmp_path / f"{name}.onnx" for name in ("in", "up", "bare"))
+    onnx.save(_float16_quantize(21), source)
+    done = CliRunner().invoke(main, ["upgrade", str(source), "--opset", "23", "-o", str(upgraded)])
+    assert done.exit_code == 0 and "precision set 1" in done.stderr, done.output
+    onnx.save(_float16_quantize(23), bare)  # no precision: the float16 division from 1.32
+    runs = {}
+    for python in pythons:
+        command = [str(python), "-c", _RUN_FLOAT16, str(source), str(upgraded), str(bare)]
+        out = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+        runs[python.parts[-3]] = out.stdout.splitlines()
+    original = runs["ort-1.31"][0]
+    assert runs["ort-1.31"] == [original] * 3
+    assert runs["ort-1.32"][:2] == [original] * 2
+    assert runs["ort-1.32"][2] != original  # the premise: 1.32 divides in float16

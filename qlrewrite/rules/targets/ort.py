@@ -101,10 +101,12 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
     if not refusing:
         return
     newest = min(t.max_ir_version for t in refusing if t.max_ir_version is not None)
-    needed = needed_ir_version(model)
+    loaded = _opset_limit("", [ctx.target])  # QL702 lowers ai.onnx to it first
+    needed = needed_ir_version(model, opset_at_most=loaded)
     lowers = needed <= newest
+    after = "" if needed == needed_ir_version(model) else f" once ai.onnx is at {loaded}"
     hint = (
-        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        f"set the model's ir_version to {needed}: its opsets and types need no more{after} "
         "(exact; check --fix does it)"
         if lowers
         else f"its opsets and types need IR version {needed}: target a newer release"
@@ -534,12 +536,12 @@ def _ways_out(key: str) -> str:
     summary="ONNX Runtime's default optimizations compute this quantized MatMul, Conv, "
     "ConvTranspose or Gemm wrongly or fail at run on it (measured against ORT_DISABLE_ALL).",
     explanation="""
-    The probe runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
-    Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each
-    release twice on the
-    same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
-    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to
-    1.32.0: with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
+    The probe (`tools/probe/drive.py`; `tests/targets/test_target_miscomputes.py` re-measures the
+    installed release) runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
+    Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each release twice
+    on the same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
+    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to 1.32.0:
+    with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
     (block_size smaller than the blocked axis, along K or N) is fused into
     MatMulIntegerToFloat or QLinearMatMul as if its scale were per column (ONNX Runtime's
     MatMulNodeGroupSelector::Check, onnxruntime/core/optimizer/qdq_transformer/
