@@ -79,9 +79,11 @@ def _weight(op: str, shape: tuple[int, ...], p: Params, rng: np.random.Generator
     ]
 
 
-def group_model(op: str, p: Params, opset: int = 13) -> onnx.ModelProto:
-    """Integer input(s) -> DequantizeLinear -> ``op`` -> QuantizeLinear -> integer output."""
-    names, attrs, shape = GROUP_OPS[op]
+def group_model(op: str, p: Params, opset: int = 13, attrs: dict | None = None) -> onnx.ModelProto:
+    """Integer input(s) -> DequantizeLinear -> ``op`` -> QuantizeLinear -> integer output
+    (``attrs``: the op's attributes instead of GROUP_OPS')."""
+    names, default_attrs, shape = GROUP_OPS[op]
+    attrs = default_attrs if attrs is None else attrs
     rng = np.random.default_rng(p.seed)
     qtype = TensorProto.INT8 if p.signed else TensorProto.UINT8
     parts: list = []

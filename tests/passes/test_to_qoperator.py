@@ -274,6 +274,20 @@ def test_relu_clip_folded_where_exact(
     np.testing.assert_array_equal(run_int(converted, x), run_int(proto, x))
 
 
+@pytest.mark.parametrize(("opset", "axis"), [(11, 1), (11, -1), (12, 2), (13, 1), (13, None)])
+def test_softmax_keeps_the_semantics_of_its_opset(opset: int, axis: int | None) -> None:
+    """QLinearSoftmax's ``opset`` attribute is the model's: before 13 Softmax coerces the
+    input to 2-D at the axis (default 1), from 13 it normalizes along the axis (default -1)."""
+    attrs = {} if axis is None else {"axis": axis}
+    original = group_model("Softmax", Params(seed=opset), opset=opset, attrs=attrs)
+    converted, _ = _convert(original)
+    node = next(n for n in converted.graph.node if n.op_type == "QLinearSoftmax")
+    assert {a.name: a.i for a in node.attribute}["opset"] == opset
+    inputs = feeds(original, 0)
+    difference = run_int(original, inputs).astype(np.int64) - run_int(converted, inputs)
+    assert np.abs(difference).max() <= STEPS["QLinearSoftmax"]
+
+
 def test_group_inside_a_function() -> None:
     """A group in a model-local function: written there (com.microsoft imported by the
     function and the model); its output's bound is stated unbounded (the walk follows the
