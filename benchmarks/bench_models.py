@@ -6,6 +6,10 @@ pairs, at opset 21, stored as external data: about 340 MiB in, 1.15 GiB once fol
 
 ``matmul_chain_inline``: the same model with its weights inside the .onnx file.
 
+``qdq_matmul_chain``: ``convert --to qoperator``'s model. A chain of ``count`` Q/DQ MatMul
+groups (uint8 activations quantized between them, int8 per-column ``size`` x ``size``
+weights), at opset 13, stored as external data: 16 x 4096 x 4096 is 256 MiB of weights.
+
 ``nbits_chain``: the MatMulNBits issue's model. A chain of ``count`` com.microsoft
 MatMulNBits (4 bits, block 32, K = N = ``size``, float32 scales, packed uint8 zero points)
 with random weights, written tensor by tensor (the generator never holds the model): with
@@ -28,7 +32,7 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["matmul_chain", "matmul_chain_inline", "nbits_chain", "run_worker"]
+__all__ = ["matmul_chain", "matmul_chain_inline", "nbits_chain", "qdq_matmul_chain", "run_worker"]
 
 DT = ir.DataType
 
@@ -44,15 +48,12 @@ def matmul_chain(
     folder: str | Path, *, size: int = 4096, n_int8: int = 8, n_int4: int = 8, n_float: int = 2
 ) -> Path:
     """Write the model to ``folder/matmul_chain.onnx`` (+ ``.data``) unless it exists."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"matmul_chain_{size}.onnx"
+    path, x = _chain_start(folder, "matmul_chain", size)
     if path.exists():
         return path
     rng = np.random.default_rng(0)
     inits: list[ir.Value] = []
     nodes: list[ir.Node] = []
-    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
     current = x
     block = 32
     step = 0
@@ -98,15 +99,69 @@ def matmul_chain(
         qnode.outputs[0].name = f"q_{i}_out"
         nodes.append(qnode)
         matmul(dq([qnode.outputs[0], s, z], f"dqf_{i}", axis=1))
-    current.name = "y"
-    current.type = ir.TensorType(DT.FLOAT)
-    current.shape = ir.Shape([1, size])
-    graph = ir.Graph(
-        [x], [current], nodes=nodes, initializers=inits, opset_imports={"": 21}, name="chain"
-    )
-    model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
-    ir.save(model, path, external_data=path.name + ".data")
+    _chain_save(path, (x, current), nodes, inits, (21, 10))
     return path
+
+
+def _chain_start(folder: str | Path, stem: str, size: int) -> tuple[Path, ir.Value]:
+    """The chain's path in ``folder`` (made) and its float input x [1, size]."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
+    return folder / f"{stem}_{size}.onnx", x
+
+
+def _chain_save(
+    path: Path,
+    ends: tuple[ir.Value, ir.Value],
+    nodes: list[ir.Node],
+    inits: list[ir.Value],
+    versions: tuple[int, int],
+) -> None:
+    """Save the chain from x to its last value (named y, float [1, size]) with external
+    data; ``versions``: (ai.onnx opset, IR version)."""
+    x, last = ends
+    last.name, last.type, last.shape = "y", ir.TensorType(DT.FLOAT), x.shape
+    graph = ir.Graph(
+        [x], [last], nodes=nodes, initializers=inits, opset_imports={"": versions[0]}, name="chain"
+    )
+    model = ir.Model(graph, ir_version=versions[1], producer_name="qlrewrite-benchmarks")
+    ir.save(model, path, external_data=path.name + ".data")
+
+
+def qdq_matmul_chain(folder: str | Path, *, size: int = 4096, count: int = 16) -> Path:
+    """Write ``folder/qdq_matmul_chain_<size>.onnx`` (+ ``.data``) unless it exists: x ->
+    (Q -> DQ -> MatMul(DQ(int8 weight, per column)))^count -> Q -> DQ -> y."""
+    path, x = _chain_start(folder, "qdq_matmul_chain", size)
+    if not path.exists():
+        _write_qdq_chain(path, x, size, count)
+    return path
+
+
+def _write_qdq_chain(path: Path, x: ir.Value, size: int, count: int) -> None:
+    rng, inits, nodes = np.random.default_rng(0), [], []
+
+    def node(op: str, inputs: list[ir.Value], name: str, **attrs: int) -> ir.Value:
+        made = ir.node(op, inputs, attributes=attrs, name=name)
+        made.outputs[0].name = f"{name}_out"
+        nodes.append(made)
+        return made.outputs[0]
+
+    current = x
+    for i in range(count + 1):
+        s = _const(inits, f"a{i}_scale", np.array(0.05 * (1 + i % 3), np.float32), DT.FLOAT)
+        z = _const(inits, f"a{i}_zp", np.array(128, np.uint8), DT.UINT8)
+        quantized = node("QuantizeLinear", [current, s, z], f"q{i}")
+        current = node("DequantizeLinear", [quantized, s, z], f"dq{i}")
+        if i == count:
+            break
+        w = _const(inits, f"w{i}", rng.integers(-127, 128, (size, size), dtype=np.int8), DT.INT8)
+        scale = (rng.random(size, dtype=np.float32) + 0.5) / 4096
+        ws = _const(inits, f"w{i}_scale", scale, DT.FLOAT)
+        wz = _const(inits, f"w{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
+        weight = node("DequantizeLinear", [w, ws, wz], f"dqw{i}", axis=1)
+        current = node("MatMul", [current, weight], f"matmul{i}")
+    _chain_save(path, (x, current), nodes, inits, (13, 8))
 
 
 def matmul_chain_inline(folder: str | Path, **sizes: int) -> Path:

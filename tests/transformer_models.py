@@ -254,7 +254,9 @@ def _softmax_readers(model: onnx.ModelProto) -> list[str]:
 
 
 @functools.cache
-def _quantized_bytes(name: str, fused: bool, op_types: tuple[str, ...] | None) -> bytes:
+def _quantized_bytes(
+    name: str, fused: bool, op_types: tuple[str, ...] | None, qdq: bool = False
+) -> bytes:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quiet = logging.getLogger().level
@@ -272,7 +274,7 @@ def _quantized_bytes(name: str, fused: bool, op_types: tuple[str, ...] | None) -
                 extra["nodes_to_exclude"] = _softmax_readers(model)
             onnx.save_model(model, folder / "float.onnx")
             quantize_static(str(folder / "float.onnx"), str(folder / "q.onnx"), _reader(),
-                            quant_format=QuantFormat.QOperator,
+                            quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                             **extra)  # fmt: skip
             return (folder / "q.onnx").read_bytes()
@@ -281,9 +283,13 @@ def _quantized_bytes(name: str, fused: bool, op_types: tuple[str, ...] | None) -
 
 
 def quantized(
-    name: str, *, fused: bool = False, op_types: tuple[str, ...] | None = None
+    name: str,
+    *,
+    fused: bool = False,
+    op_types: tuple[str, ...] | None = None,
+    qdq: bool = False,
 ) -> onnx.ModelProto:
-    """``name`` quantized by ``quantize_static`` (QOperator, uint8 activations, int8
-    weights), after ONNX Runtime's graph optimizer when ``fused``; ``op_types``: the
-    operator types to quantize (default: all ONNX Runtime quantizes)."""
-    return onnx.load_model_from_string(_quantized_bytes(name, fused, op_types))
+    """``name`` quantized by ``quantize_static`` (QOperator, or Q/DQ with ``qdq``; uint8
+    activations, int8 weights), after ONNX Runtime's graph optimizer when ``fused``;
+    ``op_types``: the operator types to quantize (default: all ONNX Runtime quantizes)."""
+    return onnx.load_model_from_string(_quantized_bytes(name, fused, op_types, qdq))

@@ -126,7 +126,9 @@ def test_python_errors_name_parameters_the_cli_names_options(tmp_path: Path) -> 
         qlrewrite.upgrade(path, 13)
     with pytest.raises(InputError, match=r"^opset 999 is above"):
         qlrewrite.upgrade(path, 999)
-    with pytest.raises(InputError, match=r"^to must be 'onnx' or 'com.microsoft', not 'qnn'$"):
+    with pytest.raises(
+        InputError, match=r"^to must be 'onnx', 'com.microsoft' or 'qoperator', not 'qnn'$"
+    ):
         qlrewrite.convert(path, "qnn")
     with pytest.raises(InputError, match=r"^float16 must be 'exact' or 'compact'"):
         qlrewrite.fold(path, float16="half")
