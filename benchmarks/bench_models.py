@@ -18,6 +18,7 @@ the defaults 128 x 4096 x 4096, 1.0 GiB of B plus 0.25 GiB of scales and zero po
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -74,8 +75,9 @@ def matmul_chain(
 
     for i in range(n_int8):
         w = _const(inits, f"w8_{i}", rng.integers(-128, 128, (size, size), dtype=np.int8), DT.INT8)
-        s = _const(inits, f"w8_{i}_scale", (rng.random(size, dtype=np.float32) + 0.5) / 4096,
-                   DT.FLOAT)  # fmt: skip
+        s = _const(
+            inits, f"w8_{i}_scale", (rng.random(size, dtype=np.float32) + 0.5) / 4096, DT.FLOAT
+        )
         z = _const(inits, f"w8_{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
         matmul(dq([w, s, z], f"dq8_{i}", axis=1))
     for i in range(n_int4):
@@ -91,8 +93,9 @@ def matmul_chain(
         z = _const(inits, f"w4_{i}_zp", zp, DT.INT4)
         matmul(dq([w, s, z], f"dq4_{i}", axis=0, block_size=block))
     for i in range(n_float):
-        w = _const(inits, f"wf_{i}", rng.standard_normal((size, size), dtype=np.float32) / 64,
-                   DT.FLOAT)  # fmt: skip
+        w = _const(
+            inits, f"wf_{i}", rng.standard_normal((size, size), dtype=np.float32) / 64, DT.FLOAT
+        )
         s = _const(inits, f"wf_{i}_scale", np.full(size, 4 / 64 / 127, dtype=np.float32), DT.FLOAT)
         z = _const(inits, f"wf_{i}_zp", np.zeros(size, dtype=np.int8), DT.INT8)
         qnode = ir.node("QuantizeLinear", [w, s, z], attributes={"axis": 1}, name=f"q_{i}")
@@ -176,6 +179,34 @@ def matmul_chain_inline(folder: str | Path, **sizes: int) -> Path:
     return path
 
 
+def _nbits_shapes(size: int, bits: int, block: int) -> dict[str, tuple[tuple[int, ...], DT]]:
+    """The shapes and types of one MatMulNBits' B, scales and zero points (K = N = size)."""
+    k_blocks = size // block
+    return {
+        "B": ((size, k_blocks, block * bits // 8), DT.UINT8),
+        "scales": ((size, k_blocks), DT.FLOAT),
+        "zp": ((size, k_blocks * bits // 8), DT.UINT8),
+    }
+
+
+def _lazy_weight(shapes: dict[str, tuple[tuple[int, ...], DT]], name: str, seed: int) -> ir.Value:
+    """A lazily made, seeded initializer ``name`` of ``shapes`` (drawn only when saved)."""
+    shape, dtype = shapes[name]
+
+    def make() -> ir.Tensor:
+        rng = np.random.default_rng(seed)
+        if dtype == DT.FLOAT:
+            array = ((rng.random(shape, dtype=np.float32) + 0.5) / 512).astype(np.float32)
+        else:
+            array = rng.integers(0, 256, shape, dtype=np.uint8)
+        return ir.Tensor(array)
+
+    tensor = ir.LazyTensor(make, dtype, ir.Shape(shape), name=f"{name}_{seed // 3}")
+    return ir.Value(
+        name=tensor.name, type=ir.TensorType(dtype), shape=tensor.shape, const_value=tensor
+    )
+
+
 def nbits_chain(folder: str | Path, *, size: int = 4096, count: int = 128) -> Path:
     """Write the model to ``folder/nbits_chain_<size>x<count>.onnx`` (+ ``.data``) unless
     it exists."""
@@ -185,27 +216,8 @@ def nbits_chain(folder: str | Path, *, size: int = 4096, count: int = 128) -> Pa
     if path.exists():
         return path
     bits, block = 4, 32
-    k_blocks = size // block
-    shapes = {
-        "B": ((size, k_blocks, block * bits // 8), DT.UINT8),
-        "scales": ((size, k_blocks), DT.FLOAT),
-        "zp": ((size, k_blocks * bits // 8), DT.UINT8),
-    }
-
-    def lazy(name: str, seed: int) -> ir.Value:
-        shape, dtype = shapes[name]
-
-        def make() -> ir.Tensor:
-            rng = np.random.default_rng(seed)
-            if dtype == DT.FLOAT:
-                array = ((rng.random(shape, dtype=np.float32) + 0.5) / 512).astype(np.float32)
-            else:
-                array = rng.integers(0, 256, shape, dtype=np.uint8)
-            return ir.Tensor(array)
-
-        tensor = ir.LazyTensor(make, dtype, ir.Shape(shape), name=f"{name}_{seed // 3}")
-        return ir.Value(name=tensor.name, type=ir.TensorType(dtype), shape=tensor.shape,
-                        const_value=tensor)  # fmt: skip
+    shapes = _nbits_shapes(size, bits, block)
+    lazy = functools.partial(_lazy_weight, shapes)
 
     x = ir.Value(name="x", type=ir.TensorType(DT.FLOAT), shape=ir.Shape([1, size]))
     current, nodes, inits = x, [], []
@@ -226,9 +238,13 @@ def nbits_chain(folder: str | Path, *, size: int = 4096, count: int = 128) -> Pa
     current.type = ir.TensorType(DT.FLOAT)
     current.shape = ir.Shape([1, size])
     graph = ir.Graph(
-        [x], [current], nodes=nodes, initializers=inits,
-        opset_imports={"": 21, "com.microsoft": 1}, name="nbits_chain",
-    )  # fmt: skip
+        [x],
+        [current],
+        nodes=nodes,
+        initializers=inits,
+        opset_imports={"": 21, "com.microsoft": 1},
+        name="nbits_chain",
+    )
     model = ir.Model(graph, ir_version=10, producer_name="qlrewrite-benchmarks")
     ir.save(model, path, external_data=path.name + ".data")
     return path
