@@ -52,11 +52,13 @@ from qlrewrite.passes.commands import (
     fold_passes,
     half_passes,
     integer_io_passes,
+    qoperator_passes,
     retarget_passes,
     upgrade_passes,
 )
 from qlrewrite.passes.context import RunContext
-from qlrewrite.passes.convert.domain import TARGETS, target
+from qlrewrite.passes.convert.domain import TARGETS
+from qlrewrite.passes.convert.domain import target as domain_target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
 from qlrewrite.passes.imports import ImportsResult
@@ -90,8 +92,9 @@ _TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
 
 
 def _one_of(values: Sequence[str]) -> str:
-    """``'a' or 'b'`` for messages."""
-    return " or ".join(f"'{v}'" for v in values)
+    """``'a' or 'b'``, ``'a', 'b' or 'c'`` for messages."""
+    quoted = [f"'{v}'" for v in values]
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 2 else quoted)
 
 
 def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
@@ -419,14 +422,27 @@ def convert(
     allow_float16: bool = False,
     accuracy_level: int = 0,
     include_8bit: bool = False,
+    ops: Iterable[str] | None = None,
+    target: str | None = None,
 ) -> ir.Model:
-    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
-    ``"com.microsoft"``; ``include_8bit`` as ``--include-8bit``): in place for an
-    ``onnx_ir.Model``. Raises ``Refusal`` when a node
+    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"``,
+    ``"com.microsoft"`` or ``"qoperator"``; ``include_8bit`` as ``--include-8bit``;
+    ``ops`` and ``target`` as ``--ops`` and ``--target`` of ``--to qoperator``): in place
+    for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
     cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
     ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
-    if target(to) is None:
-        raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
+    if to == "qoperator":
+        if include_8bit or accuracy_level or allow_float16:
+            raise InputError(
+                "include_8bit, accuracy_level and allow_float16 do not apply to qoperator"
+            )
+        # the bound: what verify_rewrite accepts of the result (summary_of)
+        passes = qoperator_passes(ops=ops, target=target, bound=True)
+        return _rewrite(load(model), passes, "convert")
+    if ops is not None or target is not None:
+        raise InputError("ops and target apply to to='qoperator'")
+    if domain_target(to) is None:
+        raise InputError(f"to must be {_one_of((*TARGETS, 'qoperator'))}, not {to!r}")
     levels = opsets.ACCURACY_LEVELS
     if accuracy_level not in levels:
         raise InputError(
@@ -434,7 +450,7 @@ def convert(
         )
     if not isinstance(include_8bit, bool):
         raise TypeError(f"include_8bit must be a bool, not {type(include_8bit).__name__}")
-    if target(to) == "onnx" and (include_8bit or accuracy_level):
+    if domain_target(to) == "onnx" and (include_8bit or accuracy_level):
         raise InputError("include_8bit and accuracy_level apply to com.microsoft, not onnx")
     passes = convert_passes(
         to, allow_float16=allow_float16, accuracy_level=accuracy_level, include_8bit=include_8bit

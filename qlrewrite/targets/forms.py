@@ -11,6 +11,8 @@ left out: the probe measures one representative of each form (``docs/targets.md`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -26,6 +28,7 @@ __all__ = [
     "family_key",
     "form_of",
     "pattern_key",
+    "qoperator_form",
 ]
 
 _GRANULARITY = {
@@ -101,39 +104,65 @@ def _gather_block_form(view: NodeView) -> str | None:
     )
 
 
-def _types_by_parameter(view: NodeView, specs: list) -> dict[str, str]:
+def _types_by_parameter(
+    specs: Sequence[opsets.Operand], inputs: Sequence[_Typed]
+) -> dict[str, str]:
     """The known type of each schema type parameter (``T1``: ``UINT8``), from the inputs
     whose type is known: an input no inference reached (after a com.microsoft node) has
     the type of its zero point, which shares its parameter."""
     known: dict[str, str] = {}
-    for spec, value in zip(specs, view.inputs, strict=False):
-        name = _name(value.dtype) if value is not None else None
+    for spec, value in zip(specs, inputs, strict=False):
+        name = _name(value[0]) if value is not None else None
         if name is not None and spec.type_param:
             known.setdefault(spec.type_param, name)
     return known
 
 
+#: An input's (element type, element count), None when omitted.
+_Typed = tuple[ir.DataType | None, int | None] | None
+
+
 def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
-    specs = list(getattr(view.row, "inputs", ()))
+    specs = tuple(getattr(view.row, "inputs", ()))
+    inputs = [(v.dtype, v.size) if v is not None else None for v in view.inputs]
+    return _form_key(view.domain_label, view.op_type, view.imported, specs, inputs)
+
+
+def qoperator_form(
+    row: opsets.QOperatorVersion, imported: int | None, inputs: Sequence[_Typed]
+) -> str | None:
+    """The table key of a QOperator node of ``row`` at the ``imported`` opset whose inputs
+    have these (element type, element count) (None: omitted); None when a type is
+    unknown. Read for a node written (``convert --to qoperator --target``) as for one read."""
+    return _form_key(row.domain or "ai.onnx", row.op_type, imported, row.inputs, inputs)
+
+
+def _form_key(
+    label: str,
+    op_type: str,
+    imported: int | None,
+    specs: Sequence[opsets.Operand],
+    inputs: Sequence[_Typed],
+) -> str | None:
     names = [spec.name for spec in specs]
-    shared = _types_by_parameter(view, specs)
+    shared = _types_by_parameter(specs, inputs)
     types = []
-    for index, value in enumerate(view.inputs):
+    for index, value in enumerate(inputs):
         if value is None:
             types.append("-")
             continue
         parameter = specs[index].type_param if index < len(specs) else None
-        name = _name(value.dtype) or shared.get(parameter)
+        name = _name(value[0]) or shared.get(parameter or "")
         if name is None:
             return None
         role = names[index] if index < len(names) else ""
-        per_channel = role.endswith(("scale", "zero_point")) and value.size not in (None, 1)
+        per_channel = role.endswith(("scale", "zero_point")) and value[1] not in (None, 1)
         types.append(f"{name}[n]" if per_channel else name)
     while types and types[-1] == "-":
         types.pop()
-    return f"{view.domain_label} {view.op_type} opset={view.imported} {','.join(types)}"
+    return f"{label} {op_type} opset={imported} {','.join(types)}"
 
 
 def form_of(view: NodeView) -> str | None:

@@ -587,13 +587,18 @@ def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:
 def test_a_data_file_and_a_truncated_model_are_named_as_what_they_are(tmp_path) -> None:
     """`check` of a model's external data file, or of a model cut short, says what it is
     (it said only "not an ONNX model (Wire format was corrupt)")."""
-    model = helper.make_model(helper.make_graph(
-        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
-        initializer=[numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32), "w")],
-    ))  # fmt: skip
-    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data",
-                    size_threshold=0)  # fmt: skip
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["w"], ["y"])],
+            "g",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
+            initializer=[numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32), "w")],
+        )
+    )
+    onnx.save_model(
+        model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0
+    )
     result = cli("check", str(tmp_path / "m.data"))
     assert result.exit_code == 2
     assert "m.data: looks like raw tensor data, not an ONNX model" in result.stderr

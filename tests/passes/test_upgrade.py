@@ -293,25 +293,37 @@ def _subgraph_model() -> onnx.ModelProto:
     rng = np.random.default_rng(3)
     then_w = _init("then_w", rng.standard_normal((2, 256)).astype(np.float32))
     then_branch = helper.make_graph(
-        [helper.make_node("ReduceMean", ["then_w"], ["t0"], axes=[1], keepdims=0),
-         helper.make_node("Add", ["t0", "bias_sum"], ["t"])],
-        "then", [], [helper.make_tensor_value_info("t", F32, [2])], [then_w],
-    )  # fmt: skip
+        [
+            helper.make_node("ReduceMean", ["then_w"], ["t0"], axes=[1], keepdims=0),
+            helper.make_node("Add", ["t0", "bias_sum"], ["t"]),
+        ],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", F32, [2])],
+        [then_w],
+    )
     else_branch = helper.make_graph(
         [helper.make_node("ReduceMax", ["bias"], ["e"], axes=[1], keepdims=0)],
-        "else", [], [helper.make_tensor_value_info("e", F32, [2])],
-    )  # fmt: skip
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", F32, [2])],
+    )
     bias = rng.standard_normal((2, 300)).astype(np.float32)
     graph = helper.make_graph(
-        [helper.make_node("ReduceSum", ["bias", "ax1"], ["bias_sum"], keepdims=0),
-         helper.make_node("If", ["c"], ["y"], name="if", then_branch=then_branch,
-                          else_branch=else_branch)],
+        [
+            helper.make_node("ReduceSum", ["bias", "ax1"], ["bias_sum"], keepdims=0),
+            helper.make_node(
+                "If", ["c"], ["y"], name="if", then_branch=then_branch, else_branch=else_branch
+            ),
+        ],
         "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("bias", F32, [2, 300])],
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("bias", F32, [2, 300]),
+        ],
         [helper.make_tensor_value_info("y", F32, [2])],
         [_init("bias", bias), _init("ax1", np.array([1], np.int64))],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -405,20 +417,25 @@ def test_upgrade_above_2_gb(tmp_path: Path) -> None:
             file.write(np.full((rows, cols), (i % 7) - 3, np.int8).tobytes())
             tensor = onnx.TensorProto(name=f"w{i}", data_type=TensorProto.INT8, dims=[rows, cols])
             tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", data.name), ("offset", str(offset)),
-                               ("length", str(rows * cols))):  # fmt: skip
+            for key, value in (
+                ("location", data.name),
+                ("offset", str(offset)),
+                ("length", str(rows * cols)),
+            ):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
             inits.append(tensor)
             nodes.append(helper.make_node(DQ, [f"w{i}", "s"], [f"d{i}"], name=f"dq{i}"))
-            nodes.append(helper.make_node("ReduceMean", [f"d{i}"], [f"m{i}"], axes=[0],
-                                          keepdims=1))  # fmt: skip
+            nodes.append(helper.make_node("ReduceMean", [f"d{i}"], [f"m{i}"], axes=[0], keepdims=1))
             nodes.append(helper.make_node("Add", [previous, f"m{i}"], [f"a{i}"]))
             previous = f"a{i}"
     graph = helper.make_graph(
-        nodes, "big", [helper.make_tensor_value_info("x", F32, [1, cols])],
-        [helper.make_tensor_value_info(previous, F32, [1, cols])], inits,
-    )  # fmt: skip
+        nodes,
+        "big",
+        [helper.make_tensor_value_info("x", F32, [1, cols])],
+        [helper.make_tensor_value_info(previous, F32, [1, cols])],
+        inits,
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     source = tmp_path / "big.onnx"
     source.write_bytes(proto.SerializeToString())

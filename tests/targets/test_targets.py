@@ -64,8 +64,12 @@ def _refused(row: object) -> bool:
 
 
 def _flagged(row: object) -> bool:
-    """Refused, or computed otherwise than unoptimized (QL706): what check must flag."""
-    diverged = isinstance(row, dict) and row.get("optimized") in ("miscomputes", "fails at run")
+    """Refused, or computed otherwise than unoptimized or than the ONNX reference (QL706;
+    OpenVINO's rows compare with the reference only): what check must flag."""
+    wrong = ("miscomputes", "fails at run")
+    diverged = isinstance(row, dict) and (
+        row.get("optimized") in wrong or row.get("reference") in wrong
+    )
     return _refused(row) or diverged
 
 

@@ -327,6 +327,39 @@ PER_TENSOR_WEIGHTS = {
 }
 
 
+#: The QOperator ops ``convert --to qoperator`` writes, probed with int8 activations too.
+INT8_ACTIVATIONS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "QGemm",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearConcat",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearSigmoid",
+        "QLinearSoftmax",
+    }
+)
+
+
+def _int8_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its uint8 activations and zero points int8 (zero point 128 -> 0):
+    every uint8 graph input, output and initializer becomes int8, values shifted by 128."""
+    for value in (*model.graph.input, *model.graph.output):
+        if value.type.tensor_type.elem_type == onnx.TensorProto.UINT8:
+            value.type.tensor_type.elem_type = onnx.TensorProto.INT8
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_type == onnx.TensorProto.UINT8:
+            shifted = (onnx.numpy_helper.to_array(tensor).astype(np.int16) - 128).astype(np.int8)
+            model.graph.initializer[index].CopyFrom(
+                onnx.numpy_helper.from_array(shifted, tensor.name)
+            )
+    return model
+
+
 def qoperator_cases() -> Iterator[Case]:
     """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
     MatMulInteger and ConvInteger (uint8 / int8 inputs, zero points none, per-tensor or per
@@ -339,6 +372,12 @@ def qoperator_cases() -> Iterator[Case]:
         if per_tensor is not None:  # the same op with per-tensor weight scale and zero point
             case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
             if case is not None:
+                yield case
+        variants = [{}, *([per_tensor] if per_tensor else [])]
+        for overrides in variants if name in INT8_ACTIVATIONS else ():
+            built = qoperator_models.build(name, opset=opset, **overrides)
+            case = _case(_int8_activations(built))  # what convert --to qoperator writes
+            if case is not None:  # from ORT's int8-activation quantize_static outputs
                 yield case
     for a, b, zero_points in itertools.product(
         (DT.UINT8, DT.INT8), (DT.UINT8, DT.INT8), ("none", "per-tensor", "per-channel")
