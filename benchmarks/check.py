@@ -37,7 +37,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tests"), str(ROOT / "tests" / "rules")]
 
 from bench_models import matmul_chain, matmul_chain_inline  # noqa: E402
 
@@ -61,8 +61,13 @@ sys.exit(os.waitstatus_to_exitcode(status))
 
 def _measure(argv: list[str]) -> tuple[float, float, float]:
     """(wall seconds, peak RSS MiB, CPU seconds) of one fresh process."""
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *argv], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _LAUNCHER, *argv],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     stderr, _, usage = done.stderr.rpartition("\n")
     if done.returncode not in (0, 1):
         raise RuntimeError(f"{argv[:3]} failed ({done.returncode}): {stderr.strip()[-300:]}")
@@ -80,17 +85,30 @@ def _speed(folder: Path, repeat: int) -> None:
     tools: dict[str, list[str]] = {
         "qlrewrite check (CLI)": [exe, "check", path],
         "qlrewrite check (CLI), weights inline": [exe, "check", inline],
-        "qlrewrite.check() alone": [py, "-c", (
-            "import sys, time, qlrewrite.checking.checker as c; t = time.perf_counter(); "
-            f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "
-            "sys.exit(1 if r.load_error or r.errors else 0)")],
+        "qlrewrite.check() alone": [
+            py,
+            "-c",
+            (
+                "import sys, time, qlrewrite.checking.checker as c; t = time.perf_counter(); "
+                f"r = c.check({path!r}); sys.stderr.write(f'{{time.perf_counter() - t:.4f}}'); "
+                "sys.exit(1 if r.load_error or r.errors else 0)"
+            ),
+        ],
         "import qlrewrite.cli (no check)": [py, "-c", "import qlrewrite.cli"],
-        "onnx.checker full_check": [py, "-c", (
-            f"import onnx; onnx.checker.check_model({path!r}, full_check=True)")],
-        "ORT InferenceSession()": [py, "-c", (
-            "import onnxruntime as ort; "
-            f"ort.InferenceSession({path!r}, providers=['CPUExecutionProvider'])")],
-    }  # fmt: skip
+        "onnx.checker full_check": [
+            py,
+            "-c",
+            (f"import onnx; onnx.checker.check_model({path!r}, full_check=True)"),
+        ],
+        "ORT InferenceSession()": [
+            py,
+            "-c",
+            (
+                "import onnxruntime as ort; "
+                f"ort.InferenceSession({path!r}, providers=['CPUExecutionProvider'])"
+            ),
+        ],
+    }
     results: dict[str, tuple[float, float, float]] = {}
     for name, argv in tools.items():
         runs = [_measure(argv) for _ in range(repeat)]
@@ -99,11 +117,14 @@ def _speed(folder: Path, repeat: int) -> None:
     print("| tool | best wall s | best CPU s | peak RSS MiB | wall vs ours | RSS vs ours |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, (seconds, mb, cpu) in results.items():
-        print(f"| {name} | {seconds:.2f} | {cpu:.2f} | {mb:.0f} | {seconds / ours_s:.2f}x | "
-              f"{mb / ours_mb:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {seconds:.2f} | {cpu:.2f} | {mb:.0f} | {seconds / ours_s:.2f}x | "
+            f"{mb / ours_mb:.2f}x |"
+        )
     print(f"\nload average during the runs: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
-    inner = subprocess.run(tools["qlrewrite.check() alone"], capture_output=True, text=True,
-                           check=False).stderr  # fmt: skip
+    inner = subprocess.run(
+        tools["qlrewrite.check() alone"], capture_output=True, text=True, check=False
+    ).stderr
     print(f"\nqlrewrite.check() itself, imports excluded: {float(inner) * 1000:.0f} ms")
 
 
@@ -273,8 +294,9 @@ def _detection(ort_quantizer: bool) -> None:
     for code in sorted(by_code):
         row = by_code[code]
         print(f"| {code} | {row['models']} | " + " | ".join(str(row[n]) for n in peers) + " |")
-    odd = [label for kind, _, label, _, hits in records
-           if (kind == "valid") == hits["qlrewrite check"]]  # fmt: skip
+    odd = [
+        label for kind, _, label, _, hits in records if (kind == "valid") == hits["qlrewrite check"]
+    ]
     if odd:
         print("\nqlrewrite check disagrees with the corpus on:", ", ".join(odd))
     else:

@@ -96,15 +96,19 @@ def main() -> None:
     print(f"{len(paths)} models in {root / 'models'}; usable cores: {cores}")
     for jobs in sorted({1, *range(2, (cores or 1) + 1)}):
         seconds, code = _time([*cli, str(root / "models"), "--jobs", str(jobs), "-q"])
-        print(f"one process, --jobs {jobs}: {seconds:.2f} s (exit {code}), "
-              f"{1000 * seconds / len(paths):.1f} ms per model")  # fmt: skip
+        print(
+            f"one process, --jobs {jobs}: {seconds:.2f} s (exit {code}), "
+            f"{1000 * seconds / len(paths):.1f} ms per model"
+        )
     subset = paths[: args.per_file or len(paths)]
     started = time.perf_counter()
     for path in subset:
         subprocess.run([*cli, str(path), "-q"], capture_output=True, check=False)
     seconds = time.perf_counter() - started
-    print(f"one process per file ({len(subset)} models): {seconds:.2f} s, "
-          f"{1000 * seconds / len(subset):.1f} ms per model")  # fmt: skip
+    print(
+        f"one process per file ({len(subset)} models): {seconds:.2f} s, "
+        f"{1000 * seconds / len(subset):.1f} ms per model"
+    )
 
 
 if __name__ == "__main__":

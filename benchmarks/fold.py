@@ -167,6 +167,7 @@ def _compare_with_ort(ours: Path, theirs: Path) -> str:
 
 
 def main() -> None:
+    """Run every tool in rounds, then print the table and the ratios."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/qlrewrite-bench-fold"))
@@ -188,6 +189,13 @@ def main() -> None:
             seconds, rss = run_worker(__file__, tool, source_of, outputs[tool])
             results[tool].append((seconds, rss))
             print(f"round {round_index + 1} {tool:<10} {seconds:6.2f} s {rss / 2**20:7.0f} MiB")
+    _report(results, source, load_before)
+    _ratios(results, tools, outputs)
+
+
+def _report(results: dict[str, list[tuple[float, int]]], source: Path, load_before: tuple) -> None:
+    """The table: best and median wall, peak RSS, time against ORT."""
+    tools = list(results)
     load_after = os.getloadavg()
     best = {t: min(s for s, _ in r) for t, r in results.items()}
     rss = {t: min(m for _, m in r) for t, r in results.items()}
@@ -204,7 +212,15 @@ def main() -> None:
             f"| {tool} | {best[tool]:.2f} | {statistics.median(times):.2f} | "
             f"{rss[tool] / 2**20:.0f} | {ratio} |"
         )
+
+
+def _ratios(
+    results: dict[str, list[tuple[float, int]]], tools: list[str], outputs: dict[str, Path]
+) -> None:
+    """The ratios against ORT and the floors, per round, and ORT's exactness."""
     print()
+    best = {t: min(s for s, _ in r) for t, r in results.items()}
+    rss = {t: min(m for _, m in r) for t, r in results.items()}
     if "ort" in best:
         speedup = best["ort"] / best["qlrewrite"]
         paired = [

@@ -158,10 +158,12 @@ def main() -> None:
             print(f"floor {name}: {cells}")
         header = [f"{nodes[n]} nodes s" for n in sizes]
         print(
-            "| command | " + " | ".join(header)
+            "| command | "
+            + " | ".join(header)
             + f" | us/node at {nodes[big]} | growth | "
-            + " | ".join(f"x floor at {nodes[n]}" for n in sizes) + " |"
-        )  # fmt: skip
+            + " | ".join(f"x floor at {nodes[n]}" for n in sizes)
+            + " |"
+        )
         print("|---|" + "---:|" * (2 * len(sizes) + 2))
         for label, argv in commands.items():
             times = {}

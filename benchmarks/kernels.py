@@ -45,7 +45,8 @@ class Case:
     attrs: dict = field(default_factory=dict)
 
 
-def cases(n: int) -> list[Case]:
+def _arrays(n: int) -> dict[str, Any]:
+    """The seeded inputs, scales and zero points the cases share."""
     rng = np.random.default_rng(0)
     i8 = rng.integers(-128, 128, (n, n), dtype=np.int8)
     u8 = i8.view(np.uint8)
@@ -55,24 +56,99 @@ def cases(n: int) -> list[Case]:
     per_col = rng.uniform(0.01, 0.1, n).astype(np.float32)
     blk0 = rng.uniform(0.01, 0.1, (n // 32, n)).astype(np.float32)
     blk1 = rng.uniform(0.01, 0.1, (n, n // 32)).astype(np.float32)
+    return {
+        "i8": i8,
+        "u8": u8,
+        "i4": i4,
+        "f8": f8,
+        "xf": xf,
+        "per_col": per_col,
+        "blk0": blk0,
+        "blk1": blk1,
+    }
+
+
+def _dequantize_cases(n: int, a: dict[str, Any]) -> list[Case]:
+    i8, u8, i4, f8 = a["i8"], a["u8"], a["i4"], a["f8"]
+    per_col, blk0, blk1 = a["per_col"], a["blk0"], a["blk1"]
     return [
-        Case("int8 per-axis DQ (axis 1)", "DequantizeLinear", i8, per_col,
-             np.zeros(n, np.int8), np.float32, {"axis": 1}),
-        Case("uint8 per-tensor DQ", "DequantizeLinear", u8, np.float32(0.02), np.uint8(128),
-             np.float32),
-        Case("int8 per-tensor DQ (zp 0)", "DequantizeLinear", i8, np.float32(0.02), np.int8(0),
-             np.float32),
-        Case("int4 blocked-32 DQ axis 0", "DequantizeLinear", i4, blk0,
-             np.zeros(blk0.shape, ml_dtypes.int4), np.float32, {"axis": 0, "block_size": 32}),
-        Case("int4 blocked-32 DQ axis 1", "DequantizeLinear", i4, blk1,
-             np.zeros(blk1.shape, ml_dtypes.int4), np.float32, {"axis": 1, "block_size": 32}),
-        Case("float8e4m3fn per-tensor DQ", "DequantizeLinear", f8, np.float32(0.5), None,
-             np.float32),
-        Case("float -> int8 per-axis Q (axis 1)", "QuantizeLinear", xf, per_col,
-             np.zeros(n, np.int8), np.int8, {"axis": 1}),
-        Case("float -> int4 blocked-32 Q axis 0", "QuantizeLinear", xf, blk0,
-             np.zeros(blk0.shape, ml_dtypes.int4), ml_dtypes.int4, {"axis": 0, "block_size": 32}),
-    ]  # fmt: skip
+        Case(
+            "int8 per-axis DQ (axis 1)",
+            "DequantizeLinear",
+            i8,
+            per_col,
+            np.zeros(n, np.int8),
+            np.float32,
+            {"axis": 1},
+        ),
+        Case(
+            "uint8 per-tensor DQ",
+            "DequantizeLinear",
+            u8,
+            np.float32(0.02),
+            np.uint8(128),
+            np.float32,
+        ),
+        Case(
+            "int8 per-tensor DQ (zp 0)",
+            "DequantizeLinear",
+            i8,
+            np.float32(0.02),
+            np.int8(0),
+            np.float32,
+        ),
+        Case(
+            "int4 blocked-32 DQ axis 0",
+            "DequantizeLinear",
+            i4,
+            blk0,
+            np.zeros(blk0.shape, ml_dtypes.int4),
+            np.float32,
+            {"axis": 0, "block_size": 32},
+        ),
+        Case(
+            "int4 blocked-32 DQ axis 1",
+            "DequantizeLinear",
+            i4,
+            blk1,
+            np.zeros(blk1.shape, ml_dtypes.int4),
+            np.float32,
+            {"axis": 1, "block_size": 32},
+        ),
+        Case(
+            "float8e4m3fn per-tensor DQ", "DequantizeLinear", f8, np.float32(0.5), None, np.float32
+        ),
+    ]
+
+
+def _quantize_cases(n: int, a: dict[str, Any]) -> list[Case]:
+    xf, per_col, blk0 = a["xf"], a["per_col"], a["blk0"]
+    return [
+        Case(
+            "float -> int8 per-axis Q (axis 1)",
+            "QuantizeLinear",
+            xf,
+            per_col,
+            np.zeros(n, np.int8),
+            np.int8,
+            {"axis": 1},
+        ),
+        Case(
+            "float -> int4 blocked-32 Q axis 0",
+            "QuantizeLinear",
+            xf,
+            blk0,
+            np.zeros(blk0.shape, ml_dtypes.int4),
+            ml_dtypes.int4,
+            {"axis": 0, "block_size": 32},
+        ),
+    ]
+
+
+def cases(n: int) -> list[Case]:
+    """Every kernel case at size ``n`` x ``n``."""
+    arrays = _arrays(n)
+    return _dequantize_cases(n, arrays) + _quantize_cases(n, arrays)
 
 
 def ours(case: Case, threads: int, fresh: bool = False) -> Callable[[], Any]:
@@ -180,12 +256,25 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in times.items():
                 old[key] = min(old[key], value)
         loads.append(os.getloadavg()[0])
-    print(f"{args.size} x {args.size}; best of {args.repeat} calls x {args.runs} runs; "
-          f"cores: {cores}; load average (1 min) during the runs: "
-          f"{min(loads):.1f}-{max(loads):.1f}")  # fmt: skip
-    header = ("case", "1 thread", f"{cores} threads", "1t new out", "reference", "ORT 1t",
-              "memcpy", "x ref", "memcpy x ref", "1t/ORT", "all/ORT",
-              "1t/memcpy")  # fmt: skip
+    print(
+        f"{args.size} x {args.size}; best of {args.repeat} calls x {args.runs} runs; "
+        f"cores: {cores}; load average (1 min) during the runs: "
+        f"{min(loads):.1f}-{max(loads):.1f}"
+    )
+    header = (
+        "case",
+        "1 thread",
+        f"{cores} threads",
+        "1t new out",
+        "reference",
+        "ORT 1t",
+        "memcpy",
+        "x ref",
+        "memcpy x ref",
+        "1t/ORT",
+        "all/ORT",
+        "1t/memcpy",
+    )
     print("| " + " | ".join(header) + " |")
     print("|---|" + "---:|" * (len(header) - 1))
     for case in all_cases:
@@ -193,9 +282,13 @@ def main(argv: list[str] | None = None) -> int:
         gb = case.x.size * np.dtype(case.out_dtype).itemsize / 1e9
         row = [case.name]
         row += [f"{gb / t[k]:.2f}" for k in ("1t", "all", "fresh", "ref", "ort", "copy")]
-        row += [f"{t['ref'] / min(t['1t'], t['all']):.1f}x", f"{t['ref'] / t['copy']:.1f}x",
-                f"{t['ort'] / t['1t']:.2f}x",
-                f"{t['ort'] / t['all']:.2f}x", f"{t['copy'] / t['1t']:.0%}"]  # fmt: skip
+        row += [
+            f"{t['ref'] / min(t['1t'], t['all']):.1f}x",
+            f"{t['ref'] / t['copy']:.1f}x",
+            f"{t['ort'] / t['1t']:.2f}x",
+            f"{t['ort'] / t['all']:.2f}x",
+            f"{t['copy'] / t['1t']:.0%}",
+        ]
         print("| " + " | ".join(row) + " |", flush=True)
     print(LEGEND)
     return 0

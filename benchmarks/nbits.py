@@ -44,8 +44,7 @@ def _work(tool: str, source: Path, target: Path) -> None:
         from qlrewrite.cli import main
 
         to = "com.microsoft" if tool == "qlrewrite-back" else "onnx"
-        main(["convert", str(source), "--to", to, "-o", str(target), "-q"],
-             standalone_mode=False)  # fmt: skip
+        main(["convert", str(source), "--to", to, "-o", str(target), "-q"], standalone_mode=False)
     elif tool == "olive":
         from olive.model import ONNXModelHandler
         from olive.passes.olive_pass import create_pass_from_dict
@@ -112,8 +111,11 @@ def main() -> None:
     tools = ("qlrewrite", "io-floor", "io-floor-fsync")
     tools += () if args.skip_back else ("qlrewrite-back", "io-floor-back", "io-floor-back-fsync")
     pythons = {tool: sys.executable for tool in tools}
-    probe = subprocess.run([args.olive_python, "-c", "import olive.passes.onnx.mnb_to_qdq"],
-                           capture_output=True, check=False)  # fmt: skip
+    probe = subprocess.run(
+        [args.olive_python, "-c", "import olive.passes.onnx.mnb_to_qdq"],
+        capture_output=True,
+        check=False,
+    )
     if probe.returncode == 0:
         pythons["olive"] = args.olive_python
     else:
@@ -130,10 +132,14 @@ def main() -> None:
             print(f"round {round_ + 1} {tool}: {seconds:.2f} s, peak RSS {peak / 2**20:.0f} MiB")
     print("\n| tool | best wall s | median wall s | peak RSS MiB |\n|---|---:|---:|---:|")
     for tool in pythons:
-        print(f"| {tool} | {min(times[tool]):.2f} | {statistics.median(times[tool]):.2f} | "
-              f"{max(peaks[tool]) / 2**20:.0f} |")  # fmt: skip
-    for ours, floors in (("qlrewrite", ("io-floor", "io-floor-fsync")),
-                         ("qlrewrite-back", ("io-floor-back", "io-floor-back-fsync"))):  # fmt: skip
+        print(
+            f"| {tool} | {min(times[tool]):.2f} | {statistics.median(times[tool]):.2f} | "
+            f"{max(peaks[tool]) / 2**20:.0f} |"
+        )
+    for ours, floors in (
+        ("qlrewrite", ("io-floor", "io-floor-fsync")),
+        ("qlrewrite-back", ("io-floor-back", "io-floor-back-fsync")),
+    ):
         if ours not in pythons:
             continue
         for floor in floors:

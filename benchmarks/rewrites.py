@@ -1,6 +1,8 @@
-"""Benchmark `qlrewrite downgrade` and `qlrewrite retarget` against writing their output.
+"""Benchmark `qlrewrite downgrade`, `retarget` and `convert --to qoperator` against writing
+their output.
 
-Run by hand: ``python benchmarks/rewrites.py [--rounds N] [--folder DIR] [--size 4096]``.
+Run by hand: ``python benchmarks/rewrites.py [--rounds N] [--folder DIR] [--size 4096]
+[--only qoperator]``.
 
 Model: ``bench_models.matmul_chain`` (opset 21: 8 int8 per-channel, 8 blocked int4 and 2
 QuantizeLinear float weights of ``--size`` x ``--size``; about 340 MiB at 4096). Each
@@ -10,6 +12,9 @@ rewrite runs in a fresh subprocess, alternating with its floor, for ``--rounds``
   Sub / Mul, int4 weights written as int8: the output is larger than the input);
 - ``retarget``: ``qlrewrite retarget --zero-point unsigned`` (every int8 / int4 weight
   shifted into uint8 / uint4);
+- ``qoperator``: ``qlrewrite convert --to qoperator`` on ``bench_models.qdq_matmul_chain``
+  (16 Q/DQ MatMul groups with int8 per-column ``--size`` x ``--size`` weights, opset 13:
+  256 MiB at 4096) -> 16 QLinearMatMul;
 - each one's floor: ``onnx_ir.load`` of that command's own output and ``onnx_ir.save`` of
   it with external data: what writing those bytes costs any tool (no check, no fsync).
 
@@ -31,6 +36,7 @@ sys.path.insert(0, str(HERE))
 COMMANDS = {
     "downgrade": ["downgrade", "--opset", "19"],
     "retarget": ["retarget", "--zero-point", "unsigned"],
+    "qoperator": ["convert", "--to", "qoperator"],
 }
 
 
@@ -58,16 +64,18 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, default=Path("/tmp/qlrewrite-bench"))
     parser.add_argument("--size", type=int, default=4096)
     parser.add_argument("--worker", nargs=3)
+    parser.add_argument("--only", choices=sorted(COMMANDS), action="append")
     args = parser.parse_args()
     if args.worker:
         tool, source, target = args.worker
         _worker(tool, Path(source), Path(target))
         return
-    from bench_models import matmul_chain, run_worker
+    from bench_models import matmul_chain, qdq_matmul_chain, run_worker
 
-    source = matmul_chain(args.folder, size=args.size)
     script = str(Path(__file__).resolve())
-    for command in COMMANDS:
+    for command in args.only or COMMANDS:
+        build = qdq_matmul_chain if command == "qoperator" else matmul_chain
+        source = build(args.folder, size=args.size)
         out = args.folder / f"out_{command}" / "model.onnx"
         floor_out = args.folder / f"floor_{command}" / "model.onnx"
         kept = args.folder / f"kept_{command}"

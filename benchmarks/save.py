@@ -47,8 +47,11 @@ def _input(folder: Path, mib: int) -> Path:
             out.write(array.tobytes())
             tensor = TensorProto(name=f"W{i}", data_type=TensorProto.FLOAT, dims=[side, side])
             tensor.data_location = TensorProto.EXTERNAL
-            for key, value in (("location", data.name), ("offset", str(offset)),
-                               ("length", str(array.nbytes))):  # fmt: skip
+            for key, value in (
+                ("location", data.name),
+                ("offset", str(offset)),
+                ("length", str(array.nbytes)),
+            ):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
             offset += array.nbytes

@@ -119,8 +119,10 @@ def main() -> None:
         for tool in TOOLS:
             runs[tool].append(_run(tool, source, work, args.opset))
     size = sum(p.stat().st_size for p in source.parent.glob(source.name + "*")) / 2**20
-    print(f"model: {source.name} ({size:.0f} MiB), opset 21 -> {args.opset}, "
-          f"{args.rounds} round(s), median")  # fmt: skip
+    print(
+        f"model: {source.name} ({size:.0f} MiB), opset 21 -> {args.opset}, "
+        f"{args.rounds} round(s), median"
+    )
     print(f"{'tool':<12} {'seconds':>8} {'peak MB':>8} {'time x':>7} {'memory x':>8}")
     base = runs["qlrewrite"]
     base_s = statistics.median(r["seconds"] for r in base)
@@ -132,8 +134,9 @@ def main() -> None:
             continue
         seconds = statistics.median(r["seconds"] for r in results)
         peak = statistics.median(r["peak_mb"] for r in results)
-        print(f"{tool:<12} {seconds:8.2f} {peak:8.0f} {seconds / base_s:7.2f} "
-              f"{peak / base_mb:8.2f}")  # fmt: skip
+        print(
+            f"{tool:<12} {seconds:8.2f} {peak:8.0f} {seconds / base_s:7.2f} {peak / base_mb:8.2f}"
+        )
     if not args.keep:
         shutil.rmtree(work)
 

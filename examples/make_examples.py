@@ -71,17 +71,16 @@ def _int4_tensor(name: str, dtype: int, values: np.ndarray) -> onnx.TensorProto:
     return helper.make_tensor(name, dtype, list(values.shape), flat.tolist())
 
 
-def msdomain_int16_opset13() -> onnx.ModelProto:
-    """A16W8 in the com.microsoft form: MatMul + int32 bias + Relu."""
+def _msdomain_int16_inits(k: int, n: int) -> list[onnx.TensorProto]:
+    """The constants of :func:`msdomain_int16_opset13` (seeded)."""
     rng = np.random.RandomState(13)
-    k, n = 16, 8
     w_scale = (rng.uniform(0.002, 0.01, size=n)).astype(np.float32)
     w_q = rng.randint(-127, 128, size=(k, n)).astype(np.int8)
     in_scale = np.float32(1 / 4096)
     bias_scale = (in_scale * w_scale).astype(np.float32)
     bias_q = rng.randint(-20000, 20000, size=n).astype(np.int32)
     out_scale = np.float32(1 / 2048)
-    inits = [
+    return [
         _scalar("input_scale", TensorProto.FLOAT, float(in_scale)),
         _scalar("input_zero_point", TensorProto.INT16, 0),
         numpy_helper.from_array(w_q, "weight_quantized"),
@@ -93,36 +92,35 @@ def msdomain_int16_opset13() -> onnx.ModelProto:
         _scalar("output_scale", TensorProto.FLOAT, float(out_scale)),
         _scalar("output_zero_point", TensorProto.INT16, 0),
     ]
+
+
+def _ms_qdq(op: str, x: str, output: str, name: str, **attrs: int) -> onnx.NodeProto:
+    """A com.microsoft Q or DQ of ``x`` with ``<x>_scale`` / ``<x>_zero_point``."""
+    stem = x.removesuffix("_QuantizeLinear_Output").removesuffix("_quantized")
+    inputs = [x, f"{stem}_scale", f"{stem}_zero_point"]
+    return helper.make_node(op, inputs, [output], name=name, domain=MS, **attrs)
+
+
+def msdomain_int16_opset13() -> onnx.ModelProto:
+    """A16W8 in the com.microsoft form: MatMul + int32 bias + Relu."""
+    k, n = 16, 8
     nodes = [
-        helper.make_node(
-            Q,
-            ["input", "input_scale", "input_zero_point"],
-            ["input_QuantizeLinear_Output"],
-            name="input_QuantizeLinear",
-            domain=MS,
-        ),
-        helper.make_node(
+        _ms_qdq(Q, "input", "input_QuantizeLinear_Output", "input_QuantizeLinear"),
+        _ms_qdq(
             DQ,
-            ["input_QuantizeLinear_Output", "input_scale", "input_zero_point"],
-            ["input_DequantizeLinear_Output"],
-            name="input_DequantizeLinear",
-            domain=MS,
+            "input_QuantizeLinear_Output",
+            "input_DequantizeLinear_Output",
+            "input_DequantizeLinear",
         ),
-        helper.make_node(
+        _ms_qdq(
             DQ,
-            ["weight_quantized", "weight_scale", "weight_zero_point"],
-            ["weight_DequantizeLinear_Output"],
-            name="weight_DequantizeLinear",
-            domain=MS,
+            "weight_quantized",
+            "weight_DequantizeLinear_Output",
+            "weight_DequantizeLinear",
             axis=1,
         ),
-        helper.make_node(
-            DQ,
-            ["bias_quantized", "bias_scale", "bias_zero_point"],
-            ["bias_DequantizeLinear_Output"],
-            name="bias_DequantizeLinear",
-            domain=MS,
-            axis=0,
+        _ms_qdq(
+            DQ, "bias_quantized", "bias_DequantizeLinear_Output", "bias_DequantizeLinear", axis=0
         ),
         helper.make_node(
             "MatMul",
@@ -141,20 +139,14 @@ def msdomain_int16_opset13() -> onnx.ModelProto:
             name="output_QuantizeLinear",
             domain=MS,
         ),
-        helper.make_node(
-            DQ,
-            ["output_QuantizeLinear_Output", "output_scale", "output_zero_point"],
-            ["output"],
-            name="output_DequantizeLinear",
-            domain=MS,
-        ),
+        _ms_qdq(DQ, "output_QuantizeLinear_Output", "output", "output_DequantizeLinear"),
     ]
     return _model(
         nodes,
         "msdomain_int16",
         [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, k])],
         [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, n])],
-        inits,
+        _msdomain_int16_inits(k, n),
         {"": 13, MS: 1},
         7,
         "QDQ with com.microsoft Q/DQ, int16 activations, int8 per-channel weights.",

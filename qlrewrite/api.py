@@ -8,8 +8,8 @@ model that cannot be read or a bad argument (its message names the parameter), `
 for a rewrite the target cannot express; what a rewrite warns of is issued through the
 ``warnings`` module (categories in :mod:`qlrewrite.errors`: ``FusionLostWarning``,
 ``PrecisionWarning``, ...) and its summary is :func:`summary_of` the model it returns.
-Every option of every command has its spelling here (docs/python-api.md lists them side
-by side; tests/test_api_parity.py holds them to it). The rewrites refuse and check as the commands
+Every option of every command has its spelling here (docs/python-api.md lists them side by side;
+tests/pipeline/test_api_parity.py holds them to it). The rewrites refuse and check as the commands
 do, through the same code (:func:`qlrewrite.pipeline.rewrite_model`): an input with error
 findings, or a rewrite whose output ONNX's checker or ``check`` would reject, raises
 :class:`~qlrewrite.pipeline.FindingsRefusal` (``.findings``) or ``Refusal``.
@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,16 @@ from qlrewrite.passes.commands import (
     fold_passes,
     half_passes,
     integer_io_passes,
+    qoperator_passes,
     retarget_passes,
     upgrade_passes,
 )
-from qlrewrite.passes.convert.domain import TARGETS, target
+from qlrewrite.passes.context import RunContext
+from qlrewrite.passes.convert.domain import TARGETS
+from qlrewrite.passes.convert.domain import target as domain_target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
-from qlrewrite.passes.results import ImportsResult
+from qlrewrite.passes.imports import ImportsResult
 from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 
@@ -88,8 +92,9 @@ _TAKES = "a path, an onnx.ModelProto or an onnx_ir.Model"
 
 
 def _one_of(values: Sequence[str]) -> str:
-    """``'a' or 'b'`` for messages."""
-    return " or ".join(f"'{v}'" for v in values)
+    """``'a' or 'b'``, ``'a', 'b' or 'c'`` for messages."""
+    quoted = [f"'{v}'" for v in values]
+    return " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 2 else quoted)
 
 
 def load(model: ModelLike, *, check_data: bool = True) -> ir.Model:
@@ -275,7 +280,8 @@ def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
     first); a refusal raised inside a pass reaches the caller as itself."""
-    rewritten, _ = pipeline.run_passes(model, pipeline.with_implied_imports(model, passes))
+    passes = pipeline.with_implied_imports(model, passes)
+    rewritten, _ = pipeline.run_passes(model, passes, RunContext.fresh(model))
     return rewritten
 
 
@@ -292,14 +298,38 @@ class RewriteSummary:
     pass_results: list[ir.passes.PassResult] = dataclasses.field(repr=False)
 
 
-_SUMMARY = "qlrewrite.summary"
+@dataclasses.dataclass(frozen=True)
+class _Kept:
+    """A summary as :data:`_SUMMARIES` keeps it: each pass result by its type and its
+    fields but its model (a result holds its model, and an entry must not keep alive the
+    model it is kept for)."""
+
+    command: str
+    changes: dict[str, dict[str, int]]
+    warnings: list[str]
+    results: list[tuple[type[ir.passes.PassResult], dict[str, Any]]]
+
+
+#: The summary of each model a rewrite of this API returned, gone with the model.
+_SUMMARIES: weakref.WeakKeyDictionary[ir.Model, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _keep_summary(model: ir.Model, summary: RewriteSummary) -> None:
+    results = [
+        (type(r), {f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "model"})
+        for r in summary.pass_results
+    ]
+    _SUMMARIES[model] = _Kept(summary.command, summary.changes, summary.warnings, results)
 
 
 def summary_of(model: ir.Model) -> RewriteSummary | None:
     """The :class:`RewriteSummary` of the rewrite that returned ``model`` (None for a
-    model no rewrite of this API returned)."""
-    summary = model.meta.get(_SUMMARY)
-    return summary if isinstance(summary, RewriteSummary) else None
+    model no rewrite of this API returned); its pass results name ``model``."""
+    kept = _SUMMARIES.get(model)
+    if kept is None:
+        return None
+    results = [kind(model=model, **fields) for kind, fields in kept.results]
+    return RewriteSummary(kept.command, kept.changes, kept.warnings, results)
 
 
 #: What a warning's words say of its kind, for warnings that do not carry their category.
@@ -349,7 +379,7 @@ def _rewrite(model: ir.Model, passes: Sequence[ir.passes.PassBase], command: str
     rewritten = pipeline.rewrite_model(model, passes, command=command)
     texts = _issue(rewritten)
     summary = RewriteSummary(command, rewritten.changes(), texts, rewritten.results)
-    rewritten.model.meta[_SUMMARY] = summary
+    _keep_summary(rewritten.model, summary)
     return rewritten.model
 
 
@@ -392,14 +422,27 @@ def convert(
     allow_float16: bool = False,
     accuracy_level: int = 0,
     include_8bit: bool = False,
+    ops: Iterable[str] | None = None,
+    target: str | None = None,
 ) -> ir.Model:
-    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"`` or
-    ``"com.microsoft"``; ``include_8bit`` as ``--include-8bit``): in place for an
-    ``onnx_ir.Model``. Raises ``Refusal`` when a node
+    """``model`` converted as ``qlrewrite convert --to TO`` (``"onnx"``,
+    ``"com.microsoft"`` or ``"qoperator"``; ``include_8bit`` as ``--include-8bit``;
+    ``ops`` and ``target`` as ``--ops`` and ``--target`` of ``--to qoperator``): in place
+    for an ``onnx_ir.Model``. Raises ``Refusal`` when a node
     cannot be expressed in the target: a path or ``ModelProto`` is left as it is, an
     ``onnx_ir.Model`` keeps what the steps before the refusal changed (pass a copy)."""
-    if target(to) is None:
-        raise InputError(f"to must be {_one_of(TARGETS)}, not {to!r}")
+    if to == "qoperator":
+        if include_8bit or accuracy_level or allow_float16:
+            raise InputError(
+                "include_8bit, accuracy_level and allow_float16 do not apply to qoperator"
+            )
+        # the bound: what verify_rewrite accepts of the result (summary_of)
+        passes = qoperator_passes(ops=ops, target=target, bound=True)
+        return _rewrite(load(model), passes, "convert")
+    if ops is not None or target is not None:
+        raise InputError("ops and target apply to to='qoperator'")
+    if domain_target(to) is None:
+        raise InputError(f"to must be {_one_of((*TARGETS, 'qoperator'))}, not {to!r}")
     levels = opsets.ACCURACY_LEVELS
     if accuracy_level not in levels:
         raise InputError(
@@ -407,7 +450,7 @@ def convert(
         )
     if not isinstance(include_8bit, bool):
         raise TypeError(f"include_8bit must be a bool, not {type(include_8bit).__name__}")
-    if target(to) == "onnx" and (include_8bit or accuracy_level):
+    if domain_target(to) == "onnx" and (include_8bit or accuracy_level):
         raise InputError("include_8bit and accuracy_level apply to com.microsoft, not onnx")
     passes = convert_passes(
         to, allow_float16=allow_float16, accuracy_level=accuracy_level, include_8bit=include_8bit

@@ -24,7 +24,7 @@ from qlrewrite.io import model_io, reading
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source
 from qlrewrite.text import escape
-from qlrewrite.verify.compare import Comparison, compare_models, output_steps, verify_both
+from qlrewrite.verify.compare import Comparison, compare_models, verify_both
 from qlrewrite.verify.runtimes import RUNTIMES
 from qlrewrite.verify.verify import (
     VERIFY_TIMEOUT,
@@ -33,6 +33,7 @@ from qlrewrite.verify.verify import (
     VerifyOptions,
     generate_inputs,
     input_specs_or_refuse,
+    output_steps,
 )
 
 __all__ = ["compare_report", "info_report", "read_feeds", "staged_path", "verify_report"]

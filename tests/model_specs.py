@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import example_models as em
+import family_models
 import onnx
 import openvino_models
 import qoperator_models
@@ -39,6 +40,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_requantized": em.qdq_requantized,
     "openvino_sixteen_bit": openvino_models.sixteen_bit,
     "openvino_constant_operand": openvino_models.constant_operand,
+    "qdq_family": family_models.qdq_family,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,
     "reversed_nodes": em.reversed_nodes,

@@ -16,8 +16,14 @@ from example_models import (
     nbits_shapes,
 )
 
-__all__ = ["DT", "MS", "gather_block_quantized_model", "matmul_nbits_model", "nbits_shapes",
-           "ort_runs"]  # fmt: skip
+__all__ = [
+    "DT",
+    "MS",
+    "gather_block_quantized_model",
+    "matmul_nbits_model",
+    "nbits_shapes",
+    "ort_runs",
+]
 
 _NUMPY = {
     "tensor(float)": np.float32,

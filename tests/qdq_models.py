@@ -38,8 +38,11 @@ __all__ = [
 def blocked_with_one_element_scale(case: Mapping[str, Any]) -> bool:
     """A blocked node whose scale has one element: valid by the spec, refused by ORT (which
     takes it as per-tensor); a known disagreement (test_fuzz_qdq's KNOWN)."""
-    return bool(case["attrs"].get("block_size", 0) > 0 and case["scale_shape"]
-                and int(np.prod(case["scale_shape"])) == 1)  # fmt: skip
+    return bool(
+        case["attrs"].get("block_size", 0) > 0
+        and case["scale_shape"]
+        and int(np.prod(case["scale_shape"])) == 1
+    )
 
 
 def load_ir(proto: onnx.ModelProto) -> ir.Model:

@@ -31,19 +31,25 @@ def _weights(rng: np.random.Generator) -> list[onnx.TensorProto]:
         return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(_F32), name)
 
     return [
-        w("word_emb", VOCAB, D, scale=1.0), w("pos_emb", MAX_POS, D, scale=0.5),
+        w("word_emb", VOCAB, D, scale=1.0),
+        w("pos_emb", MAX_POS, D, scale=0.5),
         *(w(n, D, D) for n in ("wq", "wk", "wv", "wo")),
         *(w(n, D, scale=0.02) for n in ("bq", "bk", "bv", "bo")),
-        w("w1", D, FFN), w("b1", FFN, scale=0.02), w("w2", FFN, D), w("b2", D, scale=0.02),
-        *(numpy_helper.from_array(np.ones(D, _F32) * g, f"ln{i}_g") for i, g in
-          ((0, 1.0), (1, 0.9), (2, 1.1))),
+        w("w1", D, FFN),
+        w("b1", FFN, scale=0.02),
+        w("w2", FFN, D),
+        w("b2", D, scale=0.02),
+        *(
+            numpy_helper.from_array(np.ones(D, _F32) * g, f"ln{i}_g")
+            for i, g in ((0, 1.0), (1, 0.9), (2, 1.1))
+        ),
         *(numpy_helper.from_array(np.full(D, 0.01 * i, _F32), f"ln{i}_b") for i in range(3)),
         numpy_helper.from_array(np.array([0, -1, HEADS, D // HEADS], np.int64), "heads_shape"),
         numpy_helper.from_array(np.array([0, -1, D], np.int64), "merge_shape"),
         numpy_helper.from_array(np.array(1 / np.sqrt(D // HEADS), _F32), "inv_sqrt_dh"),
         numpy_helper.from_array(np.array([0], np.int64), "zero"),
         numpy_helper.from_array(np.array([1], np.int64), "one"),
-    ]  # fmt: skip
+    ]
 
 
 def _node(op: str, inputs: list[str], output: str, **attrs: object) -> onnx.NodeProto:
@@ -66,9 +72,11 @@ def _attention(x: str, causal: bool) -> list[str | onnx.NodeProto]:
     """Multi-head self-attention of ``x`` plus the residual: ``att_out``."""
     nodes = []
     for name in ("q", "k", "v"):
-        nodes += [_node("MatMul", [x, f"w{name}"], f"{name}_mm"),
-                  _node("Add", [f"{name}_mm", f"b{name}"], f"{name}_b"),
-                  _node("Reshape", [f"{name}_b", "heads_shape"], f"{name}_heads")]  # fmt: skip
+        nodes += [
+            _node("MatMul", [x, f"w{name}"], f"{name}_mm"),
+            _node("Add", [f"{name}_mm", f"b{name}"], f"{name}_b"),
+            _node("Reshape", [f"{name}_b", "heads_shape"], f"{name}_heads"),
+        ]
     nodes += [
         _node("Transpose", ["q_heads"], "q_t", perm=[0, 2, 1, 3]),
         _node("Transpose", ["k_heads"], "k_t", perm=[0, 2, 3, 1]),
@@ -78,9 +86,11 @@ def _attention(x: str, causal: bool) -> list[str | onnx.NodeProto]:
     ]
     logits = "scaled"
     if causal:  # -1e4 above the diagonal, the [S, S] corner of a [MAX_POS, MAX_POS] mask
-        nodes += [_node("Concat", ["seq_len", "seq_len"], "seq_len2", axis=0),
-                  _node("Slice", ["causal_mask", "zero2", "seq_len2", "axes01"], "mask"),
-                  _node("Add", ["scaled", "mask"], "masked")]  # fmt: skip
+        nodes += [
+            _node("Concat", ["seq_len", "seq_len"], "seq_len2", axis=0),
+            _node("Slice", ["causal_mask", "zero2", "seq_len2", "axes01"], "mask"),
+            _node("Add", ["scaled", "mask"], "masked"),
+        ]
         logits = "masked"
     nodes += [
         _node("Softmax", [logits], "probs", axis=-1),
@@ -96,24 +106,36 @@ def _attention(x: str, causal: bool) -> list[str | onnx.NodeProto]:
 
 def _gelu_erf(x: str) -> list[onnx.NodeProto]:
     return [
-        _node("Div", [x, "sqrt2"], "g_div"), _node("Erf", ["g_div"], "g_erf"),
-        _node("Add", ["g_erf", "f_one"], "g_add"), _node("Mul", [x, "g_add"], "g_mul"),
+        _node("Div", [x, "sqrt2"], "g_div"),
+        _node("Erf", ["g_div"], "g_erf"),
+        _node("Add", ["g_erf", "f_one"], "g_add"),
+        _node("Mul", [x, "g_add"], "g_mul"),
         _node("Mul", ["g_mul", "f_half"], "gelu"),
-    ]  # fmt: skip
+    ]
 
 
 def _gelu_tanh(x: str) -> list[onnx.NodeProto]:
     return [
-        _node("Pow", [x, "f_three"], "g_pow"), _node("Mul", ["g_pow", "c0447"], "g_cube"),
-        _node("Add", [x, "g_cube"], "g_inner"), _node("Mul", ["g_inner", "sqrt_2_pi"], "g_arg"),
-        _node("Tanh", ["g_arg"], "g_tanh"), _node("Add", ["g_tanh", "f_one"], "g_add"),
-        _node("Mul", [x, "g_add"], "g_mul"), _node("Mul", ["g_mul", "f_half"], "gelu"),
-    ]  # fmt: skip
+        _node("Pow", [x, "f_three"], "g_pow"),
+        _node("Mul", ["g_pow", "c0447"], "g_cube"),
+        _node("Add", [x, "g_cube"], "g_inner"),
+        _node("Mul", ["g_inner", "sqrt_2_pi"], "g_arg"),
+        _node("Tanh", ["g_arg"], "g_tanh"),
+        _node("Add", ["g_tanh", "f_one"], "g_add"),
+        _node("Mul", [x, "g_add"], "g_mul"),
+        _node("Mul", ["g_mul", "f_half"], "gelu"),
+    ]
 
 
 def _scalars() -> list[onnx.TensorProto]:
-    values = {"sqrt2": np.sqrt(2), "f_one": 1.0, "f_half": 0.5, "f_three": 3.0,
-              "c0447": 0.044715, "sqrt_2_pi": np.sqrt(2 / np.pi)}  # fmt: skip
+    values = {
+        "sqrt2": np.sqrt(2),
+        "f_one": 1.0,
+        "f_half": 0.5,
+        "f_three": 3.0,
+        "c0447": 0.044715,
+        "sqrt_2_pi": np.sqrt(2 / np.pi),
+    }
     return [numpy_helper.from_array(np.array(v, _F32), n) for n, v in values.items()] + [
         numpy_helper.from_array(np.array([2], np.int64), "two_end"),
         numpy_helper.from_array(np.array([0, 0], np.int64), "zero2"),
@@ -124,18 +146,27 @@ def _scalars() -> list[onnx.TensorProto]:
 
 
 def _bert() -> onnx.ModelProto:
-    nodes = [*_embeddings(), *_attention("h0", causal=False),
-             _node("LayerNormalization", ["att_out", "ln1_g", "ln1_b"], "h1", axis=-1,
-                   epsilon=1e-5),
-             _node("MatMul", ["h1", "w1"], "up"), _node("Add", ["up", "b1"], "up_b"),
-             *_gelu_erf("up_b"),
-             _node("MatMul", ["gelu", "w2"], "down"), _node("Add", ["down", "b2"], "down_b"),
-             _node("Add", ["down_b", "h1"], "res2"),
-             _node("LayerNormalization", ["res2", "ln2_g", "ln2_b"], "last_hidden_state",
-                   axis=-1, epsilon=1e-5),
-             _node("Gather", ["last_hidden_state", "first"], "cls", axis=1),
-             _node("Gemm", ["cls", "wp", "bp"], "pooled", transB=1),
-             _node("Tanh", ["pooled"], "pooler_output")]  # fmt: skip
+    nodes = [
+        *_embeddings(),
+        *_attention("h0", causal=False),
+        _node("LayerNormalization", ["att_out", "ln1_g", "ln1_b"], "h1", axis=-1, epsilon=1e-5),
+        _node("MatMul", ["h1", "w1"], "up"),
+        _node("Add", ["up", "b1"], "up_b"),
+        *_gelu_erf("up_b"),
+        _node("MatMul", ["gelu", "w2"], "down"),
+        _node("Add", ["down", "b2"], "down_b"),
+        _node("Add", ["down_b", "h1"], "res2"),
+        _node(
+            "LayerNormalization",
+            ["res2", "ln2_g", "ln2_b"],
+            "last_hidden_state",
+            axis=-1,
+            epsilon=1e-5,
+        ),
+        _node("Gather", ["last_hidden_state", "first"], "cls", axis=1),
+        _node("Gemm", ["cls", "wp", "bp"], "pooled", transB=1),
+        _node("Tanh", ["pooled"], "pooler_output"),
+    ]
     rng = np.random.default_rng(7)
     extra = [
         numpy_helper.from_array((rng.standard_normal((D, D)) * 0.1).astype(_F32), "wp"),
@@ -149,19 +180,23 @@ def _bert() -> onnx.ModelProto:
 
 
 def _gpt2() -> onnx.ModelProto:
-    nodes = [*_embeddings(), *_attention("h0", causal=True),
-             _node("LayerNormalization", ["att_out", "ln1_g", "ln1_b"], "h1", axis=-1,
-                   epsilon=1e-5),
-             _node("MatMul", ["h1", "w1"], "up"), _node("Add", ["up", "b1"], "up_b"),
-             *_gelu_tanh("up_b"),
-             _node("MatMul", ["gelu", "w2"], "down"), _node("Add", ["down", "b2"], "down_b"),
-             _node("Add", ["down_b", "att_out"], "res2"),
-             _node("LayerNormalization", ["res2", "ln2_g", "ln2_b"], "final", axis=-1,
-                   epsilon=1e-5),
-             _node("MatMul", ["final", "lm_head"], "logits")]  # fmt: skip
+    nodes = [
+        *_embeddings(),
+        *_attention("h0", causal=True),
+        _node("LayerNormalization", ["att_out", "ln1_g", "ln1_b"], "h1", axis=-1, epsilon=1e-5),
+        _node("MatMul", ["h1", "w1"], "up"),
+        _node("Add", ["up", "b1"], "up_b"),
+        *_gelu_tanh("up_b"),
+        _node("MatMul", ["gelu", "w2"], "down"),
+        _node("Add", ["down", "b2"], "down_b"),
+        _node("Add", ["down_b", "att_out"], "res2"),
+        _node("LayerNormalization", ["res2", "ln2_g", "ln2_b"], "final", axis=-1, epsilon=1e-5),
+        _node("MatMul", ["final", "lm_head"], "logits"),
+    ]
     rng = np.random.default_rng(8)
-    extra = [numpy_helper.from_array((rng.standard_normal((D, VOCAB)) * 0.2).astype(_F32),
-                                     "lm_head")]  # fmt: skip
+    extra = [
+        numpy_helper.from_array((rng.standard_normal((D, VOCAB)) * 0.2).astype(_F32), "lm_head")
+    ]
     outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, "seq", VOCAB])]
     return _model("gpt2", nodes, outputs, extra)
 
@@ -254,7 +289,9 @@ def _softmax_readers(model: onnx.ModelProto) -> list[str]:
 
 
 @functools.cache
-def _quantized_bytes(name: str, fused: bool, op_types: tuple[str, ...] | None) -> bytes:
+def _quantized_bytes(
+    name: str, fused: bool, op_types: tuple[str, ...] | None, qdq: bool = False
+) -> bytes:
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     quiet = logging.getLogger().level
@@ -271,19 +308,28 @@ def _quantized_bytes(name: str, fused: bool, op_types: tuple[str, ...] | None) -
                 # (it fails on the nodes reading it): those stay float
                 extra["nodes_to_exclude"] = _softmax_readers(model)
             onnx.save_model(model, folder / "float.onnx")
-            quantize_static(str(folder / "float.onnx"), str(folder / "q.onnx"), _reader(),
-                            quant_format=QuantFormat.QOperator,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            **extra)  # fmt: skip
+            quantize_static(
+                str(folder / "float.onnx"),
+                str(folder / "q.onnx"),
+                _reader(),
+                quant_format=QuantFormat.QDQ if qdq else QuantFormat.QOperator,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                **extra,
+            )
             return (folder / "q.onnx").read_bytes()
     finally:
         logging.getLogger().setLevel(quiet)
 
 
 def quantized(
-    name: str, *, fused: bool = False, op_types: tuple[str, ...] | None = None
+    name: str,
+    *,
+    fused: bool = False,
+    op_types: tuple[str, ...] | None = None,
+    qdq: bool = False,
 ) -> onnx.ModelProto:
-    """``name`` quantized by ``quantize_static`` (QOperator, uint8 activations, int8
-    weights), after ONNX Runtime's graph optimizer when ``fused``; ``op_types``: the
-    operator types to quantize (default: all ONNX Runtime quantizes)."""
-    return onnx.load_model_from_string(_quantized_bytes(name, fused, op_types))
+    """``name`` quantized by ``quantize_static`` (QOperator, or Q/DQ with ``qdq``; uint8
+    activations, int8 weights), after ONNX Runtime's graph optimizer when ``fused``;
+    ``op_types``: the operator types to quantize (default: all ONNX Runtime quantizes)."""
+    return onnx.load_model_from_string(_quantized_bytes(name, fused, op_types, qdq))

@@ -50,7 +50,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "convert": (
         "convert",
         "convert_command",
-        "Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain.",
+        "Convert every QuantizeLinear / DequantizeLinear to the ai.onnx or com.microsoft domain, "
+        "or Q/DQ groups to QLinear operators (--to qoperator).",
     ),
     "upgrade": (
         "upgrade",

@@ -34,8 +34,9 @@ from qlrewrite.cli._common import (
     verify_option_list,
 )
 from qlrewrite.findings import Report
-from qlrewrite.io import atomic, model_io, output_guard
+from qlrewrite.io import atomic, model_io, output_plan
 from qlrewrite.io.reading import STDIN
+from qlrewrite.targets.runtimes import DOCUMENTED
 from qlrewrite.text import escape
 
 if TYPE_CHECKING:  # --fix imports it (and the pipeline, every pass) when given
@@ -118,7 +119,7 @@ over 1). `qlrewrite rules` lists the rules.
     metavar="SPEC",
     help="Also check what this runtime refuses (repeatable; QL7xx rules): ort (the installed "
     "release), ort==1.20, ort>=1.17 (flagged if any release in the range refuses), openvino, "
-    "tensorrt, qnn (documented only). Replaces the configuration's target.",
+    f"{', '.join(DOCUMENTED)} (documented only). Replaces the configuration's target.",
 )
 @click.option(
     "--strict/--no-strict",
@@ -345,7 +346,7 @@ def _pending_report(
     """``-o``: the report file, refused if it is a file the run reads."""
     if output is None:
         return None
-    output_guard.refuse_if_read(output, reads, "-o")
+    output_plan.refuse_if_read(output, reads, "-o")
     return stack.enter_context(atomic.PendingFile(output))
 
 

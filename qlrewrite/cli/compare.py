@@ -23,7 +23,7 @@ from qlrewrite.cli._common import (
 from qlrewrite.errors import InputError
 from qlrewrite.io import model_io
 from qlrewrite.io.atomic import PendingFile
-from qlrewrite.io.output_guard import refuse_if_read
+from qlrewrite.io.output_plan import refuse_if_read
 from qlrewrite.reports import compare_report
 from qlrewrite.text import escape
 from qlrewrite.verify.compare import Comparison, parse_runtime

@@ -1,3 +1,3 @@
 """Reading and writing models and files: load, save, external data, the atomic commit,
-output guards, the one reader.
+the output plan (names, guards), the one reader.
 """

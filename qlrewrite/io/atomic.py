@@ -19,7 +19,7 @@
 - :class:`PendingFile`: one text file (a report) written the same way.
 
 The journal's format is :mod:`qlrewrite.io.journal`'s; the names of the output and its
-data file are :mod:`qlrewrite.io.names`'s.
+data file are :mod:`qlrewrite.io.output_plan`'s.
 """
 
 from __future__ import annotations
@@ -43,16 +43,17 @@ import onnx
 from qlrewrite.errors import InputError
 from qlrewrite.io import reading, wire
 from qlrewrite.io.journal import JOURNAL, Foreign, read_journal, unlink_if_same, write_journal
-from qlrewrite.io.names import (
+from qlrewrite.io.output_plan import (
+    Destination,
     data_names,
     data_stem,
+    destination,
     fitted_stem,
     free_data_name,
     is_data_name,
     refuse_long_name,
     usable_data_name,
 )
-from qlrewrite.io.output_guard import Destination, destination
 from qlrewrite.text import escape
 
 __all__ = [
@@ -531,7 +532,7 @@ class PendingFile:
     Creating it checks that the folder exists and takes files, so a report that cannot
     be written refuses before anything else is. A stream (a FIFO, device or socket, or a
     path whose links lead through ``/proc/*/fd``, ``/dev/fd`` or ``/dev/std*``: see
-    :func:`~qlrewrite.io.output_guard.destination`) is written into at commit, never
+    :func:`~qlrewrite.io.output_plan.destination`) is written into at commit, never
     replaced; ``/dev/stdout`` and the like through this process's own descriptor. A link
     of this user's to a regular file is written through: the file it points to is
     replaced atomically, the link stays. Any other link is refused.

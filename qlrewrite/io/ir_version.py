@@ -43,13 +43,16 @@ def element_types(model: ir.Model) -> set[ir.DataType]:
 _FUNCTIONS_IR, _OVERLOAD_IR = 8, 10
 
 
-def needed_ir_version(model: ir.Model) -> int:
+def needed_ir_version(model: ir.Model, *, opset_at_most: int | None = None) -> int:
     """The lowest IR version that has the model's ai.onnx opset, all its element types and
-    its functions (overloads included)."""
+    its functions (overloads included); with ``opset_at_most``, as if its ai.onnx opset
+    were lowered to that (what a downgrade to it leaves)."""
     needed = max((opsets.min_ir_version(t) for t in element_types(model)), default=3)
     functions, overloads = function_kinds(model)
     needed = max(needed, _FUNCTIONS_IR if functions else 0, _OVERLOAD_IR if overloads else 0)
     opset = onnx_opset(model)
+    if opset is not None and opset_at_most is not None:
+        opset = min(opset, opset_at_most)
     if opset is not None:
         needed = max(needed, ir_version_for_opset(opset) or 0)
     return needed

@@ -27,7 +27,7 @@ from qlrewrite.errors import InputError
 from qlrewrite.io import atomic, data_problems, reading, tensors, wire
 from qlrewrite.io.inline_save import save_inline
 from qlrewrite.io.limits import LIMITS, Limits
-from qlrewrite.io.output_guard import destination
+from qlrewrite.io.output_plan import destination
 from qlrewrite.io.source import InlineFile, Source, set_source, source_of
 from qlrewrite.io.tensors import external_in_memory
 from qlrewrite.toolkit import (
@@ -51,8 +51,6 @@ __all__ = [
     "load_bytes",
     "read_model_bytes",
     "read_stdin_model",
-    "same_file",
-    "same_folder",
     "save",
     "unwritable",
 ]
@@ -152,9 +150,9 @@ def load(path: str | os.PathLike, *, check_data: bool = True) -> ir.Model:
     path = Path(path)
     proto, inline = _read_skeleton(path)
     model = _deserialize(proto, path)
-    base_dir = model_folder(path)
-    tensors.resolve_external(model, base_dir, inline)
-    set_source(model, Source(path, proto, inline=inline))
+    source = Source(path, proto, inline=inline)
+    tensors.resolve_external(model, source.folder, inline)
+    set_source(model, source)
     if check_data:
         problems = data_problems.data_problems(model)
         if problems:
@@ -452,21 +450,6 @@ def files_read_by(path: str | os.PathLike) -> list[Path]:
     except InputError:
         return [Path(os.path.realpath(path))]
     return [Path(os.path.realpath(path)), *tensors.input_files(proto, model_folder(path))]
-
-
-def same_folder(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True if both paths are in the same folder (resolving links of the folders)."""
-    return os.path.realpath(Path(a).absolute().parent) == os.path.realpath(
-        Path(b).absolute().parent
-    )
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """True if both paths name the same file (resolving links)."""
-    a, b = Path(a), Path(b)
-    if a.exists() and b.exists():
-        return os.path.samefile(a, b)
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 # --------------------------------------------------------------------------- saving

@@ -1,6 +1,8 @@
-"""Where a model was read from: the file and the proto as read, recorded on the model.
+"""Where a model was read from: the file and the proto as read, kept for the model.
 
-:func:`qlrewrite.io.model_io.load` records a :class:`Source`; the checker, ``info`` and the
+:func:`qlrewrite.io.model_io.load` records a :class:`Source` in this module's registry (a
+weak mapping from each loaded ``ir.Model`` to its source, gone with the model: nothing is
+written on the model itself); the checker, ``info`` and the
 pipeline read it (a weight-free copy for shape inference without serializing again,
 the folder external data is resolved against, the files an output must not overwrite).
 The tensors left in the file when it was read (its weights) are read from it through its
@@ -14,6 +16,7 @@ import dataclasses
 import mmap
 import os
 import secrets
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -27,7 +30,6 @@ from qlrewrite.toolkit import model_folder
 
 __all__ = ["InlineFile", "Source", "set_source", "source_of"]
 
-_KEY = "qlrewrite.io.source"
 #: Marks, in a skeleton proto, a tensor whose data is in the model file itself (a NUL:
 #: no external data location a file names can be one, see
 #: :func:`qlrewrite.io.tensors.external_path`).
@@ -140,13 +142,18 @@ class Source:
         return model_folder(self.path) if self.path is not None else Path.cwd()
 
 
+#: Each loaded model's :class:`Source`, held as long as the model lives (a source holds
+#: the proto as read, never the model, so an entry goes with its model).
+_SOURCES: weakref.WeakKeyDictionary[ir.Model, Source] = weakref.WeakKeyDictionary()
+
+
 def source_of(model: ir.Model) -> Source | None:
-    """The :class:`Source` recorded on ``model`` (None: built in memory)."""
-    return model.meta.get(_KEY)
+    """The :class:`Source` recorded for ``model`` (None: built in memory)."""
+    return _SOURCES.get(model)
 
 
 def set_source(model: ir.Model, source: Source | None) -> None:
     """Record where ``model`` was read from (a model made from a loaded one keeps its
     source)."""
     if source is not None:
-        model.meta[_KEY] = source
+        _SOURCES[model] = source

@@ -4,14 +4,17 @@ Python API (:mod:`qlrewrite.api`), so ``qlrewrite.convert(model, "onnx")`` rewri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
+from qlrewrite.errors import InputError
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.convert.domain import ConvertDomainPass
+from qlrewrite.passes.convert.qdq_to_qoperator import QdqToQOperatorPass, target_refusal
 from qlrewrite.passes.convert.qonnx_to_qdq import QonnxToQdqPass
+from qlrewrite.passes.convert.qoperator_plan import CONVERTIBLE
 from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorToQdqPass
 from qlrewrite.passes.convert.tidy import QdqTidyPass
 from qlrewrite.passes.downgrade.downgrade_pass import DowngradePass
@@ -36,6 +39,7 @@ __all__ = [
     "fold_passes",
     "half_passes",
     "integer_io_passes",
+    "qoperator_passes",
     "retarget_passes",
     "target_fix_passes",
     "upgrade",
@@ -91,6 +95,32 @@ def convert_passes(
     if last.to == "onnx":
         return [QonnxToQdqPass(), QOperatorToQdqPass(), NBitsToOnnxPass(), last]
     return [NBitsFromOnnxPass(accuracy_level=accuracy_level, include_8bit=include_8bit), last]
+
+
+def qoperator_passes(
+    *, ops: Iterable[str] | None = None, target: str | None = None, bound: bool = True
+) -> list[ir.passes.PassBase]:
+    """``qlrewrite convert --to qoperator``: Q/DQ groups to QLinear / integer operators
+    (``ops``: the float op types to convert, InputError naming one it cannot; ``target``:
+    a runtime whose measured tables decide which QLinear forms it refuses; those groups
+    stay Q/DQ; ``bound``: state the bound ``--verify`` checks, which reads every weight)."""
+    from qlrewrite.targets.spec import parse_target
+
+    chosen = None
+    if ops is not None:
+        chosen = [ops] if isinstance(ops, str) else list(ops)
+        unknown = [op for op in chosen if op not in CONVERTIBLE]
+        if unknown:
+            raise InputError(
+                f"ops: {', '.join(map(repr, unknown))} cannot be converted "
+                f"(known: {', '.join(CONVERTIBLE)})",
+                parameter="ops",
+            )
+    spec = parse_target(target) if target is not None else None
+    if spec is not None and not spec.tables:
+        raise InputError(f"target '{target}' has no measured table to read", parameter="target")
+    refused = target_refusal(spec) if spec is not None else None
+    return [QdqToQOperatorPass(ops=chosen, refused=refused, bound=bound)]
 
 
 def upgrade_passes(

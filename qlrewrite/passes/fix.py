@@ -15,6 +15,7 @@ first: :func:`qlrewrite.passes.commands.fix_passes` composes them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -23,13 +24,29 @@ import onnx_ir as ir
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, fixable
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import FixResult, ImportsResult, RepairsFindings, RewritePassResult
+from qlrewrite.passes.imports import ImportsResult
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
 from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
 from qlrewrite.toolkit import FreshNames, drop_unused_domain, iter_graphs, normalize_domain
 
-__all__ = ["FIXES", "DropImportPass", "FixPass", "FixingPass", "finding_key", "fixable"]
+__all__ = [
+    "FIXES",
+    "DropImportPass",
+    "FixPass",
+    "FixResult",
+    "FixingPass",
+    "finding_key",
+    "fixable",
+]
+
+
+@dataclasses.dataclass
+class FixResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
+    one ``changes`` entry per repair."""
+
 
 #: code -> the rule's fix, for every rule that has one (read from the registry).
 FIXES: Mapping[str, Fix] = {code: c.fix for code, c in CHECKS.items() if c.fix is not None}
@@ -48,7 +65,7 @@ Planned = tuple[QuantizedSite, NodeView, Finding]
 class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     """Apply the fixes of ``codes`` to the findings ``wanted`` accepts (default: all).
 
-    The :class:`~qlrewrite.passes.results.FixResult` lists what changed, one
+    The :class:`~qlrewrite.passes.fix.FixResult` lists what changed, one
     ``(code, where, what)`` per repair, for ``--diff``, and counts them per code.
     """
 

@@ -9,13 +9,21 @@ and ONNX Runtime computes the same outputs.
 
 from __future__ import annotations
 
+import dataclasses
+
 import onnx_ir as ir
 
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import ImportsResult, RepairsFindings
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.toolkit import ensure_import, implied_imports
 
-__all__ = ["ImpliedImportsPass"]
+__all__ = ["ImpliedImportsPass", "ImportsResult"]
+
+
+@dataclasses.dataclass
+class ImportsResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
+    a warning naming them."""
 
 
 class ImpliedImportsPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):

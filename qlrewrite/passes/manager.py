@@ -20,7 +20,6 @@ from typing import Any
 import onnx_ir as ir
 
 from qlrewrite.errors import QlrewriteError
-from qlrewrite.findings import Report
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
@@ -30,10 +29,10 @@ __all__ = [
     "RunPassManager",
     "RunResult",
     "pass_name",
+    "repaired_by",
     "repairs_of",
     "run_passes",
     "summary_of",
-    "unrepaired",
     "warnings_of",
     "with_implied_imports",
 ]
@@ -68,18 +67,16 @@ class RunPassManager(ir.passes.PassManager):
 
 
 def run_passes(
-    model: ir.Model,
-    passes: Sequence[ir.passes.PassBase],
-    context: RunContext | None = None,
+    model: ir.Model, passes: Sequence[ir.passes.PassBase], context: RunContext
 ) -> tuple[ir.Model, list[ir.passes.PassResult]]:
     """Run ``passes`` in order on ``model``: the resulting model and each pass's result.
 
-    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (one for the
-    run when not given; its ``model`` must be ``model``), which follows the passes.
+    Each :class:`~qlrewrite.passes.context.ContextPass` gets ``context`` (the run's:
+    the input check's, or :meth:`RunContext.fresh`; its ``model`` must be ``model``),
+    which follows the passes.
     A :class:`~qlrewrite.errors.QlrewriteError` raised inside a pass (a refusal, a usage
     error) reaches the caller as itself, not wrapped in onnx_ir's PassError.
     """
-    context = context if context is not None else RunContext.fresh(model)
     if context.model is not model:
         raise ValueError("the run context describes another model")
     if not passes:
@@ -109,21 +106,6 @@ def _run_one(rewrite_pass: ir.passes.PassBase, context: RunContext) -> ir.passes
         return rewrite_pass(context.model)
 
 
-def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
-    """``report`` without the error findings that one of ``passes`` repairs.
-
-    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
-    repairs (for example the upgrade fixes attributes newer than the input's opset); the
-    rewritten model is checked again in full, so an input finding that was not actually
-    repaired still refuses.
-    """
-    repaired = _repaired_by(passes)
-    if not repaired:
-        return report
-    kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
-    return dataclasses.replace(report, findings=kept)
-
-
 def with_implied_imports(
     model: ir.Model, passes: Sequence[ir.passes.PassBase]
 ) -> list[ir.passes.PassBase]:
@@ -132,12 +114,12 @@ def with_implied_imports(
     repairs (``check --fix`` repairs it itself): the output imports what ONNX Runtime
     read."""
     implied = set(ImpliedImportsPass.repairs_rules)
-    if _repaired_by(passes) & implied or not implied_imports(model):
+    if repaired_by(passes) & implied or not implied_imports(model):
         return list(passes)
     return [ImpliedImportsPass(), *passes]
 
 
-def _repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
+def repaired_by(passes: Sequence[ir.passes.PassBase]) -> set[str]:
     """The rule codes whose findings one of ``passes`` declares it repairs."""
     return {code for p in passes if isinstance(p, RepairsFindings) for code in p.repairs_rules}
 

@@ -1,31 +1,40 @@
-"""What the rewriting passes return: typed :class:`~onnx_ir.passes.PassResult` subclasses
-(as onnxscript's ``FoldConstantsResult``), and the mark of a pass that repairs findings."""
+"""What every rewriting pass returns: :class:`RewritePassResult`, the base of the typed
+:class:`~onnx_ir.passes.PassResult` subclasses (as onnxscript's ``FoldConstantsResult``),
+and the marks of a pass that repairs findings or converts custom operators.
+
+Each pass family holds its own result type beside its pass (``FoldResult`` in
+:mod:`qlrewrite.passes.fold.fold_pass`, ``NBitsResult`` in
+:mod:`qlrewrite.passes.nbits.to_onnx`, ...); their names are still read from here, as
+before (``from qlrewrite.passes.results import FoldResult``), each imported when asked.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from typing import Any
 
 import onnx_ir as ir
 
-from qlrewrite.verify.verify import EXACT_BOUND, Bound
+from qlrewrite.verify.bound import EXACT_BOUND, Bound
 
-__all__ = [
-    "ConvertResult",
-    "ConvertsCustomOps",
-    "DowngradeResult",
-    "FixResult",
-    "FoldResult",
-    "HalfResult",
-    "ImportsResult",
-    "IntegerIOResult",
-    "NBitsResult",
-    "QOperatorResult",
-    "RepairsFindings",
-    "RetargetResult",
-    "RewritePassResult",
-    "UpgradeResult",
-]
+__all__ = ["ConvertsCustomOps", "RepairsFindings", "RewritePassResult"]
+
+#: Each family's result type, and the module that holds it: read from here on first use
+#: (the families import this module for their base, so it imports none of them).
+_FAMILIES = {
+    "ConvertResult": "qlrewrite.passes.convert.domain",
+    "DowngradeResult": "qlrewrite.passes.downgrade.downgrade_pass",
+    "FixResult": "qlrewrite.passes.fix",
+    "FoldResult": "qlrewrite.passes.fold.fold_pass",
+    "HalfResult": "qlrewrite.passes.half.half_pass",
+    "ImportsResult": "qlrewrite.passes.imports",
+    "IntegerIOResult": "qlrewrite.passes.integer_io.to_integer",
+    "NBitsResult": "qlrewrite.passes.nbits.to_onnx",
+    "QOperatorResult": "qlrewrite.passes.convert.qoperator_to_qdq",
+    "RetargetResult": "qlrewrite.passes.retarget.retarget_pass",
+    "UpgradeResult": "qlrewrite.passes.upgrade",
+}
 
 
 @dataclasses.dataclass
@@ -37,93 +46,11 @@ class RewritePassResult(ir.passes.PassResult):
     #: Strings, or objects with ``message`` and ``to_json()``.
     warnings: list[Any] = dataclasses.field(default_factory=list)
     #: What ``--verify`` accepts: exact, or a stated bound and why ONNX Runtime's outputs
-    #: may differ (see :class:`qlrewrite.verify.verify.Bound`).
+    #: may differ (see :class:`qlrewrite.verify.bound.Bound`).
     verify_bound: Bound = EXACT_BOUND
     #: The findings it repaired, one ``(code, where, what)`` per repair, in the order
     #: made (``check --diff`` prints them; ``check --fix`` counts them per code).
     changes: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class FixResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.fix.FixPass`: repairs per rule code in ``summary``, and
-    one ``changes`` entry per repair."""
-
-
-@dataclasses.dataclass
-class FoldResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.fold.fold_pass.FoldPass`: ``dq_folded``, ``q_folded``,
-    ``chains_folded``, ``nodes_removed``, ``initializers_removed``, ``opsets_removed``."""
-
-
-@dataclasses.dataclass
-class ConvertResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.convert.domain.ConvertDomainPass`: ``nodes_converted``,
-    ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
-
-
-@dataclasses.dataclass
-class ImportsResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.imports.ImpliedImportsPass`: ``opset_imports_added``, and
-    a warning naming them."""
-
-
-@dataclasses.dataclass
-class HalfResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.half.HalfPass`: ``values_retyped``,
-    ``initializers_cast``, ``casts_added``, ``qdq_in_target_type``, ``qdq_kept_float32``;
-    a warning per Q/DQ node kept in float32 for its scale."""
-
-
-@dataclasses.dataclass
-class IntegerIOResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.integer_io.IntegerIOPass`: ``inputs_made_integer``,
-    ``outputs_made_integer``, ``quantize_nodes_merged`` (an input read by several equal
-    QuantizeLinear nodes), ``inputs_left``, ``outputs_left``;
-    :class:`~qlrewrite.passes.integer_io.FloatIOPass`: ``inputs_made_float``,
-    ``outputs_made_float``."""
-
-
-@dataclasses.dataclass
-class NBitsResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.nbits.to_onnx.NBitsToOnnxPass`:
-    ``matmul_nbits_converted``, ``gather_block_quantized_converted``, ``nbits_nodes_left``,
-    ``initializers_removed``, ``opset_imports_dropped``;
-    :class:`~qlrewrite.passes.nbits.from_onnx.NBitsFromOnnxPass`: ``matmul_nbits_made``,
-    ``gather_block_quantized_made``, ``8bit_weights_left`` (0 with ``include_8bit``)."""
-
-
-@dataclasses.dataclass
-class QOperatorResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.convert.qoperator_to_qdq.QOperatorToQdqPass`:
-    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
-    ``differences``: the output name of each QuantizeLinear written for a converted node
-    -> the steps it may differ by (the sources of :func:`qlrewrite.verify.difference.output_bounds`,
-    which ``--verify`` re-checks on measured values)."""
-
-    differences: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class UpgradeResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.upgrade.UpgradePass`: opsets and IR versions before and
-    after, nodes converted to ai.onnx and com.microsoft nodes left."""
-
-
-@dataclasses.dataclass
-class DowngradeResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
-    after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
-    written as com.microsoft, nodes relabelled at the older version."""
-
-
-@dataclasses.dataclass
-class RetargetResult(RewritePassResult):
-    """:class:`~qlrewrite.passes.retarget.RetargetPass`: quantized tensors ``sign_flipped``,
-    ``made_symmetric``, ``narrowed`` (to 4 bits) and ``narrow_left`` (8-bit weights that do
-    not fit 4 bits or whose opset has no 4-bit types);
-    :class:`~qlrewrite.passes.convert.tidy.QdqTidyPass`: ``redundant_pairs_removed``,
-    ``shared_dequantize_split``, ``shared_initializers_split``."""
 
 
 class ConvertsCustomOps:
@@ -146,3 +73,15 @@ class RepairsFindings:
         """The codes of the rules whose findings the pass repairs (a pass states them as a
         class attribute, an attribute set when made, or a property read when asked)."""
         return ()
+
+
+def __getattr__(name: str) -> Any:
+    """A family's result type by its old path (``qlrewrite.passes.results.FoldResult``)."""
+    home = _FAMILIES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_FAMILIES])

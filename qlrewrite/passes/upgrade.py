@@ -34,7 +34,7 @@ from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.io.source import set_source, source_of
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.convert.domain import divides_in_scale_type, keep_float32_division
-from qlrewrite.passes.results import RepairsFindings, UpgradeResult
+from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.qdq import (
     WEIGHT_ONLY,
     drop_unused_domains,
@@ -46,7 +46,14 @@ from qlrewrite.qdq import (
 )
 from qlrewrite.toolkit import main_graphs, proto_import_table
 
-__all__ = ["UpgradePass", "convert_weightless"]
+__all__ = ["UpgradePass", "UpgradeResult", "convert_weightless"]
+
+
+@dataclasses.dataclass
+class UpgradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.upgrade.UpgradePass`: opsets and IR versions before and
+    after, nodes converted to ai.onnx and com.microsoft nodes left."""
+
 
 #: Initializers above this many bytes never enter the proto handed to the converter.
 _MAX_INLINE_BYTES = 1024
@@ -67,7 +74,7 @@ class UpgradePass(ContextPass, ir.passes.FunctionalPass, RepairsFindings):
 
     Raises InputError for a downgrade or an unknown opset, Refusal when ONNX's
     converter cannot convert the model. The
-    :class:`~qlrewrite.passes.results.UpgradeResult` says what changed. ``fixing``: the
+    :class:`~qlrewrite.passes.upgrade.UpgradeResult` says what changed. ``fixing``: the
     rule codes ``check --fix`` upgrades for (each gets a line in the result's
     ``changes``).
     """

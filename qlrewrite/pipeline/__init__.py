@@ -14,10 +14,10 @@ computes something else with it (or cannot run it), or on ``dry_run``.
 from __future__ import annotations
 
 from qlrewrite.io.output_plan import default_output, model_output, resolve_output
-from qlrewrite.passes.manager import run_passes, unrepaired, with_implied_imports
+from qlrewrite.passes.manager import run_passes, with_implied_imports
 from qlrewrite.pipeline.flow import RewriteResult, rewrite
 from qlrewrite.pipeline.in_memory import Rewritten, rewrite_model
-from qlrewrite.pipeline.refusals import FindingsRefusal, refuse_errors
+from qlrewrite.pipeline.refusals import FindingsRefusal, refuse_errors, unrepaired
 from qlrewrite.pipeline.validate import validate_output
 
 __all__ = [

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from qlrewrite.checking import project
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, Report, fixable
-from qlrewrite.io import model_io, output_guard
+from qlrewrite.io import model_io, output_plan
 from qlrewrite.io.output_plan import model_output, resolve_output
 from qlrewrite.passes.commands import fix_passes
 from qlrewrite.passes.results import RewritePassResult
@@ -167,17 +167,17 @@ def refuse_fix_outputs(
         if fixable(r.findings, unsafe=options.unsafe)
     ]
     if not in_place:  # in place, each model replaces itself (the rewrite checks its reads)
-        output_guard.refuse_shared_outputs(pairs)
+        output_plan.refuse_shared_outputs(pairs)
     if report is not None:
         label = "--fix-output" if output is not None else "the fixed model"
         fixed = [model_output(f"{label} of {src}", out) for src, out in pairs]
-        output_guard.refuse_colliding([*fixed, output_guard.Output("the report (-o)", report)])
+        output_plan.refuse_colliding([*fixed, output_plan.Output("the report (-o)", report)])
     if in_place:
         return
     for source, target in pairs:
         own = set(model_io.files_read_by(source))
         flag = "--fix-output" if output is not None else f"the fix of {source} into"
-        output_guard.refuse_if_read(target, [r for r in reads if r not in own], flag)
+        output_plan.refuse_if_read(target, [r for r in reads if r not in own], flag)
 
 
 def fixed_reports(

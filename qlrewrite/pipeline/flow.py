@@ -19,12 +19,17 @@ import onnx_ir as ir
 
 from qlrewrite.errors import InputError, Refusal
 from qlrewrite.io import atomic, model_io, tensors
-from qlrewrite.io.output_guard import Snapshot
-from qlrewrite.io.output_plan import OutputPlan, plan_outputs
+from qlrewrite.io.output_plan import OutputPlan, Snapshot, plan_outputs
 from qlrewrite.passes.manager import repairs_of
 from qlrewrite.pipeline.in_memory import rewrite_model
-from qlrewrite.verify.compare import output_steps, verify_both
-from qlrewrite.verify.verify import Verification, VerificationFailed, Verifier, VerifyOptions
+from qlrewrite.verify.compare import verify_both
+from qlrewrite.verify.verify import (
+    Verification,
+    VerificationFailed,
+    Verifier,
+    VerifyOptions,
+    output_steps,
+)
 
 __all__ = ["RewriteResult", "rewrite"]
 

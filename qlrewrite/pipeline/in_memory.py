@@ -18,24 +18,23 @@ from qlrewrite.findings import Report
 from qlrewrite.io.source import source_of
 from qlrewrite.io.weightless import weightless_from_source, weightless_proto
 from qlrewrite.passes.context import RunContext
-from qlrewrite.passes.convert.qoperator_to_qdq import measured_bound
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorResult, measured_bound
 from qlrewrite.passes.manager import (
     pass_name,
     run_passes,
     summary_of,
-    unrepaired,
     warnings_of,
     with_implied_imports,
 )
-from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
-from qlrewrite.pipeline.refusals import refuse_errors
+from qlrewrite.passes.results import ConvertsCustomOps
+from qlrewrite.pipeline.refusals import refuse_errors, unrepaired
 from qlrewrite.pipeline.validate import (
     check_rules,
     checker_problem,
     runtime_only_ops,
     validate_output,
 )
-from qlrewrite.qdq.custom_ops import custom_quant_groups, describe
+from qlrewrite.qdq.custom_ops import CustomQuantGroup, describe
 from qlrewrite.qdq.inference import Inference, tables_of
 from qlrewrite.qdq.left_alone import describe_unchecked, not_folded
 from qlrewrite.toolkit import MAIN
@@ -149,12 +148,12 @@ def _check_input(
     an error finding no pass repairs); return the run's context (the input's inference
     and weight-free proto as read, handed to the passes: each is made once per run) and
     the notes on what the command leaves alone."""
-    _refuse_custom_quant(model, input_path, passes)
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
     found = check_rules(model, input_path, inference)
+    _refuse_custom_quant(found.custom_quant, input_path, passes)  # before any finding
     checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
     report = unrepaired(found, passes)
     refuse_errors(report, str(input_path or "model"))
@@ -165,18 +164,20 @@ def _check_input(
 def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
     """What the input check judged (the nodes with a finding are always checked again):
     the input as read and its types, compared with the output's when it is checked."""
-    types = inference.table(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    types = inference.known(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
     flagged = frozenset(f.output for f in report.findings if f.output)
     return Checked(unchanged, types, flagged)
 
 
 def _refuse_custom_quant(
-    model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase]
+    found: Sequence[CustomQuantGroup],
+    input_path: Path | None,
+    passes: Sequence[ir.passes.PassBase],
 ) -> None:
-    """Refuse a model with another producer's custom quantization operators that no pass
-    of the run converts."""
+    """Refuse a model with another producer's custom quantization operators (``found``:
+    the input check's) that no pass of the run converts."""
     converted = {pair for p in passes if isinstance(p, ConvertsCustomOps) for pair in p.custom_ops}
-    groups = [g for g in custom_quant_groups(model) if (g.domain, g.op_type) not in converted]
+    groups = [g for g in found if (g.domain, g.op_type) not in converted]
     if groups:
         raise Refusal(
             f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "

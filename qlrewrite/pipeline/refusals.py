@@ -1,13 +1,20 @@
 """Refusing a model for its findings: :class:`FindingsRefusal` and the one line it is
 refused with (:func:`refuse_errors`), for the input check, the output check and
-``qlrewrite.fix``."""
+``qlrewrite.fix``; the input's findings a run's passes repair are not held against it
+(:func:`unrepaired`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
+import onnx_ir as ir
+
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Finding, Report
+from qlrewrite.passes.manager import repaired_by
 
-__all__ = ["FindingsRefusal", "refuse_errors"]
+__all__ = ["FindingsRefusal", "refuse_errors", "unrepaired"]
 
 
 class FindingsRefusal(Refusal):
@@ -34,3 +41,18 @@ def refuse_errors(report: Report, where: str, what: str = "error finding(s)") ->
             "`qlrewrite check` for details)",
             report,
         )
+
+
+def unrepaired(report: Report, passes: Sequence[ir.passes.PassBase]) -> Report:
+    """``report`` without the error findings that one of ``passes`` repairs.
+
+    A :class:`~qlrewrite.passes.results.RepairsFindings` pass lists the rule codes it
+    repairs (for example the upgrade fixes attributes newer than the input's opset); the
+    rewritten model is checked again in full, so an input finding that was not actually
+    repaired still refuses.
+    """
+    repaired = repaired_by(passes)
+    if not repaired:
+        return report
+    kept = [f for f in report.findings if f.severity != "error" or f.rule not in repaired]
+    return dataclasses.replace(report, findings=kept)

@@ -12,7 +12,6 @@ import onnx_ir as ir
 from qlrewrite.checking.untouched import Checked, untouched
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Report
-from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.pipeline.refusals import FindingsRefusal
 from qlrewrite.qdq.inference import Inference
 from qlrewrite.toolkit import MAIN, normalize_domain, onnx_opset
@@ -38,8 +37,8 @@ def validate_output(
     source: Path | None = None,
     original: onnx.ModelProto | None = None,
     *,
+    weightless: onnx.ModelProto,
     runtime_ops: frozenset[str] = frozenset(),
-    weightless: onnx.ModelProto | None = None,
     checked: Checked | None = None,
 ) -> list[str]:
     """Refuse a rewritten model that ONNX's checker or our check rejects; return warnings.
@@ -50,14 +49,13 @@ def validate_output(
     it is checked too, and an input the checker rejects as well is named as the cause.
     ``runtime_ops``: ops of the ONNX domain that ONNX does not define and the input already
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
-    :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, if the caller
-    made it (the save reuses it); it is left as it came. ``checked``: what the input
+    :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, made once by
+    the caller (the save reuses it); it is left as it came. ``checked``: what the input
     check judged of each node (:mod:`qlrewrite.checking.untouched`); the node rules are not run
     again on the nodes the passes left exactly as that check saw them.
     """
-    proto = weightless if weightless is not None else weightless_proto(model)
     try:
-        warnings, inferred = _full_check(proto, runtime_ops)
+        warnings, inferred = _full_check(weightless, runtime_ops)
     except _CHECKER_ERRORS as exc:
         problem = checker_problem(original, runtime_ops) if original is not None else None
         if problem is not None:
@@ -71,7 +69,7 @@ def validate_output(
     inference = Inference(model, inferred=inferred)
     skip = frozenset()
     if checked is not None:
-        skip = untouched(checked, proto, inference.table(MAIN))
+        skip = untouched(checked, weightless, inference.known(MAIN))  # inferred above
     report = check_rules(model, source, inference, skip)
     if report.errors:
         raise FindingsRefusal(

@@ -49,6 +49,11 @@ class Inference:
         """Whether ONNX shape inference ran (or its result was given)."""
         return self._tables is not None
 
+    def known(self, ref: GraphRef) -> dict[str, TypeShape]:
+        """Name -> (type, shape) of graph ``ref`` alone, as ONNX shape inference gave it if
+        it ran (or its result was given), else empty: asking never runs it."""
+        return dict(self._tables.get(ref, {})) if self._tables is not None else {}
+
     def table(self, ref: GraphRef) -> dict[str, TypeShape]:
         """Name -> (type, shape) visible in graph ``ref`` (inner scopes first); merged
         once per graph."""
@@ -100,8 +105,9 @@ def infer(
 ) -> dict[GraphRef, dict[str, TypeShape]]:
     """Graph -> name -> (type, shape) from ONNX shape inference; {} when it cannot run."""
     try:
+        source = weightless if weightless is not None else weightless_proto(model)
         proto = onnx.shape_inference.infer_shapes(
-            weightless if weightless is not None else weightless_proto(model),
+            _contrib_qdq_as_casts(source),
             check_type=False,
             strict_mode=False,
             data_prop=False,
@@ -109,6 +115,61 @@ def infer(
     except Exception:  # inference is a bonus: never fail on it
         return {}
     return tables_of(proto)
+
+
+_CONTRIB_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _contrib_qdq_as_casts(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``proto``, or a copy whose com.microsoft Q/DQ nodes (unknown to ONNX's inference,
+    so every value after them stayed untyped) are Casts to their output type: a
+    DequantizeLinear's is its scale's, a QuantizeLinear's its zero point's (uint8 when
+    omitted); the shape is the input's for both."""
+    if not any(_is_contrib_qdq(n) for _, g in graphs_within(proto.graph, MAIN) for n in g.node):
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for _, graph in graphs_within(copy.graph, MAIN):
+        types = {t.name: t.data_type for t in graph.initializer}
+        types.update(_constant_types(graph))
+        types.update(
+            (v.name, v.type.tensor_type.elem_type)
+            for v in (*graph.input, *graph.value_info, *graph.output)
+            if v.type.HasField("tensor_type")
+        )
+        for node in graph.node:
+            if _is_contrib_qdq(node):
+                _as_cast(node, types)
+    return copy
+
+
+def _is_contrib_qdq(node: onnx.NodeProto) -> bool:
+    return node.domain == "com.microsoft" and node.op_type in _CONTRIB_QDQ
+
+
+def _as_cast(node: onnx.NodeProto, types: Mapping[str, int]) -> None:
+    """Turn a com.microsoft Q/DQ ``node`` into a Cast to its output type, in place (left
+    as it is when that type is not known here)."""
+    dequantize = node.op_type == "DequantizeLinear"
+    index = 1 if dequantize else 2
+    typed_by = node.input[index] if len(node.input) > index else ""
+    to = types.get(typed_by) if typed_by else (None if dequantize else onnx.TensorProto.UINT8)
+    if not to:
+        return
+    x, y = node.input[0], node.output[0]
+    node.Clear()
+    node.CopyFrom(onnx.helper.make_node("Cast", [x], [y], to=to))
+
+
+def _constant_types(graph: onnx.GraphProto) -> dict[str, int]:
+    """The element type of each Constant node's tensor output (``value``)."""
+    return {
+        node.output[0]: attr.t.data_type
+        for node in graph.node
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output
+        for attr in node.attribute
+        if attr.name == "value"
+    }
 
 
 def tables_of(inferred: onnx.ModelProto) -> dict[GraphRef, dict[str, TypeShape]]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
-from qlrewrite.targets.fusions import Fusion
+from qlrewrite.targets.fusions import Fusion, kernel_of_ops
+from qlrewrite.targets.runtimes import DOCUMENTED, RUNTIMES
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
 
 __all__ = ["main", "targets_markdown"]
@@ -32,16 +33,15 @@ the pre-commit hook treat them like every other rule (`qlrewrite rules QL703`).
 | `ort==1.20` | that release's table |
 | `ort>=1.17,<1.21` | each release in the range: flagged when any refuses (named) |
 | `openvino` | OpenVINO's CPU plugin, the release measured below |
-| `tensorrt` | what TensorRT documents (not run: it needs an NVIDIA GPU) |
-| `qnn` | what ONNX Runtime's QNN EP documents (not run: it needs a Snapdragon NPU) |
-
+{documented_rows}
 Rules: QL701 (IR version newer than the release loads; `--fix` lowers it when the model
 needs no more), QL702 (an opset of any domain newer than it loads; `--fix` drops an
 import no node uses), QL703 (a node form it refuses, with
 the runtime's own message and the oldest release that runs it), QL704 (OpenVINO: a weight
 it folds to float), QL705 (opt-in: a quantized MatMul ONNX Runtime runs in float), QL706
-(a quantized MatMul, Conv, ConvTranspose or Gemm ONNX Runtime's default optimizations
-compute wrongly or fail at run on), QL711-QL714 (TensorRT, documented), QL721-QL724
+(a quantized MatMul, Conv, ConvTranspose or Gemm, or an activation-only QDQ node group,
+that ONNX Runtime's default optimizations compute wrongly, fail at run on, or refuse where
+ORT_DISABLE_ALL runs it), QL711-QL714 (TensorRT, documented), QL721-QL724
 (QNN, documented).
 
 ## How the tables are measured
@@ -67,15 +67,28 @@ ai.onnx opset 13 and the lowest IR version their types allow (IR 7, so the relea
 load no IR 10 still get a verdict on the operator); the QOperator operators (each input's
 type, `[n]` marking a per-channel scale or zero point; weights per-tensor and
 per-channel); DQ(weight) -> MatMul weight patterns and QDQ MatMul, Conv, ConvTranspose and
-Gemm patterns, whose optimized graph ONNX Runtime saves: the kernels it formed. The
+Gemm patterns (at opsets 13 and 21; uint8 x int8 also at 10, 19 and 23; Conv and Gemm with
+com.microsoft Q/DQ too), whose optimized graph ONNX Runtime saves: the kernels it formed;
+the activation-only QDQ node groups ONNX Runtime's selectors fuse or drop (`QDQ <op>:
+input=<the DequantizeLinear's form> output=<the QuantizeLinear's type> params=equal|differ`,
+`tools/probe/families.py`: AveragePool, GlobalAveragePool, LeakyRelu, Sigmoid, Softmax, Add,
+Mul, Concat, Where, MaxPool, Resize, Reshape, Transpose, Flatten, Squeeze, Unsqueeze,
+Slice, Gather, ReduceMax, ArgMax, Pad, InstanceNormalization, Relu, Clip; uint8 / int8 at
+opset 13, uint8 / uint16 / int16 / int4 / float8 e4m3fn at 21, uint16 in com.microsoft
+Q/DQ, uint8 per channel; every Q/DQ of the group with one scale and zero point or not)
+and the int32 bias DequantizeLinear of a QDQ Conv / Gemm (`QDQ <op> bias: ...`, weight and
+bias per tensor or per channel, opset 13 and 21). A
+compared pattern the default session refuses at load records whether ORT_DISABLE_ALL
+loads and runs it (`unoptimized`). The
 imports of ai.onnx.ml, ai.onnx.training and ai.onnx.preview.training are probed alone (an
 ai.onnx Add in a model importing the domain at each version onnx knows): ONNX Runtime
 refuses a model importing a newer version than it knows even when no node uses it.
 
-The QDQ patterns are also run by ONNX Runtime twice on the same seeded inputs (values in
-[0, 6)): with the default options and with ORT_DISABLE_ALL, and both outputs are
-compared with the ONNX reference evaluator's (onnx.reference, run by the driver; a model
-below opset 19 evaluated at 19). A largest difference above 10% of the largest output,
+The QDQ patterns are also run by ONNX Runtime twice on the same seeded inputs (values in [0, 6);
+`tools/probe/drive.py`, patterns in `tools/probe/cases.py`): with the default options and with
+ORT_DISABLE_ALL, and both outputs are compared with the ONNX reference evaluator's (onnx.reference,
+run by the driver; a model below opset 19 evaluated at 19). A largest difference above 10% of the
+largest output,
 or another shape, is recorded as `miscomputes`; a failure at run that ORT_DISABLE_ALL
 does not share as `fails at run` (`optimized`: against ORT_DISABLE_ALL; `reference`:
 against the reference evaluator; measured 2026-11-28: ORT_DISABLE_ALL within 10% of the
@@ -104,7 +117,8 @@ only. The key of a Conv, ConvTranspose or Gemm pattern adds the weight's axis, o
 or many, whether its zero points are absent, equal or differ, and Gemm's transB.
 
 A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
-models each) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
+models each; `python tools/probe/drive.py ort --all && python tools/probe/drive.py
+openvino`) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
 min 37 s to 5 min 31 s under the load of other work; OpenVINO about 1.5 of them);
 `drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
 prefixes and merges them into each table, recording the amendment under `amended`.
@@ -235,18 +249,6 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
     return [*lines, *_patterns(tables)]
 
 
-_INTEGER = (
-    "QLinearMatMul",
-    "MatMulIntegerToFloat",
-    "MatMulNBits",
-    "MatMulInteger",
-    "QGemm",
-    "QLinearConv",
-    "ConvInteger",
-    "QLinearConvTranspose",
-)
-
-
 def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str:
     """One pattern's line: the releases that fused it into an integer kernel, the newest
     release's kernel, the releases that refused it, and those whose default optimizations
@@ -259,7 +261,7 @@ def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str
         if divergence is not None:
             diverged[divergence.outcome].append(release)
         if isinstance(row, dict) and row.get("runs"):
-            if any(op.endswith(_INTEGER) for op in row.get("runtime_ops", [])):
+            if kernel_of_ops(row.get("runtime_ops", [])) is not None:
                 fused.append(release)
         elif isinstance(row, dict) and row.get("reason") not in (None, "ir", "opset", "optimizer"):
             refused.append(release)
@@ -278,18 +280,23 @@ def _patterns(tables: Sequence[Table]) -> list[str]:
     every = [t.release.rsplit(".", 1)[0] for t in tables]
     keys = sorted({f for t in tables for f in t.forms if f.startswith(("weight ", "QDQ "))})
     lines = [
-        "### Quantized MatMul, Conv, ConvTranspose and Gemm patterns: the kernels ONNX "
-        "Runtime forms",
+        "### Quantized patterns (MatMul, Conv, ConvTranspose, Gemm, their biases, the "
+        "activation groups): the kernels ONNX Runtime forms",
         "",
         "From each release's optimized graph (default session options, saved with "
         "`optimized_model_filepath`). QL705 (opt-in) warns where the MatMul stays in float; "
-        "QL703 where the pattern is refused; QL706 where the default session's output "
+        "QL703 where the pattern is refused (QL706 where only the default optimizations refuse "
+        "it: ORT_DISABLE_ALL runs it); QL706 where the default session's output "
         "differs from ORT_DISABLE_ALL's on the same inputs (last column: `miscomputes`, "
         "other values or another shape; `fails at run`, where ORT_DISABLE_ALL runs). A "
         "blocked weight's key adds its layout: blocks along K (axis 0) or N (axis 1), one "
         "block or many, zero point given or not, the MatMul's output quantized or float; a "
         "Conv, ConvTranspose or Gemm key its weight's axis, one block or many, its zero "
-        "points (no, equal, differ) and Gemm's transB.",
+        "points (no, equal, differ) and Gemm's transB; an activation group's key "
+        "(`QDQ <op>: input=...`) the input DequantizeLinear's form, the output "
+        "QuantizeLinear's type and whether every Q/DQ of the group has one scale and zero "
+        "point; a bias's (`QDQ <op> bias: ...`) the activation type, the weight's "
+        "granularity and the bias DequantizeLinear's form.",
         "",
         "| pattern | integer kernel formed in | kernel (newest release) | refused in "
         "| optimized differs in |",
@@ -391,11 +398,16 @@ def _openvino() -> list[str]:
     return [*lines, ""]
 
 
+def _documented_rows() -> str:
+    """The spec table's rows of the documented targets, one per runtime record."""
+    return "".join(f"| `{key}` | {RUNTIMES[key].about} |\n" for key in DOCUMENTED)
+
+
 def _documented() -> list[str]:
     lines = ["## Documented targets (not run)", ""]
-    for name, title in (("tensorrt", "TensorRT"), ("qnn", "QNN (ONNX Runtime QNN EP)")):
-        lines += [f"### {title}", "", "| fact | source |", "|---|---|"]
-        for fact in documented(name).values():
+    for runtime in (RUNTIMES[key] for key in DOCUMENTED):
+        lines += [f"### {runtime.title}", "", "| fact | source |", "|---|---|"]
+        for fact in documented(runtime.key).values():
             lines.append(f"| {fact.rule} | <{fact.source}>: {fact.section} |")
         lines.append("")
     return lines
@@ -405,7 +417,7 @@ def targets_markdown() -> str:
     """The whole page."""
     tables = _ort_tables()
     parts = [
-        _INTRO,
+        _INTRO.replace("{documented_rows}", _documented_rows()),
         *_release_table(tables),
         *_ort_forms(tables),
         *_fusions(tables),

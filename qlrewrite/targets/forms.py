@@ -11,13 +11,25 @@ left out: the probe measures one representative of each form (``docs/targets.md`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
 
-__all__ = ["QDQ_PATTERN", "WEIGHT_OPS", "WEIGHT_PATTERN", "form_of", "pattern_key"]
+__all__ = [
+    "FAMILY_OPS",
+    "QDQ_PATTERN",
+    "WEIGHT_OPS",
+    "WEIGHT_PATTERN",
+    "bias_key",
+    "family_key",
+    "form_of",
+    "pattern_key",
+    "qoperator_form",
+]
 
 _GRANULARITY = {
     opsets.PER_TENSOR: "per-tensor",
@@ -92,39 +104,65 @@ def _gather_block_form(view: NodeView) -> str | None:
     )
 
 
-def _types_by_parameter(view: NodeView, specs: list) -> dict[str, str]:
+def _types_by_parameter(
+    specs: Sequence[opsets.Operand], inputs: Sequence[_Typed]
+) -> dict[str, str]:
     """The known type of each schema type parameter (``T1``: ``UINT8``), from the inputs
     whose type is known: an input no inference reached (after a com.microsoft node) has
     the type of its zero point, which shares its parameter."""
     known: dict[str, str] = {}
-    for spec, value in zip(specs, view.inputs, strict=False):
-        name = _name(value.dtype) if value is not None else None
+    for spec, value in zip(specs, inputs, strict=False):
+        name = _name(value[0]) if value is not None else None
         if name is not None and spec.type_param:
             known.setdefault(spec.type_param, name)
     return known
 
 
+#: An input's (element type, element count), None when omitted.
+_Typed = tuple[ir.DataType | None, int | None] | None
+
+
 def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
-    specs = list(getattr(view.row, "inputs", ()))
+    specs = tuple(getattr(view.row, "inputs", ()))
+    inputs = [(v.dtype, v.size) if v is not None else None for v in view.inputs]
+    return _form_key(view.domain_label, view.op_type, view.imported, specs, inputs)
+
+
+def qoperator_form(
+    row: opsets.QOperatorVersion, imported: int | None, inputs: Sequence[_Typed]
+) -> str | None:
+    """The table key of a QOperator node of ``row`` at the ``imported`` opset whose inputs
+    have these (element type, element count) (None: omitted); None when a type is
+    unknown. Read for a node written (``convert --to qoperator --target``) as for one read."""
+    return _form_key(row.domain or "ai.onnx", row.op_type, imported, row.inputs, inputs)
+
+
+def _form_key(
+    label: str,
+    op_type: str,
+    imported: int | None,
+    specs: Sequence[opsets.Operand],
+    inputs: Sequence[_Typed],
+) -> str | None:
     names = [spec.name for spec in specs]
-    shared = _types_by_parameter(view, specs)
+    shared = _types_by_parameter(specs, inputs)
     types = []
-    for index, value in enumerate(view.inputs):
+    for index, value in enumerate(inputs):
         if value is None:
             types.append("-")
             continue
         parameter = specs[index].type_param if index < len(specs) else None
-        name = _name(value.dtype) or shared.get(parameter)
+        name = _name(value[0]) or shared.get(parameter or "")
         if name is None:
             return None
         role = names[index] if index < len(names) else ""
-        per_channel = role.endswith(("scale", "zero_point")) and value.size not in (None, 1)
+        per_channel = role.endswith(("scale", "zero_point")) and value[1] not in (None, 1)
         types.append(f"{name}[n]" if per_channel else name)
     while types and types[-1] == "-":
         types.pop()
-    return f"{view.domain_label} {view.op_type} opset={view.imported} {','.join(types)}"
+    return f"{label} {op_type} opset={imported} {','.join(types)}"
 
 
 def form_of(view: NodeView) -> str | None:
@@ -246,3 +284,118 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
         layout = _blocked_layout(view, consumer)
         return None if layout is None else key + layout
     return key
+
+
+#: The ai.onnx operators of the activation-only QDQ node groups the tables record: those
+#: ONNX Runtime's QDQ selectors (onnxruntime/core/optimizer/qdq_transformer/
+#: selectors_actions/qdq_selector_action_transformer.cc) replace with a QLinear kernel
+#: (unary, binary, variadic, Where) or whose Q/DQ pair they drop (Reshape, MaxPool, ...), and
+#: those other providers' selectors group (Pad, InstanceNormalization) or ORT folds into
+#: the QuantizeLinear (Relu, Clip).
+FAMILY_OPS = (
+    "AveragePool",
+    "GlobalAveragePool",
+    "LeakyRelu",
+    "Sigmoid",
+    "Softmax",
+    "Add",
+    "Mul",
+    "Concat",
+    "Where",
+    "MaxPool",
+    "Resize",
+    "Reshape",
+    "Transpose",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Slice",
+    "Gather",
+    "ReduceMax",
+    "ArgMax",
+    "Pad",
+    "InstanceNormalization",
+    "Relu",
+    "Clip",
+)
+
+
+def _parameters(view: QDQView, node: ir.Node) -> tuple[bytes, ...] | None:
+    """A Q or DQ node's scale and zero point as bytes (None: not a read constant)."""
+    found = []
+    for value in node.inputs[1:3]:
+        array = view.value_view(value, read=True) if value is not None else None
+        if array is None or array.array is None:
+            return None
+        found.append(array.array.tobytes() + str(array.array.shape).encode())
+    return tuple(found)
+
+
+def _group_params(view: QDQView, op: ir.Node, outputs: list[ir.Node]) -> str:
+    """``equal`` when every DequantizeLinear giving ``op`` and every QuantizeLinear of its
+    output hold the same scale and zero point, else ``differ``."""
+    producers = [v.producer() for v in op.inputs if v is not None]
+    group = [n for n in producers if n is not None and n.op_type == "DequantizeLinear"]
+    found = {_parameters(view, n) for n in [*group, *outputs]}
+    return "equal" if len(found) == 1 and None not in found else "differ"
+
+
+def _quantized_type(quantize: ir.Node) -> str:
+    """The element type a QuantizeLinear writes: its output's, else its zero point's, else
+    uint8 (the default without one)."""
+    for value in (quantize.outputs[0], *quantize.inputs[2:3]):
+        if value is not None and value.dtype is not None:
+            return value.dtype.name
+    return "UINT8"
+
+
+def family_key(view: NodeView, op: ir.Node) -> str | None:
+    """The table key of the activation-only QDQ node group whose input ``view``'s
+    DequantizeLinear gives to ``op`` (one of :data:`FAMILY_OPS`): ``QDQ <op>: input=<the
+    DequantizeLinear's form> output=<the QuantizeLinear's type, or float>
+    params=equal|differ`` (whether every Q/DQ of the group has one scale and zero point).
+    None: not such a group, or the DequantizeLinear has no form."""
+    if op.op_type not in FAMILY_OPS or op.domain not in ("", "ai.onnx"):
+        return None
+    form = form_of(view) if isinstance(view, QDQView) and not view.is_quantize else None
+    if form is None or not isinstance(view, QDQView):
+        return None
+    consumers = list(op.outputs[0].consumers()) if op.outputs else []
+    quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
+    output = _quantized_type(consumers[0]) if quantized else "float"
+    params = _group_params(view, op, consumers if quantized else [])
+    return f"QDQ {op.op_type}: input={form} output={output} params={params}"
+
+
+def _weight_granularity(op: ir.Node) -> str | None:
+    """``per-tensor`` or ``per-axis``: how the DequantizeLinear giving ``op``'s weight
+    (second input) is quantized (None: no DequantizeLinear, or its scale's shape unknown)."""
+    weight = op.inputs[1] if len(op.inputs) > 1 else None
+    producer = weight.producer() if weight is not None else None
+    if producer is None or producer.op_type != "DequantizeLinear" or len(producer.inputs) < 2:
+        return None
+    scale = producer.inputs[1]
+    shape = scale.shape if scale is not None else None
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        return None
+    size = 1
+    for dim in shape:
+        size *= dim  # type: ignore[operator]
+    return "per-tensor" if size == 1 else "per-axis"
+
+
+def bias_key(view: NodeView, op: ir.Node) -> str | None:
+    """The table key of the bias (third input) ``view``'s DequantizeLinear gives a QDQ Conv
+    or Gemm: ``QDQ <op> bias: activation=<type> weight=per-tensor|per-axis bias=<the
+    DequantizeLinear's form>``. None: not a bias of such a pattern, or no form."""
+    if op.op_type not in ("Conv", "Gemm") or op.domain not in ("", "ai.onnx"):
+        return None
+    outputs = view.node.outputs
+    if len(op.inputs) < 3 or not outputs or op.inputs[2] is not outputs[0]:
+        return None
+    form = form_of(view)
+    activation = _activation_type(op)
+    weight = _weight_granularity(op)
+    if None in (form, activation, weight):
+        return None
+    return f"QDQ {op.op_type} bias: activation={activation} weight={weight} bias={form}"

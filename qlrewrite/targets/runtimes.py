@@ -4,8 +4,9 @@ runs them and how it is installed, and whether what is known of them was measure
 probe's tables) or read from the vendor's documents.
 
 Adding a runtime: its record here; its table (``targets/data/<key>.json``, made by the
-probe) or its documented rules (``rules/targets/<key>.py``); a runner in
-``verify/runtimes.py`` if ``compare`` runs it.
+probe, or the documented facts in that file) and its rules (``rules/targets/<key>.py``,
+imported in ``rules/targets/__init__.py``); a runner in ``verify/runtimes.py`` if
+``compare`` runs it; then the generated docs (``docs/targets.md``, ``docs/rules.md``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Runtime:
     install: str = ""  # how to install it
     target: bool = True  # a --target
     measured: bool = True  # its target tables measured by the probe (else documented)
+    #: A documented target: its section's title and its row in docs/targets.md's spec table.
+    title: str = ""
+    about: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -57,8 +61,20 @@ ORT = Runtime(
     "pip install 'qlrewrite[verify]'",
 )
 OPENVINO = Runtime("openvino", "OpenVINO", (), "openvino", "openvino", "pip install openvino")
-TENSORRT = Runtime("tensorrt", "TensorRT", measured=False)
-QNN = Runtime("qnn", "QNN", measured=False)
+TENSORRT = Runtime(
+    "tensorrt",
+    "TensorRT",
+    measured=False,
+    title="TensorRT",
+    about="what TensorRT documents (not run: it needs an NVIDIA GPU)",
+)
+QNN = Runtime(
+    "qnn",
+    "QNN",
+    measured=False,
+    title="QNN (ONNX Runtime QNN EP)",
+    about="what ONNX Runtime's QNN EP documents (not run: it needs a Snapdragon NPU)",
+)
 REFERENCE = Runtime(
     "reference", "ONNX reference", (), "onnx.reference", None, "pip install onnx", target=False
 )

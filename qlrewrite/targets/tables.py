@@ -46,6 +46,9 @@ class Refusal:
     stage: str
     reason: str
     error: str
+    #: A compared pattern refused at load: "runs" when an ORT_DISABLE_ALL session loaded
+    #: and ran it (the default optimizations refuse it), else its error ("": not tried).
+    unoptimized: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,7 +122,9 @@ class Table:
         row = self.forms.get(form)
         if not isinstance(row, dict) or row.get("runs"):
             return None
-        return Refusal(row["refused"], row["reason"], row.get("error", ""))
+        return Refusal(
+            row["refused"], row["reason"], row.get("error", ""), row.get("unoptimized", "")
+        )
 
     def divergence(self, form: str) -> Divergence | None:
         """How this release computed the pattern ``form`` otherwise than it should: its

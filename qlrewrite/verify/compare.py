@@ -14,10 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import onnx_ir as ir
 
 from qlrewrite.errors import InputError
-from qlrewrite.qdq import constant_tensor, iter_sites
 from qlrewrite.verify.deployed import (
     Deployment,
     OutputDifference,
@@ -49,27 +47,9 @@ __all__ = [
     "Comparison",
     "RuntimeComparison",
     "compare_models",
-    "output_steps",
     "parse_runtime",
     "verify_both",
 ]
-
-
-def output_steps(model: ir.Model) -> dict[str, float]:
-    """The quantization step of each graph output a DequantizeLinear of one scale
-    produces (its scale): where an output's difference reads in steps."""
-    outputs = {v.name for v in model.graph.outputs}
-    steps = {}
-    for site in iter_sites(model):
-        produced = site.node.outputs[0].name
-        if site.graph is not model.graph or produced not in outputs:
-            continue
-        if site.node.op_type != "DequantizeLinear":
-            continue
-        tensor = constant_tensor(site.input("scale"))
-        if tensor is not None and tensor.size == 1:
-            steps[produced] = float(tensor.numpy().reshape(-1)[0])
-    return steps
 
 
 def verify_both(

@@ -50,6 +50,9 @@ _LIPSCHITZ = {
     "Softsign": (1.0, 1.0),
 }
 _GELU = 1.13
+#: Weights up to this size stay cached while the walk goes on; larger ones are dequantized
+#: again when asked again (peak memory: one large weight, not all of them).
+_CACHED_BYTES = 1 << 20
 _MOVES = {
     "Identity",
     "Reshape",
@@ -213,9 +216,12 @@ class _Walker:
         """The float values of a constant or of a DequantizeLinear of constants."""
         if value is None:
             return None
-        if id(value) not in self.weights:
-            self.weights[id(value)] = self._weight(value)
-        return self.weights[id(value)]
+        if id(value) in self.weights:
+            return self.weights[id(value)]
+        found = self._weight(value)
+        if found is None or found.nbytes <= _CACHED_BYTES:  # a large one is read again when
+            self.weights[id(value)] = found  # asked again: one at a time in memory
+        return found
 
     def _weight(self, value: ir.Value) -> np.ndarray | None:
         tensor = constant_tensor(value)

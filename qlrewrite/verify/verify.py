@@ -33,6 +33,14 @@ from qlrewrite.verify.bound import (
     Bound,
     summation_order_bound,
 )
+from qlrewrite.verify.inputs import (
+    InputSpec,
+    Unverifiable,
+    generate_inputs,
+    input_specs,
+    input_specs_or_refuse,
+    parse_input_shape,
+)
 
 __all__ = [
     "EXACT_BOUND",
@@ -51,6 +59,7 @@ __all__ = [
     "generate_inputs",
     "input_specs",
     "input_specs_or_refuse",
+    "output_steps",
     "parse_input_shape",
     "require_onnxruntime",
     "run_session",
@@ -68,10 +77,6 @@ EXACT, WITHIN_TOLERANCE, MISMATCH, UNVERIFIABLE = (
     "mismatch",
     "unverifiable",
 )
-
-#: Integer types drawn over their full range (quantized data); wider ints use a small range.
-_FULL_RANGE = (ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16)
-_SMALL_INT_HIGH = 4  # wider integer inputs (often indices or sizes) are drawn in [0, 4)
 
 
 #: Seconds a verification may take in its child process (``--verify-timeout``).
@@ -105,13 +110,24 @@ class VerifyOptions:
             raise ValueError("a verification's time limit is a positive number of seconds")
 
 
-@dataclasses.dataclass(frozen=True)
-class InputSpec:
-    """One graph input to generate: name, element type, concrete shape."""
+def output_steps(model: ir.Model) -> dict[str, float]:
+    """The quantization step of each graph output a DequantizeLinear of one scale
+    produces (its scale): where an output's difference reads in steps
+    (:attr:`VerifyOptions.output_steps`, read on the input before the passes change it)."""
+    from qlrewrite.qdq import constant_tensor, iter_sites  # not in the verification's child
 
-    name: str
-    dtype: ir.DataType
-    shape: tuple[int, ...]
+    outputs = {v.name for v in model.graph.outputs}
+    steps = {}
+    for site in iter_sites(model):
+        produced = site.node.outputs[0].name
+        if site.graph is not model.graph or produced not in outputs:
+            continue
+        if site.node.op_type != "DequantizeLinear":
+            continue
+        tensor = constant_tensor(site.input("scale"))
+        if tensor is not None and tensor.size == 1:
+            steps[produced] = float(tensor.numpy().reshape(-1)[0])
+    return steps
 
 
 @dataclasses.dataclass
@@ -214,33 +230,6 @@ def _failure(verification: Verification) -> str:
     return f"outputs differ beyond what the rewrite allows ({detail}{more})"
 
 
-class _Unverifiable(Exception):
-    """Internal: ONNX Runtime cannot run this model; the message is the reason."""
-
-
-# --------------------------------------------------------------------------- options
-
-
-def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
-    """``name=1,3,224,224`` -> ``("name", (1, 3, 224, 224))``; ValueError when malformed.
-
-    The name is everything before the last ``=`` (input names may contain ``=``);
-    ``name=`` is a scalar.
-    """
-    name, sep, dims = text.rpartition("=")
-    if not sep or not name:
-        raise ValueError(f"'{text}' is not NAME=D1,D2,... (e.g. input=1,3,224,224)")
-    if not dims.strip():
-        return name, ()
-    shape = []
-    for part in dims.split(","):
-        dim = part.strip()
-        if not dim.isdigit():
-            raise ValueError(f"'{text}': dimension '{dim}' is not a non-negative integer")
-        shape.append(int(dim))
-    return name, tuple(shape)
-
-
 def require_onnxruntime() -> Any:
     """Import onnxruntime or raise an InputError that says how to install it."""
     try:
@@ -250,101 +239,6 @@ def require_onnxruntime() -> Any:
             f"--verify needs ONNX Runtime, which is not installed: {INSTALL_HINT}"
         ) from exc
     return onnxruntime
-
-
-# --------------------------------------------------------------------------- inputs
-
-
-def input_specs(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
-    """The graph inputs to feed (those without an initializer), with concrete shapes.
-
-    Raises InputError (usage) for an unknown dimension without ``shapes``, or ``shapes``
-    naming no input or contradicting a declared shape; _Unverifiable for inputs that
-    are not tensors of a type ONNX Runtime's Python API can take.
-    """
-    graph = model.graph
-    feeds = [v for v in graph.inputs if v.name not in graph.initializers]
-    names = [v.name for v in feeds]
-    for name in shapes:
-        if name not in names:
-            listed = ", ".join(names) or "none"
-            raise InputError(
-                f"--input-shape names '{name}', which is not a graph input (inputs: {listed})"
-            )
-    specs = []
-    for value in feeds:
-        if not isinstance(value.type, ir.TensorType):
-            raise _Unverifiable(f"input '{value.name}' is not a tensor ({value.type})")
-        dtype = value.type.dtype
-        unfed = (
-            ir.DataType.STRING,
-            ir.DataType.UNDEFINED,
-            ir.DataType.COMPLEX64,
-            ir.DataType.COMPLEX128,
-        )
-        if dtype in unfed or dtype.bitwidth < 8:
-            raise _Unverifiable(
-                f"input '{value.name}' is {dtype.name}, which cannot be generated "
-                "and fed to ONNX Runtime"
-            )
-        specs.append(InputSpec(value.name, dtype, _concrete_shape(value, shapes.get(value.name))))
-    return specs
-
-
-def input_specs_or_refuse(model: ir.Model, shapes: Mapping[str, Sequence[int]]) -> list[InputSpec]:
-    """:func:`input_specs`; an input that cannot be generated is an InputError."""
-    try:
-        return input_specs(model, shapes)
-    except _Unverifiable as exc:
-        raise InputError(f"cannot generate the inputs: {exc}") from None
-
-
-def _concrete_shape(value: ir.Value, given: Sequence[int] | None) -> tuple[int, ...]:
-    declared = value.shape
-    hint = f"give it with --input-shape {value.name}=D1,D2,..."
-    if given is None:
-        if declared is None:
-            raise InputError(f"input '{value.name}' has no declared shape; {hint}")
-        for index, dim in enumerate(declared):
-            if not isinstance(dim, int):
-                label = f" ('{dim.value}')" if getattr(dim, "value", None) else ""
-                raise InputError(
-                    f"input '{value.name}' has unknown dimension {index}{label}; {hint}"
-                )
-        return tuple(int(d) for d in declared)
-    given = tuple(given)
-    if declared is not None:
-        if len(declared) != len(given):
-            raise InputError(
-                f"--input-shape gives {len(given)} dimension(s) for input "
-                f"'{value.name}', which has {len(declared)}"
-            )
-        for index, (dim, size) in enumerate(zip(declared, given, strict=True)):
-            if isinstance(dim, int) and dim != size:
-                raise InputError(
-                    f"--input-shape gives {size} for dimension {index} of input "
-                    f"'{value.name}', declared {dim}"
-                )
-    return given
-
-
-def generate_inputs(specs: Sequence[InputSpec], rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """One input set: floats ~ N(0, 1); 8- and 16-bit ints over their full range; wider
-    ints in [0, 4); bools uniform."""
-    feeds = {}
-    for spec in specs:
-        dtype = spec.dtype
-        if dtype.is_floating_point():
-            array = rng.standard_normal(spec.shape, dtype=np.float32).astype(dtype.numpy())
-        elif dtype == ir.DataType.BOOL:
-            array = rng.integers(0, 2, spec.shape, dtype=np.uint8).astype(np.bool_)
-        elif dtype in _FULL_RANGE:
-            info = np.iinfo(dtype.numpy())
-            array = rng.integers(info.min, info.max, spec.shape, dtype=dtype.numpy(), endpoint=True)
-        else:
-            array = rng.integers(0, _SMALL_INT_HIGH, spec.shape).astype(dtype.numpy())
-        feeds[spec.name] = np.ascontiguousarray(array)
-    return feeds
 
 
 # --------------------------------------------------------------------------- running
@@ -405,7 +299,7 @@ def _ort_value(ort: Any, array: np.ndarray) -> Any:
 def _to_numpy(name: str, value: Any) -> np.ndarray:
     """An output OrtValue as NumPy, read from its bytes (works for bfloat16, float8, int4)."""
     if not value.is_tensor():
-        raise _Unverifiable(f"output '{name}' is not a tensor; only tensors are compared")
+        raise Unverifiable(f"output '{name}' is not a tensor; only tensors are compared")
     dtype = ir.DataType(value.element_type())
     if dtype == ir.DataType.STRING:
         return value.numpy()
@@ -555,7 +449,7 @@ def _run_model(
         return _RunFailure("load", exc)
     try:
         return [_split(_run(ort, session, f), added, probes) for f in feeds]
-    except _Unverifiable as exc:
+    except Unverifiable as exc:
         return _RunFailure("output", exc)
     except Exception as exc:
         return _RunFailure("run", exc)
@@ -641,7 +535,7 @@ class Verifier:
         try:
             self.specs: list[InputSpec] | None = input_specs(model, options.input_shapes)
             self._reason = ""
-        except _Unverifiable as exc:
+        except Unverifiable as exc:
             self.specs, self._reason = None, str(exc)
 
     def expect_differences(self, results: Sequence[ir.passes.PassResult]) -> None:

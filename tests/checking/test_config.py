@@ -68,7 +68,9 @@ def test_config_option_and_isolated(tmp_path: Path) -> None:
 
 
 def test_every_key_is_read(tmp_path: Path) -> None:
-    path = _write(tmp_path / "qlrewrite.toml", """
+    path = _write(
+        tmp_path / "qlrewrite.toml",
+        """
 select = ["QL4", "QL5"]
 extend-select = ["QL601"]
 ignore = ["QL406"]
@@ -80,10 +82,15 @@ output-format = "github"
 [per-node-ignores]
 "b1_DequantizeLinear" = ["QL406"]
 "conv*_out" = "QL5"
-""")  # fmt: skip
+""",
+    )
     s = config.load_config(path)
     assert (s.select, s.extend_select, s.ignore, s.strict) == (
-        ("QL4", "QL5"), ("QL601",), ("QL406",), True)  # fmt: skip
+        ("QL4", "QL5"),
+        ("QL601",),
+        ("QL406",),
+        True,
+    )
     assert s.exclude == ("legacy", "*.tmp.onnx") and s.output_format == "github"
     assert s.per_file_ignores == {"models/det*.onnx": ("QL501",)}
     assert s.per_node_ignores == {"b1_DequantizeLinear": ("QL406",), "conv*_out": ("QL5",)}
@@ -125,12 +132,15 @@ def test_config_option_naming_a_pyproject_without_the_table(tmp_path: Path) -> N
 
 
 def test_exclude_and_per_file_ignores_globs_are_relative_to_the_file(tmp_path: Path) -> None:
-    path = _write(tmp_path / "qlrewrite.toml", """
+    path = _write(
+        tmp_path / "qlrewrite.toml",
+        """
 exclude = ["legacy", "build/*", "*.tmp.onnx"]
 [per-file-ignores]
 "models/det*.onnx" = ["QL501", "QL6"]
 "*/ocr/*" = ["QL406"]
-""")  # fmt: skip
+""",
+    )
     s = config.load_config(path)
     assert s.excluded(tmp_path / "legacy" / "a" / "m.onnx")
     assert s.excluded(tmp_path / "legacy")

@@ -28,17 +28,31 @@ def _info(tmp_path: Path, proto: onnx.ModelProto, *args: str) -> Any:
 def test_matmul_nbits_group(tmp_path: Path) -> None:
     # K=40, N=8, bits=4, block 16: k_blocks 3, blob 8. B 8*3*8 = 192 bytes, scales
     # 8*3*4 = 96, packed zero points 8*ceil(3*4/8) = 16, bias 8*4 = 32.
-    proto = matmul_nbits_model(k=40, n=8, bits=4, block_size=16, zp="packed", bias=True,
-                               attrs={"accuracy_level": 4})  # fmt: skip
+    proto = matmul_nbits_model(
+        k=40, n=8, bits=4, block_size=16, zp="packed", bias=True, attrs={"accuracy_level": 4}
+    )
     doc = _info(tmp_path, proto, "--format", "json")
     assert doc["qdq_nodes"] == 0 and doc["qdq"] == []
     assert doc["weight_only_nodes"] == 1
-    assert doc["weight_only"] == [{
-        "op_type": "MatMulNBits", "version": 1, "weight_type": "UINT8", "bits": 4,
-        "block_size": 16, "K": 40, "N": 8, "shape": None, "quantize_axis": None,
-        "zero_points": "packed UINT8", "scale_type": "FLOAT", "accuracy_level": 4,
-        "constant": True, "nodes": 1, "input_bytes": 192 + 96 + 16 + 32,
-    }]  # fmt: skip
+    assert doc["weight_only"] == [
+        {
+            "op_type": "MatMulNBits",
+            "version": 1,
+            "weight_type": "UINT8",
+            "bits": 4,
+            "block_size": 16,
+            "K": 40,
+            "N": 8,
+            "shape": None,
+            "quantize_axis": None,
+            "zero_points": "packed UINT8",
+            "scale_type": "FLOAT",
+            "accuracy_level": 4,
+            "constant": True,
+            "nodes": 1,
+            "input_bytes": 192 + 96 + 16 + 32,
+        }
+    ]
 
 
 def test_matmul_nbits_float16_zero_points_and_defaults(tmp_path: Path) -> None:
@@ -55,13 +69,29 @@ def test_gather_block_quantized_groups(tmp_path: Path) -> None:
     proto = gather_block_quantized_model(zp=True)
     (row,) = _info(tmp_path, proto, "--format", "json")["weight_only"]
     assert row == {
-        "op_type": "GatherBlockQuantized", "version": 1, "weight_type": "UINT8", "bits": 4,
-        "block_size": 16, "K": None, "N": None, "shape": [8, 32], "quantize_axis": 1,
-        "zero_points": "packed UINT8", "scale_type": "FLOAT", "accuracy_level": None,
-        "constant": True, "nodes": 1, "input_bytes": 200,
-    }  # fmt: skip
-    fp8 = gather_block_quantized_model(data_type=DT.FLOAT8E4M3FN, data_shape=(8, 32), bits=None,
-                                       block_size=0, scale_type=DT.FLOAT16)  # fmt: skip
+        "op_type": "GatherBlockQuantized",
+        "version": 1,
+        "weight_type": "UINT8",
+        "bits": 4,
+        "block_size": 16,
+        "K": None,
+        "N": None,
+        "shape": [8, 32],
+        "quantize_axis": 1,
+        "zero_points": "packed UINT8",
+        "scale_type": "FLOAT",
+        "accuracy_level": None,
+        "constant": True,
+        "nodes": 1,
+        "input_bytes": 200,
+    }
+    fp8 = gather_block_quantized_model(
+        data_type=DT.FLOAT8E4M3FN,
+        data_shape=(8, 32),
+        bits=None,
+        block_size=0,
+        scale_type=DT.FLOAT16,
+    )
     (row,) = _info(tmp_path, fp8, "--format", "json")["weight_only"]
     assert (row["weight_type"], row["bits"], row["block_size"]) == ("FLOAT8E4M3FN", None, 0)
     assert (row["shape"], row["zero_points"], row["input_bytes"]) == ([8, 32], "none", 256 + 16)
@@ -88,13 +118,17 @@ def test_matmul_nbits_quantizer_model(tmp_path: Path) -> None:
     logging.getLogger().setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantizer = MatMulNBitsQuantizer(_embedding_mlp(), bits=4, block_size=32,
-                                         op_types_to_quantize=("MatMul", "Gather"))  # fmt: skip
+        quantizer = MatMulNBitsQuantizer(
+            _embedding_mlp(), bits=4, block_size=32, op_types_to_quantize=("MatMul", "Gather")
+        )
         quantizer.process()
     doc = _info(tmp_path, quantizer.model.model, "--format", "json")
     rows = {(r["op_type"], r["K"], r["N"]): r for r in doc["weight_only"]}
-    assert set(rows) == {("MatMulNBits", 96, 80), ("MatMulNBits", 80, 40),
-                         ("GatherBlockQuantized", None, None)}  # fmt: skip
+    assert set(rows) == {
+        ("MatMulNBits", 96, 80),
+        ("MatMulNBits", 80, 40),
+        ("GatherBlockQuantized", None, None),
+    }
     # 96 x 80 at 4 bits in blocks of 32: B 80*3*16, scales 80*3*4, zero points 80*2.
     assert rows["MatMulNBits", 96, 80]["input_bytes"] == 3840 + 960 + 160
     assert rows["GatherBlockQuantized", None, None]["shape"] == [64, 96]

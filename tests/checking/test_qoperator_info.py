@@ -25,7 +25,10 @@ def test_info_lists_qoperator_nodes_with_their_quantization(tmp_path) -> None:
     assert set(groups) == {"QLinearConv", "QLinearMatMul", "QLinearAdd", "QGemm"}
     assert groups["QLinearConv"]["nodes"] == 2
     assert groups["QLinearConv"]["quantization"] == [
-        "x INT8 per-tensor", "w INT8 per-channel(axis 0)", "y INT8 per-tensor"]  # fmt: skip
+        "x INT8 per-tensor",
+        "w INT8 per-channel(axis 0)",
+        "y INT8 per-tensor",
+    ]
     assert groups["QGemm"]["quantization"][1] == "B INT8 per-channel(axis 0)"  # transB=1
     assert groups["QLinearMatMul"]["quantization"][1] == "b INT8 per-channel(axis -1)"
     assert groups["QLinearAdd"]["domain"] == "com.microsoft"
@@ -43,7 +46,9 @@ def test_info_dynamic_says_what_is_not_converted(tmp_path) -> None:
     summary = json.loads(_info(tmp_path, "mlp-dynamic-per-channel", "--format", "json"))
     groups = {g["op_type"]: g for g in summary["qoperator"]}
     assert groups["MatMulInteger"]["quantization"] == [
-        "A UINT8 per-tensor", "B INT8 per-channel(axis -1)"]  # fmt: skip
+        "A UINT8 per-tensor",
+        "B INT8 per-channel(axis -1)",
+    ]
     assert groups["DynamicQuantizeLinear"]["quantization"] == ["y UINT8 per-tensor"]
 
 
@@ -52,11 +57,12 @@ def test_info_reports_left_alone_ops_with_reason(tmp_path) -> None:
         "QOrderedMatMul", ["a", "s", "b", "s", "s"], ["y"], domain="com.microsoft"
     )
     graph = onnx.helper.make_graph(
-        [node], "g", [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, [2, 2])
-                      for n in ("a", "b")] + [
-            onnx.helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [])],
+        [node],
+        "g",
+        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.INT8, [2, 2]) for n in ("a", "b")]
+        + [onnx.helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.INT8, [2, 2])],
-    )  # fmt: skip
+    )
     imports = [onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid("com.microsoft", 1)]
     model = onnx.helper.make_model(graph, opset_imports=imports)
     path = tmp_path / "ordered.onnx"

@@ -209,8 +209,10 @@ def test_any_repeat_is_grouped_and_different_patterns_are_not_mixed() -> None:
     # a negative number is a number too (zero point 3 and zero point -128 group)
     signed = [dataclasses.replace(_bias(i), message=f"zero point {i - 2}") for i in range(4)]
     assert [len(g.findings) for g in render.group_findings(signed)] == [4]
-    other = [dataclasses.replace(_bias(i), message=_bias(i).message.replace("rank", "size"))
-             for i in range(6, 12)]  # fmt: skip
+    other = [
+        dataclasses.replace(_bias(i), message=_bias(i).message.replace("rank", "size"))
+        for i in range(6, 12)
+    ]
     mixed = [_bias(i) for i in range(6)] + other
     assert [len(g.findings) for g in render.group_findings(mixed)] == [6, 6]
     # names, numbers and "(TYPE [dims])" descriptions do not split a group

@@ -82,9 +82,12 @@ def test_unreadable_file_wins_over_findings_and_others_are_still_reported(tmp_pa
     assert files["junk.onnx"]["findings"] == [] and files["junk.onnx"]["error"]
     assert "\n" not in files["junk.onnx"]["error"]
     assert files["junk.onnx"]["summary"] == {
-        "nodes_checked": 0, "custom_quant_nodes": 0, "errors": 0, "warnings": 0,
-        "suppressed": 0
-    }  # fmt: skip
+        "nodes_checked": 0,
+        "custom_quant_nodes": 0,
+        "errors": 0,
+        "warnings": 0,
+        "suppressed": 0,
+    }
     # text to a pipe: the unreadable file is one line on stderr, not a traceback
     code, out, err = _run("check", bad, junk)
     assert code == 2 and f"qlrewrite: error: {junk}: " in err and "QL403" in out
@@ -123,16 +126,36 @@ def test_json_shape_and_content(tmp_path: Path) -> None:
     assert set(entry) >= {"path", "error", "findings", "summary"}
     assert entry["path"] == str(path) and entry["error"] is None
     assert entry["summary"] == {
-        "nodes_checked": 1, "custom_quant_nodes": 0, "errors": 1, "warnings": 1, "suppressed": 0
-    }  # fmt: skip
+        "nodes_checked": 1,
+        "custom_quant_nodes": 0,
+        "errors": 1,
+        "warnings": 1,
+        "suppressed": 0,
+    }
     by_rule = {f["rule"]: f for f in entry["findings"]}
     assert set(by_rule) == {"QL403", "QL501"}
     f = by_rule["QL403"]
-    assert set(f) == {"rule", "severity", "node", "op_type", "domain", "opset", "graph",
-                      "output", "message", "hint", "fix"}  # fmt: skip
+    assert set(f) == {
+        "rule",
+        "severity",
+        "node",
+        "op_type",
+        "domain",
+        "opset",
+        "graph",
+        "output",
+        "message",
+        "hint",
+        "fix",
+    }
     assert (f["severity"], f["node"], f["op_type"], f["domain"], f["opset"], f["graph"]) == (
-        "error", "qdq", DQ, "", 13, "main"
-    )  # fmt: skip
+        "error",
+        "qdq",
+        DQ,
+        "",
+        13,
+        "main",
+    )
     assert "[5]" in f["message"] and f["hint"]
     assert by_rule["QL501"]["severity"] == "warning"
 
@@ -344,8 +367,12 @@ def test_installed_entry_point(tmp_path: Path) -> None:
     )
     assert done.returncode == 1 and done.stderr == ""
     assert json.loads(done.stdout)["files"][0]["summary"]["errors"] == 1
-    done = subprocess.run([str(exe), "check", str(tmp_path / "nope.onnx")], capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(exe), "check", str(tmp_path / "nope.onnx")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
 
 

@@ -83,8 +83,9 @@ AT_120 = "".join(
 @pytest.mark.parametrize(("columns", "expected"), [(80, AT_80), (120, AT_120)])
 def test_concise_lines_on_a_terminal_snapshot(tmp_path: Path, columns: int, expected: str) -> None:
     _models(tmp_path)
-    code, raw = _on_terminal(tmp_path, "check", "models", "--extend-select", "QL406",
-                             columns=columns)  # fmt: skip
+    code, raw = _on_terminal(
+        tmp_path, "check", "models", "--extend-select", "QL406", columns=columns
+    )
     out = ANSI.sub("", raw)
     assert code == 1 and out == expected
     assert all(len(line) <= columns for line in out.splitlines())
@@ -104,8 +105,11 @@ def test_ci_on_a_terminal_gets_the_plain_lines(tmp_path: Path) -> None:
     assert lines[-1].startswith("checked 3 file(s), 3 quantized node(s)")
     piped = subprocess.run(
         [sys.executable, "-m", "qlrewrite", "check", "models"],
-        capture_output=True, text=True, cwd=tmp_path, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert piped.stdout.splitlines() == lines  # what a pipe gets
     code, raw = _on_terminal(tmp_path, "check", "models", columns=80, ci="false")
     assert "Found 1 error and 1 warning." in ANSI.sub("", raw)  # CI=false: a person
@@ -127,8 +131,14 @@ def test_full_keeps_the_table_on_a_terminal(tmp_path: Path, option: str) -> None
 
 
 def _finding(node: str, fix: str | None = None) -> Finding:
-    return Finding("QL501", "warning", f"DequantizeLinear '{node}' in main: scale 's' is 0",
-                   node=node, op_type="DequantizeLinear", fix=fix)  # fmt: skip
+    return Finding(
+        "QL501",
+        "warning",
+        f"DequantizeLinear '{node}' in main: scale 's' is 0",
+        node=node,
+        op_type="DequantizeLinear",
+        fix=fix,
+    )
 
 
 def _concise(reports: list[Report], width: int, **options: bool) -> str:

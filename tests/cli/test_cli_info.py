@@ -520,7 +520,9 @@ def _constant_node_scales(tmp_path: Path) -> Path:
     weight = numpy_helper.from_array(np.arange(12, dtype=np.int8).reshape(4, 3), "w")
     nodes = [
         helper.make_node(
-            "Constant", [], ["s"],
+            "Constant",
+            [],
+            ["s"],
             value=numpy_helper.from_array(np.array([0.5, 1, 2, 4], np.float32)),
         ),
         helper.make_node(
@@ -532,7 +534,7 @@ def _constant_node_scales(tmp_path: Path) -> Path:
             "Constant", [], ["zp1"], value=numpy_helper.from_array(np.array(3, np.int8))
         ),
         helper.make_node("DequantizeLinear", ["w", "s1", "zp1"], ["y1"]),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
         nodes,
         "g",

@@ -129,7 +129,9 @@ def test_per_file_ignores(tmp_path: Path) -> None:
     code, doc = _json(".")
     assert code == 1
     assert {Path(f["path"]).parent.name: len(f["findings"]) for f in doc["files"]} == {
-        "det": 0, "rec": 1}  # fmt: skip
+        "det": 0,
+        "rec": 1,
+    }
 
 
 def test_per_node_ignores_are_counted_and_stale_keys_reported(tmp_path: Path) -> None:
@@ -334,8 +336,9 @@ def test_a_progress_bar_on_a_terminal_only(
     bar = _Bar()
     monkeypatch.setattr(check_cli, "progress", bar)
     # CliRunner swaps sys.stderr for its own stream: a terminal's answer for that run
-    monkeypatch.setattr(check_cli, "show_progress",
-                        lambda quiet=False: not quiet and not os.environ.get("CI"))  # fmt: skip
+    monkeypatch.setattr(
+        check_cli, "show_progress", lambda quiet=False: not quiet and not os.environ.get("CI")
+    )
     _run("models", "--jobs", jobs)
     assert bar.calls == [("checking", 5, True)] and bar.advanced == 5
     _run("models", "--jobs", jobs, "-q")

@@ -142,8 +142,10 @@ def test_rules_on_a_narrow_terminal_has_a_header_and_wraps() -> None:
     lines = _lines(out)
     assert lines[0].startswith("qlrewrite check rules (")
     assert all(len(line) <= 80 for line in lines), out
-    assert any(line.startswith("QL406  zero-point-scalar-vs-1  warning (opt-in), safe fix")
-               for line in lines)  # fmt: skip
+    assert any(
+        line.startswith("QL406  zero-point-scalar-vs-1  warning (opt-in), safe fix")
+        for line in lines
+    )
     piped = subprocess.run(
         [sys.executable, "-m", "qlrewrite", "rules"], capture_output=True, text=True, check=True
     )
@@ -191,8 +193,11 @@ def test_info_in_a_pipe_fits_columns_when_given() -> None:
         model = str(EXAMPLES / "msdomain_int16_opset13.onnx")
         done = subprocess.run(
             [sys.executable, "-m", "qlrewrite", "info", model],
-            capture_output=True, text=True, env=env, check=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
         return _lines(done.stdout)
 
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}

@@ -111,9 +111,16 @@ def test_bad_max_size_is_a_usage_error(model_file: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("4GB", 4 * 10**9), ("500MB", 500 * 10**6), ("1.5GiB", 3 * 2**29), ("1024", 1024),
-     ("2 kib", 2048), ("7b", 7), ("3G", 3 * 10**9)],
-)  # fmt: skip
+    [
+        ("4GB", 4 * 10**9),
+        ("500MB", 500 * 10**6),
+        ("1.5GiB", 3 * 2**29),
+        ("1024", 1024),
+        ("2 kib", 2048),
+        ("7b", 7),
+        ("3G", 3 * 10**9),
+    ],
+)
 def test_parse_size(text: str, size: int) -> None:
     assert parse_size(text) == size
 
@@ -142,8 +149,9 @@ def test_output_equal_to_input_needs_in_place(model_file: Path) -> None:
     code, err = _fold(str(model_file), "--in-place", "-q")
     assert code == 0, err
     assert _hash(model_file.parent) != before
-    assert "DequantizeLinear" not in {n.op_type for n in onnx.load_model(model_file).graph.node
-                                      if n.input[0].startswith("w")}  # fmt: skip
+    assert "DequantizeLinear" not in {
+        n.op_type for n in onnx.load_model(model_file).graph.node if n.input[0].startswith("w")
+    }
 
 
 def test_external_data_is_kept(tmp_path: Path) -> None:

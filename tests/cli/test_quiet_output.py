@@ -18,6 +18,8 @@ from test_cli_terminal import ANSI, run_on_terminal
 
 from qlrewrite.cli import main
 
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
 _TARGETS = {
     "tensorrt": ["--target", "tensorrt"],
     "qnn": ["--target", "qnn"],
@@ -45,6 +47,19 @@ def test_target_findings_fit_a_terminal(cnn_path: Path, columns: int, target: st
     assert all(len(line) <= columns for line in lines), out
     assert len(lines) < 40, out
     assert "https://" not in out  # the citation lives in `qlrewrite rules CODE`
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_target_findings_on_a_terminal_snapshot(tmp_path: Path, columns: int) -> None:
+    """The whole default output of the three targets' rules, exactly as a terminal
+    ``columns`` wide shows it (tests/cli/snapshots/cnn26_targets_COLUMNS.txt): a changed
+    message, grouping or wrap shows here as a diff to review."""
+    onnx.save(cnn26(), tmp_path / "cnn.onnx")
+    args = ["check", "cnn.onnx", *_TARGETS["all three"]]
+    code, raw = run_on_terminal(*args, columns=columns, cwd=tmp_path, stderr=False)
+    expected = (SNAPSHOTS / f"cnn26_targets_{columns}.txt").read_text()
+    assert code == 1
+    assert ANSI.sub("", raw) == expected
 
 
 @pytest.mark.parametrize("target", list(_TARGETS))

@@ -36,15 +36,18 @@ def _constant_weight(model: onnx.ModelProto) -> onnx.ModelProto:
     """The largest quantized weight becomes a Constant node (as exporters do)."""
     graph = model.graph
     dq_inputs = {n.input[0] for n in graph.node if n.op_type == "DequantizeLinear"}
-    index, tensor = max(((i, t) for i, t in enumerate(graph.initializer) if t.name in dq_inputs),
-                        key=lambda item: len(item[1].raw_data))  # fmt: skip
+    index, tensor = max(
+        ((i, t) for i, t in enumerate(graph.initializer) if t.name in dq_inputs),
+        key=lambda item: len(item[1].raw_data),
+    )
     assert len(tensor.raw_data) >= 1024
     del graph.initializer[index]
     value = onnx.TensorProto()
     value.CopyFrom(tensor)
     value.name = tensor.name + "_value"
-    graph.node.insert(0, helper.make_node("Constant", [], [tensor.name], value=value,
-                                          name=tensor.name + "_const"))  # fmt: skip
+    graph.node.insert(
+        0, helper.make_node("Constant", [], [tensor.name], value=value, name=tensor.name + "_const")
+    )
     return model
 
 
@@ -53,9 +56,12 @@ def _layout(name: str, folder: Path) -> Path:
     if name == "constant-attribute":
         model = _constant_weight(model)
     external_data_helper.convert_model_to_external_data(
-        model, all_tensors_to_one_file=True, location="model.onnx.data", size_threshold=1024,
+        model,
+        all_tensors_to_one_file=True,
+        location="model.onnx.data",
+        size_threshold=1024,
         convert_attribute=True,
-    )  # fmt: skip
+    )
     folder.mkdir(parents=True)
     path = folder / "model.onnx"
     onnx.save_model(model, path)
@@ -68,8 +74,7 @@ def _cases() -> list:
     for layout in ("ort-quantizer", "constant-attribute"):
         for command in COMMANDS:
             for cwd in ("elsewhere", "input-folder"):
-                cases.append(pytest.param(layout, command, cwd,
-                                          id=f"{layout}-{command}-{cwd}"))  # fmt: skip
+                cases.append(pytest.param(layout, command, cwd, id=f"{layout}-{command}-{cwd}"))
     return cases
 
 
@@ -82,14 +87,17 @@ def test_external_data(
     monkeypatch.chdir(tmp_path / "cwd" if cwd == "elsewhere" else source.parent)
     out = tmp_path / "out" / "result.onnx"
     out.parent.mkdir()
-    result = CliRunner().invoke(main, [*COMMANDS[command][:1], str(source),
-                                       *COMMANDS[command][1:], "-o", str(out), "--verify"],
-                                catch_exceptions=False)  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [*COMMANDS[command][:1], str(source), *COMMANDS[command][1:], "-o", str(out), "--verify"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.stderr
     # Self-contained: the output folder moved elsewhere still runs, with the same outputs.
     moved = shutil.copytree(out.parent, tmp_path / "moved")
     feeds = inputs_for("cnn")
-    for before, after in zip(run_ort(source, feeds), run_ort(moved / "result.onnx", feeds),
-                             strict=True):  # fmt: skip
+    for before, after in zip(
+        run_ort(source, feeds), run_ort(moved / "result.onnx", feeds), strict=True
+    ):
         assert before.tobytes() == after.tobytes()
     assert sorted(os.listdir(tmp_path / "in")) == ["model.onnx", "model.onnx.data"]

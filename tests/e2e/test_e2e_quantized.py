@@ -51,8 +51,9 @@ def _cli(*args: Any) -> tuple[int, str]:
 def _rewrite(command: str, source: Path, out: Path, *args: Any) -> tuple[int, str, dict | None]:
     """Run a rewriting command with --verify; on exit 0 the verification must be exact."""
     report = out.with_suffix(".json")
-    code, err = _cli(command, source, *args, "-o", out, "--verify", "--verify-runs", 2,
-                     "--report", report)  # fmt: skip
+    code, err = _cli(
+        command, source, *args, "-o", out, "--verify", "--verify-runs", 2, "--report", report
+    )
     document = json.loads(report.read_text()) if report.exists() else None
     if code == 0:
         assert out.exists(), err
@@ -69,8 +70,11 @@ def _count(graph: onnx.GraphProto, op_type: str) -> int:
 
 
 def _domains(path: Path) -> set[str]:
-    return {n.domain or "" for n in onnx.load(path).graph.node
-            if n.op_type in ("QuantizeLinear", "DequantizeLinear")}  # fmt: skip
+    return {
+        n.domain or ""
+        for n in onnx.load(path).graph.node
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+    }
 
 
 def _opset(path: Path) -> int:
@@ -100,8 +104,9 @@ def test_fold(models: dict[str, Path], tmp_path: Path, config: str, keep_dq: boo
     else:
         assert changes["dq_folded"] + changes["chains_folded"] > 0, changes
         assert _count(after, "DequantizeLinear") < _count(before, "DequantizeLinear")
-    code, err, again = _rewrite("fold", out, tmp_path / "twice.onnx",
-                                *(["--keep-dq"] if keep_dq else []))  # fmt: skip
+    code, err, again = _rewrite(
+        "fold", out, tmp_path / "twice.onnx", *(["--keep-dq"] if keep_dq else [])
+    )
     assert code == 0, err
     assert not any(v for v in again["changes"]["FoldPass"].values() if isinstance(v, int)), again
 
@@ -144,8 +149,7 @@ def test_upgrade_then_fold(models: dict[str, Path], tmp_path: Path, config: str)
 
 
 @pytest.mark.parametrize("config", VALID)
-def test_convert_then_fold_then_check(models: dict[str, Path], tmp_path: Path,
-                                      config: str) -> None:  # fmt: skip
+def test_convert_then_fold_then_check(models: dict[str, Path], tmp_path: Path, config: str) -> None:
     to = "onnx" if MS in _domains(models[config]) else MS
     if (config, to) in CONVERT_REFUSALS:
         up = tmp_path / "up.onnx"

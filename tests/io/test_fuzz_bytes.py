@@ -66,15 +66,20 @@ def _external_model(folder: Path) -> Path:
         helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
     ]
     graph = helper.make_graph(
-        nodes, "ext", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        nodes,
+        "ext",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])],
-        initializer=[numpy_helper.from_array(weight, "w_q"),
-                     numpy_helper.from_array(scale, "w_scale")],
-    )  # fmt: skip
+        initializer=[
+            numpy_helper.from_array(weight, "w_q"),
+            numpy_helper.from_array(scale, "w_scale"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     path = folder / "model.onnx"
-    onnx.save_model(model, path, save_as_external_data=True, location="model.onnx.data",
-                    size_threshold=1024)  # fmt: skip
+    onnx.save_model(
+        model, path, save_as_external_data=True, location="model.onnx.data", size_threshold=1024
+    )
     return path
 
 
@@ -136,8 +141,10 @@ def time_limit(seconds: int) -> Iterator[None]:
 
 
 def _digests(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
-            for p in folder.iterdir()}  # fmt: skip
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "folder"
+        for p in folder.iterdir()
+    }
 
 
 def run_mutant(  # noqa: C901
@@ -233,13 +240,17 @@ def _wrong_field_model(path: Path) -> Path:
     weight = TensorProto(name="w_q", data_type=TensorProto.INT8, dims=[4, 3])
     weight.uint64_data.extend(range(12))
     scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
-    nodes = [helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
-             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
         initializer=[weight, scale],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     path.write_bytes(model.SerializeToString())
     return path
@@ -265,11 +276,12 @@ def _undefined_attribute_model(path: Path) -> Path:
     dq = helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq", axis=1)
     dq.attribute[0].type = onnx.AttributeProto.UNDEFINED
     graph = helper.make_graph(
-        [dq, helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [dq, helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
         initializer=[weight, scale],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     path.write_bytes(model.SerializeToString())
     return path
@@ -352,8 +364,10 @@ def test_string_typed_external_weight(tmp_path: Path, command: tuple[str, ...]) 
     source = _external_model(tmp_path / "src")
     model = onnx.load_model(source, load_external_data=False)
     model.graph.initializer[0].data_type = TensorProto.STRING
-    files = {"model.onnx": model.SerializeToString(),
-             "model.onnx.data": (source.parent / "model.onnx.data").read_bytes()}  # fmt: skip
+    files = {
+        "model.onnx": model.SerializeToString(),
+        "model.onnx.data": (source.parent / "model.onnx.data").read_bytes(),
+    }
     problems, code = run_mutant(tmp_path / "m", files, command)
     assert not problems, problems
     assert code in ((0, 1, 2) if command[0] == "info" else (1, 2))

@@ -47,8 +47,13 @@ def run_capped(*commands: list[str | Path]) -> list[dict]:
     """Run CLI commands in one child process with a capped address space."""
     child = _CHILD.format(limit=ADDRESS_SPACE)
     arg = json.dumps([[str(a) for a in command] for command in commands])
-    done = subprocess.run([sys.executable, "-c", child, arg], capture_output=True, text=True,
-                          timeout=SECONDS * len(commands) + 60, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", child, arg],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS * len(commands) + 60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -63,13 +68,17 @@ def _assert_sane(result: dict, codes: set[int]) -> None:
 
 def _dq_matmul(weight: onnx.TensorProto) -> onnx.ModelProto:
     scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
-    nodes = [helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
-             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, N])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, N])],
         initializer=[weight, scale],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -79,8 +88,15 @@ def _claiming(name: str, dims: list[int], raw: bytes = b"\x01\x02") -> onnx.Tens
     return tensor
 
 
-ALL_COMMANDS = (["info"], ["check"], ["fold"], ["fold", "--keep-dq"], ["convert", "--to", "onnx"],
-                ["convert", "--to", "com.microsoft"], ["upgrade", "--opset", "21"])  # fmt: skip
+ALL_COMMANDS = (
+    ["info"],
+    ["check"],
+    ["fold"],
+    ["fold", "--keep-dq"],
+    ["convert", "--to", "onnx"],
+    ["convert", "--to", "com.microsoft"],
+    ["upgrade", "--opset", "21"],
+)
 
 
 def test_tiny_data_claiming_terabytes_is_refused(tmp_path: Path) -> None:
@@ -160,13 +176,17 @@ def test_fold_max_size_on_a_small_model(tmp_path: Path) -> None:
     """The bound is on the output's initializers: 64x32 int8 -> 8 KiB of float32."""
     weight = numpy_helper.from_array(np.ones((64, 32), np.int8), "w_q")
     scale = numpy_helper.from_array(np.array(0.5, np.float32), "s")
-    nodes = [helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
-             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["w_q", "s"], ["w"], name="dq"),
+        helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+    ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
         initializer=[weight, scale],
-    )  # fmt: skip
+    )
     path = tmp_path / "m.onnx"
     onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
     small, large = tmp_path / "small.onnx", tmp_path / "large.onnx"

@@ -23,6 +23,19 @@ FLOAT = TensorProto.FLOAT
 Q = "QuantizeLinear"
 
 
+def _branch(name: str) -> onnx.GraphProto:
+    """An If branch quantizing the outer value ``h`` with a Constant scale."""
+    branch_scale = helper.make_tensor("bs", FLOAT, [], [0.25])
+    nodes = [
+        helper.make_node("Constant", [], [f"{name}_s"], value=branch_scale),
+        helper.make_node("Relu", ["h"], [f"{name}_r"]),
+        helper.make_node(Q, [f"{name}_r", f"{name}_s"], [f"{name}_q"], name=f"{name}_qn"),
+        helper.make_node(DQ, [f"{name}_q", f"{name}_s"], [f"{name}_y"], name=f"{name}_dq"),
+    ]
+    out = helper.make_tensor_value_info(f"{name}_y", FLOAT, None)
+    return helper.make_graph(nodes, name, [], [out])
+
+
 def _mixed() -> onnx.ModelProto:
     """Shapeless activations through Q/DQ, a large and a small weight, an overridable
     initializer, an If whose branches quantize outer values, and a local function."""
@@ -36,18 +49,6 @@ def _mixed() -> onnx.ModelProto:
         numpy_helper.from_array(np.array([1, 64], np.int64), "shape"),
         numpy_helper.from_array(np.array(0.2, np.float32), "bias"),  # also a graph input
     ]
-    branch_scale = helper.make_tensor("bs", FLOAT, [], [0.25])
-
-    def branch(name: str) -> onnx.GraphProto:
-        nodes = [
-            helper.make_node("Constant", [], [f"{name}_s"], value=branch_scale),
-            helper.make_node("Relu", ["h"], [f"{name}_r"]),
-            helper.make_node(Q, [f"{name}_r", f"{name}_s"], [f"{name}_q"], name=f"{name}_qn"),
-            helper.make_node(DQ, [f"{name}_q", f"{name}_s"], [f"{name}_y"], name=f"{name}_dq"),
-        ]
-        out = helper.make_tensor_value_info(f"{name}_y", FLOAT, None)
-        return helper.make_graph(nodes, name, [], [out])
-
     dq_fn = helper.make_node(DQ, ["fx", "fs"], ["fy"], name="fdq")
     function = helper.make_function(
         "local", "deq", ["fx", "fs"], ["fy"], [dq_fn], [helper.make_opsetid("", 13)]
@@ -60,23 +61,30 @@ def _mixed() -> onnx.ModelProto:
         helper.make_node("MatMul", ["xd", "wd"], ["h0"]),
         helper.make_node("Add", ["h0", "bias"], ["h"]),
         helper.make_node(
-            "If", ["c"], ["y"], name="if", then_branch=branch("then"), else_branch=branch("else")
+            "If", ["c"], ["y"], name="if", then_branch=_branch("then"), else_branch=_branch("else")
         ),
         helper.make_node("deq", ["xq", "as"], ["z"], domain="local", name="call"),
     ]
     graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info("x", FLOAT, [64]),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("bias", FLOAT, [])],
-        [helper.make_tensor_value_info("y", FLOAT, None),
-         helper.make_tensor_value_info("z", FLOAT, None)],
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", FLOAT, [64]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("bias", FLOAT, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", FLOAT, None),
+            helper.make_tensor_value_info("z", FLOAT, None),
+        ],
         initializer=inits,
-    )  # fmt: skip
+    )
     return helper.make_model(
-        graph, functions=[function], ir_version=8,
+        graph,
+        functions=[function],
+        ir_version=8,
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
-    )  # fmt: skip
+    )
 
 
 def _initializer_names(proto: onnx.ModelProto) -> set[str]:
@@ -157,9 +165,12 @@ def _layers(path: Path, layers: int) -> Path:
         ]
         current = f"r{i}"
     graph = helper.make_graph(
-        nodes, "layers", [helper.make_tensor_value_info("x", FLOAT, [1, 16])],
-        [helper.make_tensor_value_info(current, FLOAT, [1, 16])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "layers",
+        [helper.make_tensor_value_info("x", FLOAT, [1, 16])],
+        [helper.make_tensor_value_info(current, FLOAT, [1, 16])],
+        initializer=inits,
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     onnx.save_model(proto, path)
     return path

@@ -25,9 +25,13 @@ _CALL = helper.make_node("f", ["w"], ["z"], domain="local")
 def _neg_function() -> onnx.FunctionProto:
     """local.f(a) = Neg(a)."""
     return helper.make_function(
-        "local", "f", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+        "local",
+        "f",
+        ["a"],
+        ["b"],
+        [helper.make_node("Neg", ["a"], ["b"])],
         [helper.make_opsetid("", 21)],
-    )  # fmt: skip
+    )
 
 
 def _rich_model(folder: Path) -> Path:
@@ -35,13 +39,18 @@ def _rich_model(folder: Path) -> Path:
     node, an If whose branch has its own initializer, a function, metadata."""
     branch_init = numpy_helper.from_array(np.array([1.5], np.float32), "b_init")
     then = helper.make_graph(
-        [helper.make_node("Add", ["w", "b_init"], ["t"])], "then", [],
-        [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [4])], [branch_init],
-    )  # fmt: skip
+        [helper.make_node("Add", ["w", "b_init"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", onnx.TensorProto.FLOAT, [4])],
+        [branch_init],
+    )
     other = helper.make_graph(
-        [helper.make_node("Identity", ["w"], ["e"])], "else", [],
+        [helper.make_node("Identity", ["w"], ["e"])],
+        "else",
+        [],
         [helper.make_tensor_value_info("e", onnx.TensorProto.FLOAT, [4])],
-    )  # fmt: skip
+    )
     nodes = [
         _CONSTANT,
         helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other),
@@ -55,14 +64,19 @@ def _rich_model(folder: Path) -> Path:
         helper.make_tensor("s", onnx.TensorProto.STRING, [2], [b"a", b"bc"]),
     ]
     graph = helper.make_graph(
-        nodes, "g", [],
+        nodes,
+        "g",
+        [],
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [4]) for n in ("y", "z")],
         inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
-        functions=[function], ir_version=10, producer_name="test",
-    )  # fmt: skip
+        graph,
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+        functions=[function],
+        ir_version=10,
+        producer_name="test",
+    )
     helper.set_model_props(model, {"key": "value"})
     path = folder / "rich.onnx"
     onnx.save(model, path, save_as_external_data=True, location="rich.data", size_threshold=1000)
@@ -106,13 +120,18 @@ def _dq_model(path: Path, weights: int) -> int:
             numpy_helper.from_array(w, f"w{i}"),
             numpy_helper.from_array(np.full((2048,), 0.01, np.float32), f"s{i}"),
         ]
-        nodes += [helper.make_node("DequantizeLinear", [f"w{i}", f"s{i}"], [f"d{i}"], axis=1),
-                  helper.make_node("MatMul", [x, f"d{i}"], [f"h{i}"])]  # fmt: skip
+        nodes += [
+            helper.make_node("DequantizeLinear", [f"w{i}", f"s{i}"], [f"d{i}"], axis=1),
+            helper.make_node("MatMul", [x, f"d{i}"], [f"h{i}"]),
+        ]
         x = f"h{i}"
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2048])],
-        [helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, [1, 2048])], inits,
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 2048])],
+        [helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, [1, 2048])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     onnx.save(model, path)
     return weights * 2048 * 2048 * 4
@@ -150,15 +169,18 @@ def _plain_model(folder: Path) -> Path:
         numpy_helper.from_array(np.arange(2000, dtype=np.float32), "big_input"),
     ]
     graph = helper.make_graph(
-        nodes, "g",
+        nodes,
+        "g",
         [helper.make_tensor_value_info("big_input", onnx.TensorProto.FLOAT, [2000])],
         [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [4]) for n in ("y", "z")],
         inits,
-    )  # fmt: skip
+    )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
-        functions=[function], ir_version=10,
-    )  # fmt: skip
+        graph,
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("local", 1)],
+        functions=[function],
+        ir_version=10,
+    )
     path = folder / "plain.onnx"
     onnx.save(model, path, save_as_external_data=True, location="plain.data", size_threshold=1000)
     return path

@@ -82,8 +82,8 @@ def _function() -> onnx.FunctionProto:
     return helper.make_function("local", "F", ["fx"], ["fy"], nodes, [helper.make_opsetid("", 21)])
 
 
-def rich_model() -> onnx.ModelProto:
-    """Every place and form a tensor's data can take, each above 1 KiB unless said."""
+def _rich_initializers() -> list[onnx.TensorProto]:
+    """The initializers of :func:`rich_model`: typed, raw, packed int4, int64, empty."""
     typed_int8 = helper.make_tensor("wt", TensorProto.INT8, [K, N], _int8(2).ravel().tolist())
     floats = np.random.default_rng(3).standard_normal((K, N)).astype(np.float32) / 8
     typed_float = helper.make_tensor("wf", TensorProto.FLOAT, [K, N], floats.ravel().tolist())
@@ -92,8 +92,28 @@ def rich_model() -> onnx.ModelProto:
     packed_raw.raw_data = _pack4(int4)
     int64 = helper.make_tensor("i64", TensorProto.INT64, [300], list(range(-150, 150)))
     empty = numpy_helper.from_array(np.zeros((0, 8), np.float32), "empty")
+    blocks = K // 32
+    return [
+        numpy_helper.from_array(_int8(1), "w8"),
+        typed_int8,
+        typed_float,
+        packed_raw,
+        int64,
+        empty,
+        *_scale("w8"),
+        *_scale("wt"),
+        *_scale("wf"),
+        numpy_helper.from_array(np.full((blocks, N), 0.1, np.float32), "w4_s"),
+        helper.make_tensor("w4_z", TensorProto.INT4, [blocks, N], [0] * (blocks * N)),
+        *_scale("cw"),
+    ]
+
+
+def _rich_nodes() -> list[onnx.NodeProto]:
+    """The nodes of :func:`rich_model`: DQ -> MatMul per weight form, a Constant, an If, a
+    function call, pass-throughs."""
     constant = numpy_helper.from_array(_int8(5), "cw")
-    nodes = [
+    return [
         *_dq_matmul("w8", "x", "y8", "w8"),
         *_dq_matmul("wt", "x", "yt", "wt"),
         helper.make_node("QuantizeLinear", ["wf", "wf_s", "wf_z"], ["wf_q"], axis=1),
@@ -111,21 +131,11 @@ def rich_model() -> onnx.ModelProto:
         helper.make_node("Identity", ["i64"], ["i64_out"]),
         helper.make_node("Identity", ["empty"], ["empty_out"]),
     ]
-    blocks = K // 32
-    inits = [
-        numpy_helper.from_array(_int8(1), "w8"),
-        typed_int8,
-        typed_float,
-        packed_raw,
-        int64,
-        empty,
-        *_scale("w8"),
-        *_scale("wt"),
-        *_scale("wf"),
-        numpy_helper.from_array(np.full((blocks, N), 0.1, np.float32), "w4_s"),
-        helper.make_tensor("w4_z", TensorProto.INT4, [blocks, N], [0] * (blocks * N)),
-        *_scale("cw"),
-    ]
+
+
+def rich_model() -> onnx.ModelProto:
+    """Every place and form a tensor's data can take, each above 1 KiB unless said."""
+    nodes, inits = _rich_nodes(), _rich_initializers()
     outputs = [("y8", N), ("yt", N), ("yf", N), ("y4", N), ("yc", N), ("yif", N), ("yfn", N)]
     graph = helper.make_graph(
         nodes,

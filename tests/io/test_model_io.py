@@ -23,7 +23,7 @@ from model_io_fixtures import cli, external_tensor, matmul_model, write_external
 from onnx import TensorProto, helper, numpy_helper
 
 from qlrewrite.errors import InputError
-from qlrewrite.io import model_io, tensors
+from qlrewrite.io import model_io, output_plan, tensors
 from qlrewrite.io.data_problems import data_problems
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -565,10 +565,10 @@ def test_same_file(tmp_path: Path) -> None:
     real.write_bytes(b"x")
     (tmp_path / "link.onnx").symlink_to(real)
     os.link(real, tmp_path / "hard.onnx")
-    assert model_io.same_file(tmp_path / "link.onnx", real)
-    assert model_io.same_file(tmp_path / "hard.onnx", real)
-    assert model_io.same_file(tmp_path / "sub" / ".." / "a.onnx", real)
-    assert not model_io.same_file(tmp_path / "b.onnx", real)
+    assert output_plan.same_file(tmp_path / "link.onnx", real)
+    assert output_plan.same_file(tmp_path / "hard.onnx", real)
+    assert output_plan.same_file(tmp_path / "sub" / ".." / "a.onnx", real)
+    assert not output_plan.same_file(tmp_path / "b.onnx", real)
 
 
 def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:
@@ -587,13 +587,18 @@ def test_initializer_bytes_counts_sub_byte_and_strings(tmp_path: Path) -> None:
 def test_a_data_file_and_a_truncated_model_are_named_as_what_they_are(tmp_path) -> None:
     """`check` of a model's external data file, or of a model cut short, says what it is
     (it said only "not an ONNX model (Wire format was corrupt)")."""
-    model = helper.make_model(helper.make_graph(
-        [helper.make_node("Identity", ["w"], ["y"])], "g", [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
-        initializer=[numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32), "w")],
-    ))  # fmt: skip
-    onnx.save_model(model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data",
-                    size_threshold=0)  # fmt: skip
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Identity", ["w"], ["y"])],
+            "g",
+            [],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
+            initializer=[numpy_helper.from_array(np.linspace(-1, 1, 256, dtype=np.float32), "w")],
+        )
+    )
+    onnx.save_model(
+        model, tmp_path / "m.onnx", save_as_external_data=True, location="m.data", size_threshold=0
+    )
     result = cli("check", str(tmp_path / "m.data"))
     assert result.exit_code == 2
     assert "m.data: looks like raw tensor data, not an ONNX model" in result.stderr

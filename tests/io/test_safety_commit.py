@@ -102,8 +102,9 @@ def test_live_staging_folder_is_never_removed(tmp_path: Path) -> None:
     """A run paused after staging: another run into the folder leaves its staging alone;
     after the first is killed, its leftover is removed by the next run."""
     source, out, _, _ = _setup(tmp_path)
-    paused = _run("staged", "pause", "convert", str(source), "--to", "onnx", "-o", str(out),
-                  wait=False)  # fmt: skip
+    paused = _run(
+        "staged", "pause", "convert", str(source), "--to", "onnx", "-o", str(out), wait=False
+    )
     try:
         assert paused.stdout is not None and paused.stdout.readline().strip() == "ready"
         staging = [p for p in tmp_path.iterdir() if p.name.startswith(".qlrewrite-staging-")]
@@ -225,15 +226,17 @@ def test_commit_waits_for_another_and_refuses_after_the_limit(
 # --------------------------------------------------------------------------- signals
 
 
-@pytest.mark.parametrize(("signum", "word"), [(signal.SIGTERM, "terminated"),
-                                              (signal.SIGINT, "interrupted")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("signum", "word"), [(signal.SIGTERM, "terminated"), (signal.SIGINT, "interrupted")]
+)
 def test_signal_during_a_write_cleans_up_and_exits_with_one_line(
     tmp_path: Path, signum: int, word: str
 ) -> None:
     source, out, _, old_w = _setup(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
-    process = _run("staged", "pause", "convert", str(source), "--to", "onnx", "-o", str(out),
-                   wait=False)  # fmt: skip
+    process = _run(
+        "staged", "pause", "convert", str(source), "--to", "onnx", "-o", str(out), wait=False
+    )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)

@@ -98,9 +98,11 @@ def _nested_ifs(tmp_path: Path, depth: int) -> Path:
         node = helper.make_node("If", ["c"], ["y"], then_branch=graph, else_branch=graph)
         graph = helper.make_graph([node], f"level{level}", [], [_io("y")])
     main = helper.make_graph(
-        graph.node, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _io("x")],
+        graph.node,
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _io("x")],
         [_io("y")],
-    )  # fmt: skip
+    )
     return _save(tmp_path / "nested.onnx", main)
 
 
@@ -122,9 +124,11 @@ def test_depth_counts_subgraph_levels_not_slashes_in_node_names(tmp_path: Path) 
         )
         graph = helper.make_graph([node], f"level{level}", [], [_io("y")])
     main = helper.make_graph(
-        graph.node, "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _io("x")],
+        graph.node,
+        "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), _io("x")],
         [_io("y")],
-    )  # fmt: skip
+    )
     path = _save(tmp_path / "named.onnx", main)
     assert cli("--max-depth", "2", "check", str(path)).exit_code == 0
     assert cli("--max-depth", "1", "check", str(path)).exit_code == 2

@@ -143,8 +143,14 @@ def test_report_onto_the_output_or_its_data_is_refused(tmp_path: Path, report: s
 def test_report_that_cannot_be_written_writes_nothing(tmp_path: Path) -> None:
     """A report into a missing folder refuses before the model is written."""
     model, _ = write_external_model(tmp_path, "m.onnx")
-    result = cli("fold", str(model), "-o", str(tmp_path / "o.onnx"), "--report",
-                 str(tmp_path / "missing" / "r.json"))  # fmt: skip
+    result = cli(
+        "fold",
+        str(model),
+        "-o",
+        str(tmp_path / "o.onnx"),
+        "--report",
+        str(tmp_path / "missing" / "r.json"),
+    )
     assert result.exit_code == 2
     assert "output folder does not exist" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]

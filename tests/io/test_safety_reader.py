@@ -33,8 +33,12 @@ def _qlrewrite(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]
     """The command in its own process, bounded: a read that blocks fails the test."""
     return subprocess.run(
         [sys.executable, "-m", "qlrewrite", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _one_line(result, *words: str) -> None:

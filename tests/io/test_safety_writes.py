@@ -180,10 +180,23 @@ def test_a_link_to_stdout_is_written_as_a_stream(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     with report.open("w") as out:
         done = subprocess.run(
-            [sys.executable, "-m", "qlrewrite", "check", str(model), "--format", "json",
-             "-o", str(link)],
-            stdout=out, stderr=subprocess.PIPE, text=True, timeout=120, check=False,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "qlrewrite",
+                "check",
+                str(model),
+                "--format",
+                "json",
+                "-o",
+                str(link),
+            ],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr
     assert link.is_symlink() and os.readlink(link) == "/dev/stdout"
     assert json.loads(report.read_text())["files"] is not None

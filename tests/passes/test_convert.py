@@ -21,8 +21,8 @@ from qdq_models import DQ, MS, Q, qdq_model
 from qlrewrite.checking.checker import check_model
 from qlrewrite.cli import main
 from qlrewrite.errors import Refusal
-from qlrewrite.passes.convert.domain import ConvertDomainPass, convert
-from qlrewrite.passes.results import ConvertResult
+from qlrewrite.io.weightless import weightless_proto
+from qlrewrite.passes.convert.domain import ConvertDomainPass, ConvertResult, convert
 from qlrewrite.pipeline import validate_output
 
 DT = ir.DataType
@@ -87,7 +87,7 @@ def test_ort_quantized_models_convert_or_refuse(config: str, target: str) -> Non
         assert _nodes(model) == before  # nothing changed before the refusal
         return
     convert(model, target)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     proto = ir.serde.serialize_model(model)
     domain = "" if target == "onnx" else MS
     assert _qdq_domains(proto) == {domain}
@@ -149,9 +149,13 @@ def _convert_one(proto: onnx.ModelProto, target: str) -> tuple[ir.Model, Convert
 
 def test_microsoft_without_axis_and_1d_scale_gets_axis_1_and_a_warning() -> None:
     proto = qdq_model(
-        DQ, domain=MS, x_type=DT.INT16, scale_shape=(3,), scale=[0.5, 1, 2],
+        DQ,
+        domain=MS,
+        x_type=DT.INT16,
+        scale_shape=(3,),
+        scale=[0.5, 1, 2],
         imports={"": 21, MS: 1},
-    )  # fmt: skip
+    )
     model, conv = _convert_one(proto, "onnx")
     proto_out = ir.serde.serialize_model(model)
     (node,) = proto_out.graph.node
@@ -183,19 +187,36 @@ def test_microsoft_fp16_needs_opset_19() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "why"),
     [
-        ({"op": DQ, "opset": 21, "x_type": DT.INT4, "x_shape": (4, 64), "scale_shape": (4, 2),
-          "attrs": {"axis": 1, "block_size": 32}}, "block"),
+        (
+            {
+                "op": DQ,
+                "opset": 21,
+                "x_type": DT.INT4,
+                "x_shape": (4, 64),
+                "scale_shape": (4, 2),
+                "attrs": {"axis": 1, "block_size": 32},
+            },
+            "block",
+        ),
         ({"op": DQ, "opset": 19, "x_type": DT.FLOAT8E4M3FN}, "FLOAT8E4M3FN"),
         ({"op": DQ, "opset": 23, "x_type": DT.FLOAT4E2M1}, "FLOAT4E2M1"),
         ({"op": DQ, "opset": 25, "x_type": DT.INT2}, "INT2"),
         ({"op": DQ, "opset": 21, "scale_type": DT.BFLOAT16}, "BFLOAT16"),
-        ({"op": DQ, "opset": 24, "scale_type": DT.FLOAT8E8M0, "scale": 1.0,
-          "attrs": {"output_dtype": int(DT.FLOAT)}}, "FLOAT8E8M0"),
+        (
+            {
+                "op": DQ,
+                "opset": 24,
+                "scale_type": DT.FLOAT8E8M0,
+                "scale": 1.0,
+                "attrs": {"output_dtype": int(DT.FLOAT)},
+            },
+            "FLOAT8E8M0",
+        ),
         ({"op": DQ, "opset": 23, "attrs": {"output_dtype": int(DT.FLOAT16)}}, "output_dtype"),
         ({"op": Q, "opset": 23, "attrs": {"precision": int(DT.FLOAT)}}, "precision"),
         ({"op": Q, "opset": 19, "attrs": {"saturate": 0}}, "saturate"),
     ],
-)  # fmt: skip
+)
 def test_to_microsoft_refuses_what_contrib_ops_cannot_express(kwargs: dict, why: str) -> None:
     proto = qdq_model(**kwargs)
     assert not check_model(ir.serde.deserialize_model(proto)).errors  # a valid input
@@ -221,7 +242,7 @@ def test_to_microsoft_drops_attributes_equal_to_their_default(
     op: str, opset: int, attrs: dict
 ) -> None:
     model, _ = _convert_one(qdq_model(op, opset, attrs=attrs), "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     (node,) = ir.serde.serialize_model(model).graph.node
     assert (node.domain, list(node.attribute)) == (MS, [])
 
@@ -229,7 +250,7 @@ def test_to_microsoft_drops_attributes_equal_to_their_default(
 def test_to_microsoft_keeps_axis_and_int16() -> None:
     proto = qdq_model(DQ, 21, x_type=DT.INT16, scale_shape=(3,), scale=[1, 2, 3], attrs={"axis": 1})
     model, _ = _convert_one(proto, "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     (node,) = ir.serde.serialize_model(model).graph.node
     assert node.domain == MS and [(a.name, a.i) for a in node.attribute] == [("axis", 1)]
 
@@ -241,30 +262,51 @@ def _if_model(domain: str) -> onnx.ModelProto:
     """An If whose two branches each hold a DQ of the outer x (and a nested If in one)."""
 
     def branch(name: str, nested: bool = False) -> onnx.GraphProto:
-        nodes = [helper.make_node(DQ, ["x", "s", "zp"], [f"{name}_y"], name=f"{name}_dq",
-                                  domain=domain)]  # fmt: skip
+        nodes = [
+            helper.make_node(DQ, ["x", "s", "zp"], [f"{name}_y"], name=f"{name}_dq", domain=domain)
+        ]
         if nested:
             inner = helper.make_graph(
-                [helper.make_node(DQ, ["x", "s", "zp"], ["inner_y"], name="inner_dq",
-                                  domain=domain)],
-                "inner", [], [helper.make_tensor_value_info("inner_y", 1, [4])],
-            )  # fmt: skip
-            nodes = [helper.make_node("If", ["c"], [f"{name}_y"], name="nested",
-                                      then_branch=inner, else_branch=inner)]  # fmt: skip
+                [
+                    helper.make_node(
+                        DQ, ["x", "s", "zp"], ["inner_y"], name="inner_dq", domain=domain
+                    )
+                ],
+                "inner",
+                [],
+                [helper.make_tensor_value_info("inner_y", 1, [4])],
+            )
+            nodes = [
+                helper.make_node(
+                    "If", ["c"], [f"{name}_y"], name="nested", then_branch=inner, else_branch=inner
+                )
+            ]
         return helper.make_graph(
             nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", 1, [4])]
         )
 
     graph = helper.make_graph(
-        [helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("then", True),
-                          else_branch=branch("else"))],
+        [
+            helper.make_node(
+                "If",
+                ["c"],
+                ["y"],
+                name="if",
+                then_branch=branch("then", True),
+                else_branch=branch("else"),
+            )
+        ],
         "g",
-        [helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x", onnx.TensorProto.INT16, [4])],
+        [
+            helper.make_tensor_value_info("c", onnx.TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", onnx.TensorProto.INT16, [4]),
+        ],
         [helper.make_tensor_value_info("y", 1, [4])],
-        initializer=[helper.make_tensor("s", 1, [], [0.5]),
-                     helper.make_tensor("zp", onnx.TensorProto.INT16, [], [3])],
-    )  # fmt: skip
+        initializer=[
+            helper.make_tensor("s", 1, [], [0.5]),
+            helper.make_tensor("zp", onnx.TensorProto.INT16, [], [3]),
+        ],
+    )
     imports = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(MS, 1)] if domain else [])
     return helper.make_model(graph, opset_imports=imports, ir_version=10)
 
@@ -278,7 +320,7 @@ def test_subgraphs_convert_both_ways() -> None:
     convert(model, "onnx")
     assert _all_qdq_domains(model) == ["", "", ""]
     assert MS not in model.opset_imports
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     feeds = {"c": np.array(True), "x": np.array([-5, 0, 3, 300], np.int16)}
     out = run_ort(ir.serde.serialize_model(model), feeds)[0]
     np.testing.assert_array_equal(out, np.array([-4, -1.5, 0, 148.5], np.float32))
@@ -291,11 +333,16 @@ def _function_model(domain: str, x_type: int) -> onnx.ModelProto:
     """main: y = local.Deq(x); the function holds the DQ (its own opset imports)."""
     fn_imports = [helper.make_opsetid("", 21)] + ([helper.make_opsetid(MS, 1)] if domain else [])
     function = helper.make_function(
-        "local", "Deq", ["a"], ["b"],
-        [helper.make_node("Constant", [], ["s"], value=helper.make_tensor("s", 1, [], [0.25])),
-         helper.make_node(DQ, ["a", "s"], ["b"], name="fn_dq", domain=domain)],
+        "local",
+        "Deq",
+        ["a"],
+        ["b"],
+        [
+            helper.make_node("Constant", [], ["s"], value=helper.make_tensor("s", 1, [], [0.25])),
+            helper.make_node(DQ, ["a", "s"], ["b"], name="fn_dq", domain=domain),
+        ],
         fn_imports,
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
         [helper.make_node("Deq", ["x"], ["y"], name="call", domain="local")],
         "g",
@@ -313,12 +360,12 @@ def test_functions_convert_with_their_own_opset_imports() -> None:
     function = next(iter(model.functions.values()))
     assert [n.domain for n in function if n.op_type == DQ] == [""]
     assert MS not in function.opset_imports and MS not in model.opset_imports
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     model = ir.serde.deserialize_model(_function_model("", onnx.TensorProto.UINT16))
     convert(model, "com.microsoft")
     function = next(iter(model.functions.values()))
     assert function.opset_imports.get(MS) == 1 and model.opset_imports.get(MS) == 1
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
 
 
 def test_other_domains_untouched_and_their_imports_kept() -> None:
@@ -395,9 +442,15 @@ def test_type_sweep_at_opset_21_round_trips_bit_identical(
     ones; what converts runs bit-identically in ORT and converts back to the same node."""
     kwargs = {"x_type": q_type} if op == DQ else {"x_type": scale_type, "zp_type": q_type}
     proto = qdq_model(
-        op, 21, scale_type=scale_type, scale_shape=(3,), scale=[0.5, 0.25, 2.0],
-        zp=0, attrs={"axis": 1}, **kwargs,
-    )  # fmt: skip
+        op,
+        21,
+        scale_type=scale_type,
+        scale_shape=(3,),
+        scale=[0.5, 0.25, 2.0],
+        zp=0,
+        attrs={"axis": 1},
+        **kwargs,
+    )
     if q_type.bitwidth == 4:
         _wrap_4_bit(proto, op)  # ORT's Python API cannot feed or fetch 4-bit arrays
     model = ir.serde.deserialize_model(proto)
@@ -407,7 +460,7 @@ def test_type_sweep_at_opset_21_round_trips_bit_identical(
             convert(model, "com.microsoft")
         return
     convert(model, "com.microsoft")
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     converted = ir.serde.serialize_model(model)
     rng = np.random.default_rng(4)
     if op == DQ:

@@ -41,8 +41,12 @@ def test_ort_quantized_models_convert_check_and_run(config: str) -> None:
     ops = _ops(converted)
     # Only ai.onnx is left; no QOperator node (DynamicQuantizeLinear is the Q of dynamic Q/DQ)
     assert {domain for domain, _ in ops} == {"ai.onnx"}
-    assert not {op for _, op in ops} & {"QLinearConv", "QLinearMatMul", "MatMulInteger",
-                                        "ConvInteger"}  # fmt: skip
+    assert not {op for _, op in ops} & {
+        "QLinearConv",
+        "QLinearMatMul",
+        "MatMulInteger",
+        "ConvInteger",
+    }
     assert MS not in {o.domain for o in converted.opset_import}
     assert result.summary["qoperator_left"] == 0
     assert check_model(ir.serde.deserialize_model(converted)).findings == []
@@ -107,9 +111,10 @@ def test_dynamic_pattern_becomes_dq_matmul() -> None:
     assert ops[("ai.onnx", "DynamicQuantizeLinear")] == 4
     assert result.summary["qoperator_converted"] == 6
     weights = [
-        n for n in converted.graph.node
+        n
+        for n in converted.graph.node
         if n.op_type == "DequantizeLinear" and n.input[0].startswith("w")
-    ]  # fmt: skip
+    ]
     assert len(weights) == 6  # per-column int8 weights stay quantized
 
 
@@ -123,15 +128,26 @@ def _qattention(count: int = 1) -> onnx.ModelProto:
         onnx.numpy_helper.from_array(np.array(0.05, np.float32), "ws"),
     ]
     nodes = [
-        onnx.helper.make_node("QAttention", ["x", "w", "bias", "s", "ws"], [f"y{i}"],
-                              domain=MS, num_heads=2, name=f"attention_{i}")
+        onnx.helper.make_node(
+            "QAttention",
+            ["x", "w", "bias", "s", "ws"],
+            [f"y{i}"],
+            domain=MS,
+            num_heads=2,
+            name=f"attention_{i}",
+        )
         for i in range(count)
-    ]  # fmt: skip
+    ]
     graph = onnx.helper.make_graph(
-        nodes, "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4, 8])],
-        [onnx.helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, None)
-         for i in range(count)], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, [1, 4, 8])],
+        [
+            onnx.helper.make_tensor_value_info(f"y{i}", onnx.TensorProto.FLOAT, None)
+            for i in range(count)
+        ],
+        initializer=inits,
+    )
     imports = [onnx.helper.make_opsetid("", 13), onnx.helper.make_opsetid(MS, 1)]
     return onnx.helper.make_model(graph, opset_imports=imports)
 
@@ -210,9 +226,10 @@ def test_bound_is_one_step_per_converted_node_carried_to_the_outputs() -> None:
     )
     ((name, limit),) = result.verify_bound.per_output
     scale = next(
-        onnx.numpy_helper.to_array(t) for t in quantized("cnn-qop-u8s8").graph.initializer
+        onnx.numpy_helper.to_array(t)
+        for t in quantized("cnn-qop-u8s8").graph.initializer
         if t.name == "y_scale"
-    )  # fmt: skip
+    )
     # amplified by each layer's weights, a step at the first conv may reach the whole
     # range of y by the last layer: the stated bound alone says little, which is why
     # --verify re-checks it on the values measured inside (test_verify_bound.py)
@@ -234,8 +251,9 @@ def test_verify_accepts_one_step_and_says_which_outputs_are_exact() -> None:
     assert bound.accepts(one) and not bound.accepts(two) and not bound.accepts(other)
     joined = bound.join(Bound("s", per_output=(("y", 3.0), ("z", 0.5))))
     assert joined.per_output == (("y", 3.0), ("z", 0.5))
-    text = Verification("within-tolerance", 1, 0, outputs=[one, OutputVerdict("w")],
-                        bound=bound).describe()  # fmt: skip
+    text = Verification(
+        "within-tolerance", 1, 0, outputs=[one, OutputVerdict("w")], bound=bound
+    ).describe()
     assert "bit-identical: w" in text and "differ: y (1 of 4" in text
 
 
@@ -243,8 +261,17 @@ def test_verify_accepts_one_step_and_says_which_outputs_are_exact() -> None:
 def test_cli_convert_verify_passes(tmp_path, config: str) -> None:
     source, target = tmp_path / "q.onnx", tmp_path / "qdq.onnx"
     onnx.save_model(quantized(config), source)
-    args = ["convert", str(source), "--to", "onnx", "-o", str(target), "--verify",
-            "--verify-runs", "3"]  # fmt: skip
+    args = [
+        "convert",
+        str(source),
+        "--to",
+        "onnx",
+        "-o",
+        str(target),
+        "--verify",
+        "--verify-runs",
+        "3",
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output + result.stderr
     text = result.output + result.stderr
@@ -310,8 +337,12 @@ def test_per_channel_below_opset_13_names_the_upgrade() -> None:
     model = build("QLinearConv", opset=11)
     with pytest.raises(Refusal, match=r"needs ai\.onnx opset 13 \(run `qlrewrite upgrade"):
         _convert(model)
-    per_tensor = build("QLinearConv", opset=10, w_scale=np.array(0.01, np.float32),
-                       w_zero_point=np.array(0, np.int8))  # fmt: skip
+    per_tensor = build(
+        "QLinearConv",
+        opset=10,
+        w_scale=np.array(0.01, np.float32),
+        w_zero_point=np.array(0, np.int8),
+    )
     converted, _ = _convert(per_tensor)
     assert check_model(ir.serde.deserialize_model(converted)).findings == []
 
@@ -361,30 +392,34 @@ def _in_subgraph() -> onnx.ModelProto:
         [inner.graph.node[0]], "then", [], [out("C", onnx.TensorProto.UINT8, [2, 3])]
     )
     other = onnx.helper.make_graph(
-        [onnx.helper.make_node("Identity", ["A"], ["C2"])], "else", [],
+        [onnx.helper.make_node("Identity", ["A"], ["C2"])],
+        "else",
+        [],
         [out("C2", onnx.TensorProto.UINT8, [2, 3])],
-    )  # fmt: skip
+    )
     node = onnx.helper.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)
     graph = onnx.helper.make_graph(
-        [node], "g", [*inner.graph.input, out("cond", onnx.TensorProto.BOOL, [])],
-        [out("y", onnx.TensorProto.UINT8, [2, 3])], initializer=list(inner.graph.initializer),
-    )  # fmt: skip
+        [node],
+        "g",
+        [*inner.graph.input, out("cond", onnx.TensorProto.BOOL, [])],
+        [out("y", onnx.TensorProto.UINT8, [2, 3])],
+        initializer=list(inner.graph.initializer),
+    )
     return onnx.helper.make_model(graph, opset_imports=list(inner.opset_import), ir_version=8)
 
 
 def _in_function() -> onnx.ModelProto:
     inner = build("QLinearMatMul")
-    consts = [onnx.helper.make_node("Constant", [], [t.name], value=t)
-              for t in inner.graph.initializer]  # fmt: skip
+    consts = [
+        onnx.helper.make_node("Constant", [], [t.name], value=t) for t in inner.graph.initializer
+    ]
     function = onnx.helper.make_function(
         "local", "qmm", ["a"], ["y"], [*consts, inner.graph.node[0]], list(inner.opset_import)
     )
     call = onnx.helper.make_node("qmm", ["a"], ["y"], domain="local")
-    graph = onnx.helper.make_graph([call], "g", list(inner.graph.input),
-                                   list(inner.graph.output))  # fmt: skip
+    graph = onnx.helper.make_graph([call], "g", list(inner.graph.input), list(inner.graph.output))
     imports = [*inner.opset_import, onnx.helper.make_opsetid("local", 1)]
-    return onnx.helper.make_model(graph, opset_imports=imports, functions=[function],
-                                  ir_version=8)  # fmt: skip
+    return onnx.helper.make_model(graph, opset_imports=imports, functions=[function], ir_version=8)
 
 
 @pytest.mark.parametrize("make", [_in_subgraph, _in_function], ids=["subgraph", "function"])
@@ -403,8 +438,7 @@ def test_nodes_in_subgraphs_and_functions_convert(make) -> None:
 def test_cli_verify_passes_a_one_step_difference_and_states_why(tmp_path) -> None:
     source = tmp_path / "pool.onnx"
     onnx.save_model(build("QLinearAveragePool"), source)
-    args = ["convert", str(source), "--to", "onnx", "--dry-run", "--verify",
-            "--verify-runs", "20"]  # fmt: skip
+    args = ["convert", str(source), "--to", "onnx", "--dry-run", "--verify", "--verify-runs", "20"]
     result = CliRunner().invoke(main, args)
     text = result.output + result.stderr
     assert result.exit_code == 0, text

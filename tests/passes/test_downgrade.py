@@ -442,3 +442,39 @@ def test_a_block_longer_than_the_axis_is_repeated_over_the_axis_only(block: int)
     got, want = run_ort(lowered, feeds), run_ort(model, feeds)
     np.testing.assert_array_equal(got[1], weight)  # one block: one scale row for all 40
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def _contrib_pad_model() -> onnx.ModelProto:
+    """x -> com.microsoft Q (uint16) -> DQ -> Pad-21 -> y: the Pad's input type is known
+    only through the contrib DQ (ONNX's shape inference does not know com.microsoft)."""
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], domain=ms),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], domain=ms),
+        helper.make_node("Pad", ["d", "pads"], ["y"]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(0.001, np.float32), "s"),
+        numpy_helper.from_array(np.array(32768, np.uint16), "z"),
+        numpy_helper.from_array(np.array([0, 1, 0, 1], np.int64), "pads"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(ms, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10)
+
+
+def test_an_op_after_a_contrib_dequantize_is_relabelled() -> None:
+    """ONNX's version converter has no down adapter for Pad-18 and stopped the downgrade
+    ("No Adapter To Version $17 for Pad"); the Pad is relabelled once its input's type is
+    inferred through the com.microsoft DequantizeLinear (its scale's type)."""
+    source = _contrib_pad_model()
+    lowered = ir.serde.serialize_model(api.downgrade(source, opset=13))
+    assert [o.version for o in lowered.opset_import if o.domain in ("", "ai.onnx")] == [13]
+    feeds = {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)}
+    np.testing.assert_array_equal(run_ort(lowered, feeds)[0], run_ort(source, feeds)[0])

@@ -24,6 +24,7 @@ from ort_quantized import (
 )
 
 from qlrewrite.io import model_io, tensors
+from qlrewrite.io.weightless import weightless_proto
 from qlrewrite.passes.fold import tensor as fold_tensor
 from qlrewrite.passes.fold.fold_pass import FoldPass, fold
 from qlrewrite.passes.fold.tensor import FoldedTensor
@@ -117,7 +118,7 @@ def test_quantizer_outputs_fold_like_ort(config: str, keep_dq: bool, tmp_path: P
         assert constant == [], [s.node.name for s in constant]
         assert fold_pass.summary["dq_folded"] > 0
     assert len(folded) == (fold_pass.summary["q_folded"] if keep_dq else len(folded))
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
 
     path = tmp_path / "folded.onnx"
     model_io.save(model, path, external_data=True)  # folded tensors stream through tofile
@@ -156,12 +157,11 @@ def _t(name: str, elem: int, array: np.ndarray) -> onnx.TensorProto:
     return helper.make_tensor(name, elem, array.shape, array.flatten().tolist())
 
 
-def _granularity_model() -> onnx.ModelProto:
-    """One node per granularity and path the chunked writer takes; every output a graph output."""
-    rng = np.random.default_rng(7)
+def _granularity_inits(rng: np.random.Generator) -> list[onnx.TensorProto]:
+    """The constants of :func:`_granularity_model`, drawn from ``rng`` in order."""
     ints = rng.integers
     scales = lambda shape: (rng.random(shape) + 0.25).astype(np.float32) / 16  # noqa: E731
-    inits = [
+    return [
         # a: int8 per-axis on axis 0, 70 rows (chunks cut the scale too)
         _t("a_x", I8, ints(-128, 128, (70, 6))),
         _t("a_s", F32, scales(70)),
@@ -194,8 +194,13 @@ def _granularity_model() -> onnx.ModelProto:
         _t("h_x", I8, np.array(-77)),
         _t("h_s", F32, np.array(0.125, np.float32)),
     ]
+
+
+def _granularity_nodes(rng: np.random.Generator) -> list[onnx.NodeProto]:
+    """The nodes of :func:`_granularity_model` (the Constant draws from ``rng``)."""
+    ints = rng.integers
     dq, q = "DequantizeLinear", "QuantizeLinear"
-    nodes = [
+    return [
         helper.make_node(dq, ["a_x", "a_s", "a_z"], ["a"], axis=0),
         helper.make_node(dq, ["b_x", "b_s", "b_z"], ["b"], axis=0, block_size=32),
         helper.make_node(dq, ["c_x", "c_s", "c_z"], ["c"], axis=1, block_size=4),
@@ -210,9 +215,25 @@ def _granularity_model() -> onnx.ModelProto:
         helper.make_node(dq, ["i_x", "i_s"], ["i"]),
         helper.make_node(dq, ["h_x", "h_s"], ["h"]),
     ]
-    shapes = {"a": [70, 6], "b": [70, 6], "c": [50, 10], "d": [9, 4, 5], "e": [40, 5],
-              "f": [70, 6], "g": [50, 8], "h": [], "i": [33, 3],
-              "a_s": [70]}  # an initializer that is an output  # fmt: skip
+
+
+def _granularity_model() -> onnx.ModelProto:
+    """One node per granularity and path the chunked writer takes; every output a graph output."""
+    rng = np.random.default_rng(7)
+    inits = _granularity_inits(rng)
+    nodes = _granularity_nodes(rng)
+    shapes = {
+        "a": [70, 6],
+        "b": [70, 6],
+        "c": [50, 10],
+        "d": [9, 4, 5],
+        "e": [40, 5],
+        "f": [70, 6],
+        "g": [50, 8],
+        "h": [],
+        "i": [33, 3],
+        "a_s": [70],
+    }
     outputs = [helper.make_tensor_value_info(n, F32, shape) for n, shape in shapes.items()]
     graph = helper.make_graph(nodes, "granularities", [], outputs, initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
@@ -226,7 +247,7 @@ def test_every_granularity_streams_bit_exact(
     proto = _granularity_model()
     expected = _ort_node_values(proto, [*"abcdefghi", "g_q"], {})
     model = fold(ir.serde.deserialize_model(proto), keep_dq=keep_dq)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     folded = _folded(model)
     if keep_dq:
         assert sorted(folded) == ["f_q", "g_q"]
@@ -281,9 +302,12 @@ def _if_model() -> onnx.ModelProto:
         node = helper.make_node("DequantizeLinear", [x_name, f"{name}_s", f"{name}_z"], [name])
         out = helper.make_node("Add", [name, "v"], [f"{name}_out"])
         return helper.make_graph(
-            [node, out], name, [], [helper.make_tensor_value_info(f"{name}_out", F32, [4, 3])],
+            [node, out],
+            name,
+            [],
+            [helper.make_tensor_value_info(f"{name}_out", F32, [4, 3])],
             initializer=inits,
-        )  # fmt: skip
+        )
 
     then_inits = [
         _t("t_x", I8, rng.integers(-128, 128, (4, 3))),
@@ -295,15 +319,22 @@ def _if_model() -> onnx.ModelProto:
         _t("else_z", U8, np.array(131)),
     ]
     if_node = helper.make_node(
-        "If", ["cond"], ["y"], then_branch=branch("then", "t_x", then_inits),
+        "If",
+        ["cond"],
+        ["y"],
+        then_branch=branch("then", "t_x", then_inits),
         else_branch=branch("else", "outer_x", else_inits),
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
-        [if_node], "if", [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-                          helper.make_tensor_value_info("v", F32, [4, 3])],
+        [if_node],
+        "if",
+        [
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", F32, [4, 3]),
+        ],
         [helper.make_tensor_value_info("y", F32, [4, 3])],
         initializer=[_t("outer_x", U8, rng.integers(0, 256, (4, 3)))],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
@@ -314,7 +345,7 @@ def test_constants_inside_if_branches_fold() -> None:
     assert fold_pass.summary["dq_folded"] == 2
     assert not list(iter_sites(model))
     assert "outer_x" not in model.graph.initializers  # only the folded else-branch used it
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     out = ir.serde.serialize_model(model)
     v = np.arange(12, dtype=np.float32).reshape(4, 3)
     for cond in (True, False):
@@ -332,10 +363,12 @@ def _graph_input_model(overridable: str) -> onnx.ModelProto:
     kinds = {"x": U8, "scale": F32, "zp": U8}
     shapes = {"x": [2, 3], "scale": [], "zp": []}
     graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["x", "scale", "zp"], ["y"])], "g",
+        [helper.make_node("DequantizeLinear", ["x", "scale", "zp"], ["y"])],
+        "g",
         [helper.make_tensor_value_info(overridable, kinds[overridable], shapes[overridable])],
-        [helper.make_tensor_value_info("y", F32, [2, 3])], initializer=inits,
-    )  # fmt: skip
+        [helper.make_tensor_value_info("y", F32, [2, 3])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
@@ -366,18 +399,25 @@ def _function_model() -> onnx.ModelProto:
         helper.make_node("Add", ["wf", "xf"], ["out"]),
     ]
     function = helper.make_function(
-        "local", "AddWeights", ["xq"], ["out"], body,
+        "local",
+        "AddWeights",
+        ["xq"],
+        ["out"],
+        body,
         opset_imports=[helper.make_opsetid("", 13)],
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
-        [helper.make_node("AddWeights", ["xq"], ["y"], domain="local")], "g",
+        [helper.make_node("AddWeights", ["xq"], ["y"], domain="local")],
+        "g",
         [helper.make_tensor_value_info("xq", I8, [2, 3])],
         [helper.make_tensor_value_info("y", F32, [2, 3])],
-    )  # fmt: skip
+    )
     return helper.make_model(
-        graph, functions=[function], ir_version=8,
+        graph,
+        functions=[function],
+        ir_version=8,
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
-    )  # fmt: skip
+    )
 
 
 def test_function_bodies_fold_into_constant_nodes() -> None:
@@ -389,7 +429,7 @@ def test_function_bodies_fold_into_constant_nodes() -> None:
     ops = [n.op_type for n in function]
     assert ops.count("DequantizeLinear") == 1  # the one reading the function input stays
     assert "wf" in _folded(model)
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     feeds = {"xq": np.array([[3, -4, 5], [-6, 7, -8]], np.int8)}
     out = ir.serde.serialize_model(model)
     assert _same_bits(run_ort(out, feeds)[0], run_ort(proto, feeds)[0])
@@ -397,15 +437,20 @@ def test_function_bodies_fold_into_constant_nodes() -> None:
 
 def test_unused_com_microsoft_import_is_dropped() -> None:
     graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], domain="com.microsoft")], "g",
-        [], [helper.make_tensor_value_info("y", F32, [2, 3])],
-        initializer=[_t("x", I16, np.array([[-300, 0, 300], [1, 2, 32767]])),
-                     _t("s", F32, np.array(0.01, np.float32))],
-    )  # fmt: skip
+        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"], domain="com.microsoft")],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", F32, [2, 3])],
+        initializer=[
+            _t("x", I16, np.array([[-300, 0, 300], [1, 2, 32767]])),
+            _t("s", F32, np.array(0.01, np.float32)),
+        ],
+    )
     proto = helper.make_model(
-        graph, ir_version=8,
+        graph,
+        ir_version=8,
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)],
-    )  # fmt: skip
+    )
     fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
     model = fold_pass.model
     assert "com.microsoft" not in model.opset_imports
@@ -424,7 +469,7 @@ def test_folded_values_are_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
     model = fold(ir.serde.deserialize_model(quantized("mlp-qdq-pair-weights")))
     sizes = {name: t.nbytes for name, t in _folded(model).items()}
     assert tensors.initializer_bytes(model) > 0
-    validate_output(model)
+    validate_output(model, weightless=weightless_proto(model))
     # Sizes and checks read no folded value; the checker's weight-free copy keeps <= 1 KiB.
     assert all(size <= 1024 for _, size in evaluated)
     assert max(sizes.values()) > 1024
@@ -436,10 +481,12 @@ def test_folded_values_are_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_scalar_x_with_one_element_scale_keeps_the_scalar_shape() -> None:
     """ORT (and the spec) give x's shape; a kernel once returned shape (1,) here."""
     graph = helper.make_graph(
-        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"])], "g", [],
+        [helper.make_node("DequantizeLinear", ["x", "s"], ["y"])],
+        "g",
+        [],
         [helper.make_tensor_value_info("y", F32, None)],
         initializer=[_t("x", I8, np.array(-77)), _t("s", F32, np.array([0.125], np.float32))],
-    )  # fmt: skip
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     expected = run_ort(proto, {})[0]
     assert expected.shape == ()
@@ -458,15 +505,23 @@ def test_public_api() -> None:
 def test_quantized_weight_also_used_elsewhere_is_kept() -> None:
     rng = np.random.default_rng(5)
     graph = helper.make_graph(
-        [helper.make_node("QuantizeLinear", ["w", "s", "z"], ["q"], axis=0),
-         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=0),
-         helper.make_node("Cast", ["q"], ["c"], to=F32)], "g", [],
-        [helper.make_tensor_value_info("y", F32, [6, 4]),
-         helper.make_tensor_value_info("c", F32, [6, 4])],
-        initializer=[_t("w", F32, rng.standard_normal((6, 4)).astype(np.float32)),
-                     _t("s", F32, np.linspace(0.01, 0.06, 6, dtype=np.float32)),
-                     _t("z", I8, np.array([0, 1, -1, 2, -2, 3]))],
-    )  # fmt: skip
+        [
+            helper.make_node("QuantizeLinear", ["w", "s", "z"], ["q"], axis=0),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=0),
+            helper.make_node("Cast", ["q"], ["c"], to=F32),
+        ],
+        "g",
+        [],
+        [
+            helper.make_tensor_value_info("y", F32, [6, 4]),
+            helper.make_tensor_value_info("c", F32, [6, 4]),
+        ],
+        initializer=[
+            _t("w", F32, rng.standard_normal((6, 4)).astype(np.float32)),
+            _t("s", F32, np.linspace(0.01, 0.06, 6, dtype=np.float32)),
+            _t("z", I8, np.array([0, 1, -1, 2, -2, 3])),
+        ],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     fold_pass = FoldPass()(ir.serde.deserialize_model(proto))
     model = fold_pass.model

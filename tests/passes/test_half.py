@@ -93,7 +93,7 @@ def test_a_scale_that_rounds_to_zero_is_refused_by_name() -> None:
 
 
 def test_a_subnormal_scale_keeps_its_qdq_in_float32_and_says_so() -> None:
-    with pytest.warns(Warning, match="'act_scale' .* is subnormal in FLOAT16"):
+    with pytest.warns(Warning, match=r"scales subnormal in FLOAT16 \(1: 'act_scale'\)"):
         half = ir.serde.serialize_model(qlrewrite.half(_tiny_scale_model(1e-6)))
     assert _scale_types(half) == {F32}
     x = np.array([3e-6, 1e-4], np.float32)
@@ -172,3 +172,59 @@ def test_com_microsoft_nodes_stay_float32_and_run(config: str) -> None:
     limit = HALF_BOUND.relative * float(np.max(np.abs(expected)))
     assert float(np.max(np.abs(found - expected))) <= limit
     assert any(n.op_type == "Cast" for n in half.graph.node)
+
+
+def _softmax_output_model() -> onnx.ModelProto:
+    """x -> Softmax -> Q(1/255, 0) -> DQ -> y: outputs of at most 1, one step 1/255."""
+    scale = np.array(1 / 255, np.float32)
+    nodes = [
+        helper.make_node("Softmax", ["x"], ["p"], axis=-1),
+        helper.make_node("QuantizeLinear", ["p", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F32, [1, 40])],
+        [helper.make_tensor_value_info("y", F32, [1, 40])],
+        initializer=[
+            numpy_helper.from_array(scale, "s"),
+            numpy_helper.from_array(np.uint8(0), "z"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+def test_verify_accepts_one_step_of_a_quantized_output() -> None:
+    """A Softmax over 40 values quantized to steps of 1/255: its largest output is about
+    0.1, so one step that float16 rounding moves (0.0039) is 4% of it or more; the bound
+    accepts one step of the output DequantizeLinear's scale besides 5% of the largest."""
+    from qlrewrite.passes.half import HalfPass
+
+    result = HalfPass()(ir.serde.deserialize_model(_softmax_output_model()))
+    bound = result.verify_bound
+    assert bound is not None
+    assert dict(bound.per_output) == {"y": pytest.approx(float(np.float32(1 / 255)))}
+    assert bound.relative == HALF_BOUND.relative
+
+
+def test_int16_bias_scales_that_round_to_zero_keep_their_dequantize_float32() -> None:
+    """ORT's quantize_static with int16 activations and weights at opset 21: each int32
+    bias scale is x_scale x w_scale (below 1e-8), zero in float16. Those DequantizeLinear
+    read constants, so they stay float32 (named in one warning) and the model converts and
+    runs within the bound; before, the whole model was refused."""
+    kwargs = {"activation_type": "QInt16", "weight_type": "QInt16"}
+    source = onnx.ModelProto.FromString(_quantize("cnn", 21, "static", dict(kwargs)))
+    tiny = [
+        numpy_helper.to_array(t)
+        for t in source.graph.initializer
+        if t.name.endswith("_scale") and t.data_type == F32 and t.dims in ([], [1])
+    ]
+    assert min(float(np.abs(a).max()) for a in tiny) < 2.0**-25  # rounds to zero in float16
+    with pytest.warns(Warning, match=r"scales zero \(DequantizeLinear of constants\) in FLOAT16"):
+        half = ir.serde.serialize_model(qlrewrite.half(source))
+    feeds = inputs_for("cnn")
+    (expected,) = run_ort(source, feeds)
+    (found,) = run_ort(half, feeds)
+    limit = HALF_BOUND.relative * float(np.max(np.abs(expected)))  # type: ignore[operator]
+    assert float(np.max(np.abs(found - expected))) <= limit

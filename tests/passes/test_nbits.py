@@ -106,9 +106,15 @@ def test_matmul_nbits_weight_is_ort_s(bits, opset, k, block_size, zero_points):
     if opset < 21 and not per_axis:
         pytest.skip("blocked: refused below opset 21 (tested below)")
     model = matmul_nbits_model(
-        rng, n=5, k=k, bits=bits, block_size=block_size, zero_points=zero_points,
-        opset=opset, flat_scales=k == 100,
-    )  # fmt: skip
+        rng,
+        n=5,
+        k=k,
+        bits=bits,
+        block_size=block_size,
+        zero_points=zero_points,
+        opset=opset,
+        flat_scales=k == 100,
+    )
     expected = _weight_in_ort(model, k)
     converted = _converted(model)
     dq = next(n for n in converted.graph if n.op_type == "DequantizeLinear")
@@ -199,9 +205,15 @@ def test_shared_weight_is_converted_once():
     rng = np.random.default_rng(7)
     model = matmul_nbits_model(rng, n=4, k=32, bits=4, block_size=16)
     node = onnx.helper.make_node(
-        "MatMulNBits", ["A", "B", "scales", "zp"], ["Y2"], domain="com.microsoft",
-        K=32, N=4, bits=4, block_size=16,
-    )  # fmt: skip
+        "MatMulNBits",
+        ["A", "B", "scales", "zp"],
+        ["Y2"],
+        domain="com.microsoft",
+        K=32,
+        N=4,
+        bits=4,
+        block_size=16,
+    )
     model.graph.node.append(node)
     model.graph.output.append(onnx.helper.make_tensor_value_info("Y2", 1, ["M", 4]))
     converted = _converted(model)
@@ -250,10 +262,16 @@ def test_gather_block_quantized_is_ort_s(case, zero_points, scale_dtype):
     dtype, shape, bits, block_size, quantize_axis, gather_axis = case
     rng = np.random.default_rng(sum(shape) + bits)
     model, indices = gather_block_quantized_model(
-        rng, dtype=dtype, shape=shape, bits=bits, block_size=block_size,
-        quantize_axis=quantize_axis, gather_axis=gather_axis, zero_points=zero_points,
+        rng,
+        dtype=dtype,
+        shape=shape,
+        bits=bits,
+        block_size=block_size,
+        quantize_axis=quantize_axis,
+        gather_axis=gather_axis,
+        zero_points=zero_points,
         scale_dtype=scale_dtype,
-    )  # fmt: skip
+    )
     expected = session(model).run(None, {"idx": indices})[0]
     for dequantize in (False, True):
         converted = _converted(model, dequantize=dequantize)

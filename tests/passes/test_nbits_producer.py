@@ -33,8 +33,11 @@ def genai_model(tmp_path_factory) -> Path:
     if not python:
         pytest.skip("QLREWRITE_PRODUCER_PYTHON (torch, transformers, onnxruntime-genai) not set")
     folder = tmp_path_factory.mktemp("genai")
-    subprocess.run([python, str(HERE / "producers" / "make_genai_model.py"), str(folder)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [python, str(HERE / "producers" / "make_genai_model.py"), str(folder)],
+        check=True,
+        capture_output=True,
+    )
     model = onnx.load(folder / "int4" / "model.onnx")
     # onnxruntime-genai 0.18 declares the rank-1 constant '/model/constants/INT64/[1]' as
     # a scalar in value_info (onnx.checker's full check rejects the model; ORT ignores it):
@@ -60,8 +63,10 @@ def _ops(path: Path) -> dict[str, int]:
 def _logits(path: Path) -> np.ndarray:
     model = onnx.load(path)
     model.ir_version = min(model.ir_version, 10)
-    feeds = {"input_ids": np.array([[1, 5, 9, 200, 7]], np.int64),
-             "attention_mask": np.ones((1, 5), np.int64)}  # fmt: skip
+    feeds = {
+        "input_ids": np.array([[1, 5, 9, 200, 7]], np.int64),
+        "attention_mask": np.ones((1, 5), np.int64),
+    }
     for value in model.graph.input:
         if value.name.startswith("past_key_values"):
             feeds[value.name] = np.zeros((1, 2, 0, 16), np.float32)

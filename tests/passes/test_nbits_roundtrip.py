@@ -74,8 +74,12 @@ def _weights(model: onnx.ModelProto, op: str) -> dict[str, bytes]:
 
 
 def _raw(tensor: onnx.TensorProto) -> bytes:
-    if tensor.data_type in (TensorProto.INT4, TensorProto.UINT4, TensorProto.INT2,
-                            TensorProto.UINT2):  # fmt: skip
+    if tensor.data_type in (
+        TensorProto.INT4,
+        TensorProto.UINT4,
+        TensorProto.INT2,
+        TensorProto.UINT2,
+    ):
         return tensor.raw_data
     return numpy_helper.to_array(tensor).tobytes()
 
@@ -105,8 +109,12 @@ _CONFIGS = [
     for acc in (0, 4)
     for bias in (False, True)
     if not (acc == 4 and bias)  # accuracy level does not touch the weights: fewer cases
-] + [(4, block, sym, 0, "qdq", bias) for block in (32, 128) for sym in (True, False)
-     for bias in (False, True)]  # fmt: skip
+] + [
+    (4, block, sym, 0, "qdq", bias)
+    for block in (32, 128)
+    for sym in (True, False)
+    for bias in (False, True)
+]
 
 
 @pytest.mark.parametrize("config", _CONFIGS, ids=lambda c: "-".join(map(str, c)))

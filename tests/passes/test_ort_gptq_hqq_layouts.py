@@ -36,9 +36,15 @@ def _hqq(block_size: int) -> onnx.ModelProto:
     """HQQ's layout: flat float scales and flat float zero points, ai.onnx 17 + com.microsoft 1."""
     rng = np.random.default_rng(block_size)
     model = matmul_nbits_model(
-        rng, n=N, k=K, bits=4, block_size=block_size, zero_points=False, flat_scales=True,
+        rng,
+        n=N,
+        k=K,
+        bits=4,
+        block_size=block_size,
+        zero_points=False,
+        flat_scales=True,
         opset=17,
-    )  # fmt: skip
+    )
     k_blocks = K // block_size
     scales = (rng.random(N * k_blocks) * 0.02 + 0.005).astype(np.float32)  # HQQ's: positive
     zp = (rng.random(N * k_blocks) * 8 + 3.5).astype(np.float32)  # fractional, about 3.6..11
@@ -194,8 +200,11 @@ def test_gptq_layout_every_rewrite_is_exact(
         assert _cli("check", out_path, "--strict")[0] == (1 if float_only else 0)
     converted = onnx.load(tmp_path / "out.onnx")  # upgrade --convert-weight-only: DQ -> MatMul
     assert [n.op_type for n in converted.graph.node] == ["DequantizeLinear", "MatMul"]
-    converted.graph.output.append(onnx.helper.make_tensor_value_info(
-        converted.graph.node[0].output[0], onnx.TensorProto.FLOAT, None))  # fmt: skip
+    converted.graph.output.append(
+        onnx.helper.make_tensor_value_info(
+            converted.graph.node[0].output[0], onnx.TensorProto.FLOAT, None
+        )
+    )
     converted.graph.input[0].type.tensor_type.shape.dim[0].dim_value = K
     dequantized = _session(converted).run(None, {"A": np.eye(K, dtype=np.float32)})[1]
     # equal values: the identity product turns DequantizeLinear's -0.0 (0 * a negative

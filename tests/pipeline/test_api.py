@@ -82,8 +82,11 @@ def test_every_function_takes_every_kind_of_model(tmp_path: Path, kind: str) -> 
 
 def test_a_model_of_another_kind_is_a_type_error_saying_what_it_takes(tmp_path: Path) -> None:
     for function in (qlrewrite.load, qlrewrite.check, qlrewrite.fold):
-        with pytest.raises(TypeError, match=r"model must be a path, an onnx\.ModelProto or an "
-                           r"onnx_ir\.Model, not int"):  # fmt: skip
+        with pytest.raises(
+            TypeError,
+            match=r"model must be a path, an onnx\.ModelProto or an "
+            r"onnx_ir\.Model, not int",
+        ):
             function(3)
     with pytest.raises(TypeError, match="not bytes"):
         qlrewrite.convert(b"model", "onnx")
@@ -126,7 +129,9 @@ def test_python_errors_name_parameters_the_cli_names_options(tmp_path: Path) -> 
         qlrewrite.upgrade(path, 13)
     with pytest.raises(InputError, match=r"^opset 999 is above"):
         qlrewrite.upgrade(path, 999)
-    with pytest.raises(InputError, match=r"^to must be 'onnx' or 'com.microsoft', not 'qnn'$"):
+    with pytest.raises(
+        InputError, match=r"^to must be 'onnx', 'com.microsoft' or 'qoperator', not 'qnn'$"
+    ):
         qlrewrite.convert(path, "qnn")
     with pytest.raises(InputError, match=r"^float16 must be 'exact' or 'compact'"):
         qlrewrite.fold(path, float16="half")

@@ -23,11 +23,13 @@ VALID = EXAMPLES / "qdq_float_weights_opset13.onnx"
 #: (function, its command line, the api's pass factory it calls)
 REWRITES = {
     "fold": (qlrewrite.fold, ["fold"], "fold_passes"),
-    "convert": (lambda m: qlrewrite.convert(m, "onnx"), ["convert", "--to", "onnx"],
-                "convert_passes"),
-    "upgrade": (lambda m: qlrewrite.upgrade(m, 21), ["upgrade", "--opset", "21"],
-                "upgrade_passes"),
-}  # fmt: skip
+    "convert": (
+        lambda m: qlrewrite.convert(m, "onnx"),
+        ["convert", "--to", "onnx"],
+        "convert_passes",
+    ),
+    "upgrade": (lambda m: qlrewrite.upgrade(m, 21), ["upgrade", "--opset", "21"], "upgrade_passes"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(REWRITES))

@@ -53,8 +53,17 @@ def test_every_safe_fix_of_ort_quantizer_models_verifies_exact(tmp_path: Path, n
     before = check_path(model).findings
     safe = fixable(before)
     out = tmp_path / "fixed.onnx"
-    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, "--verify-runs", "2",
-                        "--extend-select", "QL406")  # fmt: skip
+    code, _, err = _run(
+        model,
+        "--fix",
+        "--verify",
+        "--fix-output",
+        out,
+        "--verify-runs",
+        "2",
+        "--extend-select",
+        "QL406",
+    )
     if not safe:
         assert not out.exists() and "fixed " not in err
         return
@@ -106,16 +115,25 @@ def _save(proto: onnx.ModelProto, path: Path) -> Path:
 
 def _verified(model: Path, *extra: str) -> Path:
     out = model.with_name("out.onnx")
-    code, _, err = _run(model, "--fix", "--verify", "--fix-output", out, "--extend-select",
-                        "QL406", *extra)  # fmt: skip
+    code, _, err = _run(
+        model, "--fix", "--verify", "--fix-output", out, "--extend-select", "QL406", *extra
+    )
     assert "verify: exact" in err, err
     assert code == 0 and out.exists(), err
     return out
 
 
 def test_ql411_axis_made_explicit_verifies_exact(tmp_path: Path) -> None:
-    proto = qdq_model(DQ, 13, domain="com.microsoft", x_type=DT.INT8, x_shape=(2, 4),
-                      scale_shape=(4,), scale=[0.5, 0.25, 2.0, 1.0], zp=[1, -2, 3, 0])  # fmt: skip
+    proto = qdq_model(
+        DQ,
+        13,
+        domain="com.microsoft",
+        x_type=DT.INT8,
+        x_shape=(2, 4),
+        scale_shape=(4,),
+        scale=[0.5, 0.25, 2.0, 1.0],
+        zp=[1, -2, 3, 0],
+    )
     model = _save(proto, tmp_path / "m.onnx")
     assert _rules(model) == ["QL411"]
     out = _verified(model)
@@ -125,8 +143,16 @@ def test_ql411_axis_made_explicit_verifies_exact(tmp_path: Path) -> None:
 
 
 def test_ql411_not_fixed_where_axis_1_does_not_exist(tmp_path: Path) -> None:
-    proto = qdq_model(DQ, 13, domain="com.microsoft", x_type=DT.INT8, x_shape=(4,),
-                      scale_shape=(4,), scale=[0.5, 0.25, 2.0, 1.0], zp=[1, -2, 3, 0])  # fmt: skip
+    proto = qdq_model(
+        DQ,
+        13,
+        domain="com.microsoft",
+        x_type=DT.INT8,
+        x_shape=(4,),
+        scale_shape=(4,),
+        scale=[0.5, 0.25, 2.0, 1.0],
+        zp=[1, -2, 3, 0],
+    )
     model = _save(proto, tmp_path / "m.onnx")
     rules = _rules(model)
     assert "QL411" in rules and "QL401" in rules  # ONNX Runtime's axis 1 does not exist
@@ -144,9 +170,12 @@ def _shared_scale_model(zp_shape: tuple[int, ...] = (), scale_shape: tuple[int, 
         helper.make_node("Mul", ["d", "scale"], ["y"], name="mul"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], initializer=[scale, zp],
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.INT8, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[scale, zp],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -168,7 +197,9 @@ def test_ql406_zero_point_of_shape_1_becomes_a_scalar(tmp_path: Path) -> None:
     assert _rules(model) == ["QL406"]
     out = _verified(model)
     assert {t.name: list(t.dims) for t in onnx.load(out).graph.initializer} == {
-        "scale": [], "zp": []}  # fmt: skip
+        "scale": [],
+        "zp": [],
+    }
 
 
 def test_ql103_missing_com_microsoft_import_is_a_safe_fix(tmp_path: Path) -> None:
@@ -190,10 +221,11 @@ def test_diff_shows_node_by_node_and_writes_nothing(tmp_path: Path) -> None:
     code, out, err = _run(model, "--diff", "--extend-select", "QL406")
     assert code == 1
     assert out.splitlines()[:3] == [
-        f"--- {model}", f"+++ {model} (fixed)",
+        f"--- {model}",
+        f"+++ {model} (fixed)",
         "  QL406 main/b1_DequantizeLinear: scale 'b1_quantized_scale' FLOAT [1] -> FLOAT [] "
         "(scalar)",
-    ]  # fmt: skip
+    ]
     assert "3 change(s) would be made to 1 model(s)" in err
     assert model.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
     clean = _save(quantized("cnn-per-channel"), tmp_path / "clean.onnx")
@@ -270,8 +302,9 @@ def test_a_refused_rewrite_lists_its_findings_grouped(tmp_path: Path) -> None:
 
 def test_nothing_is_written_when_no_fix_applies(tmp_path: Path) -> None:
     """A [1] scale that is a graph input cannot become a scalar: no copy is written."""
-    proto = qdq_model(DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=(),
-                      scale_as="input")  # fmt: skip
+    proto = qdq_model(
+        DQ, 13, x_type=DT.INT8, scale_shape=(1,), scale=[0.5], zp_shape=(), scale_as="input"
+    )
     model = _save(proto, tmp_path / "m.onnx")
     code, out, err = _run(model, "--fix", "--extend-select", "QL406")
     assert code == 0 and "QL406" in out and "fixed" not in err
@@ -323,9 +356,12 @@ def test_ql406_scale_shared_with_a_consistent_q_is_copied_not_reshaped(tmp_path:
         helper.make_node("DequantizeLinear", ["q", "s", "zp2"], ["y"], name="dq"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=inits,
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     model = _save(proto, tmp_path / "m.onnx")
     assert [f.rule for f in check_path(model).findings] == ["QL406"]

@@ -187,8 +187,9 @@ def test_output_beside_the_input_data_file_keeps_it(tmp_path: Path) -> None:
     (new,) = set(_listing(tmp_path)) - {"model.onnx", "other.onnx", "other.onnx.data"}
     assert len(_listing(tmp_path)) == 4 and re.fullmatch(r"other\.onnx\.[0-9a-f]{8}\.data", new)
     saved = onnx.load_model(str(tmp_path / "other.onnx"), load_external_data=False)
-    locations = {e.value for t in saved.graph.initializer for e in t.external_data
-                 if e.key == "location"}  # fmt: skip
+    locations = {
+        e.value for t in saved.graph.initializer for e in t.external_data if e.key == "location"
+    }
     assert locations <= {new}
 
 
@@ -305,9 +306,10 @@ def test_unreadable_input_writes_nothing(tmp_path: Path) -> None:
 
 def test_run_passes_without_passes_returns_the_model(model: Path) -> None:
     from qlrewrite.io import model_io
+    from qlrewrite.passes.context import RunContext
 
     loaded = model_io.load(model)
-    model, results = pipeline.run_passes(loaded, [])
+    model, results = pipeline.run_passes(loaded, [], RunContext.fresh(loaded))
     assert model is loaded and results == []
 
 

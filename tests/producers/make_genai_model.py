@@ -49,10 +49,23 @@ def main(out: Path) -> Path:
     hf = out / "hf"
     make_hf_folder(hf)
     subprocess.run(
-        [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(hf),
-         "-o", str(out / "int4"), "-p", "int4", "-e", "cpu", "-c", str(out / "cache")],
+        [
+            sys.executable,
+            "-m",
+            "onnxruntime_genai.models.builder",
+            "-i",
+            str(hf),
+            "-o",
+            str(out / "int4"),
+            "-p",
+            "int4",
+            "-e",
+            "cpu",
+            "-c",
+            str(out / "cache"),
+        ],
         check=True,
-    )  # fmt: skip
+    )
     return out / "int4" / "model.onnx"
 
 

@@ -173,9 +173,13 @@ def test_action_script_checks_annotates_and_writes_sarif(tmp_path: Path) -> None
     repo = _project(tmp_path)
     onnx.save(_bad(), repo / "models" / "new.onnx")
     outputs = tmp_path / "github_output"
-    env.update(GITHUB_OUTPUT=str(outputs), INPUT_PATHS="models\nmodels/legacy/old.onnx",
-               INPUT_ARGS="--ignore QL5", INPUT_SARIF="true",
-               INPUT_SARIF_FILE="out.sarif")  # fmt: skip
+    env.update(
+        GITHUB_OUTPUT=str(outputs),
+        INPUT_PATHS="models\nmodels/legacy/old.onnx",
+        INPUT_ARGS="--ignore QL5",
+        INPUT_SARIF="true",
+        INPUT_SARIF_FILE="out.sarif",
+    )
     done = _run(["bash", str(ROOT / "ci" / "action.sh"), "check"], repo, env)
     assert done.returncode == 0, done.stderr  # the step records the code; a later one fails
     assert _outputs(outputs) == {"exit-code": "1", "sarif-written": "true"}
@@ -190,7 +194,9 @@ def test_action_script_checks_annotates_and_writes_sarif(tmp_path: Path) -> None
     env.update(INPUT_PATHS="models", INPUT_SARIF="false")
     done = _run(["bash", str(ROOT / "ci" / "action.sh"), "check"], repo, env)
     assert done.returncode == 0 and _outputs(outputs) == {
-        "exit-code": "0", "sarif-written": "false"}  # fmt: skip
+        "exit-code": "0",
+        "sarif-written": "false",
+    }
 
 
 def _blocks(kind: str) -> list[str]:

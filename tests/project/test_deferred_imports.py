@@ -8,8 +8,13 @@ import textwrap
 
 
 def _run(code: str) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, check=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     return result.stdout.strip()
 
 

@@ -26,6 +26,10 @@ VIEWS = {"ctx", "view", "context", "row", "version"}
 NOT_QDQ = {
     ("passes/nbits/from_onnx.py", "gather"): "Gather's axis (a float op), not a Q/DQ node's",
     ("verify/difference.py", "norm"): "LayerNormalization's axis (a float op), not a Q/DQ node's",
+    (
+        "passes/convert/qdq_to_qoperator.py",
+        "softmax",
+    ): "Softmax's axis (a float op), not a Q/DQ node's",
 }
 
 

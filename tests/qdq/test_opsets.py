@@ -75,9 +75,16 @@ def test_com_microsoft_rows() -> None:
 
 @pytest.mark.parametrize(
     ("dtype", "ir_version"),
-    [(DT.UINT8, 3), (DT.FLOAT8E4M3FN, 9), (DT.INT4, 10), (DT.FLOAT4E2M1, 11),
-     (DT.FLOAT8E8M0, 12), (DT.UINT2, 13), (DT.FLOAT6E3M2, 14)],
-)  # fmt: skip
+    [
+        (DT.UINT8, 3),
+        (DT.FLOAT8E4M3FN, 9),
+        (DT.INT4, 10),
+        (DT.FLOAT4E2M1, 11),
+        (DT.FLOAT8E8M0, 12),
+        (DT.UINT2, 13),
+        (DT.FLOAT6E3M2, 14),
+    ],
+)
 def test_min_ir_version(dtype: ir.DataType, ir_version: int) -> None:
     assert opsets.min_ir_version(dtype) == ir_version
 
@@ -93,8 +100,9 @@ def test_lowest_onnx_opset() -> None:
     assert low("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT) == 21
     assert low("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True) == 21
     assert low("DequantizeLinear", x_type=DT.FLOAT4E2M1, scale_type=DT.FLOAT) == 23
-    assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT16,
-               output_type=DT.FLOAT) == 23  # fmt: skip
+    assert (
+        low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT16, output_type=DT.FLOAT) == 23
+    )
     assert low("DequantizeLinear", x_type=DT.UINT8, scale_type=DT.FLOAT8E8M0) == 24
     assert low("DequantizeLinear", x_type=DT.INT2, scale_type=DT.FLOAT) == 25
     assert low("DequantizeLinear", x_type=DT.FLOAT6E2M3, scale_type=DT.FLOAT) == 28
@@ -104,8 +112,16 @@ def test_lowest_onnx_opset() -> None:
     assert low("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT) == 23
     assert low("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16) == 19
     assert low("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT, output_type=DT.INT4) == 21
-    assert low("QuantizeLinear", x_type=DT.FLOAT, scale_type=DT.FLOAT, zero_point_type=DT.INT8,
-               output_type=DT.UINT8) is None  # fmt: skip
+    assert (
+        low(
+            "QuantizeLinear",
+            x_type=DT.FLOAT,
+            scale_type=DT.FLOAT,
+            zero_point_type=DT.INT8,
+            output_type=DT.UINT8,
+        )
+        is None
+    )
     assert low("DequantizeLinear", x_type=DT.INT64, scale_type=DT.FLOAT) is None
 
 
@@ -114,8 +130,10 @@ def test_com_microsoft_problems() -> None:
         return opsets.com_microsoft_problems(op_type, opsets.NodeForm(**form))
 
     assert can("DequantizeLinear", x_type=DT.INT16, scale_type=DT.FLOAT, attributes=("axis",)) == []
-    assert can("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16,
-               zero_point_type=DT.UINT4) == []  # fmt: skip
+    assert (
+        can("QuantizeLinear", x_type=DT.FLOAT16, scale_type=DT.FLOAT16, zero_point_type=DT.UINT4)
+        == []
+    )
     assert can("DequantizeLinear", x_type=DT.FLOAT8E4M3FN, scale_type=DT.FLOAT)
     assert can("DequantizeLinear", x_type=DT.INT8, scale_type=DT.BFLOAT16)
     assert can("DequantizeLinear", x_type=DT.INT4, scale_type=DT.FLOAT, blocked=True)

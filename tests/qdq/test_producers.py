@@ -219,10 +219,40 @@ def test_float16_upgrade_below_23_adds_no_precision(tmp_path: Path) -> None:
 
 #: The ten opset imports AMD Quark writes (most unused by the model).
 QUARK_IMPORTS = [
-    ("", 21), ("com.microsoft", 1), ("com.amd.quark", 1), ("ai.onnx.ml", 5),
-    ("ai.onnx.training", 1), ("ai.onnx.preview.training", 1), ("com.microsoft.nchwc", 1),
-    ("com.microsoft.experimental", 1), ("org.pytorch.aten", 1), ("com.ms.internal.nhwc", 1),
-]  # fmt: skip
+    ("", 21),
+    ("com.microsoft", 1),
+    ("com.amd.quark", 1),
+    ("ai.onnx.ml", 5),
+    ("ai.onnx.training", 1),
+    ("ai.onnx.preview.training", 1),
+    ("com.microsoft.nchwc", 1),
+    ("com.microsoft.experimental", 1),
+    ("org.pytorch.aten", 1),
+    ("com.ms.internal.nhwc", 1),
+]
+
+
+def _quark_activation(custom: str | None) -> list[onnx.NodeProto]:
+    """x -> x_q (and x_q2 for "mx"): an Identity, or Quark's own BFP / MX ops."""
+    quark = "com.amd.quark"
+    if custom is None:
+        return [helper.make_node("Identity", ["x"], ["x_q"])]
+    if custom == "bfp16":
+        bfp = {"bfp_method": "to_bfp", "axis": 1, "bit_width": 16, "block_size": 8}
+        return [
+            helper.make_node(
+                "BFPQuantizeDequantize", ["x"], ["x_q"], domain=quark, rounding_mode=2, **bfp
+            )
+        ]
+    mx = {"axis": 1, "block_size": 32}
+    return [
+        helper.make_node(
+            "MXQuantizeDequantize", ["x"], ["x_q"], domain=quark, element_dtype="fp8_e4m3", **mx
+        ),
+        helper.make_node(
+            "MXQuantizeDequantize", ["x_q"], ["x_q2"], domain=quark, element_dtype="fp4_e2m1", **mx
+        ),
+    ]
 
 
 def quark_model(custom: str | None = None) -> onnx.ModelProto:
@@ -234,28 +264,13 @@ def quark_model(custom: str | None = None) -> onnx.ModelProto:
         numpy_helper.from_array(np.array(0.01, np.float32), "s"),
         numpy_helper.from_array(np.array(0, np.int16), "zp"),
     ]
+    activation = _quark_activation(custom)
     nodes = [
+        *activation,
         helper.make_node("QuantizeLinear", ["w", "s", "zp"], ["w_q"], domain="com.microsoft"),
         helper.make_node("DequantizeLinear", ["w_q", "s", "zp"], ["w_dq"], domain="com.microsoft"),
-        helper.make_node("MatMul", ["x_q", "w_dq"], ["y"]),
+        helper.make_node("MatMul", [activation[-1].output[0], "w_dq"], ["y"]),
     ]
-    if custom is None:
-        nodes.insert(0, helper.make_node("Identity", ["x"], ["x_q"]))
-    elif custom == "bfp16":
-        nodes.insert(0, helper.make_node(
-            "BFPQuantizeDequantize", ["x"], ["x_q"], domain="com.amd.quark",
-            bfp_method="to_bfp", axis=1, bit_width=16, block_size=8, rounding_mode=2,
-        ))  # fmt: skip
-    else:
-        nodes.insert(0, helper.make_node(
-            "MXQuantizeDequantize", ["x"], ["x_q"], domain="com.amd.quark",
-            element_dtype="fp8_e4m3", axis=1, block_size=32,
-        ))  # fmt: skip
-        nodes.insert(1, helper.make_node(
-            "MXQuantizeDequantize", ["x_q"], ["x_q2"], domain="com.amd.quark",
-            element_dtype="fp4_e2m1", axis=1, block_size=32,
-        ))  # fmt: skip
-        nodes[-1].input[0] = "x_q2"
     graph = helper.make_graph(
         nodes,
         "quark",
@@ -275,13 +290,27 @@ def qonnx_model() -> onnx.ModelProto:
     inits.append(numpy_helper.from_array(np.ones((4, 4), np.float32), "w"))
     domain = "qonnx.custom_op.general"
     nodes = [
-        helper.make_node("Quant", ["x", "s", "zp", "b8"], ["xq"], domain=domain,
-                         narrow=0, signed=1, rounding_mode="ROUND"),
-        helper.make_node("Quant", ["w", "s", "zp", "b4"], ["wq"], domain=domain,
-                         narrow=1, signed=1, rounding_mode="ROUND"),
+        helper.make_node(
+            "Quant",
+            ["x", "s", "zp", "b8"],
+            ["xq"],
+            domain=domain,
+            narrow=0,
+            signed=1,
+            rounding_mode="ROUND",
+        ),
+        helper.make_node(
+            "Quant",
+            ["w", "s", "zp", "b4"],
+            ["wq"],
+            domain=domain,
+            narrow=1,
+            signed=1,
+            rounding_mode="ROUND",
+        ),
         helper.make_node("MatMul", ["xq", "wq"], ["h"]),
         helper.make_node("BipolarQuant", ["h", "s"], ["y"], domain=domain),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
         nodes,
         "qonnx",
@@ -306,25 +335,32 @@ def test_imports_in_use_are_kept(tmp_path: Path) -> None:
     """An import used only inside a subgraph, or only by a function, stays."""
     model = quark_model()
     branch = helper.make_graph(
-        [helper.make_node("Identity", ["y"], ["z"], domain="ai.onnx.ml")], "then", [],
+        [helper.make_node("Identity", ["y"], ["z"], domain="ai.onnx.ml")],
+        "then",
+        [],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 8])],
-    )  # fmt: skip
+    )
     model.graph.initializer.append(numpy_helper.from_array(np.array(True), "c"))
     model.graph.node.append(
         helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)
     )
     function = helper.make_function(
-        "custom.fn", "Twice", ["a"], ["b"],
+        "custom.fn",
+        "Twice",
+        ["a"],
+        ["b"],
         [helper.make_node("Shape", ["a"], ["b"], domain="org.pytorch.aten")],
         [helper.make_opsetid("", 21), helper.make_opsetid("org.pytorch.aten", 1)],
-    )  # fmt: skip
+    )
     model.functions.append(function)
     model.opset_import.append(helper.make_opsetid("custom.fn", 1))
     model.graph.node.append(helper.make_node("Twice", ["y"], ["shape"], domain="custom.fn"))
-    model.graph.output.extend([
-        helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8]),
-        helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
-    ])  # fmt: skip
+    model.graph.output.extend(
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 8]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ]
+    )
     from onnx_ir import serde
 
     from qlrewrite.qdq import drop_unused_domains

@@ -12,10 +12,13 @@ from qlrewrite.qdq import MAIN, GraphRef, imported_version, iter_graphs, iter_si
 def _function_model(model_imports: dict[str, int]) -> ir.Model:
     """A model-local function holding one DQ; the function imports only its own domain."""
     function = helper.make_function(
-        "custom", "f", ["x", "s"], ["y"],
+        "custom",
+        "f",
+        ["x", "s"],
+        ["y"],
         [helper.make_node("DequantizeLinear", ["x", "s"], ["y"])],
         opset_imports=[helper.make_opsetid("custom", 1)],
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
         [helper.make_node("f", ["x", "s"], ["y"], domain="custom", name="call")],
         "g",

@@ -34,14 +34,18 @@ def _model(path: Path) -> Path:
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("a", int16, [2, 2]),
-         helper.make_tensor_value_info("b", int16, [2, 2])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("c", onnx.TensorProto.INT32, [2, 2]),
-         helper.make_tensor_value_info("d", onnx.TensorProto.INT32, [2, 2])],
+        [
+            helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("a", int16, [2, 2]),
+            helper.make_tensor_value_info("b", int16, [2, 2]),
+        ],
+        [
+            helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("c", onnx.TensorProto.INT32, [2, 2]),
+            helper.make_tensor_value_info("d", onnx.TensorProto.INT32, [2, 2]),
+        ],
         initializer=inits,
-    )  # fmt: skip
+    )
     imports = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
     onnx.save(helper.make_model(graph, opset_imports=imports, ir_version=10), path)
     return path
@@ -61,9 +65,14 @@ def test_check_names_them_in_text_json_and_the_summary(tmp_path: Path) -> None:
     assert "2 quantized node(s):" in out.splitlines()[-1]  # the Q and the DQ were checked
     code, out, _ = _run("check", path, "--format", "json")
     (entry,) = json.loads(out)["files"]
-    assert entry["unchecked"] == [{"domain": MS, "op_type": "MatMulInteger16", "nodes": 2,
-                                   "reason": "16-bit integer MatMul without scales; no "
-                                   "ai.onnx form"}]  # fmt: skip
+    assert entry["unchecked"] == [
+        {
+            "domain": MS,
+            "op_type": "MatMulInteger16",
+            "nodes": 2,
+            "reason": "16-bit integer MatMul without scales; no ai.onnx form",
+        }
+    ]
     assert [g.op_type for g in qlrewrite.check(path).unchecked] == ["MatMulInteger16"]
 
 

@@ -39,19 +39,32 @@ def test_matmul_nbits_shapes_by_hand() -> None:
 
 
 def test_int_attributes_defaults_and_bad_types() -> None:
-    attrs = {"K": ir.AttrInt64("K", 64), "N": ir.AttrInt64("N", 8),
-             "block_size": ir.AttrInt64("block_size", 32),
-             "bits": ir.AttrFloat32("bits", 4.0)}  # fmt: skip
+    attrs = {
+        "K": ir.AttrInt64("K", 64),
+        "N": ir.AttrInt64("N", 8),
+        "block_size": ir.AttrInt64("block_size", 32),
+        "bits": ir.AttrFloat32("bits", 4.0),
+    }
     values = int_attributes(attrs, MM)
-    assert values == {"K": 64, "N": 8, "bits": None, "block_size": 32, "accuracy_level": 0,
-                      "weight_prepacked": 0}  # fmt: skip
+    assert values == {
+        "K": 64,
+        "N": 8,
+        "bits": None,
+        "block_size": 32,
+        "accuracy_level": 0,
+        "weight_prepacked": 0,
+    }
     assert matmul_nbits_layout(values, MM) is None  # bits unusable
     values["bits"] = 4
     assert matmul_nbits_layout(values, MM) == MatMulNBitsLayout(64, 8, 4, 32)
     for bad in ({"K": None}, {"K": 0}, {"block_size": 0}, {"block_size": 48}, {"bits": 3}):
         assert matmul_nbits_layout({**values, **bad}, MM) is None
-    assert int_attributes({}, GBQ) == {"bits": 4, "block_size": 128, "gather_axis": 0,
-                                       "quantize_axis": 1}  # fmt: skip
+    assert int_attributes({}, GBQ) == {
+        "bits": 4,
+        "block_size": 128,
+        "gather_axis": 0,
+        "quantize_axis": 1,
+    }
 
 
 def _gbq(data_type: DT, shape: tuple, **values: int) -> GatherBlockForm:
@@ -75,8 +88,9 @@ def test_gather_block_shapes_by_hand() -> None:
     assert fp8.blocks((8, 40)) == 1 and fp8.default_zero_point is None
     assert gather_block_form(int_attributes({}, GBQ), GBQ, DT.INT8, 2) is None
     assert gather_block_form(int_attributes({}, GBQ), GBQ, DT.UINT8, None) is None
-    assert gather_block_form({**int_attributes({}, GBQ), "gather_axis": 2}, GBQ, DT.UINT8,
-                             2) is None  # fmt: skip
+    assert (
+        gather_block_form({**int_attributes({}, GBQ), "gather_axis": 2}, GBQ, DT.UINT8, 2) is None
+    )
 
 
 pytest.importorskip("onnxruntime")
@@ -92,27 +106,52 @@ def test_matmul_nbits_form_shapes_run_in_ort(k: int, bits: int, block: int, zp: 
         pytest.skip("no CPU kernel (QL606)")
     zp_shape = None if zp is None else form.zero_point_shapes(zp == "packed")[0]
     proto = matmul_nbits_model(
-        k=k, n=3, bits=bits, block_size=block, b_shape=form.b_shape,
-        scale_shape=form.scales_shapes[1], zp=zp, zp_shape=zp_shape, bias=True,
-        bias_shape=form.bias_shape, a_shape=[1, k],
-    )  # fmt: skip
+        k=k,
+        n=3,
+        bits=bits,
+        block_size=block,
+        b_shape=form.b_shape,
+        scale_shape=form.scales_shapes[1],
+        zp=zp,
+        zp_shape=zp_shape,
+        bias=True,
+        bias_shape=form.bias_shape,
+        a_shape=[1, k],
+    )
     assert ort_runs(proto)
 
 
 @pytest.mark.parametrize(
     ("data_type", "shape", "bits", "block", "quantize_axis"),
-    [(DT.UINT8, (5, 24), 4, 16, 1), (DT.UINT8, (5, 6), 2, 16, -1), (DT.UINT8, (5, 40), 8, 32, 1),
-     (DT.INT4, (40, 6), 4, 16, 0), (DT.UINT4, (3, 5, 33), 4, 32, 2),
-     (DT.FLOAT8E4M3FN, (6, 40), 4, 0, 1)],
-)  # fmt: skip
+    [
+        (DT.UINT8, (5, 24), 4, 16, 1),
+        (DT.UINT8, (5, 6), 2, 16, -1),
+        (DT.UINT8, (5, 40), 8, 32, 1),
+        (DT.INT4, (40, 6), 4, 16, 0),
+        (DT.UINT4, (3, 5, 33), 4, 32, 2),
+        (DT.FLOAT8E4M3FN, (6, 40), 4, 0, 1),
+    ],
+)
 def test_gather_block_form_shapes_run_in_ort(data_type, shape, bits, block, quantize_axis):
-    form = _gbq(data_type, shape, bits=bits, block_size=block, quantize_axis=quantize_axis,
-                gather_axis=0 if quantize_axis else 1)  # fmt: skip
+    form = _gbq(
+        data_type,
+        shape,
+        bits=bits,
+        block_size=block,
+        quantize_axis=quantize_axis,
+        gather_axis=0 if quantize_axis else 1,
+    )
     scales = form.scales_shape(shape)
     zp = form.default_zero_point is not None
     proto = gather_block_quantized_model(
-        data_type=data_type, data_shape=shape, bits=bits, block_size=block,
-        quantize_axis=quantize_axis, gather_axis=form.gather_axis, scale_shape=scales,
-        zp=zp, zp_shape=form.zero_point_shape(scales) if zp else None,
-    )  # fmt: skip
+        data_type=data_type,
+        data_shape=shape,
+        bits=bits,
+        block_size=block,
+        quantize_axis=quantize_axis,
+        gather_axis=form.gather_axis,
+        scale_shape=scales,
+        zp=zp,
+        zp_shape=form.zero_point_shape(scales) if zp else None,
+    )
     assert ort_runs(proto)

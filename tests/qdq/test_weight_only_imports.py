@@ -46,9 +46,15 @@ def _matmul(opset: int = 17) -> onnx.ModelProto:
 
 def _gather() -> onnx.ModelProto:
     model, _ = gather_block_quantized_model(
-        np.random.default_rng(8), dtype="uint8", shape=(8, 16), bits=4, block_size=16,
-        quantize_axis=1, gather_axis=0, zero_points=True,
-    )  # fmt: skip
+        np.random.default_rng(8),
+        dtype="uint8",
+        shape=(8, 16),
+        bits=4,
+        block_size=16,
+        quantize_axis=1,
+        gather_axis=0,
+        zero_points=True,
+    )
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 3  # indices: [3]
     return _without_ms_import(model)
 
@@ -71,8 +77,7 @@ def _in_function(model: onnx.ModelProto, function_imports_ms: bool) -> onnx.Mode
     call = helper.make_node("f", inputs, outputs, domain="local", name="call")
     main_graph = helper.make_graph([call], "g", list(graph.input), list(graph.output))
     opsets = [helper.make_opsetid("", 21), helper.make_opsetid("local", 1)]
-    return helper.make_model(main_graph, opset_imports=opsets, functions=[function],
-                             ir_version=10)  # fmt: skip
+    return helper.make_model(main_graph, opset_imports=opsets, functions=[function], ir_version=10)
 
 
 def _ort_runs(model: onnx.ModelProto | Path) -> bool:
@@ -196,7 +201,8 @@ def test_a_function_without_the_import_is_an_error(tmp_path: Path, op: str) -> N
     path = _save(model, tmp_path / "m.onnx")
     report = check_path(path)
     assert [(f.rule, f.severity, f.graph) for f in report.findings] == [
-        ("QL106", "error", "function:local.f")]  # fmt: skip
+        ("QL106", "error", "function:local.f")
+    ]
     assert _cli("fold", path, "-o", tmp_path / "f.onnx")[0] == 1
     assert _cli("check", path, "--fix")[0] == 1 and not (tmp_path / "m.fix.onnx").exists()
     code, out = _cli("check", path, "--fix", "--unsafe-fixes")
@@ -219,8 +225,11 @@ def _in_if_branch(model: onnx.ModelProto) -> onnx.ModelProto:
         [helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)],
     )
     other = helper.make_graph(
-        [helper.make_node("Constant", [], ["z"], value_float=0.0)], "else", [],
-        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)])  # fmt: skip
+        [helper.make_node("Constant", [], ["z"], value_float=0.0)],
+        "else",
+        [],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, None)],
+    )
     cond = helper.make_tensor("c", onnx.TensorProto.BOOL, [], [True])
     nodes = [
         helper.make_node("Constant", [], ["cond"], value=cond),
@@ -228,8 +237,7 @@ def _in_if_branch(model: onnx.ModelProto) -> onnx.ModelProto:
     ]
     outputs = [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, None)]
     main_graph = helper.make_graph(nodes, "g", list(graph.input), outputs)
-    return helper.make_model(main_graph, opset_imports=[helper.make_opsetid("", 21)],
-                             ir_version=10)  # fmt: skip
+    return helper.make_model(main_graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
 def test_a_subgraph_of_the_main_graph_reads_the_models_imports(tmp_path: Path) -> None:

@@ -51,8 +51,7 @@ EXAMPLES = int(os.environ.get("QLREWRITE_FUZZ_EXAMPLES", "300"))
 ORT_LENIENT = {"QL402"}
 
 ONNX_OPSETS = (10, 13, 19, 21, 23, 24, 25)
-INT_TYPES = (DT.INT8, DT.UINT8, DT.INT16, DT.UINT16, DT.INT32, DT.INT4, DT.UINT4,
-             DT.INT2, DT.UINT2)  # fmt: skip
+INT_TYPES = (DT.INT8, DT.UINT8, DT.INT16, DT.UINT16, DT.INT32, DT.INT4, DT.UINT4, DT.INT2, DT.UINT2)
 FLOAT8 = (DT.FLOAT8E4M3FN, DT.FLOAT8E4M3FNUZ, DT.FLOAT8E5M2, DT.FLOAT8E5M2FNUZ)
 QUANTIZED = INT_TYPES + FLOAT8 + (DT.FLOAT4E2M1,)
 FLOATS = (DT.FLOAT, DT.FLOAT16, DT.BFLOAT16)
@@ -102,9 +101,22 @@ def _allowed_scale(domain: str, opset: int) -> tuple[DT, ...]:
 
 
 #: One defect at a time, to reach each rule from a valid node.
-DEFECTS = ("x-type", "scale-type", "zp-type", "zp-shape", "scale-length", "axis", "block-size",
-           "new-attribute", "bogus-attribute", "output-type", "output-dtype", "scale-rank",
-           "e8m0-scale", "precision")  # fmt: skip
+DEFECTS = (
+    "x-type",
+    "scale-type",
+    "zp-type",
+    "zp-shape",
+    "scale-length",
+    "axis",
+    "block-size",
+    "new-attribute",
+    "bogus-attribute",
+    "output-type",
+    "output-dtype",
+    "scale-rank",
+    "e8m0-scale",
+    "precision",
+)
 
 
 @st.composite
@@ -136,8 +148,9 @@ def qdq_cases(draw: st.DrawFn) -> dict[str, Any]:  # noqa: C901
         attrs["axis"] = axis
     else:
         block = draw(st.integers(1, 4))
-        scale_shape = tuple(-(-d // block) if i == axis % rank else d
-                            for i, d in enumerate(x_shape))  # fmt: skip
+        scale_shape = tuple(
+            -(-d // block) if i == axis % rank else d for i, d in enumerate(x_shape)
+        )
         attrs["axis"] = axis
         attrs["block_size"] = block
     zp: tuple[DT, tuple[int, ...]] | None = None
@@ -149,9 +162,19 @@ def qdq_cases(draw: st.DrawFn) -> dict[str, Any]:  # noqa: C901
         attrs["output_dtype"] = int(quantized_type)
     if op == DQ and opset >= 23 and domain == "" and draw(st.booleans()):
         attrs["output_dtype"] = int(scale_type)
-    case = dict(op=op, domain=domain, opset=opset, x_type=x_type, x_shape=x_shape,
-                scale_type=scale_type, scale_shape=scale_shape, zp=zp, attrs=attrs,
-                x_input=False, wrong_output=False)  # fmt: skip
+    case = dict(
+        op=op,
+        domain=domain,
+        opset=opset,
+        x_type=x_type,
+        x_shape=x_shape,
+        scale_type=scale_type,
+        scale_shape=scale_shape,
+        zp=zp,
+        attrs=attrs,
+        x_input=False,
+        wrong_output=False,
+    )
     if draw(st.integers(0, 9)) < 6:
         _defect(draw, case, draw(st.sampled_from(DEFECTS)))
     case["x_input"] = case["x_type"] in NATIVE and draw(st.booleans())
@@ -181,8 +204,9 @@ def _defect(draw: st.DrawFn, case: dict[str, Any], defect: str) -> None:  # noqa
     elif defect == "block-size":
         attrs["block_size"] = draw(st.sampled_from([-1, 0, 1, 5, 9]))
     elif defect == "new-attribute":
-        name = draw(st.sampled_from(["axis", "block_size", "saturate", "output_dtype",
-                                     "precision"]))  # fmt: skip
+        name = draw(
+            st.sampled_from(["axis", "block_size", "saturate", "output_dtype", "precision"])
+        )
         attrs[name] = {"output_dtype": int(DT.UINT8), "precision": int(DT.FLOAT)}.get(name, 1)
     elif defect == "bogus-attribute":
         attrs["bogus"] = 1
@@ -216,13 +240,23 @@ def build(case: dict[str, Any]) -> onnx.ModelProto:
     else:
         inits.append(_tensor("x", case["x_type"], case["x_shape"], "x"))
     node = helper.make_node(op, names, ["y"], name="qdq", domain=domain, **case["attrs"])
-    out_type = default_output_type(op, opset, domain=domain, scale_type=case["scale_type"],
-                                   zp_type=zp_type, attrs=case["attrs"])  # fmt: skip
+    out_type = default_output_type(
+        op,
+        opset,
+        domain=domain,
+        scale_type=case["scale_type"],
+        zp_type=zp_type,
+        attrs=case["attrs"],
+    )
     if case["wrong_output"]:
         out_type = DT.INT64
-    graph = helper.make_graph([node], "g", inputs,
-                              [helper.make_tensor_value_info("y", int(out_type), None)],
-                              initializer=inits)  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        inputs,
+        [helper.make_tensor_value_info("y", int(out_type), None)],
+        initializer=inits,
+    )
     imports = [helper.make_opsetid("", opset)]
     if domain == MS:
         imports.append(helper.make_opsetid(MS, 1))
@@ -235,8 +269,9 @@ def ort_verdict(case: dict[str, Any], proto: onnx.ModelProto) -> str:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
         feeds = {}
         if case["x_input"]:
             x = _values(case["x_type"], case["x_shape"], "x")
@@ -267,9 +302,15 @@ def known_disagreement(case: dict[str, Any], verdict: str, codes: set[str]) -> s
 
 
 def _mixed_q23(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:
-    return (case["op"] == Q and case["domain"] == "" and case["opset"] >= 23
-            and case["x_type"] in FLOATS and case["scale_type"] in FLOATS
-            and case["x_type"] != case["scale_type"] and verdict == "rejects")  # fmt: skip
+    return (
+        case["op"] == Q
+        and case["domain"] == ""
+        and case["opset"] >= 23
+        and case["x_type"] in FLOATS
+        and case["scale_type"] in FLOATS
+        and case["x_type"] != case["scale_type"]
+        and verdict == "rejects"
+    )
 
 
 def _blocked_one_element(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:
@@ -277,8 +318,12 @@ def _blocked_one_element(case: dict[str, Any], verdict: str, codes: set[str]) ->
 
 
 def _float4_dq_half(case: dict[str, Any], verdict: str, codes: set[str]) -> bool:
-    return (case["op"] == DQ and case["x_type"] == DT.FLOAT4E2M1 and verdict == "rejects"
-            and case["attrs"].get("output_dtype") == int(DT.FLOAT16))  # fmt: skip
+    return (
+        case["op"] == DQ
+        and case["x_type"] == DT.FLOAT4E2M1
+        and verdict == "rejects"
+        and case["attrs"].get("output_dtype") == int(DT.FLOAT16)
+    )
 
 
 #: name -> (predicate(case, ORT verdict, check's error codes), decision). Found by the long
@@ -327,11 +372,26 @@ def test_check_agrees_with_ort(case: dict[str, Any]) -> None:
     assert ok, (verdict, sorted(codes), case)
 
 
-def _case(op: str, opset: int, x: tuple[DT, tuple[int, ...]], scale: tuple[DT, tuple[int, ...]],
-          attrs: dict[str, int]) -> dict[str, Any]:  # fmt: skip
-    return dict(op=op, domain="", opset=opset, x_type=x[0], x_shape=x[1], scale_type=scale[0],
-                scale_shape=scale[1], zp=None, attrs=attrs, x_input=False,
-                wrong_output=False)  # fmt: skip
+def _case(
+    op: str,
+    opset: int,
+    x: tuple[DT, tuple[int, ...]],
+    scale: tuple[DT, tuple[int, ...]],
+    attrs: dict[str, int],
+) -> dict[str, Any]:
+    return dict(
+        op=op,
+        domain="",
+        opset=opset,
+        x_type=x[0],
+        x_shape=x[1],
+        scale_type=scale[0],
+        scale_shape=scale[1],
+        zp=None,
+        attrs=attrs,
+        x_input=False,
+        wrong_output=False,
+    )
 
 
 #: One example of each known disagreement.

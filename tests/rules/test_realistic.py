@@ -57,11 +57,14 @@ def _qoperator_tail() -> onnx.ModelProto:
     nodes = [
         helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
         helper.make_node(
-            "QLinearAdd", ["xq", "s", "z", "xq", "s", "z", "s_out", "z_out"], ["aq"],
-            domain="com.microsoft", name="add",
+            "QLinearAdd",
+            ["xq", "s", "z", "xq", "s", "z", "s_out", "z_out"],
+            ["aq"],
+            domain="com.microsoft",
+            name="add",
         ),
         helper.make_node("DequantizeLinear", ["aq", "s_out", "z_out"], ["y"], name="dq"),
-    ]  # fmt: skip
+    ]
     return _model(
         nodes,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
@@ -245,14 +248,20 @@ def test_two_unnamed_ifs_with_same_inner_names_are_told_apart(tmp_path: Path) ->
     u8, i8 = TensorProto.UINT8, TensorProto.INT8
     nodes = [
         helper.make_node(
-            "If", ["cond"], ["y1"], then_branch=branch(u8, "zu", "o1"),
+            "If",
+            ["cond"],
+            ["y1"],
+            then_branch=branch(u8, "zu", "o1"),
             else_branch=branch(u8, "zu", "o2"),
         ),
         helper.make_node(
-            "If", ["cond"], ["y2"], then_branch=branch(i8, "zi", "o3"),
+            "If",
+            ["cond"],
+            ["y2"],
+            then_branch=branch(i8, "zi", "o3"),
             else_branch=branch(i8, "zi", "o4"),
         ),
-    ]  # fmt: skip
+    ]
     inits = [
         numpy_helper.from_array(np.array(0.5, F32), "s"),
         numpy_helper.from_array(np.array(3, np.uint8), "zu"),

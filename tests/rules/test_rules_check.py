@@ -38,16 +38,20 @@ def test_nested_subgraphs_are_checked_with_their_label() -> None:
     else_out = helper.make_tensor_value_info("e", FLOAT, [4, 3])
     t2 = helper.make_tensor_value_info("t2", FLOAT, [4, 3])
     inner_if_then = helper.make_graph(_bad_dq_node("deep", out="t2"), "deep_then", [], [t2])
-    inner = helper.make_node("If", ["c"], ["t"], name="inner_if", then_branch=inner_if_then,
-                             else_branch=inner_if_then)  # fmt: skip
+    inner = helper.make_node(
+        "If", ["c"], ["t"], name="inner_if", then_branch=inner_if_then, else_branch=inner_if_then
+    )
     then_g = helper.make_graph([inner], "then", [], [then_out])
     else_g = helper.make_graph(_bad_dq_node("shallow", out="e"), "else", [], [else_out])
-    outer = helper.make_node("If", ["c"], ["y"], name="outer_if", then_branch=then_g,
-                             else_branch=else_g)  # fmt: skip
+    outer = helper.make_node(
+        "If", ["c"], ["y"], name="outer_if", then_branch=then_g, else_branch=else_g
+    )
     graph = helper.make_graph(
-        [outer], "g", [x, helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [outer],
+        "g",
+        [x, helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("y", FLOAT, [4, 3])],
-    )  # fmt: skip
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     report = check_model(load_ir(proto))
     graphs = sorted({(f.node, f.graph) for f in report.findings if f.rule == "QL403"})
@@ -67,26 +71,39 @@ def _function_model(call_scales: list[int], axis_ref: bool = False) -> onnx.Mode
         ref = helper.make_attribute_ref("axis", onnx.AttributeProto.INT)
         dq.attribute.append(ref)
     function = helper.make_function(
-        "local", "f", ["fx", "fs"], ["fy"], [dq], [helper.make_opsetid("", 13)],
+        "local",
+        "f",
+        ["fx", "fs"],
+        ["fy"],
+        [dq],
+        [helper.make_opsetid("", 13)],
         attributes=["ax"] if axis_ref else [],
-    )  # fmt: skip
+    )
     if axis_ref:
         function.node[0].attribute[0].ref_attr_name = "ax"
     nodes, inits, outputs = [], [], []
     for i, length in enumerate(call_scales):
         inits.append(helper.make_tensor(f"s{i}", FLOAT, [length], [0.5] * length))
         kwargs = {"ax": 0} if axis_ref else {}
-        nodes.append(helper.make_node("f", ["x", f"s{i}"], [f"y{i}"], domain="local",
-                                      name=f"call{i}", **kwargs))  # fmt: skip
+        nodes.append(
+            helper.make_node(
+                "f", ["x", f"s{i}"], [f"y{i}"], domain="local", name=f"call{i}", **kwargs
+            )
+        )
         outputs.append(helper.make_tensor_value_info(f"y{i}", FLOAT, [4, 3]))
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3])], outputs,
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3])],
+        outputs,
         initializer=inits,
-    )  # fmt: skip
+    )
     return helper.make_model(
-        graph, functions=[function], ir_version=8,
+        graph,
+        functions=[function],
+        ir_version=8,
         opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
-    )  # fmt: skip
+    )
 
 
 def test_function_checked_with_each_call_site() -> None:
@@ -132,9 +149,12 @@ def test_shapes_from_shape_inference() -> None:
         helper.make_node(DQ, ["xt", "s"], ["y"], name="dq", axis=1),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3])],
-        [helper.make_tensor_value_info("y", FLOAT, None)], initializer=[scale],
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3])],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        initializer=[scale],
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     assert _rules(load_ir(proto)) == []  # xt is [3, 4]: 4 scales on axis 1 is right
     proto.graph.node[1].attribute[0].i = 0
@@ -155,8 +175,9 @@ def test_initializer_overridden_by_graph_input_is_not_a_constant() -> None:
 
 
 def test_symbolic_dims_never_alarm() -> None:
-    proto = qdq_model(DQ, 13, x_shape=("N", "C"), scale_shape=(5,), zp_shape=(5,),
-                      attrs={"axis": 1})  # fmt: skip
+    proto = qdq_model(
+        DQ, 13, x_shape=("N", "C"), scale_shape=(5,), zp_shape=(5,), attrs={"axis": 1}
+    )
     assert _rules(load_ir(proto)) == []
 
 
@@ -170,10 +191,11 @@ def test_check_changes_nothing() -> None:
 
 def test_non_qdq_models_have_nothing_to_check_and_say_so() -> None:
     graph = helper.make_graph(
-        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("x", FLOAT, [2])],
         [helper.make_tensor_value_info("y", FLOAT, [2])],
-    )  # fmt: skip
+    )
     report = check_model(load_ir(helper.make_model(graph)))
     assert report.nodes_checked == 0 and [f.rule for f in report.findings] == ["QL607"]
 
@@ -183,19 +205,31 @@ def test_non_qdq_models_have_nothing_to_check_and_say_so() -> None:
 
 def _save_external(proto: onnx.ModelProto, folder: Path, name: str = "m.onnx") -> Path:
     path = folder / name
-    onnx.save_model(proto, path, save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="m.data", size_threshold=0)  # fmt: skip
+    onnx.save_model(
+        proto,
+        path,
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="m.data",
+        size_threshold=0,
+    )
     return path
 
 
 def _weights_model(rows: int = 64, cols: int = 64) -> onnx.ModelProto:
-    weights = helper.make_tensor("w", TensorProto.INT8, [rows, cols], b"\x01" * (rows * cols),
-                                 raw=True)  # fmt: skip
+    weights = helper.make_tensor(
+        "w", TensorProto.INT8, [rows, cols], b"\x01" * (rows * cols), raw=True
+    )
     scale = helper.make_tensor("s", FLOAT, [rows], [0.1] * rows)
     zp = helper.make_tensor("zp", TensorProto.INT8, [rows], [0] * rows)
     node = helper.make_node(DQ, ["w", "s", "zp"], ["y"], name="dqw", axis=0)
-    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("y", FLOAT, None)],
-                              initializer=[weights, scale, zp])  # fmt: skip
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", FLOAT, None)],
+        initializer=[weights, scale, zp],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -249,16 +283,20 @@ def test_large_external_model_is_checked_without_reading_weights(
     rows = cols = 2048
     nodes, inits, outputs = [], [], []
     for i in range(16):
-        inits.append(helper.make_tensor(f"w{i}", TensorProto.INT8, [rows, cols],
-                                        b"\x01" * (rows * cols), raw=True))  # fmt: skip
+        inits.append(
+            helper.make_tensor(
+                f"w{i}", TensorProto.INT8, [rows, cols], b"\x01" * (rows * cols), raw=True
+            )
+        )
         inits.append(helper.make_tensor(f"s{i}", FLOAT, [rows], [0.1] * rows))
         nodes.append(helper.make_node(DQ, [f"w{i}", f"s{i}"], [f"y{i}"], name=f"dq{i}", axis=0))
         outputs.append(helper.make_tensor_value_info(f"y{i}", FLOAT, None))
     graph = helper.make_graph(nodes, "g", [], outputs, initializer=inits)
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     path = tmp_path / "big.onnx"
-    onnx.save_model(proto, path, save_as_external_data=True, location="big.data",
-                    size_threshold=1024 * 1024)  # fmt: skip
+    onnx.save_model(
+        proto, path, save_as_external_data=True, location="big.data", size_threshold=1024 * 1024
+    )
     del proto, inits
     reads: list[str] = []
     original = ir.ExternalTensor.numpy
@@ -279,18 +317,21 @@ def test_large_external_model_is_checked_without_reading_weights(
 def test_constant_scale_values_read_only_when_small() -> None:
     """A 2 MB scale is not read (no value warnings), its shape still is."""
     n = 512 * 1024
-    proto = qdq_model(DQ, 13, x_shape=(n,), scale_shape=(n,), scale=0.0, zp_type=None,
-                      attrs={"axis": 0})  # fmt: skip
+    proto = qdq_model(
+        DQ, 13, x_shape=(n,), scale_shape=(n,), scale=0.0, zp_type=None, attrs={"axis": 0}
+    )
     rules = _rules(load_ir(proto))
     assert "QL501" not in rules
-    small = qdq_model(DQ, 13, x_shape=(8,), scale_shape=(8,), scale=np.zeros(8), zp_type=None,
-                      attrs={"axis": 0})  # fmt: skip
+    small = qdq_model(
+        DQ, 13, x_shape=(8,), scale_shape=(8,), scale=np.zeros(8), zp_type=None, attrs={"axis": 0}
+    )
     assert "QL501" in _rules(load_ir(small))
 
 
 def test_explicit_ai_onnx_domain_and_future_opset() -> None:
-    proto = qdq_model(DQ, 13, domain="ai.onnx", imports={"ai.onnx": 13}, scale_shape=(5,),
-                      attrs={"axis": 0})  # fmt: skip
+    proto = qdq_model(
+        DQ, 13, domain="ai.onnx", imports={"ai.onnx": 13}, scale_shape=(5,), attrs={"axis": 0}
+    )
     report = check_model(load_ir(proto))
     assert [(f.rule, f.domain, f.opset) for f in report.findings] == [("QL403", "", 13)]
     future = qdq_model(DQ, 30, x_type=DT.FLOAT6E2M3, ir_version=14)
@@ -317,14 +358,23 @@ def test_sibling_subgraphs_reusing_a_name_get_their_own_inferred_shapes() -> Non
         ]
         return helper.make_graph(nodes, out, [], [helper.make_tensor_value_info(out, FLOAT, None)])
 
-    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("Transpose", 4, "a"),
-                            else_branch=branch("Identity", 3, "b"))  # fmt: skip
+    node = helper.make_node(
+        "If",
+        ["c"],
+        ["y"],
+        name="if",
+        then_branch=branch("Transpose", 4, "a"),
+        else_branch=branch("Identity", 3, "b"),
+    )
     graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3]),
-         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.UINT8, [4, 3]),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+        ],
         [helper.make_tensor_value_info("y", FLOAT, None)],
-    )  # fmt: skip
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
     report = check_model(load_ir(proto))
     assert report.nodes_checked == 2 and report.findings == []

@@ -72,8 +72,9 @@ def _runs_in_ort(proto: onnx.ModelProto, x: np.ndarray) -> bool:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4
     try:
-        session = ort.InferenceSession(proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        session = ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
         session.run(None, {"x": x})
     except Exception:
         return False
@@ -116,9 +117,17 @@ def _nodes(draw: st.DrawFn) -> dict:
     else:
         x_type = DT.FLOAT
         zp_type = None if zp_kind == "none" else draw(st.sampled_from([DT.UINT8, DT.INT8]))
-    return dict(op=op, opset=opset, domain=domain, x_type=x_type, x_shape=x_shape,
-                scale_shape=scale_shape, zp_type=zp_type, zp_shape=zp_shape,
-                attrs=attrs)  # fmt: skip
+    return dict(
+        op=op,
+        opset=opset,
+        domain=domain,
+        x_type=x_type,
+        x_shape=x_shape,
+        scale_shape=scale_shape,
+        zp_type=zp_type,
+        zp_shape=zp_shape,
+        attrs=attrs,
+    )
 
 
 @settings(max_examples=80)
@@ -153,18 +162,21 @@ def _float_model(opset: int) -> onnx.ModelProto:
     ]
     shape = numpy_helper.from_array(np.array([1, -1], dtype=np.int64), "shape")
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
         initializer=[w1, b1, w2, shape],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
 class _Reader:
     def __init__(self) -> None:
         rng = np.random.default_rng(1)
-        self._data = iter([{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
-                           for _ in range(4)])  # fmt: skip
+        self._data = iter(
+            [{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+        )
 
     def get_next(self) -> dict | None:
         return next(self._data, None)
@@ -179,19 +191,24 @@ def _quantize(tmp_path: Any, opset: int, **kwargs: Any) -> onnx.ModelProto:
     reader = type("Reader", (_Reader, CalibrationDataReader), {})()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantize_static(str(source), str(target), reader, quant_format=QuantFormat.QDQ,
-                        **kwargs)  # fmt: skip
+        quantize_static(str(source), str(target), reader, quant_format=QuantFormat.QDQ, **kwargs)
     return onnx.load_model(target)
 
 
 QUANTIZER_CONFIGS = {
     "default": (13, {}),
     "per-channel": (13, {"per_channel": True}),
-    "int16-contrib": (13, {"activation_type": "QInt16", "weight_type": "QInt16",
-                           "extra_options": {"UseQDQContribOps": True}}),
+    "int16-contrib": (
+        13,
+        {
+            "activation_type": "QInt16",
+            "weight_type": "QInt16",
+            "extra_options": {"UseQDQContribOps": True},
+        },
+    ),
     "int4-weights-contrib": (13, {"weight_type": "QInt4", "per_channel": True}),
     "int4-weights-21": (21, {"weight_type": "QInt4", "per_channel": True}),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("config", list(QUANTIZER_CONFIGS))
@@ -227,8 +244,9 @@ def test_matmul_nbits_qdq_has_no_errors(tmp_path: Any) -> None:
     model = _float_model(13)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantizer = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=False,
-                                         quant_format=QuantFormat.QDQ)  # fmt: skip
+        quantizer = MatMulNBitsQuantizer(
+            model, block_size=32, is_symmetric=False, quant_format=QuantFormat.QDQ
+        )
         quantizer.process()
     proto = quantizer.model.model
     report = check_model(load_ir(proto))

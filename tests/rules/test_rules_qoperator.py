@@ -79,34 +79,60 @@ CASES = [
     Case("QL314", "matmul-b-zp-uint8", "QLinearMatMul", {"b_zero_point": np.zeros(3, u8)}),
     Case("QL314", "add-zp-int8", "QLinearAdd", {"B_zero_point": np.array(0, i8)}),
     Case("QL314", "concat-zp-int8", "QLinearConcat", {"b_zero_point": np.array(0, i8)}),
-    Case("QL440", "conv-w-scale-2-of-3", "QLinearConv",
-         {"w_scale": np.full(2, 0.01, f32), "w_zero_point": np.zeros(2, i8)}),
+    Case(
+        "QL440",
+        "conv-w-scale-2-of-3",
+        "QLinearConv",
+        {"w_scale": np.full(2, 0.01, f32), "w_zero_point": np.zeros(2, i8)},
+    ),
     Case("QL440", "conv-w-scale-rank-2", "QLinearConv", {"w_scale": np.full((3, 1), 0.01, f32)}),
     Case("QL440", "conv-x-scale-per-channel", "QLinearConv", {"x_scale": np.full(2, 0.05, f32)}),
     Case("QL440", "conv-y-scale-per-channel", "QLinearConv", {"y_scale": np.full(3, 0.2, f32)}),
-    Case("QL440", "matmul-b-scale-along-k", "QLinearMatMul",
-         {"b_scale": np.full(4, 0.01, f32), "b_zero_point": np.zeros(4, i8)}),
+    Case(
+        "QL440",
+        "matmul-b-scale-along-k",
+        "QLinearMatMul",
+        {"b_scale": np.full(4, 0.01, f32), "b_zero_point": np.zeros(4, i8)},
+    ),
     Case("QL440", "matmul-a-scale-1d", "QLinearMatMul", {"a_scale": np.full(2, 0.05, f32)}),
     Case("QL440", "add-scale-1-element", "QLinearAdd", {"C_scale": np.full(1, 0.1, f32)}),
     Case("QL440", "add-scale-1d", "QLinearAdd", {"A_scale": np.full(3, 0.05, f32)}),
     Case("QL440", "sigmoid-y-scale-1d", "QLinearSigmoid", {"Y_scale": np.full(2, 0.1, f32)}),
-    Case("QL440", "global-pool-zp-1d", "QLinearGlobalAveragePool",
-         {"x_zero_point": np.full(3, 128, u8)}),
-    Case("QL440", "gemm-b-scale-along-k", "QGemm",
-         {"b_scale": np.full(4, 0.01, f32), "b_zero_point": np.zeros(4, i8)}),
+    Case(
+        "QL440",
+        "global-pool-zp-1d",
+        "QLinearGlobalAveragePool",
+        {"x_zero_point": np.full(3, 128, u8)},
+    ),
+    Case(
+        "QL440",
+        "gemm-b-scale-along-k",
+        "QGemm",
+        {"b_scale": np.full(4, 0.01, f32), "b_zero_point": np.zeros(4, i8)},
+    ),
     Case("QL440", "gemm-y-scale-1d", "QGemm", {"y_scale": np.full(3, 0.1, f32)}),
-    Case("QL440", "concat-input-scale-1d", "QLinearConcat", {"a_scale": np.full(2, 0.1, f32)},
-         ort_lenient="ORT's QLinearConcat reads the first scale value only"),
+    Case(
+        "QL440",
+        "concat-input-scale-1d",
+        "QLinearConcat",
+        {"a_scale": np.full(2, 0.1, f32)},
+        ort_lenient="ORT's QLinearConcat reads the first scale value only",
+    ),
     Case("QL440", "matmul-zp-2-of-3", "QLinearMatMul", {"b_zero_point": np.zeros(2, i8)}),
     Case("QL440", "conv-zp-2-of-3", "QLinearConv", {"w_zero_point": np.zeros(2, i8)}),
     Case("QL442", "conv-bias-2-of-3", "QLinearConv", {"B": np.array([1, 2], i32)}),
     Case("QL442", "conv-bias-2d", "QLinearConv", {"B": np.array([[1, 2, 3]], i32)}),
     Case("QL442", "gemm-bias-2-of-3", "QGemm", {"C": np.array([1, 2], i32)}),
-    Case("QL103", "no-com-microsoft-import", "QLinearAdd", post=_no_ms_import,
-         ort_lenient="ORT resolves com.microsoft ops without the import; onnx.checker "
-         "and other runtimes do not"),
+    Case(
+        "QL103",
+        "no-com-microsoft-import",
+        "QLinearAdd",
+        post=_no_ms_import,
+        ort_lenient="ORT resolves com.microsoft ops without the import; onnx.checker "
+        "and other runtimes do not",
+    ),
     Case("QL511", "zero-scale", "QLinearMatMul", {"y_scale": np.array(0.0, f32)}),
-]  # fmt: skip
+]
 
 
 #: The rules these cases try (test_rules_cases checks every rule has cases somewhere).
@@ -177,8 +203,13 @@ def test_inputs_ending_before_y_zero_point_crash_ort_and_are_an_error(op: str) -
         "import sys, onnxruntime as ort; "
         "ort.InferenceSession(sys.stdin.buffer.read(), providers=['CPUExecutionProvider'])"
     )
-    done = subprocess.run([sys.executable, "-c", script], input=model.SerializeToString(),
-                          capture_output=True, check=False, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=model.SerializeToString(),
+        capture_output=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode < 0 or done.returncode == 134, "ORT loads it now: relax the rule"
     empty = build(op)
     empty.graph.node[0].input[4] = ""  # an empty name in its place: accepted

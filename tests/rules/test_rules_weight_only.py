@@ -97,9 +97,14 @@ CASES = [
     Case("QL205", "block-8", MM, {"block_size": 8, "b_shape": (8, 4, 4), "scale_shape": (8, 4)}),
     Case("QL205", "block-0", GBQ, {"block_size": 0}, {**_FP8, "block_size": 0}),
     Case("QL205", "block-negative", GBQ, {"block_size": -16}),
-    Case("QL206", "accuracy-7", MM, {"attrs": {"accuracy_level": 7}},
-         {"attrs": {"accuracy_level": 4}},
-         ort_lenient="ORT's CPU kernel clamps accuracy_level into 0-4 (the schema defines 0-4)"),
+    Case(
+        "QL206",
+        "accuracy-7",
+        MM,
+        {"attrs": {"accuracy_level": 7}},
+        {"attrs": {"accuracy_level": 4}},
+        ort_lenient="ORT's CPU kernel clamps accuracy_level into 0-4 (the schema defines 0-4)",
+    ),
     Case("QL207", "n-negative", MM, {"n": -8, "b_shape": (8, 2, 8), "scale_shape": (8, 2)}),
     # types
     Case("QL310", "b-int8", MM, {"b_type": DT.INT8}),
@@ -107,13 +112,24 @@ CASES = [
     Case("QL310", "zero-point-int8", MM, {"zp": "float", "zp_type": DT.INT8}, {"zp": "float"}),
     Case("QL310", "data-int8", GBQ, {"data_type": DT.INT8}),
     Case("QL310", "indices-float", GBQ, {"indices_type": DT.FLOAT}, {"indices_type": DT.INT32}),
-    Case("QL311", "scales-float16", MM, {"scale_type": DT.FLOAT16},
-         {"scale_type": DT.FLOAT16, "a_type": DT.FLOAT16}),
+    Case(
+        "QL311",
+        "scales-float16",
+        MM,
+        {"scale_type": DT.FLOAT16},
+        {"scale_type": DT.FLOAT16, "a_type": DT.FLOAT16},
+    ),
     Case("QL311", "bias-float16", MM, {"bias": True, "bias_type": DT.FLOAT16}, {"bias": True}),
-    Case("QL311", "zero-point-uint4-int4-data", GBQ, {**_INT4, "zp": True, "zp_type": DT.UINT4},
-         {**_INT4, "zp": True}),
-    Case("QL312", "zero-point-float16", MM, {"zp": "float", "zp_type": DT.FLOAT16},
-         {"zp": "float"}),
+    Case(
+        "QL311",
+        "zero-point-uint4-int4-data",
+        GBQ,
+        {**_INT4, "zp": True, "zp_type": DT.UINT4},
+        {**_INT4, "zp": True},
+    ),
+    Case(
+        "QL312", "zero-point-float16", MM, {"zp": "float", "zp_type": DT.FLOAT16}, {"zp": "float"}
+    ),
     Case("QL313", "float8-zero-point", GBQ, {**_FP8, "zp": True}, _FP8),
     # shapes
     Case("QL420", "a-last-dim", MM, {"a_shape": [2, 16]}, {"a_shape": [2, 3, 32]}),
@@ -122,47 +138,109 @@ CASES = [
     Case("QL421", "b-2d", MM, {"b_shape": (8, 16)}),
     Case("QL422", "scales-blocks", MM, {"scale_shape": (8, 3)}, {"scale_shape": (16,)}),
     Case("QL422", "scales-3d", MM, {"scale_shape": (8, 2, 1)}),
-    Case("QL423", "zero-point-unpacked-uint8", MM, {"k": 64, "zp": "float", "zp_type": DT.UINT8},
-         {"k": 64, "zp": "packed"}),
-    Case("QL423", "zero-point-packed-1d", MM, {"zp": "packed1d", "zp_shape": (16,)},
-         {"zp": "packed1d"}),
-    Case("QL423", "zero-point-float", MM, {"zp": "float", "zp_shape": (8, 3)},
-         {"zp": "float1d"}),
-    Case("QL427", "zero-point-one-stream", MM, {"k": 48, "zp": "packed1d", "zp_shape": (12,)},
-         {"k": 48, "zp": "packed1d"}),
-    Case("QL424", "g-idx-short", MM, {"g_idx": True, "g_idx_shape": (31,)},
-         {"k": 40, "g_idx": True, "g_idx_shape": (48,)}),
+    Case(
+        "QL423",
+        "zero-point-unpacked-uint8",
+        MM,
+        {"k": 64, "zp": "float", "zp_type": DT.UINT8},
+        {"k": 64, "zp": "packed"},
+    ),
+    Case(
+        "QL423",
+        "zero-point-packed-1d",
+        MM,
+        {"zp": "packed1d", "zp_shape": (16,)},
+        {"zp": "packed1d"},
+    ),
+    Case("QL423", "zero-point-float", MM, {"zp": "float", "zp_shape": (8, 3)}, {"zp": "float1d"}),
+    Case(
+        "QL427",
+        "zero-point-one-stream",
+        MM,
+        {"k": 48, "zp": "packed1d", "zp_shape": (12,)},
+        {"k": 48, "zp": "packed1d"},
+    ),
+    Case(
+        "QL424",
+        "g-idx-short",
+        MM,
+        {"g_idx": True, "g_idx_shape": (31,)},
+        {"k": 40, "g_idx": True, "g_idx_shape": (48,)},
+    ),
     Case("QL425", "bias-2d", MM, {"bias": True, "bias_shape": (1, 8)}, {"bias": True}),
     Case("QL430", "data-1d", GBQ, {"data_shape": (16,), "gather_axis": 0, "quantize_axis": 0}),
     Case("QL431", "gather-axis-out-of-range", GBQ, {"gather_axis": 2}, {"gather_axis": -2}),
-    Case("QL431", "uint8-gather-axis-1", GBQ,
-         {"gather_axis": 1, "quantize_axis": 0, "data_shape": (32, 8)},
-         {**_INT4, "gather_axis": 1, "quantize_axis": 0, "data_shape": (32, 8)}),
-    Case("QL431", "uint8-quantize-axis-0", GBQ, {**_U8_B8, "gather_axis": 0, "quantize_axis": 0},
-         {**_U8_B8, "quantize_axis": -1}),
+    Case(
+        "QL431",
+        "uint8-gather-axis-1",
+        GBQ,
+        {"gather_axis": 1, "quantize_axis": 0, "data_shape": (32, 8)},
+        {**_INT4, "gather_axis": 1, "quantize_axis": 0, "data_shape": (32, 8)},
+    ),
+    Case(
+        "QL431",
+        "uint8-quantize-axis-0",
+        GBQ,
+        {**_U8_B8, "gather_axis": 0, "quantize_axis": 0},
+        {**_U8_B8, "quantize_axis": -1},
+    ),
     Case("QL432", "scales-blocks", GBQ, {"scale_shape": (8, 3)}, {"zp": True}),
-    Case("QL432", "scales-rows", GBQ, {**_INT4, "scale_shape": (1, 2)},
-         {**_FP8, "scale_shape": (1, 2)}),
+    Case(
+        "QL432",
+        "scales-rows",
+        GBQ,
+        {**_INT4, "scale_shape": (1, 2)},
+        {**_FP8, "scale_shape": (1, 2)},
+    ),
     Case("QL432", "scales-rank", GBQ, {"scale_shape": (16,)}),
-    Case("QL433", "uint8-zero-point-unpacked", GBQ, {"zp": True, "zp_shape": (8, 2)},
-         {"bits": 2, "data_shape": (8, 8), "zp": True}),
-    Case("QL433", "int4-zero-point", GBQ, {**_INT4, "zp": True, "zp_shape": (8, 1)},
-         {**_INT4, "data_shape": (8, 40), "zp": True}),
+    Case(
+        "QL433",
+        "uint8-zero-point-unpacked",
+        GBQ,
+        {"zp": True, "zp_shape": (8, 2)},
+        {"bits": 2, "data_shape": (8, 8), "zp": True},
+    ),
+    Case(
+        "QL433",
+        "int4-zero-point",
+        GBQ,
+        {**_INT4, "zp": True, "zp_shape": (8, 1)},
+        {**_INT4, "data_shape": (8, 40), "zp": True},
+    ),
     # values, runtime support
-    Case("QL510", "g-idx-out-of-range", MM,
-         {"g_idx": True, "g_idx_values": [0] * 31 + [2]}, {"g_idx": True}),
+    Case(
+        "QL510",
+        "g-idx-out-of-range",
+        MM,
+        {"g_idx": True, "g_idx_values": [0] * 31 + [2]},
+        {"g_idx": True},
+    ),
     Case("QL601", "int4-data-ir-9", GBQ, {**_INT4, "ir_version": 9}, _INT4),
-    Case("QL606", "block-512", MM, {"k": 512, "block_size": 512, "a_shape": [2, 512]},
-         {"k": 512, "block_size": 256, "a_shape": [2, 512]}),
-    Case("QL606", "bits-8-float-zero-point", MM, {"bits": 8, "zp": "float"},
-         {"bits": 8, "zp": "packed"}),
+    Case(
+        "QL606",
+        "block-512",
+        MM,
+        {"k": 512, "block_size": 512, "a_shape": [2, 512]},
+        {"k": 512, "block_size": 256, "a_shape": [2, 512]},
+    ),
+    Case(
+        "QL606",
+        "bits-8-float-zero-point",
+        MM,
+        {"bits": 8, "zp": "float"},
+        {"bits": 8, "zp": "packed"},
+    ),
     Case("QL606", "bits-8-g-idx", MM, {"bits": 8, "g_idx": True}, {"bits": 4, "g_idx": True}),
-    Case("QL606", "bits-2-float-zero-point-g-idx", MM, {"bits": 2, "zp": "float", "g_idx": True},
-         {"bits": 2, "zp": "packed", "g_idx": True}),
+    Case(
+        "QL606",
+        "bits-2-float-zero-point-g-idx",
+        MM,
+        {"bits": 2, "zp": "float", "g_idx": True},
+        {"bits": 2, "zp": "packed", "g_idx": True},
+    ),
     Case("QL606", "bfloat16", MM, {"a_type": DT.BFLOAT16}, {"a_type": DT.FLOAT16}),
-    Case("QL606", "bfloat16-scales", GBQ, {"scale_type": DT.BFLOAT16},
-         {"scale_type": DT.FLOAT16}),
-]  # fmt: skip
+    Case("QL606", "bfloat16-scales", GBQ, {"scale_type": DT.BFLOAT16}, {"scale_type": DT.FLOAT16}),
+]
 
 #: Codes whose rules apply to the weight-only ops (test_rules_cases checks the Q/DQ ones).
 CODES = {case.code for case in CASES}
@@ -220,8 +298,14 @@ def test_prepacking_hides_wrong_b_shape() -> None:
     """ORT 1.31 with weight prepacking (its default) runs a float16 MatMulNBits whose B is
     far smaller than K and N say (reading past it); without prepacking its input check
     refuses it. check reports it statically."""
-    proto = matmul_nbits_model(a_type=DT.FLOAT16, k=4096, n=256, a_shape=[1, 4096],
-                               b_shape=(1, 1, 8), scale_shape=(256, 256))  # fmt: skip
+    proto = matmul_nbits_model(
+        a_type=DT.FLOAT16,
+        k=4096,
+        n=256,
+        a_shape=[1, 4096],
+        b_shape=(1, 1, 8),
+        scale_shape=(256, 256),
+    )
     assert ort_runs(proto, prepack=True)
     assert not ort_runs(proto)
     assert [f.rule for f in check_model(load_ir(proto)).errors] == ["QL421"]
@@ -282,9 +366,15 @@ def _gather_block(draw: st.DrawFn) -> dict:
     block = draw(st.sampled_from([16, 16, 32, 128, 8, 0]))
     gather = draw(st.one_of(st.just(0), st.integers(-rank, rank)))
     quantize = draw(st.one_of(st.just(-1), st.integers(-rank, rank)))
-    kw: dict[str, Any] = {"data_type": data_type, "data_shape": shape, "bits": bits,
-                          "block_size": block, "gather_axis": gather, "quantize_axis": quantize,
-                          "scale_type": draw(st.sampled_from([DT.FLOAT, DT.FLOAT16]))}  # fmt: skip
+    kw: dict[str, Any] = {
+        "data_type": data_type,
+        "data_shape": shape,
+        "bits": bits,
+        "block_size": block,
+        "gather_axis": gather,
+        "quantize_axis": quantize,
+        "scale_type": draw(st.sampled_from([DT.FLOAT, DT.FLOAT16])),
+    }
     if -rank <= quantize < rank and block >= 0:
         q = quantize % rank
         per_byte = 8 // bits if data_type == DT.UINT8 and bits in (2, 4, 8) else 1
@@ -341,17 +431,25 @@ def _embedding_mlp() -> onnx.ModelProto:
         helper.make_node("Add", ["h2", "b2"], ["y"], name="bias"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 40])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 40])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
 @pytest.mark.parametrize(
     ("bits", "block_size", "symmetric", "accuracy_level"),
-    [(4, 32, False, None), (4, 128, True, 4), (8, 32, True, None), (8, 128, False, 4),
-     (2, 32, False, None)],
-)  # fmt: skip
+    [
+        (4, 32, False, None),
+        (4, 128, True, 4),
+        (8, 32, True, None),
+        (8, 128, False, 4),
+        (2, 32, False, None),
+    ],
+)
 def test_matmul_nbits_quantizer_output_has_no_findings(
     bits: int, block_size: int, symmetric: bool, accuracy_level: int | None
 ) -> None:
@@ -365,9 +463,13 @@ def test_matmul_nbits_quantizer_output_has_no_findings(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantizer = MatMulNBitsQuantizer(
-            _embedding_mlp(), bits=bits, block_size=block_size, is_symmetric=symmetric,
-            accuracy_level=accuracy_level, op_types_to_quantize=("MatMul", "Gather"),
-        )  # fmt: skip
+            _embedding_mlp(),
+            bits=bits,
+            block_size=block_size,
+            is_symmetric=symmetric,
+            accuracy_level=accuracy_level,
+            op_types_to_quantize=("MatMul", "Gather"),
+        )
         quantizer.process()
     proto = quantizer.model.model
     ops = sorted(n.op_type for n in proto.graph.node)

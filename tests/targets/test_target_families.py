@@ -17,8 +17,6 @@ patterns (issue 41, items 1-3).
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import onnx
@@ -32,7 +30,15 @@ from example_models import (
     qdq_weight_op,
 )
 from onnx import helper
-from ort_quantized import CONFIGS, INVALID_CONFIGS, QOPERATOR_CONFIGS, model_name_of, quantized
+from ort_quantized import (
+    CONFIGS,
+    FAMILY_CONFIGS,
+    INVALID_CONFIGS,
+    QOPERATOR_CONFIGS,
+    model_name_of,
+    quantized,
+)
+from release_venvs import release_outputs
 
 from qlrewrite.checking.checker import check
 from qlrewrite.cli import main
@@ -215,32 +221,28 @@ for path, shape in json.loads(sys.argv[1]):
     verdicts[path] = "miscomputes" if wrong else "ok"
 print(json.dumps(verdicts))
 """
-_SHAPES = {"cnn": [1, 4, 8, 8], "mlp": [1, 16, 64]}
+_SHAPES = {
+    "cnn": [1, 4, 8, 8],
+    "mlp": [1, 16, 64],
+    "branchy": [1, 4, 8, 8],
+    "attention": [1, 8, 32],
+}
 
 
 @pytest.mark.slow
 def test_ort_quantizer_outputs_in_every_release(tmp_path: Path) -> None:
     """``check --target ort==1.X`` errors exactly where release X refuses the quantizer's
     output, fails at run on it or computes it otherwise than ORT_DISABLE_ALL."""
-    configs = sorted((set(CONFIGS) | set(QOPERATOR_CONFIGS)) - INVALID_CONFIGS)
+    configs = sorted(
+        (set(CONFIGS) | set(QOPERATOR_CONFIGS) | set(FAMILY_CONFIGS)) - INVALID_CONFIGS
+    )
     models = [
         (str(_save(quantized(c), tmp_path, f"{c}.onnx")), _SHAPES[model_name_of(c)])
         for c in configs
     ]
-    venvs = [Path(f"/work/venvs/ort-{a}.{b}/bin/python") for a, b in ort_releases()]
-    if not any(v.exists() for v in venvs):
-        pytest.skip("no release venvs under /work/venvs")
     wrong = []
-    for python in (v for v in venvs if v.exists()):
-        release = python.parent.parent.name.removeprefix("ort-")
-        done = subprocess.run(
-            [str(python), "-c", _VERDICTS, json.dumps(models)],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=600,
-        )
-        for path, verdict in json.loads(done.stdout).items():
+    for release, verdicts in release_outputs(_VERDICTS, models, timeout=600):
+        for path, verdict in verdicts.items():
             errors = _errors(Path(path), f"ort=={release}")
             if bool(errors) != (verdict != "ok"):
                 wrong.append((release, Path(path).stem, verdict, errors))

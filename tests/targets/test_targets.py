@@ -64,8 +64,12 @@ def _refused(row: object) -> bool:
 
 
 def _flagged(row: object) -> bool:
-    """Refused, or computed otherwise than unoptimized (QL706): what check must flag."""
-    diverged = isinstance(row, dict) and row.get("optimized") in ("miscomputes", "fails at run")
+    """Refused, or computed otherwise than unoptimized or than the ONNX reference (QL706;
+    OpenVINO's rows compare with the reference only): what check must flag."""
+    wrong = ("miscomputes", "fails at run")
+    diverged = isinstance(row, dict) and (
+        row.get("optimized") in wrong or row.get("reference") in wrong
+    )
     return _refused(row) or diverged
 
 
@@ -431,3 +435,24 @@ def test_a_qoperator_node_after_a_contrib_node_gets_a_verdict(tmp_path: Path) ->
     report = check(path, targets=["openvino"], select=["QL7"])
     flagged = {f.op_type for f in report.errors if f.rule == "QL703"}
     assert flagged == {"QGemm"}
+
+
+def test_an_opset_21_model_is_fixed_for_a_release_that_loads_ir_9(tmp_path: Path) -> None:
+    """ai.onnx 21 needs IR 10; ORT 1.16 loads opset 19 and IR 9. The IR version is
+    lowerable once QL702's downgrade lowers the opset, so QL701 is fixable (it said "target
+    a newer release" and `check --fix` refused the model)."""
+    from click.testing import CliRunner
+    from ort_quantized import quantized
+
+    from qlrewrite.cli import main
+
+    source = quantized("mlp-per-channel-21")
+    source.ir_version = 10  # what onnx.helper.make_model writes at opset 21
+    path, fixed = tmp_path / "m.onnx", tmp_path / "fixed.onnx"
+    onnx.save(source, path)
+    args = ["check", str(path), "--target", "ort==1.16", "--fix", "--fix-output", str(fixed)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    written = onnx.load(fixed)
+    assert written.ir_version == 9
+    assert [(o.domain, o.version) for o in written.opset_import] == [("", 19)]

@@ -31,18 +31,26 @@ def _four_layer_float() -> onnx.ModelProto:
     rng = np.random.default_rng(5)
     nodes, inits, value = [], [], "x"
     for i in range(1, LAYERS + 1):
-        inits += [numpy_helper.from_array((rng.standard_normal((WIDTH, WIDTH)) * 0.3)
-                                          .astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32),
-                                          f"b{i}")]  # fmt: skip
-        nodes += [helper.make_node("MatMul", [value, f"w{i}"], [f"m{i}"], name=f"layer{i}"),
-                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"h{i}" if i < LAYERS else "y"],
-                                   name=f"bias{i}")]  # fmt: skip
+        inits += [
+            numpy_helper.from_array(
+                (rng.standard_normal((WIDTH, WIDTH)) * 0.3).astype(np.float32), f"w{i}"
+            ),
+            numpy_helper.from_array(rng.standard_normal(WIDTH).astype(np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [value, f"w{i}"], [f"m{i}"], name=f"layer{i}"),
+            helper.make_node(
+                "Add", [f"m{i}", f"b{i}"], [f"h{i}" if i < LAYERS else "y"], name=f"bias{i}"
+            ),
+        ]
         value = f"h{i}"
     graph = helper.make_graph(
-        nodes, "four", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "four",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
@@ -54,8 +62,9 @@ def _four_layer_quantized() -> bytes:
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
             rng = np.random.default_rng(9)
-            self._data = iter([{"x": rng.standard_normal((1, WIDTH)).astype(np.float32)}
-                               for _ in range(4)])  # fmt: skip
+            self._data = iter(
+                [{"x": rng.standard_normal((1, WIDTH)).astype(np.float32)} for _ in range(4)]
+            )
 
         def get_next(self) -> dict | None:
             return next(self._data, None)
@@ -64,8 +73,9 @@ def _four_layer_quantized() -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         source, target = Path(tmp, "f.onnx"), Path(tmp, "q.onnx")
         onnx.save(_four_layer_float(), source)
-        quantize_static(str(source), str(target), Reader(), per_channel=True,
-                        weight_type=QuantType.QInt8)  # fmt: skip
+        quantize_static(
+            str(source), str(target), Reader(), per_channel=True, weight_type=QuantType.QInt8
+        )
         return target.read_bytes()
 
 
@@ -82,8 +92,11 @@ def _planted(tmp_path: Path, layer: int) -> tuple[Path, Path, str]:
     first = tmp_path / "q.onnx"
     onnx.save(model, first)
     weight = f"w{layer}_"
-    (dq,) = [n for n in model.graph.node
-             if n.op_type == "DequantizeLinear" and n.input[0].startswith(weight)]  # fmt: skip
+    (dq,) = [
+        n
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0].startswith(weight)
+    ]
     (scale,) = [i for i in model.graph.initializer if i.name == dq.input[1]]
     scale.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(scale) * 1.5, scale.name))
     second = tmp_path / "planted.onnx"
@@ -94,8 +107,7 @@ def _planted(tmp_path: Path, layer: int) -> tuple[Path, Path, str]:
 @pytest.mark.parametrize("layer", [2, 3])
 def test_tensors_names_the_layer_whose_scale_was_changed(tmp_path: Path, layer: int) -> None:
     first, second, changed = _planted(tmp_path, layer)
-    code, out, err = _compare(first, second, "--tensors", "--runtime", "ort", "--format",
-                              "json")  # fmt: skip
+    code, out, err = _compare(first, second, "--tensors", "--runtime", "ort", "--format", "json")
     assert code == 1, err
     report = json.loads(out)
     tensors = report["tensors"]
@@ -112,8 +124,9 @@ def test_tensors_of_a_quantized_model_against_its_float_original(tmp_path: Path)
     first, second = tmp_path / "f.onnx", tmp_path / "q.onnx"
     onnx.save(_four_layer_float(), first)
     second.write_bytes(_four_layer_quantized())
-    code, out, _ = _compare(first, second, "--tensors", "--runtime", "ort", "--rtol", "1e-6",
-                            "--format", "json")  # fmt: skip
+    code, out, _ = _compare(
+        first, second, "--tensors", "--runtime", "ort", "--rtol", "1e-6", "--format", "json"
+    )
     report = json.loads(out)
     assert code == 1 and report["tensors"]["tensor"]["name"] == "m1"
     code, out, _ = _compare(first, second, "--tensors", "--runtime", "ort", "--rtol", "0.5")
@@ -142,8 +155,9 @@ def test_fold_in_the_default_session_diverges_with_steps(tmp_path: Path) -> None
     onnx.save(quantized("cnn-per-channel"), first)
     fold = CliRunner().invoke(main, ["fold", str(first), "-o", str(second), "-q"])
     assert fold.exit_code == 0, fold.stderr
-    code, out, _ = _compare(first, second, "--runtime", "ort", "--runtime", "reference",
-                            "--format", "json")  # fmt: skip
+    code, out, _ = _compare(
+        first, second, "--runtime", "ort", "--runtime", "reference", "--format", "json"
+    )
     assert code == 1
     ort_run, reference = json.loads(out)["runtimes"]
     (y,) = ort_run["outputs"]
@@ -203,8 +217,9 @@ def test_plot_draws_every_tensor_with_tensors(tmp_path: Path) -> None:
 
     qlrewrite.save(qlrewrite.retarget(first, zero_point="signed"), second)
     image = tmp_path / "errors.png"
-    code, out, err = _compare(first, second, "--runtime", "ort", "--tensors", "--plot", image,
-                              "--output-format", "json")  # fmt: skip
+    code, out, err = _compare(
+        first, second, "--runtime", "ort", "--tensors", "--plot", image, "--output-format", "json"
+    )
     assert code in (0, 1), err
     assert image.read_bytes().startswith(b"\x89PNG"), err
     by_tensor = json.loads(out)["tensors"]["by_tensor"]
@@ -239,8 +254,12 @@ def test_plot_never_replaces_a_file_compared(tmp_path: Path, target: str) -> Non
     onnx.save(quantized("mlp-u8s8"), second)
     np.savez(inputs, x=np.ones((1, 16, 64), np.float32))
     (tmp_path / "link.onnx").symlink_to(first)
-    plot = {"first": first, "second": second, "link to first": tmp_path / "link.onnx",
-            "inputs": inputs}[target]  # fmt: skip
+    plot = {
+        "first": first,
+        "second": second,
+        "link to first": tmp_path / "link.onnx",
+        "inputs": inputs,
+    }[target]
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     code, _, err = _compare(first, second, "--inputs", inputs, "--plot", plot)
     assert code == 2 and "--plot" in err and "choose another file" in err
@@ -282,8 +301,9 @@ def test_nothing_compared_is_not_within_tolerance(tmp_path: Path) -> None:
         [numpy_helper.from_array(np.array([3, 3], np.int64), "s")],
     )
     path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
-                                ir_version=8), path)  # fmt: skip
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path
+    )
     code, out, _ = _compare(path, path, "--runtime", "ort")
     assert code == 1 and out.splitlines()[-1] == "not compared: no runtime ran both models"
     code, out, _ = _compare(path, path, "--runtime", "ort", "--format", "json")
@@ -319,11 +339,13 @@ def test_inputs_are_checked_before_they_are_read(tmp_path: Path, arrays, message
     onnx.save(quantized("mlp-u8s8"), path)
     inputs = tmp_path / "in.npz"
     if arrays == "liar":
-        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)},
-                    b"\0" * 16)  # fmt: skip
+        _npz_member(
+            inputs, {"descr": "<f4", "fortran_order": False, "shape": (2**40, 2**20)}, b"\0" * 16
+        )
     elif arrays == "bomb":
-        _npz_member(inputs, {"descr": "<f4", "fortran_order": False, "shape": (1, 2**22)},
-                    bytes(2**24))  # fmt: skip
+        _npz_member(
+            inputs, {"descr": "<f4", "fortran_order": False, "shape": (1, 2**22)}, bytes(2**24)
+        )
     else:
         np.savez(inputs, **arrays)
     code, _, err = _compare(path, path, "--inputs", inputs, "--runtime", "ort")

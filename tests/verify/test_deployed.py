@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from ort_quantized import quantized
 
 from qlrewrite.cli import main
-from qlrewrite.verify.compare import output_steps
+from qlrewrite.verify.verify import output_steps
 
 pytest.importorskip("onnxruntime")
 
@@ -133,15 +133,28 @@ def test_dynamic_model_as_qdq_loses_a_dynamic_kernel(tmp_path: Path) -> None:
     source = tmp_path / "in.onnx"
     onnx.save(quantized("mlp-dynamic"), source)
     report = tmp_path / "report.json"
-    result = CliRunner().invoke(main, ["convert", str(source), "--to", "onnx", "-o",
-                                       str(tmp_path / "out.onnx"), "--verify", "--report",
-                                       str(report)])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            "convert",
+            str(source),
+            "--to",
+            "onnx",
+            "-o",
+            str(tmp_path / "out.onnx"),
+            "--verify",
+            "--report",
+            str(report),
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     verify = json.loads(report.read_text())["verify"]
     assert verify["passed"]
     deployed = verify["deployment"]
     assert deployed["kernels"]["original"] == {
-        "DynamicQuantizeMatMul": 3, "MatMulIntegerToFloat": 3}  # fmt: skip
+        "DynamicQuantizeMatMul": 3,
+        "MatMulIntegerToFloat": 3,
+    }
     assert deployed["lost_kernels"] == {"DynamicQuantizeMatMul": 1}
     assert "DynamicQuantizeMatMul x1" in result.stderr
 

@@ -35,8 +35,9 @@ U = 2.0**-24  # float32 unit roundoff, written out here
 
 
 def _model(tmp_path: Path, *, k: int = 256, bias: bool = False, **kw: object) -> Path:
-    proto = matmul_nbits_model(np.random.default_rng(k), n=32, k=k, bits=kw.pop("bits", 4),
-                               block_size=32, bias=bias, **kw)  # type: ignore[arg-type]  # fmt: skip
+    proto = matmul_nbits_model(
+        np.random.default_rng(k), n=32, k=k, bits=kw.pop("bits", 4), block_size=32, bias=bias, **kw
+    )
     path = tmp_path / "m.onnx"
     onnx.save(proto, path)
     return path
@@ -44,9 +45,22 @@ def _model(tmp_path: Path, *, k: int = 256, bias: bool = False, **kw: object) ->
 
 def _verify(path: Path, rows: int, k: int, command: tuple[str, ...] = ("convert", "--to", "onnx")):
     report, out = path.with_name("r.json"), path.with_name("out.onnx")
-    result = CliRunner().invoke(main, [*command, str(path), "-o", str(out), "--verify",
-                                       "--input-shape", f"A={rows},{k}", "--verify-runs", "3",
-                                       "--report", str(report)])  # fmt: skip
+    result = CliRunner().invoke(
+        main,
+        [
+            *command,
+            str(path),
+            "-o",
+            str(out),
+            "--verify",
+            "--input-shape",
+            f"A={rows},{k}",
+            "--verify-runs",
+            "3",
+            "--report",
+            str(report),
+        ],
+    )
     return result.exit_code, result.output, json.loads(report.read_text())["verify"]
 
 
@@ -94,8 +108,12 @@ def test_the_reverse_and_the_fold_state_the_same_bound(tmp_path: Path) -> None:
     code, out, verify = _verify(path, 1, 128, ("fold", "--dequantize-weights"))
     assert code == 0 and verify["status"] == "within-tolerance", out
     converted = tmp_path / "qdq.onnx"
-    assert CliRunner().invoke(main, ["convert", str(path), "--to", "onnx", "-o",
-                                     str(converted)]).exit_code == 0  # fmt: skip
+    assert (
+        CliRunner()
+        .invoke(main, ["convert", str(path), "--to", "onnx", "-o", str(converted)])
+        .exit_code
+        == 0
+    )
     code, out, verify = _verify(converted, 1, 128, ("convert", "--to", "com.microsoft"))
     assert code == 0 and verify["status"] == "within-tolerance", out
     assert "one row" in verify["bound"]["reason"]
@@ -117,7 +135,6 @@ def test_a_real_change_of_the_weights_is_still_refused(tmp_path: Path) -> None:
     path = _model(tmp_path)
     options = VerifyOptions(input_shapes={"A": (1, 256)})
     with pytest.raises(VerificationFailed) as info:
-        pipeline.rewrite(path, [NBitsToOnnxPass(), _ScaleOnePercent()], command="x",
-                         verify=options)  # fmt: skip
+        pipeline.rewrite(path, [NBitsToOnnxPass(), _ScaleOnePercent()], command="x", verify=options)
     assert info.value.verification.status == "mismatch"
     assert not (tmp_path / "m.x.onnx").exists()

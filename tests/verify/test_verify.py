@@ -89,19 +89,31 @@ def _model(batch: int | str = 2, big: bool = False) -> onnx.ModelProto:
         helper.make_node("Add", ["c", "zero"], ["z"], name="show_c"),
     ]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, w.shape[1]]),
-         helper.make_tensor_value_info("z", TensorProto.FLOAT, [4])],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(C_VALUES, "c"),
-                     numpy_helper.from_array(np.zeros(4, np.float32), "zero")],
-    )  # fmt: skip
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, w.shape[1]]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [4]),
+        ],
+        initializer=[
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(C_VALUES, "c"),
+            numpy_helper.from_array(np.zeros(4, np.float32), "zero"),
+        ],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=7)
 
 
 def _save(proto: onnx.ModelProto, path: Path, external: bool = False) -> Path:
     if external:
-        onnx.save_model(proto, path, save_as_external_data=True, location=path.name + ".data",
-                        size_threshold=1024)  # fmt: skip
+        onnx.save_model(
+            proto,
+            path,
+            save_as_external_data=True,
+            location=path.name + ".data",
+            size_threshold=1024,
+        )
     else:
         onnx.save_model(proto, path)
     return path
@@ -128,8 +140,9 @@ def _files(folder: Path) -> set[str]:
 def test_exact_rewrite_is_written_and_reported(tmp_path: Path) -> None:
     source = _save(_model(), tmp_path / "m.onnx")
     out, report = tmp_path / "out.onnx", tmp_path / "r.json"
-    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--verify-runs", 3,
-                        "--report", report)  # fmt: skip
+    code, err = _invoke(
+        _perturb_command, source, "-o", out, "--verify", "--verify-runs", 3, "--report", report
+    )
     assert code == 0, err
     assert out.exists()
     assert "verify: exact: 2 output(s) bit-identical (3 input sets, seed 0; ONNX Runtime " in err
@@ -145,8 +158,9 @@ def test_numeric_change_is_refused_and_nothing_written(tmp_path: Path, ulps: int
     source = _save(_model(), tmp_path / "m.onnx")
     before = _files(tmp_path)
     out, report = tmp_path / "out.onnx", tmp_path / "r.json"
-    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--report", report,
-                        "--ulps", ulps)  # fmt: skip
+    code, err = _invoke(
+        _perturb_command, source, "-o", out, "--verify", "--report", report, "--ulps", ulps
+    )
     moved = C_VALUES[0]
     for _ in range(ulps):
         moved = np.nextafter(moved, np.float32(np.inf))
@@ -179,8 +193,9 @@ def test_external_data_output_is_verified(tmp_path: Path) -> None:
     code, err = _invoke(_perturb_command, source, "-o", out, "--verify")
     assert code == 0, err
     assert _files(out.parent) == {"o.onnx", "o.onnx.data"}
-    code, _ = _invoke(_perturb_command, source, "-o", out.parent / "p.onnx", "--verify",
-                      "--ulps", 2)  # fmt: skip
+    code, _ = _invoke(
+        _perturb_command, source, "-o", out.parent / "p.onnx", "--verify", "--ulps", 2
+    )
     assert code == 1
     assert _files(out.parent) == {"o.onnx", "o.onnx.data"}
 
@@ -188,15 +203,35 @@ def test_external_data_output_is_verified(tmp_path: Path) -> None:
 def test_tolerance_accepts_a_bounded_difference(tmp_path: Path) -> None:
     source = _save(_model(), tmp_path / "m.onnx")
     out, report = tmp_path / "out.onnx", tmp_path / "r.json"
-    code, err = _invoke(_perturb_command, source, "-o", out, "--verify", "--ulps", 3,
-                        "--verify-tolerance", "1e-6", "--report", report)  # fmt: skip
+    code, err = _invoke(
+        _perturb_command,
+        source,
+        "-o",
+        out,
+        "--verify",
+        "--ulps",
+        3,
+        "--verify-tolerance",
+        "1e-6",
+        "--report",
+        report,
+    )
     assert code == 0, err
     assert out.exists()
     verify = json.loads(report.read_text())["verify"]
     assert verify["status"] == "within-tolerance" and verify["tolerance"] == 1e-6
     assert "within tolerance 1e-06" in err and "z: 1 of 4 elements differ" in err
-    code, _ = _invoke(_perturb_command, source, "-o", tmp_path / "o2.onnx", "--verify",
-                      "--ulps", 3, "--verify-tolerance", "1e-8")  # fmt: skip
+    code, _ = _invoke(
+        _perturb_command,
+        source,
+        "-o",
+        tmp_path / "o2.onnx",
+        "--verify",
+        "--ulps",
+        3,
+        "--verify-tolerance",
+        "1e-8",
+    )
     assert code == 1
     assert not (tmp_path / "o2.onnx").exists()
 
@@ -217,8 +252,15 @@ def test_symbolic_dims_need_input_shape(tmp_path: Path) -> None:
     assert code == 2
     assert "input 'x' has unknown dimension 0 ('batch')" in err
     assert "--input-shape x=" in err
-    code, err = _invoke(_perturb_command, source, "--verify", "--input-shape", "x=5,4",
-                        "--report", tmp_path / "r.json")  # fmt: skip
+    code, err = _invoke(
+        _perturb_command,
+        source,
+        "--verify",
+        "--input-shape",
+        "x=5,4",
+        "--report",
+        tmp_path / "r.json",
+    )
     assert code == 0, err
     outputs = json.loads((tmp_path / "r.json").read_text())["verify"]["outputs"]
     assert {o["name"]: o["elements"] for o in outputs}["y"] == 15
@@ -250,9 +292,13 @@ def test_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> N
 
 @pytest.mark.parametrize(
     "option",
-    [["--seed", "3"], ["--verify-runs", "2"], ["--input-shape", "x=1,4"],
-     ["--verify-tolerance", "0.1"]],
-)  # fmt: skip
+    [
+        ["--seed", "3"],
+        ["--verify-runs", "2"],
+        ["--input-shape", "x=1,4"],
+        ["--verify-tolerance", "0.1"],
+    ],
+)
 def test_verify_options_need_verify(tmp_path: Path, option: list[str]) -> None:
     source = _save(_model(), tmp_path / "m.onnx")
     code, err = _invoke(_perturb_command, source, *option)
@@ -307,8 +353,14 @@ def test_fold_upgrade_convert_have_the_options() -> None:
         if name not in main.commands:
             continue
         options = {o for p in main.commands[name].params for o in p.opts}
-        assert {"--verify", "--verify-runs", "--seed", "--input-shape",
-                "--verify-tolerance", "--verify-timeout"} <= options, name  # fmt: skip
+        assert {
+            "--verify",
+            "--verify-runs",
+            "--seed",
+            "--input-shape",
+            "--verify-tolerance",
+            "--verify-timeout",
+        } <= options, name
     check = {o for p in main.commands["check"].params for o in p.opts}
     assert {"--verify", "--verify-timeout"} <= check
 
@@ -327,23 +379,44 @@ def test_pipeline_rewrite_with_verify(tmp_path: Path) -> None:
     assert not (tmp_path / "m.q.onnx").exists()
 
 
-def _one_node(op: str, inputs: dict[str, tuple[int, list[int]]], outputs: dict[str, int],
-              opset: int = 21, **attrs: Any) -> onnx.ModelProto:  # fmt: skip
+def _one_node(
+    op: str,
+    inputs: dict[str, tuple[int, list[int]]],
+    outputs: dict[str, int],
+    opset: int = 21,
+    **attrs: Any,
+) -> onnx.ModelProto:
     node = helper.make_node(op, list(inputs), list(outputs), **attrs)
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
+        [node],
+        "g",
+        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in inputs.items()],
         [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()],
-    )  # fmt: skip
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 def test_bfloat16_and_int4_outputs_are_read_from_their_bytes(tmp_path: Path) -> None:
-    cast = _save(_one_node("Cast", {"x": (TensorProto.FLOAT, [3, 5])}, {"y": TensorProto.BFLOAT16},
-                           to=TensorProto.BFLOAT16), tmp_path / "cast.onnx")  # fmt: skip
+    cast = _save(
+        _one_node(
+            "Cast",
+            {"x": (TensorProto.FLOAT, [3, 5])},
+            {"y": TensorProto.BFLOAT16},
+            to=TensorProto.BFLOAT16,
+        ),
+        tmp_path / "cast.onnx",
+    )
     specs = [InputSpec("x", DT.FLOAT, (3, 5))]
     assert verify_models(cast, cast, specs).status == "exact"
-    back = _save(_one_node("Cast", {"x": (TensorProto.BFLOAT16, [3, 5])}, {"y": TensorProto.FLOAT},
-                           to=TensorProto.FLOAT), tmp_path / "back.onnx")  # fmt: skip
+    back = _save(
+        _one_node(
+            "Cast",
+            {"x": (TensorProto.BFLOAT16, [3, 5])},
+            {"y": TensorProto.FLOAT},
+            to=TensorProto.FLOAT,
+        ),
+        tmp_path / "back.onnx",
+    )
     assert verify_models(back, back, [InputSpec("x", DT.BFLOAT16, (3, 5))]).status == "exact"
     q1 = _save(qdq_model(Q, 21, x_shape=(6, 5), scale=0.5, zp_type=DT.INT4), tmp_path / "q1.onnx")
     q2 = _save(qdq_model(Q, 21, x_shape=(6, 5), scale=0.25, zp_type=DT.INT4), tmp_path / "q2.onnx")
@@ -363,9 +436,16 @@ def test_bfloat16_and_int4_outputs_are_read_from_their_bytes(tmp_path: Path) -> 
 
 
 def test_missing_output_and_rewritten_failure_are_mismatches(tmp_path: Path) -> None:
-    two = _save(_one_node("Split", {"x": (TensorProto.FLOAT, [4])},
-                          {"a": TensorProto.FLOAT, "b": TensorProto.FLOAT}, opset=18,
-                          num_outputs=2), tmp_path / "two.onnx")  # fmt: skip
+    two = _save(
+        _one_node(
+            "Split",
+            {"x": (TensorProto.FLOAT, [4])},
+            {"a": TensorProto.FLOAT, "b": TensorProto.FLOAT},
+            opset=18,
+            num_outputs=2,
+        ),
+        tmp_path / "two.onnx",
+    )
     one = onnx.load(two)
     del one.graph.output[1]
     one = _save(one, tmp_path / "one.onnx")
@@ -388,10 +468,16 @@ def test_parse_input_shape() -> None:
 
 
 def test_generated_inputs_follow_the_type_and_the_seed() -> None:
-    specs = [InputSpec("f", DT.FLOAT, (100, 100)), InputSpec("h", DT.FLOAT16, (7,)),
-             InputSpec("u", DT.UINT8, (20000,)), InputSpec("i", DT.INT8, (20000,)),
-             InputSpec("s", DT.INT16, (20000,)), InputSpec("l", DT.INT64, (1000,)),
-             InputSpec("b", DT.BOOL, (1000,)), InputSpec("bf", DT.BFLOAT16, (3, 2))]  # fmt: skip
+    specs = [
+        InputSpec("f", DT.FLOAT, (100, 100)),
+        InputSpec("h", DT.FLOAT16, (7,)),
+        InputSpec("u", DT.UINT8, (20000,)),
+        InputSpec("i", DT.INT8, (20000,)),
+        InputSpec("s", DT.INT16, (20000,)),
+        InputSpec("l", DT.INT64, (1000,)),
+        InputSpec("b", DT.BOOL, (1000,)),
+        InputSpec("bf", DT.BFLOAT16, (3, 2)),
+    ]
     one = generate_inputs(specs, np.random.default_rng(1))
     again = generate_inputs(specs, np.random.default_rng(1))
     other = generate_inputs(specs, np.random.default_rng(2))
@@ -509,23 +595,32 @@ def _endless_loop_model() -> onnx.ModelProto:
     ever)."""
     f, b, i64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
     body = helper.make_graph(
-        [helper.make_node("Identity", ["cond"], ["cond_out"]),
-         helper.make_node("Add", ["v", "one"], ["v_out"])],
+        [
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+            helper.make_node("Add", ["v", "one"], ["v_out"]),
+        ],
         "body",
-        [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond", b, []),
-         helper.make_tensor_value_info("v", f, [1])],
-        [helper.make_tensor_value_info("cond_out", b, []),
-         helper.make_tensor_value_info("v_out", f, [1])],
+        [
+            helper.make_tensor_value_info("i", i64, []),
+            helper.make_tensor_value_info("cond", b, []),
+            helper.make_tensor_value_info("v", f, [1]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", b, []),
+            helper.make_tensor_value_info("v_out", f, [1]),
+        ],
         initializer=[numpy_helper.from_array(np.ones(1, np.float32), "one")],
-    )  # fmt: skip
+    )
     graph = helper.make_graph(
         [helper.make_node("Loop", ["M", "c", "x"], ["y"], body=body)],
         "g",
         [helper.make_tensor_value_info("x", f, [1])],
         [helper.make_tensor_value_info("y", f, [1])],
-        initializer=[numpy_helper.from_array(np.array(2**62, np.int64), "M"),
-                     numpy_helper.from_array(np.array(True), "c")],
-    )  # fmt: skip
+        initializer=[
+            numpy_helper.from_array(np.array(2**62, np.int64), "M"),
+            numpy_helper.from_array(np.array(True), "c"),
+        ],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
 
@@ -582,8 +677,14 @@ def test_the_working_directory_is_not_on_the_childs_import_path(
     good = _save(_model(), tmp_path / "m.onnx")
     marker = tmp_path / "marker"
     plant = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
-    for name in ("numpy.py", "onnxruntime.py", "onnx_ir.py", "qlrewrite/__init__.py",
-                 "qlrewrite/verify/verify_child.py", "qlrewrite/verify/verify.py"):  # fmt: skip
+    for name in (
+        "numpy.py",
+        "onnxruntime.py",
+        "onnx_ir.py",
+        "qlrewrite/__init__.py",
+        "qlrewrite/verify/verify_child.py",
+        "qlrewrite/verify/verify.py",
+    ):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(plant)
     verify_child._CHILD.close()  # a child started here, now
@@ -626,18 +727,38 @@ def _frame(message: object) -> bytes:
     [
         b"garbage!" + b"\0" * 64,  # not an answer at all
         _frame({"result": {"status": "exact"}}),  # missing fields
-        _frame({"result": {"status": "exact", "runs": 1, "seed": 0, "tolerance": None,
-                           "outputs": "all", "reason": None, "runtime": None,
-                           "bound": {"reason": None, "relative": None, "ulp": None,
-                                     "per_output": []}}}),  # outputs of the wrong type
-        _frame({"result": {"status": "passed", "runs": 1, "seed": 0, "tolerance": None,
-                           "outputs": [], "reason": None, "runtime": None,
-                           "bound": {"reason": None, "relative": None, "ulp": None,
-                                     "per_output": []}}}),  # no such status
+        _frame(
+            {
+                "result": {
+                    "status": "exact",
+                    "runs": 1,
+                    "seed": 0,
+                    "tolerance": None,
+                    "outputs": "all",
+                    "reason": None,
+                    "runtime": None,
+                    "bound": {"reason": None, "relative": None, "ulp": None, "per_output": []},
+                }
+            }
+        ),  # outputs of the wrong type
+        _frame(
+            {
+                "result": {
+                    "status": "passed",
+                    "runs": 1,
+                    "seed": 0,
+                    "tolerance": None,
+                    "outputs": [],
+                    "reason": None,
+                    "runtime": None,
+                    "bound": {"reason": None, "relative": None, "ulp": None, "per_output": []},
+                }
+            }
+        ),  # no such status
         _frame([[[[[]]]]]),  # not an object
         _frame({"phase": "original"}) + b"\0" * 7 + b"\x40cut",  # a phase, an answer cut
     ],
-)  # fmt: skip
+)
 def test_an_answer_that_cannot_be_read_kills_the_child(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answer: bytes
 ) -> None:
@@ -690,8 +811,9 @@ def test_the_child_dies_with_its_parent(tmp_path: Path) -> None:
     """A parent SIGKILLed while its child runs an endless Loop: the child is gone within
     seconds (it ran on, spinning, for ever)."""
     loop = _save(_endless_loop_model(), tmp_path / "loop.onnx")
-    parent = subprocess.Popen([sys.executable, "-c", _PARENT, str(loop)],
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(loop)], stdout=subprocess.PIPE, text=True
+    )
     assert parent.stdout is not None
     pid = int(parent.stdout.readline())
     try:
@@ -716,11 +838,30 @@ def test_every_field_of_a_verification_crosses_from_the_child() -> None:
     from qlrewrite.verify.verify import OutputVerdict, Verification
 
     bound = Bound("a reason", relative=1e-6, ulp=2, per_output=(("y", 0.5),), unbounded=("z",))
-    verdicts = [OutputVerdict("y", exact=False, elements=4, mismatched=1, max_abs=float("inf"),
-                              max_ulp=2**70, problem=None, max_ref=3.0),
-                OutputVerdict("z", problem="missing from the rewritten model")]  # fmt: skip
-    sent = Verification("mismatch", 3, 7, 0.25, verdicts, "why", bound, "ONNX Runtime 1.31.1",
-                        probes={"p": float("nan"), "q": 1.5})  # fmt: skip
+    verdicts = [
+        OutputVerdict(
+            "y",
+            exact=False,
+            elements=4,
+            mismatched=1,
+            max_abs=float("inf"),
+            max_ulp=2**70,
+            problem=None,
+            max_ref=3.0,
+        ),
+        OutputVerdict("z", problem="missing from the rewritten model"),
+    ]
+    sent = Verification(
+        "mismatch",
+        3,
+        7,
+        0.25,
+        verdicts,
+        "why",
+        bound,
+        "ONNX Runtime 1.31.1",
+        probes={"p": float("nan"), "q": 1.5},
+    )
     data = json.dumps({"result": verify_child._jsonable(sent)}).encode()  # as the child sends
     read, write = os.pipe()
     os.write(write, len(data).to_bytes(8, "big") + data)

@@ -21,16 +21,29 @@ from qlrewrite.verify.difference import output_bounds
 
 pytest.importorskip("onnxruntime")
 
-CASES = [(name, fused, seq) for name in ("bert", "gpt2") for fused in (False, True)
-         for seq in (1, 2, 8)]  # fmt: skip
+CASES = [
+    (name, fused, seq) for name in ("bert", "gpt2") for fused in (False, True) for seq in (1, 2, 8)
+]
 
 
 def _convert_verify(tmp_path, proto: onnx.ModelProto, seq: int, *extra: str):
     source, report = tmp_path / "q.onnx", tmp_path / "report.json"
     onnx.save_model(proto, source)
-    args = ["convert", str(source), "--to", "onnx", "--dry-run", "--verify",
-            "--input-shape", f"input_ids=1,{seq}", "--verify-runs", "2",
-            "--report", str(report), *extra]  # fmt: skip
+    args = [
+        "convert",
+        str(source),
+        "--to",
+        "onnx",
+        "--dry-run",
+        "--verify",
+        "--input-shape",
+        f"input_ids=1,{seq}",
+        "--verify-runs",
+        "2",
+        "--report",
+        str(report),
+        *extra,
+    ]
     result = CliRunner().invoke(main, args)
     return result, json.loads(report.read_text()) if report.exists() else None
 
@@ -87,10 +100,12 @@ def test_a_wrong_scale_in_bert_is_a_mismatch(tmp_path, monkeypatch) -> None:
 
 def _graph(nodes, inits, outputs=("y",)) -> ir.Model:
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4])],
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4])],
         [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
         initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in inits.items()],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     return ir.serde.deserialize_model(model)
 
@@ -100,16 +115,22 @@ _QDQ = {"s": np.float32(0.5), "z": np.uint8(128), "s2": np.float32(0.25)}
 
 def _requantized(*after) -> ir.Model:
     """x -> DQ -> Q(q, the source) -> DQ -> ``after`` -> y."""
-    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
-             helper.make_node("QuantizeLinear", ["f", "s2", "z"], ["q"]),
-             helper.make_node("DequantizeLinear", ["q", "s2", "z"], ["d"]), *after]  # fmt: skip
-    return _graph(nodes, dict(_QDQ, w=np.array([[1.0, -2.0], [0.5, 0.5], [0, 0], [1, 1]],
-                                                np.float32)))  # fmt: skip
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "s", "z"], ["f"]),
+        helper.make_node("QuantizeLinear", ["f", "s2", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s2", "z"], ["d"]),
+        *after,
+    ]
+    return _graph(
+        nodes, dict(_QDQ, w=np.array([[1.0, -2.0], [0.5, 0.5], [0, 0], [1, 1]], np.float32))
+    )
 
 
 def test_one_step_through_data_movement_and_a_constant_matmul() -> None:
-    model = _requantized(helper.make_node("Reshape", ["d", "shape"], ["r"]),
-                         helper.make_node("MatMul", ["d", "w"], ["y"]))  # fmt: skip
+    model = _requantized(
+        helper.make_node("Reshape", ["d", "shape"], ["r"]),
+        helper.make_node("MatMul", ["d", "w"], ["y"]),
+    )
     bound = output_bounds(model, {"q": 1.0}).bounds["y"]
     # one step of 0.25 times the largest column sum of |w| (3.5); plus the rounding of the
     # DequantizeLinear (64 units of 2^-24 of its largest value 255 x 0.25) through the
@@ -142,7 +163,8 @@ def test_no_measuring_inside_where_another_difference_has_no_rule() -> None:
     """Float sums in another order (QGemm without y_scale, the dynamic forms, MatMulNBits)
     make a converted MatMul's output differ with identical inputs: no rule states that, so
     measuring inside would call it a mismatch; those runs keep the stated bound."""
-    from qlrewrite.passes.results import NBitsResult, QOperatorResult
+    from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorResult
+    from qlrewrite.passes.nbits.to_onnx import NBitsResult
     from qlrewrite.pipeline import in_memory
     from qlrewrite.verify.verify import Bound
 

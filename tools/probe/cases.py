@@ -327,6 +327,39 @@ PER_TENSOR_WEIGHTS = {
 }
 
 
+#: The QOperator ops ``convert --to qoperator`` writes, probed with int8 activations too.
+INT8_ACTIVATIONS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "QGemm",
+        "QLinearAdd",
+        "QLinearMul",
+        "QLinearConcat",
+        "QLinearAveragePool",
+        "QLinearGlobalAveragePool",
+        "QLinearLeakyRelu",
+        "QLinearSigmoid",
+        "QLinearSoftmax",
+    }
+)
+
+
+def _int8_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its uint8 activations and zero points int8 (zero point 128 -> 0):
+    every uint8 graph input, output and initializer becomes int8, values shifted by 128."""
+    for value in (*model.graph.input, *model.graph.output):
+        if value.type.tensor_type.elem_type == onnx.TensorProto.UINT8:
+            value.type.tensor_type.elem_type = onnx.TensorProto.INT8
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_type == onnx.TensorProto.UINT8:
+            shifted = (onnx.numpy_helper.to_array(tensor).astype(np.int16) - 128).astype(np.int8)
+            model.graph.initializer[index].CopyFrom(
+                onnx.numpy_helper.from_array(shifted, tensor.name)
+            )
+    return model
+
+
 def qoperator_cases() -> Iterator[Case]:
     """Every QOperator model of the rules' examples at ai.onnx opset 13 and the newest, plus
     MatMulInteger and ConvInteger (uint8 / int8 inputs, zero points none, per-tensor or per
@@ -339,6 +372,12 @@ def qoperator_cases() -> Iterator[Case]:
         if per_tensor is not None:  # the same op with per-tensor weight scale and zero point
             case = _case(qoperator_models.build(name, opset=opset, **per_tensor))
             if case is not None:
+                yield case
+        variants = [{}, *([per_tensor] if per_tensor else [])]
+        for overrides in variants if name in INT8_ACTIVATIONS else ():
+            built = qoperator_models.build(name, opset=opset, **overrides)
+            case = _case(_int8_activations(built))  # what convert --to qoperator writes
+            if case is not None:  # from ORT's int8-activation quantize_static outputs
                 yield case
     for a, b, zero_points in itertools.product(
         (DT.UINT8, DT.INT8), (DT.UINT8, DT.INT8), ("none", "per-tensor", "per-channel")
@@ -651,6 +690,75 @@ def weight_op_cases() -> Iterator[Case]:
                 case = _weight_op_case(op, (act, weight), form, opset=opset, trans_b=trans_b)
                 if case is not None:
                     yield case
+    yield from other_opset_cases()
+    yield from contrib_conv_cases()
+
+
+#: The other opsets a user imports the weight-operator patterns at (opset 10: per tensor
+#: only, DequantizeLinear had no axis).
+OTHER_OPSETS = (10, 19, 23)
+
+
+def other_opset_cases() -> Iterator[Case]:
+    """The QDQ Conv, Gemm (transB 1) and MatMul of uint8 activations and int8 weights, per
+    tensor and per channel on the output axis, at each of :data:`OTHER_OPSETS` (the DQ's
+    opset is part of the key: each is looked up at its own; no Gemm at 10, whose C input
+    is required there and the pattern has none)."""
+    for opset in OTHER_OPSETS:
+        forms = [("per-tensor", 0, "equal")]
+        if opset > 10:
+            forms.append(("per-axis", 0, "equal"))
+        ops = ("Conv",) if opset == 10 else ("Conv", "Gemm")  # Gemm-9's C is required
+        for op, form in itertools.product(ops, forms):
+            trans_b = 1 if op == "Gemm" else 0
+            case = _weight_op_case(op, (DT.UINT8, DT.INT8), form, opset=opset, trans_b=trans_b)
+            if case is not None:
+                yield case
+        for granularity in [f for f, _, _ in forms]:
+            model = qdq_matmul_weight(DT.UINT8, DT.INT8, granularity, opset=opset)
+            if opset == 10:
+                _per_tensor_only(model)
+            case = _compared(model, 2)
+            if case is not None:
+                yield case
+
+
+def _per_tensor_only(model: onnx.ModelProto) -> None:
+    """Drop the axis attributes a per-tensor Q/DQ carries (opset 10 has none)."""
+    for node in model.graph.node:
+        if node.op_type in (Q, DQ):
+            kept = [a for a in node.attribute if a.name != "axis"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+
+
+def _in_contrib_domain(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every Q/DQ of ``model`` moved to com.microsoft (opset 1, IR 7), as ORT's quantizer
+    writes them with ``UseQDQContribOps``."""
+    for node in model.graph.node:
+        if node.op_type in (Q, DQ):
+            node.domain = MS
+    model.opset_import.append(helper.make_opsetid(MS, 1))
+    model.ir_version = 7
+    return model
+
+
+def contrib_conv_cases() -> Iterator[Case]:
+    """The QDQ Conv and Gemm (transB 1) with com.microsoft Q/DQ: uint8 x int8, uint16 x
+    int16 and int16 x int16, per tensor and per channel on the output axis, at ai.onnx 13."""
+    pairs = ((DT.UINT8, DT.INT8), (DT.UINT16, DT.INT16), (DT.INT16, DT.INT16))
+    forms = (("per-tensor", 0, "equal"), ("per-axis", 0, "equal"))
+    combos = itertools.product(("Conv", "Gemm"), pairs, forms)
+    for op, pair, (granularity, axis, zero_points) in combos:
+        trans_b = 1 if op == "Gemm" else 0
+        model = qdq_weight_op(
+            op, *pair, granularity, axis=axis, zero_points=zero_points, trans_b=trans_b, opset=13
+        )
+        model = _in_contrib_domain(model)
+        key = _pattern_key_of(model)
+        if key is not None:
+            a_shape = [3 if d == "rows" else d for d in WEIGHT_OPS[op][0]]
+            yield Case(key, model, [("a", "float32", a_shape)], compare=[a_shape])
 
 
 def float8_pattern_cases() -> Iterator[Case]:
@@ -668,6 +776,8 @@ def float8_pattern_cases() -> Iterator[Case]:
 
 def all_cases() -> Iterator[Case]:
     """Every case, IR and opset first."""
+    from families import family_cases  # (it builds on this module's Case)
+
     for family in (
         ir_cases,
         opset_cases,
@@ -680,5 +790,6 @@ def all_cases() -> Iterator[Case]:
         qdq_pattern_cases,
         weight_op_cases,
         float8_pattern_cases,
+        family_cases,
     ):
         yield from family()

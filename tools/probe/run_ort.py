@@ -20,10 +20,11 @@ wrong shape, or the error of a run only the optimized session fails; where the d
 saved the ONNX reference evaluator's output, each session's difference to it
 (``reference_rel_diff``, ``unoptimized_reference_rel_diff``). A failure at run that
 the unoptimized session does not share is classed "optimizer" (a failure at load keeps its
-class: the model is refused whatever the inputs). A case with a ``folded`` model (the
-pattern with its weight folded to float) also runs that in the default session, its
-optimized graph saved, compared with the unfolded model's ORT_DISABLE_ALL output
-(``folded``).
+class: the model is refused whatever the inputs; ``unoptimized`` records whether an
+ORT_DISABLE_ALL session loads and runs it: "runs", or its error). A case with a
+``folded`` model (the pattern with its weight folded to float) also runs that in the
+default session, its optimized graph saved, compared with the unfolded model's
+ORT_DISABLE_ALL output (``folded``).
 """
 
 from __future__ import annotations
@@ -138,6 +139,17 @@ def _folded(case: dict) -> dict:
     }
 
 
+def _unoptimized_outcome(case: dict) -> str:
+    """Whether an ORT_DISABLE_ALL session loads and runs a compared case the default
+    session refused at load: "runs", else its error."""
+    try:
+        session = _unoptimized(case["file"])
+        session.run(None, {"a": seeded_input(case["compare"][0])})
+    except Exception as exc:
+        return _line(exc)
+    return "runs"
+
+
 def run_case(case: dict) -> dict:
     result = _run_case(case)
     if case.get("compare") and "session" in result:
@@ -159,6 +171,8 @@ def _run_case(case: dict) -> dict:
         session = ort.InferenceSession(case["file"], options, providers=["CPUExecutionProvider"])
     except Exception as exc:
         result.update(error=_line(exc), reason=classify(str(exc)))
+        if case.get("compare"):
+            result["unoptimized"] = _unoptimized_outcome(case)
         return result
     result["load"] = True
     feeds = {

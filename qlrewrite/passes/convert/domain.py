@@ -20,7 +20,7 @@ from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.io.ir_version import raise_ir_version
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import ConvertResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import MS_DOMAIN, NodeView, QuantizedSite, drop_unused_domains, node_views
 from qlrewrite.targets.ort_float16 import domain_changes_result
 from qlrewrite.text import grouped
@@ -29,12 +29,20 @@ from qlrewrite.toolkit import ensure_import_at
 __all__ = [
     "TARGETS",
     "ConvertDomainPass",
+    "ConvertResult",
     "ConvertWarning",
     "convert",
     "divides_in_scale_type",
     "keep_float32_division",
     "target",
 ]
+
+
+@dataclasses.dataclass
+class ConvertResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.convert.domain.ConvertDomainPass`: ``nodes_converted``,
+    ``nodes_left``, ``opset_imports_dropped``, ``ir_version_raised``."""
+
 
 #: Values of ``--to``.
 TARGETS = ("onnx", "com.microsoft")
@@ -238,7 +246,7 @@ class ConvertDomainPass(ContextPass, ir.passes.InPlacePass):
 
     ``strict`` (default): refuse (:class:`~qlrewrite.errors.Refusal`) if any node cannot
     be expressed, before changing anything. ``strict=False``: convert what can be, leave
-    the rest. The :class:`~qlrewrite.passes.results.ConvertResult` counts what changed
+    the rest. The :class:`~qlrewrite.passes.convert.domain.ConvertResult` counts what changed
     and lists :class:`ConvertWarning`.
     """
 

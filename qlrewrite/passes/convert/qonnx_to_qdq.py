@@ -37,7 +37,8 @@ import onnx_ir as ir
 
 from qlrewrite.errors import Refusal
 from qlrewrite.kernels import int_range
-from qlrewrite.passes.results import ConvertsCustomOps, QOperatorResult
+from qlrewrite.passes.convert.qoperator_to_qdq import QOperatorResult
+from qlrewrite.passes.results import ConvertsCustomOps
 from qlrewrite.qdq import QDQView, constant_tensor, node_views, normalize_domain, onnx_opset
 from qlrewrite.qdq.constants import small_array
 from qlrewrite.qdq.custom_ops import QONNX_DOMAINS

@@ -36,7 +36,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import QOperatorResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import (
     LEFT_ALONE,
     MS_DOMAIN,
@@ -51,10 +51,22 @@ from qlrewrite.qdq import (
 )
 from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
+from qlrewrite.verify.bound import EXACT_BOUND, Bound
 from qlrewrite.verify.difference import output_bounds
-from qlrewrite.verify.verify import EXACT_BOUND, Bound
 
-__all__ = ["QOperatorToQdqPass", "measured_bound"]
+__all__ = ["QOperatorResult", "QOperatorToQdqPass", "measured_bound"]
+
+
+@dataclasses.dataclass
+class QOperatorResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.convert.qoperator_to_qdq.QOperatorToQdqPass`:
+    ``qoperator_converted``, ``qoperator_left``, ``opset_imports_dropped``; and
+    ``differences``: the output name of each QuantizeLinear written for a converted node
+    -> the steps it may differ by (the sources of :func:`qlrewrite.verify.difference.output_bounds`,
+    which ``--verify`` re-checks on measured values)."""
+
+    differences: dict[str, float] = dataclasses.field(default_factory=dict)
+
 
 _DT = ir.DataType
 #: Attributes of the QOperator node the float operator keeps, per float op.

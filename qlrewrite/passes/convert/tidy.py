@@ -23,7 +23,7 @@ import onnx_ir as ir
 
 from qlrewrite.kernels import dequantize, int_range, quantize
 from qlrewrite.passes.context import ContextPass
-from qlrewrite.passes.results import RetargetResult
+from qlrewrite.passes.retarget.retarget_pass import RetargetResult
 from qlrewrite.qdq import QDQ, QDQView, constant_tensor, node_views
 from qlrewrite.qdq.constants import small_array
 from qlrewrite.qdq.inference import Inference

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import onnx
 import onnx_ir as ir
@@ -30,13 +31,21 @@ from qlrewrite.passes.downgrade import lower
 from qlrewrite.passes.downgrade.ops import lower_new_ops
 from qlrewrite.passes.downgrade.plan import BLOCKED, MICROSOFT, WIDEN, WIDER, Plan, plan_downgrade
 from qlrewrite.passes.downgrade.relabel import ElementTypes, relabel_problem
-from qlrewrite.passes.results import DowngradeResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.passes.upgrade import convert_weightless
 from qlrewrite.qdq import QDQ, QOPERATOR, normalize_domain, onnx_opset
 from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, drop_unused_domain, iter_graphs, proto_graphs
 
-__all__ = ["LOWEST_OPSET", "DowngradePass"]
+__all__ = ["LOWEST_OPSET", "DowngradePass", "DowngradeResult"]
+
+
+@dataclasses.dataclass
+class DowngradeResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.downgrade.DowngradePass`: opsets and IR versions before and
+    after, blocked nodes lowered, 4-bit initializers widened (and the bytes added), nodes
+    written as com.microsoft, nodes relabelled at the older version."""
+
 
 #: The lowest opset a downgrade writes: QuantizeLinear / DequantizeLinear appear in 10.
 LOWEST_OPSET = 10

@@ -42,7 +42,7 @@ from qlrewrite.passes.fold.tensor import (
     StreamedTensor,
     link_initializers,
 )
-from qlrewrite.passes.results import FoldResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import (
     QDQView,
     QuantizedSite,
@@ -63,7 +63,13 @@ from qlrewrite.targets.fusions import (
 from qlrewrite.targets.ort_float16 import float32_in_ort, has_float16_kernel
 from qlrewrite.toolkit import FreshNames, all_graphs
 
-__all__ = ["FLOAT16_MODES", "FoldPass", "fold"]
+__all__ = ["FLOAT16_MODES", "FoldPass", "FoldResult", "fold"]
+
+
+@dataclasses.dataclass
+class FoldResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.fold.fold_pass.FoldPass`: ``dq_folded``, ``q_folded``,
+    ``chains_folded``, ``nodes_removed``, ``initializers_removed``, ``opsets_removed``."""
 
 
 def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exact") -> ir.Model:
@@ -76,7 +82,7 @@ def fold(model: ir.Model, *, keep_dq: bool = False, float16: Float16Mode = "exac
 
 
 class FoldPass(ContextPass, ir.passes.InPlacePass):
-    """Constant-fold Q/DQ nodes; the :class:`~qlrewrite.passes.results.FoldResult` counts
+    """Constant-fold Q/DQ nodes; the :class:`~qlrewrite.passes.fold.fold_pass.FoldResult` counts
     what was folded and removed.
 
     ``summary``: ``dq_folded`` and ``q_folded`` (nodes folded), ``chains_folded`` (DQ

@@ -9,7 +9,8 @@ Every float32 value of the main graph becomes the target type, except:
   com.microsoft domain, with a scale that is not a constant or that is subnormal or
   infinite in the target type, the node stays float32 with Casts around it (reported by
   name). A scale that rounds to **zero** is refused by name (its dequantized values
-  would vanish; 1e-8 does in float16).
+  would vanish; 1e-8 does in float16), except a DequantizeLinear of a constant (an int32
+  bias of an int16 model: scale about 1e-9), which stays float32 (reported).
 - **blocked ops** (``block``) and ops of other domains: computed in float32, Casts
   around them; an input whose schema takes no float16 / bfloat16 (Resize's ``scales``)
   stays float32 too.
@@ -27,6 +28,7 @@ functions are refused (not handled). Not exact: ``--verify`` measures the differ
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -38,12 +40,20 @@ from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold.tensor import link_initializers
 from qlrewrite.passes.half.tensors import cast_tensor, overflows, underflow
 from qlrewrite.passes.integer_io.to_integer import main_views
-from qlrewrite.passes.results import HalfResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import QDQView, constant_tensor
 from qlrewrite.toolkit import MAIN, FreshNames, all_graphs, onnx_opset
-from qlrewrite.verify.verify import Bound
+from qlrewrite.verify.bound import Bound
 
-__all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass"]
+__all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass", "HalfResult"]
+
+
+@dataclasses.dataclass
+class HalfResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.half.HalfPass`: ``values_retyped``,
+    ``initializers_cast``, ``casts_added``, ``qdq_in_target_type``, ``qdq_kept_float32``;
+    a warning per Q/DQ node kept in float32 for its scale."""
+
 
 _DT = ir.DataType
 HALF_TYPES = {"float16": _DT.FLOAT16, "bfloat16": _DT.BFLOAT16}
@@ -52,6 +62,7 @@ _HALF_QDQ = 19
 #: What ``--verify`` accepts: float16 keeps 11 significant bits (bfloat16: 8), every
 #: node rounds its result, and a quantized tensor whose float value moved across a
 #: rounding boundary moves by one step: no bound is proven, the difference is measured.
+#: A pass adds, per output a DequantizeLinear writes, one step of its scale.
 HALF_BOUND = Bound(
     reason="float16 / bfloat16 arithmetic: every node rounds to 11 (8) significant bits",
     relative=0.05,
@@ -123,12 +134,21 @@ class _Run:
 _Views = dict[ir.Node, QDQView]
 
 
+def _dequantizes_a_constant(node: ir.Node) -> bool:
+    """A DequantizeLinear of a constant (a weight or an int32 bias: int16 models' bias
+    scales, x_scale x w_scale, are about 1e-9): kept float32, its values are what the
+    model reads, not its scale."""
+    x = node.inputs[0] if node.inputs else None
+    return node.op_type == "DequantizeLinear" and x is not None and constant_tensor(x) is not None
+
+
 def _qdq_modes(run: _Run, views: dict[ir.Node, QDQView]) -> tuple[set[ir.Node], list[str]]:
-    """The Q/DQ nodes computed in the target type (the others stay float32), and the
-    notes on those kept in float32 for their scale; raises Refusal on scales that round
-    to zero."""
+    """The Q/DQ nodes computed in the target type (the others stay float32), and one note
+    per reason naming the scales kept in float32; raises Refusal on scales that round to
+    zero (but a constant's DequantizeLinear's, kept float32)."""
     native: set[ir.Node] = set()
-    notes, refused = [], []
+    kept: dict[str, list[str]] = {}
+    refused = []
     for node, view in views.items():
         scale_value = node.inputs[1] if len(node.inputs) > 1 else None
         tensor = constant_tensor(scale_value) if scale_value is not None else None
@@ -137,16 +157,25 @@ def _qdq_modes(run: _Run, views: dict[ir.Node, QDQView]) -> tuple[set[ir.Node], 
         if tensor.dtype != _DT.FLOAT:
             continue
         problem = underflow(np.asarray(tensor.numpy()), run.to)
-        where = f"scale {scale_value.name!r} of {node.op_type} {node.name!r}"  # type: ignore[union-attr]
-        if problem == "zero":
-            refused.append(where)
+        name = repr(scale_value.name)  # type: ignore[union-attr]
+        if problem == "zero" and not _dequantizes_a_constant(node):
+            refused.append(f"scale {name} of {node.op_type} {node.name!r}")
         elif problem:
-            notes.append(f"{where} is {problem} in {run.to.name}: the node stays float32")
+            why = "zero (DequantizeLinear of constants)" if problem == "zero" else problem
+            kept.setdefault(f"{why} in {run.to.name}", []).append(name)
         else:
             native.add(node)
     if refused:
         raise Refusal(f"scales that round to zero in {run.to.name}: " + "; ".join(refused))
-    return native, notes
+    return native, [_kept_note(why, names) for why, names in kept.items()]
+
+
+def _kept_note(why: str, names: list[str], shown: int = 6) -> str:
+    """``scales subnormal in FLOAT16 (3: 'a', 'b', 'c'): their Q/DQ stay float32``."""
+    unique = list(dict.fromkeys(names))
+    more = f" and {len(unique) - shown} more" if len(unique) > shown else ""
+    listed = ", ".join(unique[:shown]) + more
+    return f"scales {why} ({len(unique)}: {listed}): their Q/DQ stay float32"
 
 
 def _wanted(
@@ -280,6 +309,7 @@ class HalfPass(ContextPass, ir.passes.InPlacePass):
             raise Refusal("subgraphs and functions are not converted to half precision yet")
         inference = self.context(model).inference
         types = inference.table(MAIN)
+        steps = _output_steps(model)  # before the Casts the rewrite puts before the outputs
         run = _Run(model, self.to, self.block)
         views = main_views(model, inference)
         native, notes = _qdq_modes(run, views)
@@ -293,6 +323,24 @@ class HalfPass(ContextPass, ir.passes.InPlacePass):
         link_initializers(model)
         run.counts["qdq_in_target_type"] = len(native)
         run.counts["qdq_kept_float32"] = len(views) - len(native)
+        bound = dataclasses.replace(HALF_BOUND, per_output=steps)
         return HalfResult(
-            model, modified=True, summary=dict(run.counts), warnings=notes, verify_bound=HALF_BOUND
+            model, modified=True, summary=dict(run.counts), warnings=notes, verify_bound=bound
         )
+
+
+def _output_steps(model: ir.Model) -> tuple[tuple[str, float], ...]:
+    """One quantization step of each model output a DequantizeLinear writes (its largest
+    constant scale): a value that moved across a rounding boundary upstream moves by a
+    step, which on a small output (a Softmax's) is more than 5% of its largest value."""
+    steps = []
+    for value in model.graph.outputs:
+        node = value.producer()
+        if node is None or node.op_type != "DequantizeLinear" or len(node.inputs) < 2:
+            continue
+        scale = constant_tensor(node.inputs[1]) if node.inputs[1] is not None else None
+        if scale is not None and value.name:
+            largest = float(np.max(np.abs(scale.numpy().astype(np.float64))))
+            if np.isfinite(largest) and largest > 0:
+                steps.append((value.name, largest))
+    return tuple(sorted(steps))

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.integer_io.record import Record, key_of, records
-from qlrewrite.passes.results import IntegerIOResult
+from qlrewrite.passes.integer_io.to_integer import IntegerIOResult
 
 __all__ = ["FloatIOPass"]
 

@@ -30,11 +30,21 @@ import onnx_ir as ir
 from qlrewrite.errors import Refusal
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.integer_io.record import Record, key_of
-from qlrewrite.passes.results import IntegerIOResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import QDQ, QDQView, constant_tensor, node_views
 from qlrewrite.qdq.inference import Inference
 
-__all__ = ["FLOAT_TYPES", "IntegerIOPass"]
+__all__ = ["FLOAT_TYPES", "IntegerIOPass", "IntegerIOResult"]
+
+
+@dataclasses.dataclass
+class IntegerIOResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.integer_io.IntegerIOPass`: ``inputs_made_integer``,
+    ``outputs_made_integer``, ``quantize_nodes_merged`` (an input read by several equal
+    QuantizeLinear nodes), ``inputs_left``, ``outputs_left``;
+    :class:`~qlrewrite.passes.integer_io.FloatIOPass`: ``inputs_made_float``,
+    ``outputs_made_float``."""
+
 
 _DT = ir.DataType
 FLOAT_TYPES = frozenset({_DT.FLOAT, _DT.FLOAT16, _DT.BFLOAT16, _DT.DOUBLE})

@@ -28,8 +28,7 @@ from qlrewrite.kernels.nbits import MatMulNBitsLayout, transpose
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold.tensor import RowReader, link_initializers
 from qlrewrite.passes.nbits.tensor import MappedTensor, MatMulNBitsB
-from qlrewrite.passes.nbits.to_onnx import HALF_BOUND, ORDER_REASON, min_block
-from qlrewrite.passes.results import NBitsResult
+from qlrewrite.passes.nbits.to_onnx import HALF_BOUND, ORDER_REASON, NBitsResult, min_block
 from qlrewrite.qdq import (
     MS_DOMAIN,
     ONNX_DOMAINS,
@@ -41,7 +40,7 @@ from qlrewrite.qdq import (
     site_view,
 )
 from qlrewrite.toolkit import FreshNames, add_constant, ensure_import_at
-from qlrewrite.verify.verify import EXACT_BOUND, Bound, summation_order_bound
+from qlrewrite.verify.bound import EXACT_BOUND, Bound, summation_order_bound
 
 __all__ = ["NBitsFromOnnxPass"]
 
@@ -233,7 +232,7 @@ def _eight_bit_note(count: int) -> str:
 class NBitsFromOnnxPass(ContextPass, ir.passes.InPlacePass):
     """Rewrite constant DequantizeLinear -> MatMul / Gather as MatMulNBits /
     GatherBlockQuantized where the weight stays bit-identical; the
-    :class:`~qlrewrite.passes.results.NBitsResult` counts them."""
+    :class:`~qlrewrite.passes.nbits.to_onnx.NBitsResult` counts them."""
 
     needs = frozenset({"inference"})  # the outputs it replaces, before the first change
 

@@ -32,13 +32,23 @@ from qlrewrite.kernels import dequantize, int_range
 from qlrewrite.kernels.nbits import flip_sign_packed
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.fold.tensor import release_tensor
-from qlrewrite.passes.results import RetargetResult
+from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.passes.retarget.groups import Group, Member, groups
 from qlrewrite.qdq import constant_tensor
 from qlrewrite.text import grouped
 from qlrewrite.toolkit import FreshNames, tensor_shape
 
-__all__ = ["SIGNEDNESS", "RetargetPass"]
+__all__ = ["SIGNEDNESS", "RetargetPass", "RetargetResult"]
+
+
+@dataclasses.dataclass
+class RetargetResult(RewritePassResult):
+    """:class:`~qlrewrite.passes.retarget.RetargetPass`: quantized tensors ``sign_flipped``,
+    ``made_symmetric``, ``narrowed`` (to 4 bits) and ``narrow_left`` (8-bit weights that do
+    not fit 4 bits or whose opset has no 4-bit types);
+    :class:`~qlrewrite.passes.convert.tidy.QdqTidyPass`: ``redundant_pairs_removed``,
+    ``shared_dequantize_split``, ``shared_initializers_split``."""
+
 
 #: Values of ``signedness``.
 SIGNEDNESS = ("signed", "unsigned")

@@ -170,12 +170,12 @@ def rescale_bias(fix: FixContext) -> str | None:
     Runtime into one integer kernel (QLinearConv, QGemm, ...) that adds the int32 bias
     to the int32 accumulator, in units of x_scale x w_scale: the bias's own scale is
     dropped. When it differs, the default session computes other values than the graph
-    (ORT_DISABLE_ALL and the spec). Measured with a bias scale 4 x the product, default
-    session against ORT_DISABLE_ALL: Conv off by 14% of the largest output in ORT 1.15.1
-    to 1.26.0 (1.27.0 onwards leave the Conv unfused when the scales differ by more
-    than 1%: onnxruntime PR 28229), and by one output step in every release 1.15.1 to
-    1.32.0 when they differ by 0.5%; Gemm and MatMul + Add off by 32% in every release
-    1.15.1 to 1.32.0. ONNX Runtime's quantizer always writes the product.
+    (ORT_DISABLE_ALL and the spec). Measured with a bias scale 4 x the product, default session
+    against ORT_DISABLE_ALL (`tests/rules/test_bias_scale.py`): Conv off by 14% of the largest
+    output in ORT 1.15.1 to 1.26.0 (1.27.0 onwards leave the Conv unfused when the scales differ by
+    more than 1%: onnxruntime PR 28229), and by one output step in every release 1.15.1 to 1.32.0
+    when they differ by 0.5%; Gemm and MatMul + Add off by 32% in every release 1.15.1 to 1.32.0.
+    ONNX Runtime's quantizer always writes the product.
     """,
     example="""
     warn: Conv(DQ(x, 0.05), DQ(w, 0.01), DQ(b: int32, 0.002))     # 0.05 x 0.01 = 0.0005
@@ -251,12 +251,12 @@ def mismatch(ctx: QDQView) -> Mismatch | None:
     return Mismatch(bias.op.op_type, worst, exact, message, hint)
 
 
-#: The integer ranges of the activation and weight types the bound reads.
+#: The integer ranges of the activation and weight types the bound reads: the 8-bit types
+#: ONNX Runtime's integer kernels take (it has no 16-bit QLinearConv / QGemm: a 16-bit
+#: DQ -> op is computed in float, with no int32 accumulator to overflow).
 _INT_RANGES = {
     ir.DataType.UINT8: (0, 255),
     ir.DataType.INT8: (-128, 127),
-    ir.DataType.UINT16: (0, 65535),
-    ir.DataType.INT16: (-32768, 32767),
 }
 
 

@@ -47,10 +47,11 @@ def _per_axis_float16(scale: list[float]) -> ModelSpec:
     it keeps fewer significant bits the smaller it is (a float16 scale near 6e-8 has one:
     3e-8 written as float16 is stored as 5.96e-8, twice the value), and runtimes that
     flush subnormals to zero (GPU and NPU half-precision paths commonly do) compute a zero
-    scale: DequantizeLinear gives zeros, QuantizeLinear saturates. Measured: ONNX Runtime
-    1.31.1's CPU kernels compute float16 subnormal scales as stored (DequantizeLinear and
-    QuantizeLinear, per-tensor and per-axis); it has no CPU DequantizeLinear for a
-    bfloat16 scale at opset 21. Zero scales are QL501's.
+    scale: DequantizeLinear gives zeros, QuantizeLinear saturates. Measured
+    (`tests/rules/test_half_scales.py`): ONNX Runtime 1.31.1's CPU kernels compute float16
+    subnormal scales as stored (DequantizeLinear and QuantizeLinear, per-tensor and
+    per-axis); it has no CPU DequantizeLinear for a bfloat16 scale at opset 21. Zero
+    scales are QL501's.
     """,
     example="""
     warn: DequantizeLinear(x: int8, scale: float16 = 1e-6, zp)

@@ -23,10 +23,22 @@ from qlrewrite.rules.registry import (
     TargetNode,
     rule,
 )
-from qlrewrite.targets.forms import WEIGHT_OPS, WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.rules.targets.ort_groups import (
+    group_findings,
+    groups_of,
+    measured_outcome,
+    measured_right,
+    named_releases,
+)
+from qlrewrite.targets.forms import (
+    WEIGHT_OPS,
+    WEIGHT_PATTERN,
+    form_of,
+    pattern_key,
+)
 from qlrewrite.targets.fusions import COMPUTE_LAYERS, kernel_of_ops
 from qlrewrite.targets.spec import Target
-from qlrewrite.targets.tables import Divergence, Refusal, Table, ort_releases, table
+from qlrewrite.targets.tables import Refusal, Table, ort_releases, table
 from qlrewrite.toolkit import import_table, normalize_domain, uses_domain
 
 __all__: list[str] = []
@@ -36,15 +48,6 @@ _MODEL_LEVEL = ("ir", "opset")
 #: Refusals QL703 leaves to others: those, and failures at run of the optimized session
 #: only (QL706).
 _NOT_QL703 = (*_MODEL_LEVEL, "optimizer")
-
-
-def _who(target: Target, refusing: list[Table]) -> str:
-    """``ORT 1.31.1`` for a one-release target, else the refusing releases of the range:
-    ``ORT 1.15.1, 1.16.3 (of ort>=1.15)``."""
-    if len(target.table_names) == 1:
-        return refusing[0].label
-    runtime = refusing[0].label.rsplit(" ", 1)[0]
-    return f"{runtime} {', '.join(t.release for t in refusing)} (of {target.spec})"
 
 
 def _lower_ir_version(model: ir.Model) -> str | None:
@@ -101,16 +104,18 @@ def target_ir_version(ctx: TargetModel) -> Iterator[Finding]:
     if not refusing:
         return
     newest = min(t.max_ir_version for t in refusing if t.max_ir_version is not None)
-    needed = needed_ir_version(model)
+    loaded = _opset_limit("", [ctx.target])  # QL702 lowers ai.onnx to it first
+    needed = needed_ir_version(model, opset_at_most=loaded)
     lowers = needed <= newest
+    after = "" if needed == needed_ir_version(model) else f" once ai.onnx is at {loaded}"
     hint = (
-        f"set the model's ir_version to {needed}: its opsets and types need no more "
+        f"set the model's ir_version to {needed}: its opsets and types need no more{after} "
         "(exact; check --fix does it)"
         if lowers
         else f"its opsets and types need IR version {needed}: target a newer release"
     )
     yield ctx.report(
-        f"IR version {model.ir_version} is newer than {_who(ctx.target, refusing)} "
+        f"IR version {model.ir_version} is newer than {named_releases(ctx.target, refusing)} "
         f"loads (IR {newest} at most)",
         hint,
         attribute="ir_version" if lowers else "",
@@ -201,7 +206,7 @@ def target_opset(ctx: TargetModel) -> Iterator[Finding]:
         newest = min(limit for _, limit in refused)
         unused = name != "ai.onnx" and not uses_domain(model, domain)
         yield ctx.report(
-            f"{name} opset {version} is newer than {_who(ctx.target, refusing)} "
+            f"{name} opset {version} is newer than {named_releases(ctx.target, refusing)} "
             f"loads ({name} {newest} at most)",
             _opset_hint(name, newest, unused),
             domain="" if name == "ai.onnx" else name,
@@ -253,8 +258,11 @@ def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
     uint16 or int16, which 1.17 added. A weight's DequantizeLinear is also looked up as part
     of the MatMul it feeds (the probe's QDQ MatMul patterns): ONNX Runtime 1.18 and 1.19
     fuse a uint8 x int8 per-axis QDQ MatMul at opset 21 into a QLinearMatMul(21) they have
-    no kernel for, and refuse the model. The message quotes the runtime's own error and
-    the oldest release that runs the form.
+    no kernel for, and refuse the model. An activation's DequantizeLinear is looked up as
+    part of the activation-only QDQ node group it feeds (Add, Concat, MaxPool, ...) too,
+    where ORT_DISABLE_ALL refuses it as well (a refusal only the default optimizations make
+    is QL706's). The message quotes the runtime's own error and the oldest release that
+    runs the form.
     """,
     example="""
     bad:  com.microsoft DequantizeLinear(x: uint16)   (--target ort==1.16)
@@ -286,6 +294,12 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
         if key is not None and op is not None:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
+    if not refused and not ctx.view.is_quantize:
+        for op, key in groups_of(ctx):
+            found = [(t, r) for t, r in _refusals(ctx.target, key) if r.unoptimized != "runs"]
+            if found:
+                form, what, refused = key, f"the quantized {op.op_type} it feeds", found
+                break
     if not refused:
         return
     refusal = refused[-1][1]
@@ -294,7 +308,7 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
     hint = (
         f"{oldest} is the oldest release that runs it" if oldest else "no measured release runs it"
     )
-    who = _who(ctx.target, [t for t, _ in refused])
+    who = named_releases(ctx.target, [t for t, _ in refused])
     verb = "refuses" if len(refused) == 1 else "refuse"
     yield ctx.report(f"{who} {verb} {what} {when}: {refusal.error}", hint)
 
@@ -441,7 +455,7 @@ def target_runs_in_float(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         return
     found = _float_runs(ctx.target, key)
     if found:
-        who = _who(ctx.target, [t for t, _ in found])
+        who = named_releases(ctx.target, [t for t, _ in found])
         yield ctx.report(
             f"{who} runs its MatMul in float (optimized graph: {', '.join(found[-1][1])})",
             "8-bit activations and 8-bit weights fuse into QLinearMatMul (measured)",
@@ -458,37 +472,10 @@ _NO_FUSION = (
 )
 
 
-def _what(found: list[tuple[Table, Divergence]]) -> str:
-    """What the releases were measured to do: other values (the largest relative
-    difference), and the failure at run where there was one."""
-    diffs = [d.max_rel_diff for _, d in found if d.max_rel_diff is not None]
-    errors = [d.error for _, d in found if d.error]
-    wrong = any(d.outcome == "miscomputes" for _, d in found)
-    against = found[-1][1].against
-    if not wrong:
-        runs = "runs it" if against == "ORT_DISABLE_ALL" else "computes it"
-        return f"fails at run where {against} {runs}: {errors[-1] if errors else '?'}"
-    off = f", up to {max(diffs):.0%} of the largest output off" if diffs else ""
-    text = f"computes other values than with {against} (measured{off})"
-    return f"{text}; at other shapes it fails at run: {errors[-1]}" if errors else text
-
-
 #: The axis of a Conv, ConvTranspose or Gemm weight that holds the output channels.
 _OUTPUT_AXIS = {"Conv": 0, "ConvTranspose": 1, "Gemm transB=0": 1, "Gemm transB=1": 0}
 _GRANULARITY = re.compile(r" (per-tensor|per-axis axis=\d+|blocked axis=\d+ blocks=\w+)")
 _ZERO_POINTS = re.compile(r" zero_points=\w+")
-
-
-def _matching(target: Target, key: str) -> bool:
-    """Whether every release of the target ran ``key`` and matched ORT_DISABLE_ALL and the
-    ONNX reference where they were compared (and at least one of them was)."""
-    rows = [t.forms.get(key) for t in target.tables]
-    return all(
-        isinstance(r, dict)
-        and r.get("runs")
-        and {r.get("optimized"), r.get("reference")} - {None} == {"matches"}
-        for r in rows
-    )
 
 
 def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
@@ -503,7 +490,7 @@ def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
         (" per-tensor", "per tensor"),
     ):
         other = _ZERO_POINTS.sub(" zero_points=equal", _GRANULARITY.sub(granularity, key, 1))
-        if other != key and _matching(target, other):
+        if other != key and measured_right(target, other):
             forms.append(label)
     session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
     if not forms:
@@ -532,14 +519,15 @@ def _ways_out(key: str) -> str:
     "target-miscomputes",
     ERROR,
     summary="ONNX Runtime's default optimizations compute this quantized MatMul, Conv, "
-    "ConvTranspose or Gemm wrongly or fail at run on it (measured against ORT_DISABLE_ALL).",
+    "ConvTranspose, Gemm or activation group wrongly, fail at run on it, or refuse it "
+    "(measured against ORT_DISABLE_ALL).",
     explanation="""
-    The probe runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
-    Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each
-    release twice on the
-    same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
-    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to
-    1.32.0: with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
+    The probe (`tools/probe/drive.py`; `tests/targets/test_target_miscomputes.py` re-measures the
+    installed release) runs each QDQ pattern (a constant weight's DequantizeLinear into a MatMul,
+    Conv, ConvTranspose or Gemm whose activation is quantized and dequantized) in each release twice
+    on the same inputs: with the default session options (ORT_ENABLE_ALL, as deployed) and with
+    ORT_DISABLE_ALL, which computes the ONNX semantics node by node. Measured in 1.19.2 to 1.32.0:
+    with an 8-bit (uint8 or int8) activation, a blocked int8 / uint8 weight
     (block_size smaller than the blocked axis, along K or N) is fused into
     MatMulIntegerToFloat or QLinearMatMul as if its scale were per column (ONNX Runtime's
     MatMulNodeGroupSelector::Check, onnxruntime/core/optimizer/qdq_transformer/
@@ -559,20 +547,42 @@ def _ways_out(key: str) -> str:
     blocked (opset 21, 1.19 to 1.32), fails at run; per-channel Conv weights whose zero
     points differ fail at run in 1.15 to 1.26 ("zero point of per-channel filter must be
     same"), per-channel Gemm weights without zero point in 1.15 to 1.27. The finding names
-    the releases and what was measured; ways out: for MatMul, MatMulNBits (`qlrewrite
-    convert --to com.microsoft`, blocks along K: a blocked weight needs no
+    the releases and what was measured. The activation-only QDQ node groups ONNX Runtime
+    fuses into QLinear kernels or whose Q/DQ pair it drops (unary, binary, Concat, Where,
+    MaxPool, Resize, Reshape, ..., measured in 1.15.1 to 1.32.0: none computes other values)
+    are refused at load by the default session where ORT_DISABLE_ALL runs them, or fail at
+    run: an activation quantized per channel (the QLinear kernels read one scale: "Scale
+    and Zero-point must be a scalar"; Add, Mul, Concat and Softmax up to 1.31, AveragePool,
+    LeakyRelu, Sigmoid and Where up to 1.32, GlobalAveragePool failing at run), float8
+    activations fused into QLinear kernels that have no float8 kernel (1.18 to 1.31), a
+    Clip before a float8 (1.18 to 1.32) or int4 (1.19 to 1.32) QuantizeLinear, an int4
+    MaxPool whose Q/DQ
+    pair is dropped (1.19 to 1.32). A Concat whose inputs have different scales or zero
+    points is computed right by every release (uint8: QLinearConcat requantizes each input;
+    int8 stays a float Concat), and neither TensorRT's nor the QNN EP's documents, nor ORT's
+    QNN EP Concat builder (qnn/builder/opbuilder/concat_op_builder.cc), require one scale:
+    no rule flags it. With `--target openvino` the groups' outputs are
+    compared with the ONNX reference evaluator's (OpenVINO 2026.4.1: an
+    InstanceNormalization between 16-bit Q/DQ computed about 55% of the largest output
+    off). Ways out: for MatMul, MatMulNBits (`qlrewrite convert --to com.microsoft`, blocks
+    along K: a blocked weight needs no
     `--include-8bit`), per-channel weights, or a session that does not fuse QDQ nodes; for
     Conv, ConvTranspose and Gemm, the same weight quantized per channel on its output axis
     with one zero point, or per tensor, offered only when the tables measured that form to
-    match ORT_DISABLE_ALL in every release of the target, or an ORT_DISABLE_ALL session.
+    match ORT_DISABLE_ALL in every release of the target, or an ORT_DISABLE_ALL session;
+    for an activation group, the activation quantized per tensor or as uint8, offered on the
+    same condition, or an ORT_DISABLE_ALL session. One finding per group (on its first
+    quantized input).
     """,
     example="""
     bad:  Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, blocked along K)   (--target ort==1.31)
     good: Q/DQ(a: uint8) -> MatMul <- DQ(w: int8, per-axis)
     bad:  Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=1)
     good: Q/DQ(a: uint8) -> Conv <- DQ(w: int8, per-axis, axis=0)
+    bad:  Q/DQ(a: uint8, per-axis) -> Add -> Q/DQ   (--target ort==1.24: refused at load)
+    good: Q/DQ(a: uint8, per-tensor) -> Add -> Q/DQ
     """,
-    versions="--target ort",
+    versions="--target ort / openvino",
     scope="target-node",
     needs_version=False,
     examples=[
@@ -585,6 +595,12 @@ def _ways_out(key: str) -> str:
             targets=("ort==1.31",),
         ),
         Example(
+            "per-channel-activation-into-add",
+            ModelSpec("qdq_family", "Add", DT.UINT8, "per-axis"),
+            ModelSpec("qdq_family", "Add", DT.UINT8, "per-tensor"),
+            targets=("ort==1.24",),
+        ),
+        Example(
             "conv-weight-per-channel-on-axis-1",
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=1),
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=0),
@@ -593,20 +609,24 @@ def _ways_out(key: str) -> str:
     ],
 )
 def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
-    if ctx.view.is_quantize or ctx.target.runtime != "ort":
+    if ctx.view.is_quantize or ctx.target.runtime not in ("ort", "openvino"):
+        return
+    if ctx.target.runtime == "openvino":  # measured against the reference: the groups only
+        yield from group_findings(ctx)
         return
     op = _weight_op_of(ctx)
     key = _pattern_key(ctx, op) if op is not None else None
     if key is None or op is None:
+        yield from group_findings(ctx)
         return
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     if found:
-        who = _who(ctx.target, [t for t, _ in found])
+        who = named_releases(ctx.target, [t for t, _ in found])
         ways = (
             _ways_out(key) if op.op_type == "MatMul" else _weight_op_ways_out(ctx.target, key, op)
         )
         yield ctx.report(
             f"with {who}'s default optimizations the quantized {op.op_type} this weight "
-            f"feeds {_what(found)}",
+            f"feeds {measured_outcome(found)}",
             ways,
         )

@@ -50,7 +50,8 @@ def _padded(view: WeightOnlyView, layout: MatMulNBitsLayout) -> bool:
     all columns (the layout before 1.17), so every column after the first takes its
     neighbours' zero points: measured in 1.16.3 with optimizations off and on, K=48,
     block_size=16 (3 blocks), N=4: 6.7 off on outputs of at most 7.3; 1.17.3 to 1.32.0
-    compute the same model within 1e-6 of the reference. One column (N=1), an even count
+    compute the same model within 1e-6 of the reference
+    (`tests/targets/test_target_nbits_zero_points.py`). One column (N=1), an even count
     of 4-bit blocks, or no zero points: the same in every release.
     """,
     example="""

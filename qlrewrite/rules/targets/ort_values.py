@@ -39,13 +39,13 @@ def _releases(tables: list[Table]) -> str:
     summary="ONNX Runtime computes this Conv / Gemm / MatMul + Add with an int32 bias whose "
     "scale is not x_scale x w_scale wrong (measured against ORT_DISABLE_ALL).",
     explanation="""
-    QL505's case, for `--target ort`: the releases whose default session fuses the op
-    into one integer kernel that reads the int32 bias in units of x_scale x w_scale and
-    so computes other values than the graph. Measured (bias scale 4 x the product,
-    default session against ORT_DISABLE_ALL): Gemm and MatMul + Add in every release
-    1.15.1 to 1.32.0 (32% of the largest output off); Conv in 1.15.1 to 1.26.0 (14%), and
-    in every release when the scales differ by 1% or less (0.5%: one output step), as
-    1.27.0 onwards leave a Conv unfused beyond 1% (onnxruntime PR 28229).
+    QL505's case, for `--target ort`: the releases whose default session fuses the op into one
+    integer kernel that reads the int32 bias in units of x_scale x w_scale and so computes other
+    values than the graph. Measured (bias scale 4 x the product, default session against
+    ORT_DISABLE_ALL; `tests/rules/test_bias_scale.py`): Gemm and MatMul + Add in every release
+    1.15.1 to 1.32.0 (32% of the largest output off); Conv in 1.15.1 to 1.26.0 (14%), and in every
+    release when the scales differ by 1% or less (0.5%: one output step), as 1.27.0 onwards leave a
+    Conv unfused beyond 1% (onnxruntime PR 28229).
     """,
     example="""
     bad:  Gemm(DQ(x, 0.05), DQ(w, 0.01), DQ(b: int32, 0.002))    (--target ort==1.31)
