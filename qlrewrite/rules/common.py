@@ -6,7 +6,8 @@ import onnx_ir as ir
 
 from qlrewrite import opsets
 from qlrewrite.kernels.nbits import MatMulNBitsLayout
-from qlrewrite.qdq import QOPERATOR, NodeView, WeightOnlyView
+from qlrewrite.qdq import QOPERATOR, NodeView, QDQView, WeightOnlyView
+from qlrewrite.qdq.view import ValueView
 
 __all__ = [
     "FP_TYPES_TEXT",
@@ -14,6 +15,7 @@ __all__ = [
     "QOPERATOR_KINDS",
     "QOPERATOR_VERSIONS",
     "WEIGHT_ONLY_VERSIONS",
+    "constant_params",
     "layout_attrs",
     "matmul_nbits_layout",
     "quantized_type",
@@ -67,3 +69,15 @@ def quantized_type(view: NodeView) -> str | None:
     DequantizeLinear's x type (None: not known)."""
     dtype = view.output_type if view.is_quantize else (view.x.dtype if view.x else None)
     return getattr(dtype, "name", None)
+
+
+def constant_params(ctx: QDQView, node: ir.Node) -> tuple[ValueView, ValueView] | None:
+    """The scale and zero point of a Q/DQ ``node`` (of ``ctx``'s graph), both constants
+    read (``array`` set); None when either is absent or not read."""
+    if len(node.inputs) < 3:
+        return None
+    scale = ctx.value_view(node.inputs[1], read=True)
+    zero = ctx.value_view(node.inputs[2], read=True)
+    if scale is None or zero is None or scale.array is None or zero.array is None:
+        return None
+    return scale, zero

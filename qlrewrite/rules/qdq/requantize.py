@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from qlrewrite.findings import WARNING, Finding
 from qlrewrite.qdq import QDQView
+from qlrewrite.rules.common import constant_params
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, rule
 
@@ -31,12 +32,11 @@ def _only_use(value: ir.Value | None, op: str) -> ir.Node | None:
 
 def _params(ctx: QDQView, node: ir.Node) -> _Params | None:
     """The scalar constant float32 scale and uint8 / int8 zero point of a Q/DQ ``node``."""
-    if len(node.inputs) < 3:
+    read = constant_params(ctx, node)
+    if read is None:
         return None
-    scale = ctx.value_view(node.inputs[1], read=True)
-    zero = ctx.value_view(node.inputs[2], read=True)
-    if scale is None or zero is None or scale.array is None or zero.array is None:
-        return None
+    scale, zero = read
+    assert scale.array is not None and zero.array is not None  # (read)
     if scale.dtype != ir.DataType.FLOAT or zero.dtype not in _RANGES:
         return None
     if scale.array.size != 1 or zero.array.size != 1:

@@ -17,6 +17,7 @@ from qlrewrite.findings import ERROR, Finding
 from qlrewrite.qdq import QOPERATOR, QDQView
 from qlrewrite.qdq.qoperator import TripleView, triples
 from qlrewrite.qdq.view import QOperatorView
+from qlrewrite.rules.common import constant_params
 from qlrewrite.rules.model_spec import DT, ModelSpec
 from qlrewrite.rules.registry import Example, TargetNode, rule
 
@@ -37,13 +38,10 @@ _ARITHMETIC = frozenset({"Add", "Mul"})
 
 def _params(ctx: QDQView, node: ir.Node) -> tuple[np.ndarray, np.ndarray] | None:
     """The constant scale and zero point of a Q/DQ ``node`` (None when not both read)."""
-    if len(node.inputs) < 3:
+    read = constant_params(ctx, node)
+    if read is None or read[0].array is None or read[1].array is None:
         return None
-    scale = ctx.value_view(node.inputs[1], read=True)
-    zero = ctx.value_view(node.inputs[2], read=True)
-    if scale is None or zero is None or scale.array is None or zero.array is None:
-        return None
-    return scale.array, zero.array
+    return read[0].array, read[1].array
 
 
 def _same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> bool:
