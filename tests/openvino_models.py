@@ -1,4 +1,4 @@
-"""Models of the ``--target openvino`` value rules (QL740, QL741): a 16-bit Q/DQ pair
+"""Models of the ``--target openvino`` value rules (QL750, QL751): a 16-bit Q/DQ pair
 after a MatMul, an Add / Mul reading a constant's Q -> DQ. Written with onnx.helper."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _model(nodes: list, inits: list, opset: int = 21, width: int = 3) -> onnx.Mo
 
 def sixteen_bit(dtype: str = "uint16", zero: int = 0, relu: bool = False) -> onnx.ModelProto:
     """a [2, 4] -> Q/DQ uint8 -> MatMul (int8 weight) [-> Relu] -> Q/DQ of ``dtype``
-    (scale 0.001, zero point ``zero``): QL740's examples."""
+    (scale 0.001, zero point ``zero``): QL750's examples."""
     weight = np.arange(-6, 6, dtype=np.int8).reshape(4, 3)
     inits = [
         *(_init("xs", np.float32(0.05)), _init("xz", np.uint8(128))),
@@ -53,7 +53,7 @@ def sixteen_bit(dtype: str = "uint16", zero: int = 0, relu: bool = False) -> onn
 
 def constant_operand(op: str = "Add", quantized_in_graph: bool = True) -> onnx.ModelProto:
     """op(DQ(Q(a)), DQ(Q(b: float constant))) or op(DQ(Q(a)), DQ(b: int8 constant)), opset
-    13: QL741's examples."""
+    13: QL751's examples."""
     bias = np.array([0.5, -0.3, 0.2, 0.9], np.float32)
     inits = [
         *(_init("xs", np.float32(0.05)), _init("xz", np.int8(0))),

@@ -1,4 +1,4 @@
-"""QL740 / QL741 (``--target openvino``): models built here; the opt-in slow test runs
+"""QL750 / QL751 (``--target openvino``): models built here; the opt-in slow test runs
 OpenVINO 2026.4.1 (/work/venvs/openvino) and ONNX Runtime on them."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ GOOD = {
     "add-constant-dq": constant_operand("Add", False),
     "mul-constant-dq": constant_operand("Mul", False),
 }
-EXPECTED = {"u16": "QL740", "i16": "QL740", "add": "QL741", "mul": "QL741"}
+EXPECTED = {"u16": "QL750", "i16": "QL750", "add": "QL751", "mul": "QL751"}
 
 
 def _errors(model: onnx.ModelProto, path: Path, target: str = "openvino") -> set[str]:
@@ -48,7 +48,7 @@ def test_flagged_for_openvino_only(label: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("label", sorted(GOOD))
 def test_not_flagged(label: str, tmp_path: Path) -> None:
-    assert not {"QL740", "QL741"} & _errors(GOOD[label], tmp_path / "m.onnx")
+    assert not {"QL750", "QL751"} & _errors(GOOD[label], tmp_path / "m.onnx")
 
 
 def test_relu_before_one_sided_q_is_exact() -> None:
@@ -121,9 +121,9 @@ def _qlinear(op: str, zero: int) -> onnx.ModelProto:
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("zero", [0, 255])
 def test_qlinear_binary_one_sided_flagged(op: str, zero: int, tmp_path: Path) -> None:
-    assert "QL742" in _errors(_qlinear(op, zero), tmp_path / "m.onnx")
-    assert "QL742" not in _errors(_qlinear(op, zero), tmp_path / "m.onnx", "ort==1.31")
-    assert "QL742" not in _errors(_qlinear(op, 128), tmp_path / "m.onnx")
+    assert "QL752" in _errors(_qlinear(op, zero), tmp_path / "m.onnx")
+    assert "QL752" not in _errors(_qlinear(op, zero), tmp_path / "m.onnx", "ort==1.31")
+    assert "QL752" not in _errors(_qlinear(op, 128), tmp_path / "m.onnx")
 
 
 _RUN_QOPERATOR = """

@@ -1,8 +1,8 @@
-"""QL740-QL742: valid quantized models that OpenVINO's CPU plugin computes wrong or
+"""QL750-QL752: valid quantized models that OpenVINO's CPU plugin computes wrong or
 refuses, run only for ``--target openvino``: a 16-bit Q -> DQ pair on a one-sided range
-after a producer that can be negative (QL740, stripped without its clamp), an Add / Mul
-reading a constant quantized in the graph (QL741, refused at compile) and a com.microsoft
-QLinearAdd / QLinearMul whose output range ends where its result goes on (QL742, wraps
+after a producer that can be negative (QL750, stripped without its clamp), an Add / Mul
+reading a constant quantized in the graph (QL751, refused at compile) and a com.microsoft
+QLinearAdd / QLinearMul whose output range ends where its result goes on (QL752, wraps
 around instead of saturating). Measured with OpenVINO
 2026.4.1 against ONNX Runtime 1.31.1 with ORT_DISABLE_ALL."""
 
@@ -59,12 +59,54 @@ def _paired_dq(ctx: QDQView, params: tuple[np.ndarray, np.ndarray]) -> ir.Node |
     return None
 
 
-def _never_negative(ctx: QDQView, value: ir.Value | None) -> bool:
+#: Operators whose output is never negative when their data inputs are not.
+_PRESERVING = frozenset(
+    {
+        *("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool"),
+        *("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity"),
+        *("Concat", "Slice", "Gather", "Split", "Expand", "Tile", "Resize", "Pad"),
+        *("DepthToSpace", "SpaceToDepth", "Max", "Min", "Add", "Mul", "Div", "Sum"),
+        *("Mean", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "Where"),
+        *("LeakyRelu", "PRelu", "Elu", "Selu", "Celu", "HardSwish", "Tanh", "Erf", "Gelu"),
+        *("Floor", "Ceil", "Round", "Pow"),
+    }
+)
+#: The inputs of a _PRESERVING operator that carry its data (None: all).
+_DATA_INPUTS = {"Concat": None, "Max": None, "Min": None, "Add": None, "Mul": None}
+
+
+def _lowest_dq(ctx: QDQView, node: ir.Node) -> bool:
+    """A DequantizeLinear whose zero point is its type's lowest value (never negative)."""
+    if node.op_type != "DequantizeLinear":
+        return False
+    read = constant_params(ctx, node) if len(node.inputs) >= 3 else None
+    if read is None:  # no zero point: 0, the lowest of unsigned types only
+        source = node.inputs[0] if node.inputs else None
+        return source is not None and source.dtype in (ir.DataType.UINT8, ir.DataType.UINT16)
+    zero = read[1]
+    lowest = {**_LOWEST, ir.DataType.UINT8: 0, ir.DataType.INT8: -128}.get(zero.dtype)
+    return lowest is not None and zero.array is not None and bool(np.all(zero.array == lowest))
+
+
+def _data_inputs(node: ir.Node) -> list[ir.Value | None]:
+    inputs = list(node.inputs)
+    if node.op_type == "Where":
+        return inputs[1:]
+    return inputs if node.op_type in _DATA_INPUTS or node.op_type in ("Sum", "Mean") else inputs[:1]
+
+
+def _never_negative(ctx: QDQView, value: ir.Value | None, depth: int = 0) -> bool:
     """Whether ``value`` is not known to go negative: a graph input or constant (its
-    range is what was calibrated) or the output of an operator never negative."""
+    range is what was calibrated), a DequantizeLinear of a one-sided range, an operator
+    never negative, or one that keeps its non-negative data inputs so (a few levels)."""
     producer = value.producer() if value is not None else None
     if producer is None:
         return True
+    if _lowest_dq(ctx, producer):
+        return True
+    if producer.op_type in _PRESERVING and depth < 4:
+        data = [v for v in _data_inputs(producer) if v is not None]
+        return bool(data) and all(_never_negative(ctx, v, depth + 1) for v in data)
     if producer.op_type not in _NON_NEGATIVE:
         return False
     if producer.op_type != "Clip":
@@ -78,7 +120,7 @@ def _never_negative(ctx: QDQView, value: ir.Value | None) -> bool:
 
 
 @rule(
-    "QL740",
+    "QL750",
     "openvino-16bit-unclamped",
     ERROR,
     summary="OpenVINO removes a 16-bit Q -> DQ pair without its clamp: a one-sided range "
@@ -90,15 +132,14 @@ def _never_negative(ctx: QDQView, value: ir.Value | None) -> bool:
     type's range. ORT's quantizer drops a Relu before a Q whose range is [0, max] (zero
     point the type's lowest value), relying on that clamp; OpenVINO then computes with
     the negative values. Measured with OpenVINO 2026.4.1 (f32 and bf16 inference
-    precision alike) against ORT 1.31.1 ORT_DISABLE_ALL: MatMul -> Q/DQ uint16 or int16
-    (ai.onnx or com.microsoft) with the lowest zero point, 53% of the largest output
-    off; ORT's own 16-bit quantize_static CNN 189%, MLP 45%, a 39-op-family CNN 16%.
-    A Q reading a graph input or a constant is not flagged (its calibrated range is the
-    data's; the probe's uint16 MatMul patterns on inputs in [0, 6) match the reference).
-    A two-sided 16-bit range is not flagged: only values beyond the calibrated range
-    go unclamped (data-dependent). Inserting the Relu leaves ORT 1.31.1's outputs bit-identical
-    (default session and ORT_DISABLE_ALL) on ORT's 16-bit CNN, MLP and 39-op-family CNNs
-    and brings OpenVINO from 189% to 0.01% (CNN), 6.5% to 0.5% (family CNN, opset 13).
+    precision alike) against ORT 1.31.1 ORT_DISABLE_ALL, tests/rules/test_rules_openvino.py:
+    MatMul -> Q/DQ uint16 or int16 (ai.onnx or com.microsoft) with the lowest zero point,
+    53% of the largest output off; ORT's own 16-bit quantize_static CNNs and MLPs are
+    off too. The way out, inserting a Relu before the Q, is exact: Q(Relu(x)) == Q(x)
+    when the zero point is the type's lowest value (the same test, in ORT 1.31.1). A Q
+    reading a graph input or a constant is not flagged (its calibrated range is the
+    data's). A two-sided 16-bit range is not flagged: only values beyond the calibrated
+    range go unclamped (data-dependent).
     """,
     example="""
     bad:  MatMul -> Q(uint16, zero point 0) -> DQ            (--target openvino)
@@ -157,7 +198,7 @@ def _quantized_other(node: ir.Node, value: ir.Value) -> bool:
 
 
 @rule(
-    "QL741",
+    "QL751",
     "openvino-quantized-constant-operand",
     ERROR,
     summary="OpenVINO refuses to compile an Add / Mul of a dequantized activation and a "
@@ -167,10 +208,10 @@ def _quantized_other(node: ir.Node, value: ir.Value) -> bool:
     float and quantize it in the graph: Q(constant) -> DQ. OpenVINO's low-precision
     transformations (AddTransformation, MultiplyPartialTransformation) fail on an Add or
     Mul whose operands are such a DQ and another DequantizeLinear's output ("index '0'
-    out of range"): the model is refused at compile. Measured with OpenVINO 2026.4.1:
-    Add and Mul, either operand order, int8; the same Add / Mul with a float operand,
-    or reading DQ(int8 constant), and a MatMul weight as Q -> DQ of a constant compile
-    and agree with ORT 1.31.1 (within 2e-7).
+    out of range"): the model is refused at compile. Measured with OpenVINO 2026.4.1
+    (tests/rules/test_rules_openvino.py): Add and Mul, int8; the same Add / Mul reading
+    DQ(int8 constant) compiles and agrees with ORT 1.31.1. `qlrewrite fold --keep-dq`
+    folds the constant's Q, bit-exact with ONNX Runtime.
     """,
     example="""
     bad:  Add(DQ(Q(x)), DQ(Q(bias: float constant)))    (--target openvino)
@@ -236,7 +277,7 @@ def _wrapped_end(found: list[TripleView]) -> int | None:
 
 
 @rule(
-    "QL742",
+    "QL752",
     "openvino-qlinear-binary-wraps",
     ERROR,
     summary="OpenVINO computes com.microsoft QLinearAdd / QLinearMul without saturating: a "
@@ -244,14 +285,13 @@ def _wrapped_end(found: list[TripleView]) -> int | None:
     explanation="""
     ONNX Runtime saturates a QLinearAdd / QLinearMul result to the output type's range;
     OpenVINO 2026.4.1's CPU plugin converts it to uint8 / int8 without a clamp, so a
-    result below the range wraps to the top and one above to the bottom. Measured
-    (one node, uint8, random inputs, against ORT 1.31.1 ORT_DISABLE_ALL): output zero
-    point 0 or 255, 228-255 steps off; zero point 128, within 1 step where nothing
-    saturates (Mul: 228 steps where it did). ORT's QOperator quantizer folds a Relu after
-    an Add into the Add's output range (zero point 0): its QOperator MLP (bias
-    QLinearAdd) is 179% off. Flagged: an output zero point at an end of its type while
-    an input's range goes past it (data-dependent saturation of a two-sided range is
-    not flagged).
+    result below the range wraps to the top and one above to the bottom. Measured (one
+    node, uint8, random inputs, against ORT 1.31.1 ORT_DISABLE_ALL,
+    tests/rules/test_rules_openvino.py): output zero point 0, over 200 steps off. ORT's
+    QOperator quantizer folds a Relu after an Add into the Add's output range (zero
+    point 0): its QOperator MLP's bias QLinearAdd is computed wrong. Flagged: an output
+    zero point at an end of its type while an input's range goes past it (data-dependent
+    saturation of a two-sided range is not flagged).
     """,
     example="""
     bad:  com.microsoft.QLinearAdd(A (zp 128), B (zp 100), C_zero_point=0)   (--target openvino)
