@@ -79,11 +79,13 @@ def _lowest_dq(ctx: QDQView, node: ir.Node) -> bool:
     """A DequantizeLinear whose zero point is its type's lowest value (never negative)."""
     if node.op_type != "DequantizeLinear":
         return False
-    read = constant_params(ctx, node) if len(node.inputs) >= 3 else None
-    if read is None:  # no zero point: 0, the lowest of unsigned types only
+    if len(node.inputs) < 3 or node.inputs[2] is None:  # zero point 0: unsigned lowest
         source = node.inputs[0] if node.inputs else None
         return source is not None and source.dtype in (ir.DataType.UINT8, ir.DataType.UINT16)
-    zero = read[1]
+    read = constant_params(ctx, node)
+    zero = read[1] if read is not None else None
+    if zero is None or zero.dtype is None:
+        return False
     lowest = {**_LOWEST, ir.DataType.UINT8: 0, ir.DataType.INT8: -128}.get(zero.dtype)
     return lowest is not None and zero.array is not None and bool(np.all(zero.array == lowest))
 
