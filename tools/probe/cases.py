@@ -785,11 +785,11 @@ def all_cases() -> Iterator[Case]:
         matmul_nbits_cases,
         gather_block_cases,
         qoperator_cases,
-        qoperator_activation_cases,
         weight_pattern_cases,
         qdq_pattern_cases,
         weight_op_cases,
         float8_pattern_cases,
         family_cases,
+        qoperator_activation_cases,  # last: the earlier cases keep their indices
     ):
         yield from family()
