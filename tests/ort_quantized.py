@@ -56,18 +56,22 @@ def _cnn(opset: int) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", strides=[2, 2],
-                         pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "Conv", ["r1", "w2", "b2"], ["c2"], name="conv2", strides=[2, 2], pads=[1, 1, 1, 1]
+        ),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("Reshape", ["r2", "shape"], ["f"], name="flatten"),
         helper.make_node("MatMul", ["f", "w3"], ["m"], name="fc1"),
         helper.make_node("Add", ["m", "b3"], ["a"], name="fc1_bias"),
         helper.make_node("Gemm", ["a", "w4", "b4"], ["y"], name="fc2", transB=1),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
-        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
@@ -79,10 +83,15 @@ def _mlp(opset: int) -> onnx.ModelProto:
     inits = [
         _init(name, (rng.standard_normal(shape) * 0.1).astype(f32))
         for name, shape in (
-            ("wq", (d, d)), ("wk", (d, d)), ("wv", (d, d)), ("wo", (d, d)),
-            ("w_up", (d, hidden)), ("b_up", (hidden,)), ("w_down", (hidden, d)),
+            ("wq", (d, d)),
+            ("wk", (d, d)),
+            ("wv", (d, d)),
+            ("wo", (d, d)),
+            ("w_up", (d, hidden)),
+            ("b_up", (hidden,)),
+            ("w_down", (hidden, d)),
         )
-    ] + [_init("inv_sqrt_d", np.array(1 / np.sqrt(d), dtype=f32))]  # fmt: skip
+    ] + [_init("inv_sqrt_d", np.array(1 / np.sqrt(d), dtype=f32))]
     nodes = [
         helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
         helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
@@ -101,9 +110,12 @@ def _mlp(opset: int) -> onnx.ModelProto:
         helper.make_node("Add", ["dn", "h"], ["y"], name="residual2"),
     ]
     graph = helper.make_graph(
-        nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, d])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, d])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, d])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, d])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
@@ -127,12 +139,14 @@ def _branchy(opset: int) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
-                         strides=[2, 2]),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]
+        ),
         helper.make_node("Conv", ["p1", "w2"], ["c2"], name="conv2"),
         helper.make_node("Sigmoid", ["c2"], ["g"], name="gate"),
-        helper.make_node("AveragePool", ["p1"], ["a1"], name="avg", kernel_shape=[3, 3],
-                         pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "AveragePool", ["p1"], ["a1"], name="avg", kernel_shape=[3, 3], pads=[1, 1, 1, 1]
+        ),
         helper.make_node("Conv", ["a1", "w3"], ["c3"], name="conv3", pads=[1, 1, 1, 1]),
         helper.make_node("LeakyRelu", ["c3"], ["l3"], name="leaky", alpha=0.1),
         helper.make_node("Mul", ["l3", "g"], ["m"], name="gated"),
@@ -147,11 +161,14 @@ def _branchy(opset: int) -> onnx.ModelProto:
         helper.make_node("Flatten", ["flat3"], ["flat"], name="flatten", axis=1),
         helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], name="fc", transB=1),
         helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
-        nodes, "branchy", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "branchy",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
@@ -199,9 +216,12 @@ def _attention(opset: int) -> onnx.ModelProto:
         helper.make_node("Sigmoid", ["pair"], ["y"], name="gate"),
     ]
     graph = helper.make_graph(
-        nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 32])], initializer=inits,
-    )  # fmt: skip
+        nodes,
+        "attention",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 32])],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=7)
 
 
@@ -219,41 +239,80 @@ CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
     "cnn-u8s8": ("cnn", 13, ("static", {})),
     "cnn-s8s8": ("cnn", 13, ("static", {"activation_type": "QInt8", "weight_type": "QInt8"})),
     "cnn-per-channel": ("cnn", 13, ("static", {"per_channel": True})),
-    "cnn-int16-contrib": ("cnn", 13, ("static", {
-        "activation_type": "QInt16", "weight_type": "QInt16",
-        "extra_options": {"UseQDQContribOps": True}})),
-    "cnn-int4-per-channel-contrib": ("cnn", 13, ("static", {
-        "weight_type": "QInt4", "per_channel": True})),
-    "cnn-int4-per-channel-21": ("cnn", 21, ("static", {
-        "weight_type": "QInt4", "per_channel": True})),
-    "cnn-qdq-pair-weights": ("cnn", 13, ("static", {
-        "extra_options": {"AddQDQPairToWeight": True}})),
+    "cnn-int16-contrib": (
+        "cnn",
+        13,
+        (
+            "static",
+            {
+                "activation_type": "QInt16",
+                "weight_type": "QInt16",
+                "extra_options": {"UseQDQContribOps": True},
+            },
+        ),
+    ),
+    "cnn-int4-per-channel-contrib": (
+        "cnn",
+        13,
+        ("static", {"weight_type": "QInt4", "per_channel": True}),
+    ),
+    "cnn-int4-per-channel-21": (
+        "cnn",
+        21,
+        ("static", {"weight_type": "QInt4", "per_channel": True}),
+    ),
+    "cnn-qdq-pair-weights": (
+        "cnn",
+        13,
+        ("static", {"extra_options": {"AddQDQPairToWeight": True}}),
+    ),
     "cnn-opset12-per-channel": ("cnn", 12, ("static", {"per_channel": True})),
     "mlp-u8s8": ("mlp", 13, ("static", {})),
     "mlp-per-channel-21": ("mlp", 21, ("static", {"per_channel": True})),
-    "mlp-int16-contrib": ("mlp", 13, ("static", {
-        "activation_type": "QInt16", "weight_type": "QInt16",
-        "extra_options": {"UseQDQContribOps": True}})),
-    "mlp-qdq-pair-weights": ("mlp", 13, ("static", {
-        "extra_options": {"AddQDQPairToWeight": True}})),
+    "mlp-int16-contrib": (
+        "mlp",
+        13,
+        (
+            "static",
+            {
+                "activation_type": "QInt16",
+                "weight_type": "QInt16",
+                "extra_options": {"UseQDQContribOps": True},
+            },
+        ),
+    ),
+    "mlp-qdq-pair-weights": (
+        "mlp",
+        13,
+        ("static", {"extra_options": {"AddQDQPairToWeight": True}}),
+    ),
     "mlp-nbits-sym": ("mlp", 13, ("nbits", {"block_size": 32, "is_symmetric": True})),
     "mlp-nbits-asym": ("mlp", 13, ("nbits", {"block_size": 32, "is_symmetric": False})),
-}  # fmt: skip
+}
 
 #: QOperator and dynamic models (kept apart from CONFIGS: those tests expect Q/DQ):
 #: "qoperator" is quantize_static with QuantFormat.QOperator, "dynamic" quantize_dynamic.
 QOPERATOR_CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
     "cnn-qop-u8s8": ("cnn", 13, ("qoperator", {"activation_type": "QUInt8"})),
-    "cnn-qop-s8s8-per-channel": ("cnn", 13, ("qoperator", {
-        "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
+    "cnn-qop-s8s8-per-channel": (
+        "cnn",
+        13,
+        ("qoperator", {"activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}),
+    ),
     "mlp-qop-u8s8": ("mlp", 13, ("qoperator", {"activation_type": "QUInt8"})),
-    "mlp-qop-s8s8-per-channel": ("mlp", 13, ("qoperator", {
-        "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
+    "mlp-qop-s8s8-per-channel": (
+        "mlp",
+        13,
+        ("qoperator", {"activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}),
+    ),
     "mlp-dynamic": ("mlp", 13, ("dynamic", {})),
-    "cnn-dynamic-per-channel": ("cnn", 13, ("dynamic", {
-        "per_channel": True, "op_types_to_quantize": ["Conv", "MatMul"]})),
+    "cnn-dynamic-per-channel": (
+        "cnn",
+        13,
+        ("dynamic", {"per_channel": True, "op_types_to_quantize": ["Conv", "MatMul"]}),
+    ),
     "mlp-dynamic-per-channel": ("mlp", 13, ("dynamic", {"per_channel": True})),
-}  # fmt: skip
+}
 
 #: ORT's quantizer outputs of the family-rich CNN and attention block (kept apart from
 #: CONFIGS: those tests expect the two original models): QDQ uint8 / int8 / per-channel at
@@ -262,27 +321,57 @@ QOPERATOR_CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
 #: "Invalid model with unknown initializers/tensors" at its Where), dynamic.
 FAMILY_CONFIGS: dict[str, tuple[str, int, tuple[str, dict[str, Any]]]] = {
     "branchy-u8s8": ("branchy", 13, ("static", {})),
-    "branchy-s8s8": ("branchy", 13, ("static", {
-        "activation_type": "QInt8", "weight_type": "QInt8"})),
+    "branchy-s8s8": (
+        "branchy",
+        13,
+        ("static", {"activation_type": "QInt8", "weight_type": "QInt8"}),
+    ),
     "branchy-per-channel": ("branchy", 13, ("static", {"per_channel": True})),
     "branchy-per-channel-21": ("branchy", 21, ("static", {"per_channel": True})),
-    "branchy-u16s8-21": ("branchy", 21, ("static", {
-        "activation_type": "QUInt16", "weight_type": "QInt8"})),
-    "branchy-int16-contrib": ("branchy", 13, ("static", {
-        "activation_type": "QInt16", "weight_type": "QInt16",
-        "extra_options": {"UseQDQContribOps": True}})),
+    "branchy-u16s8-21": (
+        "branchy",
+        21,
+        ("static", {"activation_type": "QUInt16", "weight_type": "QInt8"}),
+    ),
+    "branchy-int16-contrib": (
+        "branchy",
+        13,
+        (
+            "static",
+            {
+                "activation_type": "QInt16",
+                "weight_type": "QInt16",
+                "extra_options": {"UseQDQContribOps": True},
+            },
+        ),
+    ),
     "branchy-qop-u8s8": ("branchy", 13, ("qoperator", {"activation_type": "QUInt8"})),
     "branchy-dynamic": ("branchy", 13, ("dynamic", {})),
     "attention-u8s8": ("attention", 13, ("static", {})),
-    "attention-s8s8-per-channel-21": ("attention", 21, ("static", {
-        "activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True})),
-    "attention-u16s8-21": ("attention", 21, ("static", {
-        "activation_type": "QUInt16", "weight_type": "QInt8"})),
-    "attention-int16-contrib": ("attention", 13, ("static", {
-        "activation_type": "QInt16", "weight_type": "QInt16",
-        "extra_options": {"UseQDQContribOps": True}})),
+    "attention-s8s8-per-channel-21": (
+        "attention",
+        21,
+        ("static", {"activation_type": "QInt8", "weight_type": "QInt8", "per_channel": True}),
+    ),
+    "attention-u16s8-21": (
+        "attention",
+        21,
+        ("static", {"activation_type": "QUInt16", "weight_type": "QInt8"}),
+    ),
+    "attention-int16-contrib": (
+        "attention",
+        13,
+        (
+            "static",
+            {
+                "activation_type": "QInt16",
+                "weight_type": "QInt16",
+                "extra_options": {"UseQDQContribOps": True},
+            },
+        ),
+    ),
     "attention-dynamic": ("attention", 13, ("dynamic", {})),
-}  # fmt: skip
+}
 
 #: Configurations whose output ORT cannot load (ORT's quantizer writes `axis` at opset 12).
 INVALID_CONFIGS = frozenset({"cnn-opset12-per-channel"})

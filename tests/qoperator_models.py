@@ -312,8 +312,9 @@ def ort_error(model: onnx.ModelProto) -> str | None:
     options.log_severity_level = 4
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])  # fmt: skip
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
         session.run(None, feeds_for(model))
     except Exception as exc:  # ORT raises several kinds
         return str(exc).splitlines()[0]

@@ -1,6 +1,7 @@
 """Functions stay short: at most 60 lines from ``def`` to the last line (decorators and
-the click options above a command not counted). Complexity has its own rule: ruff's
-C901, max-complexity 10, in pyproject.toml."""
+the click options above a command not counted), in the package and in the tests,
+benchmarks, tools and examples alike, and no code is packed by hand with ``# fmt: skip``.
+Complexity has its own rule: ruff's C901, max-complexity 10, in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -9,14 +10,21 @@ import re
 import tokenize
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "qlrewrite"
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "qlrewrite"
+#: Every folder of Python code the project holds.
+CODE = [PACKAGE, *(ROOT / name for name in ("tests", "benchmarks", "tools", "examples"))]
 LIMIT = 60
+
+
+def _sources() -> list[Path]:
+    return sorted(path for folder in CODE for path in folder.rglob("*.py"))
 
 
 def _lengths() -> dict[str, int]:
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
+    for path in _sources():
+        rel = path.relative_to(ROOT).as_posix()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 assert node.end_lineno is not None
@@ -48,8 +56,8 @@ def test_formatting_is_ruffs() -> None:
     """No ``# fmt: skip`` / ``# fmt: off`` packs code by hand to fit the limit above: a
     function too long is split, not squeezed."""
     found = {
-        f"{path.relative_to(PACKAGE).as_posix()}:{line}"
-        for path in sorted(PACKAGE.rglob("*.py"))
+        f"{path.relative_to(ROOT).as_posix()}:{line}"
+        for path in _sources()
         for line in _format_escapes(path)
     }
     assert not found, f"ruff's formatter turned off at: {sorted(found)}"
