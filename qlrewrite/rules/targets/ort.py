@@ -235,10 +235,36 @@ def _oldest_running(form: str) -> str | None:
     return None
 
 
-def _refusals(target: Target, form: str) -> list[tuple[Table, Refusal]]:
+def _between_graph_io(ctx: TargetNode) -> bool:
+    """Whether the node's group runs from a graph input (its x quantized straight from one)
+    to a graph output (an op it feeds is requantized into one)."""
+    node = ctx.view.node
+    graph = node.graph
+    if graph is None or not node.inputs or node.inputs[0] is None:
+        return False
+    quantize = node.inputs[0].producer()
+    source = quantize.inputs[0] if quantize is not None and quantize.inputs else None
+    if source is None or source not in graph.inputs:
+        return False
+    outputs = set(graph.outputs)
+    ends = (
+        dq_out
+        for op, _ in node.outputs[0].uses()
+        for out in op.outputs
+        for q, _ in out.uses()
+        for dq, _ in q.outputs[0].uses()
+        if q.outputs
+        for dq_out in dq.outputs
+    )
+    return any(value in outputs for value in ends)
+
+
+def _refusals(
+    target: Target, form: str, *, between_graph_io: bool = True
+) -> list[tuple[Table, Refusal]]:
     found = []
     for runtime in target.tables:
-        refusal = runtime.refusal(form)
+        refusal = runtime.refusal(form, between_graph_io=between_graph_io)
         if refusal is not None and refusal.reason not in _NOT_QL703:
             found.append((runtime, refusal))
     return found
@@ -295,8 +321,13 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
     if not refused and not ctx.view.is_quantize:
+        edge = _between_graph_io(ctx)
         for op, key in groups_of(ctx):
-            found = [(t, r) for t, r in _refusals(ctx.target, key) if r.unoptimized != "runs"]
+            found = [
+                (t, r)
+                for t, r in _refusals(ctx.target, key, between_graph_io=edge)
+                if r.unoptimized != "runs"
+            ]
             if found:
                 form, what, refused = key, f"the quantized {op.op_type} it feeds", found
                 break
