@@ -527,3 +527,23 @@ def test_openvino_compiles_the_maxpool_group_inside_a_graph(tmp_path: Path) -> N
         [str(python), "-c", script, *paths], check=True, capture_output=True, text=True, timeout=300
     )
     assert done.stdout.split() == ["refused", "compiles"], done.stderr[-500:]
+
+
+def test_openvino_weight_patterns_measured_wrong_are_flagged(tmp_path: Path) -> None:
+    """OpenVINO's table records the QDQ ConvTranspose with per-axis weights on axis 0 (its
+    input channels) and differing zero points 22% off the reference; QL706 read only the
+    activation groups for OpenVINO and said nothing. The equal-zero-point form is clean."""
+    sys.path.insert(0, str(ROOT / "tools" / "probe"))
+    import cases
+
+    flagged = {}
+    for case in cases.weight_op_cases():
+        if case.key.startswith("QDQ ConvTranspose") and " per-axis axis=0 " in case.key:
+            path = tmp_path / "m.onnx"
+            onnx.save(case.model, path)
+            report = check(path, targets=["openvino"], select=["QL706"])
+            flagged[case.key.split("zero_points=")[1]] = [f.message for f in report.errors]
+    assert set(flagged) == {"differ", "equal"}
+    assert flagged["equal"] == []
+    (message,) = flagged["differ"]
+    assert "in OpenVINO" in message and "ConvTranspose" in message

@@ -523,6 +523,10 @@ def _weight_op_ways_out(target: Target, key: str, op: ir.Node) -> str:
         other = _ZERO_POINTS.sub(" zero_points=equal", _GRANULARITY.sub(granularity, key, 1))
         if other != key and measured_right(target, other):
             forms.append(label)
+    if target.runtime != "ort":  # measured against the ONNX reference; no session option
+        if not forms:
+            return "fold this weight to float (qlrewrite fold) or quantize it otherwise"
+        return f"quantize this weight {' or '.join(forms)} (measured to match the reference there)"
     session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
     if not forms:
         return session
@@ -642,9 +646,6 @@ def _ways_out(key: str) -> str:
 def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     if ctx.view.is_quantize or ctx.target.runtime not in ("ort", "openvino"):
         return
-    if ctx.target.runtime == "openvino":  # measured against the reference: the groups only
-        yield from group_findings(ctx)
-        return
     op = _weight_op_of(ctx)
     key = _pattern_key(ctx, op) if op is not None else None
     if key is None or op is None:
@@ -653,11 +654,11 @@ def target_miscomputes(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
     found = [(t, d) for t in ctx.target.tables if (d := t.divergence(key)) is not None]
     if found:
         who = named_releases(ctx.target, [t for t, _ in found])
+        by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else f"in {who}"
         ways = (
             _ways_out(key) if op.op_type == "MatMul" else _weight_op_ways_out(ctx.target, key, op)
         )
         yield ctx.report(
-            f"with {who}'s default optimizations the quantized {op.op_type} this weight "
-            f"feeds {measured_outcome(found)}",
+            f"{by} the quantized {op.op_type} this weight feeds {measured_outcome(found)}",
             ways,
         )

@@ -119,7 +119,7 @@ def _group_miscomputes(ctx: TargetNode[QDQView], op: ir.Node, key: str) -> Itera
     order = {t.name: i for i, t in enumerate(ctx.target.tables)}
     found.sort(key=lambda pair: order[pair[0].name])
     who = named_releases(ctx.target, [t for t, _ in found])
-    by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else who
+    by = f"with {who}'s default optimizations" if ctx.target.runtime == "ort" else f"in {who}"
     role = "bias" if " bias: " in key else "activation"
     yield ctx.report(
         f"{by} the quantized {op.op_type} this {role} feeds {_what_of_group(found)}",
