@@ -15,6 +15,8 @@ import onnx
 import onnx_ir as ir
 
 from qlrewrite.io.weightless import weightless_proto
+from qlrewrite.opsets import MS_DOMAIN
+from qlrewrite.qdq.kinds import QDQ_OPS
 from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 
@@ -117,9 +119,6 @@ def infer(
     return tables_of(proto)
 
 
-_CONTRIB_QDQ = ("QuantizeLinear", "DequantizeLinear")
-
-
 def _contrib_qdq_as_casts(proto: onnx.ModelProto) -> onnx.ModelProto:
     """``proto``, or a copy whose com.microsoft Q/DQ nodes (unknown to ONNX's inference,
     so every value after them stayed untyped) are Casts to their output type: a
@@ -144,7 +143,7 @@ def _contrib_qdq_as_casts(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _is_contrib_qdq(node: onnx.NodeProto) -> bool:
-    return node.domain == "com.microsoft" and node.op_type in _CONTRIB_QDQ
+    return node.domain == MS_DOMAIN and node.op_type in QDQ_OPS
 
 
 def _as_cast(node: onnx.NodeProto, types: Mapping[str, int]) -> None:

@@ -18,6 +18,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq import NodeView, QDQView
 from qlrewrite.qdq.kinds import GATHER_BLOCK_QUANTIZED, MATMUL_NBITS, QDQ, QOPERATOR
+from qlrewrite.qdq.qoperator import triples
 
 __all__ = [
     "FAMILY_OPS",
@@ -44,7 +45,7 @@ def _name(dtype: object) -> str | None:
 
 def _qdq_form(view: NodeView) -> str | None:
     output = view.output_type if view.is_quantize else None
-    quantized = _name(output) if view.is_quantize else _dequantized_type(view)
+    quantized = _name(output) if view.is_quantize else _name(view.x_type)
     scale = _name(view.scale.dtype) if view.scale is not None else None
     granularity = _GRANULARITY.get(view.granularity.kind)
     if None in (quantized, scale, granularity, view.imported):
@@ -53,16 +54,6 @@ def _qdq_form(view: NodeView) -> str | None:
         f"{view.domain_label} {view.op_type} opset={view.imported} {quantized} "
         f"scale={scale} {granularity}"
     )
-
-
-def _dequantized_type(view: NodeView) -> str | None:
-    """A DequantizeLinear's x type; unknown (a value no inference reached, after a
-    com.microsoft node), its zero point's: the schema gives both one type."""
-    x, zero_point = view.x, view.zero_point
-    known = x.dtype if x is not None and x.dtype is not None else None
-    if known is None and zero_point is not None:
-        known = zero_point.dtype
-    return _name(known)
 
 
 def _zero_point_kind(view: NodeView) -> str:
@@ -104,20 +95,6 @@ def _gather_block_form(view: NodeView) -> str | None:
     )
 
 
-def _types_by_parameter(
-    specs: Sequence[opsets.Operand], inputs: Sequence[_Typed]
-) -> dict[str, str]:
-    """The known type of each schema type parameter (``T1``: ``UINT8``), from the inputs
-    whose type is known: an input no inference reached (after a com.microsoft node) has
-    the type of its zero point, which shares its parameter."""
-    known: dict[str, str] = {}
-    for spec, value in zip(specs, inputs, strict=False):
-        name = _name(value[0]) if value is not None else None
-        if name is not None and spec.type_param:
-            known.setdefault(spec.type_param, name)
-    return known
-
-
 #: An input's (element type, element count), None when omitted.
 _Typed = tuple[ir.DataType | None, int | None] | None
 
@@ -126,7 +103,13 @@ def _qoperator_form(view: NodeView) -> str | None:
     """Each input's type; a scale or zero point of more than one element (per-channel) is
     marked ``[n]`` (runtimes take per-tensor and per-channel forms differently)."""
     specs = tuple(getattr(view.row, "inputs", ()))
-    inputs = [(v.dtype, v.size) if v is not None else None for v in view.inputs]
+    # a data input no inference reached (after a com.microsoft node): its triple's type,
+    # which its zero point gives
+    typed = {id(t.values[0]): t.dtype for t in triples(view) if t.values[0] is not None}
+    inputs = [
+        (v.dtype or typed.get(id(value)), v.size) if v is not None else None
+        for v, value in zip(view.inputs, view.node.inputs, strict=False)
+    ]
     return _form_key(view.domain_label, view.op_type, view.imported, specs, inputs)
 
 
@@ -147,14 +130,12 @@ def _form_key(
     inputs: Sequence[_Typed],
 ) -> str | None:
     names = [spec.name for spec in specs]
-    shared = _types_by_parameter(specs, inputs)
     types = []
     for index, value in enumerate(inputs):
         if value is None:
             types.append("-")
             continue
-        parameter = specs[index].type_param if index < len(specs) else None
-        name = _name(value[0]) or shared.get(parameter or "")
+        name = _name(value[0])
         if name is None:
             return None
         role = names[index] if index < len(names) else ""

@@ -120,6 +120,11 @@ class Table:
         runtime = by_table(self.runtime)
         return f"{runtime.label if runtime else self.runtime} {self.release}"
 
+    @property
+    def minor(self) -> tuple[int, ...]:
+        """The release as (major, minor): ``(1, 16)`` for ``1.16.3``."""
+        return tuple(int(part) for part in self.release.split(".")[:2] if part.isdigit())
+
     def measured_form(self, form: str) -> bool:
         """Whether the probe measured ``form`` on this release."""
         return form in self.forms

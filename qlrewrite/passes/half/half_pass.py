@@ -44,6 +44,7 @@ from qlrewrite.passes.results import RewritePassResult
 from qlrewrite.qdq import QDQView, constant_tensor
 from qlrewrite.toolkit import MAIN, FreshNames, all_graphs, onnx_opset
 from qlrewrite.verify.bound import Bound
+from qlrewrite.verify.verify import output_steps
 
 __all__ = ["HALF_BOUND", "HALF_TYPES", "HalfPass", "HalfResult"]
 
@@ -330,17 +331,9 @@ class HalfPass(ContextPass, ir.passes.InPlacePass):
 
 
 def _output_steps(model: ir.Model) -> tuple[tuple[str, float], ...]:
-    """One quantization step of each model output a DequantizeLinear writes (its largest
-    constant scale): a value that moved across a rounding boundary upstream moves by a
-    step, which on a small output (a Softmax's) is more than 5% of its largest value."""
-    steps = []
-    for value in model.graph.outputs:
-        node = value.producer()
-        if node is None or node.op_type != "DequantizeLinear" or len(node.inputs) < 2:
-            continue
-        scale = constant_tensor(node.inputs[1]) if node.inputs[1] is not None else None
-        if scale is not None and value.name:
-            largest = float(np.max(np.abs(scale.numpy().astype(np.float64))))
-            if np.isfinite(largest) and largest > 0:
-                steps.append((value.name, largest))
-    return tuple(sorted(steps))
+    """One quantization step of each model output a DequantizeLinear writes
+    (:func:`~qlrewrite.verify.verify.output_steps`): a value that moved across a rounding
+    boundary upstream moves by a step, which on a small output (a Softmax's) is more than
+    5% of its largest value."""
+    steps = {name: abs(step) for name, step in output_steps(model).items()}
+    return tuple(sorted((n, s) for n, s in steps.items() if np.isfinite(s) and s > 0))

@@ -247,16 +247,12 @@ def _between_graph_io(ctx: TargetNode) -> bool:
     if source is None or source not in graph.inputs:
         return False
     outputs = set(graph.outputs)
-    ends = (
-        dq_out
-        for op, _ in node.outputs[0].uses()
-        for out in op.outputs
-        for q, _ in out.uses()
-        for dq, _ in q.outputs[0].uses()
-        if q.outputs
-        for dq_out in dq.outputs
-    )
-    return any(value in outputs for value in ends)
+    for op, _ in node.outputs[0].uses():
+        requantized = [q for out in op.outputs for q, _ in out.uses() if q.outputs]
+        dequantized = [dq for q in requantized for dq, _ in q.outputs[0].uses()]
+        if any(value in outputs for dq in dequantized for value in dq.outputs):
+            return True
+    return False
 
 
 def _refusals(

@@ -14,7 +14,6 @@ from qlrewrite.qdq import MATMUL_NBITS, WeightOnlyView
 from qlrewrite.rules.common import matmul_nbits_layout
 from qlrewrite.rules.model_spec import ModelSpec
 from qlrewrite.rules.registry import Example, TargetNode, rule
-from qlrewrite.targets.tables import Table
 
 __all__: list[str] = []
 
@@ -22,10 +21,6 @@ __all__: list[str] = []
 #: at the end of each column (measured: 1.16.3; 1.15.1 has no MatMulNBits, 1.17.3 to
 #: 1.32.0 read the padded rows the contrib schema defines).
 _UNPADDED_RELEASES = frozenset({(1, 16)})
-
-
-def _release(table: Table) -> tuple[int, ...]:
-    return tuple(int(part) for part in table.release.split(".")[:2] if part.isdigit())
 
 
 def _padded(view: WeightOnlyView, layout: MatMulNBitsLayout) -> bool:
@@ -76,7 +71,7 @@ def ort_nbits_zero_point_rows(ctx: TargetNode[WeightOnlyView]) -> Iterator[Findi
     layout = matmul_nbits_layout(ctx.view)
     if layout is None or not _padded(ctx.view, layout):
         return
-    tables = [t for t in ctx.target.tables if _release(t) in _UNPADDED_RELEASES]
+    tables = [t for t in ctx.target.tables if t.minor in _UNPADDED_RELEASES]
     if tables:
         releases = ", ".join(t.release for t in tables)
         yield ctx.report(

@@ -23,10 +23,6 @@ _CONV_CHECKS_BIAS = (1, 27)
 _CONV_TOLERANCE = 0.01
 
 
-def _release(table: Table) -> tuple[int, ...]:
-    return tuple(int(part) for part in table.release.split(".")[:2] if part.isdigit())
-
-
 def _releases(tables: list[Table]) -> str:
     """``ORT 1.15.1, 1.16.3`` (the releases of ``tables``, all ORT)."""
     return "ORT " + ", ".join(t.release for t in tables)
@@ -71,7 +67,7 @@ def ort_bias_scale(ctx: TargetNode[QDQView]) -> Iterator[Finding]:
         return
     tables = list(ctx.target.tables)
     if found.op_type == "Conv" and found.worst > _CONV_TOLERANCE:
-        tables = [t for t in tables if _release(t) < _CONV_CHECKS_BIAS]
+        tables = [t for t in tables if t.minor < _CONV_CHECKS_BIAS]
     if tables:
         yield ctx.report(
             f"{found.message}: fused by {_releases(tables)}, which compute other values",

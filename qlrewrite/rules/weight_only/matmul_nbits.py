@@ -298,7 +298,8 @@ def repack_zero_points(fix: FixContext) -> str | None:
     """QL427's fix: the same zero points in the schema's layout, one padded row per column
     (a constant zero_points no other node reads; else not fixed)."""
     found = _stream_of(fix.view) if isinstance(fix.view, WeightOnlyView) else None
-    value = fix.site.node.inputs[3] if len(fix.site.node.inputs) > 3 else None
+    index, inputs = fix.site.kind.roles["zero_point"], fix.site.node.inputs
+    value = inputs[index] if index < len(inputs) else None
     if found is None or value is None or value.const_value is None or len(value.uses()) != 1:
         return None
     rows = found[0].zero_points_from_stream(value.const_value.numpy())
