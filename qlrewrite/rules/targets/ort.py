@@ -595,8 +595,13 @@ def _ways_out(key: str) -> str:
     no rule flags it. With `--target openvino` the groups' outputs are
     compared with the ONNX reference evaluator's (OpenVINO 2026.4.1: an
     InstanceNormalization between 16-bit Q/DQ computed about 55% of the largest output
-    off). Ways out: for MatMul, MatMulNBits (`qlrewrite convert --to com.microsoft`, blocks
-    along K: a blocked weight needs no
+    off; an AveragePool that pads and counts its padding, count_include_pad=1, after a
+    DequantizeLinear whose zero point is not 0, about 15% off: the way out pads the
+    integers before the DequantizeLinear). Each group is probed with its output quantized
+    again and with it float (Q/DQ on an op's inputs only, as NNCF writes); ORT 1.27 to
+    1.32 refuse at load an int8 group at opset 21 whose output is float (the propagated
+    QuantizeLinear gets a uint8 zero point). Ways out: for MatMul, MatMulNBits
+    (`qlrewrite convert --to com.microsoft`, blocks along K: a blocked weight needs no
     `--include-8bit`), per-channel weights, or a session that does not fuse QDQ nodes; for
     Conv, ConvTranspose and Gemm, the same weight quantized per channel on its output axis
     with one zero point, or per tensor, offered only when the tables measured that form to
