@@ -138,7 +138,8 @@ class Example:
     names the case; ``ort``: the good model (and the fixed bad one) must load and run in
     ONNX Runtime; ``checker``: they must pass ``onnx.checker`` (full check); ``files``:
     written beside the model (external data); ``targets``: the ``--target`` specs both
-    are checked with (a target rule's examples)."""
+    are checked with (a target rule's examples); ``fixable``: the rule's fix repairs the
+    bad model (False for a finding of a rule whose fix covers some of its findings)."""
 
     label: str
     bad: ModelSpec
@@ -147,6 +148,7 @@ class Example:
     checker: bool = True
     files: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
     targets: tuple[str, ...] = ()
+    fixable: bool = True
 
     def __post_init__(self) -> None:
         for which in (self.bad, self.good):

@@ -101,7 +101,14 @@ def test_bad_gives_exactly_the_code_and_good_does_not(
     _valid(good, example)
 
 
-FIX_PARAMS = [p for p in PARAMS if p.values[0].fix is not None]
+FIX_PARAMS = [p for p in PARAMS if p.values[0].fix is not None and p.values[1].fixable]
+
+
+def test_an_unfixable_example_is_of_a_rule_with_a_fix() -> None:
+    """``fixable=False`` marks the findings a rule's fix does not cover: on a rule with no
+    fix it would say nothing."""
+    wrong = [p.id for p in PARAMS if not p.values[1].fixable and p.values[0].fix is None]
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize(("unit", "example"), FIX_PARAMS)

@@ -7,7 +7,9 @@ dequantization past the pool and pads the integers with 0 instead of the zero po
 of the largest output off, whether the pool's output is quantized again or not; with a zero
 point of 0, or the padding excluded (count_include_pad=0), it is right. ORT 1.15-1.32 compute
 every form right. The way out is exact by the ONNX spec: pad the integers before the
-DequantizeLinear with the zero point as the value, and leave the pool unpadded.
+DequantizeLinear with the zero point as the value, and leave the pool unpadded;
+``check --fix --target openvino`` does it (bit-identical in ORT 1.31.1, default session and
+ORT_DISABLE_ALL).
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from example_models import DT
 from family_models import qdq_family
-from onnx import helper, numpy_helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
+import qlrewrite
 from qlrewrite.checking.checker import check
 
 OPENVINO = Path("/work/venvs/openvino/bin/python")
@@ -54,36 +59,9 @@ def test_the_other_pools_are_not_flagged(pads: str, low: float, tmp_path: Path) 
     assert _findings(model, tmp_path, "openvino") == []
 
 
-def _padded_before(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` (a padded AveragePool group) with its padding on the integers: a Pad of
-    "a_q" by one row and column, the zero point as its value, and the pool unpadded."""
-    moved = onnx.ModelProto()
-    moved.CopyFrom(model)
-    graph = moved.graph
-    pads = numpy_helper.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "int_pads")
-    graph.initializer.append(pads)
-    dq = next(n for n in graph.node if n.name == "dq_a")
-    index = list(graph.node).index(dq)
-    graph.node.insert(index, helper.make_node("Pad", ["a_q", "int_pads", "a_z"], ["a_qp"]))
-    dq.input[0] = "a_qp"
-    pool = next(n for n in graph.node if n.op_type == "AveragePool")
-    kept = [a for a in pool.attribute if a.name not in ("pads", "count_include_pad")]
-    del pool.attribute[:]
-    pool.attribute.extend(kept)
-    return moved
-
-
 def _feed() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(7)
     return {"a": rng.uniform(-1.0, 6.0, (1, 4, 4, 4)).astype(np.float32)}
-
-
-def test_the_way_out_gives_the_same_values_by_the_reference(tmp_path: Path) -> None:
-    model = qdq_family("AveragePool", DT.UINT8, pool_pads="counted", low=-1.0, opset=21)
-    moved = _padded_before(model)
-    expected = ReferenceEvaluator(model).run(None, _feed())[0]
-    np.testing.assert_array_equal(ReferenceEvaluator(moved).run(None, _feed())[0], expected)
-    assert _findings(moved, tmp_path, "openvino") == []
 
 
 _RUN = """
@@ -109,7 +87,7 @@ def test_openvino_computes_the_counted_padding_wrong_and_the_way_out_right(
     )
     paths = [tmp_path / "padded.onnx", tmp_path / "moved.onnx"]
     onnx.save(model, paths[0])
-    onnx.save(_padded_before(model), paths[1])
+    onnx.save(_fixed(model), paths[1])
     np.save(tmp_path / "a.npy", _feed()["a"])
     subprocess.run(
         [str(OPENVINO), "-c", _RUN, str(tmp_path / "a.npy"), *map(str, paths)],
@@ -121,3 +99,55 @@ def test_openvino_computes_the_counted_padding_wrong_and_the_way_out_right(
     padded, moved = (np.load(f"{p}.npy") for p in paths)
     assert float(np.abs(padded - expected).max()) > 0.05 * largest
     assert float(np.abs(moved - expected).max()) <= 1e-5 * largest
+
+
+def _fixed(model: onnx.ModelProto) -> onnx.ModelProto:
+    return ir.serde.serialize_model(qlrewrite.fix(model, target="openvino"))
+
+
+def _ort(model: onnx.ModelProto, level: ort.GraphOptimizationLevel) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = level
+    session = ort.InferenceSession(model.SerializeToString(), options)
+    return session.run(None, _feed())[0]
+
+
+def _shared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` whose DequantizeLinear also feeds a Relu, a second graph output."""
+    model.graph.node.append(helper.make_node("Relu", ["a_f"], ["r"], name="relu"))
+    model.graph.output.append(helper.make_value_info("r", onnx.TypeProto()))
+    model.graph.output[1].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["alone", "shared"])
+@pytest.mark.parametrize("output", ["quantized", "float"])
+def test_fix_moves_the_padding_exactly(shared: bool, output: str) -> None:
+    """Fixable, repaired: no finding left, the same values by the reference, ORT 1.31.1's
+    outputs bit-identical; a DequantizeLinear with other readers is copied, not padded."""
+    model = qdq_family(
+        "AveragePool", DT.UINT8, pool_pads="counted", low=-1.0, output=output, opset=21
+    )
+    model = _shared(model) if shared else model
+    (finding,) = [f for f in qlrewrite.check(model, target="openvino").errors]
+    assert finding.fix == "safe" and "check --fix" in finding.hint
+    fixed = _fixed(model)
+    assert qlrewrite.check(fixed, target="openvino").errors == []
+    ops, before = ([n.op_type for n in m.graph.node] for m in (fixed, model))
+    assert ops.count("Pad") == 1
+    assert ops.count("DequantizeLinear") == before.count("DequantizeLinear") + shared
+    for level in (
+        ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    ):
+        np.testing.assert_array_equal(_ort(fixed, level), _ort(model, level))
+    expected = ReferenceEvaluator(model).run(None, _feed())
+    for got, want in zip(ReferenceEvaluator(fixed).run(None, _feed()), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert _fixed(fixed).graph.node == fixed.graph.node  # nothing left to fix
+
+
+def test_no_fix_for_ort_or_without_a_target() -> None:
+    model = qdq_family("AveragePool", DT.UINT8, pool_pads="counted", low=-1.0)
+    for fixed in (qlrewrite.fix(model, target="ort==1.31"), qlrewrite.fix(model)):
+        assert "Pad" not in [n.op_type for n in ir.serde.serialize_model(fixed).graph.node]

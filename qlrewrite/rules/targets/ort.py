@@ -30,6 +30,7 @@ from qlrewrite.rules.targets.ort_groups import (
     measured_right,
     named_releases,
 )
+from qlrewrite.rules.targets.padding import PADS, move_padding
 from qlrewrite.targets.forms import (
     WEIGHT_OPS,
     WEIGHT_PATTERN,
@@ -600,6 +601,20 @@ def _ways_out(key: str) -> str:
     versions="--target ort / openvino",
     scope="target-node",
     needs_version=False,
+    fix=Fix(
+        SAFE,
+        """
+        For an AveragePool that counts its padding after a DequantizeLinear whose zero point
+        is not 0, where the unpadded group is measured right (OpenVINO): pads the integers
+        before the DequantizeLinear with the zero point as the value and drops the pool's
+        pads (`check --fix --target openvino`). Exact by the ONNX spec (the padded zero
+        point dequantizes to 0); ONNX Runtime's outputs stay bit-identical (1.15.1 to
+        1.32.0, default session and ORT_DISABLE_ALL, the uint8 group with its output
+        quantized and float). Per-tensor zero points, ai.onnx 11 or newer.
+        """,
+        applies=lambda finding: finding.attribute == PADS,
+        node=move_padding,
+    ),
     examples=[
         Example(
             "blocked-int8-weight",
@@ -608,18 +623,27 @@ def _ways_out(key: str) -> str:
             ),
             ModelSpec("qdq_matmul_weight", DT.UINT8, DT.INT8, "per-axis", output="float"),
             targets=("ort==1.31",),
+            fixable=False,
         ),
         Example(
             "per-channel-activation-into-add",
             ModelSpec("qdq_family", "Add", DT.UINT8, "per-axis"),
             ModelSpec("qdq_family", "Add", DT.UINT8, "per-tensor"),
             targets=("ort==1.24",),
+            fixable=False,
         ),
         Example(
             "conv-weight-per-channel-on-axis-1",
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=1),
             ModelSpec("qdq_weight_op", "Conv", DT.UINT8, DT.INT8, "per-axis", axis=0),
             targets=("ort==1.31",),
+            fixable=False,
+        ),
+        Example(
+            "counted-padding-after-a-zero-point-on-openvino",
+            ModelSpec("qdq_family", "AveragePool", DT.UINT8, pool_pads="counted", low=-1.0),
+            ModelSpec("qdq_family", "AveragePool", DT.UINT8, pool_pads="counted"),
+            targets=("openvino",),
         ),
     ],
 )

@@ -15,6 +15,7 @@ import onnx_ir as ir
 from qlrewrite.findings import Finding
 from qlrewrite.qdq import QDQView
 from qlrewrite.rules.registry import TargetNode
+from qlrewrite.rules.targets.padding import PADS, padding_movable
 from qlrewrite.targets.forms import bias_key, family_key
 from qlrewrite.targets.spec import Target
 from qlrewrite.targets.tables import Divergence, Table
@@ -124,6 +125,7 @@ def _group_miscomputes(ctx: TargetNode[QDQView], op: ir.Node, key: str) -> Itera
     yield ctx.report(
         f"{by} the quantized {op.op_type} this {role} feeds {_what_of_group(found)}",
         _family_ways_out(ctx.target, key),
+        attribute=PADS if _move_padding(ctx.target, key) and padding_movable(ctx.view) else "",
     )
 
 
@@ -179,7 +181,8 @@ def _move_padding(target: Target, key: str) -> str:
         return ""
     return (
         "; or move the padding before the DequantizeLinear (a Pad of the integers whose "
-        "value is the zero point: the same values) and drop the AveragePool's pads"
+        "value is the zero point: the same values) and drop the AveragePool's pads "
+        "(check --fix does it)"
     )
 
 
