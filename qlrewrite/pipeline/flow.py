@@ -207,6 +207,7 @@ def _rewrite_loaded(
         external_data = True
     out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
     model, results, serialized = out.model, out.results, out.serialized
+    warnings = out.all_warnings()
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -222,7 +223,7 @@ def _rewrite_loaded(
             bytes_after=bytes_after,
             seconds=time.perf_counter() - run.started,
             model=model,
-            warnings=out.all_warnings(),
+            warnings=warnings,
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,

@@ -26,17 +26,15 @@ from qlrewrite.passes.manager import (
     warnings_of,
     with_implied_imports,
 )
-from qlrewrite.passes.results import ConvertsCustomOps
-from qlrewrite.pipeline.refusals import refuse_errors, unrepaired
+from qlrewrite.pipeline.refusals import refuse_input
 from qlrewrite.pipeline.validate import (
     check_rules,
     checker_problem,
     runtime_only_ops,
     validate_output,
 )
-from qlrewrite.qdq.custom_ops import CustomQuantGroup, describe
-from qlrewrite.qdq.inference import Inference, tables_of
-from qlrewrite.qdq.left_alone import describe_unchecked, not_folded
+from qlrewrite.qdq.inference import Inference, declared
+from qlrewrite.qdq.left_alone import left_as_they_are
 from qlrewrite.toolkit import MAIN
 from qlrewrite.verify.verify import EXACT_BOUND, Verifier
 
@@ -80,10 +78,10 @@ def rewrite_model(
     our check rejects (serialized once, weights left out: the save writes from the same
     proto). ``source``: the input's path, for messages (None: "model")."""
     context, notes = _check_input(model, source, passes, command)
-    passes = with_implied_imports(model, passes)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     checked = context.checked
     runtime_ops = runtime_only_ops(context.model)
+    passes = with_implied_imports(model, passes)
     try:
         model, results = run_passes(context.model, passes, context)
     except Exception as exc:  # a pass tripped on the input: name it if onnx.checker does
@@ -153,46 +151,15 @@ def _check_input(
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
     found = check_rules(model, input_path, inference)
-    _refuse_custom_quant(found.custom_quant, input_path, passes)  # before any finding
+    report = refuse_input(found, passes, str(input_path or "model"))
     checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
-    report = unrepaired(found, passes)
-    refuse_errors(report, str(input_path or "model"))
     context = RunContext(model, inference, unchanged, checked=checked)
-    return context, _not_looked_at(report, model, command)
+    return context, left_as_they_are(report.unchecked, model, folding=command == "fold")
 
 
 def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
     """What the input check judged (the nodes with a finding are always checked again):
     the input as read and its types, compared with the output's when it is checked."""
-    types = inference.known(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    types = inference.known(MAIN) if inference.ran else declared(unchanged.graph)
     flagged = frozenset(f.output for f in report.findings if f.output)
     return Checked(unchanged, types, flagged)
-
-
-def _refuse_custom_quant(
-    found: Sequence[CustomQuantGroup],
-    input_path: Path | None,
-    passes: Sequence[ir.passes.PassBase],
-) -> None:
-    """Refuse a model with another producer's custom quantization operators (``found``:
-    the input check's) that no pass of the run converts."""
-    converted = {pair for p in passes if isinstance(p, ConvertsCustomOps) for pair in p.custom_ops}
-    groups = [g for g in found if (g.domain, g.op_type) not in converted]
-    if groups:
-        raise Refusal(
-            f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "
-            "runs only with the producer's custom-op library; qlrewrite rewrites standard "
-            "QuantizeLinear / DequantizeLinear only; nothing written"
-        )
-
-
-def _not_looked_at(report: Report, model: ir.Model, command: str) -> list[str]:
-    """Warnings naming what the command leaves as it was: quantized nodes of kinds
-    qlrewrite neither checks nor rewrites, and for fold the QOperator nodes."""
-    notes = []
-    if report.unchecked:
-        words = describe_unchecked(report.unchecked, "checked or rewritten")
-        notes.append(f"{words}; left as they are")
-    if command == "fold" and (folds_not := not_folded(model)) is not None:
-        notes.append(folds_not)
-    return notes

@@ -18,7 +18,14 @@ from qlrewrite import opsets
 from qlrewrite.qdq.kinds import LEFT_ALONE, QOPERATOR, iter_sites
 from qlrewrite.qdq.sites import QuantizedSite
 
-__all__ = ["UncheckedGroup", "describe_unchecked", "group_sites", "not_folded", "unchecked_groups"]
+__all__ = [
+    "UncheckedGroup",
+    "describe_unchecked",
+    "group_sites",
+    "left_as_they_are",
+    "not_folded",
+    "unchecked_groups",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,3 +80,17 @@ def not_folded(model: ir.Model) -> str | None:
         "of integer kernels (`qlrewrite convert --to onnx` rewrites them as Q/DQ, which fold "
         "then folds)"
     )
+
+
+def left_as_they_are(
+    unchecked: list[UncheckedGroup], model: ir.Model, *, folding: bool = False
+) -> list[str]:
+    """Warnings naming what a rewrite leaves as it was: the quantized nodes of kinds
+    qlrewrite neither checks nor rewrites (``unchecked``: the input check's groups), and
+    when ``folding`` the QOperator nodes (:func:`not_folded`)."""
+    notes = []
+    if unchecked:
+        notes.append(f"{describe_unchecked(unchecked, 'checked or rewritten')}; left as they are")
+    if folding and (folds_not := not_folded(model)) is not None:
+        notes.append(folds_not)
+    return notes
