@@ -4,7 +4,8 @@
   every tensor in it (initializers, TENSOR / TENSORS attributes); the same over an
   ``ir.Model``, with a way to replace each tensor. Iterative: nesting depth costs no
   recursion.
-- The size of a tensor from its type and dims (:func:`nbytes`).
+- The size of a tensor from its shape and type (:func:`tensor_bytes`, through
+  :func:`qlrewrite.toolkit.nbytes`).
 - External data: :func:`external_path` is the one function that turns a tensor's
   ``location`` into a file, against the model's folder, or refuses it;
   :func:`resolve_external` makes every external tensor of a loaded model open its data
@@ -40,7 +41,7 @@ from onnx_ir import _type_casting
 
 from qlrewrite.io import reading
 from qlrewrite.io.source import InlineFile
-from qlrewrite.toolkit import GraphRef, all_graphs, proto_graphs
+from qlrewrite.toolkit import GraphRef, all_graphs, nbytes, proto_graphs
 
 __all__ = [
     "ExternalDataError",
@@ -57,7 +58,6 @@ __all__ = [
     "ir_tensor_slots",
     "is_external",
     "mapped_bytes",
-    "nbytes",
     "packed_bytes",
     "proto_tensors",
     "resolve_external",
@@ -68,18 +68,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- sizes
-
-
-def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
-    """Bytes of a tensor of ``dtype`` and ``dims`` (sub-byte types packed, as ONNX stores
-    them); None for strings, UNDEFINED, unknown types and negative dims."""
-    try:
-        dtype = ir.DataType(dtype)
-    except ValueError:
-        return None
-    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in dims):
-        return None
-    return (math.prod(dims) * dtype.bitwidth + 7) // 8
 
 
 def tensor_bytes(tensor: ir.TensorProtocol) -> int:

@@ -14,9 +14,8 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.io import tensors
 from qlrewrite.io.tensors import serialize_without
-from qlrewrite.toolkit import main_graphs, proto_graphs
+from qlrewrite.toolkit import main_graphs, nbytes, proto_graphs
 
 __all__ = ["INLINE_BYTES", "weightless_from_source", "weightless_proto"]
 
@@ -115,7 +114,7 @@ def _split_initializers(
             if len(graph.sparse_initializer):
                 return None
             for tensor in graph.initializer:
-                size = tensors.nbytes(tensor.data_type, tensor.dims)
+                size = nbytes(tensor.data_type, tensor.dims)
                 if size is None or (size > max_inline_bytes and ref.parent is not None):
                     return None
                 if size > max_inline_bytes:
@@ -124,19 +123,10 @@ def _split_initializers(
                     return None
                 elif ref.parent is None:
                     kept.append(tensor)
-        if _external_attribute(graph.node):
-            return None
+        attribute_tensors = (t for n in graph.node for a in n.attribute for t in (a.t, *a.tensors))
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attribute_tensors):
+            return None  # an unset ``t`` reads as an empty, inline tensor
     return kept, hoisted
-
-
-def _external_attribute(nodes: Iterable[onnx.NodeProto]) -> bool:
-    """Whether an attribute tensor of ``nodes`` is in external data."""
-    for node in nodes:
-        for attr in node.attribute:
-            values = [attr.t, *attr.tensors] if attr.HasField("t") else attr.tensors
-            if any(t.data_location == onnx.TensorProto.EXTERNAL for t in values):
-                return True
-    return False
 
 
 def _as_onnx_ir_reads(proto: onnx.ModelProto) -> None:

@@ -77,10 +77,9 @@ def rewrite_model(
     (after the imports ONNX Runtime implies), and refuse an output that ONNX's checker or
     our check rejects (serialized once, weights left out: the save writes from the same
     proto). ``source``: the input's path, for messages (None: "model")."""
-    context, notes = _check_input(model, source, passes, command)
+    context, runtime_ops, notes = _check_input(model, source, passes, command)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     checked = context.checked
-    runtime_ops = runtime_only_ops(context.model)
     passes = with_implied_imports(model, passes)
     try:
         model, results = run_passes(context.model, passes, context)
@@ -141,20 +140,23 @@ def _expect_measured(
 
 def _check_input(
     model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase], command: str
-) -> tuple[RunContext, list[str]]:
+) -> tuple[RunContext, frozenset[str], list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
     an error finding no pass repairs); return the run's context (the input's inference
-    and weight-free proto as read, handed to the passes: each is made once per run) and
-    the notes on what the command leaves alone."""
+    and weight-free proto as read, handed to the passes: each is made once per run), the
+    input's ops that ONNX does not define (:func:`runtime_only_ops`) and the notes on what
+    the command leaves alone."""
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
+    runtime_ops = runtime_only_ops(model)
     found = check_rules(model, input_path, inference)
     report = refuse_input(found, passes, str(input_path or "model"))
     checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
     context = RunContext(model, inference, unchanged, checked=checked)
-    return context, left_as_they_are(report.unchecked, model, folding=command == "fold")
+    notes = left_as_they_are(report.unchecked, model, folding=command == "fold")
+    return context, runtime_ops, notes
 
 
 def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
