@@ -172,7 +172,7 @@ def check_model(
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
     ``unchanged``: first output names of main-graph nodes whose node rules are not run
     again (a rewrite's output check: nodes judged on input and left as they were, see
-    :mod:`qlrewrite.checking.untouched`).
+    :mod:`qlrewrite.qdq.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
@@ -184,9 +184,8 @@ def check_model(
     left_alone = []  # found by the same walk: named, not checked
     every_view: list[NodeView] = []  # kept for the target rules
     kinds = (*CHECKED_KINDS, LEFT_ALONE)
-    if inference is None:
-        inference = Inference(model, weightless)
-    for site, views in node_views(model, inference=inference, kinds=kinds):
+    views_of = node_views(model, weightless=weightless, inference=inference, kinds=kinds)
+    for site, views in views_of:
         if site.kind is LEFT_ALONE:
             left_alone.append(site)
             continue

@@ -216,7 +216,7 @@ def _rewrite_loaded(
     verifier = _verifier(input_path, model, verify)
     out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
     model, results, serialized = out.model, out.results, out.serialized
-    warnings = out.all_warnings()
+    changes, warnings = out.changes(), out.all_warnings()
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -227,7 +227,7 @@ def _rewrite_loaded(
             output=target if writes else None,
             written=writes,
             dry_run=dry_run,
-            changes=out.changes(),
+            changes=changes,
             bytes_before=run.loaded.bytes,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - run.started,

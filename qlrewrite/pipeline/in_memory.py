@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.checking.untouched import Checked
 from qlrewrite.errors import QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.io.source import source_of
@@ -35,7 +34,8 @@ from qlrewrite.pipeline.validate import (
 )
 from qlrewrite.qdq.inference import Inference, declared
 from qlrewrite.qdq.left_alone import left_as_they_are
-from qlrewrite.toolkit import MAIN
+from qlrewrite.qdq.untouched import Checked
+from qlrewrite.toolkit import MAIN, implied_imports
 from qlrewrite.verify.verify import EXACT_BOUND, Verifier
 
 __all__ = ["Rewritten", "rewrite_model"]
@@ -80,7 +80,8 @@ def rewrite_model(
     context, runtime_ops, notes = _check_input(model, source, passes, command)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     checked = context.checked
-    passes = with_implied_imports(model, passes)
+    implied = implied_imports(model)  # what ONNX Runtime reads the model as importing
+    passes = with_implied_imports(passes, implied)
     try:
         model, results = run_passes(context.model, passes, context)
     except Exception as exc:  # a pass tripped on the input: name it if onnx.checker does

@@ -17,6 +17,7 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq.kinds import LEFT_ALONE, QOPERATOR, iter_sites
 from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.toolkit import iter_graphs, normalize_domain
 
 __all__ = [
     "UncheckedGroup",
@@ -71,8 +72,14 @@ def describe_unchecked(groups: list[UncheckedGroup], what: str = "checked") -> s
 
 def not_folded(model: ir.Model) -> str | None:
     """What ``fold`` does not look at in ``model``: its QOperator / dynamic nodes, whose
-    quantized weights are inputs of integer kernels (None when it has none)."""
-    count = sum(1 for _ in iter_sites(model, (QOPERATOR,)))
+    quantized weights are inputs of integer kernels (None when it has none). Counted, not
+    read: no operator version is looked up."""
+    count = sum(
+        1
+        for scope in iter_graphs(model)
+        for node in scope.graph
+        if (normalize_domain(node.domain), node.op_type) in QOPERATOR.ops
+    )
     if not count:
         return None
     return (
