@@ -182,7 +182,7 @@ def _activation_type(matmul: ir.Node) -> str | None:
 
 
 def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
-    """`` along=K|N blocks=one|many zero_point=yes|no output=quantized|float`` for a blocked
+    """`` along=K|N blocks=one|many zero_point=yes|no`` for a blocked
     2-D weight (what decides how ONNX Runtime's fused kernel misreads its scale); None when
     the weight's rank is unknown or not 2."""
     shape = view.x.shape if view.x is not None else None
@@ -192,12 +192,21 @@ def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
     dim = shape[axis]
     blocks = "one" if dim is not None and view.block_size >= dim else "many"
     zero_point = "yes" if view.zero_point is not None else "no"
-    consumers = matmul.outputs[0].consumers() if matmul.outputs else ()
+    return f" along={'KN'[axis]} blocks={blocks} zero_point={zero_point}"
+
+
+def _quantize_consumers(op: ir.Node) -> list[ir.Node] | None:
+    """The QuantizeLinear nodes ``op``'s output feeds when it feeds nothing else (its output
+    is quantized again: ONNX Runtime fuses the group into a QLinear kernel); None when the
+    output is float (a graph output, or a float op reads it)."""
+    consumers = list(op.outputs[0].consumers()) if op.outputs else []
     quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
-    return (
-        f" along={'KN'[axis]} blocks={blocks} zero_point={zero_point} "
-        f"output={'quantized' if quantized else 'float'}"
-    )
+    return consumers if quantized else None
+
+
+def _output_kind(op: ir.Node) -> str:
+    """`` output=quantized|float``: whether ``op``'s output is quantized again."""
+    return f" output={'float' if _quantize_consumers(op) is None else 'quantized'}"
 
 
 #: The ai.onnx operators whose second input a weight's DequantizeLinear gives in the patterns
@@ -245,7 +254,8 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
     ``QDQ <op>: activation=<type> weight=<form>`` when a DequantizeLinear gives it, with a
     blocked MatMul weight's layout, or for the other :data:`WEIGHT_OPS` the weight's layout
     (:func:`_weight_layout`). None: the weight has no form, or no pattern of that kind is
-    recorded."""
+    recorded. Every QDQ pattern ends with whether the op's output is quantized again
+    (:func:`_output_kind`: a QLinear kernel, or MatMulIntegerToFloat / no fusion)."""
     form = form_of(view)
     if form is None:
         return None
@@ -258,13 +268,12 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
     if activation is None:
         return f"weight DQ->{op}: {form}"
     key = f"QDQ {op}: activation={activation} weight={form}"
+    layout: str | None = ""
     if op != "MatMul":
         layout = _weight_layout(view, consumer) if isinstance(view, QDQView) else None
-        return None if layout is None else key + layout
-    if isinstance(view, QDQView) and view.granularity.blocked:
+    elif isinstance(view, QDQView) and view.granularity.blocked:
         layout = _blocked_layout(view, consumer)
-        return None if layout is None else key + layout
-    return key
+    return None if layout is None else key + layout + _output_kind(consumer)
 
 
 #: The ai.onnx operators of the activation-only QDQ node groups the tables record: those
@@ -341,11 +350,37 @@ def family_key(view: NodeView, op: ir.Node) -> str | None:
     form = form_of(view) if isinstance(view, QDQView) and not view.is_quantize else None
     if form is None or not isinstance(view, QDQView):
         return None
-    consumers = list(op.outputs[0].consumers()) if op.outputs else []
-    quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
-    output = _quantized_type(consumers[0]) if quantized else "float"
-    params = _group_params(view, op, consumers if quantized else [])
-    return f"QDQ {op.op_type}: input={form} output={output} params={params}"
+    consumers = _quantize_consumers(op)
+    output = _quantized_type(consumers[0]) if consumers else "float"
+    params = _group_params(view, op, consumers or [])
+    padding = _pool_padding(view, op) if op.op_type == "AveragePool" else ""
+    if padding is None:
+        return None
+    return f"QDQ {op.op_type}: input={form} output={output} params={params}{padding}"
+
+
+def _pool_padding(view: QDQView, op: ir.Node) -> str | None:
+    """`` pads=counted zero_point=zero|nonzero`` for an AveragePool that pads and counts the
+    padding in the average (count_include_pad=1: what a runtime that moves the
+    DequantizeLinear past the pool gets wrong when the zero point is not 0),
+    `` pads=excluded`` when it pads without counting, else empty. None: the zero point is
+    not a read constant."""
+    pads = op.attributes.get("pads")
+    auto_pad = op.attributes.get("auto_pad")
+    padded = (pads is not None and any(pads.as_ints())) or (
+        auto_pad is not None and auto_pad.as_string().startswith("SAME")
+    )
+    if not padded:
+        return ""
+    counted = op.attributes.get("count_include_pad")
+    if counted is None or counted.as_int() == 0:
+        return " pads=excluded"
+    zero_point = view.node.inputs[2] if len(view.node.inputs) > 2 else None
+    found = view.value_view(zero_point, read=True) if zero_point is not None else None
+    if zero_point is not None and (found is None or found.array is None):
+        return None
+    nonzero = found is not None and found.array is not None and bool(found.array.any())
+    return f" pads=counted zero_point={'nonzero' if nonzero else 'zero'}"
 
 
 def _weight_granularity(op: ir.Node) -> str | None:

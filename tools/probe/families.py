@@ -32,11 +32,22 @@ ACTIVATIONS = (
     (DT.INT8, "per-tensor", 13, ""),
     (DT.UINT8, "per-axis", 13, ""),
     (DT.UINT8, "per-tensor", 21, ""),
+    (DT.INT8, "per-tensor", 21, ""),
     (DT.UINT16, "per-tensor", 21, ""),
     (DT.INT16, "per-tensor", 21, ""),
     (DT.UINT16, "per-tensor", 13, MS),
     (DT.INT4, "per-tensor", 21, ""),
     (DT.FLOAT8E4M3FN, "per-tensor", 21, ""),
+)
+#: (activation type, opset) of the groups whose output is float: the op's output not
+#: quantized again (NNCF writes Q/DQ on an op's inputs only), per tensor, ai.onnx Q/DQ.
+FLOAT_OUTPUT = (
+    (DT.UINT8, 13),
+    (DT.INT8, 13),
+    (DT.UINT8, 21),
+    (DT.INT8, 21),
+    (DT.UINT16, 21),
+    (DT.INT16, 21),
 )
 #: The ops whose output stays in the input's range: probed with one scale and zero point
 #: for the whole group too (what ORT requires to drop a Q/DQ pair).
@@ -60,9 +71,12 @@ def key_of_family(model: onnx.ModelProto) -> str | None:
 def family_cases() -> Iterator[Case]:
     """Every op of :data:`FAMILY_OPS` with each activation of :data:`ACTIVATIONS`, its
     Q/DQ parameters differing, and (the ops of :data:`SAME_RANGE`, per tensor) equal; then
-    the bias patterns (:func:`bias_cases`)."""
+    the bias patterns (:func:`bias_cases`); then the groups whose output is float
+    (:data:`FLOAT_OUTPUT`) and the padded AveragePools (:data:`PADDED_POOL`)."""
     yield from _activation_cases()
     yield from bias_cases()
+    yield from _float_output_cases()
+    yield from _padded_pool_cases()
 
 
 def _activation_cases() -> Iterator[Case]:
@@ -78,6 +92,36 @@ def _activation_cases() -> Iterator[Case]:
             key = key_of_family(model)
             if key is not None:
                 yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
+
+
+def _float_output_cases() -> Iterator[Case]:
+    for op, (qtype, opset) in itertools.product(FAMILY_OPS, FLOAT_OUTPUT):
+        if op == "ArgMax":  # its output is never quantized: probed above
+            continue
+        model = qdq_family(op, qtype, opset=opset, output="float")
+        key = key_of_family(model)
+        if key is not None:
+            yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
+
+
+#: (activation type, opset, low end of the input's range) of the padded AveragePool groups:
+#: uint8 with a zero point of 0 and above 0, int8 (zero point -128).
+PADDED_POOL = ((DT.UINT8, 13, 0.0), (DT.UINT8, 13, -1.0), (DT.INT8, 13, 0.0), (DT.UINT8, 21, -1.0))
+
+
+def _padded_pool_cases() -> Iterator[Case]:
+    """AveragePool padding one row and column on each side, the padding counted in the
+    average (count_include_pad=1) or not, each output quantized again and float."""
+    combos = itertools.product(PADDED_POOL, ("counted", "excluded"), ("quantized", "float"))
+    for (qtype, opset, low), pads, output in combos:
+        if pads == "excluded" and low != 0.0:  # the zero point is not in its key
+            continue
+        model = qdq_family(
+            "AveragePool", qtype, opset=opset, output=output, pool_pads=pads, low=low
+        )
+        key = key_of_family(model)
+        if key is not None:
+            yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
 
 
 def _input_renamed(model: onnx.ModelProto, old: str, new: str) -> onnx.ModelProto:
