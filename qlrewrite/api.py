@@ -62,6 +62,7 @@ from qlrewrite.passes.convert.domain import target as domain_target
 from qlrewrite.passes.fold.tensor import FLOAT16_MODES
 from qlrewrite.passes.half import HALF_TYPES
 from qlrewrite.passes.imports import ImportsResult
+from qlrewrite.toolkit import implied_imports
 from qlrewrite.verify.compare import Comparison, parse_runtime
 from qlrewrite.verify.verify import VERIFY_TIMEOUT, Verification, VerifyOptions
 
@@ -280,7 +281,7 @@ def _runtimes(specs: tuple[str, ...]) -> tuple[Any, ...]:
 def _run(model: ir.Model, passes: Sequence[ir.passes.PassBase]) -> ir.Model:
     """``passes`` on ``model`` without the checks (the imports ONNX Runtime implies added
     first); a refusal raised inside a pass reaches the caller as itself."""
-    passes = pipeline.with_implied_imports(model, passes)
+    passes = pipeline.with_implied_imports(passes, implied_imports(model))
     rewritten, _ = pipeline.run_passes(model, passes, RunContext.fresh(model))
     return rewritten
 

@@ -50,6 +50,7 @@ __all__ = [
     "output_type",
     "qdq_version",
     "qoperator",
+    "read_at",
     "versions",
     "weight_only",
 ]
@@ -1092,6 +1093,12 @@ def qoperator(domain: str, op_type: str, imported: int | None) -> QOperatorVersi
     at that opset)."""
     row = lookup(domain, op_type, imported)
     return row if isinstance(row, QOperatorVersion) else None
+
+
+def read_at(domain: str, imported: int | None) -> int | None:
+    """The version a node of ``domain`` is read at: the imported one, else the one ONNX
+    Runtime implies (:data:`IMPLIED_VERSIONS`: com.microsoft 1), else None."""
+    return imported if imported is not None else IMPLIED_VERSIONS.get(domain)
 
 
 @functools.cache  # once per (domain, op, opset), not per node

@@ -12,7 +12,8 @@ reads opset import tables or invents names by hand):
   adds to a model that leaves an import out;
 - names: :class:`FreshNames`, one source of unused names per model and pass;
 - constants: :func:`add_constant`, a new tensor as an initializer, or in a function
-  (which has none) as a Constant node before its first reader;
+  (which has none) as a Constant node before its first reader; a tensor's shape
+  (:func:`tensor_shape`) and its size from its type and dims (:func:`nbytes`);
 - files: :func:`model_folder`, the folder a model file's external data is relative to.
 
 It sits at the bottom of the package (it reads only :mod:`qlrewrite.opsets`), below
@@ -22,8 +23,9 @@ It sits at the bottom of the package (it reads only :mod:`qlrewrite.opsets`), be
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
@@ -55,6 +57,7 @@ __all__ = [
     "iter_graphs",
     "main_graphs",
     "model_folder",
+    "nbytes",
     "nodes_post_order",
     "normalize_domain",
     "onnx_opset",
@@ -498,6 +501,18 @@ def add_constant(
     )
     graph.register_initializer(value)
     return value
+
+
+def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
+    """Bytes of a tensor of ``dtype`` and ``dims`` (sub-byte types packed, as ONNX stores
+    them); None for strings, UNDEFINED, unknown types and negative dims."""
+    try:
+        dtype = ir.DataType(dtype)
+    except ValueError:
+        return None
+    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in dims):
+        return None
+    return (math.prod(dims) * dtype.bitwidth + 7) // 8
 
 
 def tensor_shape(tensor: ir.TensorProtocol) -> ir.Shape:

@@ -172,22 +172,20 @@ def check_model(
     inference of ``model`` as it is now, to use instead (a rewrite's, made once).
     ``unchanged``: first output names of main-graph nodes whose node rules are not run
     again (a rewrite's output check: nodes judged on input and left as they were, see
-    :mod:`qlrewrite.checking.untouched`).
+    :mod:`qlrewrite.qdq.untouched`).
     """
     report = Report(path=path, custom_quant=custom_quant_groups(model))
     model_ctx = ModelContext(model, path)
     for rule_check in CHECKS.values():
         if rule_check.scope == "model":
             report.findings.extend(rule_check.func(model_ctx))
-    node_checks = [c for c in CHECKS.values() if c.scope == "node"]
+    checks_of = _node_checks()
     seen: set[tuple[str, str, int, str]] = set()
-    checks_of: dict[tuple[int, bool], list[RuleCheck]] = {}
     left_alone = []  # found by the same walk: named, not checked
     every_view: list[NodeView] = []  # kept for the target rules
     kinds = (*CHECKED_KINDS, LEFT_ALONE)
-    if inference is None:
-        inference = Inference(model, weightless)
-    for site, views in node_views(model, inference=inference, kinds=kinds):
+    views_of = node_views(model, weightless=weightless, inference=inference, kinds=kinds)
+    for site, views in views_of:
         if site.kind is LEFT_ALONE:
             left_alone.append(site)
             continue
@@ -197,7 +195,7 @@ def check_model(
         if _left_as_checked(site, unchanged):
             continue
         for view in views:
-            checks = _checks_of(view, node_checks, checks_of)
+            checks = checks_of[id(view.site.kind), view.row is not None]
             report.findings.extend(_node_findings(view, checks, seen))
     report.unchecked = group_sites(left_alone)
     for target in targets:
@@ -237,16 +235,15 @@ def _nothing_quantized(
     return [Finding(rule=rule.code, severity=rule.severity, message=message, hint=hint)]
 
 
-def _checks_of(
-    view: NodeView, node_checks: list[RuleCheck], memo: dict[tuple[int, bool], list[RuleCheck]]
-) -> list[RuleCheck]:
-    """The node rules that run on ``view`` (:meth:`RuleCheck.runs_on`), decided once per
-    kind and whether a version is in force, not per node."""
-    kind, versioned = view.site.kind, view.row is not None
-    checks = memo.get((id(kind), versioned))
-    if checks is None:
-        checks = memo[id(kind), versioned] = [c for c in node_checks if c.runs_on(kind, versioned)]
-    return checks
+def _node_checks() -> dict[tuple[int, bool], list[RuleCheck]]:
+    """The node rules that run on a view (:meth:`RuleCheck.runs_on`), decided once per
+    checked kind (by identity) and whether a version is in force, not per node."""
+    node_checks = [c for c in CHECKS.values() if c.scope == "node"]
+    return {
+        (id(kind), versioned): [c for c in node_checks if c.runs_on(kind, versioned)]
+        for kind in CHECKED_KINDS
+        for versioned in (False, True)
+    }
 
 
 def _left_as_checked(site: QuantizedSite, unchanged: Collection[str]) -> bool:

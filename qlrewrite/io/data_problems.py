@@ -29,9 +29,9 @@ from qlrewrite.io.tensors import (
     ExternalDataError,
     external_info,
     external_path,
-    nbytes,
     proto_tensors,
 )
+from qlrewrite.toolkit import nbytes
 
 __all__ = ["DataProblem", "data_problems", "malformed_external_numbers", "stored_size"]
 

@@ -49,7 +49,6 @@ __all__ = [
     "from_proto",
     "load",
     "load_bytes",
-    "read_model_bytes",
     "read_stdin_model",
     "save",
     "unwritable",
@@ -219,15 +218,6 @@ def _deserialize(proto: onnx.ModelProto, path: str | os.PathLike) -> ir.Model:
     return model
 
 
-def read_model_bytes(path: str | os.PathLike) -> bytes:
-    """The bytes of the model file at ``path``, through :mod:`qlrewrite.io.reading` (a
-    regular file under 2 GiB, never a FIFO or device); an empty file is refused."""
-    data = reading.read_bytes(path, "model file", reading.MODEL_BYTES)
-    if not data:
-        raise InputError(f"{path}: empty file")
-    return data
-
-
 def _what_it_is(data: bytes) -> str | None:
     """What bytes onnx cannot parse are, from their wire format
     (:func:`qlrewrite.io.wire.diagnose`)."""
@@ -276,16 +266,22 @@ def _read_skeleton(path: Path) -> tuple[onnx.ModelProto, InlineFile | None]:
     external tensor of the :class:`~qlrewrite.io.InlineFile` returned, None when
     none was left out): the file is walked
     (:class:`~qlrewrite.io.wire.Skeleton`), its weights never read. A file that does not
-    walk as a model is read whole and parsed, for protobuf to say what is wrong with it."""
+    walk as a model is read whole and parsed, for protobuf to say what is wrong with it.
+    The file is opened once, through :mod:`qlrewrite.io.reading`."""
     with reading.opened(path, "model file", reading.MODEL_BYTES) as handle:
         info = os.fstat(handle.fileno())
         if info.st_size == 0:
             raise InputError(f"{path}: empty file")
         walked = _walked(handle.fileno(), path, info) if info.st_size >= WALK_MIN_BYTES else None
-    if walked is None:  # small, or not a model: parsed whole (protobuf says what is wrong)
-        return _parse_proto(read_model_bytes(path), path), None
-    proto, inline = walked
-    return _judged(proto, path), inline if inline.left_out else None
+        if walked is None:  # small, or not a model: read whole (protobuf says what is wrong)
+            handle.seek(0)
+            data = reading.read_stream(handle, str(path), "model file", reading.MODEL_BYTES)
+    if walked is not None:
+        proto, inline = walked
+        return _judged(proto, path), inline if inline.left_out else None
+    if not data:
+        raise InputError(f"{path}: empty file")
+    return _parse_proto(data, path), None
 
 
 def _walked(fd: int, path: Path, info: os.stat_result) -> tuple[onnx.ModelProto, InlineFile] | None:

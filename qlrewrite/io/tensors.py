@@ -4,7 +4,8 @@
   every tensor in it (initializers, TENSOR / TENSORS attributes); the same over an
   ``ir.Model``, with a way to replace each tensor. Iterative: nesting depth costs no
   recursion.
-- The size of a tensor from its type and dims (:func:`nbytes`).
+- The size of a tensor from its shape and type (:func:`tensor_bytes`, through
+  :func:`qlrewrite.toolkit.nbytes`).
 - External data: :func:`external_path` is the one function that turns a tensor's
   ``location`` into a file, against the model's folder, or refuses it;
   :func:`resolve_external` makes every external tensor of a loaded model open its data
@@ -40,13 +41,12 @@ from onnx_ir import _type_casting
 
 from qlrewrite.io import reading
 from qlrewrite.io.source import InlineFile
-from qlrewrite.toolkit import GraphRef, all_graphs, proto_graphs
+from qlrewrite.toolkit import GraphRef, all_graphs, nbytes, proto_graphs
 
 __all__ = [
     "ExternalDataError",
     "InlineTensor",
     "TensorSlot",
-    "attribute_tensors",
     "data_file",
     "external_in_memory",
     "external_info",
@@ -58,7 +58,6 @@ __all__ = [
     "ir_tensor_slots",
     "is_external",
     "mapped_bytes",
-    "nbytes",
     "packed_bytes",
     "proto_tensors",
     "resolve_external",
@@ -69,18 +68,6 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------- sizes
-
-
-def nbytes(dtype: ir.DataType | int, dims: Sequence[int]) -> int | None:
-    """Bytes of a tensor of ``dtype`` and ``dims`` (sub-byte types packed, as ONNX stores
-    them); None for strings, UNDEFINED, unknown types and negative dims."""
-    try:
-        dtype = ir.DataType(dtype)
-    except ValueError:
-        return None
-    if dtype in (ir.DataType.STRING, ir.DataType.UNDEFINED) or any(d < 0 for d in dims):
-        return None
-    return (math.prod(dims) * dtype.bitwidth + 7) // 8
 
 
 def tensor_bytes(tensor: ir.TensorProtocol) -> int:
@@ -146,37 +133,31 @@ class TensorSlot:
         self.node.attributes[self.attr.name] = ir.Attr(self.attr.name, self.attr.type, value)
 
 
-def attribute_tensors(model: ir.Model) -> Iterator[tuple[ir.Node, ir.Attr]]:
-    """Every TENSOR / TENSORS attribute of every node, in all graphs and functions."""
-    for container in all_graphs(model):
-        for node in container:
-            for attr in node.attributes.values():
-                if not attr.is_ref() and attr.type in (
-                    ir.AttributeType.TENSOR,
-                    ir.AttributeType.TENSORS,
-                ):
-                    yield node, attr
-
-
 def ir_tensor_slots(
     model: ir.Model, *, attributes: bool = True, external_only: bool = False
 ) -> Iterator[TensorSlot]:
-    """Every tensor the model holds: initializers of every graph (functions' subgraphs
-    included) and, with ``attributes``, every TENSOR / TENSORS attribute value. With
-    ``external_only``, only the slots holding an external tensor."""
+    """Every tensor the model holds, in one walk of its graphs (functions' subgraphs
+    included): each graph's initializers, then with ``attributes`` its nodes' TENSOR /
+    TENSORS attribute values. With ``external_only``, only the slots holding an external
+    tensor."""
     for container in all_graphs(model):
-        if isinstance(container, ir.Graph):
-            for value in container.initializers.values():
-                tensor = value.const_value
-                if tensor is None or (external_only and not isinstance(tensor, ir.ExternalTensor)):
-                    continue
+        graph = isinstance(container, ir.Graph)
+        for value in container.initializers.values() if graph else ():
+            tensor = value.const_value
+            if tensor is not None and (not external_only or isinstance(tensor, ir.ExternalTensor)):
                 yield TensorSlot((tensor,), value=value)
-    if attributes:
-        for node, attr in attribute_tensors(model):
-            values = attr.value if attr.type == ir.AttributeType.TENSORS else [attr.value]
-            if external_only and not any(isinstance(t, ir.ExternalTensor) for t in values):
-                continue
-            yield TensorSlot(tuple(values), node=node, attr=attr)
+        for node in container if attributes else ():
+            for attr in node.attributes.values():
+                if attr.is_ref() or attr.type not in _TENSOR_ATTRIBUTES:
+                    continue
+                many = attr.type == ir.AttributeType.TENSORS
+                values = tuple(attr.value) if many else (attr.value,)
+                if not external_only or any(isinstance(t, ir.ExternalTensor) for t in values):
+                    yield TensorSlot(values, node=node, attr=attr)
+
+
+#: The attribute types whose value is a tensor or tensors.
+_TENSOR_ATTRIBUTES = (ir.AttributeType.TENSOR, ir.AttributeType.TENSORS)
 
 
 def _initializer_tensors(model: ir.Model) -> Iterator[ir.TensorProtocol]:

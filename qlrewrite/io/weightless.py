@@ -14,9 +14,8 @@ from typing import Any
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.io import tensors
 from qlrewrite.io.tensors import serialize_without
-from qlrewrite.toolkit import main_graphs, proto_graphs
+from qlrewrite.toolkit import main_graphs, nbytes, proto_graphs
 
 __all__ = ["INLINE_BYTES", "weightless_from_source", "weightless_proto"]
 
@@ -81,13 +80,13 @@ def weightless_from_source(
     large initializer in a subgraph): use :func:`weightless_proto` then.
     """
     main = source.graph
-    split = _split_initializers(main, max_inline_bytes)
-    if split is None or not _plain_subgraphs(source, max_inline_bytes):
-        return None
-    kept, hoisted = split
     proto = onnx.ModelProto()
     _copy_fields(source, proto, skip=("graph",))
     _copy_fields(main, proto.graph, skip=("initializer", "value_info"))
+    split = _split_initializers(source, max_inline_bytes)
+    if split is None:
+        return None
+    kept, hoisted = split
     proto.graph.initializer.extend(kept)
     proto.graph.value_info.extend(_live_value_info(main))
     _as_onnx_ir_reads(proto)
@@ -102,21 +101,31 @@ def weightless_from_source(
 
 
 def _split_initializers(
-    graph: onnx.GraphProto, max_inline_bytes: int
+    source: onnx.ModelProto, max_inline_bytes: int
 ) -> tuple[list[onnx.TensorProto], list[onnx.TensorProto]] | None:
-    """The initializers kept (at most ``max_inline_bytes``) and those left out; None when
-    a size is unknown or a kept one is in external data (the copy would differ)."""
-    kept, hoisted = [], []
-    for tensor in graph.initializer:
-        size = tensors.nbytes(tensor.data_type, tensor.dims)
-        if size is None:
-            return None
-        if size > max_inline_bytes:
-            hoisted.append(tensor)
-        elif tensor.data_location == onnx.TensorProto.EXTERNAL:
-            return None
-        else:
-            kept.append(tensor)
+    """The main graph's initializers kept (at most ``max_inline_bytes``) and those left
+    out, in one walk of every graph; None when the copy would differ from serializing the
+    model: a size unknown, a kept tensor in external data, a sparse initializer, a
+    subgraph initializer that is large or external, an external attribute tensor."""
+    kept: list[onnx.TensorProto] = []
+    hoisted: list[onnx.TensorProto] = []
+    for ref, graph in proto_graphs(source):
+        if isinstance(graph, onnx.GraphProto):
+            if len(graph.sparse_initializer):
+                return None
+            for tensor in graph.initializer:
+                size = nbytes(tensor.data_type, tensor.dims)
+                if size is None or (size > max_inline_bytes and ref.parent is not None):
+                    return None
+                if size > max_inline_bytes:
+                    hoisted.append(tensor)
+                elif tensor.data_location == onnx.TensorProto.EXTERNAL:
+                    return None
+                elif ref.parent is None:
+                    kept.append(tensor)
+        attribute_tensors = (t for n in graph.node for a in n.attribute for t in (a.t, *a.tensors))
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attribute_tensors):
+            return None  # an unset ``t`` reads as an empty, inline tensor
     return kept, hoisted
 
 
@@ -164,27 +173,3 @@ def _live_value_info(graph: onnx.GraphProto) -> list[onnx.ValueInfoProto]:
     live = {t.name for t in graph.initializer if t.name not in inputs}
     live.update(name for node in graph.node for name in node.output if name not in outputs)
     return list({info.name: info for info in graph.value_info if info.name in live}.values())
-
-
-def _plain_subgraphs(source: onnx.ModelProto, max_inline_bytes: int) -> bool:
-    """No attribute tensor (anywhere) is external, and every subgraph initializer is
-    small, inline and dense: the copy keeps them as serializing would."""
-    for ref, graph in proto_graphs(source):
-        if isinstance(graph, onnx.GraphProto) and len(graph.sparse_initializer):
-            return False
-        if ref.parent is not None:  # a subgraph
-            for tensor in graph.initializer:
-                size = tensors.nbytes(tensor.data_type, tensor.dims)
-                if (
-                    size is None
-                    or size > max_inline_bytes
-                    or tensor.data_location == onnx.TensorProto.EXTERNAL
-                ):
-                    return False
-        for node in graph.node:
-            for attr in node.attribute:
-                if attr.HasField("t") and attr.t.data_location == onnx.TensorProto.EXTERNAL:
-                    return False
-                if any(t.data_location == onnx.TensorProto.EXTERNAL for t in attr.tensors):
-                    return False
-    return True

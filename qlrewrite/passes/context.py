@@ -26,9 +26,9 @@ from typing import ClassVar, Literal
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.checking.untouched import Checked
 from qlrewrite.io.weightless import INLINE_BYTES, weightless_proto
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.untouched import Checked
 
 __all__ = ["ContextPass", "Fact", "RunContext"]
 
@@ -48,7 +48,7 @@ class RunContext:
     #: The passes that ran, in order, and whether each changed the model.
     ran: list[tuple[str, bool]] = dataclasses.field(default_factory=list)
     #: What the input check judged of each node (the output check compares: what the
-    #: passes left as it was is not checked again, :mod:`qlrewrite.checking.untouched`).
+    #: passes left as it was is not checked again, :mod:`qlrewrite.qdq.untouched`).
     checked: Checked | None = None
 
     @classmethod

@@ -14,7 +14,7 @@ a result (its summary, repairs and warnings) are answered here too.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import onnx_ir as ir
@@ -23,7 +23,6 @@ from qlrewrite.errors import QlrewriteError
 from qlrewrite.passes.context import ContextPass, RunContext
 from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
-from qlrewrite.toolkit import implied_imports
 
 __all__ = [
     "RunPassManager",
@@ -107,14 +106,14 @@ def _run_one(rewrite_pass: ir.passes.PassBase, context: RunContext) -> ir.passes
 
 
 def with_implied_imports(
-    model: ir.Model, passes: Sequence[ir.passes.PassBase]
+    passes: Sequence[ir.passes.PassBase], implied: Mapping[str, int]
 ) -> list[ir.passes.PassBase]:
     """``passes``, after an :class:`~qlrewrite.passes.imports.ImpliedImportsPass` when the
-    model uses com.microsoft without importing it and no pass repairs what that pass
-    repairs (``check --fix`` repairs it itself): the output imports what ONNX Runtime
-    read."""
-    implied = set(ImpliedImportsPass.repairs_rules)
-    if repaired_by(passes) & implied or not implied_imports(model):
+    model uses domains without importing them whose version ONNX Runtime implies
+    (``implied``: :func:`~qlrewrite.toolkit.implied_imports` of the model) and no pass
+    repairs what that pass repairs (``check --fix`` repairs it itself): the output imports
+    what ONNX Runtime read."""
+    if not implied or repaired_by(passes) & set(ImpliedImportsPass.repairs_rules):
         return list(passes)
     return [ImpliedImportsPass(), *passes]
 

@@ -13,7 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import onnx_ir as ir
 
@@ -103,10 +103,12 @@ def rewrite(
     """
     started = time.perf_counter()
     input_path = Path(input_path)
-    model, reads, snapshot = _load_input(input_path)
+    loaded = _load_input(input_path)
+    if external_data is None and loaded.external:  # decided on the input: a pass may
+        external_data = True  # replace every external tensor
     plan = plan_outputs(
         input_path,
-        reads,
+        loaded.reads,
         command=command,
         output=Path(output) if output else None,
         in_place=in_place,
@@ -115,22 +117,33 @@ def rewrite(
     with contextlib.ExitStack() as stack:
         pending = stack.enter_context(atomic.PendingFile(plan.report)) if plan.report else None
         asked = (dry_run, external_data, max_size, verify, on_tensor_saved)
-        run = _Run(command, plan, *asked, pending, snapshot, started, only_if_repaired)
-        result = _rewrite_guarded(model, passes, run)
+        run = _Run(command, plan, *asked, pending, loaded, started, only_if_repaired)
+        result = _rewrite_guarded(loaded.model, passes, run)
         if pending is not None:
             pending.commit()
     return result
 
 
-def _load_input(input_path: Path) -> tuple[ir.Model, list[Path], Snapshot]:
-    """The input model, the files it reads (the model file first), and their snapshot
-    (the model file's taken before reading it); refused when unwritable."""
+class _Input(NamedTuple):
+    """The input of a rewrite as loaded (:func:`_load_input`)."""
+
+    model: ir.Model
+    reads: list[Path]  # the files it reads, the model file first
+    snapshot: Snapshot  # of those files (the model file's taken before reading it)
+    bytes: int  # of its initializers (from their shapes)
+    external: bool  # whether an initializer is in an external data file
+
+
+def _load_input(input_path: Path) -> _Input:
+    """The input model, the files it reads and their snapshot, and its size; refused when
+    unwritable."""
     as_read = Snapshot.of([Path(os.path.realpath(input_path))])  # before reading it
     model = model_io.load(input_path)
     if (problem := model_io.unwritable(model)) is not None:
         raise InputError(f"{input_path}: not a valid ONNX model ({problem})")
     reads = model_io.files_read(model)
-    return model, reads, Snapshot.of(reads, earlier=as_read)
+    size, external = tensors.initializer_bytes(model), tensors.uses_external_data(model)
+    return _Input(model, reads, Snapshot.of(reads, earlier=as_read), size, external)
 
 
 def _rewrite_guarded(
@@ -141,9 +154,9 @@ def _rewrite_guarded(
     try:
         return _rewrite_loaded(model, passes, run)
     except Exception:
-        if run.snapshot.changed() is None:
+        if run.loaded.snapshot.changed() is None:
             raise
-        run.snapshot.refuse_if_changed(run.input_path)
+        run.loaded.snapshot.refuse_if_changed(run.input_path)
         raise
 
 
@@ -159,7 +172,7 @@ class _Run:
     verify: VerifyOptions | None
     on_tensor_saved: model_io.SaveCallback | None
     pending: atomic.PendingFile | None  # the --report, staged
-    snapshot: Snapshot  # the input's files as read
+    loaded: _Input  # the input as read (its files' snapshot, its size)
     started: float
     only_if_repaired: bool = False
 
@@ -201,12 +214,9 @@ def _rewrite_loaded(
     command, input_path, target, dry_run = run.command, run.input_path, run.target, run.dry_run
     pending, verify, external_data = run.pending, run.verify, run.external_data
     verifier = _verifier(input_path, model, verify)
-    bytes_before = tensors.initializer_bytes(model)
-    # decided on the input: a pass may replace every external tensor
-    if external_data is None and tensors.uses_external_data(model):
-        external_data = True
     out = rewrite_model(model, passes, command=command, source=input_path, verifier=verifier)
     model, results, serialized = out.model, out.results, out.serialized
+    changes, warnings = out.changes(), out.all_warnings()
     bytes_after = _refuse_over_max_size(model, run.max_size)
     writes, verifier = _writes(run, results, verifier)
 
@@ -217,12 +227,12 @@ def _rewrite_loaded(
             output=target if writes else None,
             written=writes,
             dry_run=dry_run,
-            changes=out.changes(),
-            bytes_before=bytes_before,
+            changes=changes,
+            bytes_before=run.loaded.bytes,
             bytes_after=bytes_after,
             seconds=time.perf_counter() - run.started,
             model=model,
-            warnings=out.all_warnings(),
+            warnings=warnings,
             verification=verifier.result if verifier is not None else None,
             target=target,
             pass_results=results,
@@ -262,7 +272,7 @@ def _write_or_stage(
             run.target,
             callback=run.on_tensor_saved,
             keep=run.plan.keep,
-            unchanged=lambda: run.snapshot.refuse_if_changed(run.input_path),
+            unchanged=lambda: run.loaded.snapshot.refuse_if_changed(run.input_path),
         )
     elif verifying:
         _save_to_temporary(save, run.target.name)

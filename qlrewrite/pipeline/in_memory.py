@@ -12,7 +12,6 @@ from typing import Any, NamedTuple
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.checking.untouched import Checked
 from qlrewrite.errors import QlrewriteError, Refusal
 from qlrewrite.findings import Report
 from qlrewrite.io.source import source_of
@@ -26,18 +25,17 @@ from qlrewrite.passes.manager import (
     warnings_of,
     with_implied_imports,
 )
-from qlrewrite.passes.results import ConvertsCustomOps
-from qlrewrite.pipeline.refusals import refuse_errors, unrepaired
+from qlrewrite.pipeline.refusals import refuse_input
 from qlrewrite.pipeline.validate import (
     check_rules,
     checker_problem,
     runtime_only_ops,
     validate_output,
 )
-from qlrewrite.qdq.custom_ops import CustomQuantGroup, describe
-from qlrewrite.qdq.inference import Inference, tables_of
-from qlrewrite.qdq.left_alone import describe_unchecked, not_folded
-from qlrewrite.toolkit import MAIN
+from qlrewrite.qdq.inference import Inference, declared
+from qlrewrite.qdq.left_alone import left_as_they_are
+from qlrewrite.qdq.untouched import Checked
+from qlrewrite.toolkit import MAIN, implied_imports
 from qlrewrite.verify.verify import EXACT_BOUND, Verifier
 
 __all__ = ["Rewritten", "rewrite_model"]
@@ -79,11 +77,11 @@ def rewrite_model(
     (after the imports ONNX Runtime implies), and refuse an output that ONNX's checker or
     our check rejects (serialized once, weights left out: the save writes from the same
     proto). ``source``: the input's path, for messages (None: "model")."""
-    context, notes = _check_input(model, source, passes, command)
-    passes = with_implied_imports(model, passes)
+    context, runtime_ops, notes = _check_input(model, source, passes, command)
     unchanged = context.unchanged  # the input as read: names the cause of a checker error
     checked = context.checked
-    runtime_ops = runtime_only_ops(context.model)
+    implied = implied_imports(model)  # what ONNX Runtime reads the model as importing
+    passes = with_implied_imports(passes, implied)
     try:
         model, results = run_passes(context.model, passes, context)
     except Exception as exc:  # a pass tripped on the input: name it if onnx.checker does
@@ -143,56 +141,28 @@ def _expect_measured(
 
 def _check_input(
     model: ir.Model, input_path: Path | None, passes: Sequence[ir.passes.PassBase], command: str
-) -> tuple[RunContext, list[str]]:
+) -> tuple[RunContext, frozenset[str], list[str]]:
     """Refuse an input the rewrite cannot take (another producer's custom quantization,
     an error finding no pass repairs); return the run's context (the input's inference
-    and weight-free proto as read, handed to the passes: each is made once per run) and
-    the notes on what the command leaves alone."""
+    and weight-free proto as read, handed to the passes: each is made once per run), the
+    input's ops that ONNX does not define (:func:`runtime_only_ops`) and the notes on what
+    the command leaves alone."""
     # The model is as loaded: shape inference can run on a copy of the file's nodes.
     source = source_of(model)
     unchanged = weightless_from_source(source.proto) if source is not None else None
     inference = Inference(model, unchanged)
+    runtime_ops = runtime_only_ops(model)
     found = check_rules(model, input_path, inference)
-    _refuse_custom_quant(found.custom_quant, input_path, passes)  # before any finding
+    report = refuse_input(found, passes, str(input_path or "model"))
     checked = _node_facts(unchanged, inference, found) if unchanged is not None else None
-    report = unrepaired(found, passes)
-    refuse_errors(report, str(input_path or "model"))
     context = RunContext(model, inference, unchanged, checked=checked)
-    return context, _not_looked_at(report, model, command)
+    notes = left_as_they_are(report.unchecked, model, folding=command == "fold")
+    return context, runtime_ops, notes
 
 
 def _node_facts(unchanged: onnx.ModelProto, inference: Inference, report: Report) -> Checked:
     """What the input check judged (the nodes with a finding are always checked again):
     the input as read and its types, compared with the output's when it is checked."""
-    types = inference.known(MAIN) if inference.ran else tables_of(unchanged).get(MAIN, {})
+    types = inference.known(MAIN) if inference.ran else declared(unchanged.graph)
     flagged = frozenset(f.output for f in report.findings if f.output)
     return Checked(unchanged, types, flagged)
-
-
-def _refuse_custom_quant(
-    found: Sequence[CustomQuantGroup],
-    input_path: Path | None,
-    passes: Sequence[ir.passes.PassBase],
-) -> None:
-    """Refuse a model with another producer's custom quantization operators (``found``:
-    the input check's) that no pass of the run converts."""
-    converted = {pair for p in passes if isinstance(p, ConvertsCustomOps) for pair in p.custom_ops}
-    groups = [g for g in found if (g.domain, g.op_type) not in converted]
-    if groups:
-        raise Refusal(
-            f"{input_path or 'model'}: {describe(groups)}: custom operators that ONNX Runtime "
-            "runs only with the producer's custom-op library; qlrewrite rewrites standard "
-            "QuantizeLinear / DequantizeLinear only; nothing written"
-        )
-
-
-def _not_looked_at(report: Report, model: ir.Model, command: str) -> list[str]:
-    """Warnings naming what the command leaves as it was: quantized nodes of kinds
-    qlrewrite neither checks nor rewrites, and for fold the QOperator nodes."""
-    notes = []
-    if report.unchecked:
-        words = describe_unchecked(report.unchecked, "checked or rewritten")
-        notes.append(f"{words}; left as they are")
-    if command == "fold" and (folds_not := not_folded(model)) is not None:
-        notes.append(folds_not)
-    return notes

@@ -9,11 +9,11 @@ from pathlib import Path
 import onnx
 import onnx_ir as ir
 
-from qlrewrite.checking.untouched import Checked, untouched
 from qlrewrite.errors import Refusal
 from qlrewrite.findings import Report
 from qlrewrite.pipeline.refusals import FindingsRefusal
 from qlrewrite.qdq.inference import Inference
+from qlrewrite.qdq.untouched import Checked, untouched
 from qlrewrite.toolkit import MAIN, normalize_domain, onnx_opset
 
 __all__ = ["check_rules", "checker_problem", "runtime_only_ops", "validate_output"]
@@ -51,7 +51,7 @@ def validate_output(
     had (:func:`runtime_only_ops`), checked as custom ops. ``weightless``: the
     :func:`~qlrewrite.io.weightless.weightless_proto` of ``model`` as it is now, made once by
     the caller (the save reuses it); it is left as it came. ``checked``: what the input
-    check judged of each node (:mod:`qlrewrite.checking.untouched`); the node rules are not run
+    check judged of each node (:mod:`qlrewrite.qdq.untouched`); the node rules are not run
     again on the nodes the passes left exactly as that check saw them.
     """
     try:

@@ -20,7 +20,7 @@ from qlrewrite.qdq.kinds import QDQ_OPS
 from qlrewrite.qdq.view import TypeShape
 from qlrewrite.toolkit import MAIN, GraphRef, graphs_within
 
-__all__ = ["Inference", "infer", "tables_of"]
+__all__ = ["Inference", "declared", "infer", "tables_of"]
 
 
 class Inference:
@@ -178,6 +178,14 @@ def tables_of(inferred: onnx.ModelProto) -> dict[GraphRef, dict[str, TypeShape]]
     for ref, graph in graphs_within(inferred.graph, MAIN):
         _collect(graph, tables.setdefault(ref, {}))
     return tables
+
+
+def declared(graph: onnx.GraphProto) -> dict[str, TypeShape]:
+    """Name -> (type, shape) of ``graph``'s values as its proto declares them (inferred,
+    when ONNX shape inference ran on it); its subgraphs are not read."""
+    table: dict[str, TypeShape] = {}
+    _collect(graph, table)
+    return table
 
 
 def _collect(graph: onnx.GraphProto, table: dict[str, TypeShape]) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import onnx_ir as ir
 
 from qlrewrite import opsets
-from qlrewrite.qdq.sites import QuantizedSite, SiteKind, read_at
+from qlrewrite.qdq.sites import QuantizedSite, SiteKind
 from qlrewrite.qdq.view import NodeView, QDQView, QOperatorView, WeightOnlyView
 from qlrewrite.toolkit import MS_DOMAIN, iter_graphs, normalize_domain
 
@@ -82,7 +82,7 @@ def iter_sites(model: ir.Model, kinds: tuple[SiteKind, ...] = (QDQ,)) -> Iterato
             for kind in kinds:
                 if (domain, node.op_type) in kind.ops:
                     imported = scope.opset(domain)
-                    row = opsets.lookup(domain, node.op_type, read_at(domain, imported))
+                    row = opsets.lookup(domain, node.op_type, opsets.read_at(domain, imported))
                     yield QuantizedSite(node, scope, kind, domain, imported, row)
                     break
 

@@ -17,8 +17,16 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq.kinds import LEFT_ALONE, QOPERATOR, iter_sites
 from qlrewrite.qdq.sites import QuantizedSite
+from qlrewrite.toolkit import iter_graphs, normalize_domain
 
-__all__ = ["UncheckedGroup", "describe_unchecked", "group_sites", "not_folded", "unchecked_groups"]
+__all__ = [
+    "UncheckedGroup",
+    "describe_unchecked",
+    "group_sites",
+    "left_as_they_are",
+    "not_folded",
+    "unchecked_groups",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +72,14 @@ def describe_unchecked(groups: list[UncheckedGroup], what: str = "checked") -> s
 
 def not_folded(model: ir.Model) -> str | None:
     """What ``fold`` does not look at in ``model``: its QOperator / dynamic nodes, whose
-    quantized weights are inputs of integer kernels (None when it has none)."""
-    count = sum(1 for _ in iter_sites(model, (QOPERATOR,)))
+    quantized weights are inputs of integer kernels (None when it has none). Counted, not
+    read: no operator version is looked up."""
+    count = sum(
+        1
+        for scope in iter_graphs(model)
+        for node in scope.graph
+        if (normalize_domain(node.domain), node.op_type) in QOPERATOR.ops
+    )
     if not count:
         return None
     return (
@@ -73,3 +87,17 @@ def not_folded(model: ir.Model) -> str | None:
         "of integer kernels (`qlrewrite convert --to onnx` rewrites them as Q/DQ, which fold "
         "then folds)"
     )
+
+
+def left_as_they_are(
+    unchecked: list[UncheckedGroup], model: ir.Model, *, folding: bool = False
+) -> list[str]:
+    """Warnings naming what a rewrite leaves as it was: the quantized nodes of kinds
+    qlrewrite neither checks nor rewrites (``unchecked``: the input check's groups), and
+    when ``folding`` the QOperator nodes (:func:`not_folded`)."""
+    notes = []
+    if unchecked:
+        notes.append(f"{describe_unchecked(unchecked, 'checked or rewritten')}; left as they are")
+    if folding and (folds_not := not_folded(model)) is not None:
+        notes.append(folds_not)
+    return notes

@@ -19,7 +19,7 @@ from typing_extensions import TypeVar
 from qlrewrite import opsets
 from qlrewrite.toolkit import GraphRef, GraphScope
 
-__all__ = ["QuantizedSite", "SiteKind", "read_at"]
+__all__ = ["QuantizedSite", "SiteKind"]
 
 
 #: The view class of a kind's nodes (:mod:`qlrewrite.qdq.kinds` declares each kind with
@@ -71,7 +71,7 @@ class QuantizedSite:
     def opset(self) -> int | None:
         """The version of the node's domain the node is read at: the imported one, else
         the one ONNX Runtime implies (com.microsoft 1), else None."""
-        return read_at(self.domain, self.imported)
+        return opsets.read_at(self.domain, self.imported)
 
     @property
     def version(self) -> int | None:
@@ -83,9 +83,3 @@ class QuantizedSite:
         index = self.kind.roles.get(role)
         inputs = self.node.inputs
         return inputs[index] if index is not None and index < len(inputs) else None
-
-
-def read_at(domain: str, imported: int | None) -> int | None:
-    """The version a node of ``domain`` is read at: the imported one, else the one ONNX
-    Runtime implies (com.microsoft 1), else None."""
-    return imported if imported is not None else opsets.IMPLIED_VERSIONS.get(domain)

@@ -143,6 +143,32 @@ def test_no_source_copy_when_a_kept_tensor_is_external() -> None:
     assert weightless_from_source(_mixed()) is not None
 
 
+def _then_branch(proto: onnx.ModelProto) -> onnx.GraphProto:
+    return next(a.g for n in proto.graph.node for a in n.attribute if a.name == "then_branch")
+
+
+@pytest.mark.parametrize("change", ["external attribute", "large subgraph weight", "sparse"])
+def test_no_source_copy_where_it_could_differ_from_serializing(change: str) -> None:
+    """The one walk that judges the copy refuses what serializing would write otherwise: an
+    attribute tensor in external data, a large initializer inside a subgraph (hoisting it
+    is the serializer's way only for the main graph), a sparse initializer."""
+    proto = _mixed()
+    branch = _then_branch(proto)
+    if change == "external attribute":
+        value = next(a.t for n in branch.node for a in n.attribute if a.name == "value")
+        value.ClearField("float_data")
+        value.data_location = TensorProto.EXTERNAL
+        value.external_data.add(key="location", value="data.bin")
+    elif change == "large subgraph weight":
+        branch.initializer.append(numpy_helper.from_array(np.zeros(1024, np.float32), "big"))
+    else:
+        sparse = proto.graph.sparse_initializer.add()
+        sparse.values.CopyFrom(numpy_helper.from_array(np.array([1.0], np.float32), "sp"))
+        sparse.indices.CopyFrom(numpy_helper.from_array(np.array([0], np.int64), "spi"))
+        sparse.dims.append(4)
+    assert weightless_from_source(proto) is None
+
+
 def _layers(path: Path, layers: int) -> Path:
     """``5 * layers`` nodes: Q -> DQ of the activation, per-axis DQ of an int8 weight,
     MatMul, Relu; activations without value_info (shape inference needed)."""

@@ -24,6 +24,7 @@ from qlrewrite.passes.imports import ImpliedImportsPass
 from qlrewrite.passes.upgrade import UpgradePass
 from qlrewrite.pipeline import fix_files
 from qlrewrite.rules import CHECKS
+from qlrewrite.toolkit import implied_imports
 
 MS = "com.microsoft"
 
@@ -125,9 +126,13 @@ def test_what_an_upgrade_repairs_is_read_from_the_rules() -> None:
 def test_the_implied_import_is_added_once_whoever_repairs_it() -> None:
     model = ir.serde.deserialize_model(_ms_not_imported())
     fixes = fix_passes(qlrewrite.check(model).findings)
-    assert [type(p) for p in pipeline.with_implied_imports(model, fixes)] == [FixPass]
+    assert [type(p) for p in pipeline.with_implied_imports(fixes, implied_imports(model))] == [
+        FixPass
+    ]
     others = fix_passes([])  # nothing to fix, e.g. QL103 ignored: the import still comes
-    assert [type(p) for p in pipeline.with_implied_imports(model, others)] == [ImpliedImportsPass]
+    assert [type(p) for p in pipeline.with_implied_imports(others, implied_imports(model))] == [
+        ImpliedImportsPass
+    ]
 
 
 def test_upgrade_pass_alone_changes_the_opset_only_and_the_command_composes() -> None:

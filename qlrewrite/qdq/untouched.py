@@ -42,7 +42,7 @@ class NodeFacts:
     name (None: nothing can be compared), and of the model (opsets, IR version)."""
 
     model: Key
-    nodes: Mapping[str, Key]
+    nodes: Mapping[str, Key | None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +77,7 @@ def node_facts(
         data = node.SerializeToString()
         for name in node.output:
             produced[name] = data
-    nodes: dict[str, Key] = {}
+    nodes: dict[str, Key | None] = {}
     for node in graph.node:
         if node.op_type not in _QDQ or not node.output or not node.output[0]:
             continue
@@ -91,7 +91,7 @@ def _key(
     produced: Mapping[str, bytes],
     inline: Mapping[str, bytes],
     types: Mapping[str, TypeShape],
-) -> Key:
+) -> Key | None:
     """``node``'s facts, or None when one of them cannot be compared."""
     if any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute
