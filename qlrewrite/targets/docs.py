@@ -136,10 +136,11 @@ QLinear kernel is trusted. ONNX Runtime (default session and ORT_DISABLE_ALL) an
 are compared with it; more than 10% of the largest output off is `miscomputes` (rows
 `QOperator values: <form> zero_points=<role>:<class>,...`, QL707).
 
-A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
+A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 3,000
 models each; `python tools/probe/drive.py ort --all && python tools/probe/drive.py
-openvino`) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
-min 37 s to 5 min 31 s under the load of other work; OpenVINO about 1.5 of them);
+openvino`) takes 4 to 7 minutes on 2 shared cores (measured 2026-11-28: 4 min 11 s to 6
+min 43 s in three runs of the 3,038 models, under the load of other work, another probe
+among it; OpenVINO about 1.5 of them);
 `drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
 prefixes and merges them into each table, recording the amendment under `amended`.
 

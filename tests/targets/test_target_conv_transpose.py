@@ -19,33 +19,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
-import onnx
+from table_rows import TABLES, disagreements, row_wrong
 
-from qlrewrite.checking.checker import check
-from qlrewrite.targets.tables import ort_releases, table
+from qlrewrite.targets.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "probe"))
 
 import cases  # noqa: E402  (tools/probe)
 
-TABLES = [f"ort-{a}.{b}" for a, b in ort_releases()] + ["openvino"]
 CASES = list(cases.conv_transpose_cases())
-WRONG = ("miscomputes", "fails at run")
-
-
-def _wrong(row: Any) -> bool:
-    if not row.get("runs"):
-        return row.get("reason") not in ("ir", "opset")  # QL701 / QL702's
-    return row.get("optimized") in WRONG or row.get("reference") in WRONG
-
-
-def _errors(path: Path, target: str) -> list[Any]:
-    report = check(path, targets=[target], select=["QL703", "QL706"])
-    assert report.load_error is None, report.load_error
-    return report.errors
 
 
 def test_every_conv_transpose_form_is_in_every_table() -> None:
@@ -62,15 +46,7 @@ def test_no_release_fuses_a_conv_transpose() -> None:
 
 
 def test_check_errors_exactly_where_each_table_says(tmp_path: Path) -> None:
-    wrong = []
-    for index, case in enumerate(CASES):
-        path = tmp_path / f"c{index}.onnx"
-        onnx.save(case.model, path)
-        for name in TABLES:
-            expected = _wrong(table(name).forms[case.key])
-            spec = "openvino" if name == "openvino" else name.replace("ort-", "ort==")
-            if bool(_errors(path, spec)) != expected:
-                wrong.append((name, case.key, expected))
+    wrong = disagreements(CASES, tmp_path, ["QL703", "QL706"])
     assert not wrong, wrong[:5]
 
 
@@ -78,7 +54,7 @@ def test_openvino_miscomputes_uint8_weights_and_differing_zero_points() -> None:
     """8-bit activations: every uint8-weight form and the per-axis int8 forms whose zero
     points differ; 16-bit activations (weights kept in float by OpenVINO): none."""
     rows = {c.key: table("openvino").forms[c.key] for c in CASES}
-    wrong = {k for k, row in rows.items() if _wrong(row)}
+    wrong = {k for k, row in rows.items() if row_wrong(row)}
     eight_bit = {k for k in rows if "activation=UINT8 " in k or "activation=INT8 " in k}
     expected = {
         k

@@ -38,11 +38,11 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx import numpy_helper
+from table_rows import TABLES, disagreements, errors, row_wrong
 from to_qoperator_models import Params, group_model
 
-from qlrewrite.checking.checker import check
 from qlrewrite.passes.commands import qoperator_passes
-from qlrewrite.targets.tables import ort_releases, table
+from qlrewrite.targets.tables import table
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = ROOT / "tools" / "probe"
@@ -52,25 +52,17 @@ import drive  # noqa: E402  (tools/probe)
 import qoperator_values  # noqa: E402
 
 WRONG = ("miscomputes", "fails at run")
-TABLES = [f"ort-{a}.{b}" for a, b in ort_releases()] + ["openvino"]
 CASES = list(qoperator_values.qoperator_value_cases())
 
 
-def _wrong(row: Any) -> bool:
-    """A raw row: refused at load or run, or computed otherwise than the reference."""
-    if not row.get("runs"):
-        return True
-    return row.get("optimized") in WRONG or row.get("reference") in WRONG
-
-
 def _errors(path: Path, target: str) -> list[Any]:
-    report = check(path, targets=[target], select=["QL7"])
-    assert report.load_error is None, report.load_error
-    return report.errors
+    return errors(path, target, ["QL7"])
 
 
-def _spec(name: str) -> str:
-    return "openvino" if name == "openvino" else name.replace("ort-", "ort==")
+def _saved(folder: Path, model: onnx.ModelProto, name: str = "m.onnx") -> Path:
+    path = folder / name
+    onnx.save(model, path)
+    return path
 
 
 def test_every_table_holds_every_value_row_compared() -> None:
@@ -86,29 +78,18 @@ def test_every_table_holds_every_value_row_compared() -> None:
 def test_check_errors_exactly_where_each_table_says(tmp_path: Path) -> None:
     """Every value model against every release and OpenVINO: an error iff its row is
     refused or wrong."""
-    wrong = []
-    for index, case in enumerate(CASES):
-        path = tmp_path / f"c{index}.onnx"
-        onnx.save(case.model, path)
-        for name in TABLES:
-            expected = _wrong(table(name).forms[case.key])
-            if bool(_errors(path, _spec(name))) != expected:
-                wrong.append((name, case.key, expected))
+    wrong = disagreements(CASES, tmp_path, ["QL7"])
     assert not wrong, wrong[:5]
 
 
-def _conv_differing_zero_points(tmp_path: Path) -> Path:
-    """A QLinearConv (uint8, int8 weights per channel) whose weight zero points differ."""
-    path = tmp_path / "conv.onnx"
-    model = qoperator_values.weight_op_models(
-        "QLinearConv", (np.uint8, np.int8), ("per-channel", "differ"), "nonzero", 13
-    )[0]
-    onnx.save(model, path)
-    return path
+def _weight_op(op: str, types: tuple[Any, Any], form: tuple[str, str]) -> onnx.ModelProto:
+    return qoperator_values.weight_op_models(op, types, form, "nonzero", 13)[0]
 
 
 def test_differing_weight_zero_points_fail_until_1_27(tmp_path: Path) -> None:
-    path = _conv_differing_zero_points(tmp_path)
+    """A QLinearConv (uint8, int8 weights per channel) whose weight zero points differ."""
+    model = _weight_op("QLinearConv", (np.uint8, np.int8), ("per-channel", "differ"))
+    path = _saved(tmp_path, model)
     (finding,) = _errors(path, "ort==1.26")
     assert finding.rule == "QL707"
     assert "zero point of per-channel filter must be same" in finding.message
@@ -119,12 +100,8 @@ def test_differing_weight_zero_points_fail_until_1_27(tmp_path: Path) -> None:
 
 
 def test_an_int8_activation_with_uint8_weights_has_no_kernel(tmp_path: Path) -> None:
-    path = tmp_path / "mm.onnx"
-    model = qoperator_values.weight_op_models(
-        "QLinearMatMul", (np.int8, np.uint8), ("per-tensor", "zero"), "nonzero", 13
-    )[0]
-    onnx.save(model, path)
-    (finding,) = _errors(path, "ort==1.31")
+    model = _weight_op("QLinearMatMul", (np.int8, np.uint8), ("per-tensor", "zero"))
+    (finding,) = _errors(_saved(tmp_path, model), "ort==1.31")
     assert finding.rule == "QL707" and "fails when loaded" in finding.message
 
 
@@ -132,22 +109,18 @@ def test_openvino_qoperator_values_come_from_the_table(tmp_path: Path) -> None:
     """A uint8 QLinearAveragePool miscomputes in OpenVINO (QL707, against the reference);
     the int8 one with a mid-range output does not; a QLinearAdd whose output saturates
     stays QL752's (one finding)."""
-    pool = tmp_path / "pool.onnx"
-    onnx.save(
-        qoperator_values.activation_op_models("QLinearAveragePool", np.uint8, "nonzero", 13)[0],
-        pool,
-    )
+    pool = _saved(tmp_path, _activation_op("QLinearAveragePool", np.uint8, "nonzero"), "pool.onnx")
     (finding,) = _errors(pool, "openvino")
     assert finding.rule == "QL707" and "the ONNX reference" in finding.message
     assert not _errors(pool, "ort==1.31")
-    good = tmp_path / "good.onnx"
-    onnx.save(
-        qoperator_values.activation_op_models("QLinearAveragePool", np.int8, "nonzero", 13)[0], good
-    )
+    good = _saved(tmp_path, _activation_op("QLinearAveragePool", np.int8, "nonzero"), "good.onnx")
     assert not _errors(good, "openvino")
-    add = tmp_path / "add.onnx"
-    onnx.save(qoperator_values.activation_op_models("QLinearAdd", np.uint8, "lowest", 13)[0], add)
+    add = _saved(tmp_path, _activation_op("QLinearAdd", np.uint8, "lowest"), "add.onnx")
     assert [f.rule for f in _errors(add, "openvino")] == ["QL752"]
+
+
+def _activation_op(op: str, act: Any, y_zero: str) -> onnx.ModelProto:
+    return qoperator_values.activation_op_models(op, act, y_zero, 13)[0]
 
 
 def _differing_conv_group() -> ir.Model:
@@ -178,7 +151,7 @@ def test_the_installed_release_reproduces_its_value_rows(tmp_path: Path) -> None
     lines = drive.run_probe(Path(sys.executable), "run_ort.py", manifest, tmp_path / "r.jsonl")
     forms = drive.table_of(lines, onnx.__version__)["forms"]
     recorded = table(f"ort-{minor}").forms
-    assert {k: _wrong(v) for k, v in forms.items()} == {k: _wrong(recorded[k]) for k in forms}
+    assert {k: row_wrong(v) for k, v in forms.items()} == {k: row_wrong(recorded[k]) for k in forms}
 
 
 @pytest.mark.slow
