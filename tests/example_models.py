@@ -795,13 +795,15 @@ def qdq_weight_op(
     zero_points: str = "equal",
     trans_b: int = 0,
     opset: int = 13,
+    output: str = "quantized",
 ) -> onnx.ModelProto:
     """A QDQ Conv, ConvTranspose or Gemm (:data:`WEIGHT_OPS`) as ORT's quantizer writes it:
     activation "a" quantized to ``activation`` (scale 0.05, zero point 0: feed values in
     [0, 6)) and dequantized, the DequantizeLinear "dq" of a constant ``weight`` quantized
     ``granularity`` on ``axis`` (blocks of ``block``; ``zero_points`` "equal", "differ" or
     "none"), the output quantized and dequantized (scale 0.025, zero point mid-range: a step
-    is about 1% of the largest output). The probe's weight-operator patterns."""
+    is about 1% of the largest output); with ``output`` "float" the op's output is the
+    graph's. The probe's weight-operator patterns."""
     a_shape, w_shape, y_shape = WEIGHT_OPS[op]
     if op == "Gemm" and trans_b:
         w_shape = w_shape[::-1]
@@ -814,11 +816,13 @@ def qdq_weight_op(
     low, high = _weight_range(activation)
     nodes_y, inits_y = _quantize_pair_of("y", activation, (low + high + 1) // 2)
     inits_y[0] = helper.make_tensor("y_s", onnx.TensorProto.FLOAT, [], [0.025])
+    if output == "float":
+        nodes_y, inits_y = [], []
     graph = helper.make_graph(
         [dq, *nodes_a, node, *nodes_y],
         "g",
         [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, a_shape)],
-        [helper.make_tensor_value_info("y_f", onnx.TensorProto.FLOAT, y_shape)],
+        [helper.make_tensor_value_info("y_f" if nodes_y else "y", onnx.TensorProto.FLOAT, y_shape)],
         initializer=[*inits, *inits_a, *inits_y],
     )
     imports = [helper.make_opsetid("", opset)]

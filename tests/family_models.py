@@ -177,13 +177,15 @@ def qdq_family(
     params: str = "differ",
     opset: int = 13,
     domain: str = "",
+    output: str = "quantized",
 ) -> onnx.ModelProto:
     """DQ(Q(a)) -> ``op`` -> Q -> DQ with activations of ``qtype`` (``domain``'s Q/DQ:
     "" or com.microsoft at opset 1), quantized ``granularity`` ("per-tensor", or
     "per-axis" on the channel axis); ``params`` "equal": every Q/DQ of the group has the
     input's scale and zero point (the ops whose output stays in the input's range), else
     the output's cover its range and a second input's scale is 1.5 times the first's.
-    The output is quantized per tensor."""
+    The output is quantized per tensor; with ``output`` "float" the op's output is the
+    graph's (as NNCF writes: Q/DQ on the inputs of an op only)."""
     scale, zero, attrs = _input_scale(qtype, granularity)
     nodes, inits = _pair("a", "a_f", qtype, scale, zero, attrs=attrs, domain=domain)
     if op in TWO_INPUTS:
@@ -194,8 +196,8 @@ def qdq_family(
     node, op_inits = _node_of(op, "a_f", opset)
     nodes.append(node)
     inits += op_inits
-    out, out_type = "y", onnx.TensorProto.INT64
-    if op not in NO_OUTPUT_Q:
+    out, out_type = "y", onnx.TensorProto.INT64 if op in NO_OUTPUT_Q else onnx.TensorProto.FLOAT
+    if op not in NO_OUTPUT_Q and output == "quantized":
         y_scale, y_zero = _output_params(op, qtype, params, scale, zero)
         pair, pair_inits = _pair("y", "y_f", qtype, y_scale, y_zero, attrs={}, domain=domain)
         nodes += pair

@@ -235,7 +235,7 @@ def _activation_type(matmul: ir.Node) -> str | None:
 
 
 def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
-    """`` along=K|N blocks=one|many zero_point=yes|no output=quantized|float`` for a blocked
+    """`` along=K|N blocks=one|many zero_point=yes|no`` for a blocked
     2-D weight (what decides how ONNX Runtime's fused kernel misreads its scale); None when
     the weight's rank is unknown or not 2."""
     shape = view.x.shape if view.x is not None else None
@@ -245,12 +245,21 @@ def _blocked_layout(view: QDQView, matmul: ir.Node) -> str | None:
     dim = shape[axis]
     blocks = "one" if dim is not None and view.block_size >= dim else "many"
     zero_point = "yes" if view.zero_point is not None else "no"
-    consumers = matmul.outputs[0].consumers() if matmul.outputs else ()
+    return f" along={'KN'[axis]} blocks={blocks} zero_point={zero_point}"
+
+
+def _quantize_consumers(op: ir.Node) -> list[ir.Node] | None:
+    """The QuantizeLinear nodes ``op``'s output feeds when it feeds nothing else (its output
+    is quantized again: ONNX Runtime fuses the group into a QLinear kernel); None when the
+    output is float (a graph output, or a float op reads it)."""
+    consumers = list(op.outputs[0].consumers()) if op.outputs else []
     quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
-    return (
-        f" along={'KN'[axis]} blocks={blocks} zero_point={zero_point} "
-        f"output={'quantized' if quantized else 'float'}"
-    )
+    return consumers if quantized else None
+
+
+def _output_kind(op: ir.Node) -> str:
+    """`` output=quantized|float``: whether ``op``'s output is quantized again."""
+    return f" output={'float' if _quantize_consumers(op) is None else 'quantized'}"
 
 
 #: The ai.onnx operators whose second input a weight's DequantizeLinear gives in the patterns
@@ -298,7 +307,8 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
     ``QDQ <op>: activation=<type> weight=<form>`` when a DequantizeLinear gives it, with a
     blocked MatMul weight's layout, or for the other :data:`WEIGHT_OPS` the weight's layout
     (:func:`_weight_layout`). None: the weight has no form, or no pattern of that kind is
-    recorded."""
+    recorded. Every QDQ pattern ends with whether the op's output is quantized again
+    (:func:`_output_kind`: a QLinear kernel, or MatMulIntegerToFloat / no fusion)."""
     form = form_of(view)
     if form is None:
         return None
@@ -311,13 +321,12 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
     if activation is None:
         return f"weight DQ->{op}: {form}"
     key = f"QDQ {op}: activation={activation} weight={form}"
+    layout: str | None = ""
     if op != "MatMul":
         layout = _weight_layout(view, consumer) if isinstance(view, QDQView) else None
-        return None if layout is None else key + layout
-    if isinstance(view, QDQView) and view.granularity.blocked:
+    elif isinstance(view, QDQView) and view.granularity.blocked:
         layout = _blocked_layout(view, consumer)
-        return None if layout is None else key + layout
-    return key
+    return None if layout is None else key + layout + _output_kind(consumer)
 
 
 #: The ai.onnx operators of the activation-only QDQ node groups the tables record: those
@@ -394,10 +403,9 @@ def family_key(view: NodeView, op: ir.Node) -> str | None:
     form = form_of(view) if isinstance(view, QDQView) and not view.is_quantize else None
     if form is None or not isinstance(view, QDQView):
         return None
-    consumers = list(op.outputs[0].consumers()) if op.outputs else []
-    quantized = bool(consumers) and all(n.op_type == "QuantizeLinear" for n in consumers)
-    output = _quantized_type(consumers[0]) if quantized else "float"
-    params = _group_params(view, op, consumers if quantized else [])
+    consumers = _quantize_consumers(op)
+    output = _quantized_type(consumers[0]) if consumers else "float"
+    params = _group_params(view, op, consumers or [])
     return f"QDQ {op.op_type}: input={form} output={output} params={params}"
 
 

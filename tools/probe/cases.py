@@ -644,7 +644,13 @@ def _all_weight_forms(rank: int, opset: int) -> Iterator[tuple[str, int, str]]:
 
 
 def _weight_op_case(
-    op: str, types: tuple[DT, DT], form: tuple[str, int, str], *, opset: int, trans_b: int
+    op: str,
+    types: tuple[DT, DT],
+    form: tuple[str, int, str],
+    *,
+    opset: int,
+    trans_b: int,
+    output: str = "quantized",
 ) -> Case | None:
     """The case of one weight-operator pattern (None: blocked below opset 21, or no key)."""
     (act, weight), (granularity, axis, zero_points) = types, form
@@ -662,6 +668,7 @@ def _weight_op_case(
         zero_points=zero_points,
         trans_b=trans_b,
         opset=opset,
+        output=output,
     )
     key = _pattern_key_of(model)
     if key is None:
@@ -801,6 +808,45 @@ def float8_pattern_cases() -> Iterator[Case]:
             yield case
 
 
+def float8_quantized_output_cases() -> Iterator[Case]:
+    """The float8 QDQ MatMul of :func:`float8_pattern_cases` with its output quantized again
+    (whether ORT loads and runs it; a float8 output differs by its rounding step)."""
+    types = (DT.FLOAT8E4M3FN, DT.FLOAT8E5M2)
+    for dtype, granularity in itertools.product(types, ("per-tensor", "per-axis")):
+        case = _compared(qdq_matmul_weight(dtype, dtype, granularity), 2)
+        if case is not None:
+            yield case
+
+
+#: (activation, weight) types of the weight patterns whose output is float.
+FLOAT_OUTPUT_TYPES = ((DT.UINT8, DT.INT8), (DT.INT8, DT.INT8))
+#: Per weight operator, the axis of its output channels in the weight (Gemm with transB 1).
+OUTPUT_AXIS = {"Conv": 0, "Gemm": 0, "ConvTranspose": 1}
+
+
+def float_output_cases() -> Iterator[Case]:
+    """The QDQ Conv, ConvTranspose, Gemm (transB 1) and MatMul whose output is float (not
+    quantized again: NNCF writes Q/DQ on an op's inputs only; ORT fuses MatMul into
+    MatMulIntegerToFloat, the others into nothing): :data:`FLOAT_OUTPUT_TYPES`, per tensor
+    and per channel on the output axis (zero points equal and differing), at opset 13 and
+    21, compared with ORT_DISABLE_ALL's output."""
+    for opset, types in itertools.product((13, 21), FLOAT_OUTPUT_TYPES):
+        for op, axis in OUTPUT_AXIS.items():
+            forms = (("per-tensor", 0, "equal"), ("per-axis", axis, "equal"))
+            for form in (*forms, ("per-axis", axis, "differ")):
+                trans_b = 1 if op == "Gemm" else 0
+                case = _weight_op_case(
+                    op, types, form, opset=opset, trans_b=trans_b, output="float"
+                )
+                if case is not None:
+                    yield case
+        for granularity in ("per-tensor", "per-axis"):
+            model = qdq_matmul_weight(*types, granularity, opset=opset, output="float")
+            case = _compared(model, 2)
+            if case is not None:
+                yield case
+
+
 def all_cases() -> Iterator[Case]:
     """Every case, IR and opset first."""
     from families import family_cases  # (they build on this module's Case)
@@ -818,7 +864,9 @@ def all_cases() -> Iterator[Case]:
         weight_op_cases,
         float8_pattern_cases,
         family_cases,
-        qoperator_activation_cases,  # last: the earlier cases keep their indices
+        qoperator_activation_cases,
+        float_output_cases,  # later: the earlier cases keep their indices
+        float8_quantized_output_cases,
         qoperator_value_cases,
         conv_transpose_cases,
     ):

@@ -32,11 +32,22 @@ ACTIVATIONS = (
     (DT.INT8, "per-tensor", 13, ""),
     (DT.UINT8, "per-axis", 13, ""),
     (DT.UINT8, "per-tensor", 21, ""),
+    (DT.INT8, "per-tensor", 21, ""),
     (DT.UINT16, "per-tensor", 21, ""),
     (DT.INT16, "per-tensor", 21, ""),
     (DT.UINT16, "per-tensor", 13, MS),
     (DT.INT4, "per-tensor", 21, ""),
     (DT.FLOAT8E4M3FN, "per-tensor", 21, ""),
+)
+#: (activation type, opset) of the groups whose output is float: the op's output not
+#: quantized again (NNCF writes Q/DQ on an op's inputs only), per tensor, ai.onnx Q/DQ.
+FLOAT_OUTPUT = (
+    (DT.UINT8, 13),
+    (DT.INT8, 13),
+    (DT.UINT8, 21),
+    (DT.INT8, 21),
+    (DT.UINT16, 21),
+    (DT.INT16, 21),
 )
 #: The ops whose output stays in the input's range: probed with one scale and zero point
 #: for the whole group too (what ORT requires to drop a Q/DQ pair).
@@ -60,9 +71,11 @@ def key_of_family(model: onnx.ModelProto) -> str | None:
 def family_cases() -> Iterator[Case]:
     """Every op of :data:`FAMILY_OPS` with each activation of :data:`ACTIVATIONS`, its
     Q/DQ parameters differing, and (the ops of :data:`SAME_RANGE`, per tensor) equal; then
-    the bias patterns (:func:`bias_cases`)."""
+    the bias patterns (:func:`bias_cases`); then the groups whose output is float
+    (:data:`FLOAT_OUTPUT`)."""
     yield from _activation_cases()
     yield from bias_cases()
+    yield from _float_output_cases()
 
 
 def _activation_cases() -> Iterator[Case]:
@@ -78,6 +91,16 @@ def _activation_cases() -> Iterator[Case]:
             key = key_of_family(model)
             if key is not None:
                 yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
+
+
+def _float_output_cases() -> Iterator[Case]:
+    for op, (qtype, opset) in itertools.product(FAMILY_OPS, FLOAT_OUTPUT):
+        if op == "ArgMax":  # its output is never quantized: probed above
+            continue
+        model = qdq_family(op, qtype, opset=opset, output="float")
+        key = key_of_family(model)
+        if key is not None:
+            yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
 
 
 def _input_renamed(model: onnx.ModelProto, old: str, new: str) -> onnx.ModelProto:
