@@ -94,23 +94,24 @@ def _ways_out(target: Target, key: str) -> list[str]:
     summary="The target runtime computes this QOperator node wrong, or fails on it, as its "
     "zero points are (measured against the ONNX reference).",
     explanation="""
-    The probe feeds each QOperator operator `convert --to qoperator` writes (QLinearConv,
-    QLinearMatMul, com.microsoft QGemm, QLinearAdd, QLinearMul, QLinearConcat,
-    QLinearAveragePool, QLinearGlobalAveragePool, QLinearLeakyRelu, QLinearSigmoid,
-    QLinearSoftmax) from a float input through QuantizeLinear, for every pair of
-    uint8 / int8 types, weights per tensor and per channel, and each class of zero points
-    (0, one nonzero value, differing per channel; an output's at its type's lowest or
-    highest value), and compares the runtime's output with the ONNX reference evaluator
-    on the same node written as Q/DQ (`docs/targets.md`). This rule reports the releases
-    that computed the node's form with its zero points more than 10% of the largest
-    output off, or failed at run, where QL703's one-node model of the form ran: ONNX
-    Runtime 1.15 fails at run on a QLinearConv whose per-channel weight zero points
-    differ ("zero point of per-channel filter must be same"), and computes an int8
-    QLinearSoftmax whose output zero point is not -128 wrong; OpenVINO 2026.4.1 computes
-    a uint8 QLinearAveragePool and QLinearLeakyRelu and an int8 QLinearSigmoid and
-    QLinearSoftmax wrong (its QLinearAdd / QLinearMul saturation is QL752's). The hint
-    names the zero point classes of the same form every release measured right; `convert
-    --to qoperator --target` leaves such a group as Q/DQ.
+    The probe (`tools/probe/qoperator_values.py`) feeds each QOperator operator `convert
+    --to qoperator` writes (QLinearConv, QLinearMatMul, com.microsoft QGemm, QLinearAdd,
+    QLinearMul, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool,
+    QLinearLeakyRelu, QLinearSigmoid, QLinearSoftmax) from a float input through
+    QuantizeLinear, for every pair of uint8 / int8 types, weights per tensor and per
+    channel, and each class of zero points (0, one nonzero value, differing per channel;
+    an output's at its type's lowest or highest value), and compares the runtime's output
+    with the ONNX reference evaluator on the same node written as Q/DQ (`docs/targets.md`).
+    This rule reports the releases that computed the node's form with its zero points more
+    than 10% of the largest output off, or failed at run, where QL703's one-node model of
+    the form ran: ONNX Runtime 1.15 to 1.26 fail at run on a QLinearConv whose per-channel
+    weight zero points differ ("zero point of per-channel filter must be same"), no release
+    has a kernel for an int8 activation with uint8 weights, and 1.15 to 1.28 compute an
+    int8 QLinearSoftmax whose output saturates at 127 wrong; OpenVINO 2026.4.1 computes a
+    uint8 QLinearAveragePool and QLinearLeakyRelu wrong, and a QLinearConcat whose output
+    saturates (its QLinearAdd / QLinearMul saturation is QL752's). The hint names the zero
+    points that, changed alone, every release measured right; `convert --to qoperator
+    --target` leaves such a group as Q/DQ.
     """,
     example="""
     bad:  QLinearConv(w: int8 per channel, w_zero_point [1, -2, 5])   (--target ort==1.15)
