@@ -48,11 +48,23 @@ def _f32(name: str, values: list[float]) -> onnx.TensorProto:
     return helper.make_tensor(name, onnx.TensorProto.FLOAT, [len(values)], values)
 
 
-def _node_of(op: str, x: str, opset: int) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
-    """The operator on ``x`` (and "c_f", the second data input) into "y"."""
+#: AveragePool's padding variants: none, or one row and column on each side, counted in
+#: the average (count_include_pad=1, PyTorch's AvgPool2d default) or excluded.
+POOL_PADS = {
+    "none": {},
+    "counted": {"pads": [1, 1, 1, 1], "count_include_pad": 1},
+    "excluded": {"pads": [1, 1, 1, 1], "count_include_pad": 0},
+}
+
+
+def _node_of(
+    op: str, x: str, opset: int, pool_pads: str = "none"
+) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+    """The operator on ``x`` (and "c_f", the second data input) into "y"; AveragePool
+    padded as :data:`POOL_PADS` says."""
     pool = {"kernel_shape": [2, 2]}
     table: dict[str, tuple[list[str], dict[str, Any], list[onnx.TensorProto]]] = {
-        "AveragePool": ([x], pool, []),
+        "AveragePool": ([x], {**pool, **POOL_PADS[pool_pads]}, []),
         "MaxPool": ([x], pool, []),
         "GlobalAveragePool": ([x], {}, []),
         "LeakyRelu": ([x], {"alpha": 0.1}, []),
@@ -131,10 +143,10 @@ def _pair(
     return [quantize, dequantize], inits
 
 
-def _input_scale(qtype: DT, granularity: str) -> tuple[np.ndarray, int, dict]:
-    """The input's scale (per tensor, or per channel on axis 1, 1.0 .. 1.6 times it), its
-    zero point, and the Q/DQ attributes."""
-    scale, zero = _params(qtype, 0.0, 6.0)
+def _input_scale(qtype: DT, granularity: str, low: float) -> tuple[np.ndarray, int, dict]:
+    """The input's scale covering [``low``, 6] (per tensor, or per channel on axis 1, 1.0 ..
+    1.6 times it), its zero point, and the Q/DQ attributes."""
+    scale, zero = _params(qtype, low, 6.0)
     if granularity == "per-axis":
         factors = np.array([1.0, 1.2, 1.4, 1.6], np.float32)
         return (np.float32(scale) * factors).astype(np.float32), zero, {"axis": 1}
@@ -178,6 +190,8 @@ def qdq_family(
     opset: int = 13,
     domain: str = "",
     output: str = "quantized",
+    pool_pads: str = "none",
+    low: float = 0.0,
 ) -> onnx.ModelProto:
     """DQ(Q(a)) -> ``op`` -> Q -> DQ with activations of ``qtype`` (``domain``'s Q/DQ:
     "" or com.microsoft at opset 1), quantized ``granularity`` ("per-tensor", or
@@ -185,15 +199,17 @@ def qdq_family(
     input's scale and zero point (the ops whose output stays in the input's range), else
     the output's cover its range and a second input's scale is 1.5 times the first's.
     The output is quantized per tensor; with ``output`` "float" the op's output is the
-    graph's (as NNCF writes: Q/DQ on the inputs of an op only)."""
-    scale, zero, attrs = _input_scale(qtype, granularity)
+    graph's (as NNCF writes: Q/DQ on the inputs of an op only). AveragePool is padded as
+    ``pool_pads`` says (:data:`POOL_PADS`); the input's Q/DQ covers [``low``, 6] (below 0:
+    a uint8 zero point above 0)."""
+    scale, zero, attrs = _input_scale(qtype, granularity, low)
     nodes, inits = _pair("a", "a_f", qtype, scale, zero, attrs=attrs, domain=domain)
     if op in TWO_INPUTS:
         factor = np.float32(1.0 if params == "equal" else 1.5)
         second, second_inits = _second_input(qtype, scale * factor, zero, attrs, domain)
         nodes.append(second)
         inits += second_inits
-    node, op_inits = _node_of(op, "a_f", opset)
+    node, op_inits = _node_of(op, "a_f", opset, pool_pads)
     nodes.append(node)
     inits += op_inits
     out, out_type = "y", onnx.TensorProto.INT64 if op in NO_OUTPUT_Q else onnx.TensorProto.FLOAT

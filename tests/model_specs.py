@@ -40,6 +40,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_requantized": em.qdq_requantized,
     "openvino_sixteen_bit": openvino_models.sixteen_bit,
     "openvino_constant_operand": openvino_models.constant_operand,
+    "openvino_boundary_pair": openvino_models.boundary_pair,
     "qdq_family": family_models.qdq_family,
     "edited": em.edited,
     "cut_inputs": em.cut_inputs,

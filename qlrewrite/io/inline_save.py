@@ -9,6 +9,8 @@ holds one tensor at a time (and its serialized copy).
 The file is a valid ModelProto: protobuf parsers accept fields in any order, so the
 initializers follow the rest of the graph, and the graph's length is written as a
 fixed-width varint (continuation bytes, which every parser accepts) patched once known.
+The model's own fields keep protobuf's order around the graph (OpenVINO's reader needs
+it).
 Parsed, the file is the same ModelProto ``onnx_ir.save`` writes.
 """
 
@@ -199,6 +201,22 @@ def save_inline(
         proto = _skeleton(model, values)
     graph = proto.graph.SerializeToString()
     proto.ClearField("graph")
+    head, tail = _around_graph(proto)
     with open(path, "wb") as file:
-        file.write(proto.SerializeToString())
+        file.write(head)
         _write_graph(file, graph, values, callback)
+        file.write(tail)
+
+
+def _around_graph(proto: onnx.ModelProto) -> tuple[bytes, bytes]:
+    """``proto`` (no graph) as the fields numbered below the graph's and those above it:
+    the file keeps protobuf's field order. OpenVINO 2026.4.1's ONNX reader refuses a file
+    whose repeated field (two opset imports) comes before three distinct fields (measured:
+    ir_version, opset_import x2, graph is refused; ir_version, graph, opset_import x2 is
+    read)."""
+    head, tail = onnx.ModelProto(), onnx.ModelProto()
+    head.CopyFrom(proto)
+    tail.CopyFrom(proto)
+    for field, _ in proto.ListFields():
+        (tail if field.number < _GRAPH else head).ClearField(field.name)
+    return head.SerializeToString(), tail.SerializeToString()

@@ -148,7 +148,8 @@ def fix_passes(
     Read from the rules' own :class:`~qlrewrite.rules.registry.Fix`: a fix that is an
     upgrade (``upgrade_opset``) puts ``qlrewrite upgrade --opset N`` first, for the codes
     that asked for it; the node and model fixes run in one
-    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given; then the
+    :class:`~qlrewrite.passes.fix.FixPass`, on exactly the findings given (a target
+    rule's node fix, for the findings its check gives on ``targets``); then the
     rewrites the target findings point to on ``targets`` (:func:`target_fix_passes`).
     """
     chosen = fixable(findings, unsafe=unsafe)
@@ -163,7 +164,7 @@ def fix_passes(
     passes = [
         p for opset in sorted(by_opset) for p in upgrade_passes(opset, fixing=by_opset[opset])
     ]
-    passes.append(FixPass(codes, lambda f: finding_key(f) in keys))
+    passes.append(FixPass(codes, lambda f: finding_key(f) in keys, targets))
     return passes + target_fix_passes(chosen, targets)
 
 

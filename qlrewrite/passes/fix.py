@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx_ir as ir
 
@@ -28,8 +28,11 @@ from qlrewrite.passes.imports import ImportsResult
 from qlrewrite.passes.results import RepairsFindings, RewritePassResult
 from qlrewrite.qdq import NodeView, QuantizedSite, node_views
 from qlrewrite.rules import CHECKS
-from qlrewrite.rules.registry import Fix, FixContext, RuleCheck
+from qlrewrite.rules.registry import Fix, FixContext, RuleCheck, TargetNode
 from qlrewrite.toolkit import FreshNames, drop_unused_domain, iter_graphs, normalize_domain
+
+if TYPE_CHECKING:
+    from qlrewrite.targets.spec import Target
 
 __all__ = [
     "FIXES",
@@ -65,6 +68,8 @@ Planned = tuple[QuantizedSite, NodeView, Finding]
 class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     """Apply the fixes of ``codes`` to the findings ``wanted`` accepts (default: all).
 
+    A "target-node" rule's node fix runs on the findings its check gives for ``targets``
+    (the runtimes deployed to: none, no such fix runs), as the check found them.
     The :class:`~qlrewrite.passes.fix.FixResult` lists what changed, one
     ``(code, where, what)`` per repair, for ``--diff``, and counts them per code.
     """
@@ -73,12 +78,16 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
     repairs_rules: tuple[str, ...] = ()  # the codes asked for, set when made
 
     def __init__(
-        self, codes: Collection[str], wanted: Callable[[Finding], bool] | None = None
+        self,
+        codes: Collection[str],
+        wanted: Callable[[Finding], bool] | None = None,
+        targets: Sequence[Target] = (),
     ) -> None:
         super().__init__()
         self.codes = frozenset(codes)
         self.repairs_rules = tuple(sorted(self.codes))
         self.wanted = wanted or (lambda _finding: True)
+        self.targets = tuple(targets)
 
     def call(self, model: ir.Model) -> FixResult:
         result = FixResult(model, False)
@@ -86,7 +95,7 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
         node_units = [u for u in units if u.fix is not None and u.fix.node is not None]
         memos: dict[str, dict[Any, Any]] = {u.rule.code: {} for u in node_units}
         done: set[tuple[int, str]] = set()
-        names = FreshNames(model)
+        names = FreshNames(model, nodes=True)
         for site, view, finding in self._planned(model, node_units):
             if (id(site.node), finding.rule) in done:
                 continue
@@ -119,10 +128,17 @@ class FixPass(ContextPass, ir.passes.InPlacePass, RepairsFindings):
                         continue
                     planned.extend(
                         (site, view, f)
-                        for f in unit.func(view)
+                        for f in self._findings(unit, view)
                         if f.fix is not None and self.wanted(f)
                     )
         return planned
+
+    def _findings(self, unit: RuleCheck, view: NodeView) -> list[Finding]:
+        """What ``unit`` finds on ``view``: a node rule's check, a "target-node" rule's
+        for each of the targets (none: nothing)."""
+        if unit.scope != "target-node":
+            return list(unit.func(view))
+        return [f for target in self.targets for f in unit.func(TargetNode(view, target))]
 
 
 def _record(result: FixResult, code: str, where: str, what: str) -> None:

@@ -99,7 +99,9 @@ class Fix:
     ``applies`` decides from the finding's structured fields (never its text) whether the
     fix can repair it; the registry then sets ``Finding.fix``. The repair is one of:
     ``node`` (called once per node and rule with a :class:`FixContext`; returns the line
-    ``--diff`` shows, or None when it changed nothing), ``model`` (called once per model,
+    ``--diff`` shows, or None when it changed nothing; a "target-node" rule's runs on the
+    findings its check gives for the targets the fix is for, none without ``--target``),
+    ``model`` (called once per model,
     same return), ``upgrade_opset`` (the fix pass upgrades ai.onnx to that opset first)
     or ``rewrite`` (a target rule's: the command-level rewrite the finding points to on the
     runtimes deployed to, as :class:`Rewrite` data; the fix pass runs it once per model for

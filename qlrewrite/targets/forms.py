@@ -406,7 +406,34 @@ def family_key(view: NodeView, op: ir.Node) -> str | None:
     consumers = _quantize_consumers(op)
     output = _quantized_type(consumers[0]) if consumers else "float"
     params = _group_params(view, op, consumers or [])
-    return f"QDQ {op.op_type}: input={form} output={output} params={params}"
+    padding = _pool_padding(view, op) if op.op_type == "AveragePool" else ""
+    if padding is None:
+        return None
+    return f"QDQ {op.op_type}: input={form} output={output} params={params}{padding}"
+
+
+def _pool_padding(view: QDQView, op: ir.Node) -> str | None:
+    """`` pads=counted zero_point=zero|nonzero`` for an AveragePool that pads and counts the
+    padding in the average (count_include_pad=1: what a runtime that moves the
+    DequantizeLinear past the pool gets wrong when the zero point is not 0),
+    `` pads=excluded`` when it pads without counting, else empty. None: the zero point is
+    not a read constant."""
+    pads = op.attributes.get("pads")
+    auto_pad = op.attributes.get("auto_pad")
+    padded = (pads is not None and any(pads.as_ints())) or (
+        auto_pad is not None and auto_pad.as_string().startswith("SAME")
+    )
+    if not padded:
+        return ""
+    counted = op.attributes.get("count_include_pad")
+    if counted is None or counted.as_int() == 0:
+        return " pads=excluded"
+    zero_point = view.node.inputs[2] if len(view.node.inputs) > 2 else None
+    found = view.value_view(zero_point, read=True) if zero_point is not None else None
+    if zero_point is not None and (found is None or found.array is None):
+        return None
+    nonzero = found is not None and found.array is not None and bool(found.array.any())
+    return f" pads=counted zero_point={'nonzero' if nonzero else 'zero'}"
 
 
 def _weight_granularity(op: ir.Node) -> str | None:

@@ -38,10 +38,11 @@ __all__ = [
 DATA = Path(__file__).resolve().parent / "data"
 
 
-#: Errors a probe model met only because it is one group from the graph's input to its
-#: output: OpenVINO's FQ stripping (16-bit Q/DQ pairs) fails there ("replace_output_update_name
-#: ... failed"), and not on the same group inside a graph (measured: ORT's 16-bit
-#: quantize_static CNNs with those MaxPool groups compile in OpenVINO 2026.4.1).
+#: Errors a probe model met only because its group ends at the graph's output: OpenVINO's
+#: FQ stripping ("replace_output_update_name ... failed") refuses a 16-bit Q/DQ pair ending
+#: at a graph output that reads a graph input, another graph output or a MaxPool, and not
+#: the same group inside a graph (measured, OpenVINO 2026.4.1). QL753 judges a model's own
+#: graph edge.
 PROBE_BOUNDARY_ERRORS = ("replace_output_update_name",)
 
 
@@ -131,9 +132,8 @@ class Table:
 
     def refusal(self, form: str, *, between_graph_io: bool = True) -> Refusal | None:
         """How this release refused ``form`` (None: it ran it, or it was not measured).
-        ``between_graph_io=False``: the node's group does not run from a graph input to a
-        graph output, so a refusal only such a group meets (:data:`PROBE_BOUNDARY_ERRORS`)
-        does not apply."""
+        ``between_graph_io=False``: leave out a refusal the probe's model met only at the
+        graph's edge (:data:`PROBE_BOUNDARY_ERRORS`; QL753 judges a model's own)."""
         row = self.forms.get(form)
         if not isinstance(row, dict) or row.get("runs"):
             return None

@@ -16,7 +16,7 @@ from onnx import helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 
 from qlrewrite.io.inline_save import _padded_varint, save_inline
-from qlrewrite.io.wire import encode_varint
+from qlrewrite.io.wire import encode_varint, read_varint, skip_value
 
 _CONSTANT = helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.arange(3.0)))
 _CALL = helper.make_node("f", ["w"], ["z"], domain="local")
@@ -204,3 +204,42 @@ def test_written_from_the_weightless_proto_the_file_is_the_same(
     save_inline(model, tmp_path / "copied.onnx", weightless=weightless)
     assert (tmp_path / "copied.onnx").read_bytes() == (tmp_path / "serialized.onnx").read_bytes()
     assert weightless.SerializeToString() == as_made  # left as it came
+
+
+def _top_fields(data: bytes) -> list[int]:
+    """The field numbers of a serialized ModelProto, in the order they are written."""
+    numbers, position = [], 0
+    while position < len(data):
+        key, position = read_varint(data, position, len(data))
+        if key & 7 == 2:
+            length, position = read_varint(data, position, len(data))
+            position += length
+        else:
+            position = skip_value(data, key & 7, position, len(data))
+        numbers.append(key >> 3)
+    return numbers
+
+
+def test_the_model_fields_keep_protobufs_order_around_the_graph(tmp_path: Path) -> None:
+    """ir_version, then the graph, then the opset imports, functions and metadata, as
+    onnx writes them: OpenVINO 2026.4.1 refuses a file whose two opset imports come before
+    the graph when no producer name precedes them (the slow test of QL750's fix reads one
+    written so)."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])],
+        [numpy_helper.from_array(np.arange(2, dtype=np.float32), "w")],
+    )
+    imports = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=imports, functions=[_neg_function()])
+    helper.set_model_props(model, {"key": "value"})
+    model.ir_version = 10
+    save_inline(ir.serde.deserialize_model(model), tmp_path / "m.onnx")
+    written = (tmp_path / "m.onnx").read_bytes()
+    fields = _top_fields(written)
+    assert fields == _top_fields(model.SerializeToString()) == sorted(fields)
+    assert onnx.load_model_from_string(written) == ir.serde.serialize_model(
+        ir.serde.deserialize_model(model)
+    )

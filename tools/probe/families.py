@@ -72,10 +72,11 @@ def family_cases() -> Iterator[Case]:
     """Every op of :data:`FAMILY_OPS` with each activation of :data:`ACTIVATIONS`, its
     Q/DQ parameters differing, and (the ops of :data:`SAME_RANGE`, per tensor) equal; then
     the bias patterns (:func:`bias_cases`); then the groups whose output is float
-    (:data:`FLOAT_OUTPUT`)."""
+    (:data:`FLOAT_OUTPUT`) and the padded AveragePools (:data:`PADDED_POOL`)."""
     yield from _activation_cases()
     yield from bias_cases()
     yield from _float_output_cases()
+    yield from _padded_pool_cases()
 
 
 def _activation_cases() -> Iterator[Case]:
@@ -98,6 +99,26 @@ def _float_output_cases() -> Iterator[Case]:
         if op == "ArgMax":  # its output is never quantized: probed above
             continue
         model = qdq_family(op, qtype, opset=opset, output="float")
+        key = key_of_family(model)
+        if key is not None:
+            yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])
+
+
+#: (activation type, opset, low end of the input's range) of the padded AveragePool groups:
+#: uint8 with a zero point of 0 and above 0, int8 (zero point -128).
+PADDED_POOL = ((DT.UINT8, 13, 0.0), (DT.UINT8, 13, -1.0), (DT.INT8, 13, 0.0), (DT.UINT8, 21, -1.0))
+
+
+def _padded_pool_cases() -> Iterator[Case]:
+    """AveragePool padding one row and column on each side, the padding counted in the
+    average (count_include_pad=1) or not, each output quantized again and float."""
+    combos = itertools.product(PADDED_POOL, ("counted", "excluded"), ("quantized", "float"))
+    for (qtype, opset, low), pads, output in combos:
+        if pads == "excluded" and low != 0.0:  # the zero point is not in its key
+            continue
+        model = qdq_family(
+            "AveragePool", qtype, opset=opset, output=output, pool_pads=pads, low=low
+        )
         key = key_of_family(model)
         if key is not None:
             yield Case(key, model, [("a", "float32", [1, 4, 4, 4])], compare=[[1, 4, 4, 4]])

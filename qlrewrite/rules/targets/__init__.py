@@ -2,6 +2,7 @@
 
 from qlrewrite.rules.targets import (  # noqa: F401 (register their rules)
     openvino,
+    openvino_boundary,
     ort,
     ort_nbits,
     ort_values,

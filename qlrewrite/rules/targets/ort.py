@@ -235,26 +235,6 @@ def _oldest_running(form: str) -> str | None:
     return None
 
 
-def _between_graph_io(ctx: TargetNode) -> bool:
-    """Whether the node's group runs from a graph input (its x quantized straight from one)
-    to a graph output (an op it feeds is requantized into one)."""
-    node = ctx.view.node
-    graph = node.graph
-    if graph is None or not node.inputs or node.inputs[0] is None:
-        return False
-    quantize = node.inputs[0].producer()
-    source = quantize.inputs[0] if quantize is not None and quantize.inputs else None
-    if source is None or source not in graph.inputs:
-        return False
-    outputs = set(graph.outputs)
-    for op, _ in node.outputs[0].uses():
-        requantized = [q for out in op.outputs for q, _ in out.uses() if q.outputs]
-        dequantized = [dq for q in requantized for dq, _ in q.outputs[0].uses()]
-        if any(value in outputs for dq in dequantized for value in dq.outputs):
-            return True
-    return False
-
-
 def _refusals(
     target: Target, form: str, *, between_graph_io: bool = True
 ) -> list[tuple[Table, Refusal]]:
@@ -317,11 +297,10 @@ def target_refuses_node(ctx: TargetNode) -> Iterator[Finding]:
             form, what = key, f"the quantized {op.op_type} it feeds (as its weight)"
             refused = _refusals(ctx.target, key)
     if not refused and not ctx.view.is_quantize:
-        edge = _between_graph_io(ctx)
         for op, key in groups_of(ctx):
-            found = [
+            found = [  # the probe's group at the graph's edge: QL753 reads the graph itself
                 (t, r)
-                for t, r in _refusals(ctx.target, key, between_graph_io=edge)
+                for t, r in _refusals(ctx.target, key, between_graph_io=False)
                 if r.unoptimized != "runs"
             ]
             if found:
@@ -595,8 +574,13 @@ def _ways_out(key: str) -> str:
     no rule flags it. With `--target openvino` the groups' outputs are
     compared with the ONNX reference evaluator's (OpenVINO 2026.4.1: an
     InstanceNormalization between 16-bit Q/DQ computed about 55% of the largest output
-    off). Ways out: for MatMul, MatMulNBits (`qlrewrite convert --to com.microsoft`, blocks
-    along K: a blocked weight needs no
+    off; an AveragePool that pads and counts its padding, count_include_pad=1, after a
+    DequantizeLinear whose zero point is not 0, about 15% off: the way out pads the
+    integers before the DequantizeLinear). Each group is probed with its output quantized
+    again and with it float (Q/DQ on an op's inputs only, as NNCF writes); ORT 1.27 to
+    1.32 refuse at load an int8 group at opset 21 whose output is float (the propagated
+    QuantizeLinear gets a uint8 zero point). Ways out: for MatMul, MatMulNBits
+    (`qlrewrite convert --to com.microsoft`, blocks along K: a blocked weight needs no
     `--include-8bit`), per-channel weights, or a session that does not fuse QDQ nodes; for
     Conv, ConvTranspose and Gemm, the same weight quantized per channel on its output axis
     with one zero point, or per tensor, offered only when the tables measured that form to

@@ -155,21 +155,57 @@ def _family_variant(key: str, qtype: str | None) -> str:
     return _FAMILY_FORM.sub(replace, key, count=1)
 
 
+#: A padded AveragePool counting its padding (:func:`~qlrewrite.targets.forms.family_key`).
+_COUNTED_PADS = " pads=counted zero_point=nonzero"
+
+
+def _padding_variants(key: str) -> list[tuple[str, str]]:
+    """The form of an AveragePool that counts its padding with a zero point not 0, quantized
+    with a zero point of 0 instead."""
+    if not key.endswith(_COUNTED_PADS):
+        return []
+    unpadded = key.removesuffix(_COUNTED_PADS)
+    return [(unpadded + " pads=counted zero_point=zero", "with a zero point of 0")]
+
+
+def _move_padding(target: Target, key: str) -> str:
+    """``; or pad the integers ...`` when the unpadded AveragePool of ``key`` (one counting
+    its padding with a zero point not 0) is measured right: the padding done on the
+    quantized tensor gives the same values by the ONNX spec (the zero point dequantizes to
+    0)."""
+    if not key.endswith(_COUNTED_PADS):
+        return ""
+    if not measured_right(target, key.removesuffix(_COUNTED_PADS)):
+        return ""
+    return (
+        "; or move the padding before the DequantizeLinear (a Pad of the integers whose "
+        "value is the zero point: the same values) and drop the AveragePool's pads"
+    )
+
+
 def _family_ways_out(target: Target, key: str) -> str:
     """Ways out of a family pattern: the activation quantized per tensor, or as uint8 per
     tensor (same opset and domain), offered when the tables measured that form to match
     ORT_DISABLE_ALL in every release of the target; or an ORT_DISABLE_ALL session."""
     forms: list[str] = []
     seen = {key}
-    for qtype, label in ((None, "per tensor"), ("UINT8", "as uint8 per tensor")):
-        form = _family_variant(key, qtype)
+    variants = [(_family_variant(key, None), "per tensor")]
+    variants.append((_family_variant(key, "UINT8"), "as uint8 per tensor"))
+    variants += _padding_variants(key)
+    for form, label in variants:
         if form not in seen and measured_right(target, form):
             forms.append(label)
         seen.add(form)
     if target.runtime != "ort":
+        moved = _move_padding(target, key)
         if not forms:
-            return "no measured form of this group runs right there: keep it in float"
-        return f"quantize this activation {' or '.join(forms)} (measured to run right there)"
+            return (
+                moved.removeprefix("; or ")
+                or "no measured form of this group runs right there: keep it in float"
+            )
+        return (
+            f"quantize this activation {' or '.join(forms)} (measured to run right there)" + moved
+        )
     session = "create the session with graph_optimization_level=ORT_DISABLE_ALL"
     if not forms:
         return session
