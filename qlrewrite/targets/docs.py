@@ -10,6 +10,7 @@ from pathlib import Path
 
 from qlrewrite.io import reading
 from qlrewrite.io.reading import DOCUMENT_BYTES
+from qlrewrite.targets.forms import QOPERATOR_VALUES
 from qlrewrite.targets.fusions import Fusion, kernel_of_ops
 from qlrewrite.targets.runtimes import DOCUMENTED, RUNTIMES
 from qlrewrite.targets.tables import DATA, Table, documented, ort_releases, table
@@ -41,8 +42,9 @@ the runtime's own message and the oldest release that runs it), QL704 (OpenVINO:
 it folds to float), QL705 (opt-in: a quantized MatMul ONNX Runtime runs in float), QL706
 (a quantized MatMul, Conv, ConvTranspose or Gemm, or an activation-only QDQ node group,
 that ONNX Runtime's default optimizations compute wrongly, fail at run on, or refuse where
-ORT_DISABLE_ALL runs it), QL711-QL714 (TensorRT, documented), QL721-QL724
-(QNN, documented).
+ORT_DISABLE_ALL runs it), QL707 (a QOperator node the release computes wrong or fails on
+as its zero points are, measured against the ONNX reference), QL711-QL714 (TensorRT,
+documented), QL721-QL724 (QNN, documented).
 
 ## How the tables are measured
 
@@ -112,14 +114,33 @@ on axis 0 and 1 from opset 21; zero points equal, differing per channel, or abse
 with both transB), the other pairs (int8 x int8, uint8 x uint8 at opset 13; int8 x int8,
 uint16 x int8, uint16 x int16, uint8 x int4 at opset 21) per-tensor, per-axis on axis 0
 (zero points equal and differing) and on axis 1, blocked on axis 0 and 1 (Gemm: transB
-1, as ORT's quantizer writes it); ConvTranspose with those core forms for uint8 x int8
-only. The key of a Conv, ConvTranspose or Gemm pattern adds the weight's axis, one block
-or many, whether its zero points are absent, equal or differ, and Gemm's transB.
+1, as ORT's quantizer writes it); ConvTranspose (weight (C_in, C_out / group, kH, kW): per
+output channel is axis 1) with uint8 / int8 activations at opset 13 and uint8 / int8 /
+uint16 / int16 at 21, int8 and uint8 weights, per tensor and per axis on axis 0 and 1,
+zero points equal or differing (no release fuses a QDQ ConvTranspose on the CPU provider:
+the DequantizeLinear stays, the ConvTranspose runs in float). The key of a Conv,
+ConvTranspose or Gemm pattern adds the weight's axis, one block or many, whether its zero
+points are absent, equal or differ, and Gemm's transB.
 
-A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 2,300
+The QOperator operators `convert --to qoperator` writes are also compared with their values
+(`tools/probe/qoperator_values.py`): QLinearConv, QLinearMatMul and QGemm with uint8 / int8
+activations and weights, weights per tensor (zero point 0 or not) and per channel (zero
+points 0, one nonzero value, or differing), activation zero points 0 or not; QLinearAdd,
+QLinearMul, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool, QLinearLeakyRelu,
+QLinearSigmoid and QLinearSoftmax (com.microsoft) in uint8 and int8 with the output's zero
+point mid-range, at its type's lowest or at its highest value; at ai.onnx opset 13. Each
+node is fed from the float input (shifted to [-3, 3); a second input reads it backwards)
+through QuantizeLinear and read back through DequantizeLinear; the reference is the same
+node written as Q/DQ around its float operator, run by the ONNX reference evaluator, so no
+QLinear kernel is trusted. ONNX Runtime (default session and ORT_DISABLE_ALL) and OpenVINO
+are compared with it; more than 10% of the largest output off is `miscomputes` (rows
+`QOperator values: <form> zero_points=<role>:<class>,...`, QL707).
+
+A full re-probe of every ONNX Runtime release 1.15 .. 1.32 and OpenVINO (about 3,000
 models each; `python tools/probe/drive.py ort --all && python tools/probe/drive.py
-openvino`) takes 4 to 6 minutes on 2 shared cores (measured 2026-11-28 in five runs: 3
-min 37 s to 5 min 31 s under the load of other work; OpenVINO about 1.5 of them);
+openvino`) takes 4 to 7 minutes on 2 shared cores (measured 2026-11-28: 4 min 11 s to 6
+min 43 s in three runs of the 3,038 models, under the load of other work, another probe
+among it; OpenVINO about 1.5 of them);
 `drive.py --only PREFIX` (repeatable) re-probes the keys starting with one of the
 prefixes and merges them into each table, recording the amendment under `amended`.
 
@@ -242,11 +263,57 @@ def _ort_forms(tables: Sequence[Table]) -> list[str]:
     qoperator = pick(
         lambda f: (
             re.search(r" (QLinear|QGemm|MatMulInteger|ConvInteger|Dynamic)", f) is not None
-            and not f.startswith("weight")
+            and not f.startswith(("weight", QOPERATOR_VALUES))
         )
     )
     lines += _form_section("QOperator / dynamic operators", "", qoperator, tables)
-    return [*lines, *_patterns(tables)]
+    return [*lines, *_qoperator_values(tables), *_patterns(tables)]
+
+
+def _wrong_in(tables: Sequence[Table], key: str) -> str:
+    """``fails at run: 1.15-1.26`` / ``miscomputes: ...`` / ``refused: ...`` of one value
+    row across ``tables`` ("" when every one computed it right)."""
+    every = [t.release.rsplit(".", 1)[0] for t in tables]
+    found: dict[str, list[str]] = {"refused": [], "fails at run": [], "miscomputes": []}
+    for t, release in zip(tables, every, strict=True):
+        refusal, divergence = t.refusal(key), t.divergence(key)
+        if refusal is not None:
+            found["refused" if refusal.stage == "load" else "fails at run"].append(release)
+        elif divergence is not None:
+            found[divergence.outcome].append(release)
+    return "; ".join(f"{what}: {_span(got, every)}" for what, got in found.items() if got)
+
+
+def _qoperator_values(tables: Sequence[Table]) -> list[str]:
+    """The value-compared QOperator rows some runtime refused, failed on or computed
+    wrong (ONNX Runtime's releases and OpenVINO)."""
+    openvino = [table("openvino")] if (DATA / "openvino.json").exists() else []
+    keys = sorted(
+        {f for t in [*tables, *openvino] for f in t.forms if f.startswith(QOPERATOR_VALUES)}
+    )
+    rows = []
+    for key in keys:
+        ort, ov = _wrong_in(tables, key), _wrong_in(openvino, key) if openvino else ""
+        if ort or ov:
+            rows.append(f"| `{key.removeprefix(QOPERATOR_VALUES)}` | {ort or '-'} | {ov or '-'} |")
+    return [
+        "### QOperator nodes with their zero points: where they compute wrong",
+        "",
+        f"{len(keys)} value-compared rows (`{QOPERATOR_VALUES}<form> zero_points=<role>:<class>"
+        "`; `tools/probe/qoperator_values.py`): the node fed from a float input through "
+        "QuantizeLinear and read through DequantizeLinear, compared with the ONNX reference "
+        "evaluator on the node written as Q/DQ (ONNX Runtime: default session and "
+        "ORT_DISABLE_ALL). A zero point's class: `zero`, `nonzero`, `differ` (per channel); "
+        "an output's `lowest` / `highest` (its type's end: results beyond it saturate). QL707 "
+        "reads them (QL752 on OpenVINO's QLinearAdd / QLinearMul); `convert --to qoperator "
+        f"--target` leaves such a group as Q/DQ. The {len(keys) - len(rows)} rows not listed "
+        "were computed right by every release and OpenVINO.",
+        "",
+        "| node and zero points | ONNX Runtime | OpenVINO |",
+        "|---|---|---|",
+        *rows,
+        "",
+    ]
 
 
 def _pattern_row(key: str, tables: Sequence[Table], every: Sequence[str]) -> str:
@@ -373,11 +440,12 @@ def _openvino() -> list[str]:
     if not path.exists():
         return []
     t = table("openvino")
-    refused = sorted(f for f, row in t.forms.items() if not _runs(row))
+    forms = {f: row for f, row in t.forms.items() if not f.startswith(QOPERATOR_VALUES)}
+    refused = sorted(f for f, row in forms.items() if not _runs(row))
     lines = [
         "## OpenVINO",
         "",
-        f"{t.label} (CPU plugin), measured {t.measured}: {len(t.forms) - len(refused)} forms "
+        f"{t.label} (CPU plugin), measured {t.measured}: {len(forms) - len(refused)} forms "
         f"run, {len(refused)} refused. Weight patterns (DQ of a constant weight into a MatMul) "
         "and the precisions of the layers OpenVINO's execution graph ran them with (QL704 "
         "flags a pattern whose graph holds no integer layer: the weight was folded to float "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import onnx_ir as ir
 
 from qlrewrite import opsets
@@ -23,6 +24,7 @@ from qlrewrite.qdq.qoperator import triples
 __all__ = [
     "FAMILY_OPS",
     "QDQ_PATTERN",
+    "QOPERATOR_VALUES",
     "WEIGHT_OPS",
     "WEIGHT_PATTERN",
     "bias_key",
@@ -30,6 +32,9 @@ __all__ = [
     "form_of",
     "pattern_key",
     "qoperator_form",
+    "qoperator_values_key",
+    "values_key",
+    "zero_point_class",
 ]
 
 _GRANULARITY = {
@@ -144,6 +149,54 @@ def _form_key(
     while types and types[-1] == "-":
         types.pop()
     return f"{label} {op_type} opset={imported} {','.join(types)}"
+
+
+#: The QOperator nodes whose values the probe compared with the reference: the node's form
+#: and the class of each of its zero points (:func:`qoperator_values_key`).
+QOPERATOR_VALUES = "QOperator values: "
+
+
+def zero_point_class(role: str, array: np.ndarray | None, dtype: ir.DataType | None) -> str | None:
+    """A zero point's class in :func:`values_key`: "zero", "nonzero", "differ" (per
+    channel, not all one value) or, for an ``role`` "output", "lowest" / "highest" (its
+    type's end: a result beyond it saturates); None: not known. ``array`` None: no zero
+    point (0)."""
+    flat = np.zeros(1) if array is None else np.asarray(array).ravel()
+    if flat.size == 0:
+        return None
+    if (flat != flat[0]).any():
+        return "differ"
+    kind = np.dtype(dtype.numpy()).kind if dtype is not None else ""
+    if role == "output" and kind in ("i", "u"):
+        ends = np.iinfo(dtype.numpy())  # type: ignore[union-attr]
+        if flat[0] in (ends.min, ends.max):
+            return "lowest" if flat[0] == ends.min else "highest"
+    return "zero" if flat[0] == 0 else "nonzero"
+
+
+def values_key(form: str | None, classes: Sequence[tuple[str, str | None]]) -> str | None:
+    """The key of a QOperator node's value-compared row: :data:`QOPERATOR_VALUES`, its
+    ``form`` and each (role, zero point class) of its triples in schema order
+    (``zero_points=input:nonzero,weight:differ,output:nonzero``); None when one is not
+    known."""
+    if form is None or any(c is None for _, c in classes):
+        return None
+    named = ",".join(f"{role}:{c}" for role, c in classes)
+    return f"{QOPERATOR_VALUES}{form} zero_points={named}"
+
+
+def qoperator_values_key(view: NodeView) -> str | None:
+    """:func:`values_key` of a QOperator node, read from its view (a zero point that is
+    not a constant: None)."""
+    classes = []
+    for triple in triples(view):
+        if triple.values[2] is not None and (
+            triple.zero_point is None or triple.zero_point.array is None
+        ):
+            return None
+        array = triple.zero_point.array if triple.zero_point is not None else None
+        classes.append((triple.role, zero_point_class(triple.role, array, triple.dtype)))
+    return values_key(_qoperator_form(view), classes)
 
 
 def form_of(view: NodeView) -> str | None:

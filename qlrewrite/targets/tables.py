@@ -151,6 +151,12 @@ class Table:
         row = self.forms.get(form)
         return _divergence(row) if isinstance(row, dict) else None
 
+    def computes_wrong(self, key: str) -> bool:
+        """Whether this release refused, failed on or computed wrong the compared row
+        ``key`` (a QOperator node with its zero points: :func:`~qlrewrite.targets.forms.
+        values_key`); False when it computed it right or it was not measured."""
+        return self.refusal(key) is not None or self.divergence(key) is not None
+
     def runtime_ops(self, form: str) -> list[str] | None:
         """What the runtime made of ``form`` when it ran it (OpenVINO: the execution graph's
         layer types and precisions), None when not recorded."""

@@ -321,7 +321,9 @@ def test_group_inside_a_function() -> None:
 @pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
 def test_openvino_target_leaves_per_channel_conv(activations: str) -> None:
     """OpenVINO's table refuses per-channel QLinearConv, QGemm and QLinearGlobalAveragePool
-    (uint8 and int8 activations probed): they stay Q/DQ; QLinearAdd is written."""
+    (uint8 and int8 activations probed) and computes a QLinearAdd whose output saturates
+    (zero point at its type's lowest: the quantizer folded the Relu after it) wrong,
+    hundreds of percent off the reference (its value rows): they all stay Q/DQ."""
     original = _quantize_static(
         residual_cnn(13),
         {"activation_type": activations, "weight_type": "QInt8", "per_channel": True},
@@ -329,10 +331,10 @@ def test_openvino_target_leaves_per_channel_conv(activations: str) -> None:
     passes = qoperator_passes(target="openvino")
     model = ir.serde.deserialize_model(original)
     result = passes[0](model)
-    assert result.summary["left_target_refuses"] == 5  # 3 Conv, Gemm, GlobalAveragePool
-    assert result.summary["groups_converted"] == 1  # Add
+    assert result.summary["left_target_refuses"] == 6  # 3 Conv, Gemm, GlobalAveragePool, Add
+    assert result.summary["groups_converted"] == 0
     converted = ir.serde.serialize_model(model)
-    assert _ops(converted)["Conv"] == 3 and _ops(converted)["QLinearAdd"] == 1
+    assert _ops(converted)["Conv"] == 3 and _ops(converted)["Add"] == 1
 
 
 def test_api_and_cli(tmp_path: Path) -> None:

@@ -84,7 +84,26 @@ def _save(case: cases.Case, folder: Path) -> dict:
     entry = {"key": case.key, "file": str(path), "feeds": case.feeds}
     if case.compare:
         entry["compare"] = case.compare
+        references = drive._references(case.reference or case.model, case.compare, path)
+        if references:  # the runners compare with the ONNX reference evaluator's output
+            entry["reference"] = references
     return entry
+
+
+def _computed_right(line: dict) -> bool:
+    """A runner's result line: run, as ORT_DISABLE_ALL where compared, and as the ONNX
+    reference where the driver saved it (ONNX Runtime's ``versus_unoptimized`` entries,
+    OpenVINO's ``versus_reference``)."""
+    if not line["run"]:
+        return False
+    versus = line.get("versus_unoptimized", [])
+    against = [
+        drive._against_reference(
+            [v for v in versus if "reference_rel_diff" in v], "reference_rel_diff"
+        ),
+        drive._against_reference(line.get("versus_reference", []), "max_rel_diff"),
+    ]
+    return drive._optimized(versus) == "matches" and all(a in (None, "matches") for a in against)
 
 
 # --------------------------------------------------------------------------- the tables
@@ -173,7 +192,8 @@ def _runtime_python(variable: str, default: str) -> Path | None:
 
 
 def _real_verdicts(python: Path, runner: str, entries: list[dict], folder: Path) -> dict:
-    """Each entry's verdict (ran, and as unoptimized where compared, or not) in the real
+    """Each entry's verdict (ran, and computed as unoptimized and as the ONNX reference
+    where compared: :func:`_computed_right`, or not) in the real
     runtime; a case that ends the runtime's process is a refusal (the runner starts again
     after it)."""
     manifest, results = folder / "manifest.json", folder / "results.jsonl"
@@ -193,12 +213,7 @@ def _real_verdicts(python: Path, runner: str, entries: list[dict], folder: Path)
         assert len(finished) > done, f"{runner} made no progress"
         done = len(finished)
     lines = [json.loads(line) for line in results.read_text().splitlines()]
-    return {
-        line["key"]: line["run"]
-        and drive._optimized(line.get("versus_unoptimized", [])) == "matches"
-        for line in lines
-        if "key" in line
-    }
+    return {line["key"]: _computed_right(line) for line in lines if "key" in line}
 
 
 def _release_spec(python: Path, runtime: str) -> str:

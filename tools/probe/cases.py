@@ -96,6 +96,8 @@ class Case:
     #: Shapes of the one float input "a" at which the runner compares the default
     #: session's output with ORT_DISABLE_ALL's (values in [0, 6), seeded).
     compare: list[list[int]] = dataclasses.field(default_factory=list)
+    #: The model the ONNX reference evaluator runs instead of ``model`` (None: ``model``).
+    reference: onnx.ModelProto | None = None
 
 
 def _feeds_of(model: onnx.ModelProto) -> list[tuple[str, str, list[int]]] | None:
@@ -706,6 +708,31 @@ def weight_op_cases() -> Iterator[Case]:
 OTHER_OPSETS = (10, 19, 23)
 
 
+#: The ConvTranspose weight forms of :func:`conv_transpose_cases`: per tensor, per axis on
+#: axis 0 (C_in) and 1 (C_out / group: the output channel), zero points equal or differing.
+CONV_TRANSPOSE_FORMS = (
+    ("per-tensor", 0, "equal"),
+    ("per-axis", 0, "equal"),
+    ("per-axis", 0, "differ"),
+    ("per-axis", 1, "equal"),
+    ("per-axis", 1, "differ"),
+)
+
+
+def conv_transpose_cases() -> Iterator[Case]:
+    """The QDQ ConvTranspose of :func:`example_models.qdq_weight_op` with uint8 / int8
+    activations at opset 13 and uint8 / int8 / uint16 / int16 at 21, int8 / uint8 weights,
+    each form of :data:`CONV_TRANSPOSE_FORMS` (the uint8 x int8 ones :func:`weight_op_cases`
+    probed keep their first measurement)."""
+    activations = {13: (DT.UINT8, DT.INT8), 21: (DT.UINT8, DT.INT8, DT.UINT16, DT.INT16)}
+    for opset, acts in activations.items():
+        combos = itertools.product(acts, (DT.INT8, DT.UINT8), CONV_TRANSPOSE_FORMS)
+        for act, weight, form in combos:
+            case = _weight_op_case("ConvTranspose", (act, weight), form, opset=opset, trans_b=0)
+            if case is not None:
+                yield case
+
+
 def other_opset_cases() -> Iterator[Case]:
     """The QDQ Conv, Gemm (transB 1) and MatMul of uint8 activations and int8 weights, per
     tensor and per channel on the output axis, at each of :data:`OTHER_OPSETS` (the DQ's
@@ -822,7 +849,8 @@ def float_output_cases() -> Iterator[Case]:
 
 def all_cases() -> Iterator[Case]:
     """Every case, IR and opset first."""
-    from families import family_cases  # (it builds on this module's Case)
+    from families import family_cases  # (they build on this module's Case)
+    from qoperator_values import qoperator_value_cases
 
     for family in (
         ir_cases,
@@ -837,7 +865,9 @@ def all_cases() -> Iterator[Case]:
         float8_pattern_cases,
         family_cases,
         qoperator_activation_cases,
-        float_output_cases,  # last: the earlier cases keep their indices
+        float_output_cases,  # later: the earlier cases keep their indices
         float8_quantized_output_cases,
+        qoperator_value_cases,
+        conv_transpose_cases,
     ):
         yield from family()

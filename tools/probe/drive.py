@@ -129,7 +129,7 @@ def build_cases(folder: Path, only: tuple[str, ...] = ("",)) -> Path:
         if case.key.startswith(PATTERNS):
             _pattern_entry(case, path, entry)
         if entry.get("compare"):
-            references = _references(case.model, entry["compare"], path)
+            references = _references(case.reference or case.model, entry["compare"], path)
             if references:
                 entry["reference"] = references
         entries.append(entry)

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx_ir as ir
 
+from qlrewrite import opsets
 from qlrewrite.passes.context import ContextPass
 from qlrewrite.passes.convert.qdq_groups import Group, find_groups, reason_text
 from qlrewrite.passes.convert.qoperator_plan import plan
 from qlrewrite.passes.convert.to_qoperator_result import STEPS, ToQOperatorResult, stated_bound
 from qlrewrite.qdq import MAIN, MS_DOMAIN, QDQView, constant_tensor, ensure_import_at
-from qlrewrite.targets.forms import qoperator_form
+from qlrewrite.targets.forms import qoperator_form, values_key, zero_point_class
 from qlrewrite.toolkit import FreshNames, add_constant, replace_value
 from qlrewrite.verify.difference import output_bounds
 
@@ -62,17 +63,46 @@ def _input_types(node: ir.Node, group: Group) -> _InputTypes:
 
 
 def target_refusal(target: Target) -> Refused:
-    """Whether a release of ``target`` refused the form of the node written for a group
-    (its measured tables: :meth:`qlrewrite.targets.tables.Table.refusal`)."""
+    """Whether a release of ``target`` refused the form of the node written for a group,
+    or computed it wrong or failed on it as its zero points are (its measured tables:
+    :meth:`qlrewrite.targets.tables.Table.refusal`, the value-compared QOperator rows:
+    :meth:`~qlrewrite.targets.tables.Table.computes_wrong`)."""
 
     def refused(node: ir.Node, group: Group) -> bool:
         if group.row is None:
             return False
         imported = group.scope.opset(group.row.domain) or (1 if group.row.domain else None)
         form = qoperator_form(group.row, imported, _input_types(node, group))
-        return form is not None and any(t.refusal(form) is not None for t in target.tables)
+        if form is None:
+            return False
+        key = values_key(form, _zero_point_classes(node, group.row))
+        return any(
+            t.refusal(form) is not None or (key is not None and t.computes_wrong(key))
+            for t in target.tables
+        )
 
     return refused
+
+
+def _zero_point_classes(
+    node: ir.Node, row: opsets.QOperatorVersion
+) -> list[tuple[str, str | None]]:
+    """(role, zero point class) of each triple of a written node in schema order, then
+    QLinearConcat's inputs (the key of its value-compared row: :func:`values_key`)."""
+    slots = [(t.role, row.input_index(t.zero_point) if t.zero_point else None) for t in row.triples]
+    if row.variadic:
+        fixed = len(row.inputs) - 1
+        slots += [("input", start + 2) for start in range(fixed, len(node.inputs) - 2, 3)]
+    found: list[tuple[str, str | None]] = []
+    for role, index in slots:
+        value = node.inputs[index] if index is not None and index < len(node.inputs) else None
+        tensor = constant_tensor(value) if value is not None else None
+        if value is not None and tensor is None:
+            found.append((role, None))  # a zero point computed in the graph: no row
+        else:
+            array = tensor.numpy() if tensor is not None else None
+            found.append((role, zero_point_class(role, array, tensor.dtype if tensor else None)))
+    return found
 
 
 class QdqToQOperatorPass(ContextPass, ir.passes.InPlacePass):

@@ -7,5 +7,6 @@ from qlrewrite.rules.targets import (  # noqa: F401 (register their rules)
     ort_nbits,
     ort_values,
     qnn,
+    qoperator_values,
     tensorrt,
 )
