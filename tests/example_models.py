@@ -796,21 +796,23 @@ def qdq_weight_op(
     trans_b: int = 0,
     opset: int = 13,
     output: str = "quantized",
+    activation_zero: int = 0,
 ) -> onnx.ModelProto:
     """A QDQ Conv, ConvTranspose or Gemm (:data:`WEIGHT_OPS`) as ORT's quantizer writes it:
-    activation "a" quantized to ``activation`` (scale 0.05, zero point 0: feed values in
-    [0, 6)) and dequantized, the DequantizeLinear "dq" of a constant ``weight`` quantized
-    ``granularity`` on ``axis`` (blocks of ``block``; ``zero_points`` "equal", "differ" or
-    "none"), the output quantized and dequantized (scale 0.025, zero point mid-range: a step
-    is about 1% of the largest output); with ``output`` "float" the op's output is the
-    graph's. The probe's weight-operator patterns."""
+    activation "a" quantized to ``activation`` (scale 0.05, zero point ``activation_zero``,
+    0 by default: feed values in [0, 6)) and dequantized, the DequantizeLinear "dq" of a
+    constant ``weight`` quantized ``granularity`` on ``axis`` (blocks of ``block``;
+    ``zero_points`` "equal", "differ" or "none"), the output quantized and dequantized
+    (scale 0.025, zero point mid-range: a step is about 1% of the largest output); with
+    ``output`` "float" the op's output is the graph's. The probe's weight-operator
+    patterns."""
     a_shape, w_shape, y_shape = WEIGHT_OPS[op]
     if op == "Gemm" and trans_b:
         w_shape = w_shape[::-1]
     dq, inits = _weight_op_dq(
         weight, w_shape, granularity, axis=axis, block=block, zero_points=zero_points
     )
-    nodes_a, inits_a = _quantize_pair_of("a", activation, 0)
+    nodes_a, inits_a = _quantize_pair_of("a", activation, activation_zero)
     attrs = {"transB": trans_b} if op == "Gemm" else {}
     node = helper.make_node(op, ["a_f", "wf"], ["y"], name="op", **attrs)
     low, high = _weight_range(activation)

@@ -326,7 +326,24 @@ def pattern_key(view: NodeView, consumer: ir.Node) -> str | None:
         layout = _weight_layout(view, consumer) if isinstance(view, QDQView) else None
     elif isinstance(view, QDQView) and view.granularity.blocked:
         layout = _blocked_layout(view, consumer)
+    if op == "ConvTranspose" and layout is not None and isinstance(view, QDQView):
+        layout = _with_activation_zero(view, consumer, layout)
     return None if layout is None else key + layout + _output_kind(consumer)
+
+
+def _with_activation_zero(view: QDQView, op: ir.Node, layout: str) -> str | None:
+    """``layout`` and `` activation_zero_point=zero|nonzero``: whether the DequantizeLinear
+    giving ``op``'s activation has a zero point other than 0 (OpenVINO 2026.4.1 computes a
+    uint8 x uint8 ConvTranspose right with one and wrong without, measured); None when it
+    is not a read constant."""
+    producer = op.inputs[0].producer() if op.inputs[0] is not None else None
+    zero_point = producer.inputs[2] if producer is not None and len(producer.inputs) > 2 else None
+    if zero_point is None:
+        return f"{layout} activation_zero_point=zero"
+    found = view.value_view(zero_point, read=True)
+    if found is None or found.array is None:
+        return None
+    return f"{layout} activation_zero_point={'nonzero' if found.array.any() else 'zero'}"
 
 
 #: The ai.onnx operators of the activation-only QDQ node groups the tables record: those

@@ -651,6 +651,7 @@ def _weight_op_case(
     opset: int,
     trans_b: int,
     output: str = "quantized",
+    activation_zero: int = 0,
 ) -> Case | None:
     """The case of one weight-operator pattern (None: blocked below opset 21, or no key)."""
     (act, weight), (granularity, axis, zero_points) = types, form
@@ -669,6 +670,7 @@ def _weight_op_case(
         trans_b=trans_b,
         opset=opset,
         output=output,
+        activation_zero=activation_zero,
     )
     key = _pattern_key_of(model)
     if key is None:
@@ -729,6 +731,29 @@ def conv_transpose_cases() -> Iterator[Case]:
         combos = itertools.product(acts, (DT.INT8, DT.UINT8), CONV_TRANSPOSE_FORMS)
         for act, weight, form in combos:
             case = _weight_op_case("ConvTranspose", (act, weight), form, opset=opset, trans_b=0)
+            if case is not None:
+                yield case
+    yield from _nonzero_activation_conv_transpose()
+
+
+#: A zero point other than 0 per 8-bit activation type (inputs in [0, 6) stay in range).
+NONZERO_ACTIVATION = {DT.UINT8: 128, DT.INT8: -128}
+
+
+def _nonzero_activation_conv_transpose() -> Iterator[Case]:
+    """The 8-bit ConvTranspose forms of :func:`conv_transpose_cases` with the activation's
+    zero point not 0 (what ORT's quantizer writes for inputs of both signs)."""
+    for opset, (act, zero) in itertools.product((13, 21), NONZERO_ACTIVATION.items()):
+        combos = itertools.product((DT.INT8, DT.UINT8), CONV_TRANSPOSE_FORMS)
+        for weight, form in combos:
+            case = _weight_op_case(
+                "ConvTranspose",
+                (act, weight),
+                form,
+                opset=opset,
+                trans_b=0,
+                activation_zero=zero,
+            )
             if case is not None:
                 yield case
 
