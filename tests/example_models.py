@@ -930,3 +930,33 @@ def qdq_requantized(
     )
     imports = [helper.make_opsetid("", 13)]
     return helper.make_model(graph, opset_imports=imports, ir_version=7)
+
+
+def pad_pool(count_include_pad: int, opset: int = 13, quantized: bool = False) -> onnx.ModelProto:
+    """A float Pad (constant 0, one row and column on each side) of "a" [1, 4, 6, 6] into an
+    AveragePool (3x3, no pads of its own) with ``count_include_pad``: the pair ONNX
+    Runtime's PadFusion folds into the pool; ``quantized``: "a" quantized to uint8 and
+    dequantized first (Q/DQ on the Pad's input only, as NNCF writes)."""
+    pads = helper.make_tensor("pads", onnx.TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])
+    quantize, inits = _quantize_pair_of("a", DT.UINT8, 128) if quantized else ([], [])
+    nodes = [
+        *quantize,
+        helper.make_node("Pad", ["a_f" if quantized else "a", "pads"], ["p"], name="pad"),
+        helper.make_node(
+            "AveragePool",
+            ["p"],
+            ["y"],
+            name="pool",
+            kernel_shape=[3, 3],
+            count_include_pad=count_include_pad,
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("a", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 6, 6])],
+        initializer=[pads, *inits],
+    )
+    imports = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=imports, ir_version=IR_OF_OPSET.get(opset, 8))

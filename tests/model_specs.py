@@ -36,6 +36,7 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "qdq_matmul": em.qdq_matmul,
     "qdq_matmul_weight": em.qdq_matmul_weight,
     "qdq_weight_op": em.qdq_weight_op,
+    "pad_pool": em.pad_pool,
     "qdq_biased_op": em.qdq_biased_op,
     "qdq_requantized": em.qdq_requantized,
     "openvino_sixteen_bit": openvino_models.sixteen_bit,

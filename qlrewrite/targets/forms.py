@@ -30,6 +30,7 @@ __all__ = [
     "bias_key",
     "family_key",
     "form_of",
+    "pad_pool_key",
     "pattern_key",
     "qoperator_form",
     "qoperator_values_key",
@@ -485,3 +486,42 @@ def bias_key(view: NodeView, op: ir.Node) -> str | None:
     if None in (form, activation, weight):
         return None
     return f"QDQ {op.op_type} bias: activation={activation} weight={weight} bias={form}"
+
+
+#: The float Pad -> AveragePool pairs: ``Pad->AveragePool: opset=N count_include_pad=0|1``.
+PAD_POOL = "Pad->AveragePool: "
+
+
+def _zero_constant(pad: ir.Node) -> bool:
+    """Whether ``pad`` pads with the constant 0 (mode constant, no value or a read 0)."""
+    mode = pad.attributes.get("mode")
+    if mode is not None and mode.as_string() != "constant":
+        return False
+    value = pad.inputs[2] if len(pad.inputs) > 2 else None
+    if value is None:
+        return True
+    constant = value.const_value
+    return constant is not None and not constant.numpy().any()
+
+
+def pad_pool_key(pool: ir.Node, opset: int | None) -> str | None:
+    """The table key of an AveragePool (no pads of its own) whose input is a Pad with the
+    constant 0 that feeds nothing else, at ai.onnx ``opset``: the pair ONNX Runtime's
+    PadFusion folds into the pool (for the Pad versions it knows). None: not such a pair."""
+    if opset is None:
+        return None
+    if pool.op_type != "AveragePool" or pool.domain not in ("", "ai.onnx"):
+        return None
+    pad = pool.inputs[0].producer() if pool.inputs and pool.inputs[0] is not None else None
+    if pad is None or pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx"):
+        return None
+    if len(pad.outputs[0].consumers()) != 1 or not _zero_constant(pad):
+        return None
+    pads, auto_pad = pool.attributes.get("pads"), pool.attributes.get("auto_pad")
+    if (pads is not None and any(pads.as_ints())) or (
+        auto_pad is not None and auto_pad.as_string() not in ("", "NOTSET")
+    ):
+        return None
+    counted = pool.attributes.get("count_include_pad")
+    count = counted.as_int() if counted is not None else 0
+    return f"{PAD_POOL}opset={opset} count_include_pad={count}"

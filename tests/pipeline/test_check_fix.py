@@ -280,7 +280,7 @@ def test_catalogue_and_fixes_agree() -> None:
     for code in with_fix:
         assert RULES[code].fix in ("safe", "unsafe") and len(RULES[code].fix_summary) > 40
     safe = {"QL103", "QL406", "QL411", "QL505", "QL601", "QL610"}
-    safe |= {"QL701", "QL702", "QL711", "QL712", "QL706", "QL750"}
+    safe |= {"QL701", "QL702", "QL711", "QL712", "QL706", "QL708", "QL750"}
     assert {c for c in with_fix if RULES[c].fix == "safe"} == safe
     document = json.loads(sarif.render_sarif([]))
     props = {

@@ -30,7 +30,7 @@ from onnx import helper
 from qlrewrite.io.ir_version import needed_ir_version
 from qlrewrite.qdq import node_views
 from qlrewrite.rules.registry import CHECKED_KINDS
-from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pattern_key
+from qlrewrite.targets.forms import WEIGHT_PATTERN, form_of, pad_pool_key, pattern_key
 
 #: The test-model builders (the rules' examples are built from them) live in tests/.
 TESTS = Path(__file__).resolve().parents[2] / "tests"
@@ -46,6 +46,7 @@ from example_models import (  # noqa: E402
     Q,
     gather_block_quantized_model,
     matmul_nbits_model,
+    pad_pool,
     qdq_matmul_weight,
     qdq_model,
     qdq_weight_op,
@@ -872,6 +873,19 @@ def float_output_cases() -> Iterator[Case]:
                 yield case
 
 
+def pad_pool_cases() -> Iterator[Case]:
+    """The float Pad -> AveragePool pair (:func:`example_models.pad_pool`), the padding
+    counted and not, at each ai.onnx opset from 11 (Pad's inputs) to the newest, compared
+    with ORT_DISABLE_ALL's output and the reference."""
+    for opset, counted in itertools.product(range(11, NEWEST_OPSET + 1), (0, 1)):
+        model = pad_pool(counted, opset=opset)
+        ir_model = ir.serde.deserialize_model(model)
+        pool = next(n for n in ir_model.graph if n.op_type == "AveragePool")
+        key = pad_pool_key(pool, opset)
+        if key is not None:
+            yield Case(key, model, [("a", "float32", [1, 4, 6, 6])], compare=[[1, 4, 6, 6]])
+
+
 def all_cases() -> Iterator[Case]:
     """Every case, IR and opset first."""
     from families import family_cases  # (they build on this module's Case)
@@ -892,6 +906,7 @@ def all_cases() -> Iterator[Case]:
         qoperator_activation_cases,
         float_output_cases,  # later: the earlier cases keep their indices
         float8_quantized_output_cases,
+        pad_pool_cases,
         qoperator_value_cases,
         conv_transpose_cases,
     ):

@@ -5,6 +5,7 @@ from qlrewrite.rules.targets import (  # noqa: F401 (register their rules)
     openvino_boundary,
     ort,
     ort_nbits,
+    ort_pad_pool,
     ort_values,
     qnn,
     qoperator_values,
