@@ -1,10 +1,11 @@
 """QL708: ONNX Runtime 1.20's PadFusion folds a Pad of 0 into an AveragePool that does not
 count padding and computes it wrong (issue 41: the 9 disagreements left on NNCF 3.4.0's
 outputs, every one 1.20.1). Measured by the probe (the float Pad -> AveragePool pair, ai.onnx
-11 to 28): 1.20.1 about 56% of the largest output off at opsets 11-20 (Pad-21 is not fused), 1.15.1-1.19.2, 1.21.1-1.32.0 and OpenVINO 2026.4.1
-right. The fix (count_include_pad=1 on a pool with no pads of its own) gives the unoptimized
-graph's bits in every release 1.15.1-1.32.0, both session levels (1.20.1's default
-included; measured, and re-measured below in the installed release and, opt-in, in 1.20)."""
+11 to 28): 1.20.1 about 56% of the largest output off at opsets 11-20 (Pad-21 is not
+fused); 1.15.1-1.19.2, 1.21.1-1.32.0 and OpenVINO 2026.4.1 right. The fix
+(count_include_pad=1 on a pool with no pads of its own) gives the unoptimized graph's bits
+in every release 1.15.1-1.32.0, both session levels (1.20.1's default included; measured,
+and re-measured below in the installed release and, opt-in, in 1.20)."""
 
 from __future__ import annotations
 
