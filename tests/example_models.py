@@ -932,13 +932,15 @@ def qdq_requantized(
     return helper.make_model(graph, opset_imports=imports, ir_version=7)
 
 
-def pad_pool(count_include_pad: int, opset: int = 13, quantized: bool = False) -> onnx.ModelProto:
+def pad_pool(
+    count_include_pad: int, opset: int = 13, quantized: bool = False, zero: int = 128
+) -> onnx.ModelProto:
     """A float Pad (constant 0, one row and column on each side) of "a" [1, 4, 6, 6] into an
     AveragePool (3x3, no pads of its own) with ``count_include_pad``: the pair ONNX
-    Runtime's PadFusion folds into the pool; ``quantized``: "a" quantized to uint8 and
-    dequantized first (Q/DQ on the Pad's input only, as NNCF writes)."""
+    Runtime's PadFusion folds into the pool; ``quantized``: "a" quantized to uint8 (zero
+    point ``zero``) and dequantized first (Q/DQ on the Pad's input only, as NNCF writes)."""
     pads = helper.make_tensor("pads", onnx.TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])
-    quantize, inits = _quantize_pair_of("a", DT.UINT8, 128) if quantized else ([], [])
+    quantize, inits = _quantize_pair_of("a", DT.UINT8, zero) if quantized else ([], [])
     nodes = [
         *quantize,
         helper.make_node("Pad", ["a_f" if quantized else "a", "pads"], ["p"], name="pad"),

@@ -488,7 +488,8 @@ def bias_key(view: NodeView, op: ir.Node) -> str | None:
     return f"QDQ {op.op_type} bias: activation={activation} weight={weight} bias={form}"
 
 
-#: The float Pad -> AveragePool pairs: ``Pad->AveragePool: opset=N count_include_pad=0|1``.
+#: The Pad -> AveragePool pairs: ``Pad->AveragePool: opset=N count_include_pad=0|1
+#: input=float|dq-zero|dq-nonzero``.
 PAD_POOL = "Pad->AveragePool: "
 
 
@@ -504,10 +505,36 @@ def _zero_constant(pad: ir.Node) -> bool:
     return constant is not None and not constant.numpy().any()
 
 
+#: The ops a runtime moves a dequantization through on its way to a Pad (one data input).
+_DEQUANTIZE_THROUGH = ("MaxPool", "Relu", "Reshape", "Transpose", "Identity")
+
+
+def _padded_input(pad: ir.Node) -> str | None:
+    """``float``, or ``dq-zero`` / ``dq-nonzero``: the zero point of the DequantizeLinear the
+    Pad's data comes from (directly or through :data:`_DEQUANTIZE_THROUGH`, where OpenVINO
+    moves the dequantization past the Pad); None when that zero point is not a constant."""
+    node = pad
+    for _ in range(4):
+        value = node.inputs[0] if node.inputs else None
+        node = value.producer() if value is not None else None
+        if node is None or node.op_type not in (*_DEQUANTIZE_THROUGH, "DequantizeLinear"):
+            return "float"
+        if node.op_type == "DequantizeLinear":
+            zero_point = node.inputs[2] if len(node.inputs) > 2 else None
+            if zero_point is None:
+                return "dq-zero"
+            constant = zero_point.const_value
+            if constant is None:
+                return None
+            return "dq-nonzero" if constant.numpy().any() else "dq-zero"
+    return "float"
+
+
 def pad_pool_key(pool: ir.Node, opset: int | None) -> str | None:
     """The table key of an AveragePool (no pads of its own) whose input is a Pad with the
-    constant 0 that feeds nothing else, at ai.onnx ``opset``: the pair ONNX Runtime's
-    PadFusion folds into the pool (for the Pad versions it knows). None: not such a pair."""
+    constant 0 that feeds nothing else, at ai.onnx ``opset``, with what the Pad's data is
+    (:func:`_padded_input`): the pair ONNX Runtime's PadFusion folds into the pool (for the
+    Pad versions it knows). None: not such a pair."""
     if opset is None:
         return None
     if pool.op_type != "AveragePool" or pool.domain not in ("", "ai.onnx"):
@@ -524,4 +551,7 @@ def pad_pool_key(pool: ir.Node, opset: int | None) -> str | None:
         return None
     counted = pool.attributes.get("count_include_pad")
     count = counted.as_int() if counted is not None else 0
-    return f"{PAD_POOL}opset={opset} count_include_pad={count}"
+    padded = _padded_input(pad)
+    if padded is None:
+        return None
+    return f"{PAD_POOL}opset={opset} count_include_pad={count} input={padded}"

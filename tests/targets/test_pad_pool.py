@@ -41,6 +41,26 @@ def test_flagged_for_1_20_only() -> None:
     assert _rules(pad_pool(0, opset=21), "ort==1.20") == []  # Pad-21: 1.20 does not fuse it
 
 
+def _through_maxpool(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` (quantized) with a 1x1 MaxPool between the DequantizeLinear and the Pad."""
+    pad = next(n for n in model.graph.node if n.op_type == "Pad")
+    pad.input[0] = "m"
+    pool = helper.make_node("MaxPool", ["a_f"], ["m"], kernel_shape=[1, 1])
+    model.graph.node.insert(list(model.graph.node).index(pad), pool)
+    return model
+
+
+def test_openvino_after_a_zero_point_not_0() -> None:
+    """OpenVINO pads the integers with 0 (measured: the dq-nonzero rows); the hint names a
+    zero point of 0, measured right; no fix (counting the padding is wrong there too)."""
+    for model in (pad_pool(0, quantized=True), _through_maxpool(pad_pool(1, quantized=True))):
+        (finding,) = qlrewrite.check(model, target="openvino").errors
+        assert finding.rule == "QL708" and "OpenVINO" in finding.message
+        assert "zero point of 0" in finding.hint and finding.fix is None
+    assert _rules(pad_pool(0, quantized=True, zero=0), "openvino") == []
+    assert _rules(pad_pool(1, quantized=True), "ort==1.20") == []
+
+
 def _edited(model: onnx.ModelProto, change: str) -> onnx.ModelProto:
     graph = model.graph
     if change == "pool pads":

@@ -874,11 +874,14 @@ def float_output_cases() -> Iterator[Case]:
 
 
 def pad_pool_cases() -> Iterator[Case]:
-    """The float Pad -> AveragePool pair (:func:`example_models.pad_pool`), the padding
-    counted and not, at each ai.onnx opset from 11 (Pad's inputs) to the newest, compared
-    with ORT_DISABLE_ALL's output and the reference."""
-    for opset, counted in itertools.product(range(11, NEWEST_OPSET + 1), (0, 1)):
-        model = pad_pool(counted, opset=opset)
+    """The Pad -> AveragePool pair (:func:`example_models.pad_pool`), the padding counted and
+    not, the Pad's data float or dequantized (zero point 128 and 0), at each ai.onnx opset
+    from 11 (Pad's inputs) to the newest, compared with ORT_DISABLE_ALL's output and the
+    reference."""
+    inputs = ({"quantized": False}, {"quantized": True}, {"quantized": True, "zero": 0})
+    opsets = range(11, NEWEST_OPSET + 1)
+    for opset, counted, given in itertools.product(opsets, (0, 1), inputs):
+        model = pad_pool(counted, opset=opset, **given)
         ir_model = ir.serde.deserialize_model(model)
         pool = next(n for n in ir_model.graph if n.op_type == "AveragePool")
         key = pad_pool_key(pool, opset)
