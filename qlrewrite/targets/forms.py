@@ -28,8 +28,10 @@ __all__ = [
     "WEIGHT_OPS",
     "WEIGHT_PATTERN",
     "bias_key",
+    "counts_padding",
     "family_key",
     "form_of",
+    "own_pads",
     "pad_pool_key",
     "pattern_key",
     "qoperator_form",
@@ -430,21 +432,31 @@ def family_key(view: NodeView, op: ir.Node) -> str | None:
     return f"QDQ {op.op_type}: input={form} output={output} params={params}{padding}"
 
 
+def own_pads(pool: ir.Node) -> list[int] | None:
+    """A pool's own ``pads`` ([] when it pads nothing); None when auto_pad sets them (their
+    values depend on the input's shape)."""
+    auto_pad = pool.attributes.get("auto_pad")
+    if auto_pad is not None and auto_pad.as_string() not in ("", "NOTSET", "VALID"):
+        return None
+    pads = pool.attributes.get("pads")
+    return list(pads.as_ints()) if pads is not None and any(pads.as_ints()) else []
+
+
+def counts_padding(pool: ir.Node) -> bool:
+    """Whether an AveragePool counts padding in its average (count_include_pad, default 0)."""
+    counted = pool.attributes.get("count_include_pad")
+    return counted is not None and counted.as_int() != 0
+
+
 def _pool_padding(view: QDQView, op: ir.Node) -> str | None:
     """`` pads=counted zero_point=zero|nonzero`` for an AveragePool that pads and counts the
     padding in the average (count_include_pad=1: what a runtime that moves the
     DequantizeLinear past the pool gets wrong when the zero point is not 0),
     `` pads=excluded`` when it pads without counting, else empty. None: the zero point is
     not a read constant."""
-    pads = op.attributes.get("pads")
-    auto_pad = op.attributes.get("auto_pad")
-    padded = (pads is not None and any(pads.as_ints())) or (
-        auto_pad is not None and auto_pad.as_string().startswith("SAME")
-    )
-    if not padded:
+    if own_pads(op) == []:
         return ""
-    counted = op.attributes.get("count_include_pad")
-    if counted is None or counted.as_int() == 0:
+    if not counts_padding(op):
         return " pads=excluded"
     zero_point = view.node.inputs[2] if len(view.node.inputs) > 2 else None
     found = view.value_view(zero_point, read=True) if zero_point is not None else None
@@ -544,14 +556,8 @@ def pad_pool_key(pool: ir.Node, opset: int | None) -> str | None:
         return None
     if len(pad.outputs[0].consumers()) != 1 or not _zero_constant(pad):
         return None
-    pads, auto_pad = pool.attributes.get("pads"), pool.attributes.get("auto_pad")
-    if (pads is not None and any(pads.as_ints())) or (
-        auto_pad is not None and auto_pad.as_string() not in ("", "NOTSET")
-    ):
-        return None
-    counted = pool.attributes.get("count_include_pad")
-    count = counted.as_int() if counted is not None else 0
     padded = _padded_input(pad)
-    if padded is None:
+    if own_pads(pool) != [] or padded is None:
         return None
+    count = int(counts_padding(pool))
     return f"{PAD_POOL}opset={opset} count_include_pad={count} input={padded}"

@@ -151,3 +151,42 @@ def test_no_fix_for_ort_or_without_a_target() -> None:
     model = qdq_family("AveragePool", DT.UINT8, pool_pads="counted", low=-1.0)
     for fixed in (qlrewrite.fix(model, target="ort==1.31"), qlrewrite.fix(model)):
         assert "Pad" not in [n.op_type for n in ir.serde.serialize_model(fixed).graph.node]
+
+
+def _second_pool(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` whose DequantizeLinear also feeds a second padded pool (3x3, pads 2)."""
+    pool = helper.make_node(
+        "AveragePool", ["a_f"], ["p2"], kernel_shape=[3, 3], pads=[2, 2, 2, 2], count_include_pad=1
+    )
+    model.graph.node.append(pool)
+    model.graph.output.append(helper.make_value_info("p2", onnx.TypeProto()))
+    model.graph.output[-1].type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
+def test_fix_pads_for_every_padded_pool_of_the_dequantize_linear() -> None:
+    """Two padded pools read one DequantizeLinear: each gets its own Pad (their pads
+    differ), no finding is left, and the values stay the reference's."""
+    model = qdq_family(
+        "AveragePool", DT.UINT8, pool_pads="counted", low=-1.0, output="float", opset=21
+    )
+    model = _second_pool(model)
+    (finding,) = qlrewrite.check(model, target="openvino").errors  # one line for both pools
+    assert finding.fix == "safe"
+    fixed = _fixed(model)
+    assert qlrewrite.check(fixed, target="openvino").errors == []
+    assert [n.op_type for n in fixed.graph.node].count("Pad") == 2
+    expected = ReferenceEvaluator(model).run(None, _feed())
+    for got, want in zip(ReferenceEvaluator(fixed).run(None, _feed()), expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_pool_padded_by_auto_pad_is_flagged_not_fixable() -> None:
+    """auto_pad's pads depend on the input's shape: the finding offers no fix."""
+    model = qdq_family("AveragePool", DT.UINT8, pool_pads="counted", low=-1.0)
+    pool = next(n for n in model.graph.node if n.op_type == "AveragePool")
+    kept = [a for a in pool.attribute if a.name != "pads"]
+    del pool.attribute[:]
+    pool.attribute.extend([*kept, helper.make_attribute("auto_pad", "SAME_UPPER")])
+    (finding,) = qlrewrite.check(model, target="openvino").errors
+    assert finding.rule == "QL706" and finding.fix is None

@@ -125,7 +125,7 @@ def _group_miscomputes(ctx: TargetNode[QDQView], op: ir.Node, key: str) -> Itera
     yield ctx.report(
         f"{by} the quantized {op.op_type} this {role} feeds {_what_of_group(found)}",
         _family_ways_out(ctx.target, key),
-        attribute=PADS if _move_padding(ctx.target, key) and padding_movable(ctx.view) else "",
+        attribute=PADS if _move_padding(ctx.target, key) and padding_movable(ctx.view, op) else "",
     )
 
 

@@ -12,33 +12,33 @@ import onnx_ir as ir
 from qlrewrite import opsets
 from qlrewrite.qdq import QDQView
 from qlrewrite.rules.registry import FixContext
+from qlrewrite.targets.forms import counts_padding, own_pads
 
-__all__ = ["PADS", "move_padding", "padded_pool", "padding_movable"]
+__all__ = ["PADS", "move_padding", "padded_pools", "padding_movable"]
 
 #: The attribute a QL706 finding its fix repairs names.
 PADS = "pads"
 
 
-def padded_pool(dequantize: ir.Node) -> ir.Node | None:
-    """The AveragePool ``dequantize``'s output feeds that pads (explicit ``pads``, not
-    auto_pad) and counts its padding; None if none."""
-    for node in dequantize.outputs[0].consumers():
-        if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx"):
-            continue
-        pads, counted = node.attributes.get("pads"), node.attributes.get("count_include_pad")
-        auto_pad = node.attributes.get("auto_pad")
-        if auto_pad is not None and auto_pad.as_string() not in ("", "NOTSET"):
-            continue
-        if pads is not None and any(pads.as_ints()) and counted is not None and counted.as_int():
-            return node
-    return None
+def padded_pools(dequantize: ir.Node) -> list[ir.Node]:
+    """The AveragePools ``dequantize``'s output feeds that pad (explicit ``pads``, not
+    auto_pad) and count their padding."""
+    return [
+        node
+        for node in dequantize.outputs[0].consumers()
+        if node.op_type == "AveragePool"
+        and node.domain in ("", "ai.onnx")
+        and own_pads(node)
+        and counts_padding(node)
+    ]
 
 
-def padding_movable(view: QDQView) -> bool:
-    """Whether the fix can pad this DequantizeLinear's integers: per tensor, a constant
-    zero point, and an ai.onnx opset with Pad's inputs (11 or newer)."""
+def padding_movable(view: QDQView, pool: ir.Node) -> bool:
+    """Whether the fix can pad this DequantizeLinear's integers for ``pool``: the pool's
+    pads explicit, per tensor, a constant zero point, and an ai.onnx opset with Pad's inputs
+    (11 or newer)."""
     opset = view.site.scope.opset("")
-    if view.is_quantize or opset is None or opset < 11:
+    if view.is_quantize or opset is None or opset < 11 or pool not in padded_pools(view.node):
         return False
     if view.granularity.kind != opsets.PER_TENSOR:
         return False
@@ -56,34 +56,41 @@ def _constant(fix: FixContext, base: str, array: np.ndarray, before: ir.Node) ->
 
 
 def move_padding(fix: FixContext) -> str | None:
-    """QL706's fix: a Pad of the DequantizeLinear's integers (the pool's pads on the spatial
-    axes, the zero point as the value) read by the pool through the DequantizeLinear (a
-    copy of it when the DequantizeLinear has other readers), the pool's pads removed."""
+    """QL706's fix: for each padded pool the DequantizeLinear feeds, a Pad of its integers
+    (the pool's pads on the spatial axes, the zero point as the value) read by the pool
+    through the DequantizeLinear (a copy of it while the DequantizeLinear has other
+    readers), the pool's pads removed."""
     dequantize, view = fix.site.node, fix.view
-    pool = padded_pool(dequantize)
-    if pool is None or not isinstance(view, QDQView) or dequantize.graph is None:
-        return None
-    if view.x_type is None:
+    pools = padded_pools(dequantize)
+    if not pools or not isinstance(view, QDQView) or view.x_type is None:
         return None
     found = view.value_view(dequantize.inputs[2], read=True)
     if found is None or found.array is None:
         return None
-    pads = list(pool.attributes["pads"].as_ints())
+    zero_point = found.array.reshape(()).astype(view.x_type.numpy())  # read values may be widened
+    moved = [_pad_for(fix, view, pool, zero_point, view.x_type) for pool in pools]
+    return f"padding moved onto {', '.join(moved)} before it (the pools unpadded: exact)"
+
+
+def _pad_for(
+    fix: FixContext, view: QDQView, pool: ir.Node, zero_point: np.ndarray, dtype: ir.DataType
+) -> str:
+    """A Pad of the DequantizeLinear's integers (of ``dtype``) by ``pool``'s pads, read by
+    ``pool``; the name of the Pad's output."""
+    dequantize = view.node
+    pads = own_pads(pool) or []
     half = len(pads) // 2
     spec = np.array([0, 0, *pads[:half], 0, 0, *pads[half:]], np.int64)
     widths = _constant(fix, f"{pool.name or 'pool'}_int_pads", spec, dequantize)
-    zero_point = found.array.reshape(()).astype(view.x_type.numpy())  # read values may be widened
     value = _constant(fix, f"{pool.name or 'pool'}_pad_value", zero_point, dequantize)
     name = fix.names.fresh(f"{dequantize.inputs[0].name or 'x'}_padded")  # type: ignore[union-attr]
     pad = ir.node("Pad", [dequantize.inputs[0], widths, value], name=name)
-    pad.outputs[0].name = name
-    if view.x_type is not None:  # the integers' type, read or inferred
-        pad.outputs[0].dtype = view.x_type
-    dequantize.graph.insert_before(dequantize, pad)
+    pad.outputs[0].name, pad.outputs[0].dtype = name, dtype
+    dequantize.graph.insert_before(dequantize, pad)  # type: ignore[union-attr]
     _read_padded(fix, dequantize, pool, pad.outputs[0])
     for attribute in ("pads", "count_include_pad"):
         pool.attributes.pop(attribute, None)
-    return f"padding moved onto '{name}' before it ({pool.name or 'AveragePool'} unpadded: exact)"
+    return f"'{name}'"
 
 
 def _read_padded(fix: FixContext, dequantize: ir.Node, pool: ir.Node, padded: ir.Value) -> None:
